@@ -1,0 +1,216 @@
+//! Transcript JSONL entry shapes (contract §10): the header line and the `id`/`parentId`
+//! entries of an OpenClaw (Pi SessionManager) session file.
+//!
+//! These are wire types shared by the transcript store (which reads and writes files) and the
+//! built-in compaction (which chooses cut points over entries). Entry types this crate does
+//! not know are kept verbatim.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{AgentMessage, JsonMap};
+
+/// Line 1 of a session file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionHeader {
+    /// Always `session`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// File format version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Value>,
+    /// Session id.
+    pub id: String,
+    /// ISO timestamp.
+    pub timestamp: String,
+    /// Working directory.
+    #[serde(default)]
+    pub cwd: String,
+    /// Parent session (forks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<String>,
+    /// Fields this type does not name.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+/// A `compaction` entry's payload.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionEntryData {
+    /// The summary text.
+    pub summary: String,
+    /// First entry kept after the summary.
+    pub first_kept_entry_id: String,
+    /// Tokens before compaction.
+    #[serde(default)]
+    pub tokens_before: u64,
+    /// `{readFiles, modifiedFiles}` and the like.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    /// Set when a hook produced the summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_hook: Option<bool>,
+    /// Fields this type does not name (`customInstructions`, `usage`, ...).
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+/// A `branch_summary` entry's payload.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BranchSummaryEntryData {
+    /// Entry the branch left from.
+    pub from_id: String,
+    /// Summary text.
+    pub summary: String,
+    /// Fields this type does not name.
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+/// A `custom_message` entry's payload (in model context).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomMessageEntryData {
+    /// Extension tag.
+    pub custom_type: String,
+    /// Content shown to the model.
+    pub content: Value,
+    /// Fields this type does not name (`display`, `details`).
+    #[serde(flatten)]
+    pub extra: JsonMap,
+}
+
+/// The typed part of an entry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EntryKind {
+    /// `message`.
+    Message(AgentMessage),
+    /// `compaction`.
+    Compaction(CompactionEntryData),
+    /// `branch_summary`.
+    BranchSummary(BranchSummaryEntryData),
+    /// `custom_message`.
+    CustomMessage(CustomMessageEntryData),
+    /// Any other entry type (`custom`, `model_change`, `label`, ...), its payload verbatim
+    /// (without `type`, `id`, `parentId`, `timestamp`).
+    Other {
+        /// The entry `type`.
+        kind: String,
+        /// Its other fields.
+        fields: JsonMap,
+    },
+}
+
+/// One transcript entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TranscriptEntry {
+    /// Short id.
+    pub id: String,
+    /// Parent entry (`null` for the root).
+    pub parent_id: Option<String>,
+    /// ISO timestamp.
+    pub timestamp: String,
+    /// The payload.
+    pub kind: EntryKind,
+}
+
+impl TranscriptEntry {
+    /// The entry `type` string.
+    pub fn type_name(&self) -> &str {
+        match &self.kind {
+            EntryKind::Message(_) => "message",
+            EntryKind::Compaction(_) => "compaction",
+            EntryKind::BranchSummary(_) => "branch_summary",
+            EntryKind::CustomMessage(_) => "custom_message",
+            EntryKind::Other { kind, .. } => kind,
+        }
+    }
+
+    /// The message, for `message` entries.
+    pub fn message(&self) -> Option<&AgentMessage> {
+        match &self.kind {
+            EntryKind::Message(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Serializes to one JSON object (one JSONL line without the newline).
+    pub fn to_json(&self) -> Result<JsonMap, serde_json::Error> {
+        let mut out = JsonMap::new();
+        out.insert("type".into(), Value::String(self.type_name().to_owned()));
+        out.insert("id".into(), Value::String(self.id.clone()));
+        out.insert("parentId".into(), self.parent_id.clone().map(Value::String).unwrap_or(Value::Null));
+        out.insert("timestamp".into(), Value::String(self.timestamp.clone()));
+        let payload = match &self.kind {
+            EntryKind::Message(m) => {
+                let mut p = JsonMap::new();
+                p.insert("message".into(), serde_json::to_value(m)?);
+                p
+            }
+            EntryKind::Compaction(c) => as_map(serde_json::to_value(c)?),
+            EntryKind::BranchSummary(b) => as_map(serde_json::to_value(b)?),
+            EntryKind::CustomMessage(c) => as_map(serde_json::to_value(c)?),
+            EntryKind::Other { fields, .. } => fields.clone(),
+        };
+        for (k, v) in payload {
+            out.insert(k, v);
+        }
+        Ok(out)
+    }
+
+    /// Parses one JSON object. The error names the key that was wrong.
+    pub fn from_json(mut map: JsonMap) -> Result<Self, String> {
+        let kind = take_string(&mut map, "type")?;
+        let id = take_string(&mut map, "id")?;
+        let parent_id = match map.remove("parentId") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(other) => return Err(format!("`parentId` must be a string or null, got {other}")),
+        };
+        let timestamp = match map.remove("timestamp") {
+            Some(Value::String(s)) => s,
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        let typed = |map: JsonMap| Value::Object(map);
+        let kind = match kind.as_str() {
+            "message" => {
+                let msg = match map.remove("message") {
+                    Some(Value::Object(m)) => AgentMessage::from_map(m)?,
+                    Some(_) => return Err("`message` must be an object".into()),
+                    None => return Err("message entry has no `message`".into()),
+                };
+                EntryKind::Message(msg)
+            }
+            "compaction" => EntryKind::Compaction(
+                serde_json::from_value(typed(map)).map_err(|e| format!("invalid compaction entry: {e}"))?,
+            ),
+            "branch_summary" => EntryKind::BranchSummary(
+                serde_json::from_value(typed(map)).map_err(|e| format!("invalid branch_summary entry: {e}"))?,
+            ),
+            "custom_message" => EntryKind::CustomMessage(
+                serde_json::from_value(typed(map)).map_err(|e| format!("invalid custom_message entry: {e}"))?,
+            ),
+            _ => EntryKind::Other { kind, fields: map },
+        };
+        Ok(TranscriptEntry { id, parent_id, timestamp, kind })
+    }
+}
+
+fn as_map(v: Value) -> JsonMap {
+    match v {
+        Value::Object(m) => m,
+        _ => JsonMap::new(),
+    }
+}
+
+fn take_string(map: &mut JsonMap, key: &str) -> Result<String, String> {
+    match map.remove(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(format!("`{key}` must be a string, got {other}")),
+        None => Err(format!("entry has no `{key}`")),
+    }
+}
