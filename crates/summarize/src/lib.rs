@@ -9,9 +9,12 @@
 
 mod conversation;
 mod extractive;
+mod salience;
+mod segment;
 
 pub use conversation::serialize_conversation;
 pub use extractive::ExtractiveSummarizer;
+pub use salience::salient_terms;
 
 use async_trait::async_trait;
 
