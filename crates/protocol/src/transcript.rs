@@ -214,3 +214,74 @@ fn take_string(map: &mut JsonMap, key: &str) -> Result<String, String> {
         None => Err(format!("entry has no `{key}`")),
     }
 }
+
+impl TranscriptEntry {
+    /// The message this entry contributes to the model context, if any: `message` entries
+    /// as-is, `custom_message` as a `custom` message, `branch_summary` as a `branchSummary`
+    /// message, `compaction` as a `compactionSummary` message. Other entry types (settings,
+    /// labels, custom data) are not in model context.
+    pub fn context_message(&self) -> Option<AgentMessage> {
+        use crate::message::{CustomMessage, SummaryMessage};
+        match &self.kind {
+            EntryKind::Message(m) => Some(m.clone()),
+            EntryKind::CustomMessage(c) => {
+                let content = serde_json::from_value(c.content.clone()).unwrap_or_default();
+                Some(AgentMessage::Custom(CustomMessage {
+                    custom_type: c.custom_type.clone(),
+                    content,
+                    timestamp: None,
+                    extra: JsonMap::new(),
+                }))
+            }
+            EntryKind::BranchSummary(b) => Some(AgentMessage::BranchSummary(SummaryMessage {
+                summary: b.summary.clone(),
+                timestamp: None,
+                extra: JsonMap::new(),
+            })),
+            EntryKind::Compaction(c) => Some(AgentMessage::CompactionSummary(SummaryMessage {
+                summary: c.summary.clone(),
+                timestamp: None,
+                extra: JsonMap::new(),
+            })),
+            EntryKind::Other { .. } => None,
+        }
+    }
+}
+
+/// The model-visible message for a summary-carrying message: compaction and branch summaries
+/// become **user** messages wrapped in the fixed prefix/suffix (contract §7.4); every other
+/// message is returned unchanged.
+pub fn to_model_message(message: &AgentMessage) -> AgentMessage {
+    use crate::message::*;
+    match message {
+        AgentMessage::CompactionSummary(s) => {
+            AgentMessage::user(format!("{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}", s.summary))
+        }
+        AgentMessage::BranchSummary(s) => {
+            AgentMessage::user(format!("{BRANCH_SUMMARY_PREFIX}{}{BRANCH_SUMMARY_SUFFIX}", s.summary))
+        }
+        other => other.clone(),
+    }
+}
+
+/// The compaction-aware context of an active path (root → leaf): when a compaction entry is
+/// on the path, its summary (as a `compactionSummary` message) followed by the entries from its
+/// `firstKeptEntryId` on (skipping the compaction entry itself and earlier compactions);
+/// otherwise every context message. Use [`to_model_message`] for what the model sees.
+pub fn context_messages(path: &[TranscriptEntry]) -> Vec<AgentMessage> {
+    let last_compaction = path.iter().rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
+    let Some(ci) = last_compaction else {
+        return path.iter().filter_map(TranscriptEntry::context_message).collect();
+    };
+    let EntryKind::Compaction(c) = &path[ci].kind else { return Vec::new() };
+    let mut out = Vec::new();
+    out.extend(path[ci].context_message());
+    let start = path.iter().position(|e| e.id == c.first_kept_entry_id).unwrap_or(ci + 1);
+    for (i, e) in path.iter().enumerate().skip(start) {
+        if i == ci || matches!(e.kind, EntryKind::Compaction(_)) {
+            continue;
+        }
+        out.extend(e.context_message());
+    }
+    out
+}

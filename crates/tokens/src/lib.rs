@@ -121,3 +121,67 @@ mod tests {
         assert!(message_tokens(&big) > message_tokens(&small));
     }
 }
+
+/// The marker inserted where [`truncate_middle`] cut text out.
+pub fn truncation_marker(omitted_tokens: u64) -> String {
+    format!("\n[... {omitted_tokens} tokens omitted to fit the context budget ...]\n")
+}
+
+/// Shortens `text` to at most `max_tokens` tokens by cutting out its middle (the head and the
+/// tail of a long tool output are usually what matters) and inserting a marker that says how
+/// much was omitted. Returns `text` unchanged when it already fits. Always cuts on `char`
+/// boundaries; never returns more than `max_tokens` tokens (it may return an empty string when
+/// `max_tokens` cannot even hold the marker).
+pub fn truncate_middle(text: &str, max_tokens: u64) -> String {
+    let total = text_tokens(text);
+    if total <= max_tokens {
+        return text.to_owned();
+    }
+    let marker_cost = text_tokens(&truncation_marker(total)) + 2;
+    if max_tokens <= marker_cost {
+        return String::new();
+    }
+    let mut keep_tokens = max_tokens - marker_cost;
+    let chars: Vec<char> = text.chars().collect();
+    loop {
+        // Characters per token of this text, measured, to size the cut without re-encoding
+        // at every candidate length.
+        let ratio = chars.len() as f64 / total.max(1) as f64;
+        let keep_chars = ((keep_tokens as f64) * ratio) as usize;
+        let head_len = keep_chars * 2 / 3;
+        let tail_len = keep_chars - head_len;
+        let head: String = chars[..head_len.min(chars.len())].iter().collect();
+        let tail: String = chars[chars.len().saturating_sub(tail_len)..].iter().collect();
+        let out = format!("{head}{}{tail}", truncation_marker(total.saturating_sub(keep_tokens)));
+        if text_tokens(&out) <= max_tokens || keep_tokens == 0 {
+            if text_tokens(&out) <= max_tokens {
+                return out;
+            }
+            return String::new();
+        }
+        keep_tokens = keep_tokens * 9 / 10;
+    }
+}
+
+#[cfg(test)]
+mod truncate_tests {
+    use super::*;
+
+    #[test]
+    fn truncate_middle_fits_and_keeps_both_ends() {
+        let text = format!("HEAD-MARK {} TAIL-MARK", "lorem ipsum dolor sit amet ".repeat(2_000));
+        let out = truncate_middle(&text, 300);
+        assert!(text_tokens(&out) <= 300, "{} tokens", text_tokens(&out));
+        assert!(out.starts_with("HEAD-MARK"));
+        assert!(out.ends_with("TAIL-MARK"));
+        assert!(out.contains("tokens omitted"));
+    }
+
+    #[test]
+    fn truncate_middle_is_identity_when_it_fits_and_safe_on_unicode() {
+        assert_eq!(truncate_middle("short", 10), "short");
+        let text = "日本語のテキスト🙂".repeat(500);
+        let out = truncate_middle(&text, 100);
+        assert!(text_tokens(&out) <= 100);
+    }
+}

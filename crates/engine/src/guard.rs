@@ -1,0 +1,309 @@
+//! The quarantine guard: what keeps a failing engine from silencing the agent (contract §4.1).
+//!
+//! Every non-default engine that standalone resolution returns is wrapped in a
+//! [`GuardedEngine`]. Each guarded call:
+//! 1. rejects at once, without calling the engine, when the caller's signal is already aborted;
+//! 2. goes to the fallback when the engine is already quarantined;
+//! 3. calls the engine with host-projected params;
+//! 4. on failure: the caller's own abort propagates untouched; anything else quarantines the
+//!    engine for the process, then `compact` and `prepareSubagentSpawn` rethrow (fail closed)
+//!    while every other method answers with the fallback's result for the same params (the
+//!    original error if the fallback fails too).
+//!
+//! The fallback (`legacy`) is built lazily, once per wrapper, from the factory captured when the
+//! wrapper was made; concurrent failures share that one factory call.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clawctx_protocol::*;
+use futures::future::BoxFuture;
+use tokio::sync::OnceCell;
+
+use crate::engine::*;
+use crate::error::EngineError;
+use crate::projection::{project_context, project_params, HostParams};
+use crate::registry::{owner_plugin_id, ContextEngineRegistry, Factory, FactoryContext};
+
+/// The reason the canned fallback results carry.
+pub const DOWNGRADED_REASON: &str = "context engine downgraded to legacy";
+
+/// A non-default engine behind the quarantine guard.
+pub struct GuardedEngine {
+    inner: Arc<dyn ContextEngine>,
+    engine_id: String,
+    owner: Option<String>,
+    registry: Arc<ContextEngineRegistry>,
+    fallback_factory: Option<Factory>,
+    factory_ctx: FactoryContext,
+    fallback: OnceCell<Arc<dyn ContextEngine>>,
+}
+
+type Call<P, T> = for<'b> fn(&'b dyn ContextEngine, &'b P, &'b CallContext) -> BoxFuture<'b, Result<T, EngineError>>;
+
+impl GuardedEngine {
+    /// Wraps `inner`, registered as `engine_id` by `owner`.
+    pub fn new(
+        inner: Arc<dyn ContextEngine>,
+        engine_id: impl Into<String>,
+        owner: Option<String>,
+        registry: Arc<ContextEngineRegistry>,
+        factory_ctx: FactoryContext,
+    ) -> Self {
+        let fallback_factory = registry.get(registry.default_id()).map(|r| r.factory);
+        Self {
+            inner,
+            engine_id: engine_id.into(),
+            owner,
+            registry,
+            fallback_factory,
+            factory_ctx,
+            fallback: OnceCell::new(),
+        }
+    }
+
+    /// The registered id.
+    pub fn engine_id(&self) -> &str {
+        &self.engine_id
+    }
+
+    /// Whether the engine behind this wrapper is quarantined.
+    pub fn is_quarantined(&self) -> bool {
+        self.registry.is_quarantined(&self.engine_id)
+    }
+
+    /// `resolveContextEngineOwnerPluginId`: the `<id>` of a `plugin:<id>` owner, or `None` once
+    /// quarantined (downgraded work belongs to core).
+    pub fn owner_plugin_id(&self) -> Option<&str> {
+        if self.is_quarantined() {
+            return None;
+        }
+        self.owner.as_deref().and_then(owner_plugin_id)
+    }
+
+    /// The wrapped engine (`hasSameContextEngineInstance` compares these).
+    pub fn inner(&self) -> &Arc<dyn ContextEngine> {
+        &self.inner
+    }
+
+    async fn fallback(&self) -> Result<&Arc<dyn ContextEngine>, EngineError> {
+        self.fallback
+            .get_or_try_init(|| async {
+                let factory = self.fallback_factory.clone().ok_or_else(|| {
+                    EngineError::NotRegistered(format!(
+                        "[context-engine] fallback failed: default engine \"{}\" is not registered. Available engines: {}",
+                        self.registry.default_id(),
+                        available(&self.registry)
+                    ))
+                })?;
+                factory(self.factory_ctx.clone()).await
+            })
+            .await
+    }
+
+    async fn run<P, T>(
+        &self,
+        method: Method,
+        params: &P,
+        cx: &CallContext,
+        call: Call<P, T>,
+        canned: Option<fn() -> T>,
+        fail_closed: bool,
+    ) -> Result<T, EngineError>
+    where
+        P: HostParams + Sync,
+        T: Send,
+    {
+        if let Some(signal) = &cx.abort {
+            if signal.is_aborted() {
+                return Err(EngineError::Aborted { reason: signal.reason() });
+            }
+        }
+        if self.is_quarantined() {
+            return self.via_fallback(method, params, cx, call, canned).await;
+        }
+        let info = self.inner.info();
+        let projected = project_params(params, &info);
+        let pcx = project_context(cx, &info, method);
+        match call(self.inner.as_ref(), projected.as_ref(), &pcx).await {
+            Ok(v) => Ok(v),
+            Err(err) => {
+                let caller_aborted = cx.abort.as_ref().is_some_and(|s| s.is_aborted());
+                if caller_aborted && err.looks_like_abort() {
+                    return Err(err);
+                }
+                self.registry.quarantine(&self.engine_id, self.owner.as_deref(), method.name(), &err.to_string());
+                if fail_closed {
+                    return Err(err);
+                }
+                match self.via_fallback(method, params, cx, call, canned).await {
+                    Ok(v) => Ok(v),
+                    Err(_) => Err(err),
+                }
+            }
+        }
+    }
+
+    async fn via_fallback<P, T>(
+        &self,
+        method: Method,
+        params: &P,
+        cx: &CallContext,
+        call: Call<P, T>,
+        canned: Option<fn() -> T>,
+    ) -> Result<T, EngineError>
+    where
+        P: HostParams + Sync,
+        T: Send,
+    {
+        let fb = self.fallback().await?;
+        if fb.methods().has(method) {
+            return call(fb.as_ref(), params, cx).await;
+        }
+        match canned {
+            Some(make) => Ok(make()),
+            None => Err(EngineError::failed(format!("No legacy fallback result for {}", method.name()))),
+        }
+    }
+}
+
+fn available(registry: &ContextEngineRegistry) -> String {
+    let ids = registry.ids();
+    if ids.is_empty() {
+        "(none)".to_owned()
+    } else {
+        ids.join(", ")
+    }
+}
+
+fn c_ingest<'b>(e: &'b dyn ContextEngine, p: &'b IngestParams, c: &'b CallContext) -> BoxFuture<'b, Result<IngestResult, EngineError>> {
+    e.ingest(p, c)
+}
+fn c_ingest_batch<'b>(e: &'b dyn ContextEngine, p: &'b IngestBatchParams, c: &'b CallContext) -> BoxFuture<'b, Result<IngestBatchResult, EngineError>> {
+    e.ingest_batch(p, c)
+}
+fn c_assemble<'b>(e: &'b dyn ContextEngine, p: &'b AssembleParams, c: &'b CallContext) -> BoxFuture<'b, Result<AssembleResult, EngineError>> {
+    e.assemble(p, c)
+}
+fn c_compact<'b>(e: &'b dyn ContextEngine, p: &'b CompactParams, c: &'b CallContext) -> BoxFuture<'b, Result<CompactResult, EngineError>> {
+    e.compact(p, c)
+}
+fn c_bootstrap<'b>(e: &'b dyn ContextEngine, p: &'b BootstrapParams, c: &'b CallContext) -> BoxFuture<'b, Result<BootstrapResult, EngineError>> {
+    e.bootstrap(p, c)
+}
+fn c_maintain<'b>(e: &'b dyn ContextEngine, p: &'b MaintainParams, c: &'b CallContext) -> BoxFuture<'b, Result<TranscriptRewriteResult, EngineError>> {
+    e.maintain(p, c)
+}
+fn c_after_turn<'b>(e: &'b dyn ContextEngine, p: &'b AfterTurnParams, c: &'b CallContext) -> BoxFuture<'b, Result<(), EngineError>> {
+    e.after_turn(p, c)
+}
+fn c_commit_turn<'b>(e: &'b dyn ContextEngine, p: &'b CommitTurnParams, c: &'b CallContext) -> BoxFuture<'b, Result<Option<CommitTurnResult>, EngineError>> {
+    Box::pin(async move { e.commit_turn(p, c).await.map(Some) })
+}
+fn c_prepare<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b PrepareSubagentSpawnParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<Option<SubagentSpawnPreparation>, EngineError>> {
+    e.prepare_subagent_spawn(p, c)
+}
+fn c_ended<'b>(e: &'b dyn ContextEngine, p: &'b SubagentEndedParams, c: &'b CallContext) -> BoxFuture<'b, Result<(), EngineError>> {
+    e.on_subagent_ended(p, c)
+}
+
+#[async_trait]
+impl ContextEngine for GuardedEngine {
+    fn info(&self) -> ContextEngineInfo {
+        if self.is_quarantined() {
+            if let Some(fb) = self.fallback.get() {
+                return fb.info();
+            }
+            let id = self.registry.default_id();
+            let name = if id == crate::registry::DEFAULT_ENGINE_ID {
+                "Legacy Context Engine".to_owned()
+            } else {
+                format!("{id} Context Engine")
+            };
+            return ContextEngineInfo::new(id, name);
+        }
+        self.inner.info()
+    }
+
+    fn methods(&self) -> MethodSet {
+        self.inner.methods()
+    }
+
+    fn is_runtime_compaction_delegate(&self) -> bool {
+        if self.is_quarantined() {
+            return true;
+        }
+        self.inner.is_runtime_compaction_delegate()
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
+        if self.is_quarantined() {
+            return Vec::new();
+        }
+        self.inner.tools()
+    }
+
+    async fn ingest(&self, params: &IngestParams, cx: &CallContext) -> Result<IngestResult, EngineError> {
+        self.run(Method::Ingest, params, cx, c_ingest, Some(|| IngestResult { ingested: false }), false).await
+    }
+
+    async fn assemble(&self, params: &AssembleParams, cx: &CallContext) -> Result<AssembleResult, EngineError> {
+        self.run(Method::Assemble, params, cx, c_assemble, None, false).await
+    }
+
+    async fn compact(&self, params: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError> {
+        self.run(Method::Compact, params, cx, c_compact, None, true).await
+    }
+
+    async fn ingest_batch(&self, params: &IngestBatchParams, cx: &CallContext) -> Result<IngestBatchResult, EngineError> {
+        self.run(Method::IngestBatch, params, cx, c_ingest_batch, Some(|| IngestBatchResult { ingested_count: 0 }), false)
+            .await
+    }
+
+    async fn bootstrap(&self, params: &BootstrapParams, cx: &CallContext) -> Result<BootstrapResult, EngineError> {
+        let canned = || BootstrapResult { bootstrapped: false, imported_messages: None, reason: Some(DOWNGRADED_REASON.into()) };
+        self.run(Method::Bootstrap, params, cx, c_bootstrap, Some(canned), false).await
+    }
+
+    async fn maintain(&self, params: &MaintainParams, cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
+        let canned = || TranscriptRewriteResult { reason: Some(DOWNGRADED_REASON.into()), ..Default::default() };
+        self.run(Method::Maintain, params, cx, c_maintain, Some(canned), false).await
+    }
+
+    async fn after_turn(&self, params: &AfterTurnParams, cx: &CallContext) -> Result<(), EngineError> {
+        self.run(Method::AfterTurn, params, cx, c_after_turn, Some(|| ()), false).await
+    }
+
+    async fn commit_turn(&self, params: &CommitTurnParams, cx: &CallContext) -> Result<CommitTurnResult, EngineError> {
+        // The fallback's canned commitTurn result is `undefined`: surfaced as NotImplemented so
+        // the host treats the turn as not durably committed by the engine.
+        match self.run(Method::CommitTurn, params, cx, c_commit_turn, Some(|| None), false).await? {
+            Some(r) => Ok(r),
+            None => Err(EngineError::NotImplemented(Method::CommitTurn)),
+        }
+    }
+
+    async fn prepare_subagent_spawn(
+        &self,
+        params: &PrepareSubagentSpawnParams,
+        cx: &CallContext,
+    ) -> Result<Option<SubagentSpawnPreparation>, EngineError> {
+        self.run(Method::PrepareSubagentSpawn, params, cx, c_prepare, Some(|| None), true).await
+    }
+
+    async fn on_subagent_ended(&self, params: &SubagentEndedParams, cx: &CallContext) -> Result<(), EngineError> {
+        self.run(Method::OnSubagentEnded, params, cx, c_ended, Some(|| ()), false).await
+    }
+
+    async fn dispose(&self) -> Result<(), EngineError> {
+        let primary = self.inner.dispose().await;
+        if let Some(fb) = self.fallback.get() {
+            fb.dispose().await?;
+        }
+        primary
+    }
+}
