@@ -28,23 +28,31 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: Replace) -> Result<(
     };
     std::fs::create_dir_all(dir).map_err(|e| TranscriptError::io(dir, e))?;
     if mode == Replace::CreateNew && path.exists() {
-        return Err(TranscriptError::AlreadyExists { path: path.to_path_buf() });
+        return Err(TranscriptError::AlreadyExists {
+            path: path.to_path_buf(),
+        });
     }
     let mut tmp = tempfile::Builder::new()
         .prefix(".clawctx-")
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| TranscriptError::io(dir, e))?;
-    tmp.write_all(bytes).map_err(|e| TranscriptError::io(tmp.path(), e))?;
-    tmp.as_file().sync_all().map_err(|e| TranscriptError::io(tmp.path(), e))?;
+    tmp.write_all(bytes)
+        .map_err(|e| TranscriptError::io(tmp.path(), e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| TranscriptError::io(tmp.path(), e))?;
     match mode {
         Replace::Overwrite => {
-            tmp.persist(path).map_err(|e| TranscriptError::io(path, e.error))?;
+            tmp.persist(path)
+                .map_err(|e| TranscriptError::io(path, e.error))?;
         }
         Replace::CreateNew => {
             tmp.persist_noclobber(path).map_err(|e| {
                 if e.error.kind() == std::io::ErrorKind::AlreadyExists {
-                    TranscriptError::AlreadyExists { path: path.to_path_buf() }
+                    TranscriptError::AlreadyExists {
+                        path: path.to_path_buf(),
+                    }
                 } else {
                     TranscriptError::io(path, e.error)
                 }
@@ -85,7 +93,10 @@ mod tests {
         write_atomic(&p, b"three", Replace::Overwrite).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"three");
         // No temp files left behind.
-        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 1, "{names:?}");
     }
 }

@@ -10,8 +10,8 @@
 
 use clawctx_protocol::transcript::{EntryKind, TranscriptEntry};
 use clawctx_protocol::{
-    AgentMessage, Content, CustomMessage, UserMessage, BRANCH_SUMMARY_PREFIX, BRANCH_SUMMARY_SUFFIX,
-    COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX,
+    AgentMessage, Content, CustomMessage, UserMessage, BRANCH_SUMMARY_PREFIX,
+    BRANCH_SUMMARY_SUFFIX, COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX,
 };
 use serde_json::Number;
 
@@ -19,7 +19,12 @@ use crate::error::{Result, TranscriptError};
 use crate::session_file::{iso_to_ms, SessionFile, VisibleMessage};
 
 /// A user message carrying a summary inside `prefix` / `suffix`.
-fn summary_user_message(prefix: &str, summary: &str, suffix: &str, timestamp: Option<i64>) -> AgentMessage {
+fn summary_user_message(
+    prefix: &str,
+    summary: &str,
+    suffix: &str,
+    timestamp: Option<i64>,
+) -> AgentMessage {
     AgentMessage::User(UserMessage {
         content: Content::Text(format!("{prefix}{summary}{suffix}")),
         timestamp: timestamp.map(Number::from),
@@ -40,9 +45,12 @@ fn context_message(entry: &TranscriptEntry) -> Option<AgentMessage> {
                 COMPACTION_SUMMARY_SUFFIX,
                 m.timestamp_ms(),
             ),
-            AgentMessage::BranchSummary(s) => {
-                summary_user_message(BRANCH_SUMMARY_PREFIX, &s.summary, BRANCH_SUMMARY_SUFFIX, m.timestamp_ms())
-            }
+            AgentMessage::BranchSummary(s) => summary_user_message(
+                BRANCH_SUMMARY_PREFIX,
+                &s.summary,
+                BRANCH_SUMMARY_SUFFIX,
+                m.timestamp_ms(),
+            ),
             other => other.clone(),
         }),
         EntryKind::CustomMessage(c) => {
@@ -55,9 +63,12 @@ fn context_message(entry: &TranscriptEntry) -> Option<AgentMessage> {
                 extra: c.extra.clone(),
             }))
         }
-        EntryKind::BranchSummary(b) if !b.summary.is_empty() => {
-            Some(summary_user_message(BRANCH_SUMMARY_PREFIX, &b.summary, BRANCH_SUMMARY_SUFFIX, ts()))
-        }
+        EntryKind::BranchSummary(b) if !b.summary.is_empty() => Some(summary_user_message(
+            BRANCH_SUMMARY_PREFIX,
+            &b.summary,
+            BRANCH_SUMMARY_SUFFIX,
+            ts(),
+        )),
         EntryKind::BranchSummary(_) | EntryKind::Compaction(_) | EntryKind::Other { .. } => None,
     }
 }
@@ -83,14 +94,19 @@ impl SessionFile {
     /// entries after the compaction remain. Without a compaction: every in-context entry.
     pub fn build_context(&self) -> Vec<AgentMessage> {
         let path = self.active_path();
-        let latest = path.iter().rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
+        let latest = path
+            .iter()
+            .rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
         let Some(ci) = latest else {
             return path.iter().filter_map(|e| context_message(e)).collect();
         };
         let compaction = path[ci];
         let mut out: Vec<AgentMessage> = compaction_message(compaction).into_iter().collect();
         if let EntryKind::Compaction(c) = &compaction.kind {
-            if let Some(kept) = path[..ci].iter().position(|e| e.id == c.first_kept_entry_id) {
+            if let Some(kept) = path[..ci]
+                .iter()
+                .position(|e| e.id == c.first_kept_entry_id)
+            {
                 out.extend(path[kept..ci].iter().filter_map(|e| context_message(e)));
             }
         }
@@ -107,17 +123,23 @@ impl SessionFile {
         let path = self.active_path();
         let start = match after {
             None => 0,
-            Some(id) => {
-                path.iter().position(|e| e.id == id).map(|i| i + 1).ok_or_else(|| {
-                    TranscriptError::CursorNotOnActiveBranch { id: id.to_owned(), path: self.path.clone() }
-                })?
-            }
+            Some(id) => path
+                .iter()
+                .position(|e| e.id == id)
+                .map(|i| i + 1)
+                .ok_or_else(|| TranscriptError::CursorNotOnActiveBranch {
+                    id: id.to_owned(),
+                    path: self.path.clone(),
+                })?,
         };
         Ok(path[start..]
             .iter()
             .filter_map(|e| {
                 let message = compaction_message(e).or_else(|| context_message(e))?;
-                Some(VisibleMessage { entry_id: e.id.clone(), message })
+                Some(VisibleMessage {
+                    entry_id: e.id.clone(),
+                    message,
+                })
             })
             .collect())
     }

@@ -96,7 +96,10 @@ pub enum TranscriptError {
 
 impl TranscriptError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        TranscriptError::Io { path: path.into(), source }
+        TranscriptError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }
 

@@ -49,11 +49,19 @@ impl<'a> SessionKey<'a> {
         if let Some(after) = raw.strip_prefix("agent:") {
             if let Some((agent, rest)) = after.split_once(':') {
                 if !agent.is_empty() && !rest.is_empty() {
-                    return SessionKey { raw, agent_id: Some(agent), rest };
+                    return SessionKey {
+                        raw,
+                        agent_id: Some(agent),
+                        rest,
+                    };
                 }
             }
         }
-        SessionKey { raw, agent_id: None, rest: raw }
+        SessionKey {
+            raw,
+            agent_id: None,
+            rest: raw,
+        }
     }
 
     /// The whole key as given.
@@ -115,7 +123,10 @@ pub fn main_session_key(agent_id: &str) -> Result<String> {
 /// `agent:<agentId>:subagent:<uuid>`, a fresh subagent key with a new v4 uuid.
 pub fn new_subagent_session_key(agent_id: &str) -> Result<String> {
     validate_agent_id(agent_id)?;
-    Ok(format!("agent:{agent_id}:subagent:{}", uuid::Uuid::new_v4()))
+    Ok(format!(
+        "agent:{agent_id}:subagent:{}",
+        uuid::Uuid::new_v4()
+    ))
 }
 
 /// Refuses agent ids that cannot safely be a directory name (they become
@@ -148,7 +159,11 @@ fn validate_component(what: &'static str, value: &str) -> Result<()> {
         None
     };
     match reason {
-        Some(reason) => Err(TranscriptError::InvalidName { what, value: value.to_owned(), reason }),
+        Some(reason) => Err(TranscriptError::InvalidName {
+            what,
+            value: value.to_owned(),
+            reason,
+        }),
         None => Ok(()),
     }
 }
@@ -168,7 +183,10 @@ mod tests {
         assert_eq!(agent_id_of("agent:"), None);
         assert_eq!(agent_id_of("agent:x"), None);
         assert_eq!(agent_id_of("agent::main"), None);
-        assert_eq!(SessionKey::parse("agent:ops:discord:dm:u1").rest(), "discord:dm:u1");
+        assert_eq!(
+            SessionKey::parse("agent:ops:discord:dm:u1").rest(),
+            "discord:dm:u1"
+        );
     }
 
     #[test]

@@ -25,11 +25,17 @@ mod session_file;
 mod store;
 
 pub use error::{Result, TranscriptError};
-pub use key::{agent_id_of, main_session_key, new_subagent_session_key, SessionKey, SessionKeyKind};
+pub use key::{
+    agent_id_of, main_session_key, new_subagent_session_key, SessionKey, SessionKeyKind,
+};
 pub use lock::{WriteLock, DEFAULT_LOCK_TIMEOUT};
 pub use rewrite::{
     REASON_EMPTY_SESSION, REASON_INVALID_FIRST_TARGET, REASON_NO_MATCH, REASON_NO_REPLACEMENTS,
     REASON_SUFFIX_NOT_ALLOWED,
 };
-pub use session_file::{iso_now, SessionFile, TranscriptWarning, VisibleMessage, SESSION_FORMAT_VERSION};
-pub use store::{ResolvedSession, SessionEntry, SessionStore, SessionsMap, TokenCounters, DEFAULT_AGENT_ID};
+pub use session_file::{
+    iso_now, SessionFile, TranscriptWarning, VisibleMessage, SESSION_FORMAT_VERSION,
+};
+pub use store::{
+    ResolvedSession, SessionEntry, SessionStore, SessionsMap, TokenCounters, DEFAULT_AGENT_ID,
+};

@@ -49,9 +49,13 @@ impl WriteLock {
     pub fn acquire_on(file: File, path: &Path, timeout: Duration) -> Result<Self> {
         let start = Instant::now();
         loop {
-            let got = FileExt::try_lock_exclusive(&file).map_err(|e| TranscriptError::io(path, e))?;
+            let got =
+                FileExt::try_lock_exclusive(&file).map_err(|e| TranscriptError::io(path, e))?;
             if got {
-                return Ok(WriteLock { file, path: path.to_path_buf() });
+                return Ok(WriteLock {
+                    file,
+                    path: path.to_path_buf(),
+                });
             }
             let waited = start.elapsed();
             if waited >= timeout {

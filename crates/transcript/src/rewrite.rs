@@ -31,14 +31,23 @@ pub const REASON_INVALID_FIRST_TARGET: &str = "invalid first rewrite target";
 pub const REASON_SUFFIX_NOT_ALLOWED: &str = "rewrite suffix not allowed";
 
 fn unchanged(reason: impl Into<String>) -> TranscriptRewriteResult {
-    TranscriptRewriteResult { changed: false, bytes_freed: 0, rewritten_entries: 0, reason: Some(reason.into()) }
+    TranscriptRewriteResult {
+        changed: false,
+        bytes_freed: 0,
+        rewritten_entries: 0,
+        reason: Some(reason.into()),
+    }
 }
 
 fn serialized_len(message: &AgentMessage) -> Result<u64> {
     Ok(serde_json::to_vec(message)?.len() as u64)
 }
 
-fn remap_field(fields: &mut serde_json::Map<String, Value>, key: &str, remap: &HashMap<String, String>) {
+fn remap_field(
+    fields: &mut serde_json::Map<String, Value>,
+    key: &str,
+    remap: &HashMap<String, String>,
+) {
     if let Some(Value::String(old)) = fields.get(key) {
         if let Some(new) = remap.get(old) {
             fields.insert(key.to_owned(), Value::String(new.clone()));
@@ -54,14 +63,20 @@ impl SessionFile {
     /// No-op reasons: [`REASON_NO_REPLACEMENTS`], [`REASON_EMPTY_SESSION`], [`REASON_NO_MATCH`],
     /// [`REASON_INVALID_FIRST_TARGET`], [`REASON_SUFFIX_NOT_ALLOWED`] (`: entry <id> ...`), or
     /// the text of an I/O / lock error.
-    pub fn rewrite_transcript_entries(&mut self, request: &TranscriptRewriteRequest) -> TranscriptRewriteResult {
+    pub fn rewrite_transcript_entries(
+        &mut self,
+        request: &TranscriptRewriteRequest,
+    ) -> TranscriptRewriteResult {
         match self.try_rewrite(request) {
             Ok(result) => result,
             Err(e) => unchanged(e.to_string()),
         }
     }
 
-    fn try_rewrite(&mut self, request: &TranscriptRewriteRequest) -> Result<TranscriptRewriteResult> {
+    fn try_rewrite(
+        &mut self,
+        request: &TranscriptRewriteRequest,
+    ) -> Result<TranscriptRewriteResult> {
         // First replacement for an id wins; blank ids are ignored.
         let mut wanted: HashMap<&str, &AgentMessage> = HashMap::new();
         for r in &request.replacements {
@@ -86,7 +101,10 @@ impl SessionFile {
         }
         if let Some(allowed) = &request.allowed_rewrite_suffix_entry_ids {
             let allowed: HashSet<&str> = allowed.iter().map(String::as_str).collect();
-            if let Some(e) = path[first..].iter().find(|e| !allowed.contains(e.id.as_str())) {
+            if let Some(e) = path[first..]
+                .iter()
+                .find(|e| !allowed.contains(e.id.as_str()))
+            {
                 return Ok(unchanged(format!(
                     "{REASON_SUFFIX_NOT_ALLOWED}: active-branch entry {:?} after the first replacement is not in allowedRewriteSuffixEntryIds",
                     e.id
@@ -104,7 +122,8 @@ impl SessionFile {
                 EntryKind::Message(original) => match wanted.get(old.id.as_str()) {
                     Some(replacement) => {
                         rewritten += 1;
-                        bytes_freed += serialized_len(original)?.saturating_sub(serialized_len(replacement)?);
+                        bytes_freed +=
+                            serialized_len(original)?.saturating_sub(serialized_len(replacement)?);
                         EntryKind::Message((*replacement).clone())
                     }
                     None => old.kind.clone(),
@@ -128,7 +147,10 @@ impl SessionFile {
                     if kind == "label" {
                         remap_field(&mut fields, "targetId", &remap);
                     }
-                    EntryKind::Other { kind: kind.clone(), fields }
+                    EntryKind::Other {
+                        kind: kind.clone(),
+                        fields,
+                    }
                 }
                 EntryKind::CustomMessage(_) => old.kind.clone(),
             };
@@ -149,6 +171,11 @@ impl SessionFile {
             if rewritten == 1 { "entry" } else { "entries" },
             self.session_id()
         );
-        Ok(TranscriptRewriteResult { changed: true, bytes_freed, rewritten_entries: rewritten, reason: None })
+        Ok(TranscriptRewriteResult {
+            changed: true,
+            bytes_freed,
+            rewritten_entries: rewritten,
+            reason: None,
+        })
     }
 }

@@ -120,7 +120,13 @@ struct Scan {
 /// Splits `buf` into lines. `first_line` is the line number of its first line. Complete lines
 /// must be JSON objects; the last, unterminated piece may be torn.
 fn scan(path: &Path, buf: &[u8], first_line: usize) -> Result<Scan> {
-    let mut out = Scan { lines: Vec::new(), consumed: 0, line_count: 0, unterminated: false, torn: None };
+    let mut out = Scan {
+        lines: Vec::new(),
+        consumed: 0,
+        line_count: 0,
+        unterminated: false,
+        torn: None,
+    };
     let mut start = 0usize;
     let mut line_no = first_line;
     while start < buf.len() {
@@ -154,10 +160,18 @@ fn scan(path: &Path, buf: &[u8], first_line: usize) -> Result<Scan> {
                 out.unterminated = !terminated;
             }
             Ok(other) if terminated => {
-                return Err(malformed(path, line_no, format!("expected a JSON object, found {}", type_of(&other))));
+                return Err(malformed(
+                    path,
+                    line_no,
+                    format!("expected a JSON object, found {}", type_of(&other)),
+                ));
             }
             Err(e) if terminated => {
-                return Err(malformed(path, line_no, format!("expected a JSON object (one entry per line): {e}")));
+                return Err(malformed(
+                    path,
+                    line_no,
+                    format!("expected a JSON object (one entry per line): {e}"),
+                ));
             }
             // Unterminated and not an object: a crash cut this line short.
             Ok(_) | Err(_) => out.torn = Some((line_no, start as u64, raw.to_vec())),
@@ -180,7 +194,11 @@ fn type_of(v: &Value) -> &'static str {
 }
 
 fn malformed(path: &Path, line: usize, expected: impl Into<String>) -> TranscriptError {
-    TranscriptError::Malformed { path: path.to_path_buf(), line, expected: expected.into() }
+    TranscriptError::Malformed {
+        path: path.to_path_buf(),
+        line,
+        expected: expected.into(),
+    }
 }
 
 /// An ISO-8601 UTC timestamp with milliseconds, as JavaScript's `toISOString()` writes it.
@@ -190,7 +208,9 @@ pub fn iso_now() -> String {
 
 /// Epoch milliseconds of an ISO timestamp, when it parses.
 pub(crate) fn iso_to_ms(iso: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc3339(iso).ok().map(|t| t.timestamp_millis())
+    chrono::DateTime::parse_from_rfc3339(iso)
+        .ok()
+        .map(|t| t.timestamp_millis())
 }
 
 fn serialize_entry(entry: &TranscriptEntry) -> Result<Vec<u8>> {
@@ -225,7 +245,11 @@ impl SessionFile {
         Self::create_with_entries(path.as_ref(), header, Vec::new())
     }
 
-    fn create_with_entries(path: &Path, header: SessionHeader, entries: Vec<TranscriptEntry>) -> Result<Self> {
+    fn create_with_entries(
+        path: &Path,
+        header: SessionHeader,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Self> {
         let mut bytes = serde_json::to_vec(&header)?;
         bytes.push(b'\n');
         for e in &entries {
@@ -271,7 +295,11 @@ impl SessionFile {
             return Err(malformed(path, 1, "expected a session header {\"type\":\"session\",\"id\",\"timestamp\",\"cwd\"}, found an empty file"));
         };
         if header_map.get("type").and_then(Value::as_str) != Some("session") {
-            return Err(malformed(path, header_line, "expected a session header with \"type\":\"session\""));
+            return Err(malformed(
+                path,
+                header_line,
+                "expected a session header with \"type\":\"session\"",
+            ));
         }
         let header: SessionHeader = serde_json::from_value(Value::Object(header_map))
             .map_err(|e| malformed(path, header_line, format!("expected a session header: {e}")))?;
@@ -293,7 +321,9 @@ impl SessionFile {
         if bytes.is_empty() {
             return;
         }
-        let already = self.warnings.iter().any(|w| matches!(w, TranscriptWarning::TornLastLine { offset: o, .. } if *o == offset));
+        let already = self.warnings.iter().any(
+            |w| matches!(w, TranscriptWarning::TornLastLine { offset: o, .. } if *o == offset),
+        );
         if already {
             return;
         }
@@ -311,13 +341,29 @@ impl SessionFile {
 
     /// Adds one parsed line to the index.
     fn integrate(&mut self, line: usize, map: JsonMap) -> Result<()> {
-        let entry = TranscriptEntry::from_json(map)
-            .map_err(|e| malformed(&self.path, line, format!("expected a transcript entry {{type, id, parentId, timestamp, ...}}: {e}")))?;
+        let entry = TranscriptEntry::from_json(map).map_err(|e| {
+            malformed(
+                &self.path,
+                line,
+                format!("expected a transcript entry {{type, id, parentId, timestamp, ...}}: {e}"),
+            )
+        })?;
         if entry.id.is_empty() {
-            return Err(malformed(&self.path, line, "expected a non-empty entry `id`"));
+            return Err(malformed(
+                &self.path,
+                line,
+                "expected a non-empty entry `id`",
+            ));
         }
         if self.index.contains_key(&entry.id) {
-            return Err(malformed(&self.path, line, format!("expected a unique entry id, {:?} is used by an earlier line", entry.id)));
+            return Err(malformed(
+                &self.path,
+                line,
+                format!(
+                    "expected a unique entry id, {:?} is used by an earlier line",
+                    entry.id
+                ),
+            ));
         }
         self.push_indexed(entry);
         Ok(())
@@ -333,7 +379,10 @@ impl SessionFile {
     /// and is cut off here, so the next line starts fresh.
     fn sync_under_lock(&mut self, lock: &WriteLock) -> Result<()> {
         let mut file = lock.file();
-        let len = file.metadata().map_err(|e| TranscriptError::io(&self.path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| TranscriptError::io(&self.path, e))?
+            .len();
         if len < self.synced_len {
             // Someone truncated what we had indexed: start over from the file.
             let fresh = SessionFile::open(&self.path)?;
@@ -350,8 +399,10 @@ impl SessionFile {
             return Ok(());
         }
         let mut buf = Vec::new();
-        file.seek(SeekFrom::Start(self.synced_len)).map_err(|e| TranscriptError::io(&self.path, e))?;
-        file.read_to_end(&mut buf).map_err(|e| TranscriptError::io(&self.path, e))?;
+        file.seek(SeekFrom::Start(self.synced_len))
+            .map_err(|e| TranscriptError::io(&self.path, e))?;
+        file.read_to_end(&mut buf)
+            .map_err(|e| TranscriptError::io(&self.path, e))?;
         if self.needs_newline && buf.first() != Some(&b'\n') {
             return Err(malformed(
                 &self.path,
@@ -375,14 +426,20 @@ impl SessionFile {
         }
         if let Some((line, offset, bytes)) = scan.torn {
             self.note_torn(line, base + offset, &bytes);
-            lock.file().set_len(self.synced_len).map_err(|e| TranscriptError::io(&self.path, e))?;
+            lock.file()
+                .set_len(self.synced_len)
+                .map_err(|e| TranscriptError::io(&self.path, e))?;
         }
         Ok(())
     }
 
     /// Writes fully built entries (ids and parents assigned) under `lock`, in one `write`, and
     /// indexes them. The leaf becomes the last one.
-    pub(crate) fn write_entries(&mut self, lock: &WriteLock, entries: Vec<TranscriptEntry>) -> Result<()> {
+    pub(crate) fn write_entries(
+        &mut self,
+        lock: &WriteLock,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -394,10 +451,13 @@ impl SessionFile {
             buf.extend(serialize_entry(e)?);
         }
         let mut file = lock.file();
-        file.write_all(&buf).map_err(|e| TranscriptError::io(&self.path, e))?;
-        file.flush().map_err(|e| TranscriptError::io(&self.path, e))?;
+        file.write_all(&buf)
+            .map_err(|e| TranscriptError::io(&self.path, e))?;
+        file.flush()
+            .map_err(|e| TranscriptError::io(&self.path, e))?;
         if self.sync_writes {
-            file.sync_data().map_err(|e| TranscriptError::io(&self.path, e))?;
+            file.sync_data()
+                .map_err(|e| TranscriptError::io(&self.path, e))?;
         }
         self.synced_len += buf.len() as u64;
         self.lines_seen += entries.len();
@@ -441,7 +501,12 @@ impl SessionFile {
         };
         self.write_entries(&lock, vec![entry])?;
         drop(lock);
-        self.entries.last().ok_or_else(|| TranscriptError::EntryNotFound { id: String::new(), path: self.path.clone() })
+        self.entries
+            .last()
+            .ok_or_else(|| TranscriptError::EntryNotFound {
+                id: String::new(),
+                path: self.path.clone(),
+            })
     }
 
     /// Appends several entries as one chain under one lock and one write. Returns their ids.
@@ -453,7 +518,12 @@ impl SessionFile {
         for kind in kinds {
             let id = self.fresh_id(&reserved);
             reserved.insert(id.clone());
-            batch.push(TranscriptEntry { id: id.clone(), parent_id: parent.replace(id), timestamp: iso_now(), kind });
+            batch.push(TranscriptEntry {
+                id: id.clone(),
+                parent_id: parent.replace(id),
+                timestamp: iso_now(),
+                kind,
+            });
         }
         let ids = batch.iter().map(|e| e.id.clone()).collect();
         self.write_entries(&lock, batch)?;
@@ -483,7 +553,13 @@ impl SessionFile {
     /// Appends any other entry type (`custom`, `model_change`, `label`, `session_info`,
     /// `thinking_level_change`, ...) with its payload fields. Returns its id.
     pub fn append_other(&mut self, kind: &str, fields: JsonMap) -> Result<String> {
-        Ok(self.append(EntryKind::Other { kind: kind.to_owned(), fields })?.id.clone())
+        Ok(self
+            .append(EntryKind::Other {
+                kind: kind.to_owned(),
+                fields,
+            })?
+            .id
+            .clone())
     }
 
     /// Appends a `label {targetId, label}` entry. Returns its id.
@@ -500,7 +576,10 @@ impl SessionFile {
         let pos = *self
             .index
             .get(entry_id)
-            .ok_or_else(|| TranscriptError::EntryNotFound { id: entry_id.to_owned(), path: self.path.clone() })?;
+            .ok_or_else(|| TranscriptError::EntryNotFound {
+                id: entry_id.to_owned(),
+                path: self.path.clone(),
+            })?;
         self.leaf = Some(pos);
         self.leaf_pinned = true;
         Ok(())
@@ -549,7 +628,9 @@ impl SessionFile {
 
     /// The leaf entry's id (`None` when the next append is a root).
     pub fn leaf_id(&self) -> Option<&str> {
-        self.leaf.and_then(|i| self.entries.get(i)).map(|e| e.id.as_str())
+        self.leaf
+            .and_then(|i| self.entries.get(i))
+            .map(|e| e.id.as_str())
     }
 
     /// How long an append waits for the session write lock (default 60 s, as OpenClaw's
@@ -570,12 +651,17 @@ impl SessionFile {
         let mut out = Vec::new();
         let mut cur = self.leaf;
         while let Some(i) = cur {
-            let Some(entry) = self.entries.get(i) else { break };
+            let Some(entry) = self.entries.get(i) else {
+                break;
+            };
             out.push(entry);
             if out.len() > self.entries.len() {
                 break; // a cycle: impossible in an append-only file, but never loop forever
             }
-            cur = entry.parent_id.as_deref().and_then(|p| self.index.get(p).copied());
+            cur = entry
+                .parent_id
+                .as_deref()
+                .and_then(|p| self.index.get(p).copied());
         }
         out.reverse();
         out
@@ -584,7 +670,11 @@ impl SessionFile {
     /// Forks the active branch into a new child transcript at `child_path` (subagent `fork`
     /// mode, §8): same entries and ids, a header with `parentSession` = this file's path. The
     /// child file appears atomically; fails if it exists.
-    pub fn fork_to(&self, child_path: impl AsRef<Path>, child_session_id: &str) -> Result<SessionFile> {
+    pub fn fork_to(
+        &self,
+        child_path: impl AsRef<Path>,
+        child_session_id: &str,
+    ) -> Result<SessionFile> {
         let mut entries: Vec<TranscriptEntry> = self.active_path().into_iter().cloned().collect();
         if let Some(first) = entries.first_mut() {
             first.parent_id = None;

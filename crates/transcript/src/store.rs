@@ -169,7 +169,9 @@ impl SessionStore {
     /// A store under `state_dir` (`<stateDir>/agents/<agentId>/sessions/`). New transcript
     /// headers record the process's current directory as `cwd`.
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
-        let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let cwd = std::env::current_dir()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         SessionStore {
             state_dir: state_dir.into(),
             default_agent_id: DEFAULT_AGENT_ID.to_owned(),
@@ -204,13 +206,19 @@ impl SessionStore {
 
     /// The agent a key belongs to: its `agent:<id>:` segment, else the default agent.
     pub fn agent_id_for<'k>(&'k self, key: &'k str) -> &'k str {
-        SessionKey::parse(key).agent_id().unwrap_or(&self.default_agent_id)
+        SessionKey::parse(key)
+            .agent_id()
+            .unwrap_or(&self.default_agent_id)
     }
 
     /// `<stateDir>/agents/<agentId>/sessions`.
     pub fn sessions_dir(&self, agent_id: &str) -> Result<PathBuf> {
         validate_agent_id(agent_id)?;
-        Ok(self.state_dir.join("agents").join(agent_id).join("sessions"))
+        Ok(self
+            .state_dir
+            .join("agents")
+            .join(agent_id)
+            .join("sessions"))
     }
 
     /// `<stateDir>/agents/<agentId>/sessions/sessions.json`.
@@ -222,7 +230,11 @@ impl SessionStore {
     /// the sessions directory), else `<sessionId>.jsonl`.
     pub fn transcript_path(&self, agent_id: &str, entry: &SessionEntry) -> Result<PathBuf> {
         let dir = self.sessions_dir(agent_id)?;
-        if let Some(file) = entry.session_file.as_deref().filter(|f| !f.trim().is_empty()) {
+        if let Some(file) = entry
+            .session_file
+            .as_deref()
+            .filter(|f| !f.trim().is_empty())
+        {
             return Ok(dir.join(file)); // join keeps an absolute `file` as is
         }
         validate_session_id(&entry.session_id)?;
@@ -240,18 +252,20 @@ impl SessionStore {
         if text.trim().is_empty() {
             return Ok(SessionsMap::new());
         }
-        let raw: serde_json::Map<String, Value> = serde_json::from_str(&text).map_err(|e| TranscriptError::Malformed {
-            path: path.clone(),
-            line: e.line(),
-            expected: format!("expected a JSON object mapping session keys to entries: {e}"),
-        })?;
+        let raw: serde_json::Map<String, Value> =
+            serde_json::from_str(&text).map_err(|e| TranscriptError::Malformed {
+                path: path.clone(),
+                line: e.line(),
+                expected: format!("expected a JSON object mapping session keys to entries: {e}"),
+            })?;
         let mut map = SessionsMap::new();
         for (key, value) in raw {
-            let entry: SessionEntry = serde_json::from_value(value).map_err(|e| TranscriptError::Malformed {
-                path: path.clone(),
-                line: 0,
-                expected: format!("expected a session entry for key {key:?}: {e}"),
-            })?;
+            let entry: SessionEntry =
+                serde_json::from_value(value).map_err(|e| TranscriptError::Malformed {
+                    path: path.clone(),
+                    line: 0,
+                    expected: format!("expected a session entry for key {key:?}: {e}"),
+                })?;
             map.insert(key, entry);
         }
         Ok(map)
@@ -267,7 +281,11 @@ impl SessionStore {
 
     /// Read-modify-write of an agent's map under its lock file; the change is saved
     /// atomically only if `f` succeeds.
-    pub fn update_map<T>(&self, agent_id: &str, f: impl FnOnce(&mut SessionsMap) -> Result<T>) -> Result<T> {
+    pub fn update_map<T>(
+        &self,
+        agent_id: &str,
+        f: impl FnOnce(&mut SessionsMap) -> Result<T>,
+    ) -> Result<T> {
         let dir = self.sessions_dir(agent_id)?;
         std::fs::create_dir_all(&dir).map_err(|e| TranscriptError::io(&dir, e))?;
         let lock_path = dir.join("sessions.json.lock");
@@ -293,7 +311,11 @@ impl SessionStore {
     /// Lists an agent's sessions, most recently updated first.
     pub fn list(&self, agent_id: &str) -> Result<Vec<(String, SessionEntry)>> {
         let mut all: Vec<_> = self.load(agent_id)?.into_iter().collect();
-        all.sort_by(|a, b| b.1.updated_at.cmp(&a.1.updated_at).then_with(|| a.0.cmp(&b.0)));
+        all.sort_by(|a, b| {
+            b.1.updated_at
+                .cmp(&a.1.updated_at)
+                .then_with(|| a.0.cmp(&b.0))
+        });
         Ok(all)
     }
 
@@ -310,7 +332,13 @@ impl SessionStore {
                         Err(e) => return Err(e),
                     }
                 }
-                return Ok(ResolvedSession { key: key.to_owned(), agent_id: agent_id.clone(), entry, transcript_path: path, created: false });
+                return Ok(ResolvedSession {
+                    key: key.to_owned(),
+                    agent_id: agent_id.clone(),
+                    entry,
+                    transcript_path: path,
+                    created: false,
+                });
             }
             self.start_session(map, &agent_id, key, SessionEntry::default())
         })
@@ -327,7 +355,13 @@ impl SessionStore {
         })
     }
 
-    fn start_session(&self, map: &mut SessionsMap, agent_id: &str, key: &str, base: SessionEntry) -> Result<ResolvedSession> {
+    fn start_session(
+        &self,
+        map: &mut SessionsMap,
+        agent_id: &str,
+        key: &str,
+        base: SessionEntry,
+    ) -> Result<ResolvedSession> {
         let session_id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let entry = SessionEntry {
@@ -347,17 +381,30 @@ impl SessionStore {
             ..base
         };
         let path = self.transcript_path(agent_id, &entry)?;
-        let entry = SessionEntry { session_file: Some(path.to_string_lossy().into_owned()), ..entry };
+        let entry = SessionEntry {
+            session_file: Some(path.to_string_lossy().into_owned()),
+            ..entry
+        };
         SessionFile::create(&path, &session_id, &self.cwd)?;
         map.insert(key.to_owned(), entry.clone());
-        Ok(ResolvedSession { key: key.to_owned(), agent_id: agent_id.to_owned(), entry, transcript_path: path, created: true })
+        Ok(ResolvedSession {
+            key: key.to_owned(),
+            agent_id: agent_id.to_owned(),
+            entry,
+            transcript_path: path,
+            created: true,
+        })
     }
 
     /// Changes the entry of an existing `key` under the lock; `updatedAt` is set to now.
     pub fn update(&self, key: &str, f: impl FnOnce(&mut SessionEntry)) -> Result<SessionEntry> {
         let agent_id = self.agent_id_for(key).to_owned();
         self.update_map(&agent_id, |map| {
-            let entry = map.get_mut(key).ok_or_else(|| TranscriptError::UnknownSessionKey { key: key.to_owned() })?;
+            let entry = map
+                .get_mut(key)
+                .ok_or_else(|| TranscriptError::UnknownSessionKey {
+                    key: key.to_owned(),
+                })?;
             f(entry);
             entry.updated_at = now_ms();
             Ok(entry.clone())
@@ -382,7 +429,9 @@ impl SessionStore {
 
     /// Increments `compactionCount` on `key`'s entry.
     pub fn record_compaction(&self, key: &str) -> Result<SessionEntry> {
-        self.update(key, |e| e.compaction_count = Some(e.compaction_count.unwrap_or(0) + 1))
+        self.update(key, |e| {
+            e.compaction_count = Some(e.compaction_count.unwrap_or(0) + 1)
+        })
     }
 
     /// Subagent `fork` mode (§8): copies the parent session's active branch into a new child
@@ -393,13 +442,18 @@ impl SessionStore {
         let parent_entry = self
             .load(&parent_agent)?
             .remove(parent_key)
-            .ok_or_else(|| TranscriptError::UnknownSessionKey { key: parent_key.to_owned() })?;
+            .ok_or_else(|| TranscriptError::UnknownSessionKey {
+                key: parent_key.to_owned(),
+            })?;
         let parent = SessionFile::open(self.transcript_path(&parent_agent, &parent_entry)?)?;
         let child_agent = self.agent_id_for(child_key).to_owned();
         self.update_map(&child_agent, |map| {
             let session_id = uuid::Uuid::new_v4().to_string();
             let now = now_ms();
-            let probe = SessionEntry { session_id: session_id.clone(), ..Default::default() };
+            let probe = SessionEntry {
+                session_id: session_id.clone(),
+                ..Default::default()
+            };
             let path = self.transcript_path(&child_agent, &probe)?;
             parent.fork_to(&path, &session_id)?;
             let entry = SessionEntry {
@@ -413,7 +467,13 @@ impl SessionStore {
                 ..Default::default()
             };
             map.insert(child_key.to_owned(), entry.clone());
-            Ok(ResolvedSession { key: child_key.to_owned(), agent_id: child_agent.clone(), entry, transcript_path: path, created: true })
+            Ok(ResolvedSession {
+                key: child_key.to_owned(),
+                agent_id: child_agent.clone(),
+                entry,
+                transcript_path: path,
+                created: true,
+            })
         })
     }
 }
