@@ -161,6 +161,13 @@ pub struct SessionStore {
     lock_timeout: Duration,
 }
 
+/// 1-based line where `"key"` first appears in `text` (1 if it cannot be found).
+fn line_of_key(text: &str, key: &str) -> usize {
+    let needle = serde_json::to_string(key).unwrap_or_default();
+    text.find(&needle)
+        .map_or(1, |at| text[..at].matches('\n').count() + 1)
+}
+
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -263,7 +270,7 @@ impl SessionStore {
             let entry: SessionEntry =
                 serde_json::from_value(value).map_err(|e| TranscriptError::Malformed {
                     path: path.clone(),
-                    line: 0,
+                    line: line_of_key(&text, &key),
                     expected: format!("expected a session entry for key {key:?}: {e}"),
                 })?;
             map.insert(key, entry);

@@ -1027,6 +1027,14 @@ fn s10_malformed_sessions_json_is_an_error_with_path_and_line() {
         store.load("main"),
         Err(TranscriptError::Malformed { line: 3, .. })
     ));
+    // A well-formed file whose entry has the wrong shape names the entry's line.
+    std::fs::write(&json_path, "{\n  \"agent:main:a\": {\"sessionId\": \"a\"},\n  \"agent:main:b\": {\"sessionId\": 7}\n}\n").unwrap();
+    let err = store.load("main").unwrap_err();
+    assert!(
+        matches!(err, TranscriptError::Malformed { line: 3, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("agent:main:b"), "{err}");
 }
 
 #[test]
