@@ -65,7 +65,7 @@ const JOIN_TOKENS: u64 = 2;
 /// Tokens allowed for the newline that starts a message line.
 const LINE_TOKENS: u64 = 1;
 /// A unit is only clipped to fit if at least this many tokens of it can be kept.
-const MIN_CLIP_TOKENS: u64 = 8;
+const MIN_CLIP_TOKENS: u64 = 12;
 /// Terms longer than this (bytes) are not listed as key facts.
 const MAX_FACT_BYTES: usize = 80;
 
@@ -106,6 +106,9 @@ struct TermEntry<'a> {
     freq: u32,
     /// Listed in a previous summary's key facts: carried forward first.
     carried: bool,
+    /// Highest fixed score of a unit containing the term (a path in an error line outranks one
+    /// in a directory listing).
+    context: u32,
 }
 
 impl<'a> TermTable<'a> {
@@ -117,7 +120,7 @@ impl<'a> TermTable<'a> {
             return id;
         }
         let id = self.entries.len();
-        self.entries.push(TermEntry { text, kind, freq: 1, carried: false });
+        self.entries.push(TermEntry { text, kind, freq: 1, carried: false, context: 0 });
         self.ids.insert(text, id);
         id
     }
@@ -196,6 +199,7 @@ fn analyze<'a>(doc: Doc<'a>, table: &mut TermTable<'a>, focus: &[String], positi
     let mut terms: Vec<Term<'a>> = Vec::new();
     let mut units = Vec::with_capacity(n);
     let mut rank_in_first_user = 0u32;
+    let mut error_at: Vec<usize> = Vec::new();
     for (index, unit) in doc.units.iter().enumerate() {
         let role = doc.messages.get(unit.message).map_or(Role::Plain, |m| m.role);
         terms.clear();
@@ -212,35 +216,51 @@ fn analyze<'a>(doc: Doc<'a>, table: &mut TermTable<'a>, focus: &[String], positi
             }
         }
         let sig = signals(unit.text);
-        let mut fixed = 1 + role_score(role);
+        let term_score: u32 = ids.iter().map(|&id| table.weight(id)).sum();
+        let mut content = 0u32;
         if sig.decision {
-            fixed += 10;
+            content += 14;
         }
         if sig.error {
-            fixed += 7;
+            content += 7;
         }
         if sig.todo {
-            fixed += 7;
+            content += 7;
         }
         if sig.constraint {
-            fixed += 3;
+            content += 3;
         }
-        if positional {
-            if Some(unit.message) == first_user {
-                fixed += match rank_in_first_user {
-                    0 => 14,
-                    1 => 8,
-                    2 => 5,
-                    _ => 0,
-                };
-                rank_in_first_user += 1;
-            } else if Some(unit.message) == last_user {
-                fixed += 4;
-            }
-            // Recency: the last fifth of the material earns up to 8 points.
-            if n > 0 {
+        if sig.progress {
+            content += 5;
+        }
+        // Lines of tool output right after an error line (the `--> file:line` location, the
+        // note) belong to the error.
+        let same_message = |k: usize| doc.units.get(k).is_some_and(|u| u.message == unit.message);
+        if !role.is_prose_role() && (1..=2).any(|d| index >= d && same_message(index - d) && error_at.contains(&(index - d))) {
+            content += 4;
+        }
+        if sig.error && !role.is_prose_role() {
+            error_at.push(index);
+        }
+        let filler = sig.filler && term_score == 0 && content == 0;
+        let mut fixed = 1;
+        if !filler {
+            fixed += content + role_score(role);
+            if positional {
+                if Some(unit.message) == first_user {
+                    fixed += match rank_in_first_user {
+                        0 => 14,
+                        1 => 8,
+                        2 => 5,
+                        _ => 0,
+                    };
+                    rank_in_first_user += 1;
+                } else if Some(unit.message) == last_user {
+                    fixed += 4;
+                }
+                // Recency: the last fifth of the material earns up to 8 points.
                 let tail_start = n - n / 5;
-                if index >= tail_start && n >= 5 {
+                if n >= 5 && index >= tail_start {
                     let span = (n - tail_start).max(1);
                     fixed += (8 * (index - tail_start + 1) / span) as u32;
                 }
@@ -249,10 +269,15 @@ fn analyze<'a>(doc: Doc<'a>, table: &mut TermTable<'a>, focus: &[String], positi
         if !focus.is_empty() {
             let lower = unit.text.to_lowercase();
             let hits = focus.iter().filter(|w| lower.contains(w.as_str())).count() as u32;
-            fixed += 8 * hits.min(3);
+            fixed += 16 * hits.min(3);
+        }
+        for &id in &ids {
+            if let Some(e) = table.entries.get_mut(id) {
+                e.context = e.context.max(fixed);
+            }
         }
         let has_content = unit.text.chars().any(char::is_alphanumeric);
-        let eligible = has_content && !sig.injection && seen.insert(unit.text);
+        let eligible = has_content && !filler && !sig.injection && seen.insert(unit.text);
         units.push(UnitInfo { tokens: text_tokens(unit.text), fixed, terms: ids, anchor, eligible });
     }
     Analyzed { doc, units, label_tokens }
@@ -284,7 +309,8 @@ fn marginal(info: &UnitInfo, table: &TermTable<'_>, covered: &[bool]) -> u32 {
 
 /// Heap key: score per square root of cost, scaled to an integer so ordering is total.
 fn priority(score: u32, tokens: u64) -> u64 {
-    let cost = tokens.max(1) as f64;
+    // The constant damps the preference for very short units.
+    let cost = (tokens + 8) as f64;
     (f64::from(score) * 1000.0 / cost.sqrt()) as u64
 }
 
@@ -323,7 +349,10 @@ fn select(an: &Analyzed<'_>, table: &TermTable<'_>, covered: &mut [bool], budget
             (unit.text.to_owned(), info.tokens)
         } else {
             let room = remaining.saturating_sub(overhead).min(clip_cap);
-            if room < MIN_CLIP_TOKENS {
+            // Clip to the cap freely, but to leftover room only if most of the unit survives:
+            // a fragment of a sentence is worth less than a whole shorter one.
+            let wanted = info.tokens.min(clip_cap);
+            if room < MIN_CLIP_TOKENS || room * 3 < wanted * 2 {
                 continue;
             }
             match clip(unit.text, room, info.anchor) {
@@ -361,7 +390,9 @@ fn clip(text: &str, max_tokens: u64, anchor: Option<usize>) -> Option<(String, u
     let mut start = 0;
     if let Some(a) = anchor {
         if a > estimate * 2 / 3 {
-            let back = floor_char_boundary(text, a.saturating_sub(24));
+            // Start a little before the anchor, but not so late that the window runs past the
+            // end of the text with room to spare.
+            let back = floor_char_boundary(text, a.saturating_sub(24).min(text.len().saturating_sub(estimate)));
             start = match text.get(back..a).and_then(|s| s.find(char::is_whitespace)) {
                 Some(ws) => back + ws,
                 None => back,
@@ -373,7 +404,8 @@ fn clip(text: &str, max_tokens: u64, anchor: Option<usize>) -> Option<(String, u
     let lead = if start > 0 { "…" } else { "" };
     let render = |len: usize| -> String {
         let cut = body.get(..len).unwrap_or("").trim_end();
-        format!("{lead}{cut}…")
+        let tail = if len < body.len() { "…" } else { "" };
+        format!("{lead}{cut}{tail}")
     };
     // Binary search over char boundaries for the longest prefix that fits.
     let (mut lo, mut hi) = (0usize, body.len());
@@ -493,9 +525,15 @@ fn summarize(request: &SummaryRequest) -> Summary {
         }
     }
     let has_facts = table.entries.iter().any(|e| e.kind.must_keep() || e.carried);
-    let facts_reserve = if has_facts && budget >= 48 { budget / 10 } else { 0 };
+    let carried_cost: u64 = prev_facts.iter().map(|f| text_tokens(f) + 1).sum();
+    let facts_reserve = if has_facts && budget >= 48 {
+        let carried = if carried_cost > 0 { carried_cost + text_tokens(FACTS_PREFIX) + LINE_TOKENS } else { 0 };
+        (budget / 6).max(carried.min(budget / 4))
+    } else {
+        0
+    };
     let body = budget.saturating_sub(fixed_cost + facts_reserve);
-    let clip_cap = (budget / 5).clamp(24, 160).min(body);
+    let clip_cap = (budget / 4).clamp(16, 160).min(body);
 
     // Update mode: the previous summary first, leaving the new material a guaranteed share.
     let conv_need: u64 = conv
@@ -602,7 +640,7 @@ fn key_facts<'a>(table: &TermTable<'a>, body: &str, budget: u64) -> Vec<&'a str>
     order.sort_by_key(|&i| {
         let e = table.entries.get(i);
         let carried = e.is_some_and(|e| e.carried);
-        let rank = e.map_or(0, |e| e.kind.weight() + e.freq.saturating_sub(1).min(3));
+        let rank = e.map_or(0, |e| e.kind.weight() + e.freq.saturating_sub(1).min(3) + e.context / 4);
         (Reverse(carried), Reverse(rank), i)
     });
     let mut remaining = budget - prefix_tokens;

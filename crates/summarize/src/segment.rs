@@ -61,6 +61,10 @@ impl Role {
 
     /// Whether the message is prose, split into sentences; the rest (tool calls and output,
     /// commands) is split into lines.
+    pub(crate) fn is_prose_role(self) -> bool {
+        self.is_prose()
+    }
+
     fn is_prose(self) -> bool {
         matches!(
             self,
