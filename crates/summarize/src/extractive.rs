@@ -392,7 +392,7 @@ fn clip(text: &str, max_tokens: u64, anchor: Option<usize>) -> Option<(String, u
         if a > estimate * 2 / 3 {
             // Start a little before the anchor, but not so late that the window runs past the
             // end of the text with room to spare.
-            let back = floor_char_boundary(text, a.saturating_sub(24).min(text.len().saturating_sub(estimate)));
+            let back = floor_char_boundary(text, a.saturating_sub(24).min(text.len().saturating_sub(estimate * 3 / 4)));
             start = match text.get(back..a).and_then(|s| s.find(char::is_whitespace)) {
                 Some(ws) => back + ws,
                 None => back,
@@ -718,7 +718,9 @@ mod tests {
         let (out, tokens) = clip(&text, 20, anchor).unwrap_or_default();
         assert!(tokens <= 20 && tokens == text_tokens(&out), "{out}");
         assert!(out.contains("src/engine/registry.rs"), "{out}");
-        assert!(out.starts_with('…') && out.ends_with('…'), "{out}");
+        assert!(out.starts_with('…'), "{out}");
+        let (head, _) = clip(&text, 20, None).unwrap_or_default();
+        assert!(head.starts_with("filler") && head.ends_with('…') && !head.contains("src/"), "{head}");
     }
 
     #[test]
