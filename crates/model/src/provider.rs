@@ -8,9 +8,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Completion, CompletionRequest, EventSender, ModelError};
 
-/// A model behind some API.
+/// A model behind some API. `Debug` is required so hosts can log which provider they hold;
+/// implementations must redact credentials in it.
 #[async_trait]
-pub trait ModelProvider: Send + Sync {
+pub trait ModelProvider: Send + Sync + std::fmt::Debug {
     /// The provider id from config (`models.providers.<id>`).
     fn id(&self) -> &str;
 
