@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use clawctx_protocol::{AgentMessage, Content, ContentBlock, JsonMap, ThinkingContent, ToolCall, Usage};
+use clawctx_protocol::{
+    AgentMessage, Content, ContentBlock, JsonMap, ThinkingContent, ToolCall, Usage,
+};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -16,7 +18,9 @@ use crate::error::{classify_stream_error, excerpt};
 use crate::http::{self, ApiKey, HttpSettings};
 use crate::types::{MessageParts, Sink};
 use crate::wire::{bash_text, content_text, summary_text};
-use crate::{Completion, CompletionRequest, EventSender, ModelError, ModelProvider, StopReason, StreamEvent};
+use crate::{
+    Completion, CompletionRequest, EventSender, ModelError, ModelProvider, StopReason, StreamEvent,
+};
 
 /// The API family string for this provider.
 pub const ANTHROPIC_API: &str = "anthropic-messages";
@@ -40,10 +44,22 @@ pub struct AnthropicProvider {
 
 impl AnthropicProvider {
     /// A provider with id `id` at `base_url` (without `/v1`).
-    pub fn new(id: impl Into<String>, base_url: impl Into<String>, api_key: Option<ApiKey>, settings: HttpSettings) -> Result<Self, ModelError> {
+    pub fn new(
+        id: impl Into<String>,
+        base_url: impl Into<String>,
+        api_key: Option<ApiKey>,
+        settings: HttpSettings,
+    ) -> Result<Self, ModelError> {
         let id = id.into();
         let client = http::build_client(&settings, &id)?;
-        Ok(Self { id, base_url: base_url.into(), api_key, default_max_tokens: DEFAULT_MAX_TOKENS, settings, client })
+        Ok(Self {
+            id,
+            base_url: base_url.into(),
+            api_key,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+            settings,
+            client,
+        })
     }
 
     /// The `max_tokens` sent when a request has none (the model's configured `maxTokens`).
@@ -56,11 +72,17 @@ impl AnthropicProvider {
     pub fn request_body(&self, request: &CompletionRequest, stream: bool) -> Value {
         let mut body = JsonMap::new();
         body.insert("model".into(), Value::String(request.model.clone()));
-        body.insert("max_tokens".into(), Value::from(request.max_output_tokens.unwrap_or(self.default_max_tokens)));
+        body.insert(
+            "max_tokens".into(),
+            Value::from(request.max_output_tokens.unwrap_or(self.default_max_tokens)),
+        );
         if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
             body.insert("system".into(), Value::String(system.to_owned()));
         }
-        body.insert("messages".into(), Value::Array(to_wire_messages(&request.messages)));
+        body.insert(
+            "messages".into(),
+            Value::Array(to_wire_messages(&request.messages)),
+        );
         if !request.tools.is_empty() {
             let tools = request
                 .tools
@@ -78,7 +100,11 @@ impl AnthropicProvider {
         Value::Object(body)
     }
 
-    async fn attempt(&self, request: &CompletionRequest, sink: &Sink<'_>) -> Result<Completion, ModelError> {
+    async fn attempt(
+        &self,
+        request: &CompletionRequest,
+        sink: &Sink<'_>,
+    ) -> Result<Completion, ModelError> {
         let stream = sink.is_streaming();
         let mut builder = self
             .client
@@ -97,25 +123,39 @@ impl AnthropicProvider {
         Ok(parts.into_completion(ANTHROPIC_API, &self.id, &request.model))
     }
 
-    async fn read_stream(&self, response: reqwest::Response, sink: &Sink<'_>) -> Result<MessageParts, ModelError> {
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        sink: &Sink<'_>,
+    ) -> Result<MessageParts, ModelError> {
         let mut acc = StreamAccumulator::default();
         let done = http::read_sse(&self.id, response, |ev| {
             if ev.data.trim().is_empty() {
                 return Ok(false);
             }
             let v = http::parse_event_json(&self.id, &ev.data)?;
-            let kind = v.get("type").and_then(Value::as_str).unwrap_or(ev.event.as_str()).to_owned();
+            let kind = v
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or(ev.event.as_str())
+                .to_owned();
             acc.push(&self.id, &kind, &v, sink)
         })
         .await?;
         if !done {
             return Err(ModelError::BadResponse {
                 provider: self.id.clone(),
-                message: format!("stream ended before message_stop; received so far: {}", excerpt(&acc.text_so_far())),
+                message: format!(
+                    "stream ended before message_stop; received so far: {}",
+                    excerpt(&acc.text_so_far())
+                ),
             });
         }
         let parts = acc.into_parts(&self.id)?;
-        sink.emit(StreamEvent::Done { stop_reason: parts.stop_reason, usage: crate::types::finish_usage(parts.usage.clone()) });
+        sink.emit(StreamEvent::Done {
+            stop_reason: parts.stop_reason,
+            usage: crate::types::finish_usage(parts.usage.clone()),
+        });
         Ok(parts)
     }
 }
@@ -130,10 +170,32 @@ impl ModelProvider for AnthropicProvider {
         ANTHROPIC_API
     }
 
-    async fn complete(&self, request: CompletionRequest, events: Option<&EventSender>, cancel: &CancellationToken) -> Result<Completion, ModelError> {
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        events: Option<&EventSender>,
+        cancel: &CancellationToken,
+    ) -> Result<Completion, ModelError> {
         let sink = Sink::new(events);
-        http::run_with_retry(&self.id, &self.settings, &sink, cancel, || self.attempt(&request, &sink)).await
+        http::run_with_retry(&self.id, &self.settings, &sink, cancel, || {
+            self.attempt(&request, &sink)
+        })
+        .await
     }
+}
+
+/// Anthropic accepts only `[A-Za-z0-9_-]` in tool ids; ids made by other providers (e.g.
+/// `call_abc|fc_1`) are mapped onto that alphabet, the same way for a call and its result.
+fn tool_id(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn text_block(text: &str) -> Value {
@@ -177,7 +239,7 @@ pub(crate) fn to_wire_messages(messages: &[AgentMessage]) -> Vec<Value> {
                                 Value::String(s) => serde_json::from_str(&s).unwrap_or_else(|_| json!({})),
                                 _ => json!({}),
                             };
-                            Some(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}))
+                            Some(json!({"type": "tool_use", "id": tool_id(&c.id), "name": c.name, "input": input}))
                         }
                         _ => None,
                     })
@@ -187,9 +249,16 @@ pub(crate) fn to_wire_messages(messages: &[AgentMessage]) -> Vec<Value> {
             AgentMessage::ToolResult(m) => {
                 let mut result = JsonMap::new();
                 result.insert("type".into(), json!("tool_result"));
-                result.insert("tool_use_id".into(), json!(m.tool_call_id));
+                result.insert("tool_use_id".into(), json!(tool_id(&m.tool_call_id)));
                 let content = user_blocks(&m.content);
-                result.insert("content".into(), if content.is_empty() { json!(content_text(&m.content)) } else { Value::Array(content) });
+                result.insert(
+                    "content".into(),
+                    if content.is_empty() {
+                        json!(content_text(&m.content))
+                    } else {
+                        Value::Array(content)
+                    },
+                );
                 if m.is_error == Some(true) {
                     result.insert("is_error".into(), Value::Bool(true));
                 }
@@ -209,14 +278,20 @@ pub(crate) fn to_wire_messages(messages: &[AgentMessage]) -> Vec<Value> {
             _ => turns.push((role, blocks)),
         }
     }
-    turns.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect()
+    turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
 }
 
 fn stop_reason(reason: Option<&str>) -> (StopReason, Option<String>) {
     match reason {
         Some("max_tokens") => (StopReason::Length, None),
         Some("tool_use") => (StopReason::ToolUse, None),
-        Some("refusal") => (StopReason::Error, Some("the model refused to answer".into())),
+        Some("refusal") => (
+            StopReason::Error,
+            Some("the model refused to answer".into()),
+        ),
         _ => (StopReason::Stop, None),
     }
 }
@@ -243,16 +318,29 @@ fn parse_input(provider: &str, name: &str, raw: &str) -> Result<Value, ModelErro
     }
     serde_json::from_str(raw).map_err(|e| ModelError::BadResponse {
         provider: provider.to_owned(),
-        message: format!("input of tool call `{name}` is not JSON ({e}): {}", excerpt(raw)),
+        message: format!(
+            "input of tool call `{name}` is not JSON ({e}): {}",
+            excerpt(raw)
+        ),
     })
 }
 
 fn tool_call(id: String, name: String, arguments: Value) -> ContentBlock {
-    ContentBlock::ToolCall(ToolCall { id, name, arguments, thought_signature: None, extra: JsonMap::new() })
+    ContentBlock::ToolCall(ToolCall {
+        id,
+        name,
+        arguments,
+        thought_signature: None,
+        extra: JsonMap::new(),
+    })
 }
 
 fn thinking(text: String, signature: Option<String>) -> ContentBlock {
-    ContentBlock::Thinking(ThinkingContent { thinking: text, thinking_signature: signature, extra: JsonMap::new() })
+    ContentBlock::Thinking(ThinkingContent {
+        thinking: text,
+        thinking_signature: signature,
+        extra: JsonMap::new(),
+    })
 }
 
 /// Parses a non-streaming response.
@@ -260,21 +348,44 @@ fn parse_response(provider: &str, v: &Value) -> Result<MessageParts, ModelError>
     if v.get("type").and_then(Value::as_str) == Some("error") {
         return Err(classify_stream_error(provider, &v.to_string()));
     }
-    let content = v.get("content").and_then(Value::as_array).ok_or_else(|| ModelError::BadResponse {
-        provider: provider.to_owned(),
-        message: format!("response has no content array: {}", excerpt(&v.to_string())),
-    })?;
+    let content =
+        v.get("content")
+            .and_then(Value::as_array)
+            .ok_or_else(|| ModelError::BadResponse {
+                provider: provider.to_owned(),
+                message: format!("response has no content array: {}", excerpt(&v.to_string())),
+            })?;
     let mut blocks = Vec::new();
     for block in content {
         match block.get("type").and_then(Value::as_str) {
-            Some("text") => blocks.push(ContentBlock::text(block.get("text").and_then(Value::as_str).unwrap_or_default())),
+            Some("text") => blocks.push(ContentBlock::text(
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            )),
             Some("thinking") => blocks.push(thinking(
-                block.get("thinking").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                block.get("signature").and_then(Value::as_str).map(str::to_owned),
+                block
+                    .get("thinking")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                block
+                    .get("signature")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             )),
             Some("tool_use") => blocks.push(tool_call(
-                block.get("id").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                block.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                block
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                block
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
                 block.get("input").cloned().unwrap_or_else(|| json!({})),
             )),
             _ => {}
@@ -285,14 +396,27 @@ fn parse_response(provider: &str, v: &Value) -> Result<MessageParts, ModelError>
         add_usage(&mut usage, u);
     }
     let (stop_reason, error_message) = stop_reason(v.get("stop_reason").and_then(Value::as_str));
-    Ok(MessageParts { blocks, usage, stop_reason, error_message, response_id: v.get("id").and_then(Value::as_str).map(str::to_owned) })
+    Ok(MessageParts {
+        blocks,
+        usage,
+        stop_reason,
+        error_message,
+        response_id: v.get("id").and_then(Value::as_str).map(str::to_owned),
+    })
 }
 
 /// One content block being streamed.
 enum PartialBlock {
     Text(String),
-    Thinking { text: String, signature: Option<String> },
-    ToolUse { id: String, name: String, json: String },
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+    },
 }
 
 /// Accumulates `message_start` / `content_block_*` / `message_delta` events.
@@ -307,25 +431,54 @@ struct StreamAccumulator {
 
 impl StreamAccumulator {
     /// Handles one event; `Ok(true)` on `message_stop`.
-    fn push(&mut self, provider: &str, kind: &str, v: &Value, sink: &Sink<'_>) -> Result<bool, ModelError> {
+    fn push(
+        &mut self,
+        provider: &str,
+        kind: &str,
+        v: &Value,
+        sink: &Sink<'_>,
+    ) -> Result<bool, ModelError> {
         match kind {
             "message_start" => {
-                self.id = v.pointer("/message/id").and_then(Value::as_str).map(str::to_owned);
+                self.id = v
+                    .pointer("/message/id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
                 if let Some(u) = v.pointer("/message/usage") {
                     add_usage(&mut self.usage, u);
                 }
             }
             "content_block_start" => {
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(self.blocks.len() as u64);
+                let index = v
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(self.blocks.len() as u64);
                 let block = v.get("content_block").cloned().unwrap_or(Value::Null);
-                let s = |k: &str| block.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+                let s = |k: &str| {
+                    block
+                        .get(k)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
                 let partial = match block.get("type").and_then(Value::as_str) {
                     Some("tool_use") => {
-                        sink.emit(StreamEvent::ToolCallStart { index: self.tool_index, id: s("id"), name: s("name") });
+                        sink.emit(StreamEvent::ToolCallStart {
+                            index: self.tool_index,
+                            id: s("id"),
+                            name: s("name"),
+                        });
                         self.tool_index += 1;
-                        PartialBlock::ToolUse { id: s("id"), name: s("name"), json: String::new() }
+                        PartialBlock::ToolUse {
+                            id: s("id"),
+                            name: s("name"),
+                            json: String::new(),
+                        }
                     }
-                    Some("thinking") => PartialBlock::Thinking { text: s("thinking"), signature: None },
+                    Some("thinking") => PartialBlock::Thinking {
+                        text: s("thinking"),
+                        signature: None,
+                    },
                     _ => PartialBlock::Text(s("text")),
                 };
                 self.blocks.insert(index, partial);
@@ -333,9 +486,22 @@ impl StreamAccumulator {
             "content_block_delta" => {
                 let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
                 let delta = v.get("delta").cloned().unwrap_or(Value::Null);
-                let s = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-                let tool_position = self.blocks.range(..index).filter(|(_, b)| matches!(b, PartialBlock::ToolUse { .. })).count();
-                match (self.blocks.get_mut(&index), delta.get("type").and_then(Value::as_str)) {
+                let s = |k: &str| {
+                    delta
+                        .get(k)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let tool_position = self
+                    .blocks
+                    .range(..index)
+                    .filter(|(_, b)| matches!(b, PartialBlock::ToolUse { .. }))
+                    .count();
+                match (
+                    self.blocks.get_mut(&index),
+                    delta.get("type").and_then(Value::as_str),
+                ) {
                     (Some(PartialBlock::Text(t)), Some("text_delta")) => {
                         let piece = s("text");
                         t.push_str(&piece);
@@ -347,17 +513,25 @@ impl StreamAccumulator {
                         sink.emit(StreamEvent::ThinkingDelta(piece));
                     }
                     (Some(PartialBlock::Thinking { signature, .. }), Some("signature_delta")) => {
-                        signature.get_or_insert_with(String::new).push_str(&s("signature"));
+                        signature
+                            .get_or_insert_with(String::new)
+                            .push_str(&s("signature"));
                     }
                     (Some(PartialBlock::ToolUse { json, .. }), Some("input_json_delta")) => {
                         let piece = s("partial_json");
                         json.push_str(&piece);
-                        sink.emit(StreamEvent::ToolCallDelta { index: tool_position, fragment: piece });
+                        sink.emit(StreamEvent::ToolCallDelta {
+                            index: tool_position,
+                            fragment: piece,
+                        });
                     }
                     (None, _) => {
                         return Err(ModelError::BadResponse {
                             provider: provider.to_owned(),
-                            message: format!("delta for block {index} that never started: {}", excerpt(&v.to_string())),
+                            message: format!(
+                                "delta for block {index} that never started: {}",
+                                excerpt(&v.to_string())
+                            ),
                         })
                     }
                     _ => {}
@@ -394,7 +568,9 @@ impl StreamAccumulator {
             match b {
                 PartialBlock::Text(t) if !t.is_empty() => blocks.push(ContentBlock::text(t)),
                 PartialBlock::Text(_) => {}
-                PartialBlock::Thinking { text, signature } => blocks.push(thinking(text, signature)),
+                PartialBlock::Thinking { text, signature } => {
+                    blocks.push(thinking(text, signature))
+                }
                 PartialBlock::ToolUse { id, name, json } => {
                     let input = parse_input(provider, &name, &json)?;
                     blocks.push(tool_call(id, name, input));
@@ -402,7 +578,13 @@ impl StreamAccumulator {
             }
         }
         let (stop_reason, error_message) = stop_reason(self.stop.as_deref());
-        Ok(MessageParts { blocks, usage: self.usage, stop_reason, error_message, response_id: self.id })
+        Ok(MessageParts {
+            blocks,
+            usage: self.usage,
+            stop_reason,
+            error_message,
+            response_id: self.id,
+        })
     }
 }
 
@@ -411,13 +593,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn foreign_tool_ids_are_mapped_consistently() {
+        let wire = to_wire_messages(&[
+            AgentMessage::tool_call("call_1|fc.2", "ls", json!({})),
+            AgentMessage::tool_result("call_1|fc.2", "ls", "a.rs"),
+        ]);
+        assert_eq!(wire[0]["content"][0]["id"], "call_1_fc_2");
+        assert_eq!(wire[1]["content"][0]["tool_use_id"], "call_1_fc_2");
+    }
+
+    #[test]
     fn merges_tool_results_into_one_user_turn() {
         let wire = to_wire_messages(&[
             AgentMessage::user("go"),
             AgentMessage::Assistant(clawctx_protocol::AssistantMessage {
                 content: Content::Blocks(vec![
-                    ContentBlock::ToolCall(ToolCall { id: "a".into(), name: "read".into(), arguments: json!({"p": 1}), thought_signature: None, extra: JsonMap::new() }),
-                    ContentBlock::ToolCall(ToolCall { id: "b".into(), name: "read".into(), arguments: json!({"p": 2}), thought_signature: None, extra: JsonMap::new() }),
+                    ContentBlock::ToolCall(ToolCall {
+                        id: "a".into(),
+                        name: "read".into(),
+                        arguments: json!({"p": 1}),
+                        thought_signature: None,
+                        extra: JsonMap::new(),
+                    }),
+                    ContentBlock::ToolCall(ToolCall {
+                        id: "b".into(),
+                        name: "read".into(),
+                        arguments: json!({"p": 2}),
+                        thought_signature: None,
+                        extra: JsonMap::new(),
+                    }),
                 ]),
                 ..Default::default()
             }),
@@ -426,9 +630,15 @@ mod tests {
             AgentMessage::user("and?"),
         ]);
         assert_eq!(wire.len(), 3);
-        assert_eq!(wire[1]["content"][1], json!({"type": "tool_use", "id": "b", "name": "read", "input": {"p": 2}}));
+        assert_eq!(
+            wire[1]["content"][1],
+            json!({"type": "tool_use", "id": "b", "name": "read", "input": {"p": 2}})
+        );
         assert_eq!(wire[2]["content"][0]["type"], "tool_result");
         assert_eq!(wire[2]["content"][1]["tool_use_id"], "b");
-        assert_eq!(wire[2]["content"][2], json!({"type": "text", "text": "and?"}));
+        assert_eq!(
+            wire[2]["content"][2],
+            json!({"type": "text", "text": "and?"})
+        );
     }
 }

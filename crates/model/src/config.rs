@@ -128,31 +128,48 @@ fn number(value: Option<&Value>, key: impl FnOnce() -> String) -> Result<Option<
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
-            .or_else(|| v.as_f64().filter(|f| f.is_finite() && *f >= 0.0).map(|f| f as u64))
+            .or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.is_finite() && *f >= 0.0)
+                    .map(|f| f as u64)
+            })
             .map(Some)
-            .ok_or_else(|| ModelError::config(key(), format!("must be a non-negative number, got {v}"))),
+            .ok_or_else(|| {
+                ModelError::config(key(), format!("must be a non-negative number, got {v}"))
+            }),
     }
 }
 
-fn opt_u64(obj: &serde_json::Map<String, Value>, id: &str, field: &str) -> Result<Option<u64>, ModelError> {
+fn opt_u64(
+    obj: &serde_json::Map<String, Value>,
+    id: &str,
+    field: &str,
+) -> Result<Option<u64>, ModelError> {
     number(obj.get(field), || key_of(id, field))
 }
 
-fn opt_str(obj: &serde_json::Map<String, Value>, id: &str, field: &str) -> Result<Option<String>, ModelError> {
+fn opt_str(
+    obj: &serde_json::Map<String, Value>,
+    id: &str,
+    field: &str,
+) -> Result<Option<String>, ModelError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.trim().to_owned())),
-        Some(v) => Err(ModelError::config(key_of(id, field), format!("must be a string, got {v}"))),
+        Some(v) => Err(ModelError::config(
+            key_of(id, field),
+            format!("must be a string, got {v}"),
+        )),
     }
 }
 
 impl ProviderConfig {
     /// Parses `models.providers.<id>` from its JSON value.
     pub fn from_value(id: &str, value: &Value, env: EnvLookup<'_>) -> Result<Self, ModelError> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| ModelError::config(format!("models.providers.{id}"), "must be an object"))?;
+        let obj = value.as_object().ok_or_else(|| {
+            ModelError::config(format!("models.providers.{id}"), "must be an object")
+        })?;
         let api = match opt_str(obj, id, "api")?.as_deref() {
             Some(OPENAI_API) | None => ApiKind::OpenAiCompletions,
             Some(ANTHROPIC_API) => ApiKind::AnthropicMessages,
@@ -168,8 +185,13 @@ impl ProviderConfig {
             ApiKind::AnthropicMessages => DEFAULT_ANTHROPIC_BASE_URL.to_owned(),
             _ => DEFAULT_OPENAI_BASE_URL.to_owned(),
         });
-        if api != ApiKind::Scripted && !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(ModelError::config(key_of(id, "baseUrl"), "must start with http:// or https://"));
+        if api != ApiKind::Scripted
+            && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
+        {
+            return Err(ModelError::config(
+                key_of(id, "baseUrl"),
+                "must start with http:// or https://",
+            ));
         }
         let key = match (opt_str(obj, id, "apiKeyEnv")?, opt_str(obj, id, "apiKey")?) {
             (Some(name), _) => {
@@ -177,7 +199,10 @@ impl ProviderConfig {
                 KeySource::Env { name, value }
             }
             (None, Some(literal)) => {
-                tracing::warn!(provider = id, "models.providers.{id}.apiKey holds a literal key; prefer apiKeyEnv");
+                tracing::warn!(
+                    provider = id,
+                    "models.providers.{id}.apiKey holds a literal key; prefer apiKeyEnv"
+                );
                 KeySource::Literal(ApiKey::new(literal))
             }
             (None, None) => KeySource::None,
@@ -188,34 +213,59 @@ impl ProviderConfig {
             Some(Value::Array(items)) => {
                 for (i, item) in items.iter().enumerate() {
                     let field = format!("models[{i}]");
-                    let m = item.as_object().ok_or_else(|| ModelError::config(key_of(id, &field), "must be an object"))?;
+                    let m = item.as_object().ok_or_else(|| {
+                        ModelError::config(key_of(id, &field), "must be an object")
+                    })?;
                     let model_id = m
                         .get("id")
                         .and_then(Value::as_str)
                         .filter(|s| !s.trim().is_empty())
-                        .ok_or_else(|| ModelError::config(key_of(id, &format!("{field}.id")), "must be a non-empty string"))?;
+                        .ok_or_else(|| {
+                            ModelError::config(
+                                key_of(id, &format!("{field}.id")),
+                                "must be a non-empty string",
+                            )
+                        })?;
                     models.push(ModelSpec {
                         id: model_id.trim().to_owned(),
-                        context_window: number(m.get("contextWindow"), || key_of(id, &format!("{field}.contextWindow")))?,
-                        max_tokens: number(m.get("maxTokens"), || key_of(id, &format!("{field}.maxTokens")))?,
+                        context_window: number(m.get("contextWindow"), || {
+                            key_of(id, &format!("{field}.contextWindow"))
+                        })?,
+                        max_tokens: number(m.get("maxTokens"), || {
+                            key_of(id, &format!("{field}.maxTokens"))
+                        })?,
                     });
                 }
             }
-            Some(v) => return Err(ModelError::config(key_of(id, "models"), format!("must be an array, got {v}"))),
+            Some(v) => {
+                return Err(ModelError::config(
+                    key_of(id, "models"),
+                    format!("must be an array, got {v}"),
+                ))
+            }
         }
         let defaults = HttpSettings::default();
         let ms = |field: &str, default: Duration| -> Result<Duration, ModelError> {
-            Ok(opt_u64(obj, id, field)?.map(Duration::from_millis).unwrap_or(default))
+            Ok(opt_u64(obj, id, field)?
+                .map(Duration::from_millis)
+                .unwrap_or(default))
         };
         let retry = RetryPolicy {
-            max_retries: opt_u64(obj, id, "maxRetries")?.map(|n| n.min(u64::from(u32::MAX)) as u32).unwrap_or(defaults.retry.max_retries),
+            max_retries: opt_u64(obj, id, "maxRetries")?
+                .map(|n| n.min(u64::from(u32::MAX)) as u32)
+                .unwrap_or(defaults.retry.max_retries),
             base_delay: ms("retryBaseDelayMs", defaults.retry.base_delay)?,
             max_delay: ms("retryMaxDelayMs", defaults.retry.max_delay)?,
             max_retry_after: ms("retryAfterCapMs", defaults.retry.max_retry_after)?,
             jitter: match obj.get("retryJitter") {
                 None | Some(Value::Null) => defaults.retry.jitter,
                 Some(Value::Bool(b)) => *b,
-                Some(v) => return Err(ModelError::config(key_of(id, "retryJitter"), format!("must be a boolean, got {v}"))),
+                Some(v) => {
+                    return Err(ModelError::config(
+                        key_of(id, "retryJitter"),
+                        format!("must be a boolean, got {v}"),
+                    ))
+                }
             },
         };
         let http = HttpSettings {
@@ -227,12 +277,18 @@ impl ProviderConfig {
             None | Some("error") => Exhaustion::Error,
             Some("cycle") => Exhaustion::Cycle,
             Some(other) => {
-                return Err(ModelError::config(key_of(id, "onExhausted"), format!("must be `error` or `cycle`, got `{other}`")))
+                return Err(ModelError::config(
+                    key_of(id, "onExhausted"),
+                    format!("must be `error` or `cycle`, got `{other}`"),
+                ))
             }
         };
         let script = opt_str(obj, id, "script")?.map(PathBuf::from);
         if api == ApiKind::Scripted && script.is_none() {
-            return Err(ModelError::config(key_of(id, "script"), "a scripted provider needs the path of its JSONL script"));
+            return Err(ModelError::config(
+                key_of(id, "script"),
+                "a scripted provider needs the path of its JSONL script",
+            ));
         }
         Ok(ProviderConfig {
             id: id.to_owned(),
@@ -262,21 +318,53 @@ impl ProviderConfig {
 
     /// Builds the provider this config describes.
     pub fn build(&self) -> Result<Arc<dyn ModelProvider>, ModelError> {
+        self.build_for(None)
+    }
+
+    /// Builds the provider for calls to `model`: its configured `maxTokens` becomes the output
+    /// limit of requests that give none (Anthropic requires one).
+    pub fn build_for(
+        &self,
+        model: Option<&ModelSpec>,
+    ) -> Result<Arc<dyn ModelProvider>, ModelError> {
         Ok(match self.api {
             ApiKind::OpenAiCompletions => {
-                let mut p = OpenAiProvider::new(&self.id, &self.base_url, self.api_key()?, self.http.clone())?;
+                let mut p = OpenAiProvider::new(
+                    &self.id,
+                    &self.base_url,
+                    self.api_key()?,
+                    self.http.clone(),
+                )?;
                 if let Some(field) = &self.max_tokens_field {
                     p = p.with_max_tokens_field(field);
                 }
                 Arc::new(p)
             }
-            ApiKind::AnthropicMessages => Arc::new(AnthropicProvider::new(&self.id, &self.base_url, self.api_key()?, self.http.clone())?),
+            ApiKind::AnthropicMessages => {
+                let mut p = AnthropicProvider::new(
+                    &self.id,
+                    &self.base_url,
+                    self.api_key()?,
+                    self.http.clone(),
+                )?;
+                if let Some(max) = model.and_then(|m| m.max_tokens) {
+                    p = p.with_default_max_tokens(max);
+                }
+                Arc::new(p)
+            }
             ApiKind::Scripted => {
-                let path = self.script.as_ref().ok_or_else(|| ModelError::config(key_of(&self.id, "script"), "missing"))?;
-                Arc::new(ScriptedProvider::from_file(path, self.exhaustion).map_err(|e| match e {
-                    ModelError::Config { message, .. } => ModelError::config(key_of(&self.id, "script"), message),
-                    other => other,
-                })?)
+                let path = self
+                    .script
+                    .as_ref()
+                    .ok_or_else(|| ModelError::config(key_of(&self.id, "script"), "missing"))?;
+                Arc::new(ScriptedProvider::from_file(path, self.exhaustion).map_err(
+                    |e| match e {
+                        ModelError::Config { message, .. } => {
+                            ModelError::config(key_of(&self.id, "script"), message)
+                        }
+                        other => other,
+                    },
+                )?)
             }
         })
     }
@@ -295,10 +383,18 @@ impl ModelsConfig {
                     providers.insert(id.clone(), ProviderConfig::from_value(id, value, env)?);
                 }
             }
-            Some(v) => return Err(ModelError::config("models.providers", format!("must be an object, got {v}"))),
+            Some(v) => {
+                return Err(ModelError::config(
+                    "models.providers",
+                    format!("must be an object, got {v}"),
+                ))
+            }
         }
         if !providers.is_empty() {
-            return Ok(ModelsConfig { providers, default_model: None });
+            return Ok(ModelsConfig {
+                providers,
+                default_model: None,
+            });
         }
         Ok(Self::from_env(env))
     }
@@ -306,8 +402,16 @@ impl ModelsConfig {
     /// The environment fallback alone: an `openai` provider when `OPENAI_BASE_URL`,
     /// `OPENAI_API_KEY` or `OPENAI_MODEL` is set, otherwise nothing.
     pub fn from_env(env: EnvLookup<'_>) -> Self {
-        let get = |n: &str| env(n).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let (base, key, model) = (get("OPENAI_BASE_URL"), get("OPENAI_API_KEY"), get("OPENAI_MODEL"));
+        let get = |n: &str| {
+            env(n)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let (base, key, model) = (
+            get("OPENAI_BASE_URL"),
+            get("OPENAI_API_KEY"),
+            get("OPENAI_MODEL"),
+        );
         if base.is_none() && key.is_none() && model.is_none() {
             return ModelsConfig::default();
         }
@@ -315,8 +419,18 @@ impl ModelsConfig {
             id: "openai".into(),
             api: ApiKind::OpenAiCompletions,
             base_url: base.unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_owned()),
-            key: KeySource::Env { name: "OPENAI_API_KEY".into(), value: key.map(ApiKey::new) },
-            models: model.iter().map(|id| ModelSpec { id: id.clone(), context_window: None, max_tokens: None }).collect(),
+            key: KeySource::Env {
+                name: "OPENAI_API_KEY".into(),
+                value: key.map(ApiKey::new),
+            },
+            models: model
+                .iter()
+                .map(|id| ModelSpec {
+                    id: id.clone(),
+                    context_window: None,
+                    max_tokens: None,
+                })
+                .collect(),
             http: HttpSettings::default(),
             max_tokens_field: None,
             script: None,
@@ -325,19 +439,29 @@ impl ModelsConfig {
         let mut providers = BTreeMap::new();
         // A local server needs no key: only insist on one when OPENAI_API_KEY is named but empty.
         let provider = if matches!(&provider.key, KeySource::Env { value: None, .. }) {
-            ProviderConfig { key: KeySource::None, ..provider }
+            ProviderConfig {
+                key: KeySource::None,
+                ..provider
+            }
         } else {
             provider
         };
         providers.insert("openai".to_owned(), provider);
-        ModelsConfig { providers, default_model: model.map(|m| format!("openai/{m}")) }
+        ModelsConfig {
+            providers,
+            default_model: model.map(|m| format!("openai/{m}")),
+        }
     }
 
     fn known_providers(&self) -> String {
         if self.providers.is_empty() {
             "none (set models.providers or OPENAI_BASE_URL / OPENAI_MODEL)".into()
         } else {
-            self.providers.keys().cloned().collect::<Vec<_>>().join(", ")
+            self.providers
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         }
     }
 
@@ -347,15 +471,27 @@ impl ModelsConfig {
         let model_ref = model_ref.trim();
         let (provider, model_id) = match model_ref.split_once('/') {
             Some((p, m)) if self.providers.contains_key(p) => (&self.providers[p], m),
-            Some((p, _)) if !p.is_empty() && !self.providers.values().any(|c| c.models.iter().any(|m| m.id == model_ref)) => {
+            Some((p, _))
+                if !p.is_empty()
+                    && !self
+                        .providers
+                        .values()
+                        .any(|c| c.models.iter().any(|m| m.id == model_ref)) =>
+            {
                 return Err(ModelError::config(
                     format!("models.providers.{p}"),
-                    format!("provider `{p}` not found; known: {}", self.known_providers()),
+                    format!(
+                        "provider `{p}` not found; known: {}",
+                        self.known_providers()
+                    ),
                 ))
             }
             _ => {
-                let matches: Vec<&ProviderConfig> =
-                    self.providers.values().filter(|c| c.models.iter().any(|m| m.id == model_ref)).collect();
+                let matches: Vec<&ProviderConfig> = self
+                    .providers
+                    .values()
+                    .filter(|c| c.models.iter().any(|m| m.id == model_ref))
+                    .collect();
                 match matches.as_slice() {
                     [one] => (*one, model_ref),
                     [] => {
@@ -377,28 +513,54 @@ impl ModelsConfig {
             }
         };
         if model_id.is_empty() {
-            return Err(ModelError::config(format!("models.providers.{}.models", provider.id), "the model ref has no model id"));
+            return Err(ModelError::config(
+                format!("models.providers.{}.models", provider.id),
+                "the model ref has no model id",
+            ));
         }
         let model = if provider.models.is_empty() {
-            ModelSpec { id: model_id.to_owned(), context_window: None, max_tokens: None }
+            ModelSpec {
+                id: model_id.to_owned(),
+                context_window: None,
+                max_tokens: None,
+            }
         } else {
-            provider.models.iter().find(|m| m.id == model_id).cloned().ok_or_else(|| {
-                ModelError::config(
-                    format!("models.providers.{}.models", provider.id),
-                    format!(
-                        "model `{model_id}` not found; known: {}",
-                        provider.models.iter().map(|m| m.id.as_str()).collect::<Vec<_>>().join(", ")
-                    ),
-                )
-            })?
+            provider
+                .models
+                .iter()
+                .find(|m| m.id == model_id)
+                .cloned()
+                .ok_or_else(|| {
+                    ModelError::config(
+                        format!("models.providers.{}.models", provider.id),
+                        format!(
+                            "model `{model_id}` not found; known: {}",
+                            provider
+                                .models
+                                .iter()
+                                .map(|m| m.id.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                })?
         };
-        Ok(ResolvedModel { provider: provider.clone(), model })
+        Ok(ResolvedModel {
+            provider: provider.clone(),
+            model,
+        })
     }
 
     /// Resolves `model_ref` and builds its provider.
-    pub fn provider_for(&self, model_ref: &str) -> Result<(Arc<dyn ModelProvider>, ModelSpec), ModelError> {
+    pub fn provider_for(
+        &self,
+        model_ref: &str,
+    ) -> Result<(Arc<dyn ModelProvider>, ModelSpec), ModelError> {
         let resolved = self.resolve(model_ref)?;
-        Ok((resolved.provider.build()?, resolved.model))
+        Ok((
+            resolved.provider.build_for(Some(&resolved.model))?,
+            resolved.model,
+        ))
     }
 }
 
@@ -408,7 +570,12 @@ mod tests {
     use serde_json::json;
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| (*v).to_owned())
+        move |n| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| (*v).to_owned())
+        }
     }
 
     #[test]
@@ -425,7 +592,10 @@ mod tests {
         assert_eq!(r.provider.http.retry.max_retries, 5);
         let c = m.resolve("claude-x").unwrap();
         assert_eq!(c.provider.base_url, DEFAULT_ANTHROPIC_BASE_URL);
-        assert_eq!(c.provider.api_key().unwrap().unwrap().expose(), "sk-ant-secret");
+        assert_eq!(
+            c.provider.api_key().unwrap().unwrap().expose(),
+            "sk-ant-secret"
+        );
         assert!(!format!("{m:?}").contains("sk-ant-secret"));
     }
 
@@ -434,10 +604,21 @@ mod tests {
         let cfg = json!({"models": {"providers": {"a": {"models": [{"id": "m1"}]}, "b": {"models": [{"id": "m2"}]}}}});
         let m = ModelsConfig::from_config(&cfg, &|_| None).unwrap();
         let e = m.resolve("foo/bar").unwrap_err().to_string();
-        assert!(e.contains("models.providers.foo") && e.contains("known: a, b"), "{e}");
+        assert!(
+            e.contains("models.providers.foo") && e.contains("known: a, b"),
+            "{e}"
+        );
         let e = m.resolve("a/nope").unwrap_err().to_string();
-        assert!(e.contains("models.providers.a.models") && e.contains("known: m1"), "{e}");
-        let e = ModelsConfig::from_config(&json!({"models": {"providers": {"x": {"api": "grpc"}}}}), &|_| None).unwrap_err().to_string();
+        assert!(
+            e.contains("models.providers.a.models") && e.contains("known: m1"),
+            "{e}"
+        );
+        let e = ModelsConfig::from_config(
+            &json!({"models": {"providers": {"x": {"api": "grpc"}}}}),
+            &|_| None,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("models.providers.x.api"), "{e}");
     }
 
@@ -446,19 +627,32 @@ mod tests {
         let cfg = json!({"models": {"providers": {"p": {"apiKeyEnv": "NOPE_KEY", "models": [{"id": "m"}]}}}});
         let m = ModelsConfig::from_config(&cfg, &|_| None).unwrap();
         let e = m.provider_for("p/m").err().unwrap().to_string();
-        assert!(e.contains("models.providers.p.apiKeyEnv") && e.contains("NOPE_KEY"), "{e}");
+        assert!(
+            e.contains("models.providers.p.apiKeyEnv") && e.contains("NOPE_KEY"),
+            "{e}"
+        );
     }
 
     #[test]
     fn env_fallback_without_providers() {
-        let env = env_of(&[("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"), ("OPENAI_API_KEY", "sk-env"), ("OPENAI_MODEL", "llama")]);
+        let env = env_of(&[
+            ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+            ("OPENAI_API_KEY", "sk-env"),
+            ("OPENAI_MODEL", "llama"),
+        ]);
         let m = ModelsConfig::from_config(&json!({}), &env).unwrap();
         assert_eq!(m.default_model.as_deref(), Some("openai/llama"));
         let r = m.resolve("openai/llama").unwrap();
         assert_eq!(r.provider.base_url, "http://127.0.0.1:9/v1");
         assert_eq!(r.provider.api_key().unwrap().unwrap().expose(), "sk-env");
-        assert!(ModelsConfig::from_config(&json!({}), &|_| None).unwrap().providers.is_empty());
-        let e = ModelsConfig::default().resolve("gpt").unwrap_err().to_string();
+        assert!(ModelsConfig::from_config(&json!({}), &|_| None)
+            .unwrap()
+            .providers
+            .is_empty());
+        let e = ModelsConfig::default()
+            .resolve("gpt")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("OPENAI_BASE_URL"), "{e}");
     }
 }

@@ -100,7 +100,9 @@ impl ModelError {
             ModelError::ContextOverflow { .. } => ReasonCode::ContextOverflow,
             ModelError::RateLimited { .. } => ReasonCode::RateLimited,
             ModelError::Unavailable { timeout: true, .. } => ReasonCode::ProviderTimeout,
-            ModelError::Unavailable { .. } | ModelError::Auth { .. } => ReasonCode::ProviderUnavailable,
+            ModelError::Unavailable { .. } | ModelError::Auth { .. } => {
+                ReasonCode::ProviderUnavailable
+            }
             ModelError::Rejected { .. }
             | ModelError::BadResponse { .. }
             | ModelError::Aborted
@@ -110,12 +112,18 @@ impl ModelError {
 
     /// Whether the retry loop may try again (rate limits and unavailability).
     pub fn is_transient(&self) -> bool {
-        matches!(self, ModelError::RateLimited { .. } | ModelError::Unavailable { .. })
+        matches!(
+            self,
+            ModelError::RateLimited { .. } | ModelError::Unavailable { .. }
+        )
     }
 
     /// A config error.
     pub fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
-        ModelError::Config { key: key.into(), message: message.into() }
+        ModelError::Config {
+            key: key.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -153,7 +161,10 @@ pub(crate) fn provider_message(body: &str) -> (String, Option<String>) {
         .or_else(|| v.get("detail").and_then(Value::as_str))
         .map(str::to_owned)
         .unwrap_or_else(|| excerpt(body));
-    (excerpt(&message), if code.is_empty() { None } else { Some(code) })
+    (
+        excerpt(&message),
+        if code.is_empty() { None } else { Some(code) },
+    )
 }
 
 /// Whether a provider's error text (message and code) means the prompt was too large.
@@ -180,13 +191,21 @@ pub(crate) fn is_overflow_text(text: &str) -> bool {
 /// number followed by "tokens", since the observed size is by definition above the limit.
 pub(crate) fn observed_tokens(message: &str) -> Option<u64> {
     let words: Vec<&str> = message.split(|c: char| c.is_whitespace()).collect();
-    words.windows(2).filter_map(|w| {
-        if w[1].trim_matches(|c: char| !c.is_alphanumeric()).eq_ignore_ascii_case("tokens") {
-            w[0].trim_matches(|c: char| !c.is_ascii_digit()).parse().ok()
-        } else {
-            None
-        }
-    }).max()
+    words
+        .windows(2)
+        .filter_map(|w| {
+            if w[1]
+                .trim_matches(|c: char| !c.is_alphanumeric())
+                .eq_ignore_ascii_case("tokens")
+            {
+                w[0].trim_matches(|c: char| !c.is_ascii_digit())
+                    .parse()
+                    .ok()
+            } else {
+                None
+            }
+        })
+        .max()
 }
 
 /// Classifies a non-success HTTP response.
@@ -200,14 +219,40 @@ pub(crate) fn classify_http_error(
     let provider = provider.to_owned();
     let combined = format!("{} {}", code.as_deref().unwrap_or(""), message);
     if status == 413 || is_overflow_text(&combined) {
-        return ModelError::ContextOverflow { observed_tokens: observed_tokens(&message), provider, message };
+        return ModelError::ContextOverflow {
+            observed_tokens: observed_tokens(&message),
+            provider,
+            message,
+        };
     }
     match status {
-        429 => ModelError::RateLimited { provider, message, retry_after },
-        401 | 403 => ModelError::Auth { provider, status, message },
-        408 => ModelError::Unavailable { provider, message, status: Some(status), timeout: true },
-        s if s >= 500 => ModelError::Unavailable { provider, message, status: Some(status), timeout: false },
-        _ => ModelError::Rejected { provider, status, message },
+        429 => ModelError::RateLimited {
+            provider,
+            message,
+            retry_after,
+        },
+        401 | 403 => ModelError::Auth {
+            provider,
+            status,
+            message,
+        },
+        408 => ModelError::Unavailable {
+            provider,
+            message,
+            status: Some(status),
+            timeout: true,
+        },
+        s if s >= 500 => ModelError::Unavailable {
+            provider,
+            message,
+            status: Some(status),
+            timeout: false,
+        },
+        _ => ModelError::Rejected {
+            provider,
+            status,
+            message,
+        },
     }
 }
 
@@ -218,15 +263,38 @@ pub(crate) fn classify_stream_error(provider: &str, error_json: &str) -> ModelEr
     let combined = format!("{code_l} {message}");
     let provider = provider.to_owned();
     if is_overflow_text(&combined) {
-        ModelError::ContextOverflow { observed_tokens: observed_tokens(&message), provider, message }
+        ModelError::ContextOverflow {
+            observed_tokens: observed_tokens(&message),
+            provider,
+            message,
+        }
     } else if code_l.contains("rate_limit") {
-        ModelError::RateLimited { provider, message, retry_after: None }
-    } else if code_l.contains("overloaded") || code_l.contains("api_error") || code_l.contains("server_error") {
-        ModelError::Unavailable { provider, message, status: None, timeout: false }
+        ModelError::RateLimited {
+            provider,
+            message,
+            retry_after: None,
+        }
+    } else if code_l.contains("overloaded")
+        || code_l.contains("api_error")
+        || code_l.contains("server_error")
+    {
+        ModelError::Unavailable {
+            provider,
+            message,
+            status: None,
+            timeout: false,
+        }
     } else if code_l.contains("authentication") || code_l.contains("permission") {
-        ModelError::Auth { provider, status: 401, message }
+        ModelError::Auth {
+            provider,
+            status: 401,
+            message,
+        }
     } else {
-        ModelError::BadResponse { provider, message: format!("provider sent an error mid-stream: {message}") }
+        ModelError::BadResponse {
+            provider,
+            message: format!("provider sent an error mid-stream: {message}"),
+        }
     }
 }
 
@@ -236,7 +304,10 @@ pub(crate) fn parse_retry_after(value: Option<&str>) -> Option<Duration> {
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    v.parse::<f64>().ok().filter(|f| f.is_finite() && *f >= 0.0).map(Duration::from_secs_f64)
+    v.parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite() && *f >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 #[cfg(test)]
@@ -251,20 +322,66 @@ mod tests {
             None,
             r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, you requested 9000 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
         );
-        assert!(matches!(e, ModelError::ContextOverflow { observed_tokens: Some(9000), .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                ModelError::ContextOverflow {
+                    observed_tokens: Some(9000),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert_eq!(e.reason_code(), ReasonCode::ContextOverflow);
-        let e = classify_http_error("a", 400, None, r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#);
-        assert!(matches!(e, ModelError::ContextOverflow { observed_tokens: Some(210000), .. }), "{e:?}");
-        assert!(matches!(classify_http_error("a", 413, None, "too big"), ModelError::ContextOverflow { .. }));
-        assert!(matches!(classify_http_error("a", 429, None, "{}"), ModelError::RateLimited { .. }));
-        assert!(matches!(classify_http_error("a", 403, None, "{}"), ModelError::Auth { status: 403, .. }));
-        assert!(matches!(classify_http_error("a", 503, None, "{}"), ModelError::Unavailable { status: Some(503), .. }));
-        assert!(matches!(classify_http_error("a", 400, None, "{\"error\":\"bad field\"}"), ModelError::Rejected { .. }));
+        let e = classify_http_error(
+            "a",
+            400,
+            None,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        );
+        assert!(
+            matches!(
+                e,
+                ModelError::ContextOverflow {
+                    observed_tokens: Some(210000),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(matches!(
+            classify_http_error("a", 413, None, "too big"),
+            ModelError::ContextOverflow { .. }
+        ));
+        assert!(matches!(
+            classify_http_error("a", 429, None, "{}"),
+            ModelError::RateLimited { .. }
+        ));
+        assert!(matches!(
+            classify_http_error("a", 403, None, "{}"),
+            ModelError::Auth { status: 403, .. }
+        ));
+        assert!(matches!(
+            classify_http_error("a", 503, None, "{}"),
+            ModelError::Unavailable {
+                status: Some(503),
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify_http_error("a", 400, None, "{\"error\":\"bad field\"}"),
+            ModelError::Rejected { .. }
+        ));
     }
 
     #[test]
     fn reason_codes_follow_runtime_settings() {
-        let timeout = ModelError::Unavailable { provider: "p".into(), message: "m".into(), status: None, timeout: true };
+        let timeout = ModelError::Unavailable {
+            provider: "p".into(),
+            message: "m".into(),
+            status: None,
+            timeout: true,
+        };
         assert_eq!(timeout.reason_code(), ReasonCode::ProviderTimeout);
         assert_eq!(ModelError::Aborted.reason_code(), ReasonCode::Unknown);
     }
@@ -272,7 +389,13 @@ mod tests {
     #[test]
     fn retry_after_seconds() {
         assert_eq!(parse_retry_after(Some("3")), Some(Duration::from_secs(3)));
-        assert_eq!(parse_retry_after(Some("0.5")), Some(Duration::from_millis(500)));
-        assert_eq!(parse_retry_after(Some("Wed, 21 Oct 2015 07:28:00 GMT")), None);
+        assert_eq!(
+            parse_retry_after(Some("0.5")),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            parse_retry_after(Some("Wed, 21 Oct 2015 07:28:00 GMT")),
+            None
+        );
     }
 }

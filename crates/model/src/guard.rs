@@ -25,7 +25,11 @@ pub struct SpendGuard {
 impl SpendGuard {
     /// At most `max_tokens` (input + output) per session key within any `window`.
     pub fn new(max_tokens: u64, window: Duration) -> Self {
-        Self { max_tokens, window, spent: Mutex::new(HashMap::new()) }
+        Self {
+            max_tokens,
+            window,
+            spent: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The configured cap.
@@ -40,8 +44,12 @@ impl SpendGuard {
 
     /// [`Self::spent`] as of `now`.
     pub fn spent_at(&self, key: &str, now: Instant) -> u64 {
-        let Ok(mut map) = self.spent.lock() else { return 0 };
-        let Some(entries) = map.get_mut(key) else { return 0 };
+        let Ok(mut map) = self.spent.lock() else {
+            return 0;
+        };
+        let Some(entries) = map.get_mut(key) else {
+            return 0;
+        };
         prune(entries, now, self.window);
         entries.iter().map(|(_, n)| n).sum()
     }
@@ -117,7 +125,12 @@ pub struct BreakerSnapshot {
 
 impl Default for BreakerSnapshot {
     fn default() -> Self {
-        Self { state: BreakerState::Closed, consecutive_failures: 0, opened_at_ms: None, last_error: None }
+        Self {
+            state: BreakerState::Closed,
+            consecutive_failures: 0,
+            opened_at_ms: None,
+            last_error: None,
+        }
     }
 }
 
@@ -145,13 +158,21 @@ pub struct CircuitBreaker {
 }
 
 fn epoch_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl CircuitBreaker {
     /// An in-memory breaker: opens after `threshold` consecutive failures for `cooldown`.
     pub fn new(threshold: u32, cooldown: Duration) -> Self {
-        Self { threshold: threshold.max(1), cooldown, path: None, state: Mutex::new(BreakerSnapshot::default()) }
+        Self {
+            threshold: threshold.max(1),
+            cooldown,
+            path: None,
+            state: Mutex::new(BreakerSnapshot::default()),
+        }
     }
 
     /// A breaker persisted at `path`, loading the state a previous process left there. A
@@ -172,11 +193,19 @@ impl CircuitBreaker {
         };
         // A probe that was in flight when the process died never finished: count it as open.
         let snapshot = if snapshot.state == BreakerState::HalfOpen {
-            BreakerSnapshot { state: BreakerState::Open, ..snapshot }
+            BreakerSnapshot {
+                state: BreakerState::Open,
+                ..snapshot
+            }
         } else {
             snapshot
         };
-        Self { threshold: threshold.max(1), cooldown, path: Some(path), state: Mutex::new(snapshot) }
+        Self {
+            threshold: threshold.max(1),
+            cooldown,
+            path: Some(path),
+            state: Mutex::new(snapshot),
+        }
     }
 
     /// The current state.
@@ -191,7 +220,9 @@ impl CircuitBreaker {
 
     /// [`Self::decide`] at `now_ms` (epoch ms).
     pub fn decide_at(&self, now_ms: u64) -> BreakerDecision {
-        let Ok(mut s) = self.state.lock() else { return BreakerDecision::Allow };
+        let Ok(mut s) = self.state.lock() else {
+            return BreakerDecision::Allow;
+        };
         match s.state {
             BreakerState::Closed => BreakerDecision::Allow,
             BreakerState::HalfOpen => BreakerDecision::Refuse { retry_in_ms: 0 },
@@ -203,7 +234,9 @@ impl CircuitBreaker {
                     self.persist(&s);
                     BreakerDecision::Probe
                 } else {
-                    BreakerDecision::Refuse { retry_in_ms: ready_at - now_ms }
+                    BreakerDecision::Refuse {
+                        retry_in_ms: ready_at - now_ms,
+                    }
                 }
             }
         }
@@ -232,7 +265,11 @@ impl CircuitBreaker {
         s.last_error = Some(error.to_owned());
         if s.state == BreakerState::HalfOpen || s.consecutive_failures >= self.threshold {
             if s.state != BreakerState::Open {
-                tracing::warn!(failures = s.consecutive_failures, error, "summarizer circuit breaker opened");
+                tracing::warn!(
+                    failures = s.consecutive_failures,
+                    error,
+                    "summarizer circuit breaker opened"
+                );
             }
             s.state = BreakerState::Open;
             s.opened_at_ms = Some(now_ms);
@@ -293,9 +330,15 @@ mod tests {
         b.on_failure_at("503", 0);
         assert_eq!(b.decide_at(1), BreakerDecision::Allow);
         b.on_failure_at("503", 10);
-        assert_eq!(b.decide_at(500), BreakerDecision::Refuse { retry_in_ms: 510 });
+        assert_eq!(
+            b.decide_at(500),
+            BreakerDecision::Refuse { retry_in_ms: 510 }
+        );
         assert_eq!(b.decide_at(1010), BreakerDecision::Probe);
-        assert_eq!(b.decide_at(1011), BreakerDecision::Refuse { retry_in_ms: 0 });
+        assert_eq!(
+            b.decide_at(1011),
+            BreakerDecision::Refuse { retry_in_ms: 0 }
+        );
         b.on_failure_at("503", 1020);
         assert!(matches!(b.decide_at(1500), BreakerDecision::Refuse { .. }));
         assert_eq!(b.decide_at(2020), BreakerDecision::Probe);

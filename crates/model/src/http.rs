@@ -76,7 +76,10 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// No retries at all.
     pub fn none() -> Self {
-        Self { max_retries: 0, ..Self::default() }
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
     }
 
     /// The delay before retry number `retry` (1-based) after `error`, or `None` when the error
@@ -85,7 +88,11 @@ impl RetryPolicy {
         if retry > self.max_retries || !error.is_transient() {
             return None;
         }
-        if let ModelError::RateLimited { retry_after: Some(after), .. } = error {
+        if let ModelError::RateLimited {
+            retry_after: Some(after),
+            ..
+        } = error
+        {
             return (*after <= self.max_retry_after).then_some(*after);
         }
         let factor = 2u32.saturating_pow(retry.saturating_sub(1));
@@ -116,16 +123,28 @@ pub struct HttpSettings {
 
 impl Default for HttpSettings {
     fn default() -> Self {
-        Self { connect_timeout: Duration::from_secs(10), timeout: Duration::from_secs(600), retry: RetryPolicy::default() }
+        Self {
+            connect_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(600),
+            retry: RetryPolicy::default(),
+        }
     }
 }
 
 /// Builds the reqwest client for a provider.
-pub(crate) fn build_client(settings: &HttpSettings, provider: &str) -> Result<reqwest::Client, ModelError> {
+pub(crate) fn build_client(
+    settings: &HttpSettings,
+    provider: &str,
+) -> Result<reqwest::Client, ModelError> {
     reqwest::Client::builder()
         .connect_timeout(settings.connect_timeout)
         .build()
-        .map_err(|e| ModelError::config(format!("models.providers.{provider}"), format!("cannot build HTTP client: {e}")))
+        .map_err(|e| {
+            ModelError::config(
+                format!("models.providers.{provider}"),
+                format!("cannot build HTTP client: {e}"),
+            )
+        })
 }
 
 /// Runs `attempt` under the retry policy, the per-attempt timeout and cancellation.
@@ -155,15 +174,28 @@ where
             Ok(Err(e)) => e,
             Err(_) => ModelError::Unavailable {
                 provider: provider.to_owned(),
-                message: format!("no complete response within {} ms", settings.timeout.as_millis()),
+                message: format!(
+                    "no complete response within {} ms",
+                    settings.timeout.as_millis()
+                ),
                 status: None,
                 timeout: true,
             },
         };
-        let delay = if sink.has_sent() { None } else { settings.retry.delay_for(number, &error) };
-        let Some(delay) = delay else { return Err(error) };
+        let delay = if sink.has_sent() {
+            None
+        } else {
+            settings.retry.delay_for(number, &error)
+        };
+        let Some(delay) = delay else {
+            return Err(error);
+        };
         tracing::warn!(provider, attempt = number, delay_ms = delay.as_millis() as u64, error = %error, "model call failed; retrying");
-        sink.emit(StreamEvent::Retry { attempt: number, delay_ms: delay.as_millis() as u64, reason: error.to_string() });
+        sink.emit(StreamEvent::Retry {
+            attempt: number,
+            delay_ms: delay.as_millis() as u64,
+            reason: error.to_string(),
+        });
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(ModelError::Aborted),
@@ -174,16 +206,31 @@ where
 }
 
 /// Sends a request and turns transport failures and non-2xx statuses into [`ModelError`]s.
-pub(crate) async fn send(provider: &str, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ModelError> {
-    let response = request.send().await.map_err(|e| transport_error(provider, &e))?;
+pub(crate) async fn send(
+    provider: &str,
+    request: reqwest::RequestBuilder,
+) -> Result<reqwest::Response, ModelError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| transport_error(provider, &e))?;
     let status = response.status();
     if status.is_success() {
         return Ok(response);
     }
-    let retry_after =
-        parse_retry_after(response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()));
+    let retry_after = parse_retry_after(
+        response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()),
+    );
     let body = response.text().await.unwrap_or_default();
-    Err(classify_http_error(provider, status.as_u16(), retry_after, &body))
+    Err(classify_http_error(
+        provider,
+        status.as_u16(),
+        retry_after,
+        &body,
+    ))
 }
 
 /// A transport-level failure: connect errors and timeouts are `Unavailable`; a body that broke
@@ -191,17 +238,36 @@ pub(crate) async fn send(provider: &str, request: reqwest::RequestBuilder) -> Re
 pub(crate) fn transport_error(provider: &str, e: &reqwest::Error) -> ModelError {
     let provider = provider.to_owned();
     if e.is_timeout() {
-        ModelError::Unavailable { provider, message: e.to_string(), status: None, timeout: true }
+        ModelError::Unavailable {
+            provider,
+            message: e.to_string(),
+            status: None,
+            timeout: true,
+        }
     } else if e.is_connect() || e.is_request() {
-        ModelError::Unavailable { provider, message: format!("cannot reach the provider: {e}"), status: None, timeout: false }
+        ModelError::Unavailable {
+            provider,
+            message: format!("cannot reach the provider: {e}"),
+            status: None,
+            timeout: false,
+        }
     } else {
-        ModelError::BadResponse { provider, message: format!("response broke off: {e}") }
+        ModelError::BadResponse {
+            provider,
+            message: format!("response broke off: {e}"),
+        }
     }
 }
 
 /// Reads a whole JSON body.
-pub(crate) async fn read_json(provider: &str, response: reqwest::Response) -> Result<serde_json::Value, ModelError> {
-    let body = response.text().await.map_err(|e| transport_error(provider, &e))?;
+pub(crate) async fn read_json(
+    provider: &str,
+    response: reqwest::Response,
+) -> Result<serde_json::Value, ModelError> {
+    let body = response
+        .text()
+        .await
+        .map_err(|e| transport_error(provider, &e))?;
     serde_json::from_str(&body).map_err(|e| ModelError::BadResponse {
         provider: provider.to_owned(),
         message: format!("response is not JSON ({e}): {}", excerpt(&body)),
@@ -218,7 +284,11 @@ pub(crate) struct SseEvent {
 
 /// Reads an SSE body, handing each event to `on_event` until it returns `Ok(true)` (done) or the
 /// stream ends. Returns whether `on_event` declared the stream done.
-pub(crate) async fn read_sse<F>(provider: &str, response: reqwest::Response, mut on_event: F) -> Result<bool, ModelError>
+pub(crate) async fn read_sse<F>(
+    provider: &str,
+    response: reqwest::Response,
+    mut on_event: F,
+) -> Result<bool, ModelError>
 where
     F: FnMut(SseEvent) -> Result<bool, ModelError>,
 {
@@ -229,7 +299,10 @@ where
             provider: provider.to_owned(),
             message: format!("event stream broke off: {e}"),
         })?;
-        if on_event(SseEvent { event: ev.event, data: ev.data })? {
+        if on_event(SseEvent {
+            event: ev.event,
+            data: ev.data,
+        })? {
             return Ok(true);
         }
     }
@@ -237,7 +310,10 @@ where
 }
 
 /// Parses one SSE data payload as JSON, keeping the payload in the error.
-pub(crate) fn parse_event_json(provider: &str, data: &str) -> Result<serde_json::Value, ModelError> {
+pub(crate) fn parse_event_json(
+    provider: &str,
+    data: &str,
+) -> Result<serde_json::Value, ModelError> {
     serde_json::from_str(data).map_err(|e| ModelError::BadResponse {
         provider: provider.to_owned(),
         message: format!("stream event is not JSON ({e}): {}", excerpt(data)),
@@ -246,7 +322,11 @@ pub(crate) fn parse_event_json(provider: &str, data: &str) -> Result<serde_json:
 
 /// Joins a base URL and a path without doubling or dropping the slash.
 pub(crate) fn join_url(base: &str, path: &str) -> String {
-    format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    )
 }
 
 #[cfg(test)]
@@ -254,23 +334,51 @@ mod tests {
     use super::*;
 
     fn unavailable() -> ModelError {
-        ModelError::Unavailable { provider: "p".into(), message: "503".into(), status: Some(503), timeout: false }
+        ModelError::Unavailable {
+            provider: "p".into(),
+            message: "503".into(),
+            status: Some(503),
+            timeout: false,
+        }
     }
 
     #[test]
     fn backoff_doubles_and_is_bounded() {
-        let p = RetryPolicy { jitter: false, max_retries: 4, base_delay: Duration::from_millis(100), max_delay: Duration::from_millis(250), ..RetryPolicy::default() };
-        assert_eq!(p.delay_for(1, &unavailable()), Some(Duration::from_millis(100)));
-        assert_eq!(p.delay_for(2, &unavailable()), Some(Duration::from_millis(200)));
-        assert_eq!(p.delay_for(3, &unavailable()), Some(Duration::from_millis(250)));
+        let p = RetryPolicy {
+            jitter: false,
+            max_retries: 4,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(250),
+            ..RetryPolicy::default()
+        };
+        assert_eq!(
+            p.delay_for(1, &unavailable()),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(
+            p.delay_for(2, &unavailable()),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(
+            p.delay_for(3, &unavailable()),
+            Some(Duration::from_millis(250))
+        );
         assert_eq!(p.delay_for(5, &unavailable()), None);
         assert_eq!(p.delay_for(1, &ModelError::Aborted), None);
     }
 
     #[test]
     fn retry_after_is_honored_up_to_the_cap() {
-        let p = RetryPolicy { jitter: false, max_retry_after: Duration::from_secs(5), ..RetryPolicy::default() };
-        let rl = |s| ModelError::RateLimited { provider: "p".into(), message: "slow".into(), retry_after: Some(Duration::from_secs(s)) };
+        let p = RetryPolicy {
+            jitter: false,
+            max_retry_after: Duration::from_secs(5),
+            ..RetryPolicy::default()
+        };
+        let rl = |s| ModelError::RateLimited {
+            provider: "p".into(),
+            message: "slow".into(),
+            retry_after: Some(Duration::from_secs(s)),
+        };
         assert_eq!(p.delay_for(1, &rl(3)), Some(Duration::from_secs(3)));
         assert_eq!(p.delay_for(1, &rl(60)), None);
     }
@@ -279,7 +387,10 @@ mod tests {
     fn jitter_stays_within_half_and_full() {
         for _ in 0..50 {
             let d = jittered(Duration::from_millis(1000));
-            assert!(d >= Duration::from_millis(500) && d <= Duration::from_millis(1000), "{d:?}");
+            assert!(
+                d >= Duration::from_millis(500) && d <= Duration::from_millis(1000),
+                "{d:?}"
+            );
         }
     }
 
@@ -292,7 +403,13 @@ mod tests {
 
     #[test]
     fn urls_join_cleanly() {
-        assert_eq!(join_url("http://h/v1/", "/chat/completions"), "http://h/v1/chat/completions");
-        assert_eq!(join_url("http://h/v1", "chat/completions"), "http://h/v1/chat/completions");
+        assert_eq!(
+            join_url("http://h/v1/", "/chat/completions"),
+            "http://h/v1/chat/completions"
+        );
+        assert_eq!(
+            join_url("http://h/v1", "chat/completions"),
+            "http://h/v1/chat/completions"
+        );
     }
 }

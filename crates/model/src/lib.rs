@@ -27,7 +27,9 @@ mod types;
 mod wire;
 
 pub use anthropic::AnthropicProvider;
-pub use config::{process_env, ApiKind, KeySource, ModelSpec, ModelsConfig, ProviderConfig, ResolvedModel};
+pub use config::{
+    process_env, ApiKind, KeySource, ModelSpec, ModelsConfig, ProviderConfig, ResolvedModel,
+};
 pub use error::ModelError;
 pub use guard::{BreakerDecision, BreakerSnapshot, BreakerState, CircuitBreaker, SpendGuard};
 pub use http::{ApiKey, HttpSettings, RetryPolicy};

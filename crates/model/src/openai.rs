@@ -16,7 +16,9 @@ use crate::error::{classify_stream_error, excerpt};
 use crate::http::{self, ApiKey, HttpSettings};
 use crate::types::{MessageParts, Sink};
 use crate::wire::{bash_text, content_text, summary_text};
-use crate::{Completion, CompletionRequest, EventSender, ModelError, ModelProvider, StopReason, StreamEvent};
+use crate::{
+    Completion, CompletionRequest, EventSender, ModelError, ModelProvider, StopReason, StreamEvent,
+};
 
 /// The API family string for this provider.
 pub const OPENAI_API: &str = "openai-completions";
@@ -36,10 +38,22 @@ pub struct OpenAiProvider {
 
 impl OpenAiProvider {
     /// A provider with id `id` at `base_url` (e.g. `http://127.0.0.1:8000/v1`).
-    pub fn new(id: impl Into<String>, base_url: impl Into<String>, api_key: Option<ApiKey>, settings: HttpSettings) -> Result<Self, ModelError> {
+    pub fn new(
+        id: impl Into<String>,
+        base_url: impl Into<String>,
+        api_key: Option<ApiKey>,
+        settings: HttpSettings,
+    ) -> Result<Self, ModelError> {
         let id = id.into();
         let client = http::build_client(&settings, &id)?;
-        Ok(Self { id, base_url: base_url.into(), api_key, max_tokens_field: "max_tokens".into(), settings, client })
+        Ok(Self {
+            id,
+            base_url: base_url.into(),
+            api_key,
+            max_tokens_field: "max_tokens".into(),
+            settings,
+            client,
+        })
     }
 
     /// Sends the output limit under another name (`max_completion_tokens` for OpenAI reasoning
@@ -75,9 +89,16 @@ impl OpenAiProvider {
         Value::Object(body)
     }
 
-    async fn attempt(&self, request: &CompletionRequest, sink: &Sink<'_>) -> Result<Completion, ModelError> {
+    async fn attempt(
+        &self,
+        request: &CompletionRequest,
+        sink: &Sink<'_>,
+    ) -> Result<Completion, ModelError> {
         let stream = sink.is_streaming();
-        let mut builder = self.client.post(http::join_url(&self.base_url, "chat/completions")).json(&self.request_body(request, stream));
+        let mut builder = self
+            .client
+            .post(http::join_url(&self.base_url, "chat/completions"))
+            .json(&self.request_body(request, stream));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose());
         }
@@ -90,7 +111,11 @@ impl OpenAiProvider {
         Ok(parts.into_completion(OPENAI_API, &self.id, &request.model))
     }
 
-    async fn read_stream(&self, response: reqwest::Response, sink: &Sink<'_>) -> Result<MessageParts, ModelError> {
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        sink: &Sink<'_>,
+    ) -> Result<MessageParts, ModelError> {
         let mut acc = StreamAccumulator::default();
         let done = http::read_sse(&self.id, response, |ev| {
             let data = ev.data.trim();
@@ -102,7 +127,10 @@ impl OpenAiProvider {
             }
             let chunk = http::parse_event_json(&self.id, data)?;
             if let Some(err) = chunk.get("error") {
-                return Err(classify_stream_error(&self.id, &json!({"error": err}).to_string()));
+                return Err(classify_stream_error(
+                    &self.id,
+                    &json!({"error": err}).to_string(),
+                ));
             }
             acc.push(&chunk, sink);
             Ok(false)
@@ -111,11 +139,17 @@ impl OpenAiProvider {
         if !done && acc.finish_reason.is_none() {
             return Err(ModelError::BadResponse {
                 provider: self.id.clone(),
-                message: format!("stream ended before the reply was finished; received so far: {}", excerpt(&acc.text)),
+                message: format!(
+                    "stream ended before the reply was finished; received so far: {}",
+                    excerpt(&acc.text)
+                ),
             });
         }
         let parts = acc.into_parts(&self.id)?;
-        sink.emit(StreamEvent::Done { stop_reason: parts.stop_reason, usage: crate::types::finish_usage(parts.usage.clone()) });
+        sink.emit(StreamEvent::Done {
+            stop_reason: parts.stop_reason,
+            usage: crate::types::finish_usage(parts.usage.clone()),
+        });
         Ok(parts)
     }
 }
@@ -130,9 +164,17 @@ impl ModelProvider for OpenAiProvider {
         OPENAI_API
     }
 
-    async fn complete(&self, request: CompletionRequest, events: Option<&EventSender>, cancel: &CancellationToken) -> Result<Completion, ModelError> {
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        events: Option<&EventSender>,
+        cancel: &CancellationToken,
+    ) -> Result<Completion, ModelError> {
         let sink = Sink::new(events);
-        http::run_with_retry(&self.id, &self.settings, &sink, cancel, || self.attempt(&request, &sink)).await
+        http::run_with_retry(&self.id, &self.settings, &sink, cancel, || {
+            self.attempt(&request, &sink)
+        })
+        .await
     }
 }
 
@@ -144,8 +186,12 @@ pub(crate) fn to_wire_messages(request: &CompletionRequest) -> Vec<Value> {
     }
     for message in &request.messages {
         match message {
-            AgentMessage::User(m) => out.push(json!({"role": "user", "content": user_content(&m.content)})),
-            AgentMessage::Custom(m) => out.push(json!({"role": "user", "content": user_content(&m.content)})),
+            AgentMessage::User(m) => {
+                out.push(json!({"role": "user", "content": user_content(&m.content)}))
+            }
+            AgentMessage::Custom(m) => {
+                out.push(json!({"role": "user", "content": user_content(&m.content)}))
+            }
             AgentMessage::Assistant(m) => {
                 let mut text = String::new();
                 let mut calls = Vec::new();
@@ -165,7 +211,14 @@ pub(crate) fn to_wire_messages(request: &CompletionRequest) -> Vec<Value> {
                 }
                 let mut wire = JsonMap::new();
                 wire.insert("role".into(), json!("assistant"));
-                wire.insert("content".into(), if text.is_empty() { Value::Null } else { Value::String(text) });
+                wire.insert(
+                    "content".into(),
+                    if text.is_empty() {
+                        Value::Null
+                    } else {
+                        Value::String(text)
+                    },
+                );
                 if !calls.is_empty() {
                     wire.insert("tool_calls".into(), Value::Array(calls));
                 }
@@ -174,11 +227,15 @@ pub(crate) fn to_wire_messages(request: &CompletionRequest) -> Vec<Value> {
             AgentMessage::ToolResult(m) => {
                 out.push(json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": content_text(&m.content)}));
             }
-            AgentMessage::BashExecution(m) => out.push(json!({"role": "user", "content": bash_text(m)})),
+            AgentMessage::BashExecution(m) => {
+                out.push(json!({"role": "user", "content": bash_text(m)}))
+            }
             AgentMessage::CompactionSummary(_) | AgentMessage::BranchSummary(_) => {
                 out.push(json!({"role": "user", "content": summary_text(message)}))
             }
-            AgentMessage::Other(_) => out.push(json!({"role": "user", "content": message.plain_text()})),
+            AgentMessage::Other(_) => {
+                out.push(json!({"role": "user", "content": message.plain_text()}))
+            }
         }
     }
     out
@@ -221,7 +278,10 @@ fn finish_reason(reason: Option<&str>) -> (StopReason, Option<String>) {
         Some("stop") | None => (StopReason::Stop, None),
         Some("length") => (StopReason::Length, None),
         Some("tool_calls") | Some("function_call") => (StopReason::ToolUse, None),
-        Some("content_filter") => (StopReason::Error, Some("the provider's content filter stopped the reply".into())),
+        Some("content_filter") => (
+            StopReason::Error,
+            Some("the provider's content filter stopped the reply".into()),
+        ),
         // Servers invent their own values ("eos", "end_turn"): a finished reply all the same.
         Some(_) => (StopReason::Stop, None),
     }
@@ -230,7 +290,9 @@ fn finish_reason(reason: Option<&str>) -> (StopReason, Option<String>) {
 /// Usage from an OpenAI `usage` object. Cached prompt tokens are reported as `cacheRead` and
 /// not counted again in `input`.
 fn parse_usage(v: Option<&Value>) -> Usage {
-    let Some(u) = v.filter(|u| u.is_object()) else { return Usage::default() };
+    let Some(u) = v.filter(|u| u.is_object()) else {
+        return Usage::default();
+    };
     let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
     let prompt = n(u.get("prompt_tokens"));
     let cached = n(u.pointer("/prompt_tokens_details/cached_tokens"));
@@ -250,37 +312,93 @@ fn parse_arguments(provider: &str, name: &str, raw: &str) -> Result<Value, Model
     }
     serde_json::from_str(raw).map_err(|e| ModelError::BadResponse {
         provider: provider.to_owned(),
-        message: format!("arguments of tool call `{name}` are not JSON ({e}): {}", excerpt(raw)),
+        message: format!(
+            "arguments of tool call `{name}` are not JSON ({e}): {}",
+            excerpt(raw)
+        ),
     })
 }
 
 fn tool_call(id: String, name: String, arguments: Value) -> ContentBlock {
-    ContentBlock::ToolCall(ToolCall { id, name, arguments, thought_signature: None, extra: JsonMap::new() })
+    ContentBlock::ToolCall(ToolCall {
+        id,
+        name,
+        arguments,
+        thought_signature: None,
+        extra: JsonMap::new(),
+    })
 }
 
 /// Parses a non-streaming response.
 fn parse_response(provider: &str, v: &Value) -> Result<MessageParts, ModelError> {
     if let Some(err) = v.get("error") {
-        return Err(classify_stream_error(provider, &json!({"error": err}).to_string()));
+        return Err(classify_stream_error(
+            provider,
+            &json!({"error": err}).to_string(),
+        ));
     }
-    let bad = |what: &str| ModelError::BadResponse { provider: provider.to_owned(), message: format!("{what}: {}", excerpt(&v.to_string())) };
-    let choice = v.pointer("/choices/0").ok_or_else(|| bad("response has no choices"))?;
-    let message = choice.get("message").ok_or_else(|| bad("choice has no message"))?;
+    let bad = |what: &str| ModelError::BadResponse {
+        provider: provider.to_owned(),
+        message: format!("{what}: {}", excerpt(&v.to_string())),
+    };
+    let choice = v
+        .pointer("/choices/0")
+        .ok_or_else(|| bad("response has no choices"))?;
+    let message = choice
+        .get("message")
+        .ok_or_else(|| bad("choice has no message"))?;
     let mut blocks = Vec::new();
-    if let Some(r) = message.get("reasoning_content").and_then(Value::as_str).filter(|s| !s.is_empty()) {
-        blocks.push(ContentBlock::Thinking(clawctx_protocol::ThinkingContent { thinking: r.to_owned(), thinking_signature: None, extra: JsonMap::new() }));
+    if let Some(r) = message
+        .get("reasoning_content")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        blocks.push(ContentBlock::Thinking(clawctx_protocol::ThinkingContent {
+            thinking: r.to_owned(),
+            thinking_signature: None,
+            extra: JsonMap::new(),
+        }));
     }
-    if let Some(t) = message.get("content").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    if let Some(t) = message
+        .get("content")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
         blocks.push(ContentBlock::text(t));
     }
-    for call in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-        let name = call.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let raw = call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or_default();
-        let id = call.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
-        blocks.push(tool_call(id, name.clone(), parse_arguments(provider, &name, raw)?));
+    for call in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = call
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let raw = call
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        blocks.push(tool_call(
+            id,
+            name.clone(),
+            parse_arguments(provider, &name, raw)?,
+        ));
     }
-    let (mut stop_reason, error_message) = finish_reason(choice.get("finish_reason").and_then(Value::as_str));
-    if stop_reason == StopReason::Stop && blocks.iter().any(|b| matches!(b, ContentBlock::ToolCall(_))) {
+    let (mut stop_reason, error_message) =
+        finish_reason(choice.get("finish_reason").and_then(Value::as_str));
+    if stop_reason == StopReason::Stop
+        && blocks
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolCall(_)))
+    {
         stop_reason = StopReason::ToolUse;
     }
     Ok(MessageParts {
@@ -319,37 +437,77 @@ impl StreamAccumulator {
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(u.clone());
         }
-        let Some(choice) = chunk.pointer("/choices/0") else { return };
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return;
+        };
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
             self.finish_reason = Some(reason.to_owned());
         }
-        let Some(delta) = choice.get("delta") else { return };
+        let Some(delta) = choice.get("delta") else {
+            return;
+        };
         for key in ["reasoning_content", "reasoning"] {
-            if let Some(r) = delta.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            if let Some(r) = delta
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
                 self.thinking.push_str(r);
                 sink.emit(StreamEvent::ThinkingDelta(r.to_owned()));
             }
         }
-        if let Some(t) = delta.get("content").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        if let Some(t) = delta
+            .get("content")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
             self.text.push_str(t);
             sink.emit(StreamEvent::TextDelta(t.to_owned()));
         }
-        for (position, call) in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
-            let index = call.get("index").and_then(Value::as_u64).unwrap_or(position as u64);
+        for (position, call) in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let index = call
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
             let is_new = !self.calls.contains_key(&index);
             let entry = self.calls.entry(index).or_default();
-            if let Some(id) = call.get("id").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            if let Some(id) = call
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
                 entry.id = id.to_owned();
             }
-            if let Some(name) = call.pointer("/function/name").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            if let Some(name) = call
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
                 entry.name.push_str(name);
             }
             if is_new {
-                sink.emit(StreamEvent::ToolCallStart { index: index as usize, id: entry.id.clone(), name: entry.name.clone() });
+                sink.emit(StreamEvent::ToolCallStart {
+                    index: index as usize,
+                    id: entry.id.clone(),
+                    name: entry.name.clone(),
+                });
             }
-            if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            if let Some(args) = call
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
                 entry.arguments.push_str(args);
-                sink.emit(StreamEvent::ToolCallDelta { index: index as usize, fragment: args.to_owned() });
+                sink.emit(StreamEvent::ToolCallDelta {
+                    index: index as usize,
+                    fragment: args.to_owned(),
+                });
             }
         }
     }
@@ -357,7 +515,11 @@ impl StreamAccumulator {
     fn into_parts(self, provider: &str) -> Result<MessageParts, ModelError> {
         let mut blocks = Vec::new();
         if !self.thinking.is_empty() {
-            blocks.push(ContentBlock::Thinking(clawctx_protocol::ThinkingContent { thinking: self.thinking, thinking_signature: None, extra: JsonMap::new() }));
+            blocks.push(ContentBlock::Thinking(clawctx_protocol::ThinkingContent {
+                thinking: self.thinking,
+                thinking_signature: None,
+                extra: JsonMap::new(),
+            }));
         }
         if !self.text.is_empty() {
             blocks.push(ContentBlock::text(self.text));
@@ -371,7 +533,13 @@ impl StreamAccumulator {
         if stop_reason == StopReason::Stop && has_calls {
             stop_reason = StopReason::ToolUse;
         }
-        Ok(MessageParts { blocks, usage: parse_usage(self.usage.as_ref()), stop_reason, error_message, response_id: self.id })
+        Ok(MessageParts {
+            blocks,
+            usage: parse_usage(self.usage.as_ref()),
+            stop_reason,
+            error_message,
+            response_id: self.id,
+        })
     }
 }
 
@@ -385,14 +553,25 @@ mod tests {
         let mut assistant = AgentMessage::tool_call("c1", "read", json!({"path": "src/lib.rs"}));
         if let AgentMessage::Assistant(a) = &mut assistant {
             if let Content::Blocks(b) = &mut a.content {
-                b.insert(0, ContentBlock::Thinking(ThinkingContent { thinking: "secret plan".into(), thinking_signature: None, extra: JsonMap::new() }));
+                b.insert(
+                    0,
+                    ContentBlock::Thinking(ThinkingContent {
+                        thinking: "secret plan".into(),
+                        thinking_signature: None,
+                        extra: JsonMap::new(),
+                    }),
+                );
                 b.insert(1, ContentBlock::text("Reading."));
             }
         }
         let image_user = AgentMessage::User(clawctx_protocol::UserMessage {
             content: Content::Blocks(vec![
                 ContentBlock::text("what is this?"),
-                ContentBlock::Image(ImageContent { data: "QUJD".into(), mime_type: "image/png".into(), extra: JsonMap::new() }),
+                ContentBlock::Image(ImageContent {
+                    data: "QUJD".into(),
+                    mime_type: "image/png".into(),
+                    extra: JsonMap::new(),
+                }),
             ]),
             ..Default::default()
         });
@@ -403,7 +582,10 @@ mod tests {
             model: "m".into(),
             system_prompt: Some("sys".into()),
             messages: vec![
-                AgentMessage::CompactionSummary(SummaryMessage { summary: "S".into(), ..Default::default() }),
+                AgentMessage::CompactionSummary(SummaryMessage {
+                    summary: "S".into(),
+                    ..Default::default()
+                }),
                 image_user,
                 assistant,
                 AgentMessage::tool_result("c1", "read", "fn main() {}"),
@@ -414,18 +596,35 @@ mod tests {
         let wire = to_wire_messages(&request);
         assert_eq!(wire[0], json!({"role": "system", "content": "sys"}));
         assert_eq!(wire[1]["role"], "user");
-        assert!(wire[1]["content"].as_str().unwrap_or_default().contains("<summary>\nS\n</summary>"));
-        assert_eq!(wire[2]["content"][1]["image_url"]["url"], "data:image/png;base64,QUJD");
+        assert!(wire[1]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("<summary>\nS\n</summary>"));
+        assert_eq!(
+            wire[2]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,QUJD"
+        );
         assert_eq!(wire[3]["content"], "Reading.");
-        assert_eq!(wire[3]["tool_calls"][0]["function"]["arguments"], "{\"path\":\"src/lib.rs\"}");
+        assert_eq!(
+            wire[3]["tool_calls"][0]["function"]["arguments"],
+            "{\"path\":\"src/lib.rs\"}"
+        );
         assert!(!wire[3].to_string().contains("secret plan"));
-        assert_eq!(wire[4], json!({"role": "tool", "tool_call_id": "c1", "content": "fn main() {}"}));
+        assert_eq!(
+            wire[4],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "fn main() {}"})
+        );
         assert_eq!(wire[5], json!({"role": "user", "content": "be brief"}));
     }
 
     #[test]
     fn usage_splits_cached_tokens() {
-        let u = parse_usage(Some(&json!({"prompt_tokens": 100, "completion_tokens": 7, "total_tokens": 107, "prompt_tokens_details": {"cached_tokens": 40}})));
-        assert_eq!((u.input, u.output, u.cache_read, u.total_tokens), (60, 7, 40, 107));
+        let u = parse_usage(Some(
+            &json!({"prompt_tokens": 100, "completion_tokens": 7, "total_tokens": 107, "prompt_tokens_details": {"cached_tokens": 40}}),
+        ));
+        assert_eq!(
+            (u.input, u.output, u.cache_read, u.total_tokens),
+            (60, 7, 40, 107)
+        );
     }
 }

@@ -18,7 +18,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::types::{MessageParts, Sink};
-use crate::{Completion, CompletionRequest, EventSender, ModelError, ModelProvider, StopReason, StreamEvent};
+use crate::{
+    Completion, CompletionRequest, EventSender, ModelError, ModelProvider, StopReason, StreamEvent,
+};
 
 /// The API family string for this provider.
 pub const SCRIPTED_API: &str = "scripted";
@@ -46,6 +48,8 @@ pub struct ScriptedToolCall {
 }
 
 /// One scripted reply.
+// Scripts are short lists read once; boxing the larger variant would only complicate matching.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum ScriptedReply {
     /// A successful reply.
@@ -70,7 +74,14 @@ pub enum ScriptedReply {
 impl ScriptedReply {
     /// A plain text reply.
     pub fn text(text: impl Into<String>) -> Self {
-        ScriptedReply::Reply { content: text.into(), thinking: None, tool_calls: Vec::new(), usage: None, stop_reason: None, error_message: None }
+        ScriptedReply::Reply {
+            content: text.into(),
+            thinking: None,
+            tool_calls: Vec::new(),
+            usage: None,
+            stop_reason: None,
+            error_message: None,
+        }
     }
 
     /// Parses one script line (see the module docs for the shapes).
@@ -78,11 +89,22 @@ impl ScriptedReply {
         let obj = match value {
             Value::String(s) => return Ok(ScriptedReply::text(s.clone())),
             Value::Object(o) => o,
-            other => return Err(format!("a reply must be a string or an object, got {other}")),
+            other => {
+                return Err(format!(
+                    "a reply must be a string or an object, got {other}"
+                ))
+            }
         };
         if let Some(err) = obj.get("error") {
-            let kind = err.get("kind").and_then(Value::as_str).ok_or("`error.kind` must be a string")?;
-            let message = err.get("message").and_then(Value::as_str).unwrap_or("scripted failure").to_owned();
+            let kind = err
+                .get("kind")
+                .and_then(Value::as_str)
+                .ok_or("`error.kind` must be a string")?;
+            let message = err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("scripted failure")
+                .to_owned();
             return error_of_kind(kind, message, err).map(ScriptedReply::Error);
         }
         let content = match obj.get("content") {
@@ -91,29 +113,51 @@ impl ScriptedReply {
             Some(other) => return Err(format!("`content` must be a string, got {other}")),
         };
         let mut tool_calls = Vec::new();
-        for call in obj.get("toolCalls").and_then(Value::as_array).into_iter().flatten() {
-            let name = call.get("name").and_then(Value::as_str).ok_or("every tool call needs a `name`")?;
+        for call in obj
+            .get("toolCalls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = call
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or("every tool call needs a `name`")?;
             tool_calls.push(ScriptedToolCall {
                 id: call.get("id").and_then(Value::as_str).map(str::to_owned),
                 name: name.to_owned(),
-                arguments: call.get("arguments").cloned().unwrap_or_else(|| Value::Object(JsonMap::new())),
+                arguments: call
+                    .get("arguments")
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(JsonMap::new())),
             });
         }
         let usage = match obj.get("usage") {
             None | Some(Value::Null) => None,
-            Some(u) => Some(serde_json::from_value::<Usage>(u.clone()).map_err(|e| format!("invalid `usage`: {e}"))?),
+            Some(u) => Some(
+                serde_json::from_value::<Usage>(u.clone())
+                    .map_err(|e| format!("invalid `usage`: {e}"))?,
+            ),
         };
         let stop_reason = match obj.get("stopReason").and_then(Value::as_str) {
             None => None,
-            Some(s) => Some(StopReason::parse(s).ok_or_else(|| format!("unknown stopReason `{s}`"))?),
+            Some(s) => {
+                Some(StopReason::parse(s).ok_or_else(|| format!("unknown stopReason `{s}`"))?)
+            }
         };
         Ok(ScriptedReply::Reply {
             content,
-            thinking: obj.get("thinking").and_then(Value::as_str).map(str::to_owned),
+            thinking: obj
+                .get("thinking")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             tool_calls,
             usage,
             stop_reason,
-            error_message: obj.get("errorMessage").and_then(Value::as_str).map(str::to_owned),
+            error_message: obj
+                .get("errorMessage")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
         })
     }
 }
@@ -160,7 +204,12 @@ struct ScriptState {
 impl ScriptedProvider {
     /// A provider replying with `replies` in order.
     pub fn new(replies: Vec<ScriptedReply>, exhaustion: Exhaustion) -> Self {
-        Self { id: "scripted".into(), replies, exhaustion, state: Mutex::new(ScriptState::default()) }
+        Self {
+            id: "scripted".into(),
+            replies,
+            exhaustion,
+            state: Mutex::new(ScriptState::default()),
+        }
     }
 
     /// Text replies, in order.
@@ -169,7 +218,10 @@ impl ScriptedProvider {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self::new(texts.into_iter().map(ScriptedReply::text).collect(), Exhaustion::Error)
+        Self::new(
+            texts.into_iter().map(ScriptedReply::text).collect(),
+            Exhaustion::Error,
+        )
     }
 
     /// Parses a JSONL script (blank lines ignored). Errors name the line.
@@ -179,17 +231,22 @@ impl ScriptedProvider {
             if line.trim().is_empty() {
                 continue;
             }
-            let value: Value = serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
-            replies.push(ScriptedReply::from_json(&value).map_err(|e| format!("line {}: {e}", i + 1))?);
+            let value: Value =
+                serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
+            replies.push(
+                ScriptedReply::from_json(&value).map_err(|e| format!("line {}: {e}", i + 1))?,
+            );
         }
         Ok(replies)
     }
 
     /// Reads a JSONL script file.
     pub fn from_file(path: &Path, exhaustion: Exhaustion) -> Result<Self, ModelError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ModelError::config("script", format!("cannot read {}: {e}", path.display())))?;
-        let replies = Self::parse_script(&text).map_err(|e| ModelError::config("script", format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ModelError::config("script", format!("cannot read {}: {e}", path.display()))
+        })?;
+        let replies = Self::parse_script(&text)
+            .map_err(|e| ModelError::config("script", format!("{}: {e}", path.display())))?;
         Ok(Self::new(replies, exhaustion))
     }
 
@@ -201,7 +258,10 @@ impl ScriptedProvider {
 
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<CompletionRequest> {
-        self.state.lock().map(|s| s.requests.clone()).unwrap_or_default()
+        self.state
+            .lock()
+            .map(|s| s.requests.clone())
+            .unwrap_or_default()
     }
 
     /// How many replies (including scripted errors) have been served.
@@ -209,7 +269,10 @@ impl ScriptedProvider {
         self.state.lock().map(|s| s.served).unwrap_or(0)
     }
 
-    fn next_reply(&self, request: &CompletionRequest) -> Result<(usize, ScriptedReply), ModelError> {
+    fn next_reply(
+        &self,
+        request: &CompletionRequest,
+    ) -> Result<(usize, ScriptedReply), ModelError> {
         let mut state = self.state.lock().map_err(|_| ModelError::BadResponse {
             provider: self.id.clone(),
             message: "script state poisoned by an earlier panic".into(),
@@ -221,7 +284,10 @@ impl ScriptedProvider {
             } else {
                 return Err(ModelError::BadResponse {
                     provider: self.id.clone(),
-                    message: format!("script exhausted: all {} scripted replies were used", self.replies.len()),
+                    message: format!(
+                        "script exhausted: all {} scripted replies were used",
+                        self.replies.len()
+                    ),
                 });
             }
         }
@@ -235,9 +301,19 @@ impl ScriptedProvider {
 /// Deterministic usage for a scripted reply: the one estimator over what was sent and returned.
 fn estimate_usage(request: &CompletionRequest, blocks: &[ContentBlock]) -> Usage {
     let input = clawctx_tokens::messages_tokens(&request.messages)
-        + request.system_prompt.as_deref().map(clawctx_tokens::text_tokens).unwrap_or(0);
-    let output = clawctx_tokens::content_tokens(&clawctx_protocol::Content::Blocks(blocks.to_vec()));
-    Usage { input, output, total_tokens: input + output, ..Usage::default() }
+        + request
+            .system_prompt
+            .as_deref()
+            .map(clawctx_tokens::text_tokens)
+            .unwrap_or(0);
+    let output =
+        clawctx_tokens::content_tokens(&clawctx_protocol::Content::Blocks(blocks.to_vec()));
+    Usage {
+        input,
+        output,
+        total_tokens: input + output,
+        ..Usage::default()
+    }
 }
 
 #[async_trait]
@@ -250,7 +326,12 @@ impl ModelProvider for ScriptedProvider {
         SCRIPTED_API
     }
 
-    async fn complete(&self, request: CompletionRequest, events: Option<&EventSender>, cancel: &CancellationToken) -> Result<Completion, ModelError> {
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        events: Option<&EventSender>,
+        cancel: &CancellationToken,
+    ) -> Result<Completion, ModelError> {
         if cancel.is_cancelled() {
             return Err(ModelError::Aborted);
         }
@@ -258,15 +339,31 @@ impl ModelProvider for ScriptedProvider {
         let (content, thinking, tool_calls, usage, stop_reason, error_message) = match reply {
             ScriptedReply::Error(ModelError::Aborted) => return Err(ModelError::Aborted),
             ScriptedReply::Error(e) => return Err(rename_provider(e, &self.id)),
-            ScriptedReply::Reply { content, thinking, tool_calls, usage, stop_reason, error_message } => {
-                (content, thinking, tool_calls, usage, stop_reason, error_message)
-            }
+            ScriptedReply::Reply {
+                content,
+                thinking,
+                tool_calls,
+                usage,
+                stop_reason,
+                error_message,
+            } => (
+                content,
+                thinking,
+                tool_calls,
+                usage,
+                stop_reason,
+                error_message,
+            ),
         };
         let sink = Sink::new(events);
         let mut blocks = Vec::new();
         if let Some(t) = thinking {
             sink.emit(StreamEvent::ThinkingDelta(t.clone()));
-            blocks.push(ContentBlock::Thinking(ThinkingContent { thinking: t, thinking_signature: None, extra: JsonMap::new() }));
+            blocks.push(ContentBlock::Thinking(ThinkingContent {
+                thinking: t,
+                thinking_signature: None,
+                extra: JsonMap::new(),
+            }));
         }
         if !content.is_empty() {
             sink.emit(StreamEvent::TextDelta(content.clone()));
@@ -275,14 +372,40 @@ impl ModelProvider for ScriptedProvider {
         let has_calls = !tool_calls.is_empty();
         for (i, call) in tool_calls.into_iter().enumerate() {
             let id = call.id.unwrap_or_else(|| format!("call_{number}_{i}"));
-            sink.emit(StreamEvent::ToolCallStart { index: i, id: id.clone(), name: call.name.clone() });
-            sink.emit(StreamEvent::ToolCallDelta { index: i, fragment: call.arguments.to_string() });
-            blocks.push(ContentBlock::ToolCall(ToolCall { id, name: call.name, arguments: call.arguments, thought_signature: None, extra: JsonMap::new() }));
+            sink.emit(StreamEvent::ToolCallStart {
+                index: i,
+                id: id.clone(),
+                name: call.name.clone(),
+            });
+            sink.emit(StreamEvent::ToolCallDelta {
+                index: i,
+                fragment: call.arguments.to_string(),
+            });
+            blocks.push(ContentBlock::ToolCall(ToolCall {
+                id,
+                name: call.name,
+                arguments: call.arguments,
+                thought_signature: None,
+                extra: JsonMap::new(),
+            }));
         }
         let usage = usage.unwrap_or_else(|| estimate_usage(&request, &blocks));
-        let stop_reason = stop_reason.unwrap_or(if has_calls { StopReason::ToolUse } else { StopReason::Stop });
-        sink.emit(StreamEvent::Done { stop_reason, usage: crate::types::finish_usage(usage.clone()) });
-        let parts = MessageParts { blocks, usage, stop_reason, error_message, response_id: None };
+        let stop_reason = stop_reason.unwrap_or(if has_calls {
+            StopReason::ToolUse
+        } else {
+            StopReason::Stop
+        });
+        sink.emit(StreamEvent::Done {
+            stop_reason,
+            usage: crate::types::finish_usage(usage.clone()),
+        });
+        let parts = MessageParts {
+            blocks,
+            usage,
+            stop_reason,
+            error_message,
+            response_id: None,
+        };
         Ok(parts.into_completion(SCRIPTED_API, &self.id, &request.model))
     }
 }
@@ -290,12 +413,53 @@ impl ModelProvider for ScriptedProvider {
 fn rename_provider(e: ModelError, id: &str) -> ModelError {
     let id = id.to_owned();
     match e {
-        ModelError::ContextOverflow { message, observed_tokens, .. } => ModelError::ContextOverflow { provider: id, message, observed_tokens },
-        ModelError::RateLimited { message, retry_after, .. } => ModelError::RateLimited { provider: id, message, retry_after },
-        ModelError::Auth { status, message, .. } => ModelError::Auth { provider: id, status, message },
-        ModelError::Unavailable { message, status, timeout, .. } => ModelError::Unavailable { provider: id, message, status, timeout },
-        ModelError::Rejected { status, message, .. } => ModelError::Rejected { provider: id, status, message },
-        ModelError::BadResponse { message, .. } => ModelError::BadResponse { provider: id, message },
+        ModelError::ContextOverflow {
+            message,
+            observed_tokens,
+            ..
+        } => ModelError::ContextOverflow {
+            provider: id,
+            message,
+            observed_tokens,
+        },
+        ModelError::RateLimited {
+            message,
+            retry_after,
+            ..
+        } => ModelError::RateLimited {
+            provider: id,
+            message,
+            retry_after,
+        },
+        ModelError::Auth {
+            status, message, ..
+        } => ModelError::Auth {
+            provider: id,
+            status,
+            message,
+        },
+        ModelError::Unavailable {
+            message,
+            status,
+            timeout,
+            ..
+        } => ModelError::Unavailable {
+            provider: id,
+            message,
+            status,
+            timeout,
+        },
+        ModelError::Rejected {
+            status, message, ..
+        } => ModelError::Rejected {
+            provider: id,
+            status,
+            message,
+        },
+        ModelError::BadResponse { message, .. } => ModelError::BadResponse {
+            provider: id,
+            message,
+        },
         other => other,
     }
 }
@@ -306,7 +470,11 @@ mod tests {
     use clawctx_protocol::AgentMessage;
 
     fn req() -> CompletionRequest {
-        CompletionRequest { model: "m".into(), messages: vec![AgentMessage::user("hello there")], ..Default::default() }
+        CompletionRequest {
+            model: "m".into(),
+            messages: vec![AgentMessage::user("hello there")],
+            ..Default::default()
+        }
     }
 
     #[tokio::test]
@@ -324,16 +492,23 @@ mod tests {
     #[tokio::test]
     async fn usage_is_estimated_deterministically() {
         let p = ScriptedProvider::from_texts(["Hello, world!"]);
-        let c = p.complete(req(), None, &CancellationToken::new()).await.unwrap();
+        let c = p
+            .complete(req(), None, &CancellationToken::new())
+            .await
+            .unwrap();
         let u = c.usage();
         assert_eq!(u.output, 4);
-        assert_eq!(u.input, clawctx_tokens::message_tokens(&AgentMessage::user("hello there")));
+        assert_eq!(
+            u.input,
+            clawctx_tokens::message_tokens(&AgentMessage::user("hello there"))
+        );
         assert_eq!(u.total_tokens, u.input + 4);
     }
 
     #[test]
     fn bad_lines_are_named() {
-        let e = ScriptedProvider::parse_script("\"ok\"\n{\"error\":{\"kind\":\"meteor\"}}").unwrap_err();
+        let e = ScriptedProvider::parse_script("\"ok\"\n{\"error\":{\"kind\":\"meteor\"}}")
+            .unwrap_err();
         assert!(e.starts_with("line 2:") && e.contains("meteor"), "{e}");
     }
 }

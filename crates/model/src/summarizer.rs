@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use clawctx_protocol::AgentMessage;
-use clawctx_summarize::{Summarizer, SummarizeError, Summary, SummaryKind, SummaryRequest};
+use clawctx_summarize::{SummarizeError, Summarizer, Summary, SummaryKind, SummaryRequest};
 use tokio_util::sync::CancellationToken;
 
 use crate::guard::{BreakerDecision, CircuitBreaker, SpendGuard};
@@ -49,7 +49,11 @@ pub fn summary_prompt(request: &SummaryRequest) -> SummaryPrompt {
     user.push_str("<conversation>\n");
     user.push_str(request.conversation.trim());
     user.push_str("\n</conversation>\n\n");
-    let previous = request.previous_summary.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let previous = request
+        .previous_summary
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
     if let Some(prev) = previous {
         user.push_str("<previous-summary>\n");
         user.push_str(prev);
@@ -60,18 +64,28 @@ pub fn summary_prompt(request: &SummaryRequest) -> SummaryPrompt {
         (SummaryKind::History, None) => HISTORY_PROMPT.to_owned(),
         (SummaryKind::TurnPrefix, _) => TURN_PREFIX_PROMPT.to_owned(),
         (SummaryKind::Leaf, _) => LEAF_PROMPT.to_owned(),
-        (SummaryKind::Condensed { depth }, _) => CONDENSED_PROMPT.replace("{depth}", &depth.to_string()),
+        (SummaryKind::Condensed { depth }, _) => {
+            CONDENSED_PROMPT.replace("{depth}", &depth.to_string())
+        }
     };
     user.push_str(instructions.trim());
     if previous.is_some() && request.kind != SummaryKind::History {
         user.push_str("\n\nThe notes in `<previous-summary>` are background only: summarize the transcript, not them.");
     }
-    if let Some(focus) = request.custom_instructions.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+    if let Some(focus) = request
+        .custom_instructions
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
         user.push_str("\n\nAdditional focus: ");
         user.push_str(focus);
     }
     user.push('\n');
-    SummaryPrompt { system: SYSTEM_PROMPT.trim().to_owned(), user }
+    SummaryPrompt {
+        system: SYSTEM_PROMPT.trim().to_owned(),
+        user,
+    }
 }
 
 /// A [`Summarizer`] that asks a model.
@@ -89,7 +103,10 @@ pub struct LlmSummarizer {
 
 impl std::fmt::Debug for LlmSummarizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmSummarizer").field("name", &self.name).field("session_key", &self.session_key).finish_non_exhaustive()
+        f.debug_struct("LlmSummarizer")
+            .field("name", &self.name)
+            .field("session_key", &self.session_key)
+            .finish_non_exhaustive()
     }
 }
 
@@ -135,11 +152,16 @@ impl LlmSummarizer {
 
     /// A view of this summarizer that charges the spend guard to `session_key`.
     pub fn for_session(&self, session_key: impl Into<String>) -> Self {
-        Self { session_key: session_key.into(), ..self.clone() }
+        Self {
+            session_key: session_key.into(),
+            ..self.clone()
+        }
     }
 
     fn check_breaker(&self) -> Result<(), SummarizeError> {
-        let Some(b) = &self.breaker else { return Ok(()) };
+        let Some(b) = &self.breaker else {
+            return Ok(());
+        };
         match b.decide() {
             BreakerDecision::Allow | BreakerDecision::Probe => Ok(()),
             BreakerDecision::Refuse { retry_in_ms } => {
@@ -157,10 +179,14 @@ impl LlmSummarizer {
     fn note_error(&self, e: &ModelError) {
         let Some(b) = &self.breaker else { return };
         match e {
-            ModelError::Auth { .. } | ModelError::Unavailable { .. } | ModelError::RateLimited { .. } => b.on_failure(&e.to_string()),
+            ModelError::Auth { .. }
+            | ModelError::Unavailable { .. }
+            | ModelError::RateLimited { .. } => b.on_failure(&e.to_string()),
             // The provider answered: it is up and accepts our key.
             ModelError::ContextOverflow { .. } | ModelError::Rejected { .. } => b.on_success(),
-            ModelError::BadResponse { .. } | ModelError::Aborted | ModelError::Config { .. } => b.on_neutral(),
+            ModelError::BadResponse { .. } | ModelError::Aborted | ModelError::Config { .. } => {
+                b.on_neutral()
+            }
         }
     }
 }
@@ -169,7 +195,9 @@ fn to_summarize_error(e: ModelError) -> SummarizeError {
     match e {
         ModelError::Aborted => SummarizeError::Aborted,
         ModelError::Auth { .. } => SummarizeError::Auth(e.to_string()),
-        ModelError::Unavailable { .. } | ModelError::RateLimited { .. } => SummarizeError::Unavailable(e.to_string()),
+        ModelError::Unavailable { .. } | ModelError::RateLimited { .. } => {
+            SummarizeError::Unavailable(e.to_string())
+        }
         other => SummarizeError::Failed(other.to_string()),
     }
 }
@@ -181,16 +209,25 @@ impl Summarizer for LlmSummarizer {
     }
 
     async fn summarize(&self, request: SummaryRequest) -> Result<Summary, SummarizeError> {
-        if request.conversation.trim().is_empty() && request.previous_summary.as_deref().is_none_or(|s| s.trim().is_empty()) {
-            return Err(SummarizeError::Failed("nothing to summarize: the conversation is empty".into()));
+        if request.conversation.trim().is_empty()
+            && request
+                .previous_summary
+                .as_deref()
+                .is_none_or(|s| s.trim().is_empty())
+        {
+            return Err(SummarizeError::Failed(
+                "nothing to summarize: the conversation is empty".into(),
+            ));
         }
         if self.cancel.is_cancelled() {
             return Err(SummarizeError::Aborted);
         }
         let prompt = summary_prompt(&request);
-        let estimated_input = clawctx_tokens::text_tokens(&prompt.system) + clawctx_tokens::text_tokens(&prompt.user);
+        let estimated_input =
+            clawctx_tokens::text_tokens(&prompt.system) + clawctx_tokens::text_tokens(&prompt.user);
         if let Some(g) = &self.spend_guard {
-            g.check(&self.session_key, estimated_input + request.max_tokens).map_err(SummarizeError::BudgetExhausted)?;
+            g.check(&self.session_key, estimated_input + request.max_tokens)
+                .map_err(SummarizeError::BudgetExhausted)?;
         }
         self.check_breaker()?;
         let completion_request = CompletionRequest {
@@ -201,7 +238,11 @@ impl Summarizer for LlmSummarizer {
             max_output_tokens: Some(request.max_tokens),
             temperature: self.temperature,
         };
-        let completion = match self.provider.complete(completion_request, None, &self.cancel).await {
+        let completion = match self
+            .provider
+            .complete(completion_request, None, &self.cancel)
+            .await
+        {
             Ok(c) => c,
             Err(e) => {
                 self.note_error(&e);
@@ -211,7 +252,10 @@ impl Summarizer for LlmSummarizer {
         let usage = completion.usage();
         if let Some(g) = &self.spend_guard {
             let spent = usage.input + usage.cache_read + usage.cache_write + usage.output;
-            g.record(&self.session_key, if spent == 0 { estimated_input } else { spent });
+            g.record(
+                &self.session_key,
+                if spent == 0 { estimated_input } else { spent },
+            );
         }
         match completion.stop_reason() {
             StopReason::Aborted => {
@@ -222,7 +266,11 @@ impl Summarizer for LlmSummarizer {
                 if let Some(b) = &self.breaker {
                     b.on_neutral();
                 }
-                let why = completion.message.error_message.clone().unwrap_or_else(|| "the model stopped with an error".into());
+                let why = completion
+                    .message
+                    .error_message
+                    .clone()
+                    .unwrap_or_else(|| "the model stopped with an error".into());
                 return Err(SummarizeError::Failed(why));
             }
             StopReason::Stop | StopReason::Length | StopReason::ToolUse => {}
@@ -232,8 +280,12 @@ impl Summarizer for LlmSummarizer {
         }
         let text = completion.text().trim().to_owned();
         if text.is_empty() {
-            let has_thinking =
-                completion.message.content.block_slice().iter().any(|b| matches!(b, clawctx_protocol::ContentBlock::Thinking(_)));
+            let has_thinking = completion
+                .message
+                .content
+                .block_slice()
+                .iter()
+                .any(|b| matches!(b, clawctx_protocol::ContentBlock::Thinking(_)));
             return Err(SummarizeError::Failed(if has_thinking {
                 "the model returned only reasoning and no summary text".into()
             } else {
@@ -245,7 +297,11 @@ impl Summarizer for LlmSummarizer {
             n => n,
         };
         let output_tokens = clawctx_tokens::text_tokens(&text);
-        Ok(Summary { text, input_tokens, output_tokens })
+        Ok(Summary {
+            text,
+            input_tokens,
+            output_tokens,
+        })
     }
 }
 
@@ -266,27 +322,54 @@ mod tests {
     #[test]
     fn history_prompt_has_the_required_structure() {
         let p = summary_prompt(&req(SummaryKind::History, None, None));
-        for heading in ["## Goal", "## Constraints & Preferences", "## Progress", "### Done", "### In Progress", "### Blocked", "## Key Decisions", "## Next Steps", "## Critical Context"] {
+        for heading in [
+            "## Goal",
+            "## Constraints & Preferences",
+            "## Progress",
+            "### Done",
+            "### In Progress",
+            "### Blocked",
+            "## Key Decisions",
+            "## Next Steps",
+            "## Critical Context",
+        ] {
             assert!(p.user.contains(heading), "missing {heading}");
         }
-        assert!(p.user.starts_with("<conversation>\n[User]: fix src/lib.rs\n</conversation>"));
+        assert!(p
+            .user
+            .starts_with("<conversation>\n[User]: fix src/lib.rs\n</conversation>"));
         assert!(!p.user.contains("<previous-summary>"));
         assert!(!p.user.contains("Additional focus"));
     }
 
     #[test]
     fn update_mode_and_focus() {
-        let p = summary_prompt(&req(SummaryKind::History, Some("## Goal\nold"), Some("keep the SQL")));
-        assert!(p.user.contains("<previous-summary>\n## Goal\nold\n</previous-summary>"));
+        let p = summary_prompt(&req(
+            SummaryKind::History,
+            Some("## Goal\nold"),
+            Some("keep the SQL"),
+        ));
+        assert!(p
+            .user
+            .contains("<previous-summary>\n## Goal\nold\n</previous-summary>"));
         assert!(p.user.contains(UPDATE_PROMPT.trim()));
-        assert!(p.user.trim_end().ends_with("Additional focus: keep the SQL"));
+        assert!(p
+            .user
+            .trim_end()
+            .ends_with("Additional focus: keep the SQL"));
     }
 
     #[test]
     fn kinds_pick_their_prompts() {
-        assert!(summary_prompt(&req(SummaryKind::TurnPrefix, None, None)).user.contains("## Original Request"));
-        assert!(summary_prompt(&req(SummaryKind::TurnPrefix, None, None)).user.contains("## Context for Suffix"));
-        assert!(summary_prompt(&req(SummaryKind::Leaf, None, None)).user.contains(LEAF_PROMPT.trim()));
+        assert!(summary_prompt(&req(SummaryKind::TurnPrefix, None, None))
+            .user
+            .contains("## Original Request"));
+        assert!(summary_prompt(&req(SummaryKind::TurnPrefix, None, None))
+            .user
+            .contains("## Context for Suffix"));
+        assert!(summary_prompt(&req(SummaryKind::Leaf, None, None))
+            .user
+            .contains(LEAF_PROMPT.trim()));
         let c = summary_prompt(&req(SummaryKind::Condensed { depth: 3 }, None, None)).user;
         assert!(c.contains("depth 3") && !c.contains("{depth}"));
     }

@@ -138,7 +138,11 @@ impl Completion {
 
     /// The stop reason; an unknown string reads as `Error`.
     pub fn stop_reason(&self) -> StopReason {
-        self.message.stop_reason.as_deref().and_then(StopReason::parse).unwrap_or(StopReason::Error)
+        self.message
+            .stop_reason
+            .as_deref()
+            .and_then(StopReason::parse)
+            .unwrap_or(StopReason::Error)
     }
 
     /// All answer text blocks, concatenated (thinking excluded).
@@ -230,7 +234,10 @@ pub(crate) struct Sink<'a> {
 
 impl<'a> Sink<'a> {
     pub(crate) fn new(tx: Option<&'a EventSender>) -> Self {
-        Self { tx, sent: std::sync::atomic::AtomicBool::new(false) }
+        Self {
+            tx,
+            sent: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     pub(crate) fn is_streaming(&self) -> bool {

@@ -5,8 +5,8 @@
 //! providers show the model the same thing.
 
 use clawctx_protocol::{
-    AgentMessage, BashExecutionMessage, Content, ContentBlock, BRANCH_SUMMARY_PREFIX, BRANCH_SUMMARY_SUFFIX,
-    COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX,
+    AgentMessage, BashExecutionMessage, Content, ContentBlock, BRANCH_SUMMARY_PREFIX,
+    BRANCH_SUMMARY_SUFFIX, COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX,
 };
 
 /// The text of a content value: text blocks joined by newlines, images as a placeholder naming
@@ -45,8 +45,14 @@ pub(crate) fn bash_text(m: &BashExecutionMessage) -> String {
 /// A compaction or branch summary wrapped in the fixed prefix and suffix (contract §7.4).
 pub(crate) fn summary_text(m: &AgentMessage) -> String {
     match m {
-        AgentMessage::CompactionSummary(s) => format!("{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}", s.summary),
-        AgentMessage::BranchSummary(s) => format!("{BRANCH_SUMMARY_PREFIX}{}{BRANCH_SUMMARY_SUFFIX}", s.summary),
+        AgentMessage::CompactionSummary(s) => format!(
+            "{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}",
+            s.summary
+        ),
+        AgentMessage::BranchSummary(s) => format!(
+            "{BRANCH_SUMMARY_PREFIX}{}{BRANCH_SUMMARY_SUFFIX}",
+            s.summary
+        ),
         other => other.plain_text(),
     }
 }

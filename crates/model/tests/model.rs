@@ -1,16 +1,18 @@
 //! Boundary tests for clawctx-model: real HTTP on 127.0.0.1 (wiremock) speaking each provider's
 //! wire format, the scripted provider from a file, and the LLM summarizer with its guards.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clawctx_model::{
-    BreakerState, CircuitBreaker, Completion, CompletionRequest, ModelError, ModelProvider, ModelsConfig, ScriptedProvider, ScriptedReply,
-    SpendGuard, StopReason, StreamEvent, ToolSpec,
+    BreakerState, CircuitBreaker, Completion, CompletionRequest, ModelError, ModelProvider,
+    ModelsConfig, ScriptedProvider, ScriptedReply, SpendGuard, StopReason, StreamEvent, ToolSpec,
 };
 use clawctx_model::{Exhaustion, LlmSummarizer};
 use clawctx_protocol::{AgentMessage, ReasonCode};
-use clawctx_summarize::{Summarizer, SummarizeError, SummaryKind, SummaryRequest};
+use clawctx_summarize::{SummarizeError, Summarizer, SummaryKind, SummaryRequest};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -69,7 +71,8 @@ fn rich_request() -> CompletionRequest {
     }
     let compaction: AgentMessage =
         serde_json::from_value(json!({"role": "compactionSummary", "summary": "## Goal\nFix the build", "tokensBefore": 1000})).unwrap();
-    let unknown: AgentMessage = serde_json::from_value(json!({"role": "hookNote", "content": "ci is red"})).unwrap();
+    let unknown: AgentMessage =
+        serde_json::from_value(json!({"role": "hookNote", "content": "ci is red"})).unwrap();
     CompletionRequest {
         model: "test-model".into(),
         system_prompt: Some("You are a coding agent.".into()),
@@ -106,11 +109,17 @@ fn anthropic_event(kind: &str, v: Value) -> String {
     format!("event: {kind}\ndata: {v}")
 }
 
-async fn complete(p: &Arc<dyn ModelProvider>, req: CompletionRequest) -> Result<Completion, ModelError> {
+async fn complete(
+    p: &Arc<dyn ModelProvider>,
+    req: CompletionRequest,
+) -> Result<Completion, ModelError> {
     p.complete(req, None, &CancellationToken::new()).await
 }
 
-async fn complete_streaming(p: &Arc<dyn ModelProvider>, req: CompletionRequest) -> (Result<Completion, ModelError>, Vec<StreamEvent>) {
+async fn complete_streaming(
+    p: &Arc<dyn ModelProvider>,
+    req: CompletionRequest,
+) -> (Result<Completion, ModelError>, Vec<StreamEvent>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let r = p.complete(req, Some(&tx), &CancellationToken::new()).await;
     drop(tx);
@@ -122,7 +131,13 @@ async fn complete_streaming(p: &Arc<dyn ModelProvider>, req: CompletionRequest) 
 }
 
 async fn request_bodies(server: &MockServer) -> Vec<Value> {
-    server.received_requests().await.unwrap().iter().map(|r| serde_json::from_slice(&r.body).unwrap()).collect()
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,7 +172,10 @@ async fn openai_non_streaming_text_with_bearer_key_and_usage() {
     assert_eq!(stored["stopReason"], "stop");
     assert_eq!(stored["responseId"], "chatcmpl-1");
     let body = &request_bodies(&server).await[0];
-    assert!(body.get("stream").is_none(), "non-streaming call must not ask for a stream: {body}");
+    assert!(
+        body.get("stream").is_none(),
+        "non-streaming call must not ask for a stream: {body}"
+    );
     // The key travels only in the header and never shows in Debug output.
     assert!(!format!("{p:?}").contains(OPENAI_KEY), "{p:?}");
 }
@@ -181,22 +199,45 @@ async fn openai_request_body_snapshot() {
 async fn openai_streaming_text_reports_deltas() {
     let server = MockServer::start().await;
     let body = sse(&[
-        data(json!({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})),
+        data(
+            json!({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+        ),
         data(json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hel"}}]})),
         data(json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "lo"}}]})),
         data(json!({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})),
-        data(json!({"id": "c1", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}})),
+        data(
+            json!({"id": "c1", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}),
+        ),
         "data: [DONE]".to_owned(),
     ]);
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(sse_response(body)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(sse_response(body))
+        .mount(&server)
+        .await;
     let p = provider("openai-completions", &server, json!({}));
     let (c, events) = complete_streaming(&p, simple_request()).await;
     let c = c.unwrap();
     assert_eq!(c.text(), "Hello");
     assert_eq!(c.usage().total_tokens, 11);
-    let deltas: Vec<&StreamEvent> = events.iter().filter(|e| matches!(e, StreamEvent::TextDelta(_))).collect();
-    assert_eq!(deltas, vec![&StreamEvent::TextDelta("Hel".into()), &StreamEvent::TextDelta("lo".into())]);
-    assert!(matches!(events.last(), Some(StreamEvent::Done { stop_reason: StopReason::Stop, .. })));
+    let deltas: Vec<&StreamEvent> = events
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::TextDelta(_)))
+        .collect();
+    assert_eq!(
+        deltas,
+        vec![
+            &StreamEvent::TextDelta("Hel".into()),
+            &StreamEvent::TextDelta("lo".into())
+        ]
+    );
+    assert!(matches!(
+        events.last(),
+        Some(StreamEvent::Done {
+            stop_reason: StopReason::Stop,
+            ..
+        })
+    ));
     let body = &request_bodies(&server).await[0];
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
@@ -208,16 +249,24 @@ async fn openai_streamed_tool_calls_split_across_chunks() {
     let tc = |v: Value| data(json!({"choices": [{"index": 0, "delta": {"tool_calls": [v]}}]}));
     let body = sse(&[
         data(json!({"choices": [{"index": 0, "delta": {"content": "Checking."}}]})),
-        tc(json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": ""}})),
+        tc(
+            json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": ""}}),
+        ),
         tc(json!({"index": 0, "function": {"arguments": "{\"pa"}})),
-        tc(json!({"index": 1, "id": "call_b", "type": "function", "function": {"name": "grep", "arguments": "{\"pattern\":"}})),
+        tc(
+            json!({"index": 1, "id": "call_b", "type": "function", "function": {"name": "grep", "arguments": "{\"pattern\":"}}),
+        ),
         tc(json!({"index": 0, "function": {"arguments": "th\": \"src/ma"}})),
         tc(json!({"index": 1, "function": {"arguments": " \"fn main\"}"}})),
         tc(json!({"index": 0, "function": {"arguments": "in.rs\"}"}})),
         data(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
         "data: [DONE]".to_owned(),
     ]);
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(sse_response(body)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(sse_response(body))
+        .mount(&server)
+        .await;
     let p = provider("openai-completions", &server, json!({}));
     let (c, events) = complete_streaming(&p, rich_request()).await;
     let c = c.unwrap();
@@ -225,9 +274,15 @@ async fn openai_streamed_tool_calls_split_across_chunks() {
     assert_eq!(c.text(), "Checking.");
     let calls = c.tool_calls();
     assert_eq!(calls.len(), 2);
-    assert_eq!((calls[0].id.as_str(), calls[0].name.as_str()), ("call_a", "read_file"));
+    assert_eq!(
+        (calls[0].id.as_str(), calls[0].name.as_str()),
+        ("call_a", "read_file")
+    );
     assert_eq!(calls[0].arguments, json!({"path": "src/main.rs"}));
-    assert_eq!((calls[1].id.as_str(), calls[1].name.as_str()), ("call_b", "grep"));
+    assert_eq!(
+        (calls[1].id.as_str(), calls[1].name.as_str()),
+        ("call_b", "grep")
+    );
     assert_eq!(calls[1].arguments, json!({"pattern": "fn main"}));
     let fragments: String = events
         .iter()
@@ -237,7 +292,11 @@ async fn openai_streamed_tool_calls_split_across_chunks() {
         })
         .collect();
     assert_eq!(fragments, "{\"path\": \"src/main.rs\"}");
-    assert!(events.contains(&StreamEvent::ToolCallStart { index: 1, id: "call_b".into(), name: "grep".into() }));
+    assert!(events.contains(&StreamEvent::ToolCallStart {
+        index: 1,
+        id: "call_b".into(),
+        name: "grep".into()
+    }));
 }
 
 #[tokio::test]
@@ -255,15 +314,26 @@ async fn openai_429_then_success_is_retried_after_retry_after() {
         .mount(&server)
         .await;
     let ok = sse(&[
-        data(json!({"choices": [{"index": 0, "delta": {"content": "finally"}, "finish_reason": "stop"}]})),
+        data(
+            json!({"choices": [{"index": 0, "delta": {"content": "finally"}, "finish_reason": "stop"}]}),
+        ),
         "data: [DONE]".to_owned(),
     ]);
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(sse_response(ok)).expect(1).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(sse_response(ok))
+        .expect(1)
+        .mount(&server)
+        .await;
     let p = provider("openai-completions", &server, json!({}));
     let started = Instant::now();
     let (c, events) = complete_streaming(&p, simple_request()).await;
     assert_eq!(c.unwrap().text(), "finally");
-    assert!(started.elapsed() >= Duration::from_millis(950), "Retry-After: 1 not honored: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "Retry-After: 1 not honored: {:?}",
+        started.elapsed()
+    );
     assert!(
         matches!(&events[0], StreamEvent::Retry { attempt: 1, delay_ms: 1000, reason } if reason.contains("Rate limit reached")),
         "{events:?}"
@@ -276,15 +346,25 @@ async fn openai_5xx_retries_are_bounded_then_unavailable() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
-        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"error": {"message": "upstream overloaded, try later"}})))
+        .respond_with(
+            ResponseTemplate::new(503)
+                .set_body_json(json!({"error": {"message": "upstream overloaded, try later"}})),
+        )
         .expect(3)
         .mount(&server)
         .await;
     let p = provider("openai-completions", &server, json!({"maxRetries": 2}));
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(&e, ModelError::Unavailable { status: Some(503), timeout: false, message, .. } if message.contains("upstream overloaded")), "{e:?}");
+    assert!(
+        matches!(&e, ModelError::Unavailable { status: Some(503), timeout: false, message, .. } if message.contains("upstream overloaded")),
+        "{e:?}"
+    );
     assert_eq!(e.reason_code(), ReasonCode::ProviderUnavailable);
-    assert_eq!(server.received_requests().await.unwrap().len(), 3, "1 attempt + maxRetries 2");
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        3,
+        "1 attempt + maxRetries 2"
+    );
 }
 
 #[tokio::test]
@@ -312,12 +392,17 @@ async fn openai_auth_error_is_not_retried_and_keeps_provider_words() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
-        .respond_with(ResponseTemplate::new(401).set_body_json(json!({"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}})))
+        .respond_with(ResponseTemplate::new(401).set_body_json(
+            json!({"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}),
+        ))
         .mount(&server)
         .await;
     let p = provider("openai-completions", &server, json!({}));
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(&e, ModelError::Auth { status: 401, message, .. } if message == "Incorrect API key provided"), "{e:?}");
+    assert!(
+        matches!(&e, ModelError::Auth { status: 401, message, .. } if message == "Incorrect API key provided"),
+        "{e:?}"
+    );
     assert_eq!(server.received_requests().await.unwrap().len(), 1);
     assert!(!e.to_string().contains(OPENAI_KEY));
 }
@@ -327,13 +412,22 @@ async fn openai_garbage_body_is_bad_response_with_the_body() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
-        .respond_with(ResponseTemplate::new(200).set_body_raw("<html>502 proxy hiccup</html>", "text/html"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_raw("<html>502 proxy hiccup</html>", "text/html"),
+        )
         .mount(&server)
         .await;
     let p = provider("openai-completions", &server, json!({}));
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(&e, ModelError::BadResponse { message, .. } if message.contains("<html>502 proxy hiccup</html>")), "{e:?}");
-    assert_eq!(server.received_requests().await.unwrap().len(), 1, "a bad response is not retried");
+    assert!(
+        matches!(&e, ModelError::BadResponse { message, .. } if message.contains("<html>502 proxy hiccup</html>")),
+        "{e:?}"
+    );
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        1,
+        "a bad response is not retried"
+    );
 }
 
 #[tokio::test]
@@ -341,15 +435,28 @@ async fn openai_stream_cut_midway_is_bad_response_with_partial_text() {
     let server = MockServer::start().await;
     let body = format!(
         "{}{}",
-        sse(&[data(json!({"choices": [{"index": 0, "delta": {"content": "The answer is"}}]}))]),
+        sse(&[data(
+            json!({"choices": [{"index": 0, "delta": {"content": "The answer is"}}]})
+        )]),
         "data: {\"choices\": [{\"index\": 0, \"del"
     );
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(sse_response(body)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(sse_response(body))
+        .mount(&server)
+        .await;
     let p = provider("openai-completions", &server, json!({}));
     let (r, events) = complete_streaming(&p, simple_request()).await;
     let e = r.unwrap_err();
-    assert!(matches!(&e, ModelError::BadResponse { message, .. } if message.contains("The answer is")), "{e:?}");
-    assert_eq!(events, vec![StreamEvent::TextDelta("The answer is".into())], "no retry after text was shown");
+    assert!(
+        matches!(&e, ModelError::BadResponse { message, .. } if message.contains("The answer is")),
+        "{e:?}"
+    );
+    assert_eq!(
+        events,
+        vec![StreamEvent::TextDelta("The answer is".into())],
+        "no retry after text was shown"
+    );
     assert_eq!(server.received_requests().await.unwrap().len(), 1);
 }
 
@@ -357,11 +464,18 @@ async fn openai_stream_cut_midway_is_bad_response_with_partial_text() {
 async fn openai_mid_stream_garbage_keeps_the_payload() {
     let server = MockServer::start().await;
     let body = sse(&["data: {this is not json".to_owned()]);
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(sse_response(body)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(sse_response(body))
+        .mount(&server)
+        .await;
     let p = provider("openai-completions", &server, json!({}));
     let (r, _) = complete_streaming(&p, simple_request()).await;
     let e = r.unwrap_err();
-    assert!(matches!(&e, ModelError::BadResponse { message, .. } if message.contains("{this is not json")), "{e:?}");
+    assert!(
+        matches!(&e, ModelError::BadResponse { message, .. } if message.contains("{this is not json")),
+        "{e:?}"
+    );
 }
 
 #[tokio::test]
@@ -369,13 +483,24 @@ async fn timeout_is_unavailable_with_provider_timeout_reason() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
-        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(3)).set_body_json(json!({"choices": []})))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_delay(Duration::from_secs(3))
+                .set_body_json(json!({"choices": []})),
+        )
         .mount(&server)
         .await;
-    let p = provider("openai-completions", &server, json!({"timeoutMs": 200, "maxRetries": 0}));
+    let p = provider(
+        "openai-completions",
+        &server,
+        json!({"timeoutMs": 200, "maxRetries": 0}),
+    );
     let started = Instant::now();
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(e, ModelError::Unavailable { timeout: true, .. }), "{e:?}");
+    assert!(
+        matches!(e, ModelError::Unavailable { timeout: true, .. }),
+        "{e:?}"
+    );
     assert_eq!(e.reason_code(), ReasonCode::ProviderTimeout);
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -385,7 +510,11 @@ async fn cancellation_aborts_promptly() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/messages"))
-        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(5)).set_body_json(json!({})))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_delay(Duration::from_secs(5))
+                .set_body_json(json!({})),
+        )
         .mount(&server)
         .await;
     let p = provider("anthropic-messages", &server, json!({}));
@@ -396,7 +525,10 @@ async fn cancellation_aborts_promptly() {
         c2.cancel();
     });
     let started = Instant::now();
-    let e = p.complete(simple_request(), None, &cancel).await.unwrap_err();
+    let e = p
+        .complete(simple_request(), None, &cancel)
+        .await
+        .unwrap_err();
     assert_eq!(e, ModelError::Aborted);
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -404,11 +536,28 @@ async fn cancellation_aborts_promptly() {
 #[tokio::test]
 async fn unreachable_server_is_unavailable() {
     // Bind then drop a listener so the port is closed.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let cfg = json!({"models": {"providers": {"dead": {"baseUrl": format!("http://127.0.0.1:{port}/v1"), "maxRetries": 0}}}});
-    let (p, _) = ModelsConfig::from_config(&cfg, &env).unwrap().provider_for("dead/anything").unwrap();
+    let (p, _) = ModelsConfig::from_config(&cfg, &env)
+        .unwrap()
+        .provider_for("dead/anything")
+        .unwrap();
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(e, ModelError::Unavailable { status: None, timeout: false, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            ModelError::Unavailable {
+                status: None,
+                timeout: false,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -440,7 +589,10 @@ async fn anthropic_non_streaming_tool_use_with_headers() {
     assert_eq!(c.text(), "I'll read it.");
     assert_eq!(c.tool_calls()[0].arguments, json!({"path": "src/main.rs"}));
     let u = c.usage();
-    assert_eq!((u.input, u.output, u.cache_read, u.total_tokens), (30, 12, 5, 47));
+    assert_eq!(
+        (u.input, u.output, u.cache_read, u.total_tokens),
+        (30, 12, 5, 47)
+    );
     assert_eq!(c.message.api.as_deref(), Some("anthropic-messages"));
     assert!(!format!("{p:?}").contains(ANTHROPIC_KEY), "{p:?}");
     insta::assert_json_snapshot!("anthropic_request_body", request_bodies(&server).await[0]);
@@ -450,20 +602,54 @@ async fn anthropic_non_streaming_tool_use_with_headers() {
 async fn anthropic_streaming_text_and_tool_input_json_delta() {
     let server = MockServer::start().await;
     let body = sse(&[
-        anthropic_event("message_start", json!({"type": "message_start", "message": {"id": "msg_2", "usage": {"input_tokens": 40, "output_tokens": 1}}})),
-        anthropic_event("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+        anthropic_event(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_2", "usage": {"input_tokens": 40, "output_tokens": 1}}}),
+        ),
+        anthropic_event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
         anthropic_event("ping", json!({"type": "ping"})),
-        anthropic_event("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Look"}})),
-        anthropic_event("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ing."}})),
-        anthropic_event("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-        anthropic_event("content_block_start", json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_9", "name": "grep", "input": {}}})),
-        anthropic_event("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"pat"}})),
-        anthropic_event("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "tern\": \"TODO\"}"}})),
-        anthropic_event("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
-        anthropic_event("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 21}})),
+        anthropic_event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Look"}}),
+        ),
+        anthropic_event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ing."}}),
+        ),
+        anthropic_event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        anthropic_event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_9", "name": "grep", "input": {}}}),
+        ),
+        anthropic_event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"pat"}}),
+        ),
+        anthropic_event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "tern\": \"TODO\"}"}}),
+        ),
+        anthropic_event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        anthropic_event(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 21}}),
+        ),
         anthropic_event("message_stop", json!({"type": "message_stop"})),
     ]);
-    Mock::given(method("POST")).and(path("/v1/messages")).respond_with(sse_response(body)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(sse_response(body))
+        .mount(&server)
+        .await;
     let p = provider("anthropic-messages", &server, json!({}));
     let (c, events) = complete_streaming(&p, rich_request()).await;
     let c = c.unwrap();
@@ -474,7 +660,10 @@ async fn anthropic_streaming_text_and_tool_input_json_delta() {
     assert_eq!((c.usage().input, c.usage().output), (40, 21));
     assert_eq!(c.message.extra.get("responseId"), Some(&json!("msg_2")));
     assert_eq!(events[0], StreamEvent::TextDelta("Look".into()));
-    assert!(events.contains(&StreamEvent::ToolCallDelta { index: 0, fragment: "tern\": \"TODO\"}".into() }));
+    assert!(events.contains(&StreamEvent::ToolCallDelta {
+        index: 0,
+        fragment: "tern\": \"TODO\"}".into()
+    }));
     assert_eq!(request_bodies(&server).await[0]["stream"], true);
 }
 
@@ -494,10 +683,20 @@ async fn anthropic_context_overflow_both_shapes() {
         .await;
     let p = provider("anthropic-messages", &server, json!({}));
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(&e, ModelError::ContextOverflow { observed_tokens: Some(212345), message, .. } if message.starts_with("prompt is too long")), "{e:?}");
+    assert!(
+        matches!(&e, ModelError::ContextOverflow { observed_tokens: Some(212345), message, .. } if message.starts_with("prompt is too long")),
+        "{e:?}"
+    );
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(&e, ModelError::ContextOverflow { observed_tokens: None, message, .. } if message.contains("maximum allowed number of bytes")), "{e:?}");
-    assert_eq!(server.received_requests().await.unwrap().len(), 2, "overflow is never retried");
+    assert!(
+        matches!(&e, ModelError::ContextOverflow { observed_tokens: None, message, .. } if message.contains("maximum allowed number of bytes")),
+        "{e:?}"
+    );
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        2,
+        "overflow is never retried"
+    );
 }
 
 #[tokio::test]
@@ -523,7 +722,10 @@ async fn anthropic_overloaded_then_ok_and_auth_failure() {
     let p = provider("anthropic-messages", &server, json!({}));
     assert_eq!(complete(&p, simple_request()).await.unwrap().text(), "ok");
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(&e, ModelError::Auth { status: 401, message, .. } if message == "invalid x-api-key"), "{e:?}");
+    assert!(
+        matches!(&e, ModelError::Auth { status: 401, message, .. } if message == "invalid x-api-key"),
+        "{e:?}"
+    );
     assert_eq!(server.received_requests().await.unwrap().len(), 3);
 }
 
@@ -531,30 +733,79 @@ async fn anthropic_overloaded_then_ok_and_auth_failure() {
 async fn anthropic_stream_cut_before_message_stop() {
     let server = MockServer::start().await;
     let body = sse(&[
-        anthropic_event("message_start", json!({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 3}}})),
-        anthropic_event("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-        anthropic_event("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Partial thou"}})),
+        anthropic_event(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 3}}}),
+        ),
+        anthropic_event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        anthropic_event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Partial thou"}}),
+        ),
     ]);
-    Mock::given(method("POST")).and(path("/v1/messages")).respond_with(sse_response(body)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(sse_response(body))
+        .mount(&server)
+        .await;
     let p = provider("anthropic-messages", &server, json!({}));
-    let (r, _) = complete_streaming(&p, simple_request()).await;
+    let (r, _) = complete_streaming(
+        &p,
+        CompletionRequest {
+            max_output_tokens: None,
+            ..simple_request()
+        },
+    )
+    .await;
     let e = r.unwrap_err();
-    assert!(matches!(&e, ModelError::BadResponse { message, .. } if message.contains("message_stop") && message.contains("Partial thou")), "{e:?}");
+    assert!(
+        matches!(&e, ModelError::BadResponse { message, .. } if message.contains("message_stop") && message.contains("Partial thou")),
+        "{e:?}"
+    );
+    assert_eq!(
+        request_bodies(&server).await[0]["max_tokens"],
+        1024,
+        "the model's configured maxTokens"
+    );
 }
 
 #[tokio::test]
 async fn anthropic_error_event_mid_stream_is_classified() {
     let server = MockServer::start().await;
     let body = sse(&[
-        anthropic_event("message_start", json!({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 3}}})),
-        anthropic_event("error", json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+        anthropic_event(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 3}}}),
+        ),
+        anthropic_event(
+            "error",
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
     ]);
-    Mock::given(method("POST")).and(path("/v1/messages")).respond_with(sse_response(body)).expect(3).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(sse_response(body))
+        .expect(3)
+        .mount(&server)
+        .await;
     let p = provider("anthropic-messages", &server, json!({}));
     let (r, events) = complete_streaming(&p, simple_request()).await;
     let e = r.unwrap_err();
-    assert!(matches!(&e, ModelError::Unavailable { message, .. } if message == "Overloaded"), "{e:?}");
-    assert_eq!(events.iter().filter(|e| matches!(e, StreamEvent::Retry { .. })).count(), 2, "retried: nothing was shown yet");
+    assert!(
+        matches!(&e, ModelError::Unavailable { message, .. } if message == "Overloaded"),
+        "{e:?}"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::Retry { .. }))
+            .count(),
+        2,
+        "retried: nothing was shown yet"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -579,7 +830,10 @@ async fn scripted_provider_from_file_with_tool_calls_and_errors() {
     )
     .unwrap();
     let cfg = json!({"models": {"providers": {"demo": {"api": "scripted", "script": script.to_string_lossy()}}}});
-    let (p, _) = ModelsConfig::from_config(&cfg, &env).unwrap().provider_for("demo/any-model").unwrap();
+    let (p, _) = ModelsConfig::from_config(&cfg, &env)
+        .unwrap()
+        .provider_for("demo/any-model")
+        .unwrap();
     let first = complete(&p, simple_request()).await.unwrap();
     assert_eq!(first.text(), "plain text reply");
     assert_eq!(first.message.provider.as_deref(), Some("scripted"));
@@ -589,12 +843,27 @@ async fn scripted_provider_from_file_with_tool_calls_and_errors() {
     assert_eq!(second.stop_reason(), StopReason::ToolUse);
     assert_eq!(second.usage().total_tokens, 107);
     let calls = second.tool_calls();
-    assert_eq!((calls[0].id.as_str(), calls[1].id.as_str()), ("t1", "call_2_1"));
+    assert_eq!(
+        (calls[0].id.as_str(), calls[1].id.as_str()),
+        ("t1", "call_2_1")
+    );
     assert!(events.contains(&StreamEvent::TextDelta("Reading.".into())));
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(e, ModelError::ContextOverflow { observed_tokens: Some(9999), .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            ModelError::ContextOverflow {
+                observed_tokens: Some(9999),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     let e = complete(&p, simple_request()).await.unwrap_err();
-    assert!(matches!(e, ModelError::RateLimited { retry_after: Some(d), .. } if d == Duration::from_millis(1500)), "{e:?}");
+    assert!(
+        matches!(e, ModelError::RateLimited { retry_after: Some(d), .. } if d == Duration::from_millis(1500)),
+        "{e:?}"
+    );
     let e = complete(&p, simple_request()).await.unwrap_err();
     assert!(e.to_string().contains("script exhausted: all 4"), "{e}");
 }
@@ -605,8 +874,16 @@ fn scripted_file_errors_name_the_config_key_and_line() {
     let script = dir.path().join("bad.jsonl");
     std::fs::write(&script, "\"ok\"\n{\"content\": 5}\n").unwrap();
     let cfg = json!({"models": {"providers": {"demo": {"api": "scripted", "script": script.to_string_lossy()}}}});
-    let e = ModelsConfig::from_config(&cfg, &env).unwrap().provider_for("demo/m").err().unwrap().to_string();
-    assert!(e.contains("models.providers.demo.script") && e.contains("line 2"), "{e}");
+    let e = ModelsConfig::from_config(&cfg, &env)
+        .unwrap()
+        .provider_for("demo/m")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("models.providers.demo.script") && e.contains("line 2"),
+        "{e}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -630,40 +907,73 @@ async fn llm_summarizer_prompts_in_update_mode_and_returns_summary() {
     let scripted = Arc::new(ScriptedProvider::from_texts([GOOD_SUMMARY]));
     let s = LlmSummarizer::new(scripted.clone(), "sum-model");
     assert_eq!(s.name(), "scripted:sum-model");
-    let summary = s.summarize(summary_request(Some("## Goal\nOld goal: split src/config.rs"))).await.unwrap();
+    let summary = s
+        .summarize(summary_request(Some(
+            "## Goal\nOld goal: split src/config.rs",
+        )))
+        .await
+        .unwrap();
     assert_eq!(summary.text, GOOD_SUMMARY);
-    assert_eq!(summary.output_tokens, clawctx_tokens::text_tokens(GOOD_SUMMARY));
+    assert_eq!(
+        summary.output_tokens,
+        clawctx_tokens::text_tokens(GOOD_SUMMARY)
+    );
     let sent = &scripted.requests()[0];
     assert_eq!(sent.model, "sum-model");
     assert_eq!(sent.max_output_tokens, Some(400));
     assert!(sent.tools.is_empty());
     let prompt = sent.messages[0].plain_text();
-    assert!(prompt.contains("<conversation>\n[User]: rename parse_config in src/config.rs"), "{prompt}");
+    assert!(
+        prompt.contains("<conversation>\n[User]: rename parse_config in src/config.rs"),
+        "{prompt}"
+    );
     assert!(prompt.contains("</conversation>"));
-    assert!(prompt.contains("<previous-summary>\n## Goal\nOld goal: split src/config.rs\n</previous-summary>"), "{prompt}");
+    assert!(
+        prompt.contains(
+            "<previous-summary>\n## Goal\nOld goal: split src/config.rs\n</previous-summary>"
+        ),
+        "{prompt}"
+    );
     assert!(prompt.contains(clawctx_model::summarizer::UPDATE_PROMPT.trim()));
     assert!(prompt.contains("Additional focus: keep error codes"));
-    assert!(sent.system_prompt.as_deref().unwrap_or_default().contains("not a conversation you are part of"));
+    assert!(sent
+        .system_prompt
+        .as_deref()
+        .unwrap_or_default()
+        .contains("not a conversation you are part of"));
 }
 
 #[tokio::test]
 async fn llm_summarizer_rejects_error_stop_reason_reasoning_only_and_empty() {
     let scripted = Arc::new(ScriptedProvider::new(
         vec![
-            ScriptedReply::from_json(&json!({"content": "", "stopReason": "error", "errorMessage": "upstream exploded"})).unwrap(),
-            ScriptedReply::from_json(&json!({"thinking": "Let me think about the summary..."})).unwrap(),
+            ScriptedReply::from_json(
+                &json!({"content": "", "stopReason": "error", "errorMessage": "upstream exploded"}),
+            )
+            .unwrap(),
+            ScriptedReply::from_json(&json!({"thinking": "Let me think about the summary..."}))
+                .unwrap(),
             ScriptedReply::text("   "),
         ],
         Exhaustion::Error,
     ));
     let s = LlmSummarizer::new(scripted, "m");
     let e = s.summarize(summary_request(None)).await.unwrap_err();
-    assert!(matches!(&e, SummarizeError::Failed(m) if m.contains("upstream exploded")), "{e:?}");
+    assert!(
+        matches!(&e, SummarizeError::Failed(m) if m.contains("upstream exploded")),
+        "{e:?}"
+    );
     assert!(e.to_string().starts_with("Summarization failed: "));
     let e = s.summarize(summary_request(None)).await.unwrap_err();
-    assert!(matches!(&e, SummarizeError::Failed(m) if m.contains("only reasoning")), "{e:?}");
+    assert!(
+        matches!(&e, SummarizeError::Failed(m) if m.contains("only reasoning")),
+        "{e:?}"
+    );
     let e = s.summarize(summary_request(None)).await.unwrap_err();
-    assert!(matches!(&e, SummarizeError::Failed(m) if m.contains("empty")), "{e:?}");
+    assert!(
+        matches!(&e, SummarizeError::Failed(m) if m.contains("empty")),
+        "{e:?}"
+    );
 }
 
 #[tokio::test]
@@ -671,18 +981,29 @@ async fn llm_summarizer_over_http_maps_auth_errors() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
-        .respond_with(ResponseTemplate::new(403).set_body_json(json!({"error": {"message": "key revoked"}})))
+        .respond_with(
+            ResponseTemplate::new(403).set_body_json(json!({"error": {"message": "key revoked"}})),
+        )
         .mount(&server)
         .await;
-    let s = LlmSummarizer::new(provider("openai-completions", &server, json!({})), "test-model");
+    let s = LlmSummarizer::new(
+        provider("openai-completions", &server, json!({})),
+        "test-model",
+    );
     let e = s.summarize(summary_request(None)).await.unwrap_err();
-    assert!(matches!(&e, SummarizeError::Auth(m) if m.contains("key revoked")), "{e:?}");
+    assert!(
+        matches!(&e, SummarizeError::Auth(m) if m.contains("key revoked")),
+        "{e:?}"
+    );
 }
 
 #[tokio::test]
 async fn spend_guard_refuses_with_budget_exhausted_per_session() {
     let scripted = Arc::new(ScriptedProvider::new(
-        vec![ScriptedReply::from_json(&json!({"content": GOOD_SUMMARY, "usage": {"input": 900, "output": 100}})).unwrap()],
+        vec![ScriptedReply::from_json(
+            &json!({"content": GOOD_SUMMARY, "usage": {"input": 900, "output": 100}}),
+        )
+        .unwrap()],
         Exhaustion::Cycle,
     ));
     let guard = Arc::new(SpendGuard::new(2_000, Duration::from_secs(3600)));
@@ -691,11 +1012,23 @@ async fn spend_guard_refuses_with_budget_exhausted_per_session() {
     a.summarize(summary_request(None)).await.unwrap();
     assert_eq!(guard.spent("agent:main:a"), 1000);
     // 1000 spent + ~prompt + 400 max output > 2000? The prompt alone is a few hundred tokens.
-    a.summarize(summary_request(None)).await.unwrap_or_else(|e| panic!("second call should still fit: {e}"));
+    a.summarize(summary_request(None))
+        .await
+        .unwrap_or_else(|e| panic!("second call should still fit: {e}"));
     let e = a.summarize(summary_request(None)).await.unwrap_err();
-    assert!(matches!(&e, SummarizeError::BudgetExhausted(m) if m.contains("agent:main:a")), "{e:?}");
-    assert_eq!(scripted.served(), 2, "a refused call never reaches the provider");
-    s.for_session("agent:main:b").summarize(summary_request(None)).await.unwrap();
+    assert!(
+        matches!(&e, SummarizeError::BudgetExhausted(m) if m.contains("agent:main:a")),
+        "{e:?}"
+    );
+    assert_eq!(
+        scripted.served(),
+        2,
+        "a refused call never reaches the provider"
+    );
+    s.for_session("agent:main:b")
+        .summarize(summary_request(None))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -704,41 +1037,71 @@ async fn breaker_opens_after_failures_and_stays_open_across_restart() {
     let state = dir.path().join("state").join("summarizer-breaker.json");
     let failing = || {
         Arc::new(ScriptedProvider::new(
-            vec![ScriptedReply::from_json(&json!({"error": {"kind": "unavailable", "message": "503 from upstream"}})).unwrap()],
+            vec![ScriptedReply::from_json(
+                &json!({"error": {"kind": "unavailable", "message": "503 from upstream"}}),
+            )
+            .unwrap()],
             Exhaustion::Cycle,
         ))
     };
     let provider = failing();
-    let breaker = Arc::new(CircuitBreaker::with_state_file(3, Duration::from_secs(600), &state));
+    let breaker = Arc::new(CircuitBreaker::with_state_file(
+        3,
+        Duration::from_secs(600),
+        &state,
+    ));
     let s = LlmSummarizer::new(provider.clone(), "m").with_circuit_breaker(breaker.clone());
     for _ in 0..3 {
         let e = s.summarize(summary_request(None)).await.unwrap_err();
-        assert!(matches!(&e, SummarizeError::Unavailable(m) if m.contains("503 from upstream")), "{e:?}");
+        assert!(
+            matches!(&e, SummarizeError::Unavailable(m) if m.contains("503 from upstream")),
+            "{e:?}"
+        );
     }
     assert_eq!(breaker.snapshot().state, BreakerState::Open);
     let e = s.summarize(summary_request(None)).await.unwrap_err();
-    assert!(matches!(&e, SummarizeError::Unavailable(m) if m.contains("circuit breaker open")), "{e:?}");
-    assert_eq!(provider.served(), 3, "an open breaker does not call the provider");
+    assert!(
+        matches!(&e, SummarizeError::Unavailable(m) if m.contains("circuit breaker open")),
+        "{e:?}"
+    );
+    assert_eq!(
+        provider.served(),
+        3,
+        "an open breaker does not call the provider"
+    );
 
     // "Restart": a new breaker and a new summarizer load the state file.
     let persisted: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(persisted["state"], "open");
     assert_eq!(persisted["consecutiveFailures"], 3);
     let provider2 = Arc::new(ScriptedProvider::from_texts([GOOD_SUMMARY]));
-    let breaker2 = Arc::new(CircuitBreaker::with_state_file(3, Duration::from_secs(600), &state));
+    let breaker2 = Arc::new(CircuitBreaker::with_state_file(
+        3,
+        Duration::from_secs(600),
+        &state,
+    ));
     assert_eq!(breaker2.snapshot().state, BreakerState::Open);
     let s2 = LlmSummarizer::new(provider2.clone(), "m").with_circuit_breaker(breaker2);
     let e = s2.summarize(summary_request(None)).await.unwrap_err();
-    assert!(matches!(&e, SummarizeError::Unavailable(m) if m.contains("circuit breaker open")), "{e:?}");
+    assert!(
+        matches!(&e, SummarizeError::Unavailable(m) if m.contains("circuit breaker open")),
+        "{e:?}"
+    );
     assert_eq!(provider2.served(), 0);
 
     // After the cooldown a probe goes through and a success closes the breaker (and the file).
-    let breaker3 = Arc::new(CircuitBreaker::with_state_file(3, Duration::from_millis(0), &state));
+    let breaker3 = Arc::new(CircuitBreaker::with_state_file(
+        3,
+        Duration::from_millis(0),
+        &state,
+    ));
     let s3 = LlmSummarizer::new(provider2.clone(), "m").with_circuit_breaker(breaker3.clone());
     s3.summarize(summary_request(None)).await.unwrap();
     assert_eq!(breaker3.snapshot().state, BreakerState::Closed);
     let persisted: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(persisted["state"], "closed");
-    let leftovers: Vec<_> = std::fs::read_dir(state.parent().unwrap()).unwrap().collect();
+    let leftovers: Vec<_> = std::fs::read_dir(state.parent().unwrap())
+        .unwrap()
+        .collect();
     assert_eq!(leftovers.len(), 1, "no temp files left behind");
 }
