@@ -17,17 +17,25 @@ pub fn serialize_conversation(messages: &[AgentMessage]) -> String {
                 for block in a.content.blocks() {
                     match block {
                         ContentBlock::Text(t) => push(&mut out, "Assistant", &t.text),
-                        ContentBlock::Thinking(t) => push(&mut out, "Assistant thinking", &t.thinking),
-                        ContentBlock::ToolCall(c) => {
-                            push(&mut out, "Assistant tool call", &format!("{}({})", c.name, c.arguments))
+                        ContentBlock::Thinking(t) => {
+                            push(&mut out, "Assistant thinking", &t.thinking)
                         }
+                        ContentBlock::ToolCall(c) => push(
+                            &mut out,
+                            "Assistant tool call",
+                            &format!("{}({})", c.name, c.arguments),
+                        ),
                         ContentBlock::Image(_) => push(&mut out, "Assistant", "[image]"),
                         ContentBlock::Unknown(_) => {}
                     }
                 }
             }
             AgentMessage::ToolResult(t) => {
-                let label = if t.is_error == Some(true) { "Tool error" } else { "Tool result" };
+                let label = if t.is_error == Some(true) {
+                    "Tool error"
+                } else {
+                    "Tool result"
+                };
                 let label = format!("{label} {}", t.tool_name);
                 push_content(&mut out, label.trim(), &t.content)
             }
@@ -53,7 +61,9 @@ fn push_content(out: &mut String, label: &str, content: &Content) {
                     ContentBlock::Text(t) => push(out, label, &t.text),
                     ContentBlock::Image(_) => push(out, label, "[image]"),
                     ContentBlock::Thinking(t) => push(out, label, &t.thinking),
-                    ContentBlock::ToolCall(c) => push(out, label, &format!("{}({})", c.name, c.arguments)),
+                    ContentBlock::ToolCall(c) => {
+                        push(out, label, &format!("{}({})", c.name, c.arguments))
+                    }
                     ContentBlock::Unknown(_) => {}
                 }
             }

@@ -25,7 +25,7 @@ use clawctx_tokens::text_tokens;
 
 use crate::salience::{extract_terms, signals, Term, TermKind};
 use crate::segment::{self, floor_char_boundary, Doc, Role};
-use crate::{Summarizer, Summary, SummarizeError, SummaryKind, SummaryRequest};
+use crate::{SummarizeError, Summarizer, Summary, SummaryKind, SummaryRequest};
 
 /// Keeps the most informative sentences and lines of its input, in order and under their
 /// speaker labels, within the token target, followed by a `Key facts:` line of salient terms
@@ -75,7 +75,9 @@ fn heading(kind: &SummaryKind) -> String {
         SummaryKind::History => "Summary of earlier conversation (extractive):".to_owned(),
         SummaryKind::TurnPrefix => "Turn context, split turn (extractive):".to_owned(),
         SummaryKind::Leaf => "Segment summary (extractive):".to_owned(),
-        SummaryKind::Condensed { depth } => format!("Condensed summary, depth {depth} (extractive):"),
+        SummaryKind::Condensed { depth } => {
+            format!("Condensed summary, depth {depth} (extractive):")
+        }
     }
 }
 
@@ -120,7 +122,13 @@ impl<'a> TermTable<'a> {
             return id;
         }
         let id = self.entries.len();
-        self.entries.push(TermEntry { text, kind, freq: 1, carried: false, context: 0 });
+        self.entries.push(TermEntry {
+            text,
+            kind,
+            freq: 1,
+            carried: false,
+            context: 0,
+        });
         self.ids.insert(text, id);
         id
     }
@@ -154,14 +162,53 @@ struct Analyzed<'a> {
 /// Focus words from custom instructions, lowercased.
 fn focus_words(instructions: Option<&str>) -> Vec<String> {
     const STOP: &[&str] = &[
-        "the", "and", "for", "with", "that", "this", "from", "into", "about", "keep", "focus", "summary",
-        "summarize", "please", "what", "which", "only", "all", "any", "are", "was", "were", "our", "you",
-        "your", "its", "not", "but", "also", "more", "most", "on", "of", "to", "in",
+        "the",
+        "and",
+        "for",
+        "with",
+        "that",
+        "this",
+        "from",
+        "into",
+        "about",
+        "keep",
+        "focus",
+        "summary",
+        "summarize",
+        "please",
+        "what",
+        "which",
+        "only",
+        "all",
+        "any",
+        "are",
+        "was",
+        "were",
+        "our",
+        "you",
+        "your",
+        "its",
+        "not",
+        "but",
+        "also",
+        "more",
+        "most",
+        "on",
+        "of",
+        "to",
+        "in",
     ];
-    let Some(text) = instructions else { return Vec::new() };
+    let Some(text) = instructions else {
+        return Vec::new();
+    };
     let words: BTreeSet<String> = text
-        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c == '/' || c == ':'))
-        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase())
+        .split(|c: char| {
+            !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c == '/' || c == ':')
+        })
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
         .filter(|w| w.chars().count() >= 3 && !STOP.contains(&w.as_str()))
         .collect();
     words.into_iter().collect()
@@ -182,7 +229,12 @@ fn role_score(role: Role) -> u32 {
 
 /// Parses and scores `doc`, interning its terms into `table`. `positional` enables the
 /// first-request and recency bonuses (for the conversation, not for a previous summary).
-fn analyze<'a>(doc: Doc<'a>, table: &mut TermTable<'a>, focus: &[String], positional: bool) -> Analyzed<'a> {
+fn analyze<'a>(
+    doc: Doc<'a>,
+    table: &mut TermTable<'a>,
+    focus: &[String],
+    positional: bool,
+) -> Analyzed<'a> {
     let n = doc.units.len();
     let first_user = doc.messages.iter().position(|m| m.role == Role::User);
     let last_user = doc.messages.iter().rposition(|m| m.role == Role::User);
@@ -192,7 +244,9 @@ fn analyze<'a>(doc: Doc<'a>, table: &mut TermTable<'a>, focus: &[String], positi
         .messages
         .iter()
         .map(|m| match m.label {
-            Some(l) => *label_cache.entry(l).or_insert_with(|| text_tokens(&format!("[{l}]: "))),
+            Some(l) => *label_cache
+                .entry(l)
+                .or_insert_with(|| text_tokens(&format!("[{l}]: "))),
             None => 0,
         })
         .collect();
@@ -201,7 +255,10 @@ fn analyze<'a>(doc: Doc<'a>, table: &mut TermTable<'a>, focus: &[String], positi
     let mut rank_in_first_user = 0u32;
     let mut error_at: Vec<usize> = Vec::new();
     for (index, unit) in doc.units.iter().enumerate() {
-        let role = doc.messages.get(unit.message).map_or(Role::Plain, |m| m.role);
+        let role = doc
+            .messages
+            .get(unit.message)
+            .map_or(Role::Plain, |m| m.role);
         terms.clear();
         extract_terms(unit.text, &mut terms);
         let mut ids: Vec<usize> = Vec::with_capacity(terms.len());
@@ -236,7 +293,10 @@ fn analyze<'a>(doc: Doc<'a>, table: &mut TermTable<'a>, focus: &[String], positi
         // Lines of tool output right after an error line (the `--> file:line` location, the
         // note) belong to the error.
         let same_message = |k: usize| doc.units.get(k).is_some_and(|u| u.message == unit.message);
-        if !role.is_prose_role() && (1..=2).any(|d| index >= d && same_message(index - d) && error_at.contains(&(index - d))) {
+        if !role.is_prose_role()
+            && (1..=2)
+                .any(|d| index >= d && same_message(index - d) && error_at.contains(&(index - d)))
+        {
             content += 4;
         }
         if sig.error && !role.is_prose_role() {
@@ -278,9 +338,19 @@ fn analyze<'a>(doc: Doc<'a>, table: &mut TermTable<'a>, focus: &[String], positi
         }
         let has_content = unit.text.chars().any(char::is_alphanumeric);
         let eligible = has_content && !filler && !sig.injection && seen.insert(unit.text);
-        units.push(UnitInfo { tokens: text_tokens(unit.text), fixed, terms: ids, anchor, eligible });
+        units.push(UnitInfo {
+            tokens: text_tokens(unit.text),
+            fixed,
+            terms: ids,
+            anchor,
+            eligible,
+        });
     }
-    Analyzed { doc, units, label_tokens }
+    Analyzed {
+        doc,
+        units,
+        label_tokens,
+    }
 }
 
 /// A chosen unit: its index and the text emitted for it (clipped if needed).
@@ -316,13 +386,24 @@ fn priority(score: u32, tokens: u64) -> u64 {
 
 /// Greedily picks units of `an` within `budget` tokens (label and join margins included) and
 /// returns them in original order with the tokens they were charged.
-fn select(an: &Analyzed<'_>, table: &TermTable<'_>, covered: &mut [bool], budget: u64, clip_cap: u64) -> (Vec<Chosen>, u64) {
+fn select(
+    an: &Analyzed<'_>,
+    table: &TermTable<'_>,
+    covered: &mut [bool],
+    budget: u64,
+    clip_cap: u64,
+) -> (Vec<Chosen>, u64) {
     let mut heap: BinaryHeap<(u64, Reverse<usize>)> = an
         .units
         .iter()
         .enumerate()
         .filter(|(_, u)| u.eligible)
-        .map(|(i, u)| (priority(marginal(u, table, covered), u.tokens.min(clip_cap)), Reverse(i)))
+        .map(|(i, u)| {
+            (
+                priority(marginal(u, table, covered), u.tokens.min(clip_cap)),
+                Reverse(i),
+            )
+        })
         .collect();
     let mut open = vec![false; an.doc.messages.len()];
     let mut chosen = Vec::new();
@@ -332,7 +413,9 @@ fn select(an: &Analyzed<'_>, table: &TermTable<'_>, covered: &mut [bool], budget
         if remaining < 2 {
             break;
         }
-        let (Some(info), Some(unit)) = (an.units.get(i), an.doc.units.get(i)) else { continue };
+        let (Some(info), Some(unit)) = (an.units.get(i), an.doc.units.get(i)) else {
+            continue;
+        };
         let score = marginal(info, table, covered);
         let fresh = priority(score, info.tokens.min(clip_cap));
         if fresh < key {
@@ -372,7 +455,11 @@ fn select(an: &Analyzed<'_>, table: &TermTable<'_>, covered: &mut [bool], budget
                 }
             }
         }
-        chosen.push(Chosen { unit: i, text, score });
+        chosen.push(Chosen {
+            unit: i,
+            text,
+            score,
+        });
     }
     chosen.sort_by_key(|c| c.unit);
     (chosen, used)
@@ -392,7 +479,11 @@ fn clip(text: &str, max_tokens: u64, anchor: Option<usize>) -> Option<(String, u
         if a > estimate * 2 / 3 {
             // Start a little before the anchor, but not so late that the window runs past the
             // end of the text with room to spare.
-            let back = floor_char_boundary(text, a.saturating_sub(24).min(text.len().saturating_sub(estimate * 3 / 4)));
+            let back = floor_char_boundary(
+                text,
+                a.saturating_sub(24)
+                    .min(text.len().saturating_sub(estimate * 3 / 4)),
+            );
             start = match text.get(back..a).and_then(|s| s.find(char::is_whitespace)) {
                 Some(ws) => back + ws,
                 None => back,
@@ -449,10 +540,16 @@ fn render_lines(an: &Analyzed<'_>, chosen: &[Chosen], out: &mut Vec<String>) {
     let mut current: Option<usize> = None;
     let mut last_unit = 0usize;
     for c in chosen {
-        let Some(unit) = an.doc.units.get(c.unit) else { continue };
+        let Some(unit) = an.doc.units.get(c.unit) else {
+            continue;
+        };
         if current == Some(unit.message) {
             if let Some(line) = out.last_mut() {
-                line.push_str(if c.unit == last_unit + 1 { " " } else { " … " });
+                line.push_str(if c.unit == last_unit + 1 {
+                    " "
+                } else {
+                    " … "
+                });
                 line.push_str(&c.text);
             }
         } else {
@@ -483,13 +580,21 @@ fn split_previous(prev: &str) -> (String, Vec<&str>) {
 }
 
 fn empty(input_tokens: u64) -> Summary {
-    Summary { text: String::new(), input_tokens, output_tokens: 0 }
+    Summary {
+        text: String::new(),
+        input_tokens,
+        output_tokens: 0,
+    }
 }
 
 /// The summarizer proper.
 fn summarize(request: &SummaryRequest) -> Summary {
     let conversation = request.conversation.as_str();
-    let previous = request.previous_summary.as_deref().map(str::trim).filter(|p| !p.is_empty());
+    let previous = request
+        .previous_summary
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty());
     let input_tokens = text_tokens(conversation) + previous.map_or(0, text_tokens);
     let budget = request.max_tokens.min(input_tokens.saturating_sub(1));
     if budget == 0 {
@@ -499,8 +604,18 @@ fn summarize(request: &SummaryRequest) -> Summary {
     let (prev_content, prev_facts) = previous.map(split_previous).unwrap_or_default();
 
     let mut table = TermTable::default();
-    let prev = analyze(segment::parse(&prev_content, true), &mut table, &focus, false);
-    let conv = analyze(segment::parse(conversation, false), &mut table, &focus, true);
+    let prev = analyze(
+        segment::parse(&prev_content, true),
+        &mut table,
+        &focus,
+        false,
+    );
+    let conv = analyze(
+        segment::parse(conversation, false),
+        &mut table,
+        &focus,
+        true,
+    );
     for fact in &prev_facts {
         let mut found = Vec::new();
         extract_terms(fact, &mut found);
@@ -524,10 +639,17 @@ fn summarize(request: &SummaryRequest) -> Summary {
             fixed_cost += text_tokens(EARLIER_LINE) + text_tokens(SINCE_LINE) + 2 * LINE_TOKENS;
         }
     }
-    let has_facts = table.entries.iter().any(|e| e.kind.must_keep() || e.carried);
+    let has_facts = table
+        .entries
+        .iter()
+        .any(|e| e.kind.must_keep() || e.carried);
     let carried_cost: u64 = prev_facts.iter().map(|f| text_tokens(f) + 1).sum();
     let facts_reserve = if has_facts && budget >= 48 {
-        let carried = if carried_cost > 0 { carried_cost + text_tokens(FACTS_PREFIX) + LINE_TOKENS } else { 0 };
+        let carried = if carried_cost > 0 {
+            carried_cost + text_tokens(FACTS_PREFIX) + LINE_TOKENS
+        } else {
+            0
+        };
         (budget / 6).max(carried.min(budget / 4))
     } else {
         0
@@ -545,9 +667,25 @@ fn summarize(request: &SummaryRequest) -> Summary {
         .map(|(_, u)| u.tokens.min(clip_cap) + JOIN_TOKENS)
         .sum::<u64>()
         + conv.label_tokens.iter().sum::<u64>();
-    let new_reserve = if prev.units.is_empty() { 0 } else { conv_need.min(body * 2 / 5) };
-    let (prev_chosen, prev_used) = select(&prev, &table, &mut covered, body.saturating_sub(new_reserve), clip_cap);
-    let (conv_chosen, conv_used) = select(&conv, &table, &mut covered, body.saturating_sub(prev_used), clip_cap);
+    let new_reserve = if prev.units.is_empty() {
+        0
+    } else {
+        conv_need.min(body * 2 / 5)
+    };
+    let (prev_chosen, prev_used) = select(
+        &prev,
+        &table,
+        &mut covered,
+        body.saturating_sub(new_reserve),
+        clip_cap,
+    );
+    let (conv_chosen, conv_used) = select(
+        &conv,
+        &table,
+        &mut covered,
+        body.saturating_sub(prev_used),
+        clip_cap,
+    );
 
     let mut prev_lines = Vec::new();
     render_lines(&prev, &prev_chosen, &mut prev_lines);
@@ -559,7 +697,8 @@ fn summarize(request: &SummaryRequest) -> Summary {
     let facts_budget = budget.saturating_sub(fixed_cost + prev_used + conv_used);
     let facts = key_facts(&table, &body_text, facts_budget);
 
-    let sections = update && !prev_lines.is_empty() && !conv_lines.is_empty() && !fixed_lines.is_empty();
+    let sections =
+        update && !prev_lines.is_empty() && !conv_lines.is_empty() && !fixed_lines.is_empty();
     let assemble = |prev_lines: &[String], conv_lines: &[String], facts: &[&str]| -> String {
         let mut lines: Vec<&str> = fixed_lines.iter().map(String::as_str).collect();
         if sections && !prev_lines.is_empty() && !conv_lines.is_empty() {
@@ -570,7 +709,11 @@ fn summarize(request: &SummaryRequest) -> Summary {
             lines.push(SINCE_LINE);
         }
         lines.extend(conv_lines.iter().map(String::as_str));
-        let facts_line = if facts.is_empty() { String::new() } else { format!("{FACTS_PREFIX}{}", facts.join(", ")) };
+        let facts_line = if facts.is_empty() {
+            String::new()
+        } else {
+            format!("{FACTS_PREFIX}{}", facts.join(", "))
+        };
         if !facts_line.is_empty() {
             lines.push(&facts_line);
         }
@@ -603,14 +746,26 @@ fn summarize(request: &SummaryRequest) -> Summary {
             tokens = text_tokens(&text);
         }
     }
-    Summary { text, input_tokens, output_tokens: tokens }
+    Summary {
+        text,
+        input_tokens,
+        output_tokens: tokens,
+    }
 }
 
 /// Removes the lowest-scoring chosen unit (latest on ties) from either list; false if both are
 /// empty.
 fn drop_weakest(prev: &mut Vec<Chosen>, conv: &mut Vec<Chosen>) -> bool {
-    let weakest_prev = prev.iter().enumerate().min_by_key(|(i, c)| (c.score, Reverse(*i))).map(|(i, c)| (c.score, i));
-    let weakest_conv = conv.iter().enumerate().min_by_key(|(i, c)| (c.score, Reverse(*i))).map(|(i, c)| (c.score, i));
+    let weakest_prev = prev
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, c)| (c.score, Reverse(*i)))
+        .map(|(i, c)| (c.score, i));
+    let weakest_conv = conv
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, c)| (c.score, Reverse(*i)))
+        .map(|(i, c)| (c.score, i));
     match (weakest_prev, weakest_conv) {
         (Some((sp, ip)), Some((sc, _))) if sp < sc => {
             prev.remove(ip);
@@ -635,12 +790,18 @@ fn key_facts<'a>(table: &TermTable<'a>, body: &str, budget: u64) -> Vec<&'a str>
         return Vec::new();
     }
     let mut order: Vec<usize> = (0..table.entries.len())
-        .filter(|&i| table.entries.get(i).is_some_and(|e| (e.kind.must_keep() || e.carried) && e.text.len() <= MAX_FACT_BYTES))
+        .filter(|&i| {
+            table.entries.get(i).is_some_and(|e| {
+                (e.kind.must_keep() || e.carried) && e.text.len() <= MAX_FACT_BYTES
+            })
+        })
         .collect();
     order.sort_by_key(|&i| {
         let e = table.entries.get(i);
         let carried = e.is_some_and(|e| e.carried);
-        let rank = e.map_or(0, |e| e.kind.weight() + e.freq.saturating_sub(1).min(3) + e.context / 4);
+        let rank = e.map_or(0, |e| {
+            e.kind.weight() + e.freq.saturating_sub(1).min(3) + e.context / 4
+        });
         (Reverse(carried), Reverse(rank), i)
     });
     let mut remaining = budget - prefix_tokens;
@@ -649,7 +810,9 @@ fn key_facts<'a>(table: &TermTable<'a>, body: &str, budget: u64) -> Vec<&'a str>
         if remaining < 2 {
             break;
         }
-        let Some(e) = table.entries.get(i) else { continue };
+        let Some(e) = table.entries.get(i) else {
+            continue;
+        };
         if body.contains(e.text) {
             continue;
         }
@@ -713,14 +876,20 @@ mod tests {
 
     #[test]
     fn clip_centres_on_anchor_and_fits() {
-        let text = format!("{} the failure is in src/engine/registry.rs:42 today", "filler words here ".repeat(40));
+        let text = format!(
+            "{} the failure is in src/engine/registry.rs:42 today",
+            "filler words here ".repeat(40)
+        );
         let anchor = text.find("src/");
         let (out, tokens) = clip(&text, 20, anchor).unwrap_or_default();
         assert!(tokens <= 20 && tokens == text_tokens(&out), "{out}");
         assert!(out.contains("src/engine/registry.rs"), "{out}");
         assert!(out.starts_with('…'), "{out}");
         let (head, _) = clip(&text, 20, None).unwrap_or_default();
-        assert!(head.starts_with("filler") && head.ends_with('…') && !head.contains("src/"), "{head}");
+        assert!(
+            head.starts_with("filler") && head.ends_with('…') && !head.contains("src/"),
+            "{head}"
+        );
     }
 
     #[test]
@@ -733,12 +902,16 @@ mod tests {
 
     #[test]
     fn focus_words_are_sorted_lowercase_and_filtered() {
-        assert_eq!(focus_words(Some("Focus on the Database and SQLite")), vec!["database".to_owned(), "sqlite".to_owned()]);
+        assert_eq!(
+            focus_words(Some("Focus on the Database and SQLite")),
+            vec!["database".to_owned(), "sqlite".to_owned()]
+        );
     }
 
     #[test]
     fn previous_summary_structure_is_stripped() {
-        let (content, facts) = split_previous("Segment summary (extractive):\n[User]: fix it\nKey facts: a.rs, E0277");
+        let (content, facts) =
+            split_previous("Segment summary (extractive):\n[User]: fix it\nKey facts: a.rs, E0277");
         assert_eq!(content, "[User]: fix it\n");
         assert_eq!(facts, vec!["a.rs", "E0277"]);
     }

@@ -50,7 +50,11 @@ impl TermKind {
             TermKind::Url | TermKind::ErrorName => 6,
             TermKind::RustPath | TermKind::FnCall | TermKind::Host => 5,
             TermKind::Time | TermKind::NumberUnit | TermKind::Version | TermKind::Code => 4,
-            TermKind::IssueRef | TermKind::CommitHash | TermKind::ConstCase | TermKind::Camel | TermKind::Snake => 3,
+            TermKind::IssueRef
+            | TermKind::CommitHash
+            | TermKind::ConstCase
+            | TermKind::Camel
+            | TermKind::Snake => 3,
             TermKind::ProperName => 2,
             TermKind::Number => 1,
         }
@@ -126,7 +130,10 @@ fn pattern_sources() -> Vec<(TermKind, String)> {
 /// The compiled term patterns. Built with a fallible pattern rather than `expect`: a pattern
 /// that failed to compile would be skipped, and a unit test asserts that none does.
 static PATTERNS: LazyLock<Vec<(TermKind, Regex)>> = LazyLock::new(|| {
-    pattern_sources().into_iter().filter_map(|(kind, src)| Regex::new(&src).ok().map(|re| (kind, re))).collect()
+    pattern_sources()
+        .into_iter()
+        .filter_map(|(kind, src)| Regex::new(&src).ok().map(|re| (kind, re)))
+        .collect()
 });
 
 /// Phrases that mark a decision.
@@ -196,14 +203,22 @@ pub(crate) fn extract_terms<'a>(text: &'a str, out: &mut Vec<Term<'a>>) {
     for (kind, re) in PATTERNS.iter() {
         for caps in re.captures_iter(text) {
             let Some(whole) = caps.get(0) else { continue };
-            let Some(term) = caps.get(1).or(Some(whole)) else { continue };
+            let Some(term) = caps.get(1).or(Some(whole)) else {
+                continue;
+            };
             let (start, end) = (whole.start(), whole.end());
             if claimed.iter().any(|&(s, e)| start < e && s < end) {
                 continue;
             }
-            let Some(term_text) = accept(*kind, term.as_str()) else { continue };
+            let Some(term_text) = accept(*kind, term.as_str()) else {
+                continue;
+            };
             claimed.push((start, end));
-            out.push(Term { kind: *kind, text: term_text, start: term.start() });
+            out.push(Term {
+                kind: *kind,
+                text: term_text,
+                start: term.start(),
+            });
         }
     }
     proper_names(text, &claimed, out);
@@ -220,12 +235,19 @@ fn accept(kind: TermKind, raw: &str) -> Option<&str> {
             let p = raw.trim_end_matches(['.', ',', ':']);
             let last = p.rsplit(['/', '\\']).next().unwrap_or(p);
             let last_name = last.split(':').next().unwrap_or(last);
-            let anchored = p.starts_with('/') || p.starts_with("./") || p.starts_with("../") || p.starts_with("~/");
+            let anchored = p.starts_with('/')
+                || p.starts_with("./")
+                || p.starts_with("../")
+                || p.starts_with("~/");
             let has_ext = last_name.contains('.') && !last_name.ends_with('.');
             let deep = p.matches('/').count() >= 2;
             let windows = p.contains('\\');
-            let all_digits = p.chars().all(|c| c.is_ascii_digit() || c == '/' || c == '.');
-            let ok = (anchored && p.len() > 2 || has_ext || deep || windows) && !all_digits && p.len() >= 3;
+            let all_digits = p
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '/' || c == '.');
+            let ok = (anchored && p.len() > 2 || has_ext || deep || windows)
+                && !all_digits
+                && p.len() >= 3;
             ok.then_some(p)
         }
         TermKind::CommitHash => {
@@ -237,7 +259,9 @@ fn accept(kind: TermKind, raw: &str) -> Option<&str> {
 }
 
 /// Words that look like names only because of their capital letter.
-const NOT_NAMES: &[&str] = &["OK", "Ok", "Yes", "No", "Hi", "Hello", "Thanks", "Please", "The", "And", "But", "Or"];
+const NOT_NAMES: &[&str] = &[
+    "OK", "Ok", "Yes", "No", "Hi", "Hello", "Thanks", "Please", "The", "And", "But", "Or",
+];
 
 /// Capitalized words that do not start a sentence, outside already claimed spans.
 fn proper_names<'a>(text: &'a str, claimed: &[(usize, usize)], out: &mut Vec<Term<'a>>) {
@@ -269,12 +293,20 @@ fn proper_names<'a>(text: &'a str, claimed: &[(usize, usize)], out: &mut Vec<Ter
             let start = s + offset;
             let end = start + core.len();
             if !claimed.iter().any(|&(cs, ce)| start < ce && cs < end) {
-                out.push(Term { kind: TermKind::ProperName, text: core, start });
+                out.push(Term {
+                    kind: TermKind::ProperName,
+                    text: core,
+                    start,
+                });
             }
         }
         sentence_start = word.ends_with(['.', '!', '?', ':', ';'])
             || matches!(word, "-" | "*" | "•" | "—" | "–" | ">" | "#" | "##" | "###")
-            || (word.ends_with(['.', ')']) && word.trim_end_matches(['.', ')']).chars().all(|c| c.is_ascii_digit()));
+            || (word.ends_with(['.', ')'])
+                && word
+                    .trim_end_matches(['.', ')'])
+                    .chars()
+                    .all(|c| c.is_ascii_digit()));
     }
 }
 
@@ -316,7 +348,15 @@ mod tests {
     #[test]
     fn every_pattern_compiles() {
         assert_eq!(PATTERNS.len(), pattern_sources().len());
-        for re in [&DECISION, &ERROR, &TODO, &CONSTRAINT, &INJECTION, &FILLER, &PROGRESS] {
+        for re in [
+            &DECISION,
+            &ERROR,
+            &TODO,
+            &CONSTRAINT,
+            &INJECTION,
+            &FILLER,
+            &PROGRESS,
+        ] {
             assert!(re.is_some());
         }
     }
@@ -325,7 +365,10 @@ mod tests {
     fn finds_paths_codes_identifiers() {
         let t = kinds("error[E0277]: trait bound in src/engine/registry.rs:42:5 for HashMap via foo::bar() and max_tokens");
         assert!(t.contains(&(TermKind::ErrorCode, "E0277")), "{t:?}");
-        assert!(t.contains(&(TermKind::Path, "src/engine/registry.rs:42:5")), "{t:?}");
+        assert!(
+            t.contains(&(TermKind::Path, "src/engine/registry.rs:42:5")),
+            "{t:?}"
+        );
         assert!(t.contains(&(TermKind::Camel, "HashMap")), "{t:?}");
         assert!(t.contains(&(TermKind::RustPath, "foo::bar()")), "{t:?}");
         assert!(t.contains(&(TermKind::Snake, "max_tokens")), "{t:?}");
@@ -367,7 +410,12 @@ mod tests {
 
     #[test]
     fn salient_terms_are_ordered_and_deduplicated() {
-        let terms = salient_terms("[User]: fix src/main.rs and src/main.rs, then call run_all() twice: 12 and 13");
-        assert_eq!(terms, vec!["src/main.rs".to_owned(), "run_all()".to_owned()]);
+        let terms = salient_terms(
+            "[User]: fix src/main.rs and src/main.rs, then call run_all() twice: 12 and 13",
+        );
+        assert_eq!(
+            terms,
+            vec!["src/main.rs".to_owned(), "run_all()".to_owned()]
+        );
     }
 }

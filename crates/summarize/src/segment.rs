@@ -68,7 +68,13 @@ impl Role {
     fn is_prose(self) -> bool {
         matches!(
             self,
-            Role::User | Role::Assistant | Role::Thinking | Role::Summary | Role::Note | Role::Other | Role::Plain
+            Role::User
+                | Role::Assistant
+                | Role::Thinking
+                | Role::Summary
+                | Role::Note
+                | Role::Other
+                | Role::Plain
         )
     }
 }
@@ -104,19 +110,28 @@ pub(crate) fn parse(text: &str, line_messages: bool) -> Doc<'_> {
     let mut in_code = false;
     for line in text.lines() {
         let mut rest = line;
-        let labelled = LABEL.as_ref().and_then(|re| re.captures(line)).and_then(|c| {
-            let whole = c.get(0)?;
-            let label = c.get(1)?;
-            Some((label.as_str(), whole.end()))
-        });
+        let labelled = LABEL
+            .as_ref()
+            .and_then(|re| re.captures(line))
+            .and_then(|c| {
+                let whole = c.get(0)?;
+                let label = c.get(1)?;
+                Some((label.as_str(), whole.end()))
+            });
         if let Some((label, end)) = labelled {
-            doc.messages.push(Message { label: Some(label), role: Role::from_label(label) });
+            doc.messages.push(Message {
+                label: Some(label),
+                role: Role::from_label(label),
+            });
             rest = line.get(end..).unwrap_or("");
             in_code = false;
         } else if line.trim().is_empty() {
             continue;
         } else if line_messages || doc.messages.is_empty() {
-            doc.messages.push(Message { label: None, role: Role::Plain });
+            doc.messages.push(Message {
+                label: None,
+                role: Role::Plain,
+            });
             in_code = false;
         }
         let rest = rest.trim();
@@ -156,7 +171,9 @@ pub(crate) fn sentences(line: &str) -> Vec<&str> {
         if !matches!(c, '.' | '!' | '?') {
             continue;
         }
-        let Some(&(next_i, next)) = chars.peek() else { continue };
+        let Some(&(next_i, next)) = chars.peek() else {
+            continue;
+        };
         if !next.is_whitespace() {
             continue;
         }
@@ -169,7 +186,10 @@ pub(crate) fn sentences(line: &str) -> Vec<&str> {
     if start < line.len() {
         out.push(line.get(start..).unwrap_or(""));
     }
-    out.into_iter().map(str::trim).filter(|s| !s.is_empty()).collect()
+    out.into_iter()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// Pushes `text` as one unit, or as several chunks of at most [`MAX_UNIT_BYTES`] bytes cut at
@@ -188,12 +208,18 @@ fn push_chunks<'a>(text: &'a str, message: usize, units: &mut Vec<Unit<'a>>) {
         }
         let piece = rest.get(..cut).unwrap_or("").trim();
         if !piece.is_empty() {
-            units.push(Unit { message, text: piece });
+            units.push(Unit {
+                message,
+                text: piece,
+            });
         }
         rest = rest.get(cut..).unwrap_or("").trim_start();
     }
     if !rest.is_empty() {
-        units.push(Unit { message, text: rest });
+        units.push(Unit {
+            message,
+            text: rest,
+        });
     }
 }
 
@@ -215,20 +241,33 @@ mod tests {
 
     #[test]
     fn labels_start_messages_and_continuation_lines_stay_in_them() {
-        let doc = parse("[User]: Fix it. Now please.\nsecond line\n\n[Tool result bash]: a\nb\n[INFO]: log", false);
+        let doc = parse(
+            "[User]: Fix it. Now please.\nsecond line\n\n[Tool result bash]: a\nb\n[INFO]: log",
+            false,
+        );
         let labels: Vec<_> = doc.messages.iter().map(|m| m.label).collect();
         assert_eq!(labels, vec![Some("User"), Some("Tool result bash")]);
         let texts: Vec<_> = doc.units.iter().map(|u| (u.message, u.text)).collect();
         assert_eq!(
             texts,
-            vec![(0, "Fix it."), (0, "Now please."), (0, "second line"), (1, "a"), (1, "b"), (1, "[INFO]: log")]
+            vec![
+                (0, "Fix it."),
+                (0, "Now please."),
+                (0, "second line"),
+                (1, "a"),
+                (1, "b"),
+                (1, "[INFO]: log")
+            ]
         );
         assert_eq!(doc.messages[1].role, Role::ToolResult);
     }
 
     #[test]
     fn sentence_split_keeps_abbreviations_and_versions() {
-        assert_eq!(sentences("Use e.g. serde 1.0. Then build! Done?"), vec!["Use e.g. serde 1.0.", "Then build!", "Done?"]);
+        assert_eq!(
+            sentences("Use e.g. serde 1.0. Then build! Done?"),
+            vec!["Use e.g. serde 1.0.", "Then build!", "Done?"]
+        );
         assert_eq!(sentences("好的。继续"), vec!["好的。", "继续"]);
     }
 
