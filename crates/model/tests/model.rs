@@ -1006,12 +1006,17 @@ async fn spend_guard_refuses_with_budget_exhausted_per_session() {
         .unwrap()],
         Exhaustion::Cycle,
     ));
-    let guard = Arc::new(SpendGuard::new(2_000, Duration::from_secs(3600)));
+    // The guard checks the prompt estimate plus max output before calling. Size the budget so
+    // that exactly two calls fit: 1000 recorded for the first, then estimate + 400 for the second.
+    let prompt = clawctx_model::summary_prompt(&summary_request(None));
+    let estimate = clawctx_tokens::text_tokens(&prompt.system)
+        + clawctx_tokens::text_tokens(&prompt.user)
+        + 400;
+    let guard = Arc::new(SpendGuard::new(1000 + estimate, Duration::from_secs(3600)));
     let s = LlmSummarizer::new(scripted.clone(), "m").with_spend_guard(guard.clone());
     let a = s.for_session("agent:main:a");
     a.summarize(summary_request(None)).await.unwrap();
     assert_eq!(guard.spent("agent:main:a"), 1000);
-    // 1000 spent + ~prompt + 400 max output > 2000? The prompt alone is a few hundred tokens.
     a.summarize(summary_request(None))
         .await
         .unwrap_or_else(|e| panic!("second call should still fit: {e}"));
