@@ -1,0 +1,260 @@
+//! Budgeted assembly: what the model sees this turn.
+//!
+//! Items are taken newest-first — the host's live messages the store has not seen yet (the
+//! current prompt), then the frontier read backwards through its primary key — and grouped into
+//! pairing units (an assistant message with tool calls plus its results; every other item alone)
+//! so a tool result is never first without its call. Units are kept while they fit; the first
+//! that does not fit ends the walk, so the kept set is a contiguous suffix and the prefix bytes
+//! stay stable between turns (prompt cache). Costs come from the stored token counts; only kept
+//! rows are decoded, so the work is proportional to what is returned, not to history length.
+//! The sum of the returned messages' estimates never exceeds the budget: a lone unit that is
+//! too big is shortened with `truncate_middle`, and dropped if even that cannot fit.
+
+use clawctx_protocol::{AgentMessage, Content, ContentBlock};
+use clawctx_tokens::{message_tokens, truncate_middle};
+use rusqlite::params;
+
+use crate::store::codec::{self, role};
+use crate::store::Db;
+use crate::error::Result;
+
+/// The system-prompt addition explaining the recall tools (static: cache-stable).
+pub const SYSTEM_PROMPT_ADDITION: &str = include_str!("prompts/recall_policy.md");
+
+/// What [`Db::assemble`] produced.
+#[derive(Clone, Debug, Default)]
+pub struct Assembled {
+    /// Messages in order.
+    pub messages: Vec<AgentMessage>,
+    /// Sum of `message_tokens` over `messages` (≤ budget).
+    pub tokens: u64,
+    /// Summaries included.
+    pub summaries: usize,
+    /// Live (not yet stored) host messages included.
+    pub live: usize,
+    /// Frontier items not shown because the budget was reached.
+    pub truncated: bool,
+}
+
+/// Renders a summary as the user-role block the model sees. Deterministic bytes.
+pub fn render_summary(id: i64, depth: i64, from_ts: Option<i64>, to_ts: Option<i64>, text: &str) -> AgentMessage {
+    let fmt = |t: Option<i64>| {
+        t.and_then(chrono::DateTime::from_timestamp_millis)
+            .map(|d| d.format("%Y-%m-%dT%H:%MZ").to_string())
+            .unwrap_or_else(|| "unknown".into())
+    };
+    let body = text.replace("</summary", "&lt;/summary");
+    AgentMessage::user(format!(
+        "<summary id=\"{}\" depth=\"{depth}\" from=\"{}\" to=\"{}\">\n{body}\n</summary>",
+        crate::ids::summary_id(id),
+        fmt(from_ts),
+        fmt(to_ts)
+    ))
+}
+
+enum Item {
+    Live(AgentMessage, u64),
+    Message { role: i64, n_calls: i64, tokens: u64, text: String, skeleton: Option<String>, ts: Option<i64> },
+    Summary { id: i64, depth: i64, from_ts: Option<i64>, to_ts: Option<i64>, text: String, tokens: u64 },
+}
+
+impl Item {
+    fn tokens(&self) -> u64 {
+        match self {
+            Item::Live(_, t) => *t,
+            Item::Message { tokens, .. } | Item::Summary { tokens, .. } => *tokens,
+        }
+    }
+    fn is_tool_result(&self) -> bool {
+        match self {
+            Item::Live(m, _) => matches!(m, AgentMessage::ToolResult(_)),
+            Item::Message { role: r, .. } => *r == role::TOOL_RESULT,
+            Item::Summary { .. } => false,
+        }
+    }
+    fn calls(&self) -> bool {
+        match self {
+            Item::Live(m, _) => m.tool_calls().next().is_some(),
+            Item::Message { n_calls, .. } => *n_calls > 0,
+            Item::Summary { .. } => false,
+        }
+    }
+    fn into_message(self) -> Result<AgentMessage> {
+        Ok(match self {
+            Item::Live(m, _) => m,
+            Item::Message { role, text, skeleton, ts, .. } => codec::decode(role, &text, skeleton.as_deref(), ts)?,
+            Item::Summary { id, depth, from_ts, to_ts, text, .. } => render_summary(id, depth, from_ts, to_ts, &text),
+        })
+    }
+}
+
+/// Groups newest-first items into units and keeps them while they fit.
+struct Packer {
+    budget: u64,
+    used: u64,
+    pending: Vec<Item>,
+    kept: Vec<Vec<Item>>,
+    oversized: Option<Vec<Item>>,
+    done: bool,
+}
+
+impl Packer {
+    fn push(&mut self, item: Item) {
+        if self.done {
+            return;
+        }
+        if item.is_tool_result() {
+            self.pending.push(item);
+            return;
+        }
+        let mut unit = Vec::with_capacity(1 + self.pending.len());
+        let calls = item.calls();
+        unit.push(item);
+        if calls {
+            unit.extend(self.pending.drain(..).rev());
+        } else {
+            // Results whose call is not right before them: never shown alone.
+            self.pending.clear();
+        }
+        let cost: u64 = unit.iter().map(Item::tokens).sum();
+        if self.used + cost <= self.budget {
+            self.used += cost;
+            self.kept.push(unit);
+        } else {
+            if self.kept.is_empty() {
+                self.oversized = Some(unit);
+            }
+            self.done = true;
+        }
+    }
+}
+
+impl Db {
+    /// Assembles conversation `conv_id` (or only `live` when `conv_id` is `None`) within
+    /// `budget` tokens. `live` are the host's newest messages the store has not stored yet, in
+    /// order.
+    pub fn assemble(&self, conv_id: Option<i64>, live: Vec<AgentMessage>, budget: u64) -> Result<Assembled> {
+        let mut p = Packer { budget, used: 0, pending: Vec::new(), kept: Vec::new(), oversized: None, done: false };
+        let n_live = live.len();
+        for m in live.into_iter().rev() {
+            let t = message_tokens(&m);
+            p.push(Item::Live(m, t));
+        }
+        let mut truncated = false;
+        if let Some(conv_id) = conv_id {
+            let mut st = self.conn.prepare_cached(
+                "SELECT f.kind, f.item_id, f.tokens, m.role, m.n_calls, m.text, m.skeleton, m.ts,
+                        s.depth, s.from_ts, s.to_ts, s.text
+                 FROM frontier f
+                 LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id
+                 LEFT JOIN summaries s ON f.kind = 1 AND s.id = f.item_id
+                 WHERE f.conv_id = ?1 ORDER BY f.ord DESC",
+            )?;
+            let mut rows = st.query(params![conv_id])?;
+            while !p.done {
+                let Some(r) = rows.next()? else { break };
+                let kind: i64 = r.get(0)?;
+                let tokens = r.get::<_, i64>(2)? as u64;
+                let item = if kind == 0 {
+                    Item::Message {
+                        role: r.get(3)?,
+                        n_calls: r.get(4)?,
+                        tokens,
+                        text: r.get(5)?,
+                        skeleton: r.get(6)?,
+                        ts: r.get(7)?,
+                    }
+                } else {
+                    Item::Summary {
+                        id: r.get(1)?,
+                        depth: r.get(8)?,
+                        from_ts: r.get(9)?,
+                        to_ts: r.get(10)?,
+                        text: r.get(11)?,
+                        tokens,
+                    }
+                };
+                p.push(item);
+            }
+            truncated = p.done;
+        }
+        let mut out = Assembled { truncated, ..Default::default() };
+        let oversized = p.oversized.take();
+        let mut units = std::mem::take(&mut p.kept);
+        units.reverse();
+        let mut live_left = n_live;
+        for unit in units {
+            for item in unit {
+                match &item {
+                    Item::Summary { .. } => out.summaries += 1,
+                    Item::Live(..) => out.live += 1,
+                    Item::Message { .. } => {}
+                }
+                out.tokens += item.tokens();
+                out.messages.push(item.into_message()?);
+            }
+        }
+        if let Some(unit) = oversized {
+            // Nothing fit: shorten the newest unit instead of returning nothing.
+            let mut msgs = unit.into_iter().map(Item::into_message).collect::<Result<Vec<_>>>()?;
+            shrink_to_fit(&mut msgs, budget);
+            let t: u64 = msgs.iter().map(message_tokens).sum();
+            if t <= budget && !msgs.is_empty() {
+                out.tokens = t;
+                out.messages = msgs;
+            }
+        }
+        live_left = live_left.min(out.live);
+        out.live = live_left;
+        Ok(out)
+    }
+}
+
+fn text_slots(m: &mut AgentMessage) -> Vec<&mut String> {
+    let content = match m {
+        AgentMessage::User(u) => &mut u.content,
+        AgentMessage::Assistant(a) => &mut a.content,
+        AgentMessage::ToolResult(t) => &mut t.content,
+        AgentMessage::Custom(c) => &mut c.content,
+        AgentMessage::BashExecution(b) => return vec![&mut b.output],
+        AgentMessage::BranchSummary(s) | AgentMessage::CompactionSummary(s) => return vec![&mut s.summary],
+        AgentMessage::Other(_) => return Vec::new(),
+    };
+    match content {
+        Content::Text(t) => vec![t],
+        Content::Blocks(bs) => bs
+            .iter_mut()
+            .filter_map(|b| match b {
+                ContentBlock::Text(t) => Some(&mut t.text),
+                ContentBlock::Thinking(t) => Some(&mut t.thinking),
+                _ => None,
+            })
+            .collect(),
+    }
+}
+
+/// Shortens the largest text slots of `msgs` until their estimate fits `budget`; clears
+/// `msgs` when that is impossible (e.g. a huge tool-call argument).
+pub(crate) fn shrink_to_fit(msgs: &mut Vec<AgentMessage>, budget: u64) {
+    for _ in 0..8 {
+        let costs: Vec<u64> = msgs.iter().map(message_tokens).collect();
+        let total: u64 = costs.iter().sum();
+        if total <= budget {
+            return;
+        }
+        let over = total - budget;
+        let Some((idx, _)) = costs.iter().enumerate().max_by_key(|(_, c)| **c) else { return };
+        let mut slots = text_slots(&mut msgs[idx]);
+        let Some(slot) = slots.iter_mut().max_by_key(|s| s.len()) else { break };
+        let slot_tokens = clawctx_tokens::text_tokens(slot);
+        if slot_tokens == 0 {
+            break;
+        }
+        let target = slot_tokens.saturating_sub(over + 8);
+        **slot = truncate_middle(slot, target);
+    }
+    let total: u64 = msgs.iter().map(message_tokens).sum();
+    if total > budget {
+        msgs.clear();
+    }
+}

@@ -1,0 +1,706 @@
+//! Compaction: replacing old frontier ranges with summaries that form a DAG.
+//!
+//! Triggered when frontier tokens pass `contextThreshold × budget`, a compaction runs rounds
+//! until the frontier is at or below the low-water mark (`lowWaterRatio × budget`), so it is
+//! rare and large rather than a small rewrite every turn. Each round is planned on the store
+//! thread from the frontier and its running totals:
+//!
+//! * **leaf** round: runs of raw messages before the protected fresh tail, cut into chunks of
+//!   at most `leafChunkTokens` (never before a tool result, so a call and its results stay in
+//!   one chunk), oldest first, as many as the low-water goal needs;
+//! * **condensed** round (when no leaf chunk is due): contiguous runs of same-depth summaries
+//!   with at least `condensedMinFanout` members, up to `incrementalMaxDepth`, when the summary
+//!   prefix is over its target or the goal is not reached; under pressure (still above the
+//!   threshold) with the hard fanout and no depth cap.
+//!
+//! The chunks of a round are independent and are summarized concurrently (bounded). Every
+//! summary is validated (non-empty, fewer tokens than its source, within its target × overage,
+//! keeps enough of the source's salient terms); a failed one never becomes a node — its range
+//! stays raw and is retried by a later compaction. All good summaries of a round are committed
+//! in one transaction that checks the planned range is unchanged, inserts the node and its
+//! child edges and replaces the range by one frontier item (the first ordinal is reused: no
+//! renumbering). The spend guard and circuit breaker live in the `guard_state` table; while the
+//! breaker is open or the window's call budget is spent, the extractive summarizer (local, free)
+//! is used instead: it is the last resort.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clawctx_protocol::AgentMessage;
+use clawctx_summarize::{serialize_conversation, salient_terms, ExtractiveSummarizer, Summarizer, SummaryKind, SummaryRequest};
+use clawctx_tokens::{message_tokens, text_tokens};
+use futures::StreamExt;
+use rusqlite::params;
+use serde::Serialize;
+
+use crate::assemble::render_summary;
+use crate::config::LosslessConfig;
+use crate::error::{LosslessError, Result};
+use crate::store::codec::{self, role};
+use crate::store::{Db, LosslessStore};
+
+/// How one compaction was asked for.
+#[derive(Clone, Debug, Default)]
+pub struct CompactionOptions {
+    /// Token budget the thresholds are fractions of.
+    pub budget: u64,
+    /// Compact now even below the threshold.
+    pub force: bool,
+    /// Extra summary instructions.
+    pub custom_instructions: Option<String>,
+}
+
+/// What a compaction did.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionReport {
+    /// Rounds run.
+    pub rounds: usize,
+    /// Leaf summaries created.
+    pub leaf_created: usize,
+    /// Condensed summaries created.
+    pub condensed_created: usize,
+    /// Summaries that failed (their ranges stay raw).
+    pub failed: usize,
+    /// Summaries produced by the extractive last resort.
+    pub extractive_used: usize,
+    /// Frontier tokens before.
+    pub tokens_before: u64,
+    /// Frontier tokens after.
+    pub tokens_after: u64,
+    /// Engine time (planning, input building, validation, commit), summarizer excluded.
+    pub engine_micros: u64,
+    /// Time spent waiting for summaries.
+    pub summarizer_micros: u64,
+    /// Why nothing (more) happened.
+    pub reason: String,
+}
+
+impl CompactionReport {
+    /// Summaries created.
+    pub fn created(&self) -> usize {
+        self.leaf_created + self.condensed_created
+    }
+}
+
+#[derive(Clone, Debug)]
+struct FItem {
+    ord: i64,
+    kind: i64,
+    id: i64,
+    tokens: u64,
+    role: i64,
+    seq_lo: i64,
+    seq_hi: i64,
+    ts_lo: Option<i64>,
+    ts_hi: Option<i64>,
+    depth: i64,
+}
+
+/// One planned summary: a contiguous frontier range and its summarizer input.
+#[derive(Clone, Debug)]
+pub(crate) struct Chunk {
+    conv_id: i64,
+    depth: i64,
+    first_ord: i64,
+    items: Vec<(i64, i64)>,
+    item_tokens: Vec<u64>,
+    source_tokens: u64,
+    seq_lo: i64,
+    seq_hi: i64,
+    ts_lo: Option<i64>,
+    ts_hi: Option<i64>,
+    max_tokens: u64,
+    input: String,
+}
+
+/// The summary produced for a chunk.
+pub(crate) struct Produced {
+    chunk: Chunk,
+    text: String,
+    summarizer: String,
+}
+
+/// Persisted guard state of one conversation.
+#[derive(Clone, Debug, Default)]
+struct Guard {
+    window_start_ms: i64,
+    calls_in_window: i64,
+    consecutive_failures: i64,
+    breaker_open_until_ms: i64,
+}
+
+fn leaf_target(cfg: &LosslessConfig, source: u64) -> u64 {
+    let t = cfg.leaf_target_tokens.min(source * 35 / 100).max(192);
+    t.min(source.saturating_sub(1)).max(1)
+}
+
+fn condensed_target(cfg: &LosslessConfig, source: u64) -> u64 {
+    let t = cfg.condensed_target_tokens.min(source / 2).max(128);
+    t.min(source.saturating_sub(1)).max(1)
+}
+
+/// Per-summary rendering overhead (the `<summary …>` wrapper), for projections.
+const RENDER_OVERHEAD: u64 = 40;
+
+impl Db {
+    fn load_frontier(&self, conv_id: i64) -> Result<Vec<FItem>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT f.ord, f.kind, f.item_id, f.tokens, m.role, m.seq, m.ts, s.depth, s.first_seq, s.last_seq, s.from_ts, s.to_ts
+             FROM frontier f
+             LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id
+             LEFT JOIN summaries s ON f.kind = 1 AND s.id = f.item_id
+             WHERE f.conv_id = ?1 ORDER BY f.ord",
+        )?;
+        let rows = st.query_map([conv_id], |r| {
+            let kind: i64 = r.get(1)?;
+            Ok(if kind == 0 {
+                let seq: i64 = r.get(5)?;
+                let ts: Option<i64> = r.get(6)?;
+                FItem {
+                    ord: r.get(0)?,
+                    kind,
+                    id: r.get(2)?,
+                    tokens: r.get::<_, i64>(3)? as u64,
+                    role: r.get(4)?,
+                    seq_lo: seq,
+                    seq_hi: seq,
+                    ts_lo: ts,
+                    ts_hi: ts,
+                    depth: -1,
+                }
+            } else {
+                FItem {
+                    ord: r.get(0)?,
+                    kind,
+                    id: r.get(2)?,
+                    tokens: r.get::<_, i64>(3)? as u64,
+                    role: -1,
+                    seq_lo: r.get(8)?,
+                    seq_hi: r.get(9)?,
+                    ts_lo: r.get(10)?,
+                    ts_hi: r.get(11)?,
+                    depth: r.get(7)?,
+                }
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Plans the next round for `conv_id`: the chunks to summarize (empty = done), and a
+    /// reason when empty.
+    pub(crate) fn plan_round(
+        &self,
+        conv_id: i64,
+        cfg: &LosslessConfig,
+        opts: &CompactionOptions,
+        first_round: bool,
+        exclude: &HashSet<i64>,
+    ) -> Result<(Vec<Chunk>, String)> {
+        let Some(conv) = self.conversation_by_id(conv_id)? else {
+            return Ok((Vec::new(), "no conversation".into()));
+        };
+        let total = conv.frontier_tokens.max(0) as u64;
+        let threshold = cfg.threshold_tokens(opts.budget);
+        let goal = cfg.low_water_tokens(opts.budget);
+        let force_now = opts.force && first_round;
+        if first_round && !opts.force && total <= threshold {
+            return Ok((Vec::new(), format!("below threshold ({total} <= {threshold} tokens)")));
+        }
+        if !force_now && total <= goal {
+            return Ok((Vec::new(), format!("at or below low-water mark ({total} <= {goal} tokens)")));
+        }
+        let items = self.load_frontier(conv_id)?;
+        // Fresh tail: the newest `freshTailCount` raw messages, extended back so it never
+        // starts with a tool result.
+        let mut b = items.len();
+        let mut raw_seen = 0usize;
+        while b > 0 && raw_seen < cfg.fresh_tail_count {
+            b -= 1;
+            if items[b].kind == 0 {
+                raw_seen += 1;
+            }
+        }
+        while b > 0 && b < items.len() && items[b].kind == 0 && items[b].role == role::TOOL_RESULT {
+            b -= 1;
+        }
+        let eligible = &items[..b];
+
+        // Leaf chunks.
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        let mut i = 0;
+        while i < eligible.len() {
+            if eligible[i].kind != 0 {
+                i += 1;
+                continue;
+            }
+            let s = i;
+            while i < eligible.len() && eligible[i].kind == 0 {
+                i += 1;
+            }
+            let e = i;
+            let mut start = s;
+            let mut acc = 0u64;
+            for j in s..e {
+                if j > start && acc + eligible[j].tokens > cfg.leaf_chunk_tokens && eligible[j].role != role::TOOL_RESULT {
+                    ranges.push((start, j));
+                    start = j;
+                    acc = 0;
+                }
+                acc += eligible[j].tokens;
+            }
+            if start < e {
+                let n = e - start;
+                if opts.force || n >= cfg.leaf_min_fanout || acc >= cfg.leaf_chunk_tokens / 2 {
+                    ranges.push((start, e));
+                }
+            }
+        }
+        let mut projected = total;
+        let mut chosen = Vec::new();
+        for (s, e) in ranges {
+            if exclude.contains(&eligible[s].ord) {
+                continue;
+            }
+            if !force_now && projected <= goal {
+                break;
+            }
+            let src: u64 = eligible[s..e].iter().map(|x| x.tokens).sum();
+            let est = leaf_target(cfg, src) + RENDER_OVERHEAD;
+            projected = projected.saturating_sub(src.saturating_sub(est));
+            chosen.push((s, e, 0i64));
+        }
+
+        if chosen.is_empty() {
+            // Condensed chunks: shallowest depth with a qualifying run.
+            let prefix: u64 = eligible.iter().filter(|x| x.kind == 1).map(|x| x.tokens).sum();
+            let routine_due = prefix > cfg.prefix_target_tokens(opts.budget) || projected > goal;
+            let phases: [(usize, bool); 2] = [(cfg.condensed_min_fanout, true), (cfg.condensed_min_fanout_hard, false)];
+            for (fanout, routine) in phases {
+                if routine && !routine_due {
+                    continue;
+                }
+                if !routine && projected <= threshold {
+                    continue;
+                }
+                let mut depths: Vec<i64> = eligible.iter().filter(|x| x.kind == 1).map(|x| x.depth).collect();
+                depths.sort_unstable();
+                depths.dedup();
+                for d in depths {
+                    if routine && cfg.incremental_max_depth >= 0 && d + 1 > cfg.incremental_max_depth {
+                        continue;
+                    }
+                    let mut i = 0;
+                    while i < eligible.len() {
+                        if !(eligible[i].kind == 1 && eligible[i].depth == d) {
+                            i += 1;
+                            continue;
+                        }
+                        let s = i;
+                        while i < eligible.len() && eligible[i].kind == 1 && eligible[i].depth == d {
+                            i += 1;
+                        }
+                        let e = i;
+                        let mut start = s;
+                        let mut acc = 0u64;
+                        for j in s..=e {
+                            let boundary = j == e || (acc + eligible[j].tokens > cfg.leaf_chunk_tokens && j - start >= fanout);
+                            if boundary {
+                                if j - start >= fanout && !exclude.contains(&eligible[start].ord) {
+                                    chosen.push((start, j, d + 1));
+                                }
+                                start = j;
+                                acc = 0;
+                            }
+                            if j < e {
+                                acc += eligible[j].tokens;
+                            }
+                        }
+                    }
+                    if !chosen.is_empty() {
+                        break;
+                    }
+                }
+                if !chosen.is_empty() {
+                    break;
+                }
+            }
+        }
+        if chosen.is_empty() {
+            return Ok((Vec::new(), "nothing eligible (fresh tail, fanout or depth limits)".into()));
+        }
+        let mut chunks = Vec::with_capacity(chosen.len());
+        for (s, e, depth) in chosen {
+            chunks.push(self.build_chunk(conv_id, &eligible[s..e], depth, cfg)?);
+        }
+        Ok((chunks, String::new()))
+    }
+
+    fn build_chunk(&self, conv_id: i64, items: &[FItem], depth: i64, cfg: &LosslessConfig) -> Result<Chunk> {
+        let source_tokens: u64 = items.iter().map(|x| x.tokens).sum();
+        let input = if depth == 0 {
+            let mut st = self.conn.prepare_cached("SELECT role, text, skeleton, ts FROM messages WHERE id = ?1")?;
+            let mut msgs: Vec<AgentMessage> = Vec::with_capacity(items.len());
+            for it in items {
+                let (r, text, sk, ts): (i64, String, Option<String>, Option<i64>) =
+                    st.query_row([it.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+                msgs.push(codec::decode(r, &text, sk.as_deref(), ts)?);
+            }
+            serialize_conversation(&msgs)
+        } else {
+            let mut st = self.conn.prepare_cached("SELECT text, from_ts, to_ts FROM summaries WHERE id = ?1")?;
+            let mut out = String::new();
+            for it in items {
+                let (text, f, t): (String, Option<i64>, Option<i64>) =
+                    st.query_row([it.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                if !out.is_empty() {
+                    out.push_str("\n\n");
+                }
+                out.push_str(&format!("[{} - {}]\n{text}", fmt_ts(f), fmt_ts(t)));
+            }
+            out
+        };
+        let max_tokens = if depth == 0 { leaf_target(cfg, source_tokens) } else { condensed_target(cfg, source_tokens) };
+        Ok(Chunk {
+            conv_id,
+            depth,
+            first_ord: items[0].ord,
+            items: items.iter().map(|x| (x.kind, x.id)).collect(),
+            item_tokens: items.iter().map(|x| x.tokens).collect(),
+            source_tokens,
+            seq_lo: items.iter().map(|x| x.seq_lo).min().unwrap_or(0),
+            seq_hi: items.iter().map(|x| x.seq_hi).max().unwrap_or(0),
+            ts_lo: items.iter().filter_map(|x| x.ts_lo).min(),
+            ts_hi: items.iter().filter_map(|x| x.ts_hi).max(),
+            max_tokens,
+            input,
+        })
+    }
+
+    /// Commits the round's summaries in one transaction. A chunk whose range changed since it
+    /// was planned is skipped. Returns how many were committed.
+    pub(crate) fn commit_round(&mut self, produced: Vec<Produced>) -> Result<usize> {
+        if produced.is_empty() {
+            return Ok(0);
+        }
+        self.tx(|c| {
+            let mut committed = 0;
+            let mut touched = HashSet::new();
+            for p in produced {
+                let ch = &p.chunk;
+                let last_ord = {
+                    let mut st = c.prepare_cached(
+                        "SELECT ord, kind, item_id FROM frontier WHERE conv_id = ?1 AND ord >= ?2 ORDER BY ord LIMIT ?3",
+                    )?;
+                    let rows: Vec<(i64, i64, i64)> = st
+                        .query_map(params![ch.conv_id, ch.first_ord, ch.items.len() as i64], |r| {
+                            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                        })?
+                        .collect::<rusqlite::Result<_>>()?;
+                    let same = rows.len() == ch.items.len()
+                        && rows.first().map(|r| r.0) == Some(ch.first_ord)
+                        && rows.iter().zip(&ch.items).all(|(r, it)| (r.1, r.2) == *it);
+                    if !same {
+                        tracing::warn!("lossless: frontier changed under a planned chunk; skipping it");
+                        continue;
+                    }
+                    rows.last().map(|r| r.0).unwrap_or(ch.first_ord)
+                };
+                c.prepare_cached(
+                    "INSERT INTO summaries(conv_id, depth, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts, summarizer, created_at, text)
+                     VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                )?
+                .execute(params![
+                    ch.conv_id,
+                    ch.depth,
+                    text_tokens(&p.text) as i64,
+                    ch.source_tokens as i64,
+                    ch.seq_lo,
+                    ch.seq_hi,
+                    ch.ts_lo,
+                    ch.ts_hi,
+                    p.summarizer,
+                    crate::store::now_ms(),
+                    p.text
+                ])?;
+                let sid = c.last_insert_rowid();
+                c.prepare_cached("INSERT INTO summaries_fts(rowid, text) VALUES(?1, ?2)")?.execute(params![sid, p.text])?;
+                {
+                    let mut ins = c.prepare_cached("INSERT INTO summary_children(summary_id, ord, kind, child_id) VALUES(?1, ?2, ?3, ?4)")?;
+                    for (i, (kind, id)) in ch.items.iter().enumerate() {
+                        ins.execute(params![sid, i as i64, kind, id])?;
+                    }
+                }
+                let rendered = render_summary(sid, ch.depth, ch.ts_lo, ch.ts_hi, &p.text);
+                let item_tokens = message_tokens(&rendered);
+                c.prepare_cached("DELETE FROM frontier WHERE conv_id = ?1 AND ord BETWEEN ?2 AND ?3")?
+                    .execute(params![ch.conv_id, ch.first_ord, last_ord])?;
+                c.prepare_cached("INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 1, ?3, ?4)")?
+                    .execute(params![ch.conv_id, ch.first_ord, sid, item_tokens as i64])?;
+                let removed: u64 = ch.item_tokens.iter().sum();
+                c.prepare_cached(
+                    "UPDATE conversations SET frontier_tokens = frontier_tokens - ?2 + ?3, frontier_items = frontier_items - ?4 + 1 WHERE id = ?1",
+                )?
+                .execute(params![ch.conv_id, removed as i64, item_tokens as i64, ch.items.len() as i64])?;
+                touched.insert(ch.conv_id);
+                committed += 1;
+            }
+            for conv in touched {
+                c.prepare_cached("UPDATE conversations SET epoch = epoch + 1 WHERE id = ?1")?.execute([conv])?;
+            }
+            Ok(committed)
+        })
+    }
+
+    fn guard_load(&self, conv_id: i64) -> Result<Guard> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT window_start_ms, calls_in_window, consecutive_failures, breaker_open_until_ms FROM guard_state WHERE conv_id = ?1",
+            )?
+            .query_row([conv_id], |r| {
+                Ok(Guard {
+                    window_start_ms: r.get(0)?,
+                    calls_in_window: r.get(1)?,
+                    consecutive_failures: r.get(2)?,
+                    breaker_open_until_ms: r.get(3)?,
+                })
+            })
+            .optional()?
+            .unwrap_or_default())
+    }
+
+    fn guard_store(&mut self, conv_id: i64, g: &Guard, new_failures: i64) -> Result<()> {
+        self.tx(|c| {
+            c.prepare_cached(
+                "INSERT INTO guard_state(conv_id, window_start_ms, calls_in_window, consecutive_failures, breaker_open_until_ms, total_failures)
+                 VALUES(?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(conv_id) DO UPDATE SET window_start_ms = ?2, calls_in_window = ?3, consecutive_failures = ?4,
+                   breaker_open_until_ms = ?5, total_failures = total_failures + ?6",
+            )?
+            .execute(params![
+                conv_id,
+                g.window_start_ms,
+                g.calls_in_window,
+                g.consecutive_failures,
+                g.breaker_open_until_ms,
+                new_failures
+            ])?;
+            Ok(())
+        })
+    }
+}
+
+pub(crate) fn fmt_ts(t: Option<i64>) -> String {
+    t.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|d| d.format("%Y-%m-%d %H:%M").to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Why a summary was rejected, or `None` when it is acceptable.
+pub fn validate_summary(cfg: &LosslessConfig, source_text: &str, source_tokens: u64, max_tokens: u64, summary: &str) -> Option<String> {
+    let t = text_tokens(summary);
+    if summary.trim().is_empty() {
+        return Some("empty summary".into());
+    }
+    if t >= source_tokens {
+        return Some(format!("summary ({t} tokens) is not smaller than its source ({source_tokens})"));
+    }
+    let cap = (max_tokens as f64 * cfg.summary_max_overage_factor).ceil() as u64;
+    if t > cap {
+        return Some(format!("summary ({t} tokens) exceeds its target ({max_tokens} × {})", cfg.summary_max_overage_factor));
+    }
+    if cfg.min_salient_retention > 0.0 {
+        let terms = salient_terms(source_text);
+        let considered = terms.len().min((max_tokens / 16).max(1) as usize);
+        let needed = (cfg.min_salient_retention * considered as f64).ceil() as usize;
+        if needed > 0 {
+            let lower = summary.to_lowercase();
+            let kept = terms.iter().filter(|term| lower.contains(&term.to_lowercase())).count();
+            if kept < needed {
+                return Some(format!("summary keeps {kept} of the source's salient terms, needs {needed}"));
+            }
+        }
+    }
+    None
+}
+
+enum Outcome {
+    Ok(Produced, bool),
+    Failed(String),
+}
+
+async fn summarize_chunk(
+    chunk: Chunk,
+    summarizer: Arc<dyn Summarizer>,
+    use_primary: bool,
+    cfg: Arc<LosslessConfig>,
+    custom: Option<String>,
+) -> (Outcome, u64, u64) {
+    let started = Instant::now();
+    let kind = if chunk.depth == 0 { SummaryKind::Leaf } else { SummaryKind::Condensed { depth: chunk.depth as u32 } };
+    let req = SummaryRequest {
+        kind,
+        conversation: chunk.input.clone(),
+        previous_summary: None,
+        custom_instructions: custom,
+        max_tokens: chunk.max_tokens,
+    };
+    let extractive = !use_primary || summarizer.name() == "extractive";
+    let result = if extractive {
+        tokio::task::spawn_blocking(move || Ok(ExtractiveSummarizer.summarize_now(&req)))
+            .await
+            .unwrap_or_else(|e| Err(clawctx_summarize::SummarizeError::Failed(e.to_string())))
+    } else {
+        summarizer.summarize(req).await
+    };
+    let summarizer_us = started.elapsed().as_micros() as u64;
+    let v0 = Instant::now();
+    let name = if extractive { "extractive".to_owned() } else { summarizer.name().to_owned() };
+    let outcome = match result {
+        Err(e) => Outcome::Failed(e.to_string()),
+        Ok(s) => {
+            let (text, chunk) = (s.text, chunk);
+            let check = {
+                let (cfg, input, text2) = (cfg.clone(), chunk.input.clone(), text.clone());
+                let (src, max) = (chunk.source_tokens, chunk.max_tokens);
+                tokio::task::spawn_blocking(move || validate_summary(&cfg, &input, src, max, &text2))
+                    .await
+                    .unwrap_or_else(|e| Some(e.to_string()))
+            };
+            match check {
+                Some(why) => Outcome::Failed(why),
+                None => Outcome::Ok(Produced { chunk, text, summarizer: name }, extractive),
+            }
+        }
+    };
+    (outcome, summarizer_us, v0.elapsed().as_micros() as u64)
+}
+
+/// Runs one compaction of conversation `conv_id`.
+pub async fn compact_conversation(
+    store: &LosslessStore,
+    summarizer: Arc<dyn Summarizer>,
+    cfg: Arc<LosslessConfig>,
+    conv_id: i64,
+    opts: CompactionOptions,
+) -> Result<CompactionReport> {
+    let mut report = CompactionReport::default();
+    let before = store.call(move |db| Ok(db.conversation_by_id(conv_id)?.map(|c| c.frontier_tokens).unwrap_or(0))).await?;
+    report.tokens_before = before.max(0) as u64;
+    let mut exclude: HashSet<i64> = HashSet::new();
+    let custom = opts.custom_instructions.clone().or_else(|| cfg.custom_instructions.clone());
+    for round in 0..cfg.max_compaction_rounds {
+        let t0 = Instant::now();
+        let (c2, o2, ex) = (cfg.clone(), opts.clone(), exclude.clone());
+        let (chunks, reason, guard) = store
+            .call(move |db| {
+                let (chunks, reason) = db.plan_round(conv_id, &c2, &o2, round == 0, &ex)?;
+                let guard = db.guard_load(conv_id)?;
+                Ok((chunks, reason, guard))
+            })
+            .await?;
+        report.engine_micros += t0.elapsed().as_micros() as u64;
+        if chunks.is_empty() {
+            report.reason = reason;
+            break;
+        }
+        report.rounds += 1;
+        let now = crate::store::now_ms();
+        let mut guard = guard;
+        if now - guard.window_start_ms > cfg.summary_call_window_ms as i64 {
+            guard.window_start_ms = now;
+            guard.calls_in_window = 0;
+        }
+        let breaker_open = guard.breaker_open_until_ms > now;
+        let spent = guard.calls_in_window >= cfg.summary_max_calls_per_window as i64;
+        let use_primary = !breaker_open && !spent;
+        let n = chunks.len();
+        let firsts: Vec<i64> = chunks.iter().map(|c| c.first_ord).collect();
+        let round_start = Instant::now();
+        let results: Vec<(usize, (Outcome, u64, u64))> = futures::stream::iter(chunks.into_iter().enumerate())
+            .map(|(i, ch)| {
+                let s = summarizer.clone();
+                let cfg = cfg.clone();
+                let custom = custom.clone();
+                async move { (i, summarize_chunk(ch, s, use_primary, cfg, custom).await) }
+            })
+            .buffer_unordered(cfg.summary_concurrency)
+            .collect()
+            .await;
+        let wall = round_start.elapsed().as_micros() as u64;
+        let mut max_sum_us = 0;
+        let mut produced = Vec::new();
+        let mut failures = 0i64;
+        for (i, (outcome, sum_us, val_us)) in results {
+            max_sum_us = max_sum_us.max(sum_us);
+            report.engine_micros += val_us / (n as u64).max(1);
+            match outcome {
+                Outcome::Ok(p, was_extractive) => {
+                    if was_extractive && use_primary {
+                        // primary is the extractive summarizer itself
+                    } else if was_extractive {
+                        report.extractive_used += 1;
+                    }
+                    if use_primary {
+                        guard.consecutive_failures = 0;
+                    }
+                    produced.push(p);
+                }
+                Outcome::Failed(why) => {
+                    tracing::warn!("lossless: summary rejected, range stays raw: {why}");
+                    report.failed += 1;
+                    exclude.insert(firsts[i]);
+                    if use_primary {
+                        failures += 1;
+                        guard.consecutive_failures += 1;
+                    }
+                }
+            }
+        }
+        report.summarizer_micros += max_sum_us.min(wall);
+        if use_primary {
+            guard.calls_in_window += n as i64;
+            if guard.consecutive_failures >= cfg.circuit_breaker_threshold as i64 {
+                guard.breaker_open_until_ms = now + cfg.circuit_breaker_cooldown_ms as i64;
+                tracing::warn!("lossless: summarizer circuit breaker open; extractive summaries until it closes");
+            } else if guard.consecutive_failures == 0 {
+                guard.breaker_open_until_ms = 0;
+            }
+        }
+        for p in &produced {
+            if p.chunk.depth == 0 {
+                report.leaf_created += 1;
+            } else {
+                report.condensed_created += 1;
+            }
+        }
+        let t1 = Instant::now();
+        let committed = store
+            .call(move |db| {
+                let n = db.commit_round(produced)?;
+                db.guard_store(conv_id, &guard, failures)?;
+                Ok(n)
+            })
+            .await?;
+        report.engine_micros += t1.elapsed().as_micros() as u64;
+        if committed == 0 && failures == 0 {
+            report.reason = "planned ranges changed concurrently".into();
+            break;
+        }
+    }
+    let after = store.call(move |db| Ok(db.conversation_by_id(conv_id)?.map(|c| c.frontier_tokens).unwrap_or(0))).await?;
+    report.tokens_after = after.max(0) as u64;
+    if report.reason.is_empty() {
+        report.reason = if report.created() > 0 { "compacted".into() } else { "nothing compacted".into() };
+    }
+    Ok(report)
+}
+
+impl From<tokio::task::JoinError> for LosslessError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        LosslessError::Corrupt(format!("worker task failed: {e}"))
+    }
+}

@@ -1,0 +1,184 @@
+//! Engine configuration, read from `plugins.entries.lossless.config` (camelCase keys).
+//!
+//! Every key has a default (see the crate docs for the table), unknown keys are ignored, and
+//! values are sanity-clamped rather than rejected: a typo in one knob must not take the agent
+//! down to `legacy`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The lossless engine's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LosslessConfig {
+    /// Whether the engine stores anything at all.
+    pub enabled: bool,
+    /// SQLite file; default `<agentDir>/lossless.db`, else `$CLAWCTX_STATE_DIR/lossless.db`.
+    #[serde(alias = "dbPath")]
+    pub database_path: Option<String>,
+    /// Compact when frontier tokens exceed this fraction of the token budget.
+    pub context_threshold: f64,
+    /// Compaction continues until frontier tokens are at or below this fraction of the budget.
+    pub low_water_ratio: f64,
+    /// Budget used when the host gives none.
+    pub default_token_budget: u64,
+    /// Newest raw messages that are never compacted.
+    pub fresh_tail_count: usize,
+    /// Maximum source tokens of one leaf summary.
+    pub leaf_chunk_tokens: u64,
+    /// Target size of a leaf summary (capped at 35% of its source, at least 192).
+    pub leaf_target_tokens: u64,
+    /// Target size of a condensed summary.
+    pub condensed_target_tokens: u64,
+    /// Minimum raw messages in a leaf chunk (unless forced or under pressure).
+    pub leaf_min_fanout: usize,
+    /// Minimum contiguous same-depth summaries condensed into one.
+    pub condensed_min_fanout: usize,
+    /// Fanout used under pressure (still above the threshold after routine passes).
+    pub condensed_min_fanout_hard: usize,
+    /// Deepest summary routine condensation creates; `-1` = unlimited.
+    pub incremental_max_depth: i64,
+    /// Condense only when summaries outside the tail exceed this many tokens; `0` = derived
+    /// (`min(leafChunkTokens, 25% of budget)`).
+    pub summary_prefix_target_tokens: u64,
+    /// Maximum summarize-and-commit rounds per compaction.
+    pub max_compaction_rounds: usize,
+    /// Independent summaries produced concurrently.
+    pub summary_concurrency: usize,
+    /// Fraction of the source's salient terms (capped at `maxTokens/16` terms) a summary keeps.
+    pub min_salient_retention: f64,
+    /// A summary may exceed its target by this factor before it is rejected.
+    pub summary_max_overage_factor: f64,
+    /// Spend guard: at most this many summarizer calls per window (then extractive only).
+    pub summary_max_calls_per_window: u64,
+    /// Spend guard window.
+    pub summary_call_window_ms: u64,
+    /// Consecutive summarizer failures that open the circuit breaker.
+    pub circuit_breaker_threshold: u64,
+    /// How long the breaker stays open (extractive summarizer only meanwhile).
+    pub circuit_breaker_cooldown_ms: u64,
+    /// Session-key globs stored nowhere (`*` within a `:` segment, `**` across).
+    pub ignore_session_patterns: Vec<String>,
+    /// Session-key globs served from the store but never written.
+    #[serde(alias = "statelessSessionPatterns")]
+    pub read_only_session_patterns: Vec<String>,
+    /// On `/new`, summaries at or above this depth carry over; negative = none.
+    pub new_session_retain_depth: i64,
+    /// Default token cap of `lcm_expand`.
+    pub max_expand_tokens: u64,
+    /// SQLite busy timeout.
+    pub busy_timeout_ms: u64,
+    /// Rows a regex grep scans at most (newest first).
+    pub grep_max_scan_rows: u64,
+    /// Extra instructions passed to every summary request.
+    pub custom_instructions: Option<String>,
+}
+
+impl Default for LosslessConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            database_path: None,
+            context_threshold: 0.75,
+            low_water_ratio: 0.5,
+            default_token_budget: 128_000,
+            fresh_tail_count: 64,
+            leaf_chunk_tokens: 20_000,
+            leaf_target_tokens: 2_400,
+            condensed_target_tokens: 2_000,
+            leaf_min_fanout: 8,
+            condensed_min_fanout: 4,
+            condensed_min_fanout_hard: 2,
+            incremental_max_depth: 3,
+            summary_prefix_target_tokens: 0,
+            max_compaction_rounds: 8,
+            summary_concurrency: 4,
+            min_salient_retention: 0.25,
+            summary_max_overage_factor: 1.5,
+            summary_max_calls_per_window: 240,
+            summary_call_window_ms: 600_000,
+            circuit_breaker_threshold: 3,
+            circuit_breaker_cooldown_ms: 1_800_000,
+            ignore_session_patterns: Vec::new(),
+            read_only_session_patterns: Vec::new(),
+            new_session_retain_depth: 2,
+            max_expand_tokens: 4_000,
+            busy_timeout_ms: 5_000,
+            grep_max_scan_rows: 50_000,
+            custom_instructions: None,
+        }
+    }
+}
+
+impl LosslessConfig {
+    /// Reads `plugins.entries.lossless.config` from a whole host config (defaults when absent).
+    pub fn from_host_config(root: &Value) -> Self {
+        root.pointer("/plugins/entries/lossless/config").map(Self::from_value).unwrap_or_default()
+    }
+
+    /// Reads the engine's own config object; invalid values fall back to defaults key by key.
+    pub fn from_value(v: &Value) -> Self {
+        let mut cfg: Self = match serde_json::from_value(v.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("lossless: config did not parse as a whole ({e}); reading keys one by one");
+                let mut base = serde_json::to_value(Self::default()).unwrap_or(Value::Null);
+                if let (Value::Object(base_map), Value::Object(given)) = (&mut base, v) {
+                    for (k, val) in given {
+                        let mut probe = base_map.clone();
+                        probe.insert(k.clone(), val.clone());
+                        if serde_json::from_value::<Self>(Value::Object(probe.clone())).is_ok() {
+                            *base_map = probe;
+                        }
+                    }
+                }
+                serde_json::from_value(base).unwrap_or_default()
+            }
+        };
+        cfg.clamp();
+        cfg
+    }
+
+    fn clamp(&mut self) {
+        self.context_threshold = clamp_f(self.context_threshold, 0.05, 1.0, 0.75);
+        self.low_water_ratio = clamp_f(self.low_water_ratio, 0.01, self.context_threshold, 0.5);
+        self.min_salient_retention = clamp_f(self.min_salient_retention, 0.0, 1.0, 0.25);
+        self.summary_max_overage_factor = clamp_f(self.summary_max_overage_factor, 1.0, 10.0, 1.5);
+        self.default_token_budget = self.default_token_budget.max(1_000);
+        self.leaf_chunk_tokens = self.leaf_chunk_tokens.max(256);
+        self.leaf_target_tokens = self.leaf_target_tokens.max(64);
+        self.condensed_target_tokens = self.condensed_target_tokens.max(64);
+        self.leaf_min_fanout = self.leaf_min_fanout.max(1);
+        self.condensed_min_fanout = self.condensed_min_fanout.max(2);
+        self.condensed_min_fanout_hard = self.condensed_min_fanout_hard.clamp(2, self.condensed_min_fanout);
+        self.max_compaction_rounds = self.max_compaction_rounds.clamp(1, 64);
+        self.summary_concurrency = self.summary_concurrency.clamp(1, 32);
+    }
+
+    /// The threshold in tokens for `budget`.
+    pub fn threshold_tokens(&self, budget: u64) -> u64 {
+        (self.context_threshold * budget as f64).floor() as u64
+    }
+
+    /// The low-water mark in tokens for `budget`.
+    pub fn low_water_tokens(&self, budget: u64) -> u64 {
+        (self.low_water_ratio * budget as f64).floor() as u64
+    }
+
+    /// Summary tokens outside the tail above which routine condensation runs.
+    pub fn prefix_target_tokens(&self, budget: u64) -> u64 {
+        if self.summary_prefix_target_tokens > 0 {
+            self.summary_prefix_target_tokens
+        } else {
+            self.leaf_chunk_tokens.min(budget / 4).max(self.condensed_target_tokens)
+        }
+    }
+}
+
+fn clamp_f(v: f64, lo: f64, hi: f64, dflt: f64) -> f64 {
+    if v.is_finite() {
+        v.clamp(lo, hi)
+    } else {
+        dflt
+    }
+}

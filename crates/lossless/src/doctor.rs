@@ -1,0 +1,325 @@
+//! Doctor and status: checks the invariants the engine promises and reports size and growth.
+//!
+//! Integrity means, per active conversation: every stored message is covered by the frontier
+//! exactly once (raw, or through exactly one chain of summaries); no summary is orphaned (in no
+//! frontier and child of no summary); every summary's children exist and a leaf covers a
+//! contiguous run of messages; a tool result is never separated from its call (both raw and
+//! adjacent, or under the same leaf); and the running totals match the rows. Archived
+//! conversations (after a reset) are checked the same way against their own frontier.
+
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::params;
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::store::codec::role;
+use crate::store::Db;
+
+/// One problem found.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DoctorIssue {
+    /// Conversation row (0 = whole database).
+    pub conversation_id: i64,
+    /// Short machine code (`uncovered`, `double-covered`, `orphan-summary`, ...).
+    pub code: String,
+    /// Human explanation.
+    pub detail: String,
+}
+
+/// Size and growth figures.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    /// Database file bytes (pages × page size, WAL excluded).
+    pub db_bytes: u64,
+    /// Free pages' bytes.
+    pub free_bytes: u64,
+    /// Conversation rows (active + archived).
+    pub conversations: u64,
+    /// Messages stored.
+    pub messages: u64,
+    /// Summaries stored.
+    pub summaries: u64,
+    /// Deepest summary.
+    pub max_depth: i64,
+    /// Summaries per depth.
+    pub depth_histogram: Vec<(i64, u64)>,
+    /// Text bytes of all messages ingested.
+    pub raw_text_bytes: u64,
+    /// Tokens of all messages ingested.
+    pub message_tokens: u64,
+    /// Frontier tokens over active conversations.
+    pub frontier_tokens: u64,
+    /// `db_bytes / raw_text_bytes`.
+    pub bytes_per_raw_byte: f64,
+    /// Average database bytes per stored message.
+    pub bytes_per_message: f64,
+}
+
+/// Doctor's verdict.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DoctorReport {
+    /// No issues.
+    pub ok: bool,
+    /// SQLite `quick_check` result.
+    pub sqlite_check: String,
+    /// Problems.
+    pub issues: Vec<DoctorIssue>,
+    /// Conversations checked.
+    pub conversations_checked: usize,
+    /// Size figures.
+    pub status: StatusReport,
+}
+
+impl Db {
+    /// Size, counts and growth.
+    pub fn status(&self) -> Result<StatusReport> {
+        let page_size: i64 = self.conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let pages: i64 = self.conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+        let free: i64 = self.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        let mut s = StatusReport { db_bytes: (page_size * pages) as u64, free_bytes: (page_size * free) as u64, ..Default::default() };
+        let (convs, raw, tokens): (i64, i64, i64) = self.conn.query_row(
+            "SELECT count(*), coalesce(sum(raw_bytes), 0), coalesce(sum(msg_tokens), 0) FROM conversations",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        s.conversations = convs as u64;
+        s.raw_text_bytes = raw as u64;
+        s.message_tokens = tokens as u64;
+        s.frontier_tokens = self
+            .conn
+            .query_row("SELECT coalesce(sum(frontier_tokens), 0) FROM conversations WHERE active = 1", [], |r| r.get::<_, i64>(0))?
+            as u64;
+        s.messages = self.conn.query_row("SELECT coalesce(sum(msg_count), 0) FROM conversations", [], |r| r.get::<_, i64>(0))? as u64;
+        let mut st = self.conn.prepare("SELECT depth, count(*) FROM summaries GROUP BY depth ORDER BY depth")?;
+        s.depth_histogram = st
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as u64)))?
+            .collect::<rusqlite::Result<_>>()?;
+        s.summaries = s.depth_histogram.iter().map(|d| d.1).sum();
+        s.max_depth = s.depth_histogram.last().map(|d| d.0).unwrap_or(-1);
+        if s.raw_text_bytes > 0 {
+            s.bytes_per_raw_byte = s.db_bytes as f64 / s.raw_text_bytes as f64;
+        }
+        if s.messages > 0 {
+            s.bytes_per_message = s.db_bytes as f64 / s.messages as f64;
+        }
+        Ok(s)
+    }
+
+    /// Checks every invariant (see the module docs).
+    pub fn doctor(&self) -> Result<DoctorReport> {
+        let sqlite_check: String = self.conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        let mut issues = Vec::new();
+        if sqlite_check != "ok" {
+            issues.push(DoctorIssue { conversation_id: 0, code: "sqlite".into(), detail: sqlite_check.clone() });
+        }
+        // Whole-DB maps: summary children, summary owners.
+        let mut children: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        {
+            let mut st = self.conn.prepare("SELECT summary_id, kind, child_id FROM summary_children ORDER BY summary_id, ord")?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                children.entry(r.get(0)?).or_default().push((r.get(1)?, r.get(2)?));
+            }
+        }
+        let mut summary_conv: HashMap<i64, (i64, i64)> = HashMap::new();
+        {
+            let mut st = self.conn.prepare("SELECT id, conv_id, depth FROM summaries")?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                summary_conv.insert(r.get(0)?, (r.get(1)?, r.get(2)?));
+            }
+        }
+        let mut referenced: HashSet<i64> = HashSet::new();
+        for kids in children.values() {
+            for (k, id) in kids {
+                if *k == 1 {
+                    referenced.insert(*id);
+                }
+            }
+        }
+        let convs = self.conversations()?;
+        for conv in &convs {
+            // Messages of this conversation, by id: (seq, role).
+            let mut msgs: HashMap<i64, (i64, i64)> = HashMap::new();
+            let mut by_seq: Vec<(i64, i64, i64)> = Vec::new();
+            {
+                let mut st = self.conn.prepare_cached("SELECT id, seq, role FROM messages WHERE conv_id = ?1 ORDER BY seq")?;
+                let mut rows = st.query([conv.id])?;
+                while let Some(r) = rows.next()? {
+                    let (id, seq, ro): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                    msgs.insert(id, (seq, ro));
+                    by_seq.push((id, seq, ro));
+                }
+            }
+            let mut frontier: Vec<(i64, i64, i64)> = Vec::new();
+            {
+                let mut st = self.conn.prepare_cached("SELECT kind, item_id, tokens FROM frontier WHERE conv_id = ?1 ORDER BY ord")?;
+                let mut rows = st.query([conv.id])?;
+                while let Some(r) = rows.next()? {
+                    frontier.push((r.get(0)?, r.get(1)?, r.get(2)?));
+                }
+            }
+            let ft: i64 = frontier.iter().map(|f| f.2).sum();
+            if ft != conv.frontier_tokens || frontier.len() as i64 != conv.frontier_items {
+                issues.push(DoctorIssue {
+                    conversation_id: conv.id,
+                    code: "totals".into(),
+                    detail: format!(
+                        "running totals say {} tokens / {} items, frontier has {ft} / {}",
+                        conv.frontier_tokens,
+                        conv.frontier_items,
+                        frontier.len()
+                    ),
+                });
+            }
+            if msgs.len() as i64 != conv.msg_count {
+                issues.push(DoctorIssue {
+                    conversation_id: conv.id,
+                    code: "totals".into(),
+                    detail: format!("msg_count {} but {} rows", conv.msg_count, msgs.len()),
+                });
+            }
+            // Coverage: message id -> (count, covering leaf or 0 for raw).
+            let mut cover: HashMap<i64, (u32, i64)> = HashMap::new();
+            let mut prev_raw: Option<i64> = None;
+            for (kind, id, _) in &frontier {
+                if *kind == 0 {
+                    let e = cover.entry(*id).or_insert((0, 0));
+                    e.0 += 1;
+                    e.1 = 0;
+                    if let (Some((_, ro)), Some(prev)) = (msgs.get(id), prev_raw) {
+                        let _ = (ro, prev);
+                    }
+                    prev_raw = Some(*id);
+                } else {
+                    prev_raw = None;
+                    let mut stack = vec![(*id, 0i64)];
+                    let mut guard = 0usize;
+                    while let Some((sid, leaf)) = stack.pop() {
+                        guard += 1;
+                        if guard > 10_000_000 {
+                            break;
+                        }
+                        let Some(kids) = children.get(&sid) else {
+                            issues.push(DoctorIssue {
+                                conversation_id: conv.id,
+                                code: "childless-summary".into(),
+                                detail: format!("sum_{sid} has no children"),
+                            });
+                            continue;
+                        };
+                        let _ = leaf;
+                        for (k, cid) in kids {
+                            if *k == 0 {
+                                if msgs.contains_key(cid) {
+                                    let e = cover.entry(*cid).or_insert((0, 0));
+                                    e.0 += 1;
+                                    e.1 = sid;
+                                }
+                            } else {
+                                stack.push((*cid, sid));
+                            }
+                        }
+                    }
+                }
+            }
+            for (id, seq, _) in &by_seq {
+                match cover.get(id).map(|c| c.0).unwrap_or(0) {
+                    1 => {}
+                    0 => issues.push(DoctorIssue {
+                        conversation_id: conv.id,
+                        code: "uncovered".into(),
+                        detail: format!("msg_{id} (seq {seq}) is not covered by the frontier"),
+                    }),
+                    n => issues.push(DoctorIssue {
+                        conversation_id: conv.id,
+                        code: "double-covered".into(),
+                        detail: format!("msg_{id} (seq {seq}) is covered {n} times"),
+                    }),
+                }
+            }
+            // Tool pairs: a result and the message before it (its call group) share coverage.
+            for w in by_seq.windows(2) {
+                let (prev, cur) = (w[0], w[1]);
+                if cur.2 != role::TOOL_RESULT {
+                    continue;
+                }
+                let a = cover.get(&prev.0).map(|c| c.1);
+                let b = cover.get(&cur.0).map(|c| c.1);
+                if a != b {
+                    issues.push(DoctorIssue {
+                        conversation_id: conv.id,
+                        code: "tool-pair-split".into(),
+                        detail: format!("msg_{} (tool result) is separated from msg_{} before it", cur.0, prev.0),
+                    });
+                }
+            }
+            // Raw tool results in the frontier must follow their call group directly.
+            let mut last: Option<(i64, i64)> = None;
+            for (kind, id, _) in &frontier {
+                if *kind == 0 {
+                    if let Some((seq, ro)) = msgs.get(id) {
+                        if *ro == role::TOOL_RESULT {
+                            let ok = matches!(last, Some((k, pseq)) if k == 0 && pseq == seq - 1);
+                            if !ok {
+                                issues.push(DoctorIssue {
+                                    conversation_id: conv.id,
+                                    code: "tool-result-first".into(),
+                                    detail: format!("msg_{id} (tool result) does not follow its call in the frontier"),
+                                });
+                            }
+                        }
+                        last = Some((0, *seq));
+                    }
+                } else {
+                    last = Some((1, -1));
+                }
+            }
+        }
+        // Orphans: summaries in no frontier and child of no summary.
+        let in_frontier: HashSet<i64> = {
+            let mut st = self.conn.prepare("SELECT item_id FROM frontier WHERE kind = 1")?;
+            let v = st.query_map([], |r| r.get::<_, i64>(0))?.collect::<rusqlite::Result<HashSet<_>>>()?;
+            v
+        };
+        for (sid, (conv_id, _)) in &summary_conv {
+            if !in_frontier.contains(sid) && !referenced.contains(sid) {
+                issues.push(DoctorIssue {
+                    conversation_id: *conv_id,
+                    code: "orphan-summary".into(),
+                    detail: format!("sum_{sid} is neither in a frontier nor a child of another summary"),
+                });
+            }
+        }
+        for (sid, kids) in &children {
+            for (k, cid) in kids {
+                let exists = if *k == 1 {
+                    summary_conv.contains_key(cid)
+                } else {
+                    self.conn
+                        .prepare_cached("SELECT 1 FROM messages WHERE id = ?1")?
+                        .exists(params![cid])?
+                };
+                if !exists {
+                    issues.push(DoctorIssue {
+                        conversation_id: summary_conv.get(sid).map(|s| s.0).unwrap_or(0),
+                        code: "dangling-child".into(),
+                        detail: format!("sum_{sid} points at a missing child {cid}"),
+                    });
+                }
+            }
+        }
+        issues.sort_by(|a, b| (a.conversation_id, &a.code).cmp(&(b.conversation_id, &b.code)));
+        Ok(DoctorReport {
+            ok: issues.is_empty(),
+            sqlite_check,
+            issues,
+            conversations_checked: convs.len(),
+            status: self.status()?,
+        })
+    }
+}

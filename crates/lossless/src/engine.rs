@@ -1,0 +1,381 @@
+//! `LosslessEngine`: the `ContextEngine` implementation, its factory and registration.
+//!
+//! Lifecycle mapping: `ingest`/`ingestBatch` store messages idempotently; `afterTurn` stores
+//! the turn's new messages (those past `prePromptMessageCount`) and compacts when the frontier
+//! is over the threshold; `assemble` returns the budgeted frontier plus the host's messages the
+//! store has not seen yet (the current prompt); `compact` compacts (now, with `force`);
+//! `bootstrap` imports the session transcript into an empty conversation; `prepareSubagentSpawn`
+//! gives a forked child the parent's summaries. One compaction per conversation runs at a time.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use clawctx_engine::registry::{factory, ContextEngineRegistry, Factory, FactoryContext, RegisterOutcome};
+use clawctx_engine::{AgentTool, CallContext, ContextEngine, EngineError, Method, MethodSet, SubagentSpawnPreparation};
+use clawctx_protocol::*;
+use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
+
+use crate::assemble::SYSTEM_PROMPT_ADDITION;
+use crate::compaction::{compact_conversation, CompactionOptions, CompactionReport};
+use crate::config::LosslessConfig;
+use crate::error::Result;
+use crate::policy::{SessionMode, SessionPolicy};
+use crate::session::CarryReport;
+use crate::store::{codec, ConvKey, LosslessStore};
+
+/// The engine id (registered slot id and `info.id`).
+pub const ENGINE_ID: &str = "lossless";
+
+/// The lossless engine.
+pub struct LosslessEngine {
+    store: LosslessStore,
+    cfg: Arc<LosslessConfig>,
+    policy: SessionPolicy,
+    summarizer: Arc<dyn Summarizer>,
+    locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for LosslessEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LosslessEngine").field("store", &self.store).field("summarizer", &self.summarizer.name()).finish()
+    }
+}
+
+impl LosslessEngine {
+    /// An engine over an open store, with the extractive summarizer.
+    pub fn new(store: LosslessStore, cfg: LosslessConfig) -> Result<Self> {
+        let policy = SessionPolicy::new(&cfg.ignore_session_patterns, &cfg.read_only_session_patterns)?;
+        Ok(Self {
+            store,
+            cfg: Arc::new(cfg),
+            policy,
+            summarizer: Arc::new(ExtractiveSummarizer),
+            locks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Opens the store at `path` (blocking) and builds an engine.
+    pub fn open(path: impl AsRef<Path>, cfg: LosslessConfig) -> Result<Self> {
+        let store = LosslessStore::open_with(path, cfg.busy_timeout_ms)?;
+        Self::new(store, cfg)
+    }
+
+    /// Replaces the summarizer (e.g. an LLM-backed one); the extractive summarizer stays the
+    /// last resort.
+    pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> Self {
+        self.summarizer = summarizer;
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &LosslessStore {
+        &self.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LosslessConfig {
+        &self.cfg
+    }
+
+    fn mode(&self, key: &ConvKey) -> SessionMode {
+        if !self.cfg.enabled {
+            return SessionMode::Ignored;
+        }
+        self.policy.mode(&key.session_key)
+    }
+
+    fn budget(&self, given: Option<u64>, rc: Option<&ContextEngineRuntimeContext>) -> u64 {
+        given.or_else(|| rc.and_then(|r| r.token_budget)).filter(|b| *b > 0).unwrap_or(self.cfg.default_token_budget)
+    }
+
+    async fn store_messages(&self, key: &ConvKey, msgs: Vec<AgentMessage>) -> Result<Vec<bool>> {
+        if msgs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let key = key.clone();
+        self.store
+            .call(move |db| {
+                let enc = msgs.iter().map(codec::encode).collect::<Result<Vec<_>>>()?;
+                Ok(db.ingest(&key, &enc)?.stored)
+            })
+            .await
+    }
+
+    fn lock_for(&self, conv_id: i64) -> Arc<tokio::sync::Mutex<()>> {
+        let mut g = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        g.entry(conv_id).or_default().clone()
+    }
+
+    /// Compacts the active conversation of `key` (waits for a running compaction of the same
+    /// conversation). `None` when there is no conversation.
+    pub async fn compact_session(&self, key: &ConvKey, opts: CompactionOptions) -> Result<Option<CompactionReport>> {
+        let k = key.clone();
+        let Some(conv) = self.store.call(move |db| db.conversation(&k)).await? else { return Ok(None) };
+        let lock = self.lock_for(conv.id);
+        let _g = lock.lock().await;
+        compact_conversation(&self.store, self.summarizer.clone(), self.cfg.clone(), conv.id, opts).await.map(Some)
+    }
+
+    /// `/new` or `/reset`: summaries of depth ≥ `newSessionRetainDepth` carry over from the
+    /// old session's frontier to the new one. With the same key the old conversation is
+    /// archived (still searchable) and a fresh one starts.
+    pub async fn on_session_reset(&self, old_session_key: &str, new_session_key: &str) -> Result<CarryReport> {
+        let from = ConvKey::from_host(Some(old_session_key), old_session_key);
+        let to = ConvKey::from_host(Some(new_session_key), new_session_key);
+        if self.mode(&to) != SessionMode::Normal {
+            return Ok(CarryReport::default());
+        }
+        let depth = self.cfg.new_session_retain_depth;
+        self.store.call(move |db| db.carry_summaries(&from, &to, depth)).await
+    }
+
+    /// The recall tools (also returned by [`ContextEngine::tools`]).
+    pub fn recall_tools(&self) -> Vec<Arc<dyn AgentTool>> {
+        crate::tools::recall_tools(self.store.clone(), self.cfg.clone())
+    }
+}
+
+/// The engine's `info`.
+pub fn lossless_info() -> ContextEngineInfo {
+    ContextEngineInfo {
+        id: ENGINE_ID.into(),
+        name: "Lossless Context Engine".into(),
+        version: Some(env!("CARGO_PKG_VERSION").into()),
+        owns_compaction: Some(true),
+        turn_maintenance_mode: Some(TurnMaintenanceMode::Foreground),
+        accepted_host_params: Some(
+            ["sessionKey", "prompt", "runtimeSettings", "sessionTarget", "runtimeContext", "abortSignal"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+#[async_trait]
+impl ContextEngine for LosslessEngine {
+    fn info(&self) -> ContextEngineInfo {
+        lossless_info()
+    }
+
+    fn methods(&self) -> MethodSet {
+        MethodSet::REQUIRED
+            .with(Method::IngestBatch)
+            .with(Method::Bootstrap)
+            .with(Method::Maintain)
+            .with(Method::AfterTurn)
+            .with(Method::PrepareSubagentSpawn)
+            .with(Method::OnSubagentEnded)
+            .with(Method::Dispose)
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
+        self.recall_tools()
+    }
+
+    async fn ingest(&self, params: &IngestParams, _cx: &CallContext) -> Result<IngestResult, EngineError> {
+        let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
+        if self.mode(&key) != SessionMode::Normal {
+            return Ok(IngestResult { ingested: false });
+        }
+        let stored = self.store_messages(&key, vec![params.message.clone()]).await?;
+        Ok(IngestResult { ingested: stored.first().copied().unwrap_or(false) })
+    }
+
+    async fn ingest_batch(&self, params: &IngestBatchParams, _cx: &CallContext) -> Result<IngestBatchResult, EngineError> {
+        let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
+        if self.mode(&key) != SessionMode::Normal {
+            return Ok(IngestBatchResult { ingested_count: 0 });
+        }
+        let stored = self.store_messages(&key, params.messages.clone()).await?;
+        Ok(IngestBatchResult { ingested_count: stored.iter().filter(|s| **s).count() as u64 })
+    }
+
+    async fn assemble(&self, params: &AssembleParams, _cx: &CallContext) -> Result<AssembleResult, EngineError> {
+        let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
+        let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
+        let mode = self.mode(&key);
+        // Live candidates: the host's newest messages, checked newest-first against the store.
+        let window = (self.cfg.fresh_tail_count + 16).min(params.messages.len());
+        let recent: Vec<AgentMessage> = params.messages[params.messages.len() - window..].to_vec();
+        let all_live = mode == SessionMode::Ignored;
+        let k = key.clone();
+        let (conv, assembled) = self
+            .store
+            .call(move |db| {
+                let conv = if all_live { None } else { db.conversation(&k)? };
+                let Some(conv) = conv else { return Ok((None, None)) };
+                let mut first_live = recent.len();
+                while first_live > 0 {
+                    let e = codec::encode(&recent[first_live - 1])?;
+                    if db.has_message(conv.id, e.hash)? {
+                        break;
+                    }
+                    first_live -= 1;
+                }
+                let live = recent[first_live..].to_vec();
+                let out = db.assemble(Some(conv.id), live, budget)?;
+                Ok((Some(conv), Some(out)))
+            })
+            .await?;
+        let (Some(conv), Some(out)) = (conv, assembled) else {
+            // No stored conversation (or an ignored session): the host's messages, clamped.
+            let mut report = Default::default();
+            let messages = clawctx_engine::pipeline::fit_budget(params.messages.clone(), budget, &mut report);
+            let mut messages = messages;
+            crate::assemble::shrink_to_fit(&mut messages, budget);
+            let estimated_tokens = clawctx_tokens::messages_tokens(&messages);
+            return Ok(AssembleResult { messages, estimated_tokens, ..Default::default() });
+        };
+        Ok(AssembleResult {
+            messages: out.messages,
+            estimated_tokens: out.tokens,
+            system_prompt_addition: Some(SYSTEM_PROMPT_ADDITION.to_owned()),
+            prompt_authority: None,
+            context_projection: Some(ContextProjection {
+                mode: ContextProjectionMode::ThreadBootstrap,
+                epoch: Some(format!("{}:{}", conv.id, conv.epoch)),
+                fingerprint: None,
+            }),
+        })
+    }
+
+    async fn compact(&self, params: &CompactParams, _cx: &CallContext) -> Result<CompactResult, EngineError> {
+        let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
+        if self.mode(&key) != SessionMode::Normal {
+            return Ok(CompactResult { ok: true, compacted: false, reason: Some("session is not compacted by policy".into()), result: None });
+        }
+        let opts = CompactionOptions {
+            budget: self.budget(params.token_budget, params.runtime_context.as_ref()),
+            force: params.force.unwrap_or(false),
+            custom_instructions: params.custom_instructions.clone(),
+        };
+        let Some(report) = self.compact_session(&key, opts).await? else {
+            return Ok(CompactResult { ok: true, compacted: false, reason: Some("no stored conversation".into()), result: None });
+        };
+        Ok(CompactResult {
+            ok: true,
+            compacted: report.created() > 0,
+            reason: Some(report.reason.clone()),
+            result: Some(CompactResultDetail {
+                tokens_before: report.tokens_before,
+                tokens_after: Some(report.tokens_after),
+                details: serde_json::to_value(&report).ok(),
+                ..Default::default()
+            }),
+        })
+    }
+
+    async fn after_turn(&self, params: &AfterTurnParams, _cx: &CallContext) -> Result<(), EngineError> {
+        let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
+        if self.mode(&key) != SessionMode::Normal {
+            return Ok(());
+        }
+        let start = (params.pre_prompt_message_count as usize).min(params.messages.len());
+        self.store_messages(&key, params.messages[start..].to_vec()).await?;
+        let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
+        let k = key.clone();
+        let Some(conv) = self.store.call(move |db| db.conversation(&k)).await? else { return Ok(()) };
+        if (conv.frontier_tokens.max(0) as u64) > self.cfg.threshold_tokens(budget) {
+            let lock = self.lock_for(conv.id);
+            // A compaction already running for this conversation will cover this turn too.
+            let Ok(_g) = lock.try_lock() else { return Ok(()) };
+            let opts = CompactionOptions { budget, force: false, custom_instructions: None };
+            let report = compact_conversation(&self.store, self.summarizer.clone(), self.cfg.clone(), conv.id, opts).await?;
+            tracing::debug!(?report, "lossless: threshold compaction");
+        }
+        Ok(())
+    }
+
+    async fn bootstrap(&self, params: &BootstrapParams, _cx: &CallContext) -> Result<BootstrapResult, EngineError> {
+        let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
+        if self.mode(&key) != SessionMode::Normal {
+            return Ok(BootstrapResult { bootstrapped: false, reason: Some("session is not stored by policy".into()), ..Default::default() });
+        }
+        let path = PathBuf::from(&params.session_file);
+        if params.session_file.is_empty() || !path.exists() {
+            return Ok(BootstrapResult { bootstrapped: false, reason: Some("no session file".into()), ..Default::default() });
+        }
+        let k = key.clone();
+        let imported = self
+            .store
+            .call(move |db| {
+                if db.conversation(&k)?.map(|c| c.msg_count > 0).unwrap_or(false) {
+                    return Ok(None);
+                }
+                let (msgs, mut report) = crate::import::read_openclaw_jsonl(&path)?;
+                db.import_messages(&k, &msgs, true, &mut report)?;
+                Ok(Some(report.new_messages as u64))
+            })
+            .await?;
+        Ok(match imported {
+            Some(n) => BootstrapResult { bootstrapped: true, imported_messages: Some(n), reason: None },
+            None => BootstrapResult { bootstrapped: false, reason: Some("conversation already has history".into()), ..Default::default() },
+        })
+    }
+
+    async fn maintain(&self, _params: &MaintainParams, _cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
+        Ok(TranscriptRewriteResult { reason: Some("lossless keeps its own store; the transcript is not rewritten".into()), ..Default::default() })
+    }
+
+    async fn prepare_subagent_spawn(
+        &self,
+        params: &PrepareSubagentSpawnParams,
+        _cx: &CallContext,
+    ) -> Result<Option<SubagentSpawnPreparation>, EngineError> {
+        if params.context_mode != Some(SubagentContextMode::Fork) {
+            return Ok(None);
+        }
+        let from = ConvKey::from_host(Some(&params.parent_session_key), &params.parent_session_key);
+        let to = ConvKey::from_host(Some(&params.child_session_key), &params.child_session_key);
+        if self.mode(&to) != SessionMode::Normal {
+            return Ok(None);
+        }
+        let (f, t) = (from.clone(), to.clone());
+        self.store.call(move |db| db.carry_summaries(&f, &t, 0)).await?;
+        let store = self.store.clone();
+        Ok(Some(SubagentSpawnPreparation::new(move || async move {
+            store.call(move |db| db.archive(&to)).await.map(|_| ()).map_err(EngineError::from)
+        })))
+    }
+
+    async fn on_subagent_ended(&self, _params: &SubagentEndedParams, _cx: &CallContext) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    async fn dispose(&self) -> Result<(), EngineError> {
+        self.store.close();
+        Ok(())
+    }
+}
+
+/// Where the database goes when `databasePath` is not set.
+pub fn default_database_path(ctx: &FactoryContext) -> PathBuf {
+    if let Some(dir) = &ctx.agent_dir {
+        return dir.join("lossless.db");
+    }
+    let state = std::env::var_os("CLAWCTX_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".clawctx")).unwrap_or_else(|| PathBuf::from(".clawctx"))
+    });
+    state.join("lossless.db")
+}
+
+/// The factory: reads `plugins.entries.lossless.config`, opens the store off the runtime.
+pub fn lossless_factory() -> Factory {
+    factory(|ctx: FactoryContext| async move {
+        let cfg = ctx.config.as_deref().map(LosslessConfig::from_host_config).unwrap_or_default();
+        let path = cfg.database_path.clone().map(PathBuf::from).unwrap_or_else(|| default_database_path(&ctx));
+        let engine = tokio::task::spawn_blocking(move || LosslessEngine::open(&path, cfg))
+            .await
+            .map_err(|e| EngineError::failed(format!("lossless: open task failed: {e}")))??;
+        Ok(Arc::new(engine) as Arc<dyn ContextEngine>)
+    })
+}
+
+/// Registers the engine as plugin `lossless` (owner `plugin:lossless`, slot id `lossless`).
+pub fn register(registry: &ContextEngineRegistry) -> Result<RegisterOutcome, EngineError> {
+    registry.register_plugin_engine(ENGINE_ID, ENGINE_ID, lossless_factory())
+}

@@ -1,0 +1,67 @@
+//! The crate's one error type, at the boundary between the lossless engine and its callers.
+//!
+//! Variants say what the caller should do: `Refused` (the file is not ours or is damaged: pick
+//! another path, never retry on the same file), `Busy` (another process holds the lock past the
+//! bounded wait: retry later), `NotFound` (bad id from a user or the model), `InvalidInput`
+//! (bad arguments: fix the call), `Closed` (the store worker is gone: reopen), and `Sqlite` /
+//! `Io` for everything else (a real failure: the guard falls back to `legacy`).
+
+use clawctx_engine::EngineError;
+
+/// An error of the lossless engine or its store.
+#[derive(Debug, thiserror::Error)]
+pub enum LosslessError {
+    /// The database file is foreign, corrupt or from a newer version. It was not modified.
+    #[error("refusing to open {path}: {reason} (the file was not modified)")]
+    Refused {
+        /// The path as given.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The database stayed locked by another connection past the configured busy timeout.
+    #[error("lossless database is locked by another process (waited {waited_ms} ms); retry later")]
+    Busy {
+        /// How long SQLite waited.
+        waited_ms: u64,
+    },
+    /// No message or summary with that id in scope.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The caller's arguments are invalid (bad regex, bad id syntax, ...).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The store worker thread has stopped (disposed or panicked): reopen the store.
+    #[error("lossless store is closed")]
+    Closed,
+    /// Any other SQLite failure.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A file-system failure.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// A stored payload could not be decoded (the row is damaged).
+    #[error("corrupt stored record: {0}")]
+    Corrupt(String),
+}
+
+impl LosslessError {
+    /// Maps a rusqlite error, turning lock timeouts into [`LosslessError::Busy`].
+    pub(crate) fn from_sqlite(e: rusqlite::Error, busy_ms: u64) -> Self {
+        if let rusqlite::Error::SqliteFailure(f, _) = &e {
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) {
+                return LosslessError::Busy { waited_ms: busy_ms };
+            }
+        }
+        LosslessError::Sqlite(e)
+    }
+}
+
+impl From<LosslessError> for EngineError {
+    fn from(e: LosslessError) -> Self {
+        EngineError::failed(format!("lossless: {e}"))
+    }
+}
+
+/// Crate result alias.
+pub type Result<T, E = LosslessError> = std::result::Result<T, E>;

@@ -1,0 +1,70 @@
+//! `clawctx-lossless`: the lossless DAG context engine (engine id `lossless`).
+//!
+//! Every message is stored once in SQLite (bundled, WAL, FTS5 over the messages table as
+//! external content); older ranges of the active context are replaced by summaries that form a
+//! DAG (leaf summaries of raw messages, condensed summaries of summaries); assembly returns the
+//! fresh tail and then the newest frontier items that fit the token budget; recall tools
+//! (`lcm_grep`, `lcm_describe`, `lcm_expand`) reach everything that was summarized away.
+//!
+//! Module map: [`store`] (the SQLite file, its worker thread, schema and message codec),
+//! [`compaction`], [`assemble`], [`recall`] (grep/describe/expand), [`tools`] (the agent tools),
+//! [`doctor`] (integrity and size), [`import`] (OpenClaw JSONL), [`session`] (`/new` and forks),
+//! [`policy`] (ignored / read-only session globs), [`config`], [`engine`] (the
+//! `ContextEngine`, factory and registration), [`api`] (async library API for the CLI).
+//!
+//! # Configuration (`plugins.entries.lossless.config`)
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `enabled` | `true` | store anything at all |
+//! | `databasePath` (`dbPath`) | `<agentDir>/lossless.db`, else `$CLAWCTX_STATE_DIR/lossless.db` | SQLite file |
+//! | `contextThreshold` | `0.75` | compact when frontier tokens > threshold × budget |
+//! | `lowWaterRatio` | `0.5` | compaction goes down to this fraction of the budget |
+//! | `defaultTokenBudget` | `128000` | budget when the host gives none |
+//! | `freshTailCount` | `64` | newest raw messages never compacted |
+//! | `leafChunkTokens` | `20000` | max source tokens per leaf summary (and per condensed chunk) |
+//! | `leafTargetTokens` | `2400` | leaf summary target (≤ 35% of source, ≥ 192) |
+//! | `condensedTargetTokens` | `2000` | condensed summary target (≤ 50% of source, ≥ 128) |
+//! | `leafMinFanout` | `8` | min messages in a partial leaf chunk (unless forced) |
+//! | `condensedMinFanout` | `4` | min same-depth summaries condensed together |
+//! | `condensedMinFanoutHard` | `2` | fanout under pressure (no depth cap) |
+//! | `incrementalMaxDepth` | `3` | deepest summary routine condensation creates (`-1` unlimited) |
+//! | `summaryPrefixTargetTokens` | `0` (= `min(leafChunkTokens, budget/4)`) | condense when summaries outside the tail exceed this |
+//! | `maxCompactionRounds` | `8` | summarize-and-commit rounds per compaction |
+//! | `summaryConcurrency` | `4` | independent summaries in flight |
+//! | `minSalientRetention` | `0.25` | fraction of the source's salient terms (capped at maxTokens/16 terms) a summary must keep |
+//! | `summaryMaxOverageFactor` | `1.5` | a summary may exceed its target by this factor |
+//! | `summaryMaxCallsPerWindow` / `summaryCallWindowMs` | `240` / `600000` | spend guard (then extractive only) |
+//! | `circuitBreakerThreshold` / `circuitBreakerCooldownMs` | `3` / `1800000` | consecutive failures that open the breaker (extractive only meanwhile) |
+//! | `ignoreSessionPatterns` | `[]` | session-key globs never stored (`*` in a `:` segment, `**` across) |
+//! | `readOnlySessionPatterns` (`statelessSessionPatterns`) | `[]` | globs served from the store, never written |
+//! | `newSessionRetainDepth` | `2` | on `/new`, summaries of depth ≥ this carry over (negative: none) |
+//! | `maxExpandTokens` | `4000` | default `lcm_expand` cap |
+//! | `busyTimeoutMs` | `5000` | SQLite busy timeout, then a clear `Busy` error |
+//! | `grepMaxScanRows` | `50000` | rows a regex grep scans at most |
+//! | `customInstructions` | none | passed to every summary request |
+
+pub mod api;
+pub mod assemble;
+pub mod compaction;
+pub mod config;
+pub mod doctor;
+pub mod engine;
+pub mod error;
+pub mod ids;
+pub mod import;
+pub mod policy;
+pub mod recall;
+pub mod session;
+pub mod store;
+pub mod tools;
+
+pub use compaction::{CompactionOptions, CompactionReport};
+pub use config::LosslessConfig;
+pub use doctor::{DoctorIssue, DoctorReport, StatusReport};
+pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
+pub use error::LosslessError;
+pub use import::ImportReport;
+pub use recall::{DescribeReport, ExpandReport, GrepMode, GrepQuery, GrepReport, GrepSort, GrepTarget, Scope};
+pub use session::CarryReport;
+pub use store::{ConvKey, LosslessStore};

@@ -1,0 +1,682 @@
+//! Recall: search, describe and expand stored history. These are the operations behind the
+//! `lcm_*` tools and the `clawctx lcm` CLI; each returns a serializable report.
+//!
+//! Full-text search goes through FTS5 (BM25 ranking or recency); the model's query is reduced
+//! to quoted alphanumeric terms joined by AND, so no FTS syntax from the model can reach SQLite
+//! (`foo" OR (` searches for `foo` and `or`). Regex search scans newest-first with the `regex`
+//! crate (linear time, no ReDoS), bounded by `grepMaxScanRows`. Every query is scoped: one
+//! session (its active and archived conversations), one agent, or everything (CLI only).
+
+use clawctx_tokens::{text_tokens, truncate_middle};
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use crate::error::{LosslessError, Result};
+use crate::ids::{self, RecordId};
+use crate::store::codec;
+use crate::store::{ConvKey, Db};
+
+/// Search mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrepMode {
+    /// FTS5 full-text (terms ANDed).
+    #[default]
+    FullText,
+    /// Regular expression (Rust `regex` syntax), newest first.
+    Regex,
+}
+
+/// What to search.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrepTarget {
+    /// Messages and summaries.
+    #[default]
+    Both,
+    /// Raw messages only.
+    Messages,
+    /// Summaries only.
+    Summaries,
+}
+
+/// Ordering of full-text hits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrepSort {
+    /// BM25.
+    #[default]
+    Relevance,
+    /// Newest first.
+    Recency,
+}
+
+/// Which conversations a query may see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// One session key (its active and archived conversations).
+    Session(ConvKey),
+    /// Every conversation of one agent.
+    Agent(String),
+    /// Everything (CLI / operators only).
+    All,
+}
+
+/// A grep request.
+#[derive(Clone, Debug)]
+pub struct GrepQuery {
+    /// The pattern or terms.
+    pub pattern: String,
+    /// Mode.
+    pub mode: GrepMode,
+    /// Target.
+    pub target: GrepTarget,
+    /// Sort (full-text only; regex is always newest first).
+    pub sort: GrepSort,
+    /// Scope.
+    pub scope: Scope,
+    /// Page size (1..=200).
+    pub limit: usize,
+    /// Hits to skip (pagination).
+    pub offset: usize,
+    /// Regex mode: rows scanned at most (newest first).
+    pub max_scan_rows: u64,
+}
+
+impl GrepQuery {
+    /// A full-text query over everything with default paging.
+    pub fn new(pattern: impl Into<String>, scope: Scope) -> Self {
+        Self {
+            pattern: pattern.into(),
+            mode: GrepMode::FullText,
+            target: GrepTarget::Both,
+            sort: GrepSort::Relevance,
+            scope,
+            limit: 20,
+            offset: 0,
+            max_scan_rows: 50_000,
+        }
+    }
+}
+
+/// One hit.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrepHit {
+    /// `msg_<n>` or `sum_<n>`.
+    pub id: String,
+    /// Conversation row.
+    pub conversation_id: i64,
+    /// `user`, `assistant`, `toolResult`, ... or `summary`.
+    pub role: String,
+    /// Summary depth (summaries only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<i64>,
+    /// Timestamp (ms) of the message or the end of the summary range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts: Option<i64>,
+    /// Text around the first match.
+    pub snippet: String,
+    /// BM25 score (lower is better), full-text only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+}
+
+/// A page of hits.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrepReport {
+    /// The FTS query actually run (full-text only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fts_query: Option<String>,
+    /// Hits.
+    pub hits: Vec<GrepHit>,
+    /// Offset of the next page, when there may be more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<usize>,
+    /// Regex mode: the scan stopped at `grepMaxScanRows` before the end of history.
+    pub scan_truncated: bool,
+}
+
+/// Reduces a model-written query to safe FTS5 syntax: quoted alphanumeric terms, ANDed.
+/// Returns `None` when no term remains.
+pub fn sanitize_fts_query(q: &str) -> Option<String> {
+    let terms: Vec<String> = q
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .take(16)
+        .map(|t| format!("\"{}\"", t.to_lowercase()))
+        .collect();
+    (!terms.is_empty()).then(|| terms.join(" "))
+}
+
+fn snippet(text: &str, needles: &[String], re: Option<&regex::Regex>) -> String {
+    const RADIUS: usize = 120;
+    let pos = if let Some(re) = re {
+        re.find(text).map(|m| m.start())
+    } else {
+        let lower = text.to_lowercase();
+        // Positions in `lower` match `text` only when lowercasing kept byte lengths; fall back to 0.
+        needles
+            .iter()
+            .filter_map(|n| lower.find(n.as_str()))
+            .min()
+            .filter(|_| lower.len() == text.len())
+    }
+    .unwrap_or(0);
+    let mut start = pos.saturating_sub(RADIUS);
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    let mut end = (pos + RADIUS).min(text.len());
+    while !text.is_char_boundary(end) {
+        end += 1;
+    }
+    let mut s = String::new();
+    if start > 0 {
+        s.push('…');
+    }
+    s.push_str(&text[start..end].replace('\n', " "));
+    if end < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+fn role_label(code: i64, skeleton: Option<&str>) -> String {
+    match code {
+        0 => "user".into(),
+        1 => "assistant".into(),
+        2 => "toolResult".into(),
+        _ => skeleton
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+            .and_then(|v| v.get("role").and_then(|r| r.as_str()).map(str::to_owned))
+            .unwrap_or_else(|| "other".into()),
+    }
+}
+
+/// A summary's metadata and links.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryInfo {
+    /// `sum_<n>`.
+    pub id: String,
+    /// Conversation row.
+    pub conversation_id: i64,
+    /// 0 = leaf.
+    pub depth: i64,
+    /// Tokens of the summary text.
+    pub tokens: i64,
+    /// Tokens of what it summarizes.
+    pub source_tokens: i64,
+    /// First and last message sequence covered.
+    pub seq_range: (i64, i64),
+    /// Time range (ms).
+    pub from_ts: Option<i64>,
+    /// Time range (ms).
+    pub to_ts: Option<i64>,
+    /// Which summarizer produced it.
+    pub summarizer: String,
+    /// Whether it is in its conversation's active frontier.
+    pub in_frontier: bool,
+    /// Summaries that contain this one.
+    pub parents: Vec<String>,
+    /// Children in order (`msg_…` for leaves, `sum_…` for condensed).
+    pub children: Vec<String>,
+    /// The text.
+    pub text: String,
+}
+
+/// A message's metadata and content.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageInfo {
+    /// `msg_<n>`.
+    pub id: String,
+    /// Conversation row.
+    pub conversation_id: i64,
+    /// Sequence in the conversation.
+    pub seq: i64,
+    /// Role.
+    pub role: String,
+    /// Stored token count.
+    pub tokens: i64,
+    /// Timestamp (ms).
+    pub ts: Option<i64>,
+    /// Tool call id answered (tool results).
+    pub tool_call_id: Option<String>,
+    /// Whether it is raw in the active frontier.
+    pub in_frontier: bool,
+    /// The leaf summary that covers it, if any.
+    pub parents: Vec<String>,
+    /// The original message as received.
+    pub message: clawctx_protocol::AgentMessage,
+}
+
+/// `describe` result.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum DescribeReport {
+    /// A summary.
+    Summary(SummaryInfo),
+    /// A message.
+    Message(MessageInfo),
+}
+
+/// One expanded child.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpandedItem {
+    /// `msg_…` or `sum_…`.
+    pub id: String,
+    /// Role, or `summary`.
+    pub role: String,
+    /// Depth (summaries).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<i64>,
+    /// Timestamp (ms) or summary end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts: Option<i64>,
+    /// Text (shortened when it alone exceeded the cap).
+    pub text: String,
+}
+
+/// `expand` result.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpandReport {
+    /// What was expanded.
+    pub id: String,
+    /// Its children (or the message itself), in order, within the cap.
+    pub items: Vec<ExpandedItem>,
+    /// Tokens of the returned texts.
+    pub tokens: u64,
+    /// Children left out because of the cap.
+    pub omitted: usize,
+    /// Whether the cap cut the expansion.
+    pub truncated: bool,
+}
+
+impl Db {
+    /// Conversation rows a scope covers.
+    pub fn scope_conversations(&self, scope: &Scope) -> Result<Vec<i64>> {
+        let ids: Vec<i64> = match scope {
+            Scope::Session(k) => self
+                .conn
+                .prepare_cached("SELECT id FROM conversations WHERE agent_id = ?1 AND session_key = ?2")?
+                .query_map(params![k.agent_id, k.session_key], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?,
+            Scope::Agent(a) => self
+                .conn
+                .prepare_cached("SELECT id FROM conversations WHERE agent_id = ?1")?
+                .query_map(params![a], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?,
+            Scope::All => self
+                .conn
+                .prepare_cached("SELECT id FROM conversations")?
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?,
+        };
+        Ok(ids)
+    }
+
+    /// Searches stored messages and summaries.
+    pub fn grep(&self, q: &GrepQuery) -> Result<GrepReport> {
+        let limit = q.limit.clamp(1, 200);
+        let convs = self.scope_conversations(&q.scope)?;
+        let mut report = GrepReport { fts_query: None, hits: Vec::new(), next_offset: None, scan_truncated: false };
+        if convs.is_empty() {
+            return Ok(report);
+        }
+        let in_list = convs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+        let want = q.offset + limit + 1;
+        let mut hits: Vec<(f64, i64, GrepHit)> = Vec::new();
+        match q.mode {
+            GrepMode::FullText => {
+                let Some(fts) = sanitize_fts_query(&q.pattern) else { return Ok(report) };
+                let needles: Vec<String> = fts.split('"').filter(|t| !t.trim().is_empty()).map(str::to_owned).collect();
+                let order = match q.sort {
+                    GrepSort::Relevance => "score",
+                    GrepSort::Recency => "ts DESC, rid DESC",
+                };
+                if q.target != GrepTarget::Summaries {
+                    let sql = format!(
+                        "SELECT m.id AS rid, m.conv_id, m.role, m.ts AS ts, m.text, m.skeleton, bm25(messages_fts) AS score
+                         FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                         WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list}) ORDER BY {order} LIMIT ?2"
+                    );
+                    let mut st = self.conn.prepare(&sql)?;
+                    let mut rows = st.query(params![fts, want as i64])?;
+                    while let Some(r) = rows.next()? {
+                        let text: String = r.get(4)?;
+                        let sk: Option<String> = r.get(5)?;
+                        let score: f64 = r.get(6)?;
+                        let ts: Option<i64> = r.get(3)?;
+                        let id: i64 = r.get(0)?;
+                        hits.push((
+                            score,
+                            ts.unwrap_or(0),
+                            GrepHit {
+                                id: ids::message_id(id),
+                                conversation_id: r.get(1)?,
+                                role: role_label(r.get(2)?, sk.as_deref()),
+                                depth: None,
+                                ts,
+                                snippet: snippet(&text, &needles, None),
+                                score: Some(score),
+                            },
+                        ));
+                    }
+                }
+                if q.target != GrepTarget::Messages {
+                    let sql = format!(
+                        "SELECT s.id AS rid, s.conv_id, s.depth, s.to_ts AS ts, s.text, bm25(summaries_fts) AS score
+                         FROM summaries_fts JOIN summaries s ON s.id = summaries_fts.rowid
+                         WHERE summaries_fts MATCH ?1 AND s.conv_id IN ({in_list}) ORDER BY {order} LIMIT ?2"
+                    );
+                    let mut st = self.conn.prepare(&sql)?;
+                    let mut rows = st.query(params![fts, want as i64])?;
+                    while let Some(r) = rows.next()? {
+                        let text: String = r.get(4)?;
+                        let score: f64 = r.get(5)?;
+                        let ts: Option<i64> = r.get(3)?;
+                        hits.push((
+                            score,
+                            ts.unwrap_or(0),
+                            GrepHit {
+                                id: ids::summary_id(r.get(0)?),
+                                conversation_id: r.get(1)?,
+                                role: "summary".into(),
+                                depth: Some(r.get(2)?),
+                                ts,
+                                snippet: snippet(&text, &needles, None),
+                                score: Some(score),
+                            },
+                        ));
+                    }
+                }
+                match q.sort {
+                    GrepSort::Relevance => hits.sort_by(|a, b| a.0.total_cmp(&b.0)),
+                    GrepSort::Recency => hits.sort_by(|a, b| b.1.cmp(&a.1)),
+                }
+                report.fts_query = Some(fts);
+            }
+            GrepMode::Regex => {
+                if q.pattern.len() > 500 {
+                    return Err(LosslessError::InvalidInput("regex longer than 500 characters".into()));
+                }
+                let re = regex::RegexBuilder::new(&q.pattern)
+                    .size_limit(1 << 20)
+                    .build()
+                    .map_err(|e| LosslessError::InvalidInput(format!("regex: {e}")))?;
+                let max_scan = (q.max_scan_rows as i64).max(1);
+                let mut scanned = 0i64;
+                if q.target != GrepTarget::Summaries {
+                    let sql = format!(
+                        "SELECT id, conv_id, role, ts, text, skeleton FROM messages WHERE conv_id IN ({in_list}) ORDER BY id DESC"
+                    );
+                    let mut st = self.conn.prepare(&sql)?;
+                    let mut rows = st.query([])?;
+                    while let Some(r) = rows.next()? {
+                        scanned += 1;
+                        if scanned > max_scan {
+                            report.scan_truncated = true;
+                            break;
+                        }
+                        let text: String = r.get(4)?;
+                        if re.is_match(&text) {
+                            let sk: Option<String> = r.get(5)?;
+                            let ts: Option<i64> = r.get(3)?;
+                            hits.push((
+                                0.0,
+                                ts.unwrap_or(0),
+                                GrepHit {
+                                    id: ids::message_id(r.get(0)?),
+                                    conversation_id: r.get(1)?,
+                                    role: role_label(r.get(2)?, sk.as_deref()),
+                                    depth: None,
+                                    ts,
+                                    snippet: snippet(&text, &[], Some(&re)),
+                                    score: None,
+                                },
+                            ));
+                            if hits.len() >= want {
+                                break;
+                            }
+                        }
+                    }
+                }
+                if q.target != GrepTarget::Messages && hits.len() < want {
+                    let sql = format!(
+                        "SELECT id, conv_id, depth, to_ts, text FROM summaries WHERE conv_id IN ({in_list}) ORDER BY id DESC"
+                    );
+                    let mut st = self.conn.prepare(&sql)?;
+                    let mut rows = st.query([])?;
+                    while let Some(r) = rows.next()? {
+                        let text: String = r.get(4)?;
+                        if re.is_match(&text) {
+                            let ts: Option<i64> = r.get(3)?;
+                            hits.push((
+                                0.0,
+                                ts.unwrap_or(0),
+                                GrepHit {
+                                    id: ids::summary_id(r.get(0)?),
+                                    conversation_id: r.get(1)?,
+                                    role: "summary".into(),
+                                    depth: Some(r.get(2)?),
+                                    ts,
+                                    snippet: snippet(&text, &[], Some(&re)),
+                                    score: None,
+                                },
+                            ));
+                            if hits.len() >= want {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let more = hits.len() > q.offset + limit;
+        report.hits = hits.into_iter().skip(q.offset).take(limit).map(|h| h.2).collect();
+        if more {
+            report.next_offset = Some(q.offset + limit);
+        }
+        Ok(report)
+    }
+
+    fn conv_agent(&self, conv_id: i64) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT agent_id FROM conversations WHERE id = ?1")?
+            .query_row([conv_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    fn check_scope(&self, conv_id: i64, agent: Option<&str>, id: &str) -> Result<()> {
+        if let Some(agent) = agent {
+            if self.conv_agent(conv_id)?.as_deref() != Some(agent) {
+                return Err(LosslessError::NotFound(id.to_owned()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Describes a summary or message; `agent` restricts to that agent's conversations.
+    pub fn describe(&self, id: &str, agent: Option<&str>) -> Result<DescribeReport> {
+        match ids::parse(id)? {
+            RecordId::Summary(sid) => {
+                let row = self
+                    .conn
+                    .prepare_cached(
+                        "SELECT conv_id, depth, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts, summarizer, text
+                         FROM summaries WHERE id = ?1",
+                    )?
+                    .query_row([sid], |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, i64>(2)?,
+                            r.get::<_, i64>(3)?,
+                            r.get::<_, i64>(4)?,
+                            r.get::<_, i64>(5)?,
+                            r.get::<_, Option<i64>>(6)?,
+                            r.get::<_, Option<i64>>(7)?,
+                            r.get::<_, String>(8)?,
+                            r.get::<_, String>(9)?,
+                        ))
+                    })
+                    .optional()?
+                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
+                self.check_scope(row.0, agent, id)?;
+                let children = self.children(sid)?.into_iter().map(|c| c.to_string()).collect();
+                Ok(DescribeReport::Summary(SummaryInfo {
+                    id: ids::summary_id(sid),
+                    conversation_id: row.0,
+                    depth: row.1,
+                    tokens: row.2,
+                    source_tokens: row.3,
+                    seq_range: (row.4, row.5),
+                    from_ts: row.6,
+                    to_ts: row.7,
+                    summarizer: row.8,
+                    in_frontier: self.in_frontier(1, sid)?,
+                    parents: self.parents(1, sid)?,
+                    children,
+                    text: row.9,
+                }))
+            }
+            RecordId::Message(mid) => {
+                let row = self
+                    .conn
+                    .prepare_cached("SELECT conv_id, seq, role, tokens, ts, tool_call_id, skeleton, text FROM messages WHERE id = ?1")?
+                    .query_row([mid], |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, i64>(2)?,
+                            r.get::<_, i64>(3)?,
+                            r.get::<_, Option<i64>>(4)?,
+                            r.get::<_, Option<String>>(5)?,
+                            r.get::<_, Option<String>>(6)?,
+                            r.get::<_, String>(7)?,
+                        ))
+                    })
+                    .optional()?
+                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
+                self.check_scope(row.0, agent, id)?;
+                let message = codec::decode(row.2, &row.7, row.6.as_deref(), row.4)?;
+                Ok(DescribeReport::Message(MessageInfo {
+                    id: ids::message_id(mid),
+                    conversation_id: row.0,
+                    seq: row.1,
+                    role: message.role().to_owned(),
+                    tokens: row.3,
+                    ts: row.4,
+                    tool_call_id: row.5,
+                    in_frontier: self.in_frontier(0, mid)?,
+                    parents: self.parents(0, mid)?,
+                    message,
+                }))
+            }
+        }
+    }
+
+    pub(crate) fn children(&self, sid: i64) -> Result<Vec<RecordId>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT kind, child_id FROM summary_children WHERE summary_id = ?1 ORDER BY ord")?
+            .query_map([sid], |r| {
+                let k: i64 = r.get(0)?;
+                let id: i64 = r.get(1)?;
+                Ok(if k == 0 { RecordId::Message(id) } else { RecordId::Summary(id) })
+            })?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn parents(&self, kind: i64, id: i64) -> Result<Vec<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT summary_id FROM summary_children WHERE kind = ?1 AND child_id = ?2")?
+            .query_map(params![kind, id], |r| r.get::<_, i64>(0))?
+            .map(|r| r.map(ids::summary_id))
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn in_frontier(&self, kind: i64, id: i64) -> Result<bool> {
+        // Frontier rows are keyed by (conv, ord); this lookup is for describe only.
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM frontier WHERE kind = ?1 AND item_id = ?2 LIMIT 1")?
+            .query_row(params![kind, id], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    /// Expands a summary into its children (or returns a message), within `max_tokens`.
+    pub fn expand(&self, id: &str, max_tokens: u64, agent: Option<&str>) -> Result<ExpandReport> {
+        let rid = ids::parse(id)?;
+        let children = match rid {
+            RecordId::Summary(sid) => {
+                let conv: i64 = self
+                    .conn
+                    .prepare_cached("SELECT conv_id FROM summaries WHERE id = ?1")?
+                    .query_row([sid], |r| r.get(0))
+                    .optional()?
+                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
+                self.check_scope(conv, agent, id)?;
+                self.children(sid)?
+            }
+            RecordId::Message(mid) => {
+                let conv: i64 = self
+                    .conn
+                    .prepare_cached("SELECT conv_id FROM messages WHERE id = ?1")?
+                    .query_row([mid], |r| r.get(0))
+                    .optional()?
+                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
+                self.check_scope(conv, agent, id)?;
+                vec![rid]
+            }
+        };
+        let mut report = ExpandReport { id: rid.to_string(), items: Vec::new(), tokens: 0, omitted: 0, truncated: false };
+        let total = children.len();
+        for (i, child) in children.into_iter().enumerate() {
+            let mut item = self.expand_item(child)?;
+            let t = text_tokens(&item.text);
+            if report.tokens + t > max_tokens {
+                if report.items.is_empty() {
+                    item.text = truncate_middle(&item.text, max_tokens);
+                    report.tokens += text_tokens(&item.text);
+                    report.items.push(item);
+                    report.omitted = total - i - 1;
+                } else {
+                    report.omitted = total - i;
+                }
+                report.truncated = true;
+                break;
+            }
+            report.tokens += t;
+            report.items.push(item);
+        }
+        Ok(report)
+    }
+
+    fn expand_item(&self, id: RecordId) -> Result<ExpandedItem> {
+        match id {
+            RecordId::Message(mid) => {
+                let (role, text, sk, ts): (i64, String, Option<String>, Option<i64>) = self
+                    .conn
+                    .prepare_cached("SELECT role, text, skeleton, ts FROM messages WHERE id = ?1")?
+                    .query_row([mid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+                Ok(ExpandedItem { id: id.to_string(), role: role_label(role, sk.as_deref()), depth: None, ts, text })
+            }
+            RecordId::Summary(sid) => {
+                let (depth, text, ts): (i64, String, Option<i64>) = self
+                    .conn
+                    .prepare_cached("SELECT depth, text, to_ts FROM summaries WHERE id = ?1")?
+                    .query_row([sid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                Ok(ExpandedItem { id: id.to_string(), role: "summary".into(), depth: Some(depth), ts, text })
+            }
+        }
+    }
+}

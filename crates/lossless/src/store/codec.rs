@@ -1,0 +1,288 @@
+//! How a message is stored: its model-visible text once, plus a compact "skeleton" holding only
+//! what the text does not.
+//!
+//! The text column (indexed by FTS5 as external content) is the concatenation, in a fixed walk
+//! order, of the message's text-bearing strings: string content, text and thinking blocks,
+//! tool calls as `name(arguments)`, bash command and output, summary text. The skeleton is the
+//! message's JSON with each of those strings replaced by a length marker (`{"$t":n}`, or
+//! `{"$c":n}` for a tool call), without `role` (a column) and without an integer `timestamp`
+//! (a column). A plain user message has no skeleton at all. Decoding walks the same order and
+//! slices the text back, so `decode(encode(m)) == m`.
+
+use clawctx_protocol::AgentMessage;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::{LosslessError, Result};
+
+/// Role codes stored in `messages.role`.
+pub mod role {
+    /// `user`.
+    pub const USER: i64 = 0;
+    /// `assistant`.
+    pub const ASSISTANT: i64 = 1;
+    /// `toolResult`.
+    pub const TOOL_RESULT: i64 = 2;
+    /// Every other role (kept in the skeleton).
+    pub const OTHER: i64 = 3;
+}
+
+/// A message ready for insertion.
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    /// Role code.
+    pub role: i64,
+    /// Model-visible text (FTS content).
+    pub text: String,
+    /// Compact JSON of everything else; `None` for a plain user message.
+    pub skeleton: Option<String>,
+    /// Integer epoch-ms timestamp, when the message has one.
+    pub ts: Option<i64>,
+    /// The call id a tool result answers.
+    pub tool_call_id: Option<String>,
+    /// Number of tool calls an assistant message makes.
+    pub n_calls: i64,
+    /// Tokens of the one estimator.
+    pub tokens: u64,
+    /// Identity hash (idempotency key within a conversation).
+    pub hash: i64,
+}
+
+const SEP: char = '\n';
+
+fn role_code(m: &AgentMessage) -> i64 {
+    match m {
+        AgentMessage::User(_) => role::USER,
+        AgentMessage::Assistant(_) => role::ASSISTANT,
+        AgentMessage::ToolResult(_) => role::TOOL_RESULT,
+        _ => role::OTHER,
+    }
+}
+
+fn role_name(code: i64) -> Option<&'static str> {
+    match code {
+        role::USER => Some("user"),
+        role::ASSISTANT => Some("assistant"),
+        role::TOOL_RESULT => Some("toolResult"),
+        _ => None,
+    }
+}
+
+fn marker(key: &str, n: usize) -> Value {
+    let mut m = Map::with_capacity(1);
+    m.insert(key.to_owned(), Value::from(n as u64));
+    Value::Object(m)
+}
+
+fn push_seg(text: &mut String, first: &mut bool, s: &str) {
+    if !*first {
+        text.push(SEP);
+    }
+    *first = false;
+    text.push_str(s);
+}
+
+/// Walks the text-bearing fields in the fixed order, calling `f` on each slot.
+fn extract(map: &mut Map<String, Value>, text: &mut String) {
+    let mut first = true;
+    if let Some(content) = map.get_mut("content") {
+        match content {
+            Value::String(s) => {
+                let s = std::mem::take(s);
+                push_seg(text, &mut first, &s);
+                *content = marker("$t", s.len());
+            }
+            Value::Array(blocks) => {
+                for b in blocks.iter_mut() {
+                    let Value::Object(bm) = b else { continue };
+                    let ty = bm.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+                    match ty.as_str() {
+                        "text" | "thinking" => {
+                            if let Some(Value::String(s)) = bm.get_mut(ty.as_str()) {
+                                let s = std::mem::take(s);
+                                push_seg(text, &mut first, &s);
+                                bm.insert(ty.clone(), marker("$t", s.len()));
+                            }
+                        }
+                        "toolCall" => {
+                            let name = bm.get("name").and_then(Value::as_str).map(str::to_owned);
+                            if let (Some(name), Some(args)) = (name, bm.get("arguments")) {
+                                let seg = format!("{name}({args})");
+                                push_seg(text, &mut first, &seg);
+                                bm.insert("arguments".into(), marker("$c", seg.len()));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for key in ["summary", "command", "output"] {
+        if let Some(Value::String(s)) = map.get_mut(key) {
+            let s = std::mem::take(s);
+            push_seg(text, &mut first, &s);
+            map.insert(key.into(), marker("$t", s.len()));
+        }
+    }
+}
+
+fn marker_len(v: &Value, key: &str) -> Option<usize> {
+    match v {
+        Value::Object(m) if m.len() == 1 => m.get(key).and_then(Value::as_u64).map(|n| n as usize),
+        _ => None,
+    }
+}
+
+struct Cursor<'a> {
+    text: &'a str,
+    pos: usize,
+    first: bool,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a str> {
+        if !self.first {
+            self.pos += SEP.len_utf8();
+        }
+        self.first = false;
+        let end = self.pos + n;
+        let s = self.text.get(self.pos..end).ok_or_else(|| LosslessError::Corrupt("text segment out of range".into()))?;
+        self.pos = end;
+        Ok(s)
+    }
+}
+
+fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
+    let mut cur = Cursor { text, pos: 0, first: true };
+    if let Some(content) = map.get_mut("content") {
+        if let Some(n) = marker_len(content, "$t") {
+            *content = Value::String(cur.take(n)?.to_owned());
+        } else if let Value::Array(blocks) = content {
+            for b in blocks.iter_mut() {
+                let Value::Object(bm) = b else { continue };
+                let ty = bm.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+                match ty.as_str() {
+                    "text" | "thinking" => {
+                        if let Some(n) = bm.get(ty.as_str()).and_then(|v| marker_len(v, "$t")) {
+                            let s = cur.take(n)?.to_owned();
+                            bm.insert(ty.clone(), Value::String(s));
+                        }
+                    }
+                    "toolCall" => {
+                        if let Some(n) = bm.get("arguments").and_then(|v| marker_len(v, "$c")) {
+                            let seg = cur.take(n)?;
+                            let name_len = bm.get("name").and_then(Value::as_str).map(str::len).unwrap_or(0);
+                            let args = seg
+                                .get(name_len + 1..seg.len().saturating_sub(1))
+                                .ok_or_else(|| LosslessError::Corrupt("tool call segment".into()))?;
+                            let v: Value = serde_json::from_str(args)
+                                .map_err(|e| LosslessError::Corrupt(format!("tool call arguments: {e}")))?;
+                            bm.insert("arguments".into(), v);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    for key in ["summary", "command", "output"] {
+        if let Some(n) = map.get(key).and_then(|v| marker_len(v, "$t")) {
+            let s = cur.take(n)?.to_owned();
+            map.insert(key.into(), Value::String(s));
+        }
+    }
+    Ok(())
+}
+
+/// Encodes `m` for storage. `tokens` is computed here, once, with the one estimator.
+pub fn encode(m: &AgentMessage) -> Result<Encoded> {
+    let role = role_code(m);
+    let mut v = serde_json::to_value(m).map_err(|e| LosslessError::InvalidInput(format!("message: {e}")))?;
+    let Value::Object(map) = &mut v else {
+        return Err(LosslessError::InvalidInput("message is not an object".into()));
+    };
+    let mut ts = None;
+    if role != role::OTHER {
+        map.remove("role");
+        if let Some(t) = map.get("timestamp").and_then(Value::as_i64) {
+            if map.get("timestamp").map(Value::is_i64).unwrap_or(false) || map.get("timestamp").map(Value::is_u64).unwrap_or(false) {
+                ts = Some(t);
+                map.remove("timestamp");
+            }
+        }
+    }
+    let mut text = String::new();
+    extract(map, &mut text);
+    let plain_user = role == role::USER && map.len() == 1 && map.get("content").and_then(|c| marker_len(c, "$t")) == Some(text.len());
+    let skeleton = if plain_user { None } else { Some(v.to_string()) };
+    let tool_call_id = m.tool_result_id().map(str::to_owned);
+    let n_calls = m.tool_calls().count() as i64;
+    let tokens = clawctx_tokens::message_tokens(m);
+    let mut h = Sha256::new();
+    h.update([role as u8]);
+    h.update(skeleton.as_deref().unwrap_or("").as_bytes());
+    h.update([0xff]);
+    h.update(ts.unwrap_or(i64::MIN).to_le_bytes());
+    h.update(text.as_bytes());
+    let d = h.finalize();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    Ok(Encoded { role, text, skeleton, ts, tool_call_id, n_calls, tokens, hash: i64::from_le_bytes(b) })
+}
+
+/// Rebuilds the message from its stored columns.
+pub fn decode(role: i64, text: &str, skeleton: Option<&str>, ts: Option<i64>) -> Result<AgentMessage> {
+    let mut map: Map<String, Value> = match skeleton {
+        Some(s) => serde_json::from_str(s).map_err(|e| LosslessError::Corrupt(format!("skeleton: {e}")))?,
+        None => {
+            let mut m = Map::new();
+            m.insert("content".into(), marker("$t", text.len()));
+            m
+        }
+    };
+    restore(&mut map, text)?;
+    if let Some(name) = role_name(role) {
+        map.insert("role".into(), Value::String(name.into()));
+        if let Some(t) = ts {
+            map.insert("timestamp".into(), Value::from(t));
+        }
+    }
+    AgentMessage::from_map(map).map_err(LosslessError::Corrupt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rt(v: Value) {
+        let m: AgentMessage = serde_json::from_value(v).unwrap();
+        let e = encode(&m).unwrap();
+        let back = decode(e.role, &e.text, e.skeleton.as_deref(), e.ts).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&m).unwrap());
+    }
+
+    #[test]
+    fn round_trips() {
+        rt(json!({"role":"user","content":"hi\nthere","timestamp":5}));
+        rt(json!({"role":"user","content":[{"type":"text","text":"a"},{"type":"image","data":"AAA","mimeType":"image/png"}]}));
+        rt(json!({"role":"assistant","content":[{"type":"thinking","thinking":"hmm","thinkingSignature":"x"},{"type":"text","text":"ok"},{"type":"toolCall","id":"c1","name":"read","arguments":{"path":"a(b).rs","n":1.5}}],"api":"x","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3},"stopReason":"toolUse","timestamp":1.5}));
+        rt(json!({"role":"toolResult","toolCallId":"c1","toolName":"read","content":[{"type":"text","text":""},{"type":"text","text":"x\ny"}],"isError":false,"timestamp":9}));
+        rt(json!({"role":"bashExecution","command":"ls","output":"a\nb","exitCode":0}));
+        rt(json!({"role":"compactionSummary","summary":"s","tokensBefore":10}));
+        rt(json!({"role":"system","content":"sys","timestamp":3}));
+        rt(json!({"role":"custom","customType":"x","content":"c","display":true}));
+    }
+
+    #[test]
+    fn plain_user_has_no_skeleton_and_hash_differs_by_timestamp() {
+        let a = encode(&AgentMessage::user("hello").with_timestamp(1)).unwrap();
+        let b = encode(&AgentMessage::user("hello").with_timestamp(2)).unwrap();
+        assert!(a.skeleton.is_none());
+        assert_ne!(a.hash, b.hash);
+        assert_eq!(a.hash, encode(&AgentMessage::user("hello").with_timestamp(1)).unwrap().hash);
+    }
+}

@@ -1,0 +1,238 @@
+//! The synchronous database layer the store thread runs: conversations, idempotent ingest and
+//! running totals. Compaction, assembly, recall and doctor add their own `impl Db` blocks in
+//! their modules; all of them run on the store thread.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::Serialize;
+
+use super::codec::Encoded;
+use crate::error::{LosslessError, Result};
+
+/// Which conversation: agent plus session key (the active row of that pair).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ConvKey {
+    /// Agent id (`agent:<id>:...` keys give theirs; others use `default`).
+    pub agent_id: String,
+    /// Stable session key (or the session id when the host gave no key).
+    pub session_key: String,
+}
+
+impl ConvKey {
+    /// Builds the key from what the host passes (`sessionKey`, falling back to `sessionId`).
+    pub fn from_host(session_key: Option<&str>, session_id: &str) -> Self {
+        let key = session_key.filter(|k| !k.trim().is_empty()).unwrap_or(session_id).trim().to_owned();
+        let agent = clawctx_engine::legacy::agent_id_from_session_key(&key).unwrap_or("default").to_owned();
+        Self { agent_id: agent, session_key: key }
+    }
+}
+
+/// A conversation row with its running totals.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConvRow {
+    /// Row id.
+    pub id: i64,
+    /// Agent.
+    pub agent_id: String,
+    /// Session key.
+    pub session_key: String,
+    /// Whether this is the active row of its key (archived rows come from resets).
+    pub active: bool,
+    /// Next message sequence number.
+    pub next_seq: i64,
+    /// Next frontier ordinal.
+    pub next_ord: i64,
+    /// Messages stored.
+    pub msg_count: i64,
+    /// Tokens of all messages stored.
+    pub msg_tokens: i64,
+    /// Text bytes of all messages stored.
+    pub raw_bytes: i64,
+    /// Tokens of the frontier (what assembly could show).
+    pub frontier_tokens: i64,
+    /// Items in the frontier.
+    pub frontier_items: i64,
+    /// Changes on every compaction (context projection epoch).
+    pub epoch: i64,
+}
+
+const CONV_COLS: &str = "id, agent_id, session_key, active, next_seq, next_ord, msg_count, msg_tokens, raw_bytes, frontier_tokens, frontier_items, epoch";
+
+fn conv_row(r: &Row<'_>) -> rusqlite::Result<ConvRow> {
+    Ok(ConvRow {
+        id: r.get(0)?,
+        agent_id: r.get(1)?,
+        session_key: r.get(2)?,
+        active: r.get::<_, i64>(3)? != 0,
+        next_seq: r.get(4)?,
+        next_ord: r.get(5)?,
+        msg_count: r.get(6)?,
+        msg_tokens: r.get(7)?,
+        raw_bytes: r.get(8)?,
+        frontier_tokens: r.get(9)?,
+        frontier_items: r.get(10)?,
+        epoch: r.get(11)?,
+    })
+}
+
+/// What one ingest job did.
+#[derive(Clone, Debug, Default)]
+pub struct IngestOutcome {
+    /// Per input message: stored now (false = duplicate).
+    pub stored: Vec<bool>,
+    /// The conversation after the batch.
+    pub conv: Option<ConvRow>,
+}
+
+/// The store thread's state: the connection.
+pub struct Db {
+    pub(crate) conn: Connection,
+    pub(crate) busy_ms: u64,
+}
+
+/// Current wall-clock time in epoch ms.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Db {
+    pub(crate) fn new(conn: Connection, busy_ms: u64) -> Self {
+        Self { conn, busy_ms }
+    }
+
+    pub(crate) fn close(self) {
+        let _ = self.conn.execute_batch("PRAGMA optimize;");
+        let _ = self.conn.close();
+    }
+
+    /// Maps a rusqlite error (lock timeouts become `Busy`).
+    pub(crate) fn err(&self, e: rusqlite::Error) -> LosslessError {
+        LosslessError::from_sqlite(e, self.busy_ms)
+    }
+
+    /// Runs `f` inside one IMMEDIATE transaction (rolled back on error).
+    pub fn tx<R>(&mut self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
+        let r = f(&tx)?;
+        tx.commit().map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
+        Ok(r)
+    }
+
+    /// The active conversation of `key`, if any.
+    pub fn conversation(&self, key: &ConvKey) -> Result<Option<ConvRow>> {
+        get_conv(&self.conn, key).map_err(|e| self.err(e))
+    }
+
+    /// A conversation by row id.
+    pub fn conversation_by_id(&self, id: i64) -> Result<Option<ConvRow>> {
+        self.conn
+            .prepare_cached(&format!("SELECT {CONV_COLS} FROM conversations WHERE id = ?1"))?
+            .query_row([id], conv_row)
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Every conversation row (active and archived).
+    pub fn conversations(&self) -> Result<Vec<ConvRow>> {
+        let mut st = self.conn.prepare(&format!("SELECT {CONV_COLS} FROM conversations ORDER BY id"))?;
+        let rows = st.query_map([], conv_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Whether a message with this identity hash is stored in `conv_id`.
+    pub fn has_message(&self, conv_id: i64, hash: i64) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM messages WHERE conv_id = ?1 AND hash = ?2")?
+            .query_row(params![conv_id, hash], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    /// Stores `msgs` (already encoded) in one transaction; duplicates (same identity hash in
+    /// the conversation) are skipped. Appends each new message to the frontier and updates the
+    /// running totals.
+    pub fn ingest(&mut self, key: &ConvKey, msgs: &[Encoded]) -> Result<IngestOutcome> {
+        self.tx(|c| {
+            let mut conv = get_or_create_conv(c, key)?;
+            let mut stored = Vec::with_capacity(msgs.len());
+            let mut ins = c.prepare_cached(
+                "INSERT OR IGNORE INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text)
+                 VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            let mut fts = c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?;
+            let mut fr = c.prepare_cached("INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 0, ?3, ?4)")?;
+            for m in msgs {
+                let n = ins.execute(params![
+                    conv.id,
+                    conv.next_seq,
+                    m.role,
+                    m.tokens as i64,
+                    m.ts,
+                    m.hash,
+                    m.n_calls,
+                    m.tool_call_id,
+                    m.skeleton,
+                    m.text
+                ])?;
+                if n == 0 {
+                    stored.push(false);
+                    continue;
+                }
+                let id = c.last_insert_rowid();
+                fts.execute(params![id, m.text])?;
+                fr.execute(params![conv.id, conv.next_ord, id, m.tokens as i64])?;
+                conv.next_seq += 1;
+                conv.next_ord += 1;
+                conv.msg_count += 1;
+                conv.msg_tokens += m.tokens as i64;
+                conv.raw_bytes += m.text.len() as i64;
+                conv.frontier_tokens += m.tokens as i64;
+                conv.frontier_items += 1;
+                stored.push(true);
+            }
+            if stored.iter().any(|s| *s) {
+                c.prepare_cached(
+                    "UPDATE conversations SET next_seq = ?2, next_ord = ?3, msg_count = ?4, msg_tokens = ?5, raw_bytes = ?6,
+                     frontier_tokens = ?7, frontier_items = ?8 WHERE id = ?1",
+                )?
+                .execute(params![
+                    conv.id,
+                    conv.next_seq,
+                    conv.next_ord,
+                    conv.msg_count,
+                    conv.msg_tokens,
+                    conv.raw_bytes,
+                    conv.frontier_tokens,
+                    conv.frontier_items
+                ])?;
+            }
+            Ok(IngestOutcome { stored, conv: Some(conv) })
+        })
+    }
+}
+
+pub(crate) fn get_conv(c: &Connection, key: &ConvKey) -> rusqlite::Result<Option<ConvRow>> {
+    c.prepare_cached(&format!(
+        "SELECT {CONV_COLS} FROM conversations WHERE agent_id = ?1 AND session_key = ?2 AND active = 1"
+    ))?
+    .query_row(params![key.agent_id, key.session_key], conv_row)
+    .optional()
+}
+
+pub(crate) fn get_or_create_conv(c: &Connection, key: &ConvKey) -> Result<ConvRow> {
+    if let Some(row) = get_conv(c, key)? {
+        return Ok(row);
+    }
+    c.execute(
+        "INSERT INTO conversations(agent_id, session_key, active, created_at) VALUES(?1, ?2, 1, ?3)",
+        params![key.agent_id, key.session_key, now_ms()],
+    )?;
+    get_conv(c, key)?.ok_or_else(|| LosslessError::Corrupt("conversation vanished after insert".into()))
+}

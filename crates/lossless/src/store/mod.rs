@@ -1,0 +1,109 @@
+//! The SQLite store and the thread that owns it.
+//!
+//! SQLite must never block the async runtime, so one dedicated worker thread owns the
+//! [`rusqlite::Connection`] and runs jobs sent over a channel; async callers await a oneshot
+//! reply, blocking callers (the CLI) wait on it. Every write is one transaction per job, so a
+//! batch is atomic and a crash leaves either all of it or none of it.
+
+pub mod codec;
+mod db;
+pub mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+
+pub use db::{ConvKey, ConvRow, Db, IngestOutcome};
+pub(crate) use db::{get_conv as db_get_conv, get_or_create_conv as db_get_or_create_conv, now_ms};
+
+use crate::error::{LosslessError, Result};
+
+type Job = Box<dyn FnOnce(&mut Db) + Send>;
+
+/// A handle to an open lossless store. Cheap to clone; the worker thread stops when the last
+/// handle is dropped or [`LosslessStore::close`] is called.
+#[derive(Clone)]
+pub struct LosslessStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for LosslessStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LosslessStore").field("path", &self.inner.path).finish()
+    }
+}
+
+/// Default SQLite busy timeout of [`LosslessStore::open`].
+pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
+
+impl LosslessStore {
+    /// Opens (creating when absent) the store at `path`. Refuses foreign or corrupt files
+    /// without modifying them. Blocking: call from a blocking context.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, DEFAULT_BUSY_TIMEOUT_MS)
+    }
+
+    /// [`Self::open`] with an explicit busy timeout.
+    pub fn open_with(path: impl AsRef<Path>, busy_timeout_ms: u64) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let conn = schema::open(&path, busy_timeout_ms)?;
+        let mut db = Db::new(conn, busy_timeout_ms);
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new().name("lossless-sqlite".into()).spawn(move || {
+            for job in rx {
+                job(&mut db);
+            }
+            db.close();
+        })?;
+        Ok(Self { inner: Arc::new(Inner { tx: Mutex::new(Some(tx)), path }) })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn send(&self, job: Job) -> Result<()> {
+        let guard = self.inner.tx.lock().map_err(|_| LosslessError::Closed)?;
+        let tx = guard.as_ref().ok_or(LosslessError::Closed)?;
+        tx.send(job).map_err(|_| LosslessError::Closed)
+    }
+
+    /// Runs `f` on the store thread and awaits its result.
+    pub async fn call<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Db) -> Result<R> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send(Box::new(move |db| {
+            let _ = tx.send(f(db));
+        }))?;
+        rx.await.map_err(|_| LosslessError::Closed)?
+    }
+
+    /// Runs `f` on the store thread and blocks until it returns (for synchronous callers such
+    /// as the CLI; never call this from an async task).
+    pub fn call_blocking<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Db) -> Result<R> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel();
+        self.send(Box::new(move |db| {
+            let _ = tx.send(f(db));
+        }))?;
+        rx.recv().map_err(|_| LosslessError::Closed)?
+    }
+
+    /// Stops the worker after the queued jobs (the connection is closed cleanly).
+    pub fn close(&self) {
+        if let Ok(mut g) = self.inner.tx.lock() {
+            g.take();
+        }
+    }
+}

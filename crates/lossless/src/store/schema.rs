@@ -1,0 +1,196 @@
+//! Opening the SQLite file safely and migrating its schema.
+//!
+//! The file is checked before anything is written: a non-SQLite file (bad header), a SQLite
+//! file that belongs to someone else (`application_id` not ours, or tables without our id), or
+//! one from a newer schema is refused with [`LosslessError::Refused`] and left byte-for-byte
+//! untouched (WAL mode, which rewrites the header, is only switched on after the check).
+//! Migrations are versioned with `PRAGMA user_version` and run in one transaction each.
+
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{LosslessError, Result};
+
+/// `PRAGMA application_id` of a lossless store ("clsx").
+pub const APPLICATION_ID: i32 = 0x636c_7378;
+/// Current schema version.
+pub const SCHEMA_VERSION: i32 = 1;
+
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+const V1: &str = r#"
+CREATE TABLE conversations(
+  id INTEGER PRIMARY KEY,
+  agent_id TEXT NOT NULL,
+  session_key TEXT NOT NULL,
+  active INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL,
+  next_seq INTEGER NOT NULL DEFAULT 0,
+  next_ord INTEGER NOT NULL DEFAULT 0,
+  msg_count INTEGER NOT NULL DEFAULT 0,
+  msg_tokens INTEGER NOT NULL DEFAULT 0,
+  raw_bytes INTEGER NOT NULL DEFAULT 0,
+  frontier_tokens INTEGER NOT NULL DEFAULT 0,
+  frontier_items INTEGER NOT NULL DEFAULT 0,
+  epoch INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX conversations_active ON conversations(agent_id, session_key) WHERE active = 1;
+CREATE INDEX conversations_key ON conversations(agent_id, session_key);
+
+CREATE TABLE messages(
+  id INTEGER PRIMARY KEY,
+  conv_id INTEGER NOT NULL REFERENCES conversations(id),
+  seq INTEGER NOT NULL,
+  role INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,
+  ts INTEGER,
+  hash INTEGER NOT NULL,
+  n_calls INTEGER NOT NULL DEFAULT 0,
+  tool_call_id TEXT,
+  skeleton TEXT,
+  text TEXT NOT NULL
+);
+CREATE UNIQUE INDEX messages_identity ON messages(conv_id, hash);
+CREATE UNIQUE INDEX messages_seq ON messages(conv_id, seq);
+CREATE INDEX messages_tool_call ON messages(conv_id, tool_call_id) WHERE tool_call_id IS NOT NULL;
+
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+  text, content='messages', content_rowid='id', detail=none, tokenize='porter unicode61 remove_diacritics 2'
+);
+
+CREATE TABLE summaries(
+  id INTEGER PRIMARY KEY,
+  conv_id INTEGER NOT NULL REFERENCES conversations(id),
+  depth INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,
+  source_tokens INTEGER NOT NULL,
+  first_seq INTEGER NOT NULL,
+  last_seq INTEGER NOT NULL,
+  from_ts INTEGER,
+  to_ts INTEGER,
+  summarizer TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  text TEXT NOT NULL
+);
+CREATE INDEX summaries_conv ON summaries(conv_id, depth);
+
+CREATE VIRTUAL TABLE summaries_fts USING fts5(
+  text, content='summaries', content_rowid='id', detail=none, tokenize='porter unicode61 remove_diacritics 2'
+);
+
+-- DAG edges: a summary's children, in order (kind 0 = message, 1 = summary).
+CREATE TABLE summary_children(
+  summary_id INTEGER NOT NULL REFERENCES summaries(id),
+  ord INTEGER NOT NULL,
+  kind INTEGER NOT NULL,
+  child_id INTEGER NOT NULL,
+  PRIMARY KEY(summary_id, ord)
+) WITHOUT ROWID;
+CREATE INDEX summary_children_child ON summary_children(kind, child_id);
+
+-- The active frontier: ordered items, gap-tolerant ordinals (a replaced range keeps its first
+-- ordinal; nothing is renumbered). kind 0 = message, 1 = summary. tokens = model-visible cost.
+CREATE TABLE frontier(
+  conv_id INTEGER NOT NULL,
+  ord INTEGER NOT NULL,
+  kind INTEGER NOT NULL,
+  item_id INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,
+  PRIMARY KEY(conv_id, ord)
+) WITHOUT ROWID;
+
+-- Spend guard and circuit breaker, per conversation, persisted across restarts.
+CREATE TABLE guard_state(
+  conv_id INTEGER PRIMARY KEY,
+  window_start_ms INTEGER NOT NULL DEFAULT 0,
+  calls_in_window INTEGER NOT NULL DEFAULT 0,
+  consecutive_failures INTEGER NOT NULL DEFAULT 0,
+  breaker_open_until_ms INTEGER NOT NULL DEFAULT 0,
+  total_failures INTEGER NOT NULL DEFAULT 0
+);
+"#;
+
+/// Opens (creating when absent) and migrates the store at `path`.
+pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
+    let shown = path.display().to_string();
+    let refuse = |reason: String| LosslessError::Refused { path: shown.clone(), reason };
+    let exists_nonempty = std::fs::metadata(path).map(|m| m.len() > 0).unwrap_or(false);
+    if exists_nonempty {
+        let mut header = [0u8; 16];
+        let mut f = std::fs::File::open(path)?;
+        let n = f.read(&mut header)?;
+        if n < 16 || &header != SQLITE_HEADER {
+            return Err(refuse("not a SQLite database (bad header)".into()));
+        }
+    } else if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
+    let map = |e: rusqlite::Error| match LosslessError::from_sqlite(e, busy_timeout_ms) {
+        LosslessError::Sqlite(e) => refuse(format!("unreadable database: {e}")),
+        other => other,
+    };
+    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0)).map_err(map)?;
+    let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map)?;
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(map)?;
+    if app_id == 0 && (tables > 0 || version != 0) {
+        return Err(refuse("a SQLite database that is not a clawctx lossless store".into()));
+    }
+    if app_id != 0 && app_id != APPLICATION_ID {
+        return Err(refuse(format!("foreign SQLite database (application_id {app_id:#x})")));
+    }
+    if version > SCHEMA_VERSION {
+        return Err(refuse(format!("schema version {version} is newer than this build ({SCHEMA_VERSION})")));
+    }
+    if version == 0 {
+        // A fresh file: set the page size before the first table exists.
+        conn.execute_batch("PRAGMA page_size = 4096; PRAGMA auto_vacuum = INCREMENTAL;")?;
+    }
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -32768; PRAGMA foreign_keys = OFF;",
+    )
+    .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms))?;
+    migrate(&conn, version).map_err(|e| match e {
+        LosslessError::Sqlite(e) => LosslessError::from_sqlite(e, busy_timeout_ms),
+        other => other,
+    })?;
+    Ok(conn)
+}
+
+fn migrate(conn: &Connection, from: i32) -> Result<()> {
+    if from >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let run = || -> Result<()> {
+        // Another process may have migrated while we waited for the write lock.
+        let now: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if now < 1 {
+            conn.execute_batch(V1)?;
+            conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 1;"))?;
+        }
+        Ok(())
+    };
+    match run() {
+        Ok(()) => {
+            conn.execute_batch("COMMIT")?;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
