@@ -108,8 +108,16 @@ pub const SPLIT_TURN_HEADING: &str = "\n\n---\n\n**Turn Context (split turn):**\
 /// What the history part says when there was none.
 pub const NO_PRIOR_HISTORY: &str = "No prior history.";
 
-/// Generates the summary for `prep` with `summarizer`. `reserve_tokens` sizes the outputs:
-/// 80% of it for the history summary, 50% for a turn prefix.
+/// The size a summary aims at: a fifth of what it replaces (at least 512 tokens), never more
+/// than `cap`. A summary as large as its source saves nothing; a cap alone would let the
+/// extractive summarizer return almost all of a short history.
+pub fn summary_target(input_tokens: u64, cap: u64) -> u64 {
+    cap.min((input_tokens / 5).max(512))
+}
+
+/// Generates the summary for `prep` with `summarizer`. `reserve_tokens` caps the outputs: 80%
+/// of it for the history summary, 50% for a turn prefix; within the caps each aims at
+/// [`summary_target`].
 pub async fn generate_summary(
     prep: &CompactionPreparation,
     summarizer: &dyn Summarizer,
@@ -121,19 +129,28 @@ pub async fn generate_summary(
         clawctx_summarize::SummarizeError::Failed(m) => EngineError::failed(format!("Summarization failed: {m}")),
         other => EngineError::failed(format!("Summarization failed: {other}")),
     };
-    let history_request = (!prep.messages_to_summarize.is_empty()).then(|| SummaryRequest {
-        kind: SummaryKind::History,
-        conversation: serialize_conversation(&prep.messages_to_summarize),
-        previous_summary: prep.previous_summary.clone(),
-        custom_instructions: custom_instructions.map(str::to_owned),
-        max_tokens: reserve_tokens * 8 / 10,
+    let history_request = (!prep.messages_to_summarize.is_empty()).then(|| {
+        let conversation = serialize_conversation(&prep.messages_to_summarize);
+        let input = clawctx_tokens::text_tokens(&conversation)
+            + prep.previous_summary.as_deref().map(clawctx_tokens::text_tokens).unwrap_or(0);
+        SummaryRequest {
+            kind: SummaryKind::History,
+            conversation,
+            previous_summary: prep.previous_summary.clone(),
+            custom_instructions: custom_instructions.map(str::to_owned),
+            max_tokens: summary_target(input, reserve_tokens * 8 / 10),
+        }
     });
-    let prefix_request = prep.is_split_turn().then(|| SummaryRequest {
-        kind: SummaryKind::TurnPrefix,
-        conversation: serialize_conversation(&prep.turn_prefix_messages),
-        previous_summary: None,
-        custom_instructions: custom_instructions.map(str::to_owned),
-        max_tokens: reserve_tokens / 2,
+    let prefix_request = prep.is_split_turn().then(|| {
+        let conversation = serialize_conversation(&prep.turn_prefix_messages);
+        let input = clawctx_tokens::text_tokens(&conversation);
+        SummaryRequest {
+            kind: SummaryKind::TurnPrefix,
+            conversation,
+            previous_summary: None,
+            custom_instructions: custom_instructions.map(str::to_owned),
+            max_tokens: summary_target(input, reserve_tokens / 2),
+        }
     });
     let (history, prefix) = futures::join!(
         async {

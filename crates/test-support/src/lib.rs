@@ -1,0 +1,19 @@
+//! Test support shared by every crate's tests.
+//!
+//! - [`messages`]: deterministic conversation builders (chat, tool calls, huge messages);
+//! - [`logs`]: a log sink that records registry/guard lines so tests can assert exact text;
+//! - [`test_engine`]: a scriptable engine (fails on chosen methods, counts calls, declares
+//!   chosen info) for registry and guard tests;
+//! - [`host`]: an in-memory host transcript with the runtime's built-in compaction, standing in
+//!   for the real runtime where a test needs a host but not files;
+//! - [`conformance`]: the one engine conformance suite, run against `legacy`, `lossless` and
+//!   plugin engines alike.
+//!
+//! Panicking is how a test fails, so this crate may `unwrap`/`expect` freely.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+pub mod conformance;
+pub mod host;
+pub mod logs;
+pub mod messages;
+pub mod test_engine;
