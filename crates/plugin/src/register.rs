@@ -1,0 +1,209 @@
+//! Loading a plugin into a registry: manifest, config validation, spawn, handshake, and one
+//! registration per engine the plugin declared (owner `plugin:<id>`).
+//!
+//! Each registration's factory creates a fresh instance over RPC (`engine/create`) with the
+//! resolve-time factory context, so factories stay lazy and per-resolution as in OpenClaw. When
+//! the plugin fails to load, its id is still registered as an engine id (the equal-id
+//! convention of the slot) with a factory that retries the load: resolution then quarantines it
+//! with the real load error (`plugin process exited (code 1): …`) instead of "not registered".
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clawctx_engine::{factory, ContextEngineRegistry, RegisterOutcome, RuntimeServices};
+use serde_json::{json, Value};
+
+use crate::adapter::PluginEngine;
+use crate::error::PluginError;
+use crate::host::{HostOptions, PluginHost};
+use crate::manifest::{load_manifest, plugin_config, PluginEntry, PluginManifest};
+use crate::process::SpawnSpec;
+use crate::rpc::{EngineDecl, ToolDecl, PROTOCOL_VERSION};
+use crate::sdk;
+
+/// How to load a plugin.
+#[derive(Clone, Default)]
+pub struct PluginOptions {
+    /// `agentDir` for the handshake's factory context.
+    pub agent_dir: Option<PathBuf>,
+    /// `workspaceDir` for the handshake's factory context.
+    pub workspace_dir: Option<PathBuf>,
+    /// Where the embedded runners are written (default: a versioned temp directory).
+    pub runtime_dir: Option<PathBuf>,
+    /// Extra environment for the child.
+    pub env: Vec<(String, String)>,
+    /// Overrides `plugins.entries.<id>.timeoutMs` (default 30 s).
+    pub call_timeout: Option<Duration>,
+    /// Overrides `plugins.entries.<id>.initTimeoutMs` (default 10 s).
+    pub init_timeout: Option<Duration>,
+    /// Overrides the 16 MiB message cap.
+    pub max_message_bytes: Option<usize>,
+    /// Services for plugin→host calls made outside a lifecycle call.
+    pub services: Option<Arc<dyn RuntimeServices>>,
+}
+
+impl std::fmt::Debug for PluginOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginOptions")
+            .field("agent_dir", &self.agent_dir)
+            .field("workspace_dir", &self.workspace_dir)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A plugin loaded into a registry.
+#[derive(Debug)]
+pub struct LoadedPlugin {
+    /// Its manifest.
+    pub manifest: PluginManifest,
+    /// The supervisor (keep it, or the registry's factories, alive to keep the process).
+    pub host: Arc<PluginHost>,
+    /// Engines it registered.
+    pub engines: Vec<EngineDecl>,
+    /// Tools it registered.
+    pub tools: Vec<ToolDecl>,
+    /// Registration outcome per engine id.
+    pub outcomes: Vec<(String, RegisterOutcome)>,
+}
+
+fn entry_ms(config: &Value, plugin_id: &str, key: &str) -> Option<Duration> {
+    config
+        .get("plugins")
+        .and_then(|p| p.get("entries"))
+        .and_then(|e| e.get(plugin_id))
+        .and_then(|e| e.get(key))
+        .and_then(Value::as_u64)
+        .map(Duration::from_millis)
+}
+
+/// Builds the spawn spec for a manifest's entry (writing the embedded runner when needed).
+pub fn spawn_spec(manifest: &PluginManifest, options: &PluginOptions) -> Result<SpawnSpec, PluginError> {
+    let runtime_dir = options.runtime_dir.clone().unwrap_or_else(sdk::default_runtime_dir);
+    let mut env = options.env.clone();
+    let (program, args) = match &manifest.entry {
+        PluginEntry::Node(_) => {
+            let runner = sdk::install_node_runner(&runtime_dir)?;
+            (PathBuf::from("node"), vec![runner.display().to_string()])
+        }
+        PluginEntry::Python(_) => {
+            let dir = sdk::install_python_runner(&runtime_dir)?;
+            let mut pp = dir.display().to_string();
+            if let Ok(existing) = std::env::var("PYTHONPATH") {
+                if !existing.is_empty() {
+                    pp = format!("{pp}:{existing}");
+                }
+            }
+            env.push(("PYTHONPATH".into(), pp));
+            env.push(("PYTHONUNBUFFERED".into(), "1".into()));
+            (PathBuf::from("python3"), vec!["-m".into(), "clawctx_plugin.runner".into()])
+        }
+        PluginEntry::Command { program, args } => (PathBuf::from(program), args.clone()),
+    };
+    Ok(SpawnSpec { plugin_id: manifest.id.clone(), program, args, cwd: manifest.root.clone(), env })
+}
+
+/// The `initialize` params.
+pub fn initialize_params(manifest: &PluginManifest, config: &Value, options: &PluginOptions) -> Value {
+    let entry = match &manifest.entry {
+        PluginEntry::Node(p) | PluginEntry::Python(p) => Value::String(p.display().to_string()),
+        PluginEntry::Command { .. } => Value::Null,
+    };
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "host": {"name": "clawctx", "version": env!("CARGO_PKG_VERSION")},
+        "plugin": {
+            "id": manifest.id,
+            "root": manifest.root.display().to_string(),
+            "entry": entry,
+            "runtime": manifest.entry.runtime(),
+            "name": manifest.name,
+            "version": manifest.version,
+        },
+        "factoryContext": {
+            "config": config,
+            "agentDir": options.agent_dir.as_ref().map(|p| p.display().to_string()),
+            "workspaceDir": options.workspace_dir.as_ref().map(|p| p.display().to_string()),
+        },
+        "pluginConfig": plugin_config(config, &manifest.id),
+    })
+}
+
+fn register_engine(registry: &ContextEngineRegistry, host: &Arc<PluginHost>, plugin_id: &str, engine_id: &str) -> Result<RegisterOutcome, PluginError> {
+    let host = host.clone();
+    let id = engine_id.to_owned();
+    let f = factory(move |ctx| PluginEngine::create(host.clone(), id.clone(), ctx));
+    registry
+        .register_plugin_engine(plugin_id, engine_id, f)
+        .map_err(|e| PluginError::Install(format!("cannot register engine \"{engine_id}\": {e}")))
+}
+
+/// Loads the plugin in `plugin_dir`: reads the manifest, validates
+/// `plugins.entries.<id>.config` against `configSchema`, starts the process, performs the
+/// handshake, and registers every engine the plugin declared in `registry`.
+///
+/// On a load failure (after the manifest and config were accepted) the plugin id is still
+/// registered with a factory that retries the load, and the load error is returned.
+pub async fn register_plugin(
+    registry: &ContextEngineRegistry,
+    plugin_dir: &Path,
+    config: &Value,
+    options: PluginOptions,
+) -> Result<LoadedPlugin, PluginError> {
+    let manifest = load_manifest(plugin_dir)?;
+    manifest.validate_config(config)?;
+    let spec = spawn_spec(&manifest, &options)?;
+    let host_options = HostOptions {
+        call_timeout: options.call_timeout.or_else(|| entry_ms(config, &manifest.id, "timeoutMs")).unwrap_or(crate::host::DEFAULT_CALL_TIMEOUT),
+        init_timeout: options
+            .init_timeout
+            .or_else(|| entry_ms(config, &manifest.id, "initTimeoutMs"))
+            .unwrap_or(crate::host::DEFAULT_INIT_TIMEOUT),
+        max_message_bytes: options.max_message_bytes.unwrap_or(crate::rpc::DEFAULT_MAX_MESSAGE_BYTES),
+        ..HostOptions::default()
+    };
+    let init = initialize_params(&manifest, config, &options);
+    let host = Arc::new(PluginHost::new(manifest.id.clone(), spec, init, host_options));
+    host.set_default_services(options.services.clone());
+    match host.connection().await {
+        Ok(_) => {
+            let init = host.initialize_result().unwrap_or_default();
+            let mut outcomes = Vec::new();
+            for engine in &init.engines {
+                outcomes.push((engine.id.clone(), register_engine(registry, &host, &manifest.id, &engine.id)?));
+            }
+            Ok(LoadedPlugin { manifest, host, engines: init.engines, tools: init.tools, outcomes })
+        }
+        Err(err) => {
+            if manifest.is_context_engine() || manifest.kinds.is_empty() {
+                let _ = register_engine(registry, &host, &manifest.id, &manifest.id);
+            }
+            Err(err)
+        }
+    }
+}
+
+/// Loads every installed or linked plugin (see [`crate::install::plugin_dirs`]) that is not
+/// disabled, returning one result per directory. A failing plugin never stops the others.
+pub async fn load_plugins(
+    registry: &ContextEngineRegistry,
+    state_dir: &Path,
+    config: &Value,
+    options: PluginOptions,
+) -> Result<Vec<(PathBuf, Result<LoadedPlugin, PluginError>)>, PluginError> {
+    let mut out = Vec::new();
+    if config.pointer("/plugins/enabled").and_then(Value::as_bool) == Some(false) {
+        return Ok(out);
+    }
+    for dir in crate::install::plugin_dirs(state_dir, config)? {
+        if let Ok(m) = load_manifest(&dir) {
+            if config.pointer(&format!("/plugins/entries/{}/enabled", m.id)).and_then(Value::as_bool) == Some(false) {
+                continue;
+            }
+        }
+        let r = register_plugin(registry, &dir, config, options.clone()).await;
+        out.push((dir, r));
+    }
+    Ok(out)
+}

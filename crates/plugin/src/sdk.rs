@@ -1,0 +1,77 @@
+//! The embedded runners: the Node runner + SDK and the Python runner + SDK are compiled into
+//! the binary (`include_str!`) and written to a runtime directory at spawn, so installing a
+//! plugin never needs an extra install step for the runner.
+//!
+//! The directory name carries a hash of the contents, so different clawctx versions never
+//! share files; files are written with temp file + rename, so concurrent hosts never see a
+//! half-written runner.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::PluginError;
+
+/// Node runner files, relative to the node directory.
+pub const NODE_FILES: &[(&str, &str)] = &[
+    ("runner.mjs", include_str!("../../../sdk/node/runner.mjs")),
+    ("loader.mjs", include_str!("../../../sdk/node/loader.mjs")),
+    ("plugin-sdk/core.cjs", include_str!("../../../sdk/node/plugin-sdk/core.cjs")),
+    ("plugin-sdk/core.mjs", include_str!("../../../sdk/node/plugin-sdk/core.mjs")),
+    ("plugin-sdk/plugin-entry.cjs", include_str!("../../../sdk/node/plugin-sdk/plugin-entry.cjs")),
+    ("plugin-sdk/plugin-entry.mjs", include_str!("../../../sdk/node/plugin-sdk/plugin-entry.mjs")),
+    ("plugin-sdk/index.mjs", include_str!("../../../sdk/node/plugin-sdk/index.mjs")),
+];
+
+/// Python runner files, relative to the python directory (which goes on `PYTHONPATH`).
+pub const PYTHON_FILES: &[(&str, &str)] = &[
+    ("clawctx_plugin/__init__.py", include_str!("../../../sdk/python/clawctx_plugin/__init__.py")),
+    ("clawctx_plugin/runner.py", include_str!("../../../sdk/python/clawctx_plugin/runner.py")),
+];
+
+fn content_hash() -> u64 {
+    // FNV-1a over every embedded file: stable across builds of the same sources.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (name, text) in NODE_FILES.iter().chain(PYTHON_FILES) {
+        for b in name.bytes().chain(text.bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The default runtime directory: `<tmp>/clawctx-sdk-<version>-<hash>`.
+pub fn default_runtime_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("clawctx-sdk-{}-{:016x}", env!("CARGO_PKG_VERSION"), content_hash()))
+}
+
+fn write_files(dir: &Path, files: &[(&str, &str)]) -> Result<(), PluginError> {
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        if std::fs::read_to_string(&path).is_ok_and(|t| t == *text) {
+            continue;
+        }
+        let parent = path.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent).map_err(|e| PluginError::Install(format!("cannot create {}: {e}", parent.display())))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(parent)
+            .map_err(|e| PluginError::Install(format!("cannot write in {}: {e}", parent.display())))?;
+        std::io::Write::write_all(&mut tmp, text.as_bytes())
+            .map_err(|e| PluginError::Install(format!("cannot write {}: {e}", path.display())))?;
+        tmp.persist(&path).map_err(|e| PluginError::Install(format!("cannot write {}: {}", path.display(), e.error)))?;
+    }
+    Ok(())
+}
+
+/// Writes the Node runner under `runtime_dir/node` and returns the path of `runner.mjs`.
+pub fn install_node_runner(runtime_dir: &Path) -> Result<PathBuf, PluginError> {
+    let dir = runtime_dir.join("node");
+    write_files(&dir, NODE_FILES)?;
+    Ok(dir.join("runner.mjs"))
+}
+
+/// Writes the Python SDK under `runtime_dir/python` and returns that directory (for
+/// `PYTHONPATH`).
+pub fn install_python_runner(runtime_dir: &Path) -> Result<PathBuf, PluginError> {
+    let dir = runtime_dir.join("python");
+    write_files(&dir, PYTHON_FILES)?;
+    Ok(dir)
+}
