@@ -182,7 +182,6 @@ impl Db {
         let oversized = p.oversized.take();
         let mut units = std::mem::take(&mut p.kept);
         units.reverse();
-        let mut live_left = n_live;
         for unit in units {
             for item in unit {
                 match &item {
@@ -204,8 +203,7 @@ impl Db {
                 out.messages = msgs;
             }
         }
-        live_left = live_left.min(out.live);
-        out.live = live_left;
+        debug_assert!(out.live <= n_live);
         Ok(out)
     }
 }

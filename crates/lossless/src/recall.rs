@@ -680,3 +680,19 @@ impl Db {
         }
     }
 }
+
+impl Db {
+    /// The active frontier of a conversation, oldest first, as `(id, tokens)`.
+    pub fn frontier(&self, conv_id: i64) -> Result<Vec<(String, u64)>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT kind, item_id, tokens FROM frontier WHERE conv_id = ?1 ORDER BY ord")?
+            .query_map([conv_id], |r| {
+                let k: i64 = r.get(0)?;
+                let id: i64 = r.get(1)?;
+                let t: i64 = r.get(2)?;
+                Ok((if k == 0 { ids::message_id(id) } else { ids::summary_id(id) }, t as u64))
+            })?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+}

@@ -1,0 +1,147 @@
+//! Shared helpers for the lossless integration tests: engines over temp files, message
+//! builders, deterministic workloads and fake summarizers.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clawctx_engine::{CallContext, ContextEngine};
+use clawctx_lossless::{LosslessConfig, LosslessEngine};
+use clawctx_protocol::*;
+use clawctx_summarize::{SummarizeError, Summarizer, Summary, SummaryRequest};
+use serde_json::json;
+
+pub const KEY: &str = "agent:main:test:direct:1";
+
+pub fn cx() -> CallContext {
+    CallContext::none()
+}
+
+pub fn engine(dir: &tempfile::TempDir, cfg: LosslessConfig) -> LosslessEngine {
+    LosslessEngine::open(dir.path().join("lcm.db"), cfg).unwrap()
+}
+
+/// A small config so tests compact quickly.
+pub fn small_cfg() -> LosslessConfig {
+    LosslessConfig {
+        fresh_tail_count: 8,
+        leaf_chunk_tokens: 1_500,
+        leaf_min_fanout: 4,
+        default_token_budget: 8_000,
+        ..Default::default()
+    }
+}
+
+/// Deterministic pseudo-random numbers.
+pub struct Lcg(pub u64);
+impl Lcg {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const WORDS: &[&str] = &[
+    "the", "build", "failed", "because", "config", "parser", "rejected", "value", "we", "fixed", "it", "by", "updating",
+    "src/main.rs", "and", "rerunning", "tests", "deploy", "server", "latency", "improved", "after", "cache", "change",
+    "user", "asked", "about", "migration", "schema", "version", "check", "logs", "error", "timeout", "retry", "policy",
+];
+
+pub fn words(rng: &mut Lcg, n: usize) -> String {
+    (0..n).map(|_| WORDS[rng.below(WORDS.len() as u64) as usize]).collect::<Vec<_>>().join(" ")
+}
+
+/// One turn: user, optionally a tool call + result, then an assistant answer. Every message
+/// carries a unique needle `nd<turn>x<k>` and a timestamp.
+pub fn turn(rng: &mut Lcg, t: usize, tool: bool, size: usize) -> Vec<AgentMessage> {
+    let ts = 1_700_000_000_000i64 + (t as i64) * 60_000;
+    let mut out = vec![AgentMessage::user(format!("nd{t}x0 {}", words(rng, size))).with_timestamp(ts)];
+    if tool {
+        let id = format!("call_{t}");
+        out.push(AgentMessage::tool_call(&id, "read", json!({"path": format!("src/f{t}.rs")})).with_timestamp(ts + 1));
+        out.push(AgentMessage::tool_result(&id, "read", format!("nd{t}x2 {}", words(rng, size * 3))).with_timestamp(ts + 2));
+    }
+    out.push(AgentMessage::assistant(format!("nd{t}x9 {}", words(rng, size * 2))).with_timestamp(ts + 3));
+    out
+}
+
+pub fn after_turn(history: &[AgentMessage], pre: usize, budget: u64) -> AfterTurnParams {
+    AfterTurnParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        session_file: String::new(),
+        messages: history.to_vec(),
+        pre_prompt_message_count: pre as u64,
+        token_budget: Some(budget),
+        ..Default::default()
+    }
+}
+
+pub fn assemble_params(messages: Vec<AgentMessage>, budget: u64) -> AssembleParams {
+    AssembleParams { session_id: "s1".into(), session_key: Some(KEY.into()), messages, token_budget: Some(budget), ..Default::default() }
+}
+
+pub fn compact_params(force: bool, budget: u64) -> CompactParams {
+    CompactParams { session_id: "s1".into(), session_key: Some(KEY.into()), force: Some(force), token_budget: Some(budget), ..Default::default() }
+}
+
+pub async fn ingest_all(e: &LosslessEngine, msgs: &[AgentMessage]) {
+    let p = IngestBatchParams { session_id: "s1".into(), session_key: Some(KEY.into()), messages: msgs.to_vec(), is_heartbeat: None };
+    e.ingest_batch(&p, &cx()).await.unwrap();
+}
+
+/// Keeps the first 10% of its input (the benchmark's fake), optionally failing first.
+pub struct FakeSummarizer {
+    pub calls: AtomicUsize,
+    pub fail_first: usize,
+}
+
+impl FakeSummarizer {
+    pub fn new(fail_first: usize) -> Arc<Self> {
+        Arc::new(Self { calls: AtomicUsize::new(0), fail_first })
+    }
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Summarizer for FakeSummarizer {
+    fn name(&self) -> &str {
+        "fake-10pct"
+    }
+    async fn summarize(&self, req: SummaryRequest) -> Result<Summary, SummarizeError> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n < self.fail_first {
+            return Err(SummarizeError::Unavailable("scripted failure".into()));
+        }
+        let mut end = req.conversation.len() / 10;
+        while !req.conversation.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = req.conversation[..end].to_owned();
+        Ok(Summary { output_tokens: clawctx_tokens::text_tokens(&text), text, input_tokens: 0 })
+    }
+}
+
+/// Tool pairing in an assembled list: every tool result directly follows its call's
+/// assistant message (or a sibling result), and the list never starts with a result.
+pub fn assert_pairs_intact(msgs: &[AgentMessage]) {
+    for (i, m) in msgs.iter().enumerate() {
+        if let Some(id) = m.tool_result_id() {
+            let mut j = i;
+            while j > 0 && msgs[j - 1].tool_result_id().is_some() {
+                j -= 1;
+            }
+            assert!(j > 0, "tool result {id} at {i} has no call before it");
+            assert!(
+                msgs[j - 1].tool_calls().any(|c| c.id == id),
+                "tool result {id} at {i} does not follow its call"
+            );
+        }
+    }
+}
