@@ -1,0 +1,339 @@
+//! `clawctx doctor`: which context engine is active and why, whether it loads, whether every
+//! configured host can run it, what is quarantined, and what is wrong with the config.
+//!
+//! `--json` prints a [`DoctorReport`] (schema documented in `docs/doctor.md`; fields are only
+//! ever added). `--fix` applies the one repair the contract allows: when the selected engine
+//! cannot run on any configured agent-run host, the slot is reset to the default.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use clawctx_config::{ConfigFile, ConfigProblem, Severity};
+use clawctx_engine::host::{cli_backend_host, embedded_host, evaluate};
+use clawctx_engine::resolve::SelectionReason;
+use clawctx_engine::QuarantineRecord;
+use clawctx_protocol::{ContextEngineInfo, ContextEngineOperation, HostDescriptor};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::global::GlobalArgs;
+
+/// `doctor` arguments.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the report as JSON (stable schema, see docs/doctor.md).
+    #[arg(long)]
+    json: bool,
+    /// Reset plugins.slots.contextEngine when no configured host can run the selected engine.
+    #[arg(long)]
+    fix: bool,
+}
+
+/// The report's schema version.
+pub const DOCTOR_SCHEMA_VERSION: u32 = 1;
+
+/// Overall status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Nothing to report.
+    Ok,
+    /// Works, with findings (fallback, quarantine, incompatible host, config warnings).
+    Warning,
+    /// Something is broken (unreadable config, config errors).
+    Error,
+}
+
+/// The selected engine.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineReport {
+    /// The slot value, or `legacy` when unset.
+    pub configured: String,
+    /// The engine actually serving.
+    pub effective: String,
+    /// `default` or `configured`.
+    pub source: &'static str,
+    /// Why (machine-readable).
+    pub reason: SelectionReason,
+    /// Why (for people).
+    pub explanation: String,
+    /// Whether the configured engine loads.
+    pub loads: bool,
+    /// The serving engine's info.
+    pub info: ContextEngineInfo,
+    /// Owner of the serving registration.
+    pub owner: Option<String>,
+}
+
+/// One host checked against the engine's `agent-run` requirements.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostReport {
+    /// Host id.
+    pub id: String,
+    /// Host label.
+    pub label: String,
+    /// Whether the engine can run there.
+    pub ok: bool,
+    /// What it lacks.
+    pub missing_capabilities: Vec<String>,
+}
+
+/// A registered engine.
+#[derive(Debug, Serialize)]
+pub struct RegisteredEngine {
+    /// Registered id.
+    pub id: String,
+    /// Owner.
+    pub owner: String,
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DoctorReport {
+    /// Always [`DOCTOR_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Overall status.
+    pub status: Status,
+    /// The config file.
+    pub config_path: PathBuf,
+    /// Whether it exists.
+    pub config_exists: bool,
+    /// The state dir.
+    pub state_dir: PathBuf,
+    /// The selected engine.
+    pub context_engine: EngineReport,
+    /// Engines this build knows.
+    pub registered_engines: Vec<RegisteredEngine>,
+    /// Hosts checked.
+    pub host_compatibility: Vec<HostReport>,
+    /// Quarantine records.
+    pub quarantines: Vec<QuarantineRecord>,
+    /// Config problems.
+    pub config_problems: Vec<ConfigProblem>,
+    /// Repairs applied by `--fix`.
+    pub fixes: Vec<String>,
+}
+
+/// The configured agent-run hosts, from the model policy: every model ref in
+/// `agents.defaults.model.primary` and `.fallbacks` whose provider is a CLI backend
+/// (`agents.defaults.cliBackends.<id>`, optional `capabilities` list) runs on that backend;
+/// any other ref (or no model configured) runs on the embedded runner.
+pub fn configured_hosts(config: &Value) -> Vec<HostDescriptor> {
+    let backends = config.pointer("/agents/defaults/cliBackends").and_then(Value::as_object);
+    let model = config.pointer("/agents/defaults/model");
+    let mut refs: Vec<String> = Vec::new();
+    match model {
+        Some(Value::String(s)) => refs.push(s.clone()),
+        Some(Value::Object(m)) => {
+            if let Some(p) = m.get("primary").and_then(Value::as_str) {
+                refs.push(p.to_owned());
+            }
+            if let Some(f) = m.get("fallbacks").and_then(Value::as_array) {
+                refs.extend(f.iter().filter_map(|v| v.as_str().map(str::to_owned)));
+            }
+        }
+        _ => {}
+    }
+    let mut hosts: Vec<HostDescriptor> = Vec::new();
+    let mut push = |h: HostDescriptor| {
+        if !hosts.iter().any(|x| x.id == h.id) {
+            hosts.push(h);
+        }
+    };
+    if refs.is_empty() {
+        push(embedded_host());
+    }
+    for r in refs {
+        let provider = r.split('/').next().unwrap_or_default();
+        match backends.and_then(|b| b.get(provider)) {
+            Some(spec) => {
+                let caps = spec
+                    .get("capabilities")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect());
+                push(cli_backend_host(provider, caps));
+            }
+            None => push(embedded_host()),
+        }
+    }
+    hosts
+}
+
+fn explain(reason: &SelectionReason, configured: &str) -> String {
+    match reason {
+        SelectionReason::SlotUnset => "plugins.slots.contextEngine is not set: the default engine is used".into(),
+        SelectionReason::SlotIsDefault => "plugins.slots.contextEngine selects the default engine".into(),
+        SelectionReason::Configured => format!("selected by plugins.slots.contextEngine = \"{configured}\""),
+        SelectionReason::PolicyDisabled { block } => {
+            let why = match block {
+                clawctx_engine::resolve::PolicyBlock::PluginsDisabled => "plugins are disabled (plugins.enabled: false)".to_owned(),
+                clawctx_engine::resolve::PolicyBlock::PluginDisabled { plugin_id } => {
+                    format!("plugin \"{plugin_id}\" is disabled (plugins.entries.{plugin_id}.enabled: false)")
+                }
+                clawctx_engine::resolve::PolicyBlock::PluginDenied { plugin_id } => format!("plugin \"{plugin_id}\" is listed in plugins.deny"),
+                clawctx_engine::resolve::PolicyBlock::PluginNotAllowed { plugin_id } => {
+                    format!("plugin \"{plugin_id}\" is not in plugins.allow")
+                }
+            };
+            format!("\"{configured}\" is selected but {why}: the default engine is used; the slot is kept")
+        }
+        SelectionReason::Quarantined { operation, reason } => {
+            format!("\"{configured}\" failed during {operation} ({reason}): quarantined, falling back to the default engine")
+        }
+        SelectionReason::DiscoveryOnly => {
+            format!("\"{configured}\" is registered for discovery only: falling back to the default engine without quarantine")
+        }
+    }
+}
+
+/// Builds the report (and applies `--fix` to `config` when asked).
+pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_error: Option<String>, fix: bool) -> anyhow::Result<DoctorReport> {
+    let registry = crate::engines::builtin_registry()?;
+    let value = Arc::new(config.value().clone());
+    let resolved = registry.resolve(Some(value.clone()), Some(global.agent_dir("main")), None).await?;
+    let info = resolved.engine.info();
+    let hosts = configured_hosts(&value);
+    let host_compatibility: Vec<HostReport> = hosts
+        .iter()
+        .map(|h| {
+            let e = evaluate(&info, ContextEngineOperation::AgentRun, h);
+            HostReport { id: h.id.clone(), label: h.label.clone(), ok: e.ok, missing_capabilities: e.missing_capabilities }
+        })
+        .collect();
+    let _ = resolved.engine.dispose().await;
+
+    let mut fixes = Vec::new();
+    // Never rewrite a config file that could not be read: that would lose the user's text.
+    if fix && config_error.is_none() && resolved.is_configured() && !host_compatibility.is_empty() && host_compatibility.iter().all(|h| !h.ok) {
+        config.unset("plugins.slots.contextEngine", true)?;
+        config.save()?;
+        fixes.push(format!(
+            "Reset plugins.slots.contextEngine to the default \"legacy\" because context engine \"{}\" is incompatible with every configured agent-run host.",
+            resolved.effective_id
+        ));
+    }
+
+    let mut config_problems = clawctx_config::check(config.value());
+    if let Some(e) = config_error {
+        config_problems.insert(0, ConfigProblem { key: "(file)".into(), severity: Severity::Error, message: e });
+    }
+    let loads = !matches!(resolved.reason, SelectionReason::Quarantined { .. } | SelectionReason::DiscoveryOnly);
+    let mut status = Status::Ok;
+    let warn = |s: &mut Status| *s = (*s).max(Status::Warning);
+    if !loads || matches!(resolved.reason, SelectionReason::PolicyDisabled { .. }) {
+        warn(&mut status);
+    }
+    if host_compatibility.iter().any(|h| !h.ok) || !registry.quarantines().is_empty() {
+        warn(&mut status);
+    }
+    for p in &config_problems {
+        status = status.max(if p.severity == Severity::Error { Status::Error } else { Status::Warning });
+    }
+    let registered_engines = registry
+        .ids()
+        .into_iter()
+        .filter_map(|id| registry.get(&id).map(|r| RegisteredEngine { id, owner: r.owner }))
+        .collect();
+    Ok(DoctorReport {
+        schema_version: DOCTOR_SCHEMA_VERSION,
+        status,
+        config_path: config.path().to_owned(),
+        config_exists: config.exists(),
+        state_dir: global.state_dir(),
+        context_engine: EngineReport {
+            explanation: explain(&resolved.reason, &resolved.configured_id),
+            source: if resolved.effective_id == registry.default_id() { "default" } else { "configured" },
+            configured: resolved.configured_id.clone(),
+            effective: resolved.effective_id.clone(),
+            reason: resolved.reason.clone(),
+            loads,
+            info,
+            owner: resolved.owner.clone(),
+        },
+        registered_engines,
+        host_compatibility,
+        quarantines: registry.quarantines(),
+        config_problems,
+        fixes,
+    })
+}
+
+fn print_text(r: &DoctorReport) {
+    println!("clawctx doctor: {}", match r.status {
+        Status::Ok => "ok",
+        Status::Warning => "warnings",
+        Status::Error => "errors",
+    });
+    println!(
+        "  config          {}{}",
+        r.config_path.display(),
+        if r.config_exists { "" } else { " (not found: built-in defaults)" }
+    );
+    println!("  state dir       {}", r.state_dir.display());
+    let e = &r.context_engine;
+    println!("  context engine  {} ({})", e.effective, e.explanation);
+    if e.configured != e.effective {
+        println!("  configured      {} — not serving", e.configured);
+    }
+    if e.loads {
+        println!(
+            "  [ok] loads       {} {}{}",
+            e.info.name,
+            e.info.version.as_deref().unwrap_or(""),
+            e.owner.as_deref().map(|o| format!(", owner {o}")).unwrap_or_default()
+        );
+    } else {
+        println!("  [!!] loads       no: \"{}\" does not load; serving {} instead", e.configured, e.info.name);
+    }
+    println!("      owns compaction: {}", if e.info.owns_compaction() { "yes" } else { "no (runtime compaction)" });
+    for h in &r.host_compatibility {
+        if h.ok {
+            println!("  [ok] host        {} can run it", h.label);
+        } else {
+            println!("  [!!] host        {} cannot run it: missing {}", h.label, h.missing_capabilities.join(", "));
+        }
+    }
+    if r.quarantines.is_empty() {
+        println!("  [ok] quarantine  none");
+    }
+    for q in &r.quarantines {
+        println!(
+            "  [!!] quarantine  \"{}\"{} failed during {}: {}",
+            q.engine_id,
+            q.owner.as_deref().map(|o| format!(" (owner {o})")).unwrap_or_default(),
+            q.operation,
+            q.reason
+        );
+    }
+    let engines: Vec<String> = r.registered_engines.iter().map(|x| x.id.clone()).collect();
+    println!("  engines         {}", engines.join(", "));
+    if r.config_problems.is_empty() {
+        println!("  [ok] config     no problems");
+    }
+    for p in &r.config_problems {
+        println!("  [!!] config     {}: {}", p.key, p.message);
+    }
+    for f in &r.fixes {
+        println!("  fixed           {f}");
+    }
+}
+
+/// Runs `doctor`.
+pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let (mut config, config_error) = match global.load_config() {
+        Ok(c) => (c, None),
+        Err(e) => (ConfigFile::from_value(global.config_path(), Value::Object(Default::default())), Some(format!("{e:#}"))),
+    };
+    let report = build_report(global, &mut config, config_error, args.fix).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    Ok(if report.status == Status::Error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}

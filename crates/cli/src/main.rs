@@ -1,0 +1,60 @@
+//! `clawctx`: the command-line face of the context engine.
+//!
+//! Commands are thin: they parse arguments, build the host pieces from the library crates and
+//! print. Errors end here, as `anyhow` with context, printed once on stderr with a non-zero exit.
+
+mod commands;
+mod engines;
+mod global;
+
+use clap::{Parser, Subcommand};
+
+use crate::global::GlobalArgs;
+
+/// clawctx: an OpenClaw-compatible context engine host.
+#[derive(Debug, Parser)]
+#[command(name = "clawctx", version, about, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check the selected context engine, host compatibility, quarantines and the config.
+    Doctor(commands::doctor::DoctorArgs),
+    /// Read and write the config file.
+    Config(commands::config::ConfigArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CLAWCTX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Doctor(args) => commands::doctor::run(&cli.global, args).await,
+            Command::Config(args) => commands::config::run(&cli.global, args),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

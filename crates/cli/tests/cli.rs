@@ -1,0 +1,131 @@
+//! The `clawctx` binary as a user runs it: doctor on a fresh state dir, an unknown slot, a
+//! malformed config, `--json`, `--fix`, and `config`. A failing test prints the command with its
+//! stdout and stderr.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+struct Run {
+    cmd: String,
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}", self.cmd, self.code, self.stdout, self.stderr)
+    }
+}
+
+fn clawctx(state: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))
+        .args(args)
+        .env("CLAWCTX_STATE_DIR", state)
+        .env_remove("CLAWCTX_LOG")
+        .output()
+        .expect("running clawctx");
+    Run {
+        cmd: format!("clawctx {}", args.join(" ")),
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn json(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{run}"))
+}
+
+#[test]
+fn doctor_on_a_fresh_state_dir_reports_legacy_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = clawctx(dir.path(), &["doctor"]);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("context engine  legacy (plugins.slots.contextEngine is not set"), "{run}");
+    let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
+    assert_eq!(j["schemaVersion"], 1);
+    assert_eq!(j["status"], "ok");
+    assert_eq!(j["contextEngine"]["effective"], "legacy");
+    assert_eq!(j["contextEngine"]["source"], "default");
+    assert_eq!(j["contextEngine"]["reason"]["kind"], "slotUnset");
+    assert_eq!(j["contextEngine"]["loads"], true);
+    assert_eq!(j["configExists"], false);
+    assert!(!dir.path().join("clawctx.json").exists(), "doctor must not create a config");
+}
+
+#[test]
+fn doctor_reports_an_unregistered_slot_and_the_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = clawctx(dir.path(), &["config", "set", "plugins.slots.contextEngine", "no-such-engine"]);
+    assert_eq!(set.code, 0, "{set}");
+    let run = clawctx(dir.path(), &["doctor", "--json"]);
+    let j = json(&run);
+    assert_eq!(j["status"], "warning", "{run}");
+    assert_eq!(j["contextEngine"]["configured"], "no-such-engine");
+    assert_eq!(j["contextEngine"]["effective"], "legacy");
+    assert_eq!(j["contextEngine"]["loads"], false);
+    assert_eq!(j["quarantines"][0]["engineId"], "no-such-engine");
+    assert_eq!(j["quarantines"][0]["operation"], "resolve");
+    assert_eq!(j["quarantines"][0]["reason"], "not registered");
+    let text = clawctx(dir.path(), &["doctor"]);
+    assert!(text.stdout.contains("\"no-such-engine\" failed during resolve: not registered"), "{text}");
+}
+
+#[test]
+fn doctor_selects_lossless_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    clawctx(dir.path(), &["config", "set", "plugins.slots.contextEngine", "lossless"]);
+    let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
+    assert_eq!(j["contextEngine"]["effective"], "lossless");
+    assert_eq!(j["contextEngine"]["owner"], "plugin:lossless");
+    assert_eq!(j["contextEngine"]["info"]["ownsCompaction"], true);
+    // Disabling the plugin keeps the slot and silently serves legacy.
+    clawctx(dir.path(), &["config", "set", "plugins.entries.lossless.enabled", "false"]);
+    let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
+    assert_eq!(j["contextEngine"]["effective"], "legacy");
+    assert_eq!(j["contextEngine"]["reason"]["kind"], "policyDisabled");
+    assert!(j["quarantines"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn malformed_config_is_reported_with_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clawctx.json");
+    std::fs::write(&path, "{\n  plugins: {\n    slots: { contextEngine: \"x\" }\n    entries: {}\n  }\n}\n").unwrap();
+    let run = clawctx(dir.path(), &["doctor"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(run.stdout.contains(&format!("{}:", path.display())), "{run}");
+    assert!(run.stdout.contains("hint:"), "{run}");
+    let before = std::fs::read_to_string(&path).unwrap();
+    clawctx(dir.path(), &["doctor", "--fix"]);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before, "a broken config is never rewritten");
+    let get = clawctx(dir.path(), &["config", "get", "plugins"]);
+    assert_ne!(get.code, 0, "{get}");
+    assert!(get.stderr.contains(":3:") || get.stderr.contains(":4:"), "{get}");
+}
+
+#[test]
+fn config_get_set_unset_round_trip_keeps_unknown_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("clawctx.json"), "// mine\n{ gateway: { port: 18789 } }\n").unwrap();
+    assert_eq!(clawctx(dir.path(), &["config", "path"]).stdout.trim(), dir.path().join("clawctx.json").display().to_string());
+    assert_eq!(clawctx(dir.path(), &["config", "set", "plugins.entries.lossless.config.freshTailCount", "32"]).code, 0);
+    let got = clawctx(dir.path(), &["config", "get", "plugins.entries.lossless.config.freshTailCount"]);
+    assert_eq!(got.stdout.trim(), "32", "{got}");
+    assert_eq!(clawctx(dir.path(), &["config", "get", "gateway.port"]).stdout.trim(), "18789");
+    assert_eq!(clawctx(dir.path(), &["config", "unset", "plugins.entries.lossless.config.freshTailCount"]).code, 0);
+    assert_eq!(clawctx(dir.path(), &["config", "get", "plugins.entries.lossless.config.freshTailCount"]).code, 1);
+}
+
+#[test]
+fn config_flag_accepts_an_openclaw_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let oc = dir.path().join("openclaw.json");
+    std::fs::write(&oc, "{\n  // OpenClaw's file, as is\n  plugins: { slots: { contextEngine: 'lossless', }, entries: { lossless: { enabled: true } } },\n}\n").unwrap();
+    let j = json(&clawctx(dir.path(), &["--config", oc.to_str().unwrap(), "doctor", "--json"]));
+    assert_eq!(j["contextEngine"]["effective"], "lossless");
+    assert_eq!(j["configPath"], oc.display().to_string());
+}

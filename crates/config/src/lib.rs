@@ -1,0 +1,252 @@
+//! The clawctx config file.
+//!
+//! clawctx reads the same JSON5 shape as OpenClaw (`plugins.slots.contextEngine`,
+//! `plugins.entries.<id>.enabled/.config`, `plugins.enabled`, `plugins.allow/deny`, `models`,
+//! `agents`), so `--config` accepts an existing `openclaw.json` as is. The file lives at
+//! `$CLAWCTX_STATE_DIR/clawctx.json` (state dir default `~/.clawctx`).
+//!
+//! Reading reports a malformed file with its path, line and column and a hint, and never
+//! panics. Writing keeps every key clawctx does not know, writes plain indented JSON (valid
+//! JSON5, comment-free and readable), and goes through a temporary file renamed into place, so
+//! a crash never leaves a half-written config.
+
+mod paths;
+mod problems;
+
+pub use paths::{default_config_path, state_dir, STATE_DIR_ENV};
+pub use problems::{check, ConfigProblem, Severity};
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+/// Errors at the config boundary. Each says which file (and where) and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file is not valid JSON5.
+    #[error("{path}:{line}:{column}: {message}\n  hint: {hint}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (0 when unknown).
+        line: usize,
+        /// 1-based column (0 when unknown).
+        column: usize,
+        /// The parser's words.
+        message: String,
+        /// What usually causes it.
+        hint: String,
+    },
+    /// The file parsed but its top level is not an object.
+    #[error("{path}: the config must be a JSON object at the top level, found {found}")]
+    NotAnObject {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        found: String,
+    },
+    /// A key path cannot be set or read (e.g. a scalar stands where an object is needed).
+    #[error("{path}: cannot {action} `{key}`: `{blocking}` is {found}, not an object")]
+    KeyPath {
+        /// The file.
+        path: PathBuf,
+        /// get/set/unset.
+        action: &'static str,
+        /// The full key.
+        key: String,
+        /// The prefix that is not an object.
+        blocking: String,
+        /// Its JSON type.
+        found: String,
+    },
+    /// A key path is empty or has an empty segment.
+    #[error("invalid key `{0}`: use dotted keys such as plugins.slots.contextEngine")]
+    InvalidKey(String),
+    /// Reading or writing failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A loaded config file.
+#[derive(Clone, Debug)]
+pub struct ConfigFile {
+    path: PathBuf,
+    exists: bool,
+    value: Value,
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn hint_for(message: &str) -> String {
+    let m = message.to_ascii_lowercase();
+    if m.contains("eof") || m.contains("end of input") {
+        "the file ends early: look for an unclosed `{`, `[` or string".into()
+    } else if m.contains("expected") {
+        "look at this line and the one before it: a comma between two entries or a closing bracket may be missing".into()
+    } else {
+        "JSON5 allows comments, trailing commas and unquoted keys, but strings need quotes and entries need commas".into()
+    }
+}
+
+/// Splits `a.b.c` into segments; rejects empty segments.
+pub fn split_key(key: &str) -> Result<Vec<&str>, ConfigError> {
+    let parts: Vec<&str> = key.split('.').collect();
+    if key.trim().is_empty() || parts.iter().any(|p| p.is_empty()) {
+        return Err(ConfigError::InvalidKey(key.to_owned()));
+    }
+    Ok(parts)
+}
+
+impl ConfigFile {
+    /// Loads `path`. A missing file is an empty config (nothing is created until a write).
+    pub fn load(path: impl Into<PathBuf>) -> Result<Self, ConfigError> {
+        let path = path.into();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Self { path, exists: false, value: Value::Object(Map::new()) })
+            }
+            Err(source) => return Err(ConfigError::Io { path, source }),
+        };
+        let value = Self::parse(&path, &text)?;
+        Ok(Self { path, exists: true, value })
+    }
+
+    /// Parses JSON5 text (as if read from `path`, for error messages).
+    pub fn parse(path: &Path, text: &str) -> Result<Value, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Value::Object(Map::new()));
+        }
+        let value: Value = json5::from_str(text).map_err(|e| {
+            let (message, line, column) = match &e {
+                json5::Error::Message { msg, location } => {
+                    (msg.clone(), location.as_ref().map(|l| l.line).unwrap_or(0), location.as_ref().map(|l| l.column).unwrap_or(0))
+                }
+            };
+            // The parser's message is a multi-line caret diagram; keep its last statement.
+            let message = message
+                .rsplit("= ")
+                .next()
+                .map(|m| m.trim().to_owned())
+                .filter(|m| !m.is_empty())
+                .unwrap_or(message);
+            ConfigError::Syntax { path: path.to_owned(), line, column, hint: hint_for(&message), message }
+        })?;
+        if !value.is_object() {
+            return Err(ConfigError::NotAnObject { path: path.to_owned(), found: type_name(&value).into() });
+        }
+        Ok(value)
+    }
+
+    /// An in-memory config (tests, defaults).
+    pub fn from_value(path: impl Into<PathBuf>, value: Value) -> Self {
+        Self { path: path.into(), exists: false, value }
+    }
+
+    /// The file path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file existed when loaded.
+    pub fn exists(&self) -> bool {
+        self.exists
+    }
+
+    /// The whole config.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The value at a dotted key, if present.
+    pub fn get(&self, key: &str) -> Result<Option<&Value>, ConfigError> {
+        let mut cur = &self.value;
+        for part in split_key(key)? {
+            match cur.get(part) {
+                Some(v) => cur = v,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(cur))
+    }
+
+    /// Sets a dotted key, creating intermediate objects. Every other key is kept.
+    pub fn set(&mut self, key: &str, value: Value) -> Result<(), ConfigError> {
+        let parts = split_key(key)?;
+        let path = self.path.clone();
+        let mut cur = &mut self.value;
+        for (i, part) in parts.iter().enumerate() {
+            let Value::Object(map) = cur else {
+                return Err(ConfigError::KeyPath {
+                    path,
+                    action: "set",
+                    key: key.to_owned(),
+                    blocking: parts[..i].join("."),
+                    found: type_name(cur).into(),
+                });
+            };
+            if i + 1 == parts.len() {
+                map.insert((*part).to_owned(), value);
+                return Ok(());
+            }
+            cur = map.entry((*part).to_owned()).or_insert_with(|| Value::Object(Map::new()));
+        }
+        Ok(())
+    }
+
+    /// Removes a dotted key; returns the removed value. Parents emptied by the removal are
+    /// removed too when `prune_empty` is set (as `doctor --fix` does for `plugins.slots`).
+    pub fn unset(&mut self, key: &str, prune_empty: bool) -> Result<Option<Value>, ConfigError> {
+        let parts = split_key(key)?;
+        let removed = remove_at(&mut self.value, &parts, prune_empty);
+        Ok(removed)
+    }
+
+    /// Writes the config atomically (temp file in the same directory, then rename).
+    pub fn save(&mut self) -> Result<(), ConfigError> {
+        let io = |source| ConfigError::Io { path: self.path.clone(), source };
+        let dir = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let mut text = serde_json::to_string_pretty(&self.value).map_err(|e| io(std::io::Error::other(e)))?;
+        text.push('\n');
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io)?;
+        tmp.as_file().sync_all().map_err(io)?;
+        tmp.persist(&self.path).map_err(|e| io(e.error))?;
+        self.exists = true;
+        Ok(())
+    }
+}
+
+fn remove_at(value: &mut Value, parts: &[&str], prune: bool) -> Option<Value> {
+    let Value::Object(map) = value else { return None };
+    if parts.len() == 1 {
+        return map.remove(parts[0]);
+    }
+    let child = map.get_mut(parts[0])?;
+    let removed = remove_at(child, &parts[1..], prune);
+    if prune && removed.is_some() && child.as_object().is_some_and(|m| m.is_empty()) {
+        map.remove(parts[0]);
+    }
+    removed
+}
+
+/// Parses a value given on the command line: JSON5 when it parses (`true`, `42`, `{a: 1}`,
+/// `"quoted"`), otherwise the raw text as a string.
+pub fn parse_cli_value(text: &str) -> Value {
+    json5::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
