@@ -16,6 +16,7 @@ pub mod error;
 pub mod guard;
 pub mod host;
 pub mod legacy;
+pub mod logical_turn;
 pub mod pipeline;
 pub mod projection;
 pub mod registry;
@@ -27,6 +28,7 @@ pub use engine::*;
 pub use error::EngineError;
 pub use guard::GuardedEngine;
 pub use legacy::LegacyEngine;
+pub use logical_turn::{LogicalTurnEngines, LogicalTurnLease, TurnRecorderState};
 pub use registry::{
     factory, global_registry, ContextEngineRegistry, EngineLogger, Factory, FactoryContext, Lifecycle, LogLevel,
     QuarantineRecord, RegisterOptions, RegisterOutcome,
