@@ -1,0 +1,2 @@
+//! Criterion micro-benchmarks (placeholder, filled in below).
+fn main() {}

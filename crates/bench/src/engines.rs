@@ -1,0 +1,111 @@
+//! Opening the engines under test, each with the summarizer the instrument chose.
+//!
+//! Engines are built directly rather than through a registry slot: the instruments must put
+//! their own (fake, counting) summarizer inside every engine, and the lossless factory has no
+//! hook for that. `legacy` is the core engine (its compaction runs in the [`BenchHost`]);
+//! `lossless` gets a fresh SQLite file in the run's work directory.
+//!
+//! [`BenchHost`]: crate::host::BenchHost
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clawctx_engine::{AgentTool, ContextEngine, LegacyEngine};
+use clawctx_lossless::{LosslessConfig, LosslessEngine, LosslessStore};
+use clawctx_summarize::Summarizer;
+
+use crate::error::{BenchError, Result};
+
+/// Engine ids the instruments can open.
+pub const SUPPORTED_ENGINES: &[&str] = &["legacy", "lossless"];
+
+/// An engine under test and what the instruments may inspect.
+pub struct EngineUnderTest {
+    /// Engine id.
+    pub id: String,
+    /// The engine.
+    pub engine: Arc<dyn ContextEngine>,
+    /// The lossless store (recall, sizes, DAG), for `lossless`.
+    pub store: Option<LosslessStore>,
+    /// The SQLite file, for `lossless`.
+    pub database_path: Option<PathBuf>,
+    /// Whether the engine compacts on its own (otherwise the runtime's trigger drives it).
+    pub owns_compaction: bool,
+}
+
+impl EngineUnderTest {
+    /// The engine's `lcm_grep`-style recall tool, when it has one.
+    pub fn grep_tool(&self) -> Option<Arc<dyn AgentTool>> {
+        self.engine.tools().into_iter().find(|t| t.name() == "lcm_grep")
+    }
+
+    /// Bytes the engine keeps on disk (database plus WAL), when it keeps any.
+    pub fn disk_bytes(&self) -> Option<u64> {
+        let db = self.database_path.as_ref()?;
+        let mut total = std::fs::metadata(db).ok()?.len();
+        for suffix in ["-wal", "-shm"] {
+            let mut p = db.as_os_str().to_owned();
+            p.push(suffix);
+            if let Ok(m) = std::fs::metadata(PathBuf::from(p)) {
+                total += m.len();
+            }
+        }
+        Some(total)
+    }
+}
+
+/// Parses `a,b,c` into engine ids, checking each is supported.
+pub fn parse_engine_list(list: &str) -> Result<Vec<String>> {
+    let ids: Vec<String> = list.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+    if ids.is_empty() {
+        return Err(BenchError::InvalidArgument("no engine given".into()));
+    }
+    for id in &ids {
+        if !SUPPORTED_ENGINES.contains(&id.as_str()) {
+            return Err(BenchError::InvalidArgument(format!(
+                "unknown engine `{id}` (supported: {})",
+                SUPPORTED_ENGINES.join(", ")
+            )));
+        }
+    }
+    Ok(ids)
+}
+
+/// Opens engine `id` with `summarizer`. `lossless_config` is the engine's own config object
+/// (`plugins.entries.lossless.config`); its `databasePath` is replaced by a file in `dir`.
+pub async fn open_engine(
+    id: &str,
+    dir: &Path,
+    summarizer: Arc<dyn Summarizer>,
+    lossless_config: &serde_json::Value,
+) -> Result<EngineUnderTest> {
+    match id {
+        "legacy" => Ok(EngineUnderTest {
+            id: id.to_owned(),
+            engine: Arc::new(LegacyEngine),
+            store: None,
+            database_path: None,
+            owns_compaction: false,
+        }),
+        "lossless" => {
+            std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+            let path = dir.join("lossless.db");
+            let cfg = LosslessConfig::from_value(lossless_config);
+            let p = path.clone();
+            let engine = tokio::task::spawn_blocking(move || LosslessEngine::open(&p, cfg))
+                .await
+                .map_err(|e| BenchError::engine(id, "open", e))?
+                .map_err(|e| BenchError::engine(id, "open", e))?
+                .with_summarizer(summarizer);
+            let store = engine.store().clone();
+            Ok(EngineUnderTest {
+                id: id.to_owned(),
+                engine: Arc::new(engine),
+                store: Some(store),
+                database_path: Some(path),
+                owns_compaction: true,
+            })
+        }
+        other => Err(BenchError::InvalidArgument(format!("unknown engine `{other}` (supported: {})", SUPPORTED_ENGINES.join(", ")))),
+    }
+}

@@ -1,0 +1,137 @@
+//! `clawctx bench`: measure engines on a deterministic workload, and `clawctx bench generate`:
+//! write that workload as an OpenClaw session file (format: `docs/workload-format.md`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use clawctx_bench::engines::parse_engine_list;
+use clawctx_bench::runner::{render_table, run_bench, BenchOptions, WorkloadSource};
+use clawctx_bench::workload::{write_jsonl, WorkloadKind, WorkloadSpec};
+
+/// `clawctx bench`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Write a deterministic workload (OpenClaw session JSONL) to a file, streamed.
+    Generate(GenerateArgs),
+}
+
+/// `clawctx bench generate`.
+#[derive(Debug, Args)]
+struct GenerateArgs {
+    /// chat, tools or mixed.
+    #[arg(long, default_value = "chat")]
+    kind: WorkloadKind,
+    /// Number of messages (exact).
+    #[arg(long, default_value_t = 10_000)]
+    messages: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output file.
+    #[arg(short, long)]
+    output: PathBuf,
+}
+
+/// `clawctx bench` (run).
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Engines to measure, comma-separated (the first is the ratios' baseline).
+    #[arg(long, default_value = "legacy,lossless")]
+    engine: String,
+    /// Messages to generate.
+    #[arg(long, default_value_t = 10_000)]
+    messages: u64,
+    /// chat, tools or mixed.
+    #[arg(long, default_value = "chat")]
+    kind: WorkloadKind,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Replay this workload file instead of generating one.
+    #[arg(long, value_name = "FILE")]
+    workload: Option<PathBuf>,
+    /// Token budget (context window).
+    #[arg(long, default_value_t = 128_000)]
+    budget: u64,
+    /// Assemble before every K-th turn only.
+    #[arg(long, default_value_t = 1)]
+    assemble_every: u64,
+    /// Keep the engines' files here (default: a temporary directory, removed afterwards).
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the command.
+pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Some(BenchCommand::Generate(g)) => generate(g),
+        None => bench(args.run).await,
+    }
+}
+
+fn generate(g: GenerateArgs) -> anyhow::Result<ExitCode> {
+    let spec = WorkloadSpec { kind: g.kind, messages: g.messages, seed: g.seed };
+    let report = write_jsonl(spec, &g.output).with_context(|| format!("writing {}", g.output.display()))?;
+    eprintln!(
+        "wrote {} messages in {} turns ({} bytes, {} bytes of text) to {}",
+        report.messages,
+        report.turns,
+        report.bytes,
+        report.text_bytes,
+        g.output.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bench(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let engines = parse_engine_list(&a.engine)?;
+    let source = match &a.workload {
+        Some(p) => WorkloadSource::File(p.clone()),
+        None => WorkloadSource::Generated(WorkloadSpec { kind: a.kind, messages: a.messages, seed: a.seed }),
+    };
+    let temp;
+    let work_dir = match &a.work_dir {
+        Some(d) => d.clone(),
+        None => {
+            temp = clawctx_bench::temp_dir().context("creating a temporary directory")?;
+            temp.path().to_owned()
+        }
+    };
+    let mut opts = BenchOptions::new(engines, source, work_dir);
+    opts.budget = a.budget;
+    opts.assemble_every = a.assemble_every;
+    let step = (a.messages / 10).max(1);
+    let next: Mutex<(String, u64)> = Mutex::new((String::new(), step));
+    opts.progress = Some(Arc::new(move |engine: &str, done: u64| {
+        let mut g = next.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0 != engine {
+            *g = (engine.to_owned(), step);
+        }
+        if done >= g.1 {
+            eprintln!("[{engine}] {done} messages");
+            g.1 = done - done % step + step;
+        }
+    }));
+    let report = run_bench(&opts).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_table(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
