@@ -1,0 +1,168 @@
+//! `maintain()` scheduling (contract §9).
+//!
+//! Foreground engines are maintained inline: the reply waits. Background engines
+//! (`turnMaintenanceMode: "background"`, trigger `turn`) are maintained on a per-sessionKey
+//! lane that the reply does not wait for. Lanes coalesce: while a run is in progress for a key,
+//! a new request only records "rerun requested" with the latest params, and exactly one more run
+//! follows when the current one settles (unless shutdown aborted the lane). Failures are logged
+//! as `context engine maintain failed (<reason>)` and never fail a turn.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use clawctx_engine::{AbortController, CallContext, ContextEngine, RuntimeServices};
+use clawctx_protocol::MaintainParams;
+use tokio::sync::Notify;
+
+/// Why maintenance runs (§9 triggers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaintenanceReason {
+    /// After bootstrap.
+    Bootstrap,
+    /// After compaction.
+    Compaction,
+    /// After a successful turn.
+    Turn,
+}
+
+impl MaintenanceReason {
+    /// The contract string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MaintenanceReason::Bootstrap => "bootstrap",
+            MaintenanceReason::Compaction => "compaction",
+            MaintenanceReason::Turn => "turn",
+        }
+    }
+}
+
+/// The log line of a failed maintain call.
+pub fn maintain_failure_line(reason: MaintenanceReason, error: &dyn std::fmt::Display) -> String {
+    format!("context engine maintain failed ({}): {error}", reason.as_str())
+}
+
+/// One maintain call to run on a lane.
+#[derive(Clone)]
+pub struct MaintainJob {
+    /// The engine of the turn (kept alive until the run settles).
+    pub engine: Arc<dyn ContextEngine>,
+    /// The params (latest wins when coalesced).
+    pub params: MaintainParams,
+    /// The runtime services bound to the session.
+    pub services: Arc<dyn RuntimeServices>,
+}
+
+/// What [`MaintenanceScheduler::schedule`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheduled {
+    /// A new run started on the lane.
+    Started,
+    /// A run is in progress: a rerun with these params was requested.
+    Coalesced,
+    /// The scheduler is shut down; nothing runs.
+    ShutDown,
+}
+
+#[derive(Default)]
+struct Lane {
+    rerun: Option<MaintainJob>,
+}
+
+#[derive(Default)]
+struct State {
+    lanes: Mutex<HashMap<String, Lane>>,
+    idle: Notify,
+    shutdown: AbortController,
+    failures: Mutex<Vec<String>>,
+    runs: std::sync::atomic::AtomicUsize,
+}
+
+/// Per-sessionKey background maintenance lanes.
+#[derive(Clone, Default)]
+pub struct MaintenanceScheduler {
+    state: Arc<State>,
+}
+
+impl MaintenanceScheduler {
+    /// A scheduler with no lanes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Schedules a background run for `session_key` (coalescing with a run in progress).
+    /// Must be called inside a tokio runtime.
+    pub fn schedule(&self, session_key: &str, job: MaintainJob) -> Scheduled {
+        if self.state.shutdown.signal().is_aborted() {
+            return Scheduled::ShutDown;
+        }
+        let Ok(mut lanes) = self.state.lanes.lock() else { return Scheduled::ShutDown };
+        if let Some(lane) = lanes.get_mut(session_key) {
+            lane.rerun = Some(job);
+            return Scheduled::Coalesced;
+        }
+        lanes.insert(session_key.to_owned(), Lane::default());
+        drop(lanes);
+        let state = self.state.clone();
+        let key = session_key.to_owned();
+        tokio::spawn(async move {
+            let mut job = job;
+            loop {
+                run_job(&state, &job).await;
+                let Ok(mut lanes) = state.lanes.lock() else { break };
+                let next = if state.shutdown.signal().is_aborted() {
+                    None
+                } else {
+                    lanes.get_mut(&key).and_then(|l| l.rerun.take())
+                };
+                match next {
+                    Some(n) => job = n,
+                    None => {
+                        lanes.remove(&key);
+                        break;
+                    }
+                }
+            }
+            state.idle.notify_waiters();
+        });
+        Scheduled::Started
+    }
+
+    /// Resolves when no lane is running.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.state.idle.notified();
+            if self.state.lanes.lock().map(|l| l.is_empty()).unwrap_or(true) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Aborts running lanes (their `abortSignal` fires) and refuses new work.
+    pub fn shutdown(&self) {
+        self.state.shutdown.abort("runtime shutting down");
+    }
+
+    /// Log lines of failed background runs so far.
+    pub fn failures(&self) -> Vec<String> {
+        self.state.failures.lock().map(|f| f.clone()).unwrap_or_default()
+    }
+
+    /// Background runs completed so far.
+    pub fn runs(&self) -> usize {
+        self.state.runs.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+async fn run_job(state: &State, job: &MaintainJob) {
+    let cx = CallContext::none().with_abort(state.shutdown.signal()).with_services(job.services.clone());
+    let result = job.engine.maintain(&job.params, &cx).await;
+    state.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if let Err(e) = result {
+        let line = maintain_failure_line(MaintenanceReason::Turn, &e);
+        tracing::warn!("{line}");
+        if let Ok(mut f) = state.failures.lock() {
+            f.push(line);
+        }
+    }
+}

@@ -1,0 +1,851 @@
+//! The agent runtime: sessions, engine calls and the pieces every turn shares.
+//!
+//! [`AgentRuntime`] owns one selected engine, one backend (a model provider or a CLI backend),
+//! the session store and the open transcripts. The turn loop itself lives in [`crate::turn`];
+//! this module holds what the loop, `/compact`, subagents and replay all need: session
+//! resolution with successor following, the token budget, `runtimeSettings` and
+//! `runtimeContext` builders, the runtime services handed to engines (`rewriteTranscriptEntries`,
+//! `llm.complete`, and the built-in compaction `legacy` delegates to), bootstrap bookkeeping and
+//! maintenance dispatch.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use clawctx_engine::compaction::{compact_path, effective_reserve_tokens, CompactionSettings};
+use clawctx_engine::host::{assert_host_requirements, embedded_host};
+use clawctx_engine::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
+use clawctx_engine::*;
+use clawctx_model::{CompletionRequest, ModelProvider};
+use clawctx_protocol::transcript::{EntryKind, TranscriptEntry};
+use clawctx_protocol::*;
+use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
+use clawctx_transcript::{ResolvedSession, SessionFile, SessionStore};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Result, RuntimeError};
+use crate::maintain::{maintain_failure_line, MaintainJob, MaintenanceReason, MaintenanceScheduler, Scheduled};
+use crate::model::{Backend, DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS};
+
+/// The default system prompt (prompts/system.md).
+pub const DEFAULT_SYSTEM_PROMPT: &str = include_str!("../prompts/system.md");
+
+/// Smallest prompt budget the runtime will work with, whatever the window arithmetic says.
+pub const MIN_PROMPT_BUDGET: u64 = 256;
+
+/// Default bound on model calls of one turn's tool loop.
+pub const DEFAULT_MAX_TOOL_ITERATIONS: usize = 8;
+
+/// The `runtimeContext` key through which the runtime tells its own compaction why it runs
+/// (`manual`, `overflow`, `preflight`, `threshold`), as OpenClaw passes its parameter bag.
+pub const COMPACTION_TRIGGER_KEY: &str = "compactionTrigger";
+
+/// The token arithmetic of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Model context window.
+    pub context_window: u64,
+    /// Output limit.
+    pub max_output_tokens: u64,
+    /// Reserve in effect (§7.4, floor and window cap applied).
+    pub reserve_tokens: u64,
+    /// What the prompt may use: window − max output − reserve (at least [`MIN_PROMPT_BUDGET`]).
+    pub prompt_budget: u64,
+}
+
+/// Builds an [`AgentRuntime`].
+pub struct RuntimeBuilder {
+    state_dir: PathBuf,
+    engine: Arc<dyn ContextEngine>,
+    selected_id: String,
+    source: SelectionSource,
+    backend: Backend,
+    compaction: CompactionSettings,
+    system_prompt: String,
+    tools: Vec<Arc<dyn AgentTool>>,
+    max_tool_iterations: usize,
+    summarizer: Arc<dyn Summarizer>,
+    history_turn_limit: Option<usize>,
+    durable: bool,
+    prompt_budget: Option<u64>,
+    workspace_dir: Option<String>,
+}
+
+impl RuntimeBuilder {
+    /// The selected engine's id and how it was selected (for `runtimeSettings`).
+    pub fn selection(mut self, selected_id: impl Into<String>, source: SelectionSource) -> Self {
+        self.selected_id = selected_id.into();
+        self.source = source;
+        self
+    }
+
+    /// Compaction settings (reserve, keep-recent, floor).
+    pub fn compaction(mut self, settings: CompactionSettings) -> Self {
+        self.compaction = settings;
+        self
+    }
+
+    /// The base system prompt (the engine's `systemPromptAddition` is prepended to it).
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system_prompt = prompt.into();
+        self
+    }
+
+    /// Registers a runtime tool (offered next to the engine's own tools).
+    pub fn tool(mut self, tool: Arc<dyn AgentTool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Bounds the model calls of one turn's tool loop.
+    pub fn max_tool_iterations(mut self, n: usize) -> Self {
+        self.max_tool_iterations = n.max(1);
+        self
+    }
+
+    /// The summarizer of the built-in compaction (default: extractive, offline).
+    pub fn summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> Self {
+        self.summarizer = summarizer;
+        self
+    }
+
+    /// Keep only the last N user turns of history (`dmHistoryLimit`).
+    pub fn history_turn_limit(mut self, limit: Option<usize>) -> Self {
+        self.history_turn_limit = limit;
+        self
+    }
+
+    /// Whether transcript appends `fsync` (default true; replay turns it off for speed).
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
+        self
+    }
+
+    /// Overrides the prompt budget (replay's `--budget`); the window stays as configured.
+    pub fn prompt_budget(mut self, budget: Option<u64>) -> Self {
+        self.prompt_budget = budget;
+        self
+    }
+
+    /// The agent workspace directory passed as `runtimeContext.workspaceDir`.
+    pub fn workspace_dir(mut self, dir: impl Into<String>) -> Self {
+        self.workspace_dir = Some(dir.into());
+        self
+    }
+
+    /// Builds the runtime.
+    pub fn build(self) -> AgentRuntime {
+        let host = match &self.backend {
+            Backend::Model(_) => embedded_host(),
+            Backend::Cli(spec) => spec.host(),
+        };
+        let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        AgentRuntime {
+            inner: Arc::new(Inner {
+                store: SessionStore::new(&self.state_dir),
+                state_dir: self.state_dir,
+                engine: self.engine,
+                selected_id: self.selected_id,
+                source: self.source,
+                backend: self.backend,
+                host,
+                compaction: self.compaction,
+                system_prompt: self.system_prompt,
+                runtime_tools: self.tools,
+                max_tool_iterations: self.max_tool_iterations,
+                summarizer: self.summarizer,
+                history_turn_limit: self.history_turn_limit,
+                durable: self.durable,
+                prompt_budget_override: self.prompt_budget,
+                workspace_dir: self.workspace_dir.unwrap_or_else(|| cwd.clone()),
+                cwd,
+                files: Mutex::new(HashMap::new()),
+                sessions: Mutex::new(HashMap::new()),
+                bootstrapped: Mutex::new(HashSet::new()),
+                scheduler: MaintenanceScheduler::new(),
+                subagents: Mutex::new(HashMap::new()),
+                projection_epochs: Mutex::new(HashMap::new()),
+                maintain_failures: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+}
+
+/// The agent runtime. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct AgentRuntime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: SessionStore,
+    pub(crate) state_dir: PathBuf,
+    pub(crate) engine: Arc<dyn ContextEngine>,
+    pub(crate) selected_id: String,
+    pub(crate) source: SelectionSource,
+    pub(crate) backend: Backend,
+    pub(crate) host: HostDescriptor,
+    pub(crate) compaction: CompactionSettings,
+    pub(crate) system_prompt: String,
+    pub(crate) runtime_tools: Vec<Arc<dyn AgentTool>>,
+    pub(crate) max_tool_iterations: usize,
+    pub(crate) summarizer: Arc<dyn Summarizer>,
+    pub(crate) history_turn_limit: Option<usize>,
+    pub(crate) durable: bool,
+    pub(crate) prompt_budget_override: Option<u64>,
+    pub(crate) workspace_dir: String,
+    pub(crate) cwd: String,
+    files: Mutex<HashMap<PathBuf, Arc<Mutex<SessionFile>>>>,
+    sessions: Mutex<HashMap<String, ResolvedSession>>,
+    bootstrapped: Mutex<HashSet<String>>,
+    pub(crate) scheduler: MaintenanceScheduler,
+    pub(crate) subagents: Mutex<HashMap<String, crate::subagent::SubagentRecord>>,
+    pub(crate) projection_epochs: Mutex<HashMap<String, String>>,
+    maintain_failures: Mutex<Vec<String>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
+    m.lock().map_err(|_| RuntimeError::Internal("a runtime lock was poisoned by an earlier panic".into()))
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The compaction-aware context of an active path with the id of the entry each message came
+/// from (a compaction's summary carries the compaction entry's id). Mirrors
+/// `clawctx_protocol::transcript::context_messages`.
+pub fn context_entries(path: &[&TranscriptEntry]) -> Vec<(String, AgentMessage)> {
+    let last = path.iter().rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
+    let Some(ci) = last else {
+        return path.iter().filter_map(|e| e.context_message().map(|m| (e.id.clone(), m))).collect();
+    };
+    let EntryKind::Compaction(c) = &path[ci].kind else { return Vec::new() };
+    let mut out: Vec<(String, AgentMessage)> = path[ci].context_message().map(|m| (path[ci].id.clone(), m)).into_iter().collect();
+    let start = path.iter().position(|e| e.id == c.first_kept_entry_id).unwrap_or(ci + 1);
+    for (i, e) in path.iter().enumerate().skip(start) {
+        if i == ci || matches!(e.kind, EntryKind::Compaction(_)) {
+            continue;
+        }
+        if let Some(m) = e.context_message() {
+            out.push((e.id.clone(), m));
+        }
+    }
+    out
+}
+
+/// Estimated tokens of messages (the one estimator).
+pub fn tokens_of(messages: &[AgentMessage]) -> u64 {
+    clawctx_tokens::messages_tokens(messages)
+}
+
+impl AgentRuntime {
+    /// Starts building a runtime over `state_dir` with `engine` on `backend`.
+    pub fn builder(state_dir: impl Into<PathBuf>, engine: Arc<dyn ContextEngine>, backend: Backend) -> RuntimeBuilder {
+        let selected_id = engine.info().id;
+        RuntimeBuilder {
+            state_dir: state_dir.into(),
+            engine,
+            selected_id,
+            source: SelectionSource::Configured,
+            backend,
+            compaction: CompactionSettings::default(),
+            system_prompt: DEFAULT_SYSTEM_PROMPT.trim().to_owned(),
+            tools: Vec::new(),
+            max_tool_iterations: DEFAULT_MAX_TOOL_ITERATIONS,
+            summarizer: Arc::new(ExtractiveSummarizer),
+            history_turn_limit: None,
+            durable: true,
+            prompt_budget: None,
+            workspace_dir: None,
+        }
+    }
+
+    /// The engine in charge (its current `info().id`: a quarantined engine reports its
+    /// fallback's).
+    pub fn engine_id(&self) -> String {
+        self.inner.engine.info().id
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<dyn ContextEngine> {
+        &self.inner.engine
+    }
+
+    /// The execution host descriptor.
+    pub fn host(&self) -> &HostDescriptor {
+        &self.inner.host
+    }
+
+    /// The session store.
+    pub fn store(&self) -> &SessionStore {
+        &self.inner.store
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.inner.state_dir
+    }
+
+    /// The token arithmetic in effect.
+    pub fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+
+    /// The `runtimeSettings` every engine call receives.
+    pub fn runtime_settings(&self) -> RuntimeSettings {
+        self.inner.runtime_settings()
+    }
+
+    /// The background maintenance scheduler.
+    pub fn scheduler(&self) -> &MaintenanceScheduler {
+        &self.inner.scheduler
+    }
+
+    /// Failed maintain calls so far (inline and background), as logged.
+    pub fn maintain_failures(&self) -> Vec<String> {
+        let mut out = self.inner.maintain_failures.lock().map(|f| f.clone()).unwrap_or_default();
+        out.extend(self.inner.scheduler.failures());
+        out
+    }
+
+    /// Waits for background maintenance to settle.
+    pub async fn wait_for_maintenance(&self) {
+        self.inner.scheduler.wait_idle().await
+    }
+
+    /// Stops background maintenance and disposes the engine.
+    pub async fn shutdown(&self) {
+        self.inner.scheduler.shutdown();
+        self.inner.scheduler.wait_idle().await;
+        if let Err(e) = self.inner.engine.dispose().await {
+            tracing::warn!("context engine dispose failed: {e}");
+        }
+    }
+
+    /// Resolves `key` to its current session (creating it when new).
+    pub fn session(&self, key: &str) -> Result<ResolvedSession> {
+        self.inner.session(key)
+    }
+
+    /// `/new`: points `key` at a brand-new session. The old transcript stays on disk.
+    pub fn new_session(&self, key: &str) -> Result<ResolvedSession> {
+        let s = self.inner.store.new_session(key)?;
+        lock(&self.inner.sessions)?.insert(key.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// The compaction-aware context of `key`'s transcript (what the next turn starts from).
+    pub fn context(&self, key: &str) -> Result<Vec<AgentMessage>> {
+        let s = self.inner.session(key)?;
+        Ok(self.inner.history(&s)?.into_iter().map(|(_, m)| m).collect())
+    }
+
+    /// `/status`: tokens used against the budget, the engine in charge.
+    pub fn status(&self, key: &str) -> Result<SessionStatus> {
+        let s = self.inner.session(key)?;
+        let history = self.inner.history(&s)?;
+        let messages: Vec<AgentMessage> = history.into_iter().map(|(_, m)| m).collect();
+        let info = self.inner.engine.info();
+        let file = self.inner.file(&s.transcript_path)?;
+        let compactions = lock(&file)?
+            .active_path()
+            .iter()
+            .filter(|e| matches!(e.kind, EntryKind::Compaction(_)))
+            .count();
+        Ok(SessionStatus {
+            session_key: s.key.clone(),
+            session_id: s.entry.session_id.clone(),
+            transcript: s.transcript_path.clone(),
+            engine_id: info.id,
+            engine_name: info.name,
+            owns_compaction: info.owns_compaction.unwrap_or(false),
+            host: self.inner.host.label.clone(),
+            model: self.inner.model_ref(),
+            context_messages: messages.len(),
+            context_tokens: tokens_of(&messages),
+            limits: self.inner.limits(),
+            compactions,
+        })
+    }
+}
+
+/// What `/status` shows.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatus {
+    /// Session key.
+    pub session_key: String,
+    /// Current session id.
+    pub session_id: String,
+    /// Transcript file.
+    pub transcript: PathBuf,
+    /// Engine in charge.
+    pub engine_id: String,
+    /// Its display name.
+    pub engine_name: String,
+    /// Whether it owns compaction.
+    pub owns_compaction: bool,
+    /// Execution host label.
+    pub host: String,
+    /// `provider/model` (or the CLI backend id).
+    pub model: String,
+    /// Messages in the context.
+    pub context_messages: usize,
+    /// Their estimated tokens.
+    pub context_tokens: u64,
+    /// The budget.
+    pub limits: Limits,
+    /// Compaction entries on the active branch.
+    pub compactions: usize,
+}
+
+impl Inner {
+    pub(crate) fn limits(&self) -> Limits {
+        let (window, max_out) = match &self.backend {
+            Backend::Model(b) => (b.context_window, b.max_output_tokens),
+            Backend::Cli(_) => (DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS),
+        };
+        let reserve = effective_reserve_tokens(&self.compaction, Some(window));
+        let budget = self
+            .prompt_budget_override
+            .unwrap_or_else(|| window.saturating_sub(max_out).saturating_sub(reserve))
+            .max(MIN_PROMPT_BUDGET);
+        Limits { context_window: window, max_output_tokens: max_out, reserve_tokens: reserve, prompt_budget: budget }
+    }
+
+    pub(crate) fn model_ref(&self) -> String {
+        match &self.backend {
+            Backend::Model(b) => b.resolved_ref(),
+            Backend::Cli(spec) => format!("cli:{}", spec.id),
+        }
+    }
+
+    pub(crate) fn runtime_settings(&self) -> RuntimeSettings {
+        let limits = self.limits();
+        let (requested, resolved, provider) = match &self.backend {
+            Backend::Model(b) => (b.requested.clone(), Some(b.resolved_ref()), Some(b.provider_id.clone())),
+            Backend::Cli(spec) => (Some(spec.id.clone()), Some(spec.id.clone()), Some(format!("cli:{}", spec.id))),
+        };
+        // A bare model id that resolved to `provider/model` is the same model, not a fallback.
+        let requested = match (&requested, &resolved) {
+            (Some(r), Some(full)) if full.ends_with(&format!("/{r}")) => Some(full.clone()),
+            _ => requested,
+        };
+        build_runtime_settings(&RuntimeSettingsInput {
+            requested_model: requested,
+            resolved_model: resolved,
+            provider,
+            selected_id: Some(self.selected_id.clone()),
+            source: Some(self.source),
+            host: Some(self.host.clone()),
+            prompt_token_budget: Some(limits.prompt_budget as f64),
+            max_output_tokens: Some(limits.max_output_tokens as f64),
+            harness_id: Some(match &self.backend {
+                Backend::Model(_) => "embedded".to_owned(),
+                Backend::Cli(spec) => format!("cli:{}", spec.id),
+            }),
+            ..Default::default()
+        })
+    }
+
+    pub(crate) fn session_target(&self, s: &ResolvedSession) -> ContextEngineSessionTarget {
+        ContextEngineSessionTarget {
+            agent_id: Some(s.agent_id.clone()),
+            session_id: Some(s.entry.session_id.clone()),
+            session_key: Some(s.key.clone()),
+            store_path: None,
+            thread_id: None,
+        }
+    }
+
+    /// `runtimeContext` for a call on session `s`. `trigger` goes under
+    /// [`COMPACTION_TRIGGER_KEY`]; `background` grants deferred compaction execution.
+    pub(crate) fn runtime_context(
+        &self,
+        s: &ResolvedSession,
+        current_tokens: Option<u64>,
+        trigger: Option<&str>,
+        background: bool,
+    ) -> ContextEngineRuntimeContext {
+        let mut extra = JsonMap::new();
+        if let Some(t) = trigger {
+            extra.insert(COMPACTION_TRIGGER_KEY.into(), Value::String(t.to_owned()));
+        }
+        extra.insert("provider".into(), Value::String(self.model_ref()));
+        ContextEngineRuntimeContext {
+            cwd: Some(self.cwd.clone()),
+            workspace_dir: Some(self.workspace_dir.clone()),
+            allow_deferred_compaction_execution: background.then_some(true),
+            token_budget: Some(self.limits().prompt_budget),
+            agent_harness_id: None,
+            current_token_count: current_tokens.map(|t| t as f64),
+            agent_id: Some(s.agent_id.clone()),
+            session_key: Some(s.key.clone()),
+            session_target: Some(self.session_target(s)),
+            session_file: Some(s.transcript_path.to_string_lossy().into_owned()),
+            prompt_cache: None,
+            transcript_storage: None,
+            extra,
+        }
+    }
+
+    /// The call context (abort + services bound to session `s`).
+    pub(crate) fn call_context(self: &Arc<Self>, s: &ResolvedSession, abort: Option<&AbortSignal>) -> CallContext {
+        let mut cx = CallContext::none().with_services(self.services(s));
+        if let Some(a) = abort {
+            cx = cx.with_abort(a.clone());
+        }
+        cx
+    }
+
+    pub(crate) fn services(self: &Arc<Self>, s: &ResolvedSession) -> Arc<dyn RuntimeServices> {
+        Arc::new(SessionServices { inner: self.clone(), session: s.clone() })
+    }
+
+    pub(crate) fn session(&self, key: &str) -> Result<ResolvedSession> {
+        if let Some(s) = lock(&self.sessions)?.get(key) {
+            if s.transcript_path.exists() {
+                return Ok(s.clone());
+            }
+        }
+        let s = self.store.resolve(key)?;
+        lock(&self.sessions)?.insert(key.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    pub(crate) fn forget_session(&self, key: &str) {
+        if let Ok(mut m) = self.sessions.lock() {
+            m.remove(key);
+        }
+    }
+
+    /// The open transcript at `path` (shared by the turn loop and the runtime services).
+    pub(crate) fn file(&self, path: &Path) -> Result<Arc<Mutex<SessionFile>>> {
+        let mut files = lock(&self.files)?;
+        if let Some(f) = files.get(path) {
+            return Ok(f.clone());
+        }
+        let mut f = SessionFile::open(path)?;
+        for w in f.warnings() {
+            tracing::warn!("{w}");
+        }
+        f.set_sync_writes(self.durable);
+        let f = Arc::new(Mutex::new(f));
+        files.insert(path.to_owned(), f.clone());
+        Ok(f)
+    }
+
+    /// The session's compaction-aware context with entry ids (re-read from disk first).
+    pub(crate) fn history(&self, s: &ResolvedSession) -> Result<Vec<(String, AgentMessage)>> {
+        let file = self.file(&s.transcript_path)?;
+        let mut f = lock(&file)?;
+        f.refresh()?;
+        Ok(context_entries(&f.active_path()))
+    }
+
+    pub(crate) fn append(&self, s: &ResolvedSession, message: AgentMessage) -> Result<String> {
+        let file = self.file(&s.transcript_path)?;
+        let mut f = lock(&file)?;
+        Ok(f.append_message(message)?)
+    }
+
+    /// Calls `bootstrap` the first time the engine sees session `s` (then `maintain`, reason
+    /// `bootstrap`). Failures are logged; the turn goes on.
+    pub(crate) async fn ensure_bootstrapped(self: &Arc<Self>, s: &ResolvedSession, abort: &AbortSignal) -> Result<()> {
+        if !lock(&self.bootstrapped)?.insert(s.entry.session_id.clone()) {
+            return Ok(());
+        }
+        if !self.engine.methods().has(Method::Bootstrap) || !self.host.has(HostCapability::BOOTSTRAP) {
+            return Ok(());
+        }
+        let params = BootstrapParams {
+            session_id: s.entry.session_id.clone(),
+            session_key: Some(s.key.clone()),
+            session_target: Some(self.session_target(s)),
+            session_file: s.transcript_path.to_string_lossy().into_owned(),
+            runtime_settings: Some(self.runtime_settings()),
+            runtime_context: Some(self.runtime_context(s, None, None, false)),
+        };
+        match self.engine.bootstrap(&params, &self.call_context(s, Some(abort))).await {
+            Ok(r) => tracing::debug!(bootstrapped = r.bootstrapped, imported = ?r.imported_messages, "context engine bootstrap"),
+            Err(EngineError::Aborted { reason }) => return Err(RuntimeError::Aborted(reason)),
+            Err(e) => tracing::warn!("context engine bootstrap failed: {e}"),
+        }
+        self.maintain(s, MaintenanceReason::Bootstrap).await;
+        Ok(())
+    }
+
+    /// Runs `maintain` per the engine's `turnMaintenanceMode`: background engines get a
+    /// coalescing per-sessionKey lane for trigger `turn`, everything else runs inline. Never
+    /// fails.
+    pub(crate) async fn maintain(self: &Arc<Self>, s: &ResolvedSession, reason: MaintenanceReason) {
+        if !self.engine.methods().has(Method::Maintain) || !self.host.has(HostCapability::MAINTAIN) {
+            return;
+        }
+        let background =
+            reason == MaintenanceReason::Turn && self.engine.info().maintenance_mode() == TurnMaintenanceMode::Background;
+        let params = MaintainParams {
+            session_id: s.entry.session_id.clone(),
+            session_key: Some(s.key.clone()),
+            session_target: Some(self.session_target(s)),
+            session_file: s.transcript_path.to_string_lossy().into_owned(),
+            runtime_settings: Some(self.runtime_settings()),
+            runtime_context: Some(self.runtime_context(s, None, None, background)),
+        };
+        if background {
+            let job = MaintainJob { engine: self.engine.clone(), params, services: self.services(s) };
+            if self.scheduler.schedule(&s.key, job) == Scheduled::ShutDown {
+                tracing::warn!("failed to schedule background context-engine maintenance");
+            }
+            return;
+        }
+        if let Err(e) = self.engine.maintain(&params, &self.call_context(s, None)).await {
+            let line = maintain_failure_line(reason, &e);
+            tracing::warn!("{line}");
+            if let Ok(mut f) = self.maintain_failures.lock() {
+                f.push(line);
+            }
+        }
+    }
+
+    /// The runtime's built-in summarization compaction over `s`'s real transcript (§7.4):
+    /// prepare + summarize + append the `compaction` entry. `keep` = tokens kept raw.
+    pub(crate) async fn builtin_compact(
+        &self,
+        s: &ResolvedSession,
+        keep: u64,
+        custom_instructions: Option<&str>,
+        abort: Option<&AbortSignal>,
+    ) -> std::result::Result<RuntimeCompactionOutcome, EngineError> {
+        let aborted =
+            || RuntimeCompactionOutcome { ok: false, compacted: false, reason: Some("compaction aborted".into()), result: None };
+        let io = |e: RuntimeError| EngineError::failed(e.to_string());
+        let file = self.file(&s.transcript_path).map_err(io)?;
+        let path: Vec<TranscriptEntry> = {
+            let mut f = lock(&file).map_err(io)?;
+            f.refresh().map_err(|e| EngineError::failed(e.to_string()))?;
+            f.active_path().into_iter().cloned().collect()
+        };
+        if abort.is_some_and(AbortSignal::is_aborted) {
+            return Ok(aborted());
+        }
+        let reserve = self.limits().reserve_tokens;
+        let outcome = compact_path(&path, keep, self.summarizer.as_ref(), reserve, custom_instructions).await?;
+        let Some(outcome) = outcome else {
+            return Ok(RuntimeCompactionOutcome {
+                ok: true,
+                compacted: false,
+                reason: Some("nothing to compact".into()),
+                result: None,
+            });
+        };
+        if abort.is_some_and(AbortSignal::is_aborted) {
+            return Ok(aborted());
+        }
+        lock(&file)
+            .map_err(io)?
+            .append_compaction(outcome.entry.clone())
+            .map_err(|e| EngineError::failed(e.to_string()))?;
+        tracing::info!(
+            session = %s.key,
+            tokens_before = outcome.entry.tokens_before,
+            tokens_after = outcome.tokens_after,
+            summarized = outcome.summarized_messages,
+            "built-in compaction"
+        );
+        Ok(RuntimeCompactionOutcome {
+            ok: true,
+            compacted: true,
+            reason: None,
+            result: Some(RuntimeCompactionDetail {
+                summary: Some(outcome.entry.summary),
+                first_kept_entry_id: Some(outcome.entry.first_kept_entry_id),
+                tokens_before: outcome.entry.tokens_before,
+                tokens_after: Some(outcome.tokens_after),
+                details: outcome.entry.details,
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// How many tokens the built-in compaction keeps raw for a trigger: nothing for a manual
+    /// `/compact` (a hard checkpoint), otherwise the configured keep-recent capped so the kept
+    /// part fits the prompt budget with room to spare.
+    pub(crate) fn keep_for(&self, trigger: Option<&str>, force: bool) -> u64 {
+        let budget = self.limits().prompt_budget;
+        match trigger {
+            Some("manual") => 0,
+            Some("overflow") | Some("preflight") => self.compaction.keep_recent_tokens.min(budget / 4),
+            None if force => 0,
+            _ => self.compaction.keep_recent_tokens.min(budget / 2),
+        }
+    }
+
+    /// Follows a compaction successor (§1.3): when the result names another session id, the
+    /// session key is re-pointed at it and the successor session is returned.
+    pub(crate) fn follow_successor(&self, s: &ResolvedSession, result: &CompactResult) -> Result<Option<ResolvedSession>> {
+        let Some(detail) = &result.result else { return Ok(None) };
+        let Some(successor) = detail.successor_session_id().map(str::trim).filter(|id| !id.is_empty()) else {
+            return Ok(None);
+        };
+        if successor == s.entry.session_id {
+            return Ok(None);
+        }
+        let successor = successor.to_owned();
+        let session_file = detail.session_file.clone().filter(|f| !f.trim().is_empty());
+        self.store.update(&s.key, |e| {
+            e.session_id = successor.clone();
+            e.session_file = session_file.clone();
+        })?;
+        self.forget_session(&s.key);
+        let next = self.store.resolve(&s.key)?;
+        lock(&self.sessions)?.insert(s.key.clone(), next.clone());
+        tracing::info!(session = %s.key, from = %s.entry.session_id, to = %next.entry.session_id, "following compaction successor");
+        Ok(Some(next))
+    }
+
+    /// Calls the engine's `compact` for session `s`, follows a successor, records the
+    /// compaction and runs maintenance (reason `compaction`).
+    pub(crate) async fn engine_compact(
+        self: &Arc<Self>,
+        s: &ResolvedSession,
+        params: CompactParams,
+        trigger: &str,
+        abort: Option<&AbortSignal>,
+    ) -> Result<(CompactResult, Option<ResolvedSession>)> {
+        let mut params = params;
+        params.session_id = s.entry.session_id.clone();
+        params.session_key = Some(s.key.clone());
+        params.agent_id = Some(s.agent_id.clone());
+        params.session_target = Some(self.session_target(s));
+        params.token_budget = Some(self.limits().prompt_budget);
+        params.runtime_settings = Some(self.runtime_settings());
+        params.runtime_context = Some(self.runtime_context(s, params.current_token_count, Some(trigger), false));
+        let engine_id = self.engine.info().id;
+        let result = self
+            .engine
+            .compact(&params, &self.call_context(s, abort))
+            .await
+            .map_err(|e| RuntimeError::engine(&engine_id, "compact", e))?;
+        let successor = self.follow_successor(s, &result)?;
+        if result.compacted {
+            let target = successor.as_ref().unwrap_or(s);
+            if let Err(e) = self.store.record_compaction(&target.key) {
+                tracing::warn!("cannot record the compaction in sessions.json: {e}");
+            }
+            self.maintain(target, MaintenanceReason::Compaction).await;
+        }
+        Ok((result, successor))
+    }
+
+    /// The tools offered to the model: the engine's, then the runtime's (first name wins).
+    pub(crate) fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
+        let mut seen = HashSet::new();
+        self.engine
+            .tools()
+            .into_iter()
+            .chain(self.runtime_tools.iter().cloned())
+            .filter(|t| seen.insert(t.name().to_owned()))
+            .collect()
+    }
+}
+
+/// The runtime services bound to one session: what `runtimeContext` offers engines.
+struct SessionServices {
+    inner: Arc<Inner>,
+    session: ResolvedSession,
+}
+
+#[async_trait]
+impl RuntimeServices for SessionServices {
+    async fn rewrite_transcript_entries(&self, request: TranscriptRewriteRequest) -> TranscriptRewriteResult {
+        let file = match self.inner.file(&self.session.transcript_path) {
+            Ok(f) => f,
+            Err(e) => return TranscriptRewriteResult { reason: Some(e.to_string()), ..Default::default() },
+        };
+        let result = match file.lock() {
+            Ok(mut f) => f.rewrite_transcript_entries(&request),
+            Err(_) => TranscriptRewriteResult { reason: Some("transcript lock poisoned".into()), ..Default::default() },
+        };
+        if result.changed {
+            let n = result.rewritten_entries;
+            tracing::info!(
+                "[transcript-rewrite] rewrote {n} {} bytesFreed={} sessionKey={}",
+                if n == 1 { "entry" } else { "entries" },
+                result.bytes_freed,
+                self.session.key
+            );
+        }
+        result
+    }
+
+    async fn llm_complete(&self, request: LlmCompleteRequest) -> std::result::Result<LlmCompleteResult, EngineError> {
+        let Backend::Model(binding) = &self.inner.backend else {
+            return Err(EngineError::failed("runtime LLM completion is not available on a CLI backend host"));
+        };
+        let mut messages = request.messages.clone();
+        if !request.prompt.trim().is_empty() {
+            messages.push(AgentMessage::user(request.prompt.clone()));
+        }
+        let model = request
+            .model
+            .as_deref()
+            .map(|m| m.rsplit_once('/').map_or(m, |(_, id)| id).to_owned())
+            .unwrap_or_else(|| binding.model_id.clone());
+        let completion = binding
+            .provider
+            .complete(
+                CompletionRequest {
+                    model,
+                    system_prompt: request.system.clone(),
+                    messages,
+                    tools: Vec::new(),
+                    max_output_tokens: request.max_tokens.or(Some(binding.max_output_tokens)),
+                    temperature: None,
+                },
+                None,
+                &CancellationToken::new(),
+            )
+            .await
+            .map_err(|e| EngineError::failed(e.to_string()))?;
+        Ok(LlmCompleteResult { usage: completion.message.usage.clone(), text: completion.text() })
+    }
+
+    async fn compact_session(
+        &self,
+        request: RuntimeCompactionRequest,
+    ) -> std::result::Result<RuntimeCompactionOutcome, EngineError> {
+        if request.session_id.trim() != self.session.entry.session_id {
+            return Err(EngineError::failed(format!(
+                "runtime compaction was asked for session {:?} but this runtime context is bound to session {:?}",
+                request.session_id, self.session.entry.session_id
+            )));
+        }
+        let trigger = request.runtime_fields.get(COMPACTION_TRIGGER_KEY).and_then(Value::as_str);
+        let keep = self.inner.keep_for(trigger, request.force == Some(true));
+        self.inner
+            .builtin_compact(&self.session, keep, request.custom_instructions.as_deref(), request.abort.as_ref())
+            .await
+    }
+}
+
+/// The provider of an embedded backend (for callers that need it directly).
+pub fn provider_of(backend: &Backend) -> Option<Arc<dyn ModelProvider>> {
+    match backend {
+        Backend::Model(b) => Some(b.provider.clone()),
+        Backend::Cli(_) => None,
+    }
+}
+
+/// Checks the engine's requirements for `operation` on this runtime's host (fail closed with
+/// the exact §5 text).
+pub(crate) fn check_host(inner: &Inner, operation: ContextEngineOperation) -> Result<()> {
+    assert_host_requirements(&inner.engine.info(), operation, &inner.host).map_err(|e| match e {
+        EngineError::HostRequirement(text) => RuntimeError::HostRequirement(text),
+        other => RuntimeError::HostRequirement(other.to_string()),
+    })
+}
