@@ -16,6 +16,9 @@ use crate::ids::{self, RecordId};
 use crate::store::codec;
 use crate::store::{ConvKey, Db};
 
+/// Full-text relevance ranks at most this many of the newest matches (bounded cost).
+pub const RELEVANCE_WINDOW: usize = 5_000;
+
 /// Search mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -335,16 +338,25 @@ impl Db {
             GrepMode::FullText => {
                 let Some(fts) = sanitize_fts_query(&q.pattern) else { return Ok(report) };
                 let needles: Vec<String> = fts.split('"').filter(|t| !t.trim().is_empty()).map(str::to_owned).collect();
-                let order = match q.sort {
-                    GrepSort::Relevance => "score",
-                    GrepSort::Recency => "ts DESC, rid DESC",
-                };
                 if q.target != GrepTarget::Summaries {
-                    let sql = format!(
-                        "SELECT m.id AS rid, m.conv_id, m.role, m.ts AS ts, m.text, m.skeleton, bm25(messages_fts) AS score
-                         FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-                         WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list}) ORDER BY {order} LIMIT ?2"
-                    );
+                    // FTS drives the loop (CROSS JOIN fixes the join order): recency walks the
+                    // index newest-first and stops at the page; relevance ranks the newest
+                    // RELEVANCE_WINDOW matches, so cost is bounded at any history length.
+                    let sql = match q.sort {
+                        GrepSort::Recency => format!(
+                            "SELECT m.id, m.conv_id, m.role, m.ts, m.text, m.skeleton, bm25(messages_fts)
+                             FROM messages_fts CROSS JOIN messages m ON m.id = messages_fts.rowid
+                             WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})
+                             ORDER BY messages_fts.rowid DESC LIMIT ?2"
+                        ),
+                        GrepSort::Relevance => format!(
+                            "WITH h AS (SELECT rowid AS rid, bm25(messages_fts) AS score FROM messages_fts
+                                        WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT {RELEVANCE_WINDOW})
+                             SELECT m.id, m.conv_id, m.role, m.ts, m.text, m.skeleton, h.score
+                             FROM h CROSS JOIN messages m ON m.id = h.rid
+                             WHERE m.conv_id IN ({in_list}) ORDER BY h.score, h.rid DESC LIMIT ?2"
+                        ),
+                    };
                     let mut st = self.conn.prepare(&sql)?;
                     let mut rows = st.query(params![fts, want as i64])?;
                     while let Some(r) = rows.next()? {
@@ -355,7 +367,7 @@ impl Db {
                         let id: i64 = r.get(0)?;
                         hits.push((
                             score,
-                            ts.unwrap_or(0),
+                            id,
                             GrepHit {
                                 id: ids::message_id(id),
                                 conversation_id: r.get(1)?,
@@ -369,9 +381,13 @@ impl Db {
                     }
                 }
                 if q.target != GrepTarget::Messages {
+                    let order = match q.sort {
+                        GrepSort::Relevance => "score",
+                        GrepSort::Recency => "summaries_fts.rowid DESC",
+                    };
                     let sql = format!(
-                        "SELECT s.id AS rid, s.conv_id, s.depth, s.to_ts AS ts, s.text, bm25(summaries_fts) AS score
-                         FROM summaries_fts JOIN summaries s ON s.id = summaries_fts.rowid
+                        "SELECT s.id, s.conv_id, s.depth, s.to_ts, s.text, bm25(summaries_fts) AS score
+                         FROM summaries_fts CROSS JOIN summaries s ON s.id = summaries_fts.rowid
                          WHERE summaries_fts MATCH ?1 AND s.conv_id IN ({in_list}) ORDER BY {order} LIMIT ?2"
                     );
                     let mut st = self.conn.prepare(&sql)?;
@@ -397,7 +413,7 @@ impl Db {
                 }
                 match q.sort {
                     GrepSort::Relevance => hits.sort_by(|a, b| a.0.total_cmp(&b.0)),
-                    GrepSort::Recency => hits.sort_by(|a, b| b.1.cmp(&a.1)),
+                    GrepSort::Recency => hits.sort_by(|a, b| b.2.ts.cmp(&a.2.ts).then(b.1.cmp(&a.1))),
                 }
                 report.fts_query = Some(fts);
             }
