@@ -26,24 +26,42 @@ struct RecentWindow {
 #[async_trait]
 impl ContextEngine for RecentWindow {
     fn info(&self) -> ContextEngineInfo {
-        ContextEngineInfo { version: Some(env!("CARGO_PKG_VERSION").into()), ..ContextEngineInfo::new(ENGINE_ID, "Rust Recent Window") }
+        ContextEngineInfo {
+            version: Some(env!("CARGO_PKG_VERSION").into()),
+            ..ContextEngineInfo::new(ENGINE_ID, "Rust Recent Window")
+        }
     }
 
     fn methods(&self) -> MethodSet {
-        MethodSet::REQUIRED.with(Method::AfterTurn).with(Method::PrepareSubagentSpawn).with(Method::OnSubagentEnded).with(Method::Dispose)
+        MethodSet::REQUIRED
+            .with(Method::AfterTurn)
+            .with(Method::PrepareSubagentSpawn)
+            .with(Method::OnSubagentEnded)
+            .with(Method::Dispose)
     }
 
     fn is_runtime_compaction_delegate(&self) -> bool {
         true
     }
 
-    async fn ingest(&self, params: &IngestParams, _cx: &CallContext) -> Result<IngestResult, EngineError> {
-        let mut map = self.ingested.lock().map_err(|_| EngineError::failed("state poisoned"))?;
+    async fn ingest(
+        &self,
+        params: &IngestParams,
+        _cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
+        let mut map = self
+            .ingested
+            .lock()
+            .map_err(|_| EngineError::failed("state poisoned"))?;
         *map.entry(params.session_id.clone()).or_default() += 1;
         Ok(IngestResult { ingested: true })
     }
 
-    async fn assemble(&self, params: &AssembleParams, _cx: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        params: &AssembleParams,
+        _cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         let msgs = &params.messages;
         let mut start = msgs.len();
         let mut used = 0;
@@ -60,7 +78,11 @@ impl ContextEngine for RecentWindow {
             start += 1;
         }
         let turns = self.turns.lock().map(|t| *t).unwrap_or(0);
-        let children = self.children.lock().map(|c| c.join(",")).unwrap_or_default();
+        let children = self
+            .children
+            .lock()
+            .map(|c| c.join(","))
+            .unwrap_or_default();
         Ok(AssembleResult {
             messages: msgs[start..].to_vec(),
             estimated_tokens: used,
@@ -69,12 +91,25 @@ impl ContextEngine for RecentWindow {
         })
     }
 
-    async fn compact(&self, _params: &CompactParams, _cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        _params: &CompactParams,
+        _cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         // Never reached over the protocol: the SDK answers with the runtime-delegation marker.
-        Ok(CompactResult { ok: true, compacted: false, reason: Some("delegated-to-runtime".into()), result: None })
+        Ok(CompactResult {
+            ok: true,
+            compacted: false,
+            reason: Some("delegated-to-runtime".into()),
+            result: None,
+        })
     }
 
-    async fn after_turn(&self, _params: &AfterTurnParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn after_turn(
+        &self,
+        _params: &AfterTurnParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         if let Ok(mut t) = self.turns.lock() {
             *t += 1;
         }
@@ -99,7 +134,11 @@ impl ContextEngine for RecentWindow {
         })))
     }
 
-    async fn on_subagent_ended(&self, params: &SubagentEndedParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn on_subagent_ended(
+        &self,
+        params: &SubagentEndedParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         if let Ok(mut c) = self.children.lock() {
             c.retain(|k| *k != params.child_session_key);
         }
@@ -109,7 +148,9 @@ impl ContextEngine for RecentWindow {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), clawctx_plugin_sdk::SdkError> {
-    let plugin = clawctx_plugin_sdk::Plugin::new()
-        .engine(ENGINE_ID, factory(|_ctx| async { Ok(Arc::new(RecentWindow::default()) as Arc<dyn ContextEngine>) }));
+    let plugin = clawctx_plugin_sdk::Plugin::new().engine(
+        ENGINE_ID,
+        factory(|_ctx| async { Ok(Arc::new(RecentWindow::default()) as Arc<dyn ContextEngine>) }),
+    );
     clawctx_plugin_sdk::serve(plugin).await
 }

@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use clawctx_engine::{
-    AbortController, AgentTool, CallContext, ContextEngine, EngineError, Factory, FactoryContext, LlmCompleteRequest,
-    LlmCompleteResult, Method, RuntimeServices, SubagentSpawnPreparation, ToolCallContext,
+    AbortController, AgentTool, CallContext, ContextEngine, EngineError, Factory, FactoryContext,
+    LlmCompleteRequest, LlmCompleteResult, Method, RuntimeServices, SubagentSpawnPreparation,
+    ToolCallContext,
 };
 use clawctx_protocol::*;
 use serde::de::DeserializeOwned;
@@ -97,16 +98,25 @@ struct HostServices {
 
 #[async_trait]
 impl RuntimeServices for HostServices {
-    async fn llm_complete(&self, request: LlmCompleteRequest) -> Result<LlmCompleteResult, EngineError> {
+    async fn llm_complete(
+        &self,
+        request: LlmCompleteRequest,
+    ) -> Result<LlmCompleteResult, EngineError> {
         let id = format!("plugin-{}", self.next.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id.clone(), tx);
         }
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": "host/llm.complete", "params": {"request": request, "callId": self.call_id}});
-        self.out.send(msg).map_err(|_| EngineError::failed("host connection closed"))?;
-        let value = rx.await.map_err(|_| EngineError::failed("host connection closed"))?.map_err(EngineError::Failed)?;
-        serde_json::from_value(value).map_err(|e| EngineError::failed(format!("invalid llm.complete result: {e}")))
+        self.out
+            .send(msg)
+            .map_err(|_| EngineError::failed("host connection closed"))?;
+        let value = rx
+            .await
+            .map_err(|_| EngineError::failed("host connection closed"))?
+            .map_err(EngineError::Failed)?;
+        serde_json::from_value(value)
+            .map_err(|e| EngineError::failed(format!("invalid llm.complete result: {e}")))
     }
 }
 
@@ -128,7 +138,10 @@ fn encode<T: Serialize>(r: Result<T, EngineError>) -> Result<Value, Value> {
 
 impl Server {
     fn instance(&self, params: &Value) -> Result<Arc<dyn ContextEngine>, Value> {
-        let id = params.get("instanceId").and_then(Value::as_str).unwrap_or_default();
+        let id = params
+            .get("instanceId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         self.instances
             .lock()
             .ok()
@@ -137,7 +150,12 @@ impl Server {
     }
 
     fn services(&self, call_id: &Value) -> Arc<dyn RuntimeServices> {
-        Arc::new(HostServices { out: self.out.clone(), pending: self.host_pending.clone(), next: Arc::new(AtomicU64::new(self.next.fetch_add(1000, Ordering::Relaxed))), call_id: call_id.clone() })
+        Arc::new(HostServices {
+            out: self.out.clone(),
+            pending: self.host_pending.clone(),
+            next: Arc::new(AtomicU64::new(self.next.fetch_add(1000, Ordering::Relaxed))),
+            call_id: call_id.clone(),
+        })
     }
 
     async fn handle(&self, id: &Value, method: &str, params: Value) -> Result<Value, Value> {
@@ -149,7 +167,12 @@ impl Server {
                     .iter()
                     .map(|t| json!({"name": t.name(), "description": t.description(), "parameters": t.parameters()}))
                     .collect();
-                let engines: Vec<Value> = self.plugin.engines.iter().map(|(id, _)| json!({"id": id})).collect();
+                let engines: Vec<Value> = self
+                    .plugin
+                    .engines
+                    .iter()
+                    .map(|(id, _)| json!({"id": id}))
+                    .collect();
                 Ok(json!({
                     "protocolVersion": PROTOCOL_VERSION,
                     "runner": {"name": "clawctx-plugin-sdk", "version": env!("CARGO_PKG_VERSION")},
@@ -158,21 +181,39 @@ impl Server {
                 }))
             }
             "engine/create" => {
-                let engine_id = params.get("engineId").and_then(Value::as_str).unwrap_or_default();
-                let factory = self.plugin.engines.iter().find(|(id, _)| id == engine_id).map(|(_, f)| f.clone());
+                let engine_id = params
+                    .get("engineId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let factory = self
+                    .plugin
+                    .engines
+                    .iter()
+                    .find(|(id, _)| id == engine_id)
+                    .map(|(_, f)| f.clone());
                 let Some(factory) = factory else {
-                    return Err(rpc_error(format!("Context engine \"{engine_id}\" is not registered by this plugin"), None));
+                    return Err(rpc_error(
+                        format!("Context engine \"{engine_id}\" is not registered by this plugin"),
+                        None,
+                    ));
                 };
                 let fc = params.get("factoryContext").cloned().unwrap_or(Value::Null);
                 let path = |k: &str| fc.get(k).and_then(Value::as_str).map(PathBuf::from);
                 let ctx = FactoryContext {
-                    config: fc.get("config").filter(|c| !c.is_null()).cloned().map(Arc::new),
+                    config: fc
+                        .get("config")
+                        .filter(|c| !c.is_null())
+                        .cloned()
+                        .map(Arc::new),
                     agent_dir: path("agentDir"),
                     workspace_dir: path("workspaceDir"),
                 };
-                let engine = factory(ctx).await.map_err(|e| rpc_error(e.to_string(), None))?;
+                let engine = factory(ctx)
+                    .await
+                    .map_err(|e| rpc_error(e.to_string(), None))?;
                 let instance_id = format!("{}", self.next.fetch_add(1, Ordering::Relaxed));
-                let info = serde_json::to_value(engine.info()).map_err(|e| rpc_error(e.to_string(), None))?;
+                let info = serde_json::to_value(engine.info())
+                    .map_err(|e| rpc_error(e.to_string(), None))?;
                 let methods: Vec<&str> = engine.methods().iter().map(Method::name).collect();
                 if let Ok(mut i) = self.instances.lock() {
                     i.insert(instance_id.clone(), engine);
@@ -180,33 +221,59 @@ impl Server {
                 Ok(json!({"instanceId": instance_id, "info": info, "methods": methods}))
             }
             "engine/rollback" => {
-                let rid = params.get("rollbackId").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let rid = params
+                    .get("rollbackId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
                 let prep = self.rollbacks.lock().ok().and_then(|mut r| r.remove(&rid));
-                let prep = prep.ok_or_else(|| rpc_error(format!("unknown rollback id {rid}"), None))?;
-                prep.rollback().await.map_err(|e| rpc_error(e.to_string(), None))?;
+                let prep =
+                    prep.ok_or_else(|| rpc_error(format!("unknown rollback id {rid}"), None))?;
+                prep.rollback()
+                    .await
+                    .map_err(|e| rpc_error(e.to_string(), None))?;
                 Ok(Value::Null)
             }
             "engine/dispose" => {
-                let id = params.get("instanceId").and_then(Value::as_str).unwrap_or_default();
+                let id = params
+                    .get("instanceId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 let engine = self.instances.lock().ok().and_then(|mut i| i.remove(id));
                 if let Some(engine) = engine {
-                    engine.dispose().await.map_err(|e| rpc_error(e.to_string(), None))?;
+                    engine
+                        .dispose()
+                        .await
+                        .map_err(|e| rpc_error(e.to_string(), None))?;
                 }
                 Ok(Value::Null)
             }
             "tool/execute" => {
-                let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
+                let name = params
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 let tool = self.plugin.tools.iter().find(|t| t.name() == name).cloned();
-                let tool = tool.ok_or_else(|| rpc_error(format!("unknown tool \"{name}\""), None))?;
+                let tool =
+                    tool.ok_or_else(|| rpc_error(format!("unknown tool \"{name}\""), None))?;
                 let ctx = params.get("context").cloned().unwrap_or(Value::Null);
                 let tcx = ToolCallContext {
-                    session_id: ctx.get("sessionId").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                    session_key: ctx.get("sessionKey").and_then(Value::as_str).map(str::to_owned),
+                    session_id: ctx
+                        .get("sessionId")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    session_key: ctx
+                        .get("sessionKey")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
                 };
                 let args = params.get("arguments").cloned().unwrap_or(Value::Null);
                 Ok(match tool.execute(args, tcx).await {
                     Ok(text) => json!({"content": [{"type": "text", "text": text}]}),
-                    Err(text) => json!({"content": [{"type": "text", "text": text}], "isError": true}),
+                    Err(text) => {
+                        json!({"content": [{"type": "text", "text": text}], "isError": true})
+                    }
                 })
             }
             "shutdown" => Ok(Value::Null),
@@ -217,7 +284,12 @@ impl Server {
         }
     }
 
-    async fn call_engine(&self, id: &Value, method: Method, params: &Value) -> Result<Value, Value> {
+    async fn call_engine(
+        &self,
+        id: &Value,
+        method: Method,
+        params: &Value,
+    ) -> Result<Value, Value> {
         let engine = self.instance(params)?;
         let mut cx = CallContext::none().with_services(self.services(id));
         let key = id.to_string();
@@ -234,18 +306,36 @@ impl Server {
             Method::Assemble => encode(e.assemble(&decode::<AssembleParams>(params)?, &cx).await),
             Method::Compact => {
                 if e.is_runtime_compaction_delegate() {
-                    Ok(json!({"ok": true, "compacted": false, "reason": "delegated-to-runtime", MARKER_KEY: {"delegateCompaction": true}}))
+                    Ok(
+                        json!({"ok": true, "compacted": false, "reason": "delegated-to-runtime", MARKER_KEY: {"delegateCompaction": true}}),
+                    )
                 } else {
                     encode(e.compact(&decode::<CompactParams>(params)?, &cx).await)
                 }
             }
-            Method::IngestBatch => encode(e.ingest_batch(&decode::<IngestBatchParams>(params)?, &cx).await),
-            Method::Bootstrap => encode(e.bootstrap(&decode::<BootstrapParams>(params)?, &cx).await),
+            Method::IngestBatch => encode(
+                e.ingest_batch(&decode::<IngestBatchParams>(params)?, &cx)
+                    .await,
+            ),
+            Method::Bootstrap => {
+                encode(e.bootstrap(&decode::<BootstrapParams>(params)?, &cx).await)
+            }
             Method::Maintain => encode(e.maintain(&decode::<MaintainParams>(params)?, &cx).await),
-            Method::AfterTurn => encode(e.after_turn(&decode::<AfterTurnParams>(params)?, &cx).await),
-            Method::CommitTurn => encode(e.commit_turn(&decode::<CommitTurnParams>(params)?, &cx).await),
-            Method::OnSubagentEnded => encode(e.on_subagent_ended(&decode::<SubagentEndedParams>(params)?, &cx).await),
-            Method::PrepareSubagentSpawn => match e.prepare_subagent_spawn(&decode::<PrepareSubagentSpawnParams>(params)?, &cx).await {
+            Method::AfterTurn => {
+                encode(e.after_turn(&decode::<AfterTurnParams>(params)?, &cx).await)
+            }
+            Method::CommitTurn => encode(
+                e.commit_turn(&decode::<CommitTurnParams>(params)?, &cx)
+                    .await,
+            ),
+            Method::OnSubagentEnded => encode(
+                e.on_subagent_ended(&decode::<SubagentEndedParams>(params)?, &cx)
+                    .await,
+            ),
+            Method::PrepareSubagentSpawn => match e
+                .prepare_subagent_spawn(&decode::<PrepareSubagentSpawnParams>(params)?, &cx)
+                .await
+            {
                 Ok(Some(prep)) => {
                     let rid = format!("{}", self.next.fetch_add(1, Ordering::Relaxed));
                     if let Ok(mut r) = self.rollbacks.lock() {
@@ -308,7 +398,11 @@ where
         let id = msg.get("id").cloned().filter(|v| !v.is_null());
         match (msg.get("method").and_then(Value::as_str), id) {
             (Some("$/cancelRequest"), None) => {
-                let key = msg.get("params").and_then(|p| p.get("id")).map(Value::to_string).unwrap_or_default();
+                let key = msg
+                    .get("params")
+                    .and_then(|p| p.get("id"))
+                    .map(Value::to_string)
+                    .unwrap_or_default();
                 if let Some(c) = server.aborts.lock().ok().and_then(|a| a.get(&key).cloned()) {
                     c.abort("Context engine operation aborted.");
                 }
@@ -331,10 +425,22 @@ where
                 }
             }
             (None, Some(id)) => {
-                let key = id.as_str().map(str::to_owned).unwrap_or_else(|| id.to_string());
-                if let Some(tx) = server.host_pending.lock().ok().and_then(|mut p| p.remove(&key)) {
+                let key = id
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| id.to_string());
+                if let Some(tx) = server
+                    .host_pending
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.remove(&key))
+                {
                     let outcome = match msg.get("error").filter(|e| !e.is_null()) {
-                        Some(err) => Err(err.get("message").and_then(Value::as_str).unwrap_or("host error").to_owned()),
+                        Some(err) => Err(err
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("host error")
+                            .to_owned()),
                         None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
                     };
                     let _ = tx.send(outcome);

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use clawctx_engine::resolve::missing_info_contract_error;
 use clawctx_engine::{
-    AgentTool, CallContext, ContextEngine, EngineError, FactoryContext, Method, MethodSet, SubagentSpawnPreparation,
-    ToolCallContext,
+    AgentTool, CallContext, ContextEngine, EngineError, FactoryContext, Method, MethodSet,
+    SubagentSpawnPreparation, ToolCallContext,
 };
 use clawctx_protocol::*;
 use serde::de::DeserializeOwned;
@@ -58,7 +58,10 @@ pub struct PluginEngine {
 
 impl std::fmt::Debug for PluginEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginEngine").field("engine_id", &self.engine_id).field("methods", &self.methods).finish()
+        f.debug_struct("PluginEngine")
+            .field("engine_id", &self.engine_id)
+            .field("methods", &self.methods)
+            .finish()
     }
 }
 
@@ -68,27 +71,60 @@ struct Created {
     methods: Vec<String>,
 }
 
-async fn create_instance(conn: &Connection, host: &PluginHost, engine_id: &str, factory_context: &Value) -> Result<Created, EngineError> {
+async fn create_instance(
+    conn: &Connection,
+    host: &PluginHost,
+    engine_id: &str,
+    factory_context: &Value,
+) -> Result<Created, EngineError> {
     let raw = conn
-        .call("engine/create", json!({"engineId": engine_id, "factoryContext": factory_context}), None, host.options().call_timeout)
+        .call(
+            "engine/create",
+            json!({"engineId": engine_id, "factoryContext": factory_context}),
+            None,
+            host.options().call_timeout,
+        )
         .await?;
     let instance_id = raw
         .get("instanceId")
-        .and_then(|v| v.as_str().map(str::to_owned).or_else(|| v.as_u64().map(|n| n.to_string())))
-        .ok_or_else(|| EngineError::failed(format!("contract violation: engine/create returned no instanceId: {raw}")))?;
+        .and_then(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .or_else(|| v.as_u64().map(|n| n.to_string()))
+        })
+        .ok_or_else(|| {
+            EngineError::failed(format!(
+                "contract violation: engine/create returned no instanceId: {raw}"
+            ))
+        })?;
     let methods = raw
         .get("methods")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default();
-    Ok(Created { instance_id, info: raw.get("info").cloned().unwrap_or(Value::Null), methods })
+    Ok(Created {
+        instance_id,
+        info: raw.get("info").cloned().unwrap_or(Value::Null),
+        methods,
+    })
 }
 
 /// Reads `info` leniently: id and name default to "" (so contract validation reports them),
 /// the rest must fit the wire type.
-fn parse_info(engine_id: &str, info: Value, missing: &[&str]) -> Result<ContextEngineInfo, EngineError> {
+fn parse_info(
+    engine_id: &str,
+    info: Value,
+    missing: &[&str],
+) -> Result<ContextEngineInfo, EngineError> {
     let Value::Object(mut map) = info else {
-        return Err(EngineError::Contract(missing_info_contract_error(engine_id, missing)));
+        return Err(EngineError::Contract(missing_info_contract_error(
+            engine_id, missing,
+        )));
     };
     for key in ["id", "name"] {
         let ok = map.get(key).is_some_and(Value::is_string);
@@ -96,20 +132,32 @@ fn parse_info(engine_id: &str, info: Value, missing: &[&str]) -> Result<ContextE
             map.insert(key.into(), Value::String(String::new()));
         }
     }
-    serde_json::from_value(Value::Object(map))
-        .map_err(|e| EngineError::failed(format!("contract violation: engine \"{engine_id}\" info is invalid: {e}")))
+    serde_json::from_value(Value::Object(map)).map_err(|e| {
+        EngineError::failed(format!(
+            "contract violation: engine \"{engine_id}\" info is invalid: {e}"
+        ))
+    })
 }
 
 impl PluginEngine {
     /// The factory body: creates an instance of `engine_id` in the plugin process (starting
     /// the process when needed). A factory that throws or returns a non-object fails with the
     /// plugin's message (the exact contract text for the latter).
-    pub async fn create(host: Arc<PluginHost>, engine_id: String, ctx: FactoryContext) -> Result<Arc<dyn ContextEngine>, EngineError> {
+    pub async fn create(
+        host: Arc<PluginHost>,
+        engine_id: String,
+        ctx: FactoryContext,
+    ) -> Result<Arc<dyn ContextEngine>, EngineError> {
         let factory_context = factory_context_json(&ctx);
         let (conn, generation) = host.connection().await?;
         let created = create_instance(&conn, &host, &engine_id, &factory_context).await?;
         let names: HashSet<&str> = created.methods.iter().map(String::as_str).collect();
-        let methods = MethodSet::of(&Method::ALL.into_iter().filter(|m| names.contains(m.name()) || *m == Method::Dispose).collect::<Vec<_>>());
+        let methods = MethodSet::of(
+            &Method::ALL
+                .into_iter()
+                .filter(|m| names.contains(m.name()) || *m == Method::Dispose)
+                .collect::<Vec<_>>(),
+        );
         let missing: Vec<&str> = [Method::Ingest, Method::Assemble, Method::Compact]
             .into_iter()
             .filter(|m| !methods.has(*m))
@@ -121,7 +169,12 @@ impl PluginEngine {
             .map(|i| i.tools)
             .unwrap_or_default()
             .into_iter()
-            .map(|decl| Arc::new(PluginTool { host: host.clone(), decl }) as Arc<dyn AgentTool>)
+            .map(|decl| {
+                Arc::new(PluginTool {
+                    host: host.clone(),
+                    decl,
+                }) as Arc<dyn AgentTool>
+            })
             .collect();
         Ok(Arc::new(PluginEngine {
             host,
@@ -139,32 +192,62 @@ impl PluginEngine {
         &self.engine_id
     }
 
-    async fn invoke(&self, method: Method, params: Value, cx: &CallContext) -> Result<Value, EngineError> {
+    async fn invoke(
+        &self,
+        method: Method,
+        params: Value,
+        cx: &CallContext,
+    ) -> Result<Value, EngineError> {
         let (conn, generation) = self.host.connection().await?;
         let instance_id = {
             let mut inst = self.instance.lock().await;
             if inst.0 != generation {
-                let created = create_instance(&conn, &self.host, &self.engine_id, &self.factory_context).await?;
+                let created =
+                    create_instance(&conn, &self.host, &self.engine_id, &self.factory_context)
+                        .await?;
                 *inst = (generation, created.instance_id);
             }
             inst.1.clone()
         };
-        let req = json!({"instanceId": instance_id, "params": params, "abortable": cx.abort.is_some()});
-        let value = conn.call(&format!("engine/{}", method.name()), req, Some(cx), self.host.options().call_timeout).await?;
+        let req =
+            json!({"instanceId": instance_id, "params": params, "abortable": cx.abort.is_some()});
+        let value = conn
+            .call(
+                &format!("engine/{}", method.name()),
+                req,
+                Some(cx),
+                self.host.options().call_timeout,
+            )
+            .await?;
         Ok(value)
     }
 
-    async fn invoke_with<P: serde::Serialize>(&self, method: Method, params: &P, cx: &CallContext) -> Result<Value, EngineError> {
-        let params = serde_json::to_value(params).map_err(|e| EngineError::failed(format!("cannot encode {} params: {e}", method.name())))?;
+    async fn invoke_with<P: serde::Serialize>(
+        &self,
+        method: Method,
+        params: &P,
+        cx: &CallContext,
+    ) -> Result<Value, EngineError> {
+        let params = serde_json::to_value(params).map_err(|e| {
+            EngineError::failed(format!("cannot encode {} params: {e}", method.name()))
+        })?;
         self.invoke(method, params, cx).await
     }
 }
 
 fn decode<T: DeserializeOwned>(method: Method, v: Value) -> Result<T, EngineError> {
-    serde_json::from_value(v).map_err(|e| EngineError::failed(format!("contract violation: {} returned an invalid result: {e}", method.name())))
+    serde_json::from_value(v).map_err(|e| {
+        EngineError::failed(format!(
+            "contract violation: {} returned an invalid result: {e}",
+            method.name()
+        ))
+    })
 }
 
-fn decode_or_default<T: DeserializeOwned + Default>(method: Method, v: Value) -> Result<T, EngineError> {
+fn decode_or_default<T: DeserializeOwned + Default>(
+    method: Method,
+    v: Value,
+) -> Result<T, EngineError> {
     if v.is_null() {
         return Ok(T::default());
     }
@@ -198,7 +281,9 @@ pub fn check_assembled(params: &AssembleParams, result: &AssembleResult) -> Resu
     if let Some(budget) = params.token_budget {
         let tokens = clawctx_tokens::messages_tokens(&result.messages);
         if tokens > budget {
-            return Err(format!("assemble returned {tokens} tokens, over the token budget of {budget}"));
+            return Err(format!(
+                "assemble returned {tokens} tokens, over the token budget of {budget}"
+            ));
         }
     }
     Ok(())
@@ -218,28 +303,49 @@ impl ContextEngine for PluginEngine {
         self.tools.clone()
     }
 
-    async fn ingest(&self, params: &IngestParams, cx: &CallContext) -> Result<IngestResult, EngineError> {
+    async fn ingest(
+        &self,
+        params: &IngestParams,
+        cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
         let v = self.invoke_with(Method::Ingest, params, cx).await?;
         decode_or_default(Method::Ingest, v)
     }
 
-    async fn assemble(&self, params: &AssembleParams, cx: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        params: &AssembleParams,
+        cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         let v = self.invoke_with(Method::Assemble, params, cx).await?;
         let result: AssembleResult = decode(Method::Assemble, v)?;
-        check_assembled(params, &result).map_err(|e| EngineError::failed(format!("contract violation: {e}")))?;
+        check_assembled(params, &result)
+            .map_err(|e| EngineError::failed(format!("contract violation: {e}")))?;
         Ok(result)
     }
 
-    async fn compact(&self, params: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        params: &CompactParams,
+        cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         let v = self.invoke_with(Method::Compact, params, cx).await?;
-        let delegated = v.get(MARKER_KEY).and_then(|m| m.get("delegateCompaction")).and_then(Value::as_bool) == Some(true);
+        let delegated = v
+            .get(MARKER_KEY)
+            .and_then(|m| m.get("delegateCompaction"))
+            .and_then(Value::as_bool)
+            == Some(true);
         if delegated {
             return clawctx_engine::legacy::delegate_compaction_to_runtime(params, cx).await;
         }
         decode(Method::Compact, v)
     }
 
-    async fn ingest_batch(&self, params: &IngestBatchParams, cx: &CallContext) -> Result<IngestBatchResult, EngineError> {
+    async fn ingest_batch(
+        &self,
+        params: &IngestBatchParams,
+        cx: &CallContext,
+    ) -> Result<IngestBatchResult, EngineError> {
         if !self.methods.has(Method::IngestBatch) {
             return Err(EngineError::NotImplemented(Method::IngestBatch));
         }
@@ -247,7 +353,11 @@ impl ContextEngine for PluginEngine {
         decode_or_default(Method::IngestBatch, v)
     }
 
-    async fn bootstrap(&self, params: &BootstrapParams, cx: &CallContext) -> Result<BootstrapResult, EngineError> {
+    async fn bootstrap(
+        &self,
+        params: &BootstrapParams,
+        cx: &CallContext,
+    ) -> Result<BootstrapResult, EngineError> {
         if !self.methods.has(Method::Bootstrap) {
             return Err(EngineError::NotImplemented(Method::Bootstrap));
         }
@@ -255,7 +365,11 @@ impl ContextEngine for PluginEngine {
         decode_or_default(Method::Bootstrap, v)
     }
 
-    async fn maintain(&self, params: &MaintainParams, cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
+    async fn maintain(
+        &self,
+        params: &MaintainParams,
+        cx: &CallContext,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
         if !self.methods.has(Method::Maintain) {
             return Err(EngineError::NotImplemented(Method::Maintain));
         }
@@ -263,14 +377,24 @@ impl ContextEngine for PluginEngine {
         decode_or_default(Method::Maintain, v)
     }
 
-    async fn after_turn(&self, params: &AfterTurnParams, cx: &CallContext) -> Result<(), EngineError> {
+    async fn after_turn(
+        &self,
+        params: &AfterTurnParams,
+        cx: &CallContext,
+    ) -> Result<(), EngineError> {
         if !self.methods.has(Method::AfterTurn) {
             return Err(EngineError::NotImplemented(Method::AfterTurn));
         }
-        self.invoke_with(Method::AfterTurn, params, cx).await.map(|_| ())
+        self.invoke_with(Method::AfterTurn, params, cx)
+            .await
+            .map(|_| ())
     }
 
-    async fn commit_turn(&self, params: &CommitTurnParams, cx: &CallContext) -> Result<CommitTurnResult, EngineError> {
+    async fn commit_turn(
+        &self,
+        params: &CommitTurnParams,
+        cx: &CallContext,
+    ) -> Result<CommitTurnResult, EngineError> {
         if !self.methods.has(Method::CommitTurn) {
             return Err(EngineError::NotImplemented(Method::CommitTurn));
         }
@@ -286,7 +410,9 @@ impl ContextEngine for PluginEngine {
         if !self.methods.has(Method::PrepareSubagentSpawn) {
             return Err(EngineError::NotImplemented(Method::PrepareSubagentSpawn));
         }
-        let v = self.invoke_with(Method::PrepareSubagentSpawn, params, cx).await?;
+        let v = self
+            .invoke_with(Method::PrepareSubagentSpawn, params, cx)
+            .await?;
         if v.is_null() || v.get("hasRollback").and_then(Value::as_bool) != Some(true) {
             return Ok(None);
         }
@@ -294,31 +420,48 @@ impl ContextEngine for PluginEngine {
         let instance_id = self.instance.lock().await.1.clone();
         let host = self.host.clone();
         Ok(Some(SubagentSpawnPreparation::new(move || async move {
-            host.call("engine/rollback", json!({"instanceId": instance_id, "rollbackId": rollback_id}), None)
-                .await
-                .map(|_| ())
-                .map_err(EngineError::from)
+            host.call(
+                "engine/rollback",
+                json!({"instanceId": instance_id, "rollbackId": rollback_id}),
+                None,
+            )
+            .await
+            .map(|_| ())
+            .map_err(EngineError::from)
         })))
     }
 
-    async fn on_subagent_ended(&self, params: &SubagentEndedParams, cx: &CallContext) -> Result<(), EngineError> {
+    async fn on_subagent_ended(
+        &self,
+        params: &SubagentEndedParams,
+        cx: &CallContext,
+    ) -> Result<(), EngineError> {
         if !self.methods.has(Method::OnSubagentEnded) {
             return Err(EngineError::NotImplemented(Method::OnSubagentEnded));
         }
-        self.invoke_with(Method::OnSubagentEnded, params, cx).await.map(|_| ())
+        self.invoke_with(Method::OnSubagentEnded, params, cx)
+            .await
+            .map(|_| ())
     }
 
     async fn dispose(&self) -> Result<(), EngineError> {
         // Never restarts a dead process just to dispose an instance that died with it.
-        let Some((conn, generation)) = self.host.current().await else { return Ok(()) };
+        let Some((conn, generation)) = self.host.current().await else {
+            return Ok(());
+        };
         let (inst_gen, instance_id) = self.instance.lock().await.clone();
         if inst_gen != generation {
             return Ok(());
         }
-        conn.call("engine/dispose", json!({"instanceId": instance_id}), None, self.host.options().call_timeout)
-            .await
-            .map(|_| ())
-            .map_err(|e: PluginError| e.into())
+        conn.call(
+            "engine/dispose",
+            json!({"instanceId": instance_id}),
+            None,
+            self.host.options().call_timeout,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e: PluginError| e.into())
     }
 }
 
@@ -348,7 +491,11 @@ impl AgentTool for PluginTool {
             "arguments": arguments,
             "context": {"sessionId": context.session_id, "sessionKey": context.session_key},
         });
-        let v = self.host.call("tool/execute", params, None).await.map_err(|e| e.to_string())?;
+        let v = self
+            .host
+            .call("tool/execute", params, None)
+            .await
+            .map_err(|e| e.to_string())?;
         let text = tool_text(&v);
         if v.get("isError").and_then(Value::as_bool) == Some(true) {
             Err(text)
@@ -364,9 +511,11 @@ fn tool_text(v: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Object(o) => match o.get("content") {
             Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(blocks)) => {
-                blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
-            }
+            Some(Value::Array(blocks)) => blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
             _ => v.to_string(),
         },
         Value::Null => String::new(),

@@ -79,8 +79,16 @@ pub enum PluginError {
 }
 
 impl PluginError {
-    pub(crate) fn manifest(file: impl Into<PathBuf>, key: impl Into<String>, message: impl Into<String>) -> Self {
-        PluginError::Manifest { file: file.into(), key: key.into(), message: message.into() }
+    pub(crate) fn manifest(
+        file: impl Into<PathBuf>,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        PluginError::Manifest {
+            file: file.into(),
+            key: key.into(),
+            message: message.into(),
+        }
     }
 
     /// Whether the remote error is a factory contract failure (`error.data.kind == "contract"`).

@@ -71,13 +71,21 @@ pub struct PluginHost {
 
 impl std::fmt::Debug for PluginHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginHost").field("plugin_id", &self.plugin_id).field("pid", &self.pid()).finish()
+        f.debug_struct("PluginHost")
+            .field("plugin_id", &self.plugin_id)
+            .field("pid", &self.pid())
+            .finish()
     }
 }
 
 impl PluginHost {
     /// A supervisor that will run `spec` and send `init_params` as the `initialize` params.
-    pub fn new(plugin_id: impl Into<String>, spec: SpawnSpec, init_params: Value, options: HostOptions) -> Self {
+    pub fn new(
+        plugin_id: impl Into<String>,
+        spec: SpawnSpec,
+        init_params: Value,
+        options: HostOptions,
+    ) -> Self {
         Self {
             plugin_id: plugin_id.into(),
             spec,
@@ -120,7 +128,10 @@ impl PluginHost {
     /// The live connection without starting one.
     pub async fn current(&self) -> Option<(Arc<Connection>, u64)> {
         let st = self.state.lock().await;
-        st.conn.as_ref().filter(|c| c.is_alive()).map(|c| (c.clone(), st.generation))
+        st.conn
+            .as_ref()
+            .filter(|c| c.is_alive())
+            .map(|c| (c.clone(), st.generation))
     }
 
     /// The live connection and its generation, (re)starting the process when needed.
@@ -158,7 +169,11 @@ impl PluginHost {
             Err(e) => {
                 let exp = st.failures.min(16);
                 st.failures += 1;
-                let delay = self.options.backoff_base.saturating_mul(1u32 << exp.min(10)).min(self.options.backoff_max);
+                let delay = self
+                    .options
+                    .backoff_base
+                    .saturating_mul(1u32 << exp.min(10))
+                    .min(self.options.backoff_max);
                 st.retry_at = Some(Instant::now() + delay);
                 Err(e)
             }
@@ -166,13 +181,26 @@ impl PluginHost {
     }
 
     async fn start(&self) -> Result<(Arc<Connection>, InitializeResult), PluginError> {
-        let conn = Connection::spawn(&self.spec, self.options.max_message_bytes, self.services.clone())?;
+        let conn = Connection::spawn(
+            &self.spec,
+            self.options.max_message_bytes,
+            self.services.clone(),
+        )?;
         if let Ok(mut p) = self.pid.lock() {
             *p = Some(conn.pid());
         }
-        let raw = conn.call("initialize", self.init_params.clone(), None, self.options.init_timeout).await?;
+        let raw = conn
+            .call(
+                "initialize",
+                self.init_params.clone(),
+                None,
+                self.options.init_timeout,
+            )
+            .await?;
         let init: InitializeResult = serde_json::from_value(raw).map_err(|e| {
-            let err = PluginError::Contract(format!("contract violation: initialize returned an invalid result: {e}"));
+            let err = PluginError::Contract(format!(
+                "contract violation: initialize returned an invalid result: {e}"
+            ));
             conn.kill(err.to_string());
             err
         })?;
@@ -180,9 +208,15 @@ impl PluginHost {
     }
 
     /// One request on the live connection (restarting it when needed), with the call timeout.
-    pub async fn call(&self, method: &str, params: Value, cx: Option<&CallContext>) -> Result<Value, PluginError> {
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Value,
+        cx: Option<&CallContext>,
+    ) -> Result<Value, PluginError> {
         let (conn, _) = self.connection().await?;
-        conn.call(method, params, cx, self.options.call_timeout).await
+        conn.call(method, params, cx, self.options.call_timeout)
+            .await
     }
 
     /// Asks the plugin to shut down (`shutdown`, 2 s), then kills the process group.
@@ -190,7 +224,9 @@ impl PluginHost {
         let conn = self.state.lock().await.conn.take();
         if let Some(conn) = conn {
             if conn.is_alive() {
-                let _ = conn.call("shutdown", Value::Null, None, Duration::from_secs(2)).await;
+                let _ = conn
+                    .call("shutdown", Value::Null, None, Duration::from_secs(2))
+                    .await;
             }
             conn.kill("plugin was shut down".into());
         }

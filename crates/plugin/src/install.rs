@@ -105,21 +105,31 @@ impl ConfigChange {
     pub fn describe(&self) -> String {
         match self {
             ConfigChange::Set { path, value } => format!("set {} = {value}", path.join(".")),
-            ConfigChange::AppendUnique { path, value } => format!("add {value} to {}", path.join(".")),
-            ConfigChange::RemoveFromArray { path, value } => format!("remove {value} from {}", path.join(".")),
+            ConfigChange::AppendUnique { path, value } => {
+                format!("add {value} to {}", path.join("."))
+            }
+            ConfigChange::RemoveFromArray { path, value } => {
+                format!("remove {value} from {}", path.join("."))
+            }
             ConfigChange::Remove { path } => format!("remove {}", path.join(".")),
         }
     }
 
     /// Applies the change to a config value (creating objects on the way).
     pub fn apply(&self, config: &mut Value) {
-        fn parent<'a>(config: &'a mut Value, path: &[String]) -> Option<&'a mut serde_json::Map<String, Value>> {
+        fn parent<'a>(
+            config: &'a mut Value,
+            path: &[String],
+        ) -> Option<&'a mut serde_json::Map<String, Value>> {
             let mut cur = config;
             for key in path {
                 if !cur.is_object() {
                     *cur = Value::Object(Default::default());
                 }
-                cur = cur.as_object_mut()?.entry(key.clone()).or_insert_with(|| Value::Object(Default::default()));
+                cur = cur
+                    .as_object_mut()?
+                    .entry(key.clone())
+                    .or_insert_with(|| Value::Object(Default::default()));
             }
             if !cur.is_object() {
                 *cur = Value::Object(Default::default());
@@ -134,10 +144,17 @@ impl ConfigChange {
                     }
                 }
             }
-            ConfigChange::AppendUnique { path, value } | ConfigChange::RemoveFromArray { path, value } => {
-                let Some((last, init)) = path.split_last() else { return };
-                let Some(obj) = parent(config, init) else { return };
-                let arr = obj.entry(last.clone()).or_insert_with(|| Value::Array(Vec::new()));
+            ConfigChange::AppendUnique { path, value }
+            | ConfigChange::RemoveFromArray { path, value } => {
+                let Some((last, init)) = path.split_last() else {
+                    return;
+                };
+                let Some(obj) = parent(config, init) else {
+                    return;
+                };
+                let arr = obj
+                    .entry(last.clone())
+                    .or_insert_with(|| Value::Array(Vec::new()));
                 if !arr.is_array() {
                     *arr = Value::Array(Vec::new());
                 }
@@ -152,7 +169,9 @@ impl ConfigChange {
                 }
             }
             ConfigChange::Remove { path } => {
-                let Some((last, init)) = path.split_last() else { return };
+                let Some((last, init)) = path.split_last() else {
+                    return;
+                };
                 let mut cur = &mut *config;
                 for key in init {
                     match cur.get_mut(key) {
@@ -222,7 +241,10 @@ pub fn read_index(state_dir: &Path) -> Result<InstallIndex, PluginError> {
     match std::fs::read_to_string(&path) {
         Ok(text) => serde_json::from_str(&text)
             .map_err(|e| PluginError::Install(format!("{} is corrupt: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(InstallIndex { version: 1, installs: BTreeMap::new() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(InstallIndex {
+            version: 1,
+            installs: BTreeMap::new(),
+        }),
         Err(e) => Err(io_err("cannot read", &path, e)),
     }
 }
@@ -232,20 +254,32 @@ pub fn write_index(state_dir: &Path, index: &InstallIndex) -> Result<(), PluginE
     let dir = plugins_dir(state_dir);
     std::fs::create_dir_all(&dir).map_err(|e| io_err("cannot create", &dir, e))?;
     let path = dir.join(INDEX_FILE);
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| io_err("cannot create a temp file in", &dir, e))?;
-    let text = serde_json::to_string_pretty(index).map_err(|e| PluginError::Install(e.to_string()))?;
-    std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(|e| io_err("cannot write", tmp.path(), e))?;
-    tmp.as_file().sync_all().map_err(|e| io_err("cannot sync", tmp.path(), e))?;
-    tmp.persist(&path).map_err(|e| io_err("cannot replace", &path, e.error))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+        .map_err(|e| io_err("cannot create a temp file in", &dir, e))?;
+    let text =
+        serde_json::to_string_pretty(index).map_err(|e| PluginError::Install(e.to_string()))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes())
+        .map_err(|e| io_err("cannot write", tmp.path(), e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| io_err("cannot sync", tmp.path(), e))?;
+    tmp.persist(&path)
+        .map_err(|e| io_err("cannot replace", &path, e.error))?;
     Ok(())
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn looks_like_path(spec: &str) -> bool {
-    spec.starts_with('.') || spec.starts_with('/') || spec.starts_with('~') || Path::new(spec).exists()
+    spec.starts_with('.')
+        || spec.starts_with('/')
+        || spec.starts_with('~')
+        || Path::new(spec).exists()
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<(), PluginError> {
@@ -258,12 +292,16 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), PluginError> {
         }
         let src = entry.path();
         let dst = to.join(&name);
-        let ft = entry.file_type().map_err(|e| io_err("cannot stat", &src, e))?;
+        let ft = entry
+            .file_type()
+            .map_err(|e| io_err("cannot stat", &src, e))?;
         if ft.is_dir() {
             copy_dir(&src, &dst)?;
         } else if ft.is_symlink() {
-            let target = std::fs::read_link(&src).map_err(|e| io_err("cannot read link", &src, e))?;
-            std::os::unix::fs::symlink(&target, &dst).map_err(|e| io_err("cannot create link", &dst, e))?;
+            let target =
+                std::fs::read_link(&src).map_err(|e| io_err("cannot read link", &src, e))?;
+            std::os::unix::fs::symlink(&target, &dst)
+                .map_err(|e| io_err("cannot create link", &dst, e))?;
         } else {
             std::fs::copy(&src, &dst).map_err(|e| io_err("cannot copy", &src, e))?;
         }
@@ -274,7 +312,10 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), PluginError> {
 /// The config changes that enable an installed plugin (and select it when it is a context
 /// engine: the engine id is expected to equal the plugin id, as in OpenClaw's docs).
 pub fn enable_changes(manifest: &PluginManifest) -> Vec<ConfigChange> {
-    let mut changes = vec![ConfigChange::Set { path: p(&["plugins", "entries", &manifest.id, "enabled"]), value: Value::Bool(true) }];
+    let mut changes = vec![ConfigChange::Set {
+        path: p(&["plugins", "entries", &manifest.id, "enabled"]),
+        value: Value::Bool(true),
+    }];
     if manifest.is_context_engine() {
         changes.push(ConfigChange::Set {
             path: p(&["plugins", "slots", "contextEngine"]),
@@ -290,9 +331,15 @@ pub fn install(spec: &str, state_dir: &Path, link: bool) -> Result<InstallReport
 }
 
 /// [`install`] with every option.
-pub fn install_with(spec: &str, state_dir: &Path, opts: &InstallOptions) -> Result<InstallReport, PluginError> {
+pub fn install_with(
+    spec: &str,
+    state_dir: &Path,
+    opts: &InstallOptions,
+) -> Result<InstallReport, PluginError> {
     if opts.link && opts.force {
-        return Err(PluginError::Install("--force is not allowed together with --link".into()));
+        return Err(PluginError::Install(
+            "--force is not allowed together with --link".into(),
+        ));
     }
     let mut index = read_index(state_dir)?;
     let dir = plugins_dir(state_dir);
@@ -322,7 +369,9 @@ pub fn install_with(spec: &str, state_dir: &Path, opts: &InstallOptions) -> Resu
         }
     } else {
         if opts.link {
-            return Err(PluginError::Install(format!("--link needs a local directory, got \"{spec}\"")));
+            return Err(PluginError::Install(format!(
+                "--link needs a local directory, got \"{spec}\""
+            )));
         }
         let prefix = dir.join("npm");
         std::fs::create_dir_all(&prefix).map_err(|e| io_err("cannot create", &prefix, e))?;
@@ -351,7 +400,11 @@ pub fn install_with(spec: &str, state_dir: &Path, opts: &InstallOptions) -> Resu
     index.version = 1;
     index.installs.insert(record.id.clone(), record.clone());
     write_index(state_dir, &index)?;
-    Ok(InstallReport { record, manifest, config_changes: changes })
+    Ok(InstallReport {
+        record,
+        manifest,
+        config_changes: changes,
+    })
 }
 
 fn check_existing(index: &InstallIndex, id: &str, force: bool) -> Result<(), PluginError> {
@@ -363,7 +416,12 @@ fn check_existing(index: &InstallIndex, id: &str, force: bool) -> Result<(), Plu
     Ok(())
 }
 
-fn new_record(m: &PluginManifest, source: InstallSource, spec: &str, path: PathBuf) -> InstallRecord {
+fn new_record(
+    m: &PluginManifest,
+    source: InstallSource,
+    spec: &str,
+    path: PathBuf,
+) -> InstallRecord {
     InstallRecord {
         id: m.id.clone(),
         source,
@@ -394,9 +452,16 @@ pub fn list(state_dir: &Path) -> Result<Vec<InstallRecord>, PluginError> {
 }
 
 /// `clawctx plugins info <id>`: the record and the manifest as it is on disk now.
-pub fn info(state_dir: &Path, id: &str) -> Result<(InstallRecord, Result<PluginManifest, PluginError>), PluginError> {
+pub fn info(
+    state_dir: &Path,
+    id: &str,
+) -> Result<(InstallRecord, Result<PluginManifest, PluginError>), PluginError> {
     let index = read_index(state_dir)?;
-    let record = index.installs.get(id).cloned().ok_or_else(|| PluginError::NotInstalled(id.to_owned()))?;
+    let record = index
+        .installs
+        .get(id)
+        .cloned()
+        .ok_or_else(|| PluginError::NotInstalled(id.to_owned()))?;
     let manifest = load_manifest(&record.install_path);
     Ok((record, manifest))
 }
@@ -404,39 +469,70 @@ pub fn info(state_dir: &Path, id: &str) -> Result<(InstallRecord, Result<PluginM
 /// `clawctx plugins uninstall <id> [--keep-files]`. `config` is the current config: the
 /// returned changes remove `plugins.entries.<id>`, the link path, and reset
 /// `plugins.slots.contextEngine` to `legacy` when it pointed at this plugin.
-pub fn uninstall(state_dir: &Path, id: &str, config: &Value, keep_files: bool) -> Result<UninstallReport, PluginError> {
+pub fn uninstall(
+    state_dir: &Path,
+    id: &str,
+    config: &Value,
+    keep_files: bool,
+) -> Result<UninstallReport, PluginError> {
     let mut index = read_index(state_dir)?;
-    let record = index.installs.remove(id).ok_or_else(|| PluginError::NotInstalled(id.to_owned()))?;
+    let record = index
+        .installs
+        .remove(id)
+        .ok_or_else(|| PluginError::NotInstalled(id.to_owned()))?;
     let mut removed_files = false;
     if record.source == InstallSource::Path && !keep_files {
         let managed = plugins_dir(state_dir).join(&record.id);
-        if record.install_path == managed || record.install_path.starts_with(plugins_dir(state_dir).canonicalize().unwrap_or_default()) {
+        if record.install_path == managed
+            || record
+                .install_path
+                .starts_with(plugins_dir(state_dir).canonicalize().unwrap_or_default())
+        {
             if record.install_path.exists() {
-                std::fs::remove_dir_all(&record.install_path).map_err(|e| io_err("cannot remove", &record.install_path, e))?;
+                std::fs::remove_dir_all(&record.install_path)
+                    .map_err(|e| io_err("cannot remove", &record.install_path, e))?;
             }
             removed_files = true;
         }
     }
-    let mut changes = vec![ConfigChange::Remove { path: p(&["plugins", "entries", id]) }];
+    let mut changes = vec![ConfigChange::Remove {
+        path: p(&["plugins", "entries", id]),
+    }];
     if record.source == InstallSource::Link {
         changes.push(ConfigChange::RemoveFromArray {
             path: p(&["plugins", "load", "paths"]),
             value: Value::String(record.install_path.display().to_string()),
         });
     }
-    let slot = config.pointer("/plugins/slots/contextEngine").and_then(Value::as_str).map(str::trim);
+    let slot = config
+        .pointer("/plugins/slots/contextEngine")
+        .and_then(Value::as_str)
+        .map(str::trim);
     if slot == Some(id) {
-        changes.push(ConfigChange::Set { path: p(&["plugins", "slots", "contextEngine"]), value: Value::String("legacy".into()) });
+        changes.push(ConfigChange::Set {
+            path: p(&["plugins", "slots", "contextEngine"]),
+            value: Value::String("legacy".into()),
+        });
     }
     write_index(state_dir, &index)?;
-    Ok(UninstallReport { record, removed_files, config_changes: changes })
+    Ok(UninstallReport {
+        record,
+        removed_files,
+        config_changes: changes,
+    })
 }
 
 /// Every plugin directory to load: installed plugins (index order) plus `plugins.load.paths`,
 /// without duplicates.
 pub fn plugin_dirs(state_dir: &Path, config: &Value) -> Result<Vec<PathBuf>, PluginError> {
-    let mut out: Vec<PathBuf> = list(state_dir)?.into_iter().map(|r| r.install_path).collect();
-    if let Some(paths) = config.pointer("/plugins/load/paths").and_then(Value::as_array) {
+    let mut out: Vec<PathBuf> = list(state_dir)?
+        .into_iter()
+        .map(|r| r.install_path)
+        .collect();
+    if let Some(paths) = config
+        .pointer("/plugins/load/paths")
+        .and_then(Value::as_array)
+    {
         for v in paths.iter().filter_map(Value::as_str) {
             let pb = PathBuf::from(v);
             if !out.contains(&pb) {
@@ -453,7 +549,10 @@ mod tests {
 
     #[test]
     fn npm_names() {
-        assert_eq!(npm_package_name("@martian-engineering/lossless-claw"), "@martian-engineering/lossless-claw");
+        assert_eq!(
+            npm_package_name("@martian-engineering/lossless-claw"),
+            "@martian-engineering/lossless-claw"
+        );
         assert_eq!(npm_package_name("@a/b@1.2.3"), "@a/b");
         assert_eq!(npm_package_name("left-pad@1"), "left-pad");
     }
@@ -464,14 +563,34 @@ mod tests {
         apply_changes(
             &mut cfg,
             &[
-                ConfigChange::Set { path: p(&["plugins", "entries", "x", "enabled"]), value: Value::Bool(true) },
-                ConfigChange::AppendUnique { path: p(&["plugins", "load", "paths"]), value: "/a".into() },
-                ConfigChange::AppendUnique { path: p(&["plugins", "load", "paths"]), value: "/a".into() },
+                ConfigChange::Set {
+                    path: p(&["plugins", "entries", "x", "enabled"]),
+                    value: Value::Bool(true),
+                },
+                ConfigChange::AppendUnique {
+                    path: p(&["plugins", "load", "paths"]),
+                    value: "/a".into(),
+                },
+                ConfigChange::AppendUnique {
+                    path: p(&["plugins", "load", "paths"]),
+                    value: "/a".into(),
+                },
             ],
         );
-        assert_eq!(cfg.pointer("/plugins/entries/x/enabled"), Some(&Value::Bool(true)));
-        assert_eq!(cfg.pointer("/plugins/load/paths").and_then(Value::as_array).map(Vec::len), Some(1));
-        ConfigChange::Remove { path: p(&["plugins", "entries", "x"]) }.apply(&mut cfg);
+        assert_eq!(
+            cfg.pointer("/plugins/entries/x/enabled"),
+            Some(&Value::Bool(true))
+        );
+        assert_eq!(
+            cfg.pointer("/plugins/load/paths")
+                .and_then(Value::as_array)
+                .map(Vec::len),
+            Some(1)
+        );
+        ConfigChange::Remove {
+            path: p(&["plugins", "entries", "x"]),
+        }
+        .apply(&mut cfg);
         assert!(cfg.pointer("/plugins/entries/x").is_none());
     }
 }

@@ -26,8 +26,8 @@ pub use adapter::{check_assembled, PluginEngine, PluginTool};
 pub use error::PluginError;
 pub use host::{HostOptions, PluginHost};
 pub use install::{
-    apply_changes, info, install, install_with, list, plugin_dirs, uninstall, ConfigChange, InstallOptions, InstallRecord,
-    InstallReport, InstallSource, UninstallReport,
+    apply_changes, info, install, install_with, list, plugin_dirs, uninstall, ConfigChange,
+    InstallOptions, InstallRecord, InstallReport, InstallSource, UninstallReport,
 };
 pub use manifest::{load_manifest, PluginEntry, PluginManifest};
 pub use register::{load_plugins, register_plugin, LoadedPlugin, PluginOptions};

@@ -39,9 +39,10 @@ impl PluginEntry {
     pub fn describe(&self) -> String {
         match self {
             PluginEntry::Node(p) | PluginEntry::Python(p) => p.display().to_string(),
-            PluginEntry::Command { program, args } => {
-                std::iter::once(program.as_str()).chain(args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
-            }
+            PluginEntry::Command { program, args } => std::iter::once(program.as_str())
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 
@@ -107,7 +108,11 @@ pub fn plugin_config(config: &Value, plugin_id: &str) -> Value {
 
 /// Validates one plugin's config object against its schema; the error names the first
 /// failing path as `plugins.entries.<id>.config<path>`.
-pub fn validate_plugin_config(plugin_id: &str, schema: &Value, plugin_config: &Value) -> Result<(), PluginError> {
+pub fn validate_plugin_config(
+    plugin_id: &str,
+    schema: &Value,
+    plugin_config: &Value,
+) -> Result<(), PluginError> {
     let base = format!("plugins.entries.{plugin_id}.config");
     let validator = jsonschema::validator_for(schema).map_err(|e| PluginError::ConfigInvalid {
         plugin_id: plugin_id.to_owned(),
@@ -143,62 +148,110 @@ fn pointer_to_path(pointer: &str) -> String {
 
 /// Finds the manifest file in `dir`.
 pub fn find_manifest(dir: &Path) -> Option<PathBuf> {
-    MANIFEST_FILES.iter().map(|f| dir.join(f)).find(|p| p.is_file())
+    MANIFEST_FILES
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.is_file())
 }
 
 fn read_json(path: &Path) -> Result<Value, PluginError> {
-    let text = std::fs::read_to_string(path).map_err(|e| PluginError::manifest(path, "(file)", e.to_string()))?;
-    serde_json::from_str(&text).map_err(|e| PluginError::manifest(path, "(file)", format!("not valid JSON: {e}")))
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| PluginError::manifest(path, "(file)", e.to_string()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| PluginError::manifest(path, "(file)", format!("not valid JSON: {e}")))
 }
 
 fn opt_string(v: &Value, key: &str, file: &Path) -> Result<Option<String>, PluginError> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(PluginError::manifest(file, key, format!("must be a string, got {other}"))),
+        Some(other) => Err(PluginError::manifest(
+            file,
+            key,
+            format!("must be a string, got {other}"),
+        )),
     }
 }
 
 /// Reads the manifest of the plugin in `dir` (the entry is resolved and checked, the config
 /// is not validated: see [`PluginManifest::validate_config`]).
 pub fn load_manifest(dir: &Path) -> Result<PluginManifest, PluginError> {
-    let root = dir.canonicalize().map_err(|e| PluginError::manifest(dir, "(directory)", e.to_string()))?;
+    let root = dir
+        .canonicalize()
+        .map_err(|e| PluginError::manifest(dir, "(directory)", e.to_string()))?;
     let Some(manifest_path) = find_manifest(&root) else {
         return Err(PluginError::manifest(
             root.join(MANIFEST_FILES[1]),
             "(file)",
-            format!("no {} or {} in the plugin directory", MANIFEST_FILES[0], MANIFEST_FILES[1]),
+            format!(
+                "no {} or {} in the plugin directory",
+                MANIFEST_FILES[0], MANIFEST_FILES[1]
+            ),
         ));
     };
     let raw = read_json(&manifest_path)?;
     let file = manifest_path.as_path();
     if !raw.is_object() {
-        return Err(PluginError::manifest(file, "(file)", "the manifest must be a JSON object"));
+        return Err(PluginError::manifest(
+            file,
+            "(file)",
+            "the manifest must be a JSON object",
+        ));
     }
     let id = match raw.get("id") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_owned(),
-        Some(other) => return Err(PluginError::manifest(file, "id", format!("must be a non-empty string, got {other}"))),
+        Some(other) => {
+            return Err(PluginError::manifest(
+                file,
+                "id",
+                format!("must be a non-empty string, got {other}"),
+            ))
+        }
         None => return Err(PluginError::manifest(file, "id", "is required")),
     };
     if id.contains('/') || id.contains('\\') || id == "." || id == ".." {
-        return Err(PluginError::manifest(file, "id", format!("\"{id}\" may not contain path separators")));
+        return Err(PluginError::manifest(
+            file,
+            "id",
+            format!("\"{id}\" may not contain path separators"),
+        ));
     }
     let kinds = match raw.get("kind") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => a
             .iter()
-            .map(|k| k.as_str().map(str::to_owned).ok_or_else(|| PluginError::manifest(file, "kind", format!("entries must be strings, got {k}"))))
+            .map(|k| {
+                k.as_str().map(str::to_owned).ok_or_else(|| {
+                    PluginError::manifest(file, "kind", format!("entries must be strings, got {k}"))
+                })
+            })
             .collect::<Result<_, _>>()?,
-        Some(other) => return Err(PluginError::manifest(file, "kind", format!("must be a string or an array of strings, got {other}"))),
+        Some(other) => {
+            return Err(PluginError::manifest(
+                file,
+                "kind",
+                format!("must be a string or an array of strings, got {other}"),
+            ))
+        }
     };
     let config_schema = match raw.get("configSchema") {
         None | Some(Value::Null) => serde_json::json!({}),
         Some(v @ Value::Object(_)) | Some(v @ Value::Bool(_)) => v.clone(),
-        Some(other) => return Err(PluginError::manifest(file, "configSchema", format!("must be a JSON Schema object, got {other}"))),
+        Some(other) => {
+            return Err(PluginError::manifest(
+                file,
+                "configSchema",
+                format!("must be a JSON Schema object, got {other}"),
+            ))
+        }
     };
     if let Err(e) = jsonschema::validator_for(&config_schema) {
-        return Err(PluginError::manifest(file, "configSchema", format!("is not a valid JSON Schema: {e}")));
+        return Err(PluginError::manifest(
+            file,
+            "configSchema",
+            format!("is not a valid JSON Schema: {e}"),
+        ));
     }
     let entry = resolve_entry(&root, &raw, file)?;
     Ok(PluginManifest {
@@ -219,7 +272,9 @@ fn resolve_entry(root: &Path, raw: &Value, file: &Path) -> Result<PluginEntry, P
     let runtime = opt_string(raw, "runtime", file)?;
     for key in ["entry", "main"] {
         if let Some(v) = raw.get(key) {
-            let s = v.as_str().ok_or_else(|| PluginError::manifest(file, key, format!("must be a string path, got {v}")))?;
+            let s = v.as_str().ok_or_else(|| {
+                PluginError::manifest(file, key, format!("must be a string path, got {v}"))
+            })?;
             return file_entry(root, s, runtime.as_deref(), file, key);
         }
     }
@@ -228,9 +283,23 @@ fn resolve_entry(root: &Path, raw: &Value, file: &Path) -> Result<PluginEntry, P
             Value::String(s) => s.split_whitespace().map(str::to_owned).collect(),
             Value::Array(a) => a
                 .iter()
-                .map(|x| x.as_str().map(str::to_owned).ok_or_else(|| PluginError::manifest(file, "command", format!("entries must be strings, got {x}"))))
+                .map(|x| {
+                    x.as_str().map(str::to_owned).ok_or_else(|| {
+                        PluginError::manifest(
+                            file,
+                            "command",
+                            format!("entries must be strings, got {x}"),
+                        )
+                    })
+                })
                 .collect::<Result<_, _>>()?,
-            other => return Err(PluginError::manifest(file, "command", format!("must be a string or an array of strings, got {other}"))),
+            other => {
+                return Err(PluginError::manifest(
+                    file,
+                    "command",
+                    format!("must be a string or an array of strings, got {other}"),
+                ))
+            }
         };
         let Some((program, args)) = parts.split_first() else {
             return Err(PluginError::manifest(file, "command", "is empty"));
@@ -241,7 +310,10 @@ fn resolve_entry(root: &Path, raw: &Value, file: &Path) -> Result<PluginEntry, P
         } else {
             program.clone()
         };
-        return Ok(PluginEntry::Command { program, args: args.to_vec() });
+        return Ok(PluginEntry::Command {
+            program,
+            args: args.to_vec(),
+        });
     }
     let pkg_path = root.join("package.json");
     if pkg_path.is_file() {
@@ -251,15 +323,36 @@ fn resolve_entry(root: &Path, raw: &Value, file: &Path) -> Result<PluginEntry, P
                 .as_array()
                 .and_then(|a| a.first())
                 .and_then(Value::as_str)
-                .ok_or_else(|| PluginError::manifest(&pkg_path, "openclaw.extensions", "must be a non-empty array of paths"))?;
-            return file_entry(root, first, runtime.as_deref(), &pkg_path, "openclaw.extensions");
+                .ok_or_else(|| {
+                    PluginError::manifest(
+                        &pkg_path,
+                        "openclaw.extensions",
+                        "must be a non-empty array of paths",
+                    )
+                })?;
+            return file_entry(
+                root,
+                first,
+                runtime.as_deref(),
+                &pkg_path,
+                "openclaw.extensions",
+            );
         }
         if let Some(v) = pkg.get("main") {
-            let s = v.as_str().ok_or_else(|| PluginError::manifest(&pkg_path, "main", format!("must be a string path, got {v}")))?;
+            let s = v.as_str().ok_or_else(|| {
+                PluginError::manifest(&pkg_path, "main", format!("must be a string path, got {v}"))
+            })?;
             return file_entry(root, s, runtime.as_deref(), &pkg_path, "main");
         }
     }
-    for candidate in ["index.js", "index.mjs", "index.cjs", "index.ts", "plugin.py", "__init__.py"] {
+    for candidate in [
+        "index.js",
+        "index.mjs",
+        "index.cjs",
+        "index.ts",
+        "plugin.py",
+        "__init__.py",
+    ] {
         if root.join(candidate).is_file() {
             return file_entry(root, candidate, runtime.as_deref(), file, "entry");
         }
@@ -276,22 +369,42 @@ fn resolve_entry(root: &Path, raw: &Value, file: &Path) -> Result<PluginEntry, P
 fn contained(root: &Path, rel: &str, file: &Path, key: &str) -> Result<PathBuf, PluginError> {
     let p = Path::new(rel);
     if p.is_absolute() || p.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(PluginError::manifest(file, key, format!("\"{rel}\" escapes the plugin root")));
+        return Err(PluginError::manifest(
+            file,
+            key,
+            format!("\"{rel}\" escapes the plugin root"),
+        ));
     }
     let joined = root.join(p);
-    let canon = joined
-        .canonicalize()
-        .map_err(|e| PluginError::manifest(file, key, format!("\"{rel}\" not found in the plugin root: {e}")))?;
+    let canon = joined.canonicalize().map_err(|e| {
+        PluginError::manifest(
+            file,
+            key,
+            format!("\"{rel}\" not found in the plugin root: {e}"),
+        )
+    })?;
     if !canon.starts_with(root) {
-        return Err(PluginError::manifest(file, key, format!("\"{rel}\" escapes the plugin root")));
+        return Err(PluginError::manifest(
+            file,
+            key,
+            format!("\"{rel}\" escapes the plugin root"),
+        ));
     }
     Ok(canon)
 }
 
-fn file_entry(root: &Path, rel: &str, runtime: Option<&str>, file: &Path, key: &str) -> Result<PluginEntry, PluginError> {
+fn file_entry(
+    root: &Path,
+    rel: &str,
+    runtime: Option<&str>,
+    file: &Path,
+    key: &str,
+) -> Result<PluginEntry, PluginError> {
     let path = contained(root, rel, file, key)?;
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let is_python = runtime == Some("python") || ext == "py" || (path.is_dir() && path.join("__init__.py").is_file());
+    let is_python = runtime == Some("python")
+        || ext == "py"
+        || (path.is_dir() && path.join("__init__.py").is_file());
     if is_python {
         return Ok(PluginEntry::Python(path));
     }

@@ -126,7 +126,9 @@ impl ProcessInfo {
 
     /// The crash message: `plugin process exited (code …): <stderr tail>`.
     pub fn exit_message(&self, status: Option<ExitInfo>) -> String {
-        let status = status.map(|s| s.to_string()).unwrap_or_else(|| "code unknown".into());
+        let status = status
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "code unknown".into());
         let tail = self.stderr_tail();
         if tail.is_empty() {
             format!("plugin process exited ({status})")
@@ -144,7 +146,9 @@ pub struct PluginProcess {
 
 impl PluginProcess {
     /// Spawns `spec` in its own process group; returns the process and its stdio.
-    pub fn spawn(spec: &SpawnSpec) -> Result<(PluginProcess, ChildStdin, ChildStdout), PluginError> {
+    pub fn spawn(
+        spec: &SpawnSpec,
+    ) -> Result<(PluginProcess, ChildStdin, ChildStdout), PluginError> {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .current_dir(&spec.cwd)
@@ -164,7 +168,10 @@ impl PluginProcess {
             plugin_id: spec.plugin_id.clone(),
             message: "the process exited before it could be supervised".into(),
         })?;
-        let missing = |what: &str| PluginError::Spawn { plugin_id: spec.plugin_id.clone(), message: format!("no {what} pipe") };
+        let missing = |what: &str| PluginError::Spawn {
+            plugin_id: spec.plugin_id.clone(),
+            message: format!("no {what} pipe"),
+        };
         let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
         let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
@@ -200,14 +207,31 @@ impl PluginProcess {
             let info = match status {
                 Ok(s) => {
                     use std::os::unix::process::ExitStatusExt;
-                    ExitInfo { code: s.code(), signal: s.signal() }
+                    ExitInfo {
+                        code: s.code(),
+                        signal: s.signal(),
+                    }
                 }
-                Err(_) => ExitInfo { code: None, signal: None },
+                Err(_) => ExitInfo {
+                    code: None,
+                    signal: None,
+                },
             };
             let _ = exit_tx.send(Some(info));
         });
 
-        Ok((PluginProcess { info: ProcessInfo { pid, tail, exit: exit_rx, stderr_done: done_rx } }, stdin, stdout))
+        Ok((
+            PluginProcess {
+                info: ProcessInfo {
+                    pid,
+                    tail,
+                    exit: exit_rx,
+                    stderr_done: done_rx,
+                },
+            },
+            stdin,
+            stdout,
+        ))
     }
 
     /// The shared view.

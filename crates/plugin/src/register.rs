@@ -79,8 +79,14 @@ fn entry_ms(config: &Value, plugin_id: &str, key: &str) -> Option<Duration> {
 }
 
 /// Builds the spawn spec for a manifest's entry (writing the embedded runner when needed).
-pub fn spawn_spec(manifest: &PluginManifest, options: &PluginOptions) -> Result<SpawnSpec, PluginError> {
-    let runtime_dir = options.runtime_dir.clone().unwrap_or_else(sdk::default_runtime_dir);
+pub fn spawn_spec(
+    manifest: &PluginManifest,
+    options: &PluginOptions,
+) -> Result<SpawnSpec, PluginError> {
+    let runtime_dir = options
+        .runtime_dir
+        .clone()
+        .unwrap_or_else(sdk::default_runtime_dir);
     let mut env = options.env.clone();
     let (program, args) = match &manifest.entry {
         PluginEntry::Node(_) => {
@@ -97,15 +103,28 @@ pub fn spawn_spec(manifest: &PluginManifest, options: &PluginOptions) -> Result<
             }
             env.push(("PYTHONPATH".into(), pp));
             env.push(("PYTHONUNBUFFERED".into(), "1".into()));
-            (PathBuf::from("python3"), vec!["-m".into(), "clawctx_plugin.runner".into()])
+            (
+                PathBuf::from("python3"),
+                vec!["-m".into(), "clawctx_plugin.runner".into()],
+            )
         }
         PluginEntry::Command { program, args } => (PathBuf::from(program), args.clone()),
     };
-    Ok(SpawnSpec { plugin_id: manifest.id.clone(), program, args, cwd: manifest.root.clone(), env })
+    Ok(SpawnSpec {
+        plugin_id: manifest.id.clone(),
+        program,
+        args,
+        cwd: manifest.root.clone(),
+        env,
+    })
 }
 
 /// The `initialize` params.
-pub fn initialize_params(manifest: &PluginManifest, config: &Value, options: &PluginOptions) -> Value {
+pub fn initialize_params(
+    manifest: &PluginManifest,
+    config: &Value,
+    options: &PluginOptions,
+) -> Value {
     let entry = match &manifest.entry {
         PluginEntry::Node(p) | PluginEntry::Python(p) => Value::String(p.display().to_string()),
         PluginEntry::Command { .. } => Value::Null,
@@ -130,7 +149,12 @@ pub fn initialize_params(manifest: &PluginManifest, config: &Value, options: &Pl
     })
 }
 
-fn register_engine(registry: &ContextEngineRegistry, host: &Arc<PluginHost>, plugin_id: &str, engine_id: &str) -> Result<RegisterOutcome, PluginError> {
+fn register_engine(
+    registry: &ContextEngineRegistry,
+    host: &Arc<PluginHost>,
+    plugin_id: &str,
+    engine_id: &str,
+) -> Result<RegisterOutcome, PluginError> {
     let host = host.clone();
     let id = engine_id.to_owned();
     let f = factory(move |ctx| PluginEngine::create(host.clone(), id.clone(), ctx));
@@ -155,25 +179,44 @@ pub async fn register_plugin(
     manifest.validate_config(config)?;
     let spec = spawn_spec(&manifest, &options)?;
     let host_options = HostOptions {
-        call_timeout: options.call_timeout.or_else(|| entry_ms(config, &manifest.id, "timeoutMs")).unwrap_or(crate::host::DEFAULT_CALL_TIMEOUT),
+        call_timeout: options
+            .call_timeout
+            .or_else(|| entry_ms(config, &manifest.id, "timeoutMs"))
+            .unwrap_or(crate::host::DEFAULT_CALL_TIMEOUT),
         init_timeout: options
             .init_timeout
             .or_else(|| entry_ms(config, &manifest.id, "initTimeoutMs"))
             .unwrap_or(crate::host::DEFAULT_INIT_TIMEOUT),
-        max_message_bytes: options.max_message_bytes.unwrap_or(crate::rpc::DEFAULT_MAX_MESSAGE_BYTES),
+        max_message_bytes: options
+            .max_message_bytes
+            .unwrap_or(crate::rpc::DEFAULT_MAX_MESSAGE_BYTES),
         ..HostOptions::default()
     };
     let init = initialize_params(&manifest, config, &options);
-    let host = Arc::new(PluginHost::new(manifest.id.clone(), spec, init, host_options));
+    let host = Arc::new(PluginHost::new(
+        manifest.id.clone(),
+        spec,
+        init,
+        host_options,
+    ));
     host.set_default_services(options.services.clone());
     match host.connection().await {
         Ok(_) => {
             let init = host.initialize_result().unwrap_or_default();
             let mut outcomes = Vec::new();
             for engine in &init.engines {
-                outcomes.push((engine.id.clone(), register_engine(registry, &host, &manifest.id, &engine.id)?));
+                outcomes.push((
+                    engine.id.clone(),
+                    register_engine(registry, &host, &manifest.id, &engine.id)?,
+                ));
             }
-            Ok(LoadedPlugin { manifest, host, engines: init.engines, tools: init.tools, outcomes })
+            Ok(LoadedPlugin {
+                manifest,
+                host,
+                engines: init.engines,
+                tools: init.tools,
+                outcomes,
+            })
         }
         Err(err) => {
             if manifest.is_context_engine() || manifest.kinds.is_empty() {
@@ -198,7 +241,11 @@ pub async fn load_plugins(
     }
     for dir in crate::install::plugin_dirs(state_dir, config)? {
         if let Ok(m) = load_manifest(&dir) {
-            if config.pointer(&format!("/plugins/entries/{}/enabled", m.id)).and_then(Value::as_bool) == Some(false) {
+            if config
+                .pointer(&format!("/plugins/entries/{}/enabled", m.id))
+                .and_then(Value::as_bool)
+                == Some(false)
+            {
                 continue;
             }
         }

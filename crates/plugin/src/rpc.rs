@@ -131,7 +131,9 @@ impl Shared {
 
     fn services_for(&self, call_id: Option<u64>) -> Option<Arc<dyn RuntimeServices>> {
         let pending = self.pending.lock().ok()?;
-        let by_call = call_id.and_then(|id| pending.get(&id)).and_then(|p| p.services.clone());
+        let by_call = call_id
+            .and_then(|id| pending.get(&id))
+            .and_then(|p| p.services.clone());
         by_call
             .or_else(|| pending.values().find_map(|p| p.services.clone()))
             .or_else(|| self.default_services.read().ok().and_then(|s| s.clone()))
@@ -147,13 +149,20 @@ pub struct Connection {
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("plugin", &self.shared.plugin_id).field("pid", &self.process.pid()).finish()
+        f.debug_struct("Connection")
+            .field("plugin", &self.shared.plugin_id)
+            .field("pid", &self.process.pid())
+            .finish()
     }
 }
 
 impl Connection {
     /// Spawns the process and starts the reader (no handshake yet).
-    pub fn spawn(spec: &SpawnSpec, max_message_bytes: usize, default_services: SharedServices) -> Result<Arc<Self>, PluginError> {
+    pub fn spawn(
+        spec: &SpawnSpec,
+        max_message_bytes: usize,
+        default_services: SharedServices,
+    ) -> Result<Arc<Self>, PluginError> {
         let (process, stdin, stdout) = PluginProcess::spawn(spec)?;
         let shared = Arc::new(Shared {
             plugin_id: spec.plugin_id.clone(),
@@ -164,7 +173,11 @@ impl Connection {
             default_services,
         });
         tokio::spawn(read_loop(shared.clone(), stdout, max_message_bytes));
-        Ok(Arc::new(Connection { shared, process, next_id: AtomicU64::new(1) }))
+        Ok(Arc::new(Connection {
+            shared,
+            process,
+            next_id: AtomicU64::new(1),
+        }))
     }
 
     /// The child's pid.
@@ -191,14 +204,26 @@ impl Connection {
     /// Sends a request and waits for its response, at most `timeout`. The call context's
     /// services serve `host/llm.complete` callbacks made while it runs; its abort signal
     /// cancels it (`$/cancelRequest` is sent to the plugin).
-    pub async fn call(&self, method: &str, params: Value, cx: Option<&CallContext>, timeout: Duration) -> Result<Value, PluginError> {
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Value,
+        cx: Option<&CallContext>,
+        timeout: Duration,
+    ) -> Result<Value, PluginError> {
         if let Some(reason) = self.shared.dead_reason() {
             return Err(PluginError::Dead(reason));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.shared.pending.lock() {
-            p.insert(id, Pending { tx, services: cx.and_then(|c| c.services.clone()) });
+            p.insert(
+                id,
+                Pending {
+                    tx,
+                    services: cx.and_then(|c| c.services.clone()),
+                },
+            );
         }
         if let Some(reason) = self.shared.dead_reason() {
             self.remove_pending(id);
@@ -213,7 +238,11 @@ impl Connection {
             }
             match rx.await {
                 Ok(r) => r,
-                Err(_) => Err(PluginError::Dead(shared.dead_reason().unwrap_or_else(|| "plugin connection closed".into()))),
+                Err(_) => Err(PluginError::Dead(
+                    shared
+                        .dead_reason()
+                        .unwrap_or_else(|| "plugin connection closed".into()),
+                )),
             }
         };
         let abort = cx.and_then(|c| c.abort.clone());
@@ -267,7 +296,8 @@ fn snippet(line: &[u8]) -> String {
 }
 
 async fn read_loop(shared: Arc<Shared>, stdout: ChildStdout, max: usize) {
-    let mut reader = BoundedLineReader::new(tokio::io::BufReader::with_capacity(64 * 1024, stdout), max);
+    let mut reader =
+        BoundedLineReader::new(tokio::io::BufReader::with_capacity(64 * 1024, stdout), max);
     loop {
         match reader.next_line().await {
             Ok(Some(line)) => {
@@ -292,7 +322,9 @@ async fn read_loop(shared: Arc<Shared>, stdout: ChildStdout, max: usize) {
                 return;
             }
             Err(LineError::TooLong(n)) => {
-                shared.fail(format!("protocol violation: plugin message exceeds the {n}-byte limit"));
+                shared.fail(format!(
+                    "protocol violation: plugin message exceeds the {n}-byte limit"
+                ));
                 shared.process.kill();
                 return;
             }
@@ -311,7 +343,10 @@ async fn dispatch(shared: &Arc<Shared>, map: serde_json::Map<String, Value>) {
         let params = map.get("params").cloned().unwrap_or(Value::Null);
         match method {
             "host/log" => {
-                let level = params.get("level").and_then(Value::as_str).unwrap_or("info");
+                let level = params
+                    .get("level")
+                    .and_then(Value::as_str)
+                    .unwrap_or("info");
                 let message = params.get("message").and_then(Value::as_str).unwrap_or("");
                 let plugin = shared.plugin_id.as_str();
                 match level {
@@ -321,7 +356,9 @@ async fn dispatch(shared: &Arc<Shared>, map: serde_json::Map<String, Value>) {
                     _ => tracing::info!(plugin, "{message}"),
                 }
                 if let Some(id) = id {
-                    let _ = shared.write(&json!({"jsonrpc": "2.0", "id": id, "result": null})).await;
+                    let _ = shared
+                        .write(&json!({"jsonrpc": "2.0", "id": id, "result": null}))
+                        .await;
                 }
             }
             "host/llm.complete" => {
@@ -329,13 +366,21 @@ async fn dispatch(shared: &Arc<Shared>, map: serde_json::Map<String, Value>) {
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     let call_id = params.get("callId").and_then(Value::as_u64);
-                    let reply = match serde_json::from_value::<LlmCompleteRequest>(params.get("request").cloned().unwrap_or(Value::Null)) {
-                        Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": INVALID_PARAMS, "message": format!("invalid llm.complete request: {e}")}}),
+                    let reply = match serde_json::from_value::<LlmCompleteRequest>(
+                        params.get("request").cloned().unwrap_or(Value::Null),
+                    ) {
+                        Err(e) => {
+                            json!({"jsonrpc": "2.0", "id": id, "error": {"code": INVALID_PARAMS, "message": format!("invalid llm.complete request: {e}")}})
+                        }
                         Ok(request) => match shared.services_for(call_id) {
-                            None => json!({"jsonrpc": "2.0", "id": id, "error": {"code": ENGINE_ERROR, "message": "runtime LLM completion is not available on this host"}}),
+                            None => {
+                                json!({"jsonrpc": "2.0", "id": id, "error": {"code": ENGINE_ERROR, "message": "runtime LLM completion is not available on this host"}})
+                            }
                             Some(services) => match services.llm_complete(request).await {
                                 Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-                                Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": ENGINE_ERROR, "message": e.to_string()}}),
+                                Err(e) => {
+                                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": ENGINE_ERROR, "message": e.to_string()}})
+                                }
                             },
                         },
                     };
@@ -352,12 +397,17 @@ async fn dispatch(shared: &Arc<Shared>, map: serde_json::Map<String, Value>) {
         }
         return;
     }
-    let Some(id) = id.as_ref().and_then(Value::as_u64) else { return };
+    let Some(id) = id.as_ref().and_then(Value::as_u64) else {
+        return;
+    };
     let pending = shared.pending.lock().ok().and_then(|mut p| p.remove(&id));
     let Some(pending) = pending else { return };
     let outcome = match map.get("error") {
         Some(err) if !err.is_null() => Err(PluginError::Remote {
-            code: err.get("code").and_then(Value::as_i64).unwrap_or(ENGINE_ERROR),
+            code: err
+                .get("code")
+                .and_then(Value::as_i64)
+                .unwrap_or(ENGINE_ERROR),
             message: err
                 .get("message")
                 .and_then(Value::as_str)

@@ -14,17 +14,38 @@ use crate::error::PluginError;
 pub const NODE_FILES: &[(&str, &str)] = &[
     ("runner.mjs", include_str!("../../../sdk/node/runner.mjs")),
     ("loader.mjs", include_str!("../../../sdk/node/loader.mjs")),
-    ("plugin-sdk/core.cjs", include_str!("../../../sdk/node/plugin-sdk/core.cjs")),
-    ("plugin-sdk/core.mjs", include_str!("../../../sdk/node/plugin-sdk/core.mjs")),
-    ("plugin-sdk/plugin-entry.cjs", include_str!("../../../sdk/node/plugin-sdk/plugin-entry.cjs")),
-    ("plugin-sdk/plugin-entry.mjs", include_str!("../../../sdk/node/plugin-sdk/plugin-entry.mjs")),
-    ("plugin-sdk/index.mjs", include_str!("../../../sdk/node/plugin-sdk/index.mjs")),
+    (
+        "plugin-sdk/core.cjs",
+        include_str!("../../../sdk/node/plugin-sdk/core.cjs"),
+    ),
+    (
+        "plugin-sdk/core.mjs",
+        include_str!("../../../sdk/node/plugin-sdk/core.mjs"),
+    ),
+    (
+        "plugin-sdk/plugin-entry.cjs",
+        include_str!("../../../sdk/node/plugin-sdk/plugin-entry.cjs"),
+    ),
+    (
+        "plugin-sdk/plugin-entry.mjs",
+        include_str!("../../../sdk/node/plugin-sdk/plugin-entry.mjs"),
+    ),
+    (
+        "plugin-sdk/index.mjs",
+        include_str!("../../../sdk/node/plugin-sdk/index.mjs"),
+    ),
 ];
 
 /// Python runner files, relative to the python directory (which goes on `PYTHONPATH`).
 pub const PYTHON_FILES: &[(&str, &str)] = &[
-    ("clawctx_plugin/__init__.py", include_str!("../../../sdk/python/clawctx_plugin/__init__.py")),
-    ("clawctx_plugin/runner.py", include_str!("../../../sdk/python/clawctx_plugin/runner.py")),
+    (
+        "clawctx_plugin/__init__.py",
+        include_str!("../../../sdk/python/clawctx_plugin/__init__.py"),
+    ),
+    (
+        "clawctx_plugin/runner.py",
+        include_str!("../../../sdk/python/clawctx_plugin/runner.py"),
+    ),
 ];
 
 fn content_hash() -> u64 {
@@ -41,7 +62,11 @@ fn content_hash() -> u64 {
 
 /// The default runtime directory: `<tmp>/clawctx-sdk-<version>-<hash>`.
 pub fn default_runtime_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("clawctx-sdk-{}-{:016x}", env!("CARGO_PKG_VERSION"), content_hash()))
+    std::env::temp_dir().join(format!(
+        "clawctx-sdk-{}-{:016x}",
+        env!("CARGO_PKG_VERSION"),
+        content_hash()
+    ))
 }
 
 fn write_files(dir: &Path, files: &[(&str, &str)]) -> Result<(), PluginError> {
@@ -51,12 +76,17 @@ fn write_files(dir: &Path, files: &[(&str, &str)]) -> Result<(), PluginError> {
             continue;
         }
         let parent = path.parent().unwrap_or(dir);
-        std::fs::create_dir_all(parent).map_err(|e| PluginError::Install(format!("cannot create {}: {e}", parent.display())))?;
-        let mut tmp = tempfile::NamedTempFile::new_in(parent)
-            .map_err(|e| PluginError::Install(format!("cannot write in {}: {e}", parent.display())))?;
+        std::fs::create_dir_all(parent).map_err(|e| {
+            PluginError::Install(format!("cannot create {}: {e}", parent.display()))
+        })?;
+        let mut tmp = tempfile::NamedTempFile::new_in(parent).map_err(|e| {
+            PluginError::Install(format!("cannot write in {}: {e}", parent.display()))
+        })?;
         std::io::Write::write_all(&mut tmp, text.as_bytes())
             .map_err(|e| PluginError::Install(format!("cannot write {}: {e}", path.display())))?;
-        tmp.persist(&path).map_err(|e| PluginError::Install(format!("cannot write {}: {}", path.display(), e.error)))?;
+        tmp.persist(&path).map_err(|e| {
+            PluginError::Install(format!("cannot write {}: {}", path.display(), e.error))
+        })?;
     }
     Ok(())
 }

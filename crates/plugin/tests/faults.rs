@@ -1,6 +1,7 @@
 //! Fault injection: a plugin that crashes, hangs, breaks the framing or the contract is
 //! quarantined with a reason naming the fault, the call is answered by `legacy`, and no child
 //! process is left behind.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -19,13 +20,23 @@ fn children_in(dir: &Path) -> Vec<u32> {
     let me = std::process::id();
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
         if ppid != Some(me) {
             continue;
         }
-        if std::fs::read_link(format!("/proc/{pid}/cwd")).ok().as_deref() == Some(dir) {
+        if std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .ok()
+            .as_deref()
+            == Some(dir)
+        {
             out.push(pid);
         }
     }
@@ -51,7 +62,11 @@ async fn run_fault(mode: &str, operation: &str, reason_has: &[&str]) {
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     // The 100 MB line needs time to be produced and read (debug builds); the rest use 800 ms.
     let timeout_ms = if mode == "huge-line" { 10_000 } else { 800 };
-    let config = config("faulty", "faulty", json!({"config": {"mode": mode}, "timeoutMs": timeout_ms}));
+    let config = config(
+        "faulty",
+        "faulty",
+        json!({"config": {"mode": mode}, "timeoutMs": timeout_ms}),
+    );
     let mut opts = options(&tmp.path().join("runtime"));
     opts.call_timeout = None;
     let loaded = register_plugin(&registry, &plugin_dir, &config, opts).await;
@@ -61,18 +76,40 @@ async fn run_fault(mode: &str, operation: &str, reason_has: &[&str]) {
     }
     let seen_pids = children_in(&plugin_dir);
 
-    let resolved = registry.resolve(Some(Arc::new(config)), None, None).await.unwrap();
+    let resolved = registry
+        .resolve(Some(Arc::new(config)), None, None)
+        .await
+        .unwrap();
     let messages = conversation();
-    let params = AssembleParams { session_id: "s".into(), messages: messages.clone(), token_budget: Some(500), ..Default::default() };
-    let result = resolved.engine.assemble(&params, &CallContext::none()).await.expect("legacy answers");
-    assert_eq!(result.messages, messages, "{mode}: legacy passes the history through");
+    let params = AssembleParams {
+        session_id: "s".into(),
+        messages: messages.clone(),
+        token_budget: Some(500),
+        ..Default::default()
+    };
+    let result = resolved
+        .engine
+        .assemble(&params, &CallContext::none())
+        .await
+        .expect("legacy answers");
+    assert_eq!(
+        result.messages, messages,
+        "{mode}: legacy passes the history through"
+    );
     assert_eq!(result.estimated_tokens, 0, "{mode}: legacy estimates 0");
 
     let q = registry.quarantines();
-    let rec = q.iter().find(|r| r.engine_id == "faulty").unwrap_or_else(|| panic!("{mode}: no quarantine in {q:?}"));
+    let rec = q
+        .iter()
+        .find(|r| r.engine_id == "faulty")
+        .unwrap_or_else(|| panic!("{mode}: no quarantine in {q:?}"));
     assert_eq!(rec.operation, operation, "{mode}: {rec:?}");
     for needle in reason_has {
-        assert!(rec.reason.contains(needle), "{mode}: reason {:?} lacks {needle:?}", rec.reason);
+        assert!(
+            rec.reason.contains(needle),
+            "{mode}: reason {:?} lacks {needle:?}",
+            rec.reason
+        );
     }
     assert_eq!(rec.owner.as_deref(), Some("plugin:faulty"));
 
@@ -83,54 +120,103 @@ async fn run_fault(mode: &str, operation: &str, reason_has: &[&str]) {
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while !children_in(&plugin_dir).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "{mode}: plugin children left: {:?}", children_in(&plugin_dir));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{mode}: plugin children left: {:?}",
+            children_in(&plugin_dir)
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_on_load() {
-    run_fault("crash-on-load", "factory", &["plugin process exited (code 3)", "boom: crash on load"]).await;
+    run_fault(
+        "crash-on-load",
+        "factory",
+        &["plugin process exited (code 3)", "boom: crash on load"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_mid_call() {
-    run_fault("crash-mid-call", "assemble", &["plugin process exited (code 7)", "boom: crash mid-call"]).await;
+    run_fault(
+        "crash-mid-call",
+        "assemble",
+        &["plugin process exited (code 7)", "boom: crash mid-call"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hang_times_out() {
-    run_fault("hang", "assemble", &["engine/assemble", "timed out after 800 ms"]).await;
+    run_fault(
+        "hang",
+        "assemble",
+        &["engine/assemble", "timed out after 800 ms"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_json_output() {
-    run_fault("non-json", "assemble", &["not a JSON-RPC message", "this is not json"]).await;
+    run_fault(
+        "non-json",
+        "assemble",
+        &["not a JSON-RPC message", "this is not json"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_result_types() {
-    run_fault("wrong-types", "assemble", &["contract violation", "assemble returned an invalid result"]).await;
+    run_fault(
+        "wrong-types",
+        "assemble",
+        &["contract violation", "assemble returned an invalid result"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_budget() {
-    run_fault("over-budget", "assemble", &["contract violation", "over the token budget of 500"]).await;
+    run_fault(
+        "over-budget",
+        "assemble",
+        &["contract violation", "over the token budget of 500"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_tool_pair() {
-    run_fault("split-pair", "assemble", &["contract violation", "tool pairing", "call-1"]).await;
+    run_fault(
+        "split-pair",
+        "assemble",
+        &["contract violation", "tool pairing", "call-1"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_megabyte_line() {
-    run_fault("huge-line", "assemble", &["protocol violation", "exceeds the 16777216-byte limit"]).await;
+    run_fault(
+        "huge-line",
+        "assemble",
+        &["protocol violation", "exceeds the 16777216-byte limit"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_role_message() {
-    run_fault("system-role", "assemble", &["contract violation", "system-role message"]).await;
+    run_fault(
+        "system-role",
+        "assemble",
+        &["contract violation", "system-role message"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +226,12 @@ async fn factory_throws() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn factory_returns_null() {
-    run_fault("factory-null", "factory", &["Context engine \"faulty\" factory returned null instead of a ContextEngine object."]).await;
+    run_fault(
+        "factory-null",
+        "factory",
+        &["Context engine \"faulty\" factory returned null instead of a ContextEngine object."],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

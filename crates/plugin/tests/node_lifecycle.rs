@@ -1,5 +1,6 @@
 //! Handshake and every lifecycle method through the Node runner, plus tools, host LLM
 //! callbacks, rollback, runtime-delegated compaction, and config validation.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -16,11 +17,20 @@ struct Services;
 
 #[async_trait]
 impl RuntimeServices for Services {
-    async fn llm_complete(&self, request: LlmCompleteRequest) -> Result<LlmCompleteResult, EngineError> {
-        Ok(LlmCompleteResult { text: format!("echo({})", request.prompt), usage: None })
+    async fn llm_complete(
+        &self,
+        request: LlmCompleteRequest,
+    ) -> Result<LlmCompleteResult, EngineError> {
+        Ok(LlmCompleteResult {
+            text: format!("echo({})", request.prompt),
+            usage: None,
+        })
     }
 
-    async fn compact_session(&self, request: RuntimeCompactionRequest) -> Result<RuntimeCompactionOutcome, EngineError> {
+    async fn compact_session(
+        &self,
+        request: RuntimeCompactionRequest,
+    ) -> Result<RuntimeCompactionOutcome, EngineError> {
         Ok(RuntimeCompactionOutcome {
             ok: true,
             compacted: true,
@@ -40,13 +50,23 @@ async fn every_lifecycle_method_over_rpc() {
     let runtime = tempfile::tempdir().unwrap();
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     let config = config("full", "full", json!({"config": {"greeting": "hi"}}));
-    let loaded = register_plugin(&registry, &fixture("node-full"), &config, options(runtime.path())).await.unwrap();
+    let loaded = register_plugin(
+        &registry,
+        &fixture("node-full"),
+        &config,
+        options(runtime.path()),
+    )
+    .await
+    .unwrap();
     let pid = loaded.host.pid().unwrap();
     let mut tool_names: Vec<_> = loaded.tools.iter().map(|t| t.name.clone()).collect();
     tool_names.sort();
     assert_eq!(tool_names, vec!["full_echo", "full_fail"]);
 
-    let resolved = registry.resolve(Some(Arc::new(config)), None, Some("/ws".into())).await.unwrap();
+    let resolved = registry
+        .resolve(Some(Arc::new(config)), None, Some("/ws".into()))
+        .await
+        .unwrap();
     assert_eq!(resolved.effective_id, "full");
     let e = resolved.engine.clone();
     assert_eq!(e.info().id, "full-info");
@@ -58,24 +78,90 @@ async fn every_lifecycle_method_over_rpc() {
     let cx = CallContext::none().with_services(Arc::new(Services));
     let msgs = conversation();
 
-    assert!(e.ingest(&IngestParams { session_id: "s".into(), session_key: None, message: msgs[0].clone(), is_heartbeat: None }, &cx).await.unwrap().ingested);
-    let batch = e.ingest_batch(&IngestBatchParams { session_id: "s".into(), messages: msgs.clone(), ..Default::default() }, &cx).await.unwrap();
+    assert!(
+        e.ingest(
+            &IngestParams {
+                session_id: "s".into(),
+                session_key: None,
+                message: msgs[0].clone(),
+                is_heartbeat: None
+            },
+            &cx
+        )
+        .await
+        .unwrap()
+        .ingested
+    );
+    let batch = e
+        .ingest_batch(
+            &IngestBatchParams {
+                session_id: "s".into(),
+                messages: msgs.clone(),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
     assert_eq!(batch.ingested_count, msgs.len() as u64);
-    let boot = e.bootstrap(&BootstrapParams { session_id: "s".into(), session_file: "/tmp/s.jsonl".into(), ..Default::default() }, &cx).await.unwrap();
+    let boot = e
+        .bootstrap(
+            &BootstrapParams {
+                session_id: "s".into(),
+                session_file: "/tmp/s.jsonl".into(),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
     assert!(boot.bootstrapped);
     assert_eq!(boot.reason.as_deref(), Some("file=/tmp/s.jsonl"));
-    let maint = e.maintain(&MaintainParams { session_id: "s".into(), session_file: "f".into(), ..Default::default() }, &cx).await.unwrap();
+    let maint = e
+        .maintain(
+            &MaintainParams {
+                session_id: "s".into(),
+                session_file: "f".into(),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
     assert_eq!(maint.reason.as_deref(), Some("nothing to do"));
-    e.after_turn(&AfterTurnParams { session_id: "s".into(), session_file: "f".into(), messages: msgs.clone(), pre_prompt_message_count: 3, ..Default::default() }, &cx)
-        .await
-        .unwrap();
+    e.after_turn(
+        &AfterTurnParams {
+            session_id: "s".into(),
+            session_file: "f".into(),
+            messages: msgs.clone(),
+            pre_prompt_message_count: 3,
+            ..Default::default()
+        },
+        &cx,
+    )
+    .await
+    .unwrap();
 
-    let spawn = PrepareSubagentSpawnParams { parent_session_key: "agent:main:main".into(), child_session_key: "agent:main:subagent:1".into(), ..Default::default() };
-    let prep = e.prepare_subagent_spawn(&spawn, &cx).await.unwrap().expect("rollback handle");
-    prep.rollback().await.unwrap();
-    e.on_subagent_ended(&SubagentEndedParams { child_session_key: "agent:main:subagent:1".into(), reason: SubagentEndReason::Completed }, &cx)
+    let spawn = PrepareSubagentSpawnParams {
+        parent_session_key: "agent:main:main".into(),
+        child_session_key: "agent:main:subagent:1".into(),
+        ..Default::default()
+    };
+    let prep = e
+        .prepare_subagent_spawn(&spawn, &cx)
         .await
-        .unwrap();
+        .unwrap()
+        .expect("rollback handle");
+    prep.rollback().await.unwrap();
+    e.on_subagent_ended(
+        &SubagentEndedParams {
+            child_session_key: "agent:main:subagent:1".into(),
+            reason: SubagentEndReason::Completed,
+        },
+        &cx,
+    )
+    .await
+    .unwrap();
 
     let assembled = e
         .assemble(
@@ -99,22 +185,54 @@ async fn every_lifecycle_method_over_rpc() {
         "greeting=hi stored=6 turns=1 rolledBack=agent:main:subagent:1 ended=agent:main:subagent:1:completed tools=set workspace=/ws llm=echo(ping)"
     );
 
-    let own = e.compact(&CompactParams { session_id: "s".into(), ..Default::default() }, &cx).await.unwrap();
+    let own = e
+        .compact(
+            &CompactParams {
+                session_id: "s".into(),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
     assert_eq!(own.result.as_ref().map(|r| r.tokens_before), Some(10));
     let delegated = e
-        .compact(&CompactParams { session_id: "s".into(), custom_instructions: Some("delegate".into()), ..Default::default() }, &cx)
+        .compact(
+            &CompactParams {
+                session_id: "s".into(),
+                custom_instructions: Some("delegate".into()),
+                ..Default::default()
+            },
+            &cx,
+        )
         .await
         .unwrap();
     assert!(delegated.ok && delegated.compacted);
-    assert_eq!(delegated.result.as_ref().and_then(|r| r.summary.as_deref()), Some("runtime summary of s"));
+    assert_eq!(
+        delegated.result.as_ref().and_then(|r| r.summary.as_deref()),
+        Some("runtime summary of s")
+    );
 
     let tools = e.tools();
     let echo = tools.iter().find(|t| t.name() == "full_echo").unwrap();
-    assert_eq!(echo.execute(json!({"text": "x"}), ToolCallContext::default()).await.unwrap(), "echo:x");
+    assert_eq!(
+        echo.execute(json!({"text": "x"}), ToolCallContext::default())
+            .await
+            .unwrap(),
+        "echo:x"
+    );
     let fail = tools.iter().find(|t| t.name() == "full_fail").unwrap();
-    assert!(fail.execute(json!({}), ToolCallContext::default()).await.unwrap_err().contains("tool exploded"));
+    assert!(fail
+        .execute(json!({}), ToolCallContext::default())
+        .await
+        .unwrap_err()
+        .contains("tool exploded"));
 
-    assert!(registry.quarantines().is_empty(), "{:?}", registry.quarantines());
+    assert!(
+        registry.quarantines().is_empty(),
+        "{:?}",
+        registry.quarantines()
+    );
     e.dispose().await.unwrap();
     loaded.host.shutdown().await;
     drop((e, resolved, loaded, registry));
@@ -126,14 +244,33 @@ async fn config_schema_errors_name_the_path() {
     let runtime = tempfile::tempdir().unwrap();
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     let config = config("full", "full", json!({"config": {"maxMessages": 0}}));
-    let err = register_plugin(&registry, &fixture("node-full"), &config, options(runtime.path())).await.unwrap_err();
+    let err = register_plugin(
+        &registry,
+        &fixture("node-full"),
+        &config,
+        options(runtime.path()),
+    )
+    .await
+    .unwrap_err();
     match &err {
-        PluginError::ConfigInvalid { path, .. } => assert_eq!(path, "plugins.entries.full.config.maxMessages"),
+        PluginError::ConfigInvalid { path, .. } => {
+            assert_eq!(path, "plugins.entries.full.config.maxMessages")
+        }
         other => panic!("unexpected {other:?}"),
     }
     let config = config_with_unknown_key();
-    let err = register_plugin(&registry, &fixture("node-full"), &config, options(runtime.path())).await.unwrap_err();
-    assert!(err.to_string().contains("plugins.entries.full.config"), "{err}");
+    let err = register_plugin(
+        &registry,
+        &fixture("node-full"),
+        &config,
+        options(runtime.path()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("plugins.entries.full.config"),
+        "{err}"
+    );
     assert!(err.to_string().contains("colour"), "{err}");
 }
 

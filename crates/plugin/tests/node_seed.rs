@@ -1,4 +1,5 @@
 //! The seed document's example plugin, unchanged, through the Node runner.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -15,11 +16,28 @@ async fn seed_example_runs_unchanged() {
     let runtime = tempfile::tempdir().unwrap();
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     let config = config("my-engine", "my-engine", serde_json::json!({}));
-    let loaded = register_plugin(&registry, &example("seed-node-engine"), &config, options(runtime.path())).await.unwrap();
-    assert_eq!(loaded.engines.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), vec!["my-engine"]);
+    let loaded = register_plugin(
+        &registry,
+        &example("seed-node-engine"),
+        &config,
+        options(runtime.path()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        loaded
+            .engines
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["my-engine"]
+    );
     let pid = loaded.host.pid().unwrap();
 
-    let resolved = registry.resolve(Some(Arc::new(config)), None, None).await.unwrap();
+    let resolved = registry
+        .resolve(Some(Arc::new(config)), None, None)
+        .await
+        .unwrap();
     assert_eq!(resolved.effective_id, "my-engine");
     let engine = resolved.engine.clone();
     let info = engine.info();
@@ -31,7 +49,15 @@ async fn seed_example_runs_unchanged() {
 
     let cx = CallContext::none();
     let ingested = engine
-        .ingest(&IngestParams { session_id: "s1".into(), session_key: None, message: AgentMessage::user("hi"), is_heartbeat: None }, &cx)
+        .ingest(
+            &IngestParams {
+                session_id: "s1".into(),
+                session_key: None,
+                message: AgentMessage::user("hi"),
+                is_heartbeat: None,
+            },
+            &cx,
+        )
         .await
         .unwrap();
     assert!(ingested.ingested);
@@ -55,21 +81,46 @@ async fn seed_example_runs_unchanged() {
     assert_eq!(full.messages, messages);
     assert!(full.estimated_tokens > 0);
     let addition = full.system_prompt_addition.expect("memory addition");
-    assert!(addition.contains("memory_search") && addition.contains("\"ops\""), "{addition}");
+    assert!(
+        addition.contains("memory_search") && addition.contains("\"ops\""),
+        "{addition}"
+    );
 
     // A budget that cuts between the tool call and its result keeps the pairing intact.
     let budget = clawctx_tokens::messages_tokens(&messages[2..]) + 40;
     let trimmed = engine
-        .assemble(&AssembleParams { session_id: "s1".into(), messages: messages.clone(), token_budget: Some(budget), ..Default::default() }, &cx)
+        .assemble(
+            &AssembleParams {
+                session_id: "s1".into(),
+                messages: messages.clone(),
+                token_budget: Some(budget),
+                ..Default::default()
+            },
+            &cx,
+        )
         .await
         .unwrap();
     assert!(trimmed.messages.len() < messages.len());
     assert!(pairs_intact(&trimmed.messages));
     assert!(trimmed.system_prompt_addition.is_none());
 
-    let compacted = engine.compact(&CompactParams { session_id: "s1".into(), force: Some(true), ..Default::default() }, &cx).await.unwrap();
+    let compacted = engine
+        .compact(
+            &CompactParams {
+                session_id: "s1".into(),
+                force: Some(true),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
     assert!(compacted.ok && compacted.compacted);
-    assert!(registry.quarantines().is_empty(), "{:?}", registry.quarantines());
+    assert!(
+        registry.quarantines().is_empty(),
+        "{:?}",
+        registry.quarantines()
+    );
 
     engine.dispose().await.unwrap();
     drop((engine, resolved, loaded, registry));

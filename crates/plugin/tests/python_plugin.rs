@@ -1,5 +1,6 @@
 //! Python plugins through the embedded Python runner: the sliding-window example and a fixture
 //! that implements every lifecycle method.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -16,12 +17,26 @@ struct Services;
 
 #[async_trait]
 impl RuntimeServices for Services {
-    async fn llm_complete(&self, request: LlmCompleteRequest) -> Result<LlmCompleteResult, EngineError> {
-        Ok(LlmCompleteResult { text: format!("py({})", request.prompt), usage: None })
+    async fn llm_complete(
+        &self,
+        request: LlmCompleteRequest,
+    ) -> Result<LlmCompleteResult, EngineError> {
+        Ok(LlmCompleteResult {
+            text: format!("py({})", request.prompt),
+            usage: None,
+        })
     }
 
-    async fn compact_session(&self, _request: RuntimeCompactionRequest) -> Result<RuntimeCompactionOutcome, EngineError> {
-        Ok(RuntimeCompactionOutcome { ok: true, compacted: true, reason: Some("runtime".into()), result: None })
+    async fn compact_session(
+        &self,
+        _request: RuntimeCompactionRequest,
+    ) -> Result<RuntimeCompactionOutcome, EngineError> {
+        Ok(RuntimeCompactionOutcome {
+            ok: true,
+            compacted: true,
+            reason: Some("runtime".into()),
+            result: None,
+        })
     }
 }
 
@@ -30,10 +45,24 @@ async fn sliding_window_example() {
     require("python3");
     let runtime = tempfile::tempdir().unwrap();
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
-    let config = config("python-sliding-window", "python-sliding-window", json!({"config": {"maxMessages": 3}}));
-    let loaded = register_plugin(&registry, &example("python-sliding-window"), &config, options(runtime.path())).await.unwrap();
+    let config = config(
+        "python-sliding-window",
+        "python-sliding-window",
+        json!({"config": {"maxMessages": 3}}),
+    );
+    let loaded = register_plugin(
+        &registry,
+        &example("python-sliding-window"),
+        &config,
+        options(runtime.path()),
+    )
+    .await
+    .unwrap();
     let pid = loaded.host.pid().unwrap();
-    let resolved = registry.resolve(Some(Arc::new(config)), None, None).await.unwrap();
+    let resolved = registry
+        .resolve(Some(Arc::new(config)), None, None)
+        .await
+        .unwrap();
     assert_eq!(resolved.effective_id, "python-sliding-window");
     let e = resolved.engine.clone();
     assert_eq!(e.info().name, "Python Sliding Window");
@@ -42,7 +71,18 @@ async fn sliding_window_example() {
     let msgs = conversation();
 
     // maxMessages = 3 would start the window at the tool result: it is dropped with its call.
-    let r = e.assemble(&AssembleParams { session_id: "s".into(), messages: msgs.clone(), token_budget: Some(100_000), ..Default::default() }, &cx).await.unwrap();
+    let r = e
+        .assemble(
+            &AssembleParams {
+                session_id: "s".into(),
+                messages: msgs.clone(),
+                token_budget: Some(100_000),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
     assert_eq!(r.messages, msgs[3..].to_vec());
     assert!(pairs_intact(&r.messages));
 
@@ -50,16 +90,67 @@ async fn sliding_window_example() {
     // (The SDK sizes with a byte-count upper bound of the host's estimate: 40 for the last
     // message, 48 for the one before.)
     let budget = 60;
-    let r = e.assemble(&AssembleParams { session_id: "s".into(), messages: msgs.clone(), token_budget: Some(budget), ..Default::default() }, &cx).await.unwrap();
+    let r = e
+        .assemble(
+            &AssembleParams {
+                session_id: "s".into(),
+                messages: msgs.clone(),
+                token_budget: Some(budget),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
     assert_eq!(r.messages, msgs[4..].to_vec());
     assert!(clawctx_tokens::messages_tokens(&r.messages) <= budget);
     assert!(pairs_intact(&r.messages));
 
-    assert!(!e.ingest(&IngestParams { session_id: "s".into(), session_key: None, message: msgs[0].clone(), is_heartbeat: None }, &cx).await.unwrap().ingested);
-    let c = e.compact(&CompactParams { session_id: "s".into(), ..Default::default() }, &cx).await.unwrap();
-    assert_eq!(c.reason.as_deref(), Some("runtime"), "compaction was delegated to the host runtime");
-    e.after_turn(&AfterTurnParams { session_id: "s".into(), session_file: "f".into(), messages: msgs.clone(), ..Default::default() }, &cx).await.unwrap();
-    assert!(registry.quarantines().is_empty(), "{:?}", registry.quarantines());
+    assert!(
+        !e.ingest(
+            &IngestParams {
+                session_id: "s".into(),
+                session_key: None,
+                message: msgs[0].clone(),
+                is_heartbeat: None
+            },
+            &cx
+        )
+        .await
+        .unwrap()
+        .ingested
+    );
+    let c = e
+        .compact(
+            &CompactParams {
+                session_id: "s".into(),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        c.reason.as_deref(),
+        Some("runtime"),
+        "compaction was delegated to the host runtime"
+    );
+    e.after_turn(
+        &AfterTurnParams {
+            session_id: "s".into(),
+            session_file: "f".into(),
+            messages: msgs.clone(),
+            ..Default::default()
+        },
+        &cx,
+    )
+    .await
+    .unwrap();
+    assert!(
+        registry.quarantines().is_empty(),
+        "{:?}",
+        registry.quarantines()
+    );
     drop((e, resolved, loaded, registry));
     assert_pid_gone(pid).await;
 }
@@ -70,38 +161,157 @@ async fn every_lifecycle_method_python() {
     let runtime = tempfile::tempdir().unwrap();
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     let config = config("pyfull", "pyfull", json!({}));
-    let loaded = register_plugin(&registry, &fixture("python-full"), &config, options(runtime.path())).await.unwrap();
+    let loaded = register_plugin(
+        &registry,
+        &fixture("python-full"),
+        &config,
+        options(runtime.path()),
+    )
+    .await
+    .unwrap();
     assert_eq!(loaded.tools.len(), 1);
     let pid = loaded.host.pid().unwrap();
-    let resolved = registry.resolve(Some(Arc::new(config)), None, Some("/pyws".into())).await.unwrap();
+    let resolved = registry
+        .resolve(Some(Arc::new(config)), None, Some("/pyws".into()))
+        .await
+        .unwrap();
     let e = resolved.engine.clone();
     assert!(e.info().owns_compaction());
     let cx = CallContext::none().with_services(Arc::new(Services));
     let msgs = conversation();
-    assert!(e.ingest(&IngestParams { session_id: "s".into(), session_key: None, message: msgs[0].clone(), is_heartbeat: None }, &cx).await.unwrap().ingested);
-    assert_eq!(e.ingest_batch(&IngestBatchParams { session_id: "s".into(), messages: msgs.clone(), ..Default::default() }, &cx).await.unwrap().ingested_count, 5);
+    assert!(
+        e.ingest(
+            &IngestParams {
+                session_id: "s".into(),
+                session_key: None,
+                message: msgs[0].clone(),
+                is_heartbeat: None
+            },
+            &cx
+        )
+        .await
+        .unwrap()
+        .ingested
+    );
     assert_eq!(
-        e.bootstrap(&BootstrapParams { session_id: "s".into(), session_file: "/x.jsonl".into(), ..Default::default() }, &cx).await.unwrap().reason.as_deref(),
+        e.ingest_batch(
+            &IngestBatchParams {
+                session_id: "s".into(),
+                messages: msgs.clone(),
+                ..Default::default()
+            },
+            &cx
+        )
+        .await
+        .unwrap()
+        .ingested_count,
+        5
+    );
+    assert_eq!(
+        e.bootstrap(
+            &BootstrapParams {
+                session_id: "s".into(),
+                session_file: "/x.jsonl".into(),
+                ..Default::default()
+            },
+            &cx
+        )
+        .await
+        .unwrap()
+        .reason
+        .as_deref(),
         Some("file=/x.jsonl")
     );
-    assert_eq!(e.maintain(&MaintainParams { session_id: "s".into(), session_file: "f".into(), ..Default::default() }, &cx).await.unwrap().reason.as_deref(), Some("py"));
-    e.after_turn(&AfterTurnParams { session_id: "s".into(), session_file: "f".into(), messages: msgs.clone(), ..Default::default() }, &cx).await.unwrap();
+    assert_eq!(
+        e.maintain(
+            &MaintainParams {
+                session_id: "s".into(),
+                session_file: "f".into(),
+                ..Default::default()
+            },
+            &cx
+        )
+        .await
+        .unwrap()
+        .reason
+        .as_deref(),
+        Some("py")
+    );
+    e.after_turn(
+        &AfterTurnParams {
+            session_id: "s".into(),
+            session_file: "f".into(),
+            messages: msgs.clone(),
+            ..Default::default()
+        },
+        &cx,
+    )
+    .await
+    .unwrap();
     let prep = e
-        .prepare_subagent_spawn(&PrepareSubagentSpawnParams { parent_session_key: "p".into(), child_session_key: "c1".into(), ..Default::default() }, &cx)
+        .prepare_subagent_spawn(
+            &PrepareSubagentSpawnParams {
+                parent_session_key: "p".into(),
+                child_session_key: "c1".into(),
+                ..Default::default()
+            },
+            &cx,
+        )
         .await
         .unwrap()
         .expect("rollback");
     prep.rollback().await.unwrap();
-    e.on_subagent_ended(&SubagentEndedParams { child_session_key: "c1".into(), reason: SubagentEndReason::Swept }, &cx).await.unwrap();
+    e.on_subagent_ended(
+        &SubagentEndedParams {
+            child_session_key: "c1".into(),
+            reason: SubagentEndReason::Swept,
+        },
+        &cx,
+    )
+    .await
+    .unwrap();
     let r = e
-        .assemble(&AssembleParams { session_id: "s".into(), messages: msgs.clone(), prompt: Some("hi".into()), ..Default::default() }, &cx)
+        .assemble(
+            &AssembleParams {
+                session_id: "s".into(),
+                messages: msgs.clone(),
+                prompt: Some("hi".into()),
+                ..Default::default()
+            },
+            &cx,
+        )
         .await
         .unwrap();
-    assert_eq!(r.system_prompt_addition.as_deref(), Some("stored=6 turns=1 rolled=c1 ended=c1:swept ws=/pyws llm=py(hi)"));
-    assert_eq!(e.compact(&CompactParams { session_id: "s".into(), ..Default::default() }, &cx).await.unwrap().result.map(|r| r.tokens_before), Some(5));
+    assert_eq!(
+        r.system_prompt_addition.as_deref(),
+        Some("stored=6 turns=1 rolled=c1 ended=c1:swept ws=/pyws llm=py(hi)")
+    );
+    assert_eq!(
+        e.compact(
+            &CompactParams {
+                session_id: "s".into(),
+                ..Default::default()
+            },
+            &cx
+        )
+        .await
+        .unwrap()
+        .result
+        .map(|r| r.tokens_before),
+        Some(5)
+    );
     let tool = e.tools().into_iter().next().unwrap();
-    assert_eq!(tool.execute(json!({"text": "t"}), ToolCallContext::default()).await.unwrap(), "echo:t");
-    assert!(registry.quarantines().is_empty(), "{:?}", registry.quarantines());
+    assert_eq!(
+        tool.execute(json!({"text": "t"}), ToolCallContext::default())
+            .await
+            .unwrap(),
+        "echo:t"
+    );
+    assert!(
+        registry.quarantines().is_empty(),
+        "{:?}",
+        registry.quarantines()
+    );
     e.dispose().await.unwrap();
     loaded.host.shutdown().await;
     drop((e, resolved, loaded, registry));

@@ -1,6 +1,6 @@
 //! Shared helpers of the plugin integration tests: real `node`/`python3` children (a missing
 //! interpreter fails the test loudly), message builders, and process-liveness checks.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,7 +11,10 @@ use serde_json::json;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root")
 }
 
 /// `examples/plugins/<name>`.
@@ -21,13 +24,22 @@ pub fn example(name: &str) -> PathBuf {
 
 /// `crates/plugin/tests/fixtures/<name>`.
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// Panics unless `program --version` runs: these tests need real interpreters.
 pub fn require(program: &str) {
-    let ok = std::process::Command::new(program).arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(ok, "`{program}` is required for the plugin integration tests but could not be run");
+    let ok = std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "`{program}` is required for the plugin integration tests but could not be run"
+    );
 }
 
 /// Options with a per-test runtime dir and short timeouts.
@@ -73,7 +85,8 @@ pub fn conversation() -> Vec<AgentMessage> {
     vec![
         AgentMessage::user("hello, please read the file").with_timestamp(1),
         AgentMessage::tool_call("call-1", "read", json!({"path": "README.md"})).with_timestamp(2),
-        AgentMessage::tool_result("call-1", "read", "# clawctx\nA context engine.").with_timestamp(3),
+        AgentMessage::tool_result("call-1", "read", "# clawctx\nA context engine.")
+            .with_timestamp(3),
         AgentMessage::assistant("The README says clawctx is a context engine.").with_timestamp(4),
         AgentMessage::user("thanks! now summarize our discussion").with_timestamp(5),
     ]
