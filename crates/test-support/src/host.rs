@@ -81,18 +81,6 @@ impl RuntimeServices for InMemoryHost {
             return Ok(RuntimeCompactionOutcome { ok: true, compacted: false, reason: Some("nothing to compact".into()), result: None });
         };
         self.push(&request.session_id, EntryKind::Compaction(outcome.entry.clone()));
-        Ok(RuntimeCompactionOutcome {
-            ok: true,
-            compacted: true,
-            reason: None,
-            result: Some(RuntimeCompactionDetail {
-                summary: Some(outcome.entry.summary),
-                first_kept_entry_id: Some(outcome.entry.first_kept_entry_id),
-                tokens_before: outcome.entry.tokens_before,
-                tokens_after: Some(outcome.tokens_after),
-                details: outcome.entry.details,
-                ..Default::default()
-            }),
-        })
+        Ok(outcome.into())
     }
 }

@@ -212,3 +212,22 @@ pub async fn compact_path(
     };
     generate_summary(&prep, summarizer, reserve_tokens, custom_instructions).await.map(Some)
 }
+
+impl From<CompactionOutcome> for crate::engine::RuntimeCompactionOutcome {
+    /// The runtime's report of a compaction it performed (same session, no successor).
+    fn from(outcome: CompactionOutcome) -> Self {
+        crate::engine::RuntimeCompactionOutcome {
+            ok: true,
+            compacted: true,
+            reason: None,
+            result: Some(crate::engine::RuntimeCompactionDetail {
+                summary: Some(outcome.entry.summary),
+                first_kept_entry_id: Some(outcome.entry.first_kept_entry_id),
+                tokens_before: outcome.entry.tokens_before,
+                tokens_after: Some(outcome.tokens_after),
+                details: outcome.entry.details,
+                ..Default::default()
+            }),
+        }
+    }
+}
