@@ -1,13 +1,53 @@
-//! The engines this build of clawctx knows: `legacy` (core) and the bundled `lossless` plugin.
-//! Out-of-process plugin engines are registered here too once installed.
+//! The engines this build of clawctx knows: `legacy` (core), the bundled `lossless` plugin, and
+//! the out-of-process plugins installed in the state dir or linked with `plugins install -l`.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use clawctx_engine::ContextEngineRegistry;
+use clawctx_plugin::{LoadedPlugin, PluginOptions};
+use serde_json::Value;
+
+use crate::global::GlobalArgs;
 
 /// A registry with every built-in engine registered.
 pub fn builtin_registry() -> anyhow::Result<Arc<ContextEngineRegistry>> {
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     clawctx_lossless::register(&registry).map_err(|e| anyhow::anyhow!("registering the lossless engine: {e}"))?;
     Ok(registry)
+}
+
+/// The registry plus the plugin processes backing its plugin engines. Keep it alive while the
+/// engines are in use: dropping a [`LoadedPlugin`] stops its process.
+pub struct Engines {
+    /// Every engine: built-in and plugin.
+    pub registry: Arc<ContextEngineRegistry>,
+    /// Plugins that loaded.
+    pub plugins: Vec<LoadedPlugin>,
+    /// Plugin directories that failed to load, with the error.
+    pub failed: Vec<(PathBuf, String)>,
+}
+
+/// Built-in engines plus every enabled installed or linked plugin.
+pub async fn load(global: &GlobalArgs, config: &Value) -> anyhow::Result<Engines> {
+    let registry = builtin_registry()?;
+    let options = PluginOptions {
+        agent_dir: Some(global.agent_dir("main")),
+        runtime_dir: Some(global.state_dir().join("runtime")),
+        ..Default::default()
+    };
+    let mut plugins = Vec::new();
+    let mut failed = Vec::new();
+    match clawctx_plugin::load_plugins(&registry, &global.state_dir(), config, options).await {
+        Ok(results) => {
+            for (dir, r) in results {
+                match r {
+                    Ok(p) => plugins.push(p),
+                    Err(e) => failed.push((dir, e.to_string())),
+                }
+            }
+        }
+        Err(e) => failed.push((global.state_dir().join("plugins"), e.to_string())),
+    }
+    Ok(Engines { registry, plugins, failed })
 }

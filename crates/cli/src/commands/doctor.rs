@@ -91,6 +91,22 @@ pub struct RegisteredEngine {
     pub owner: String,
 }
 
+/// One installed or linked plugin.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginReport {
+    /// Plugin id (from its manifest), when known.
+    pub id: Option<String>,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Whether its process started and answered the handshake.
+    pub loaded: bool,
+    /// Engines it registered.
+    pub engines: Vec<String>,
+    /// Why it did not load.
+    pub error: Option<String>,
+}
+
 /// The whole report.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -109,6 +125,8 @@ pub struct DoctorReport {
     pub context_engine: EngineReport,
     /// Engines this build knows.
     pub registered_engines: Vec<RegisteredEngine>,
+    /// Installed and linked plugins and whether they load.
+    pub plugins: Vec<PluginReport>,
     /// Hosts checked.
     pub host_compatibility: Vec<HostReport>,
     /// Quarantine records.
@@ -193,8 +211,27 @@ fn explain(reason: &SelectionReason, configured: &str) -> String {
 
 /// Builds the report (and applies `--fix` to `config` when asked).
 pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_error: Option<String>, fix: bool) -> anyhow::Result<DoctorReport> {
-    let registry = crate::engines::builtin_registry()?;
     let value = Arc::new(config.value().clone());
+    let engines = crate::engines::load(global, &value).await?;
+    let registry = engines.registry.clone();
+    let mut plugins: Vec<PluginReport> = engines
+        .plugins
+        .iter()
+        .map(|p| PluginReport {
+            id: Some(p.manifest.id.clone()),
+            dir: p.manifest.root.clone(),
+            loaded: true,
+            engines: p.engines.iter().map(|e| e.id.clone()).collect(),
+            error: None,
+        })
+        .collect();
+    plugins.extend(engines.failed.iter().map(|(dir, e)| PluginReport {
+        id: clawctx_plugin::load_manifest(dir).ok().map(|m| m.id),
+        dir: dir.clone(),
+        loaded: false,
+        engines: Vec::new(),
+        error: Some(e.clone()),
+    }));
     let resolved = registry.resolve(Some(value.clone()), Some(global.agent_dir("main")), None).await?;
     let info = resolved.engine.info();
     let hosts = configured_hosts(&value);
@@ -206,6 +243,9 @@ pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_e
         })
         .collect();
     let _ = resolved.engine.dispose().await;
+    for p in &engines.plugins {
+        p.host.shutdown().await;
+    }
 
     let mut fixes = Vec::new();
     // Never rewrite a config file that could not be read: that would lose the user's text.
@@ -228,7 +268,7 @@ pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_e
     if !loads || matches!(resolved.reason, SelectionReason::PolicyDisabled { .. }) {
         warn(&mut status);
     }
-    if host_compatibility.iter().any(|h| !h.ok) || !registry.quarantines().is_empty() {
+    if host_compatibility.iter().any(|h| !h.ok) || !registry.quarantines().is_empty() || plugins.iter().any(|p| !p.loaded) {
         warn(&mut status);
     }
     for p in &config_problems {
@@ -256,6 +296,7 @@ pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_e
             owner: resolved.owner.clone(),
         },
         registered_engines,
+        plugins,
         host_compatibility,
         quarantines: registry.quarantines(),
         config_problems,
@@ -312,6 +353,13 @@ fn print_text(r: &DoctorReport) {
     }
     let engines: Vec<String> = r.registered_engines.iter().map(|x| x.id.clone()).collect();
     println!("  engines         {}", engines.join(", "));
+    for p in &r.plugins {
+        let id = p.id.as_deref().unwrap_or("?");
+        match &p.error {
+            None => println!("  [ok] plugin      {id} loaded ({}), engines: {}", p.dir.display(), p.engines.join(", ")),
+            Some(e) => println!("  [!!] plugin      {id} does not load ({}): {e}", p.dir.display()),
+        }
+    }
     if r.config_problems.is_empty() {
         println!("  [ok] config     no problems");
     }

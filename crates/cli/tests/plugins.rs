@@ -1,0 +1,60 @@
+//! `clawctx plugins …` with a real Node plugin (the seed's example engine): install -l selects
+//! it and doctor shows it loaded; disable keeps the slot and serves legacy; uninstall resets the
+//! slot. Needs `node` on PATH: fails loudly without it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn clawctx(state: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_clawctx")).args(args).env("CLAWCTX_STATE_DIR", state).output().expect("running clawctx");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn seed_plugin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/plugins/seed-node-engine")
+}
+
+fn doctor(state: &Path) -> Value {
+    let (code, out, err) = clawctx(state, &["doctor", "--json"]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}); exit {code}\n{out}\n{err}"))
+}
+
+#[test]
+fn install_link_select_doctor_disable_uninstall() {
+    assert!(Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success()), "node is required for plugin tests");
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = seed_plugin();
+    let (code, out, err) = clawctx(dir.path(), &["plugins", "install", "-l", plugin.to_str().unwrap()]);
+    assert_eq!(code, 0, "install -l failed:\n{out}\n{err}");
+    assert!(out.contains("linked plugin"), "{out}");
+
+    let j = doctor(dir.path());
+    let id = j["plugins"][0]["id"].as_str().unwrap_or_else(|| panic!("no plugin in doctor: {j:#}")).to_owned();
+    assert_eq!(j["plugins"][0]["loaded"], true, "{j:#}");
+    assert_eq!(j["contextEngine"]["configured"], id.as_str(), "install selects the engine: {j:#}");
+    assert_eq!(j["contextEngine"]["effective"], id.as_str(), "{j:#}");
+    assert_eq!(j["contextEngine"]["loads"], true);
+    assert_eq!(j["contextEngine"]["owner"], format!("plugin:{id}"));
+
+    let (code, list, _) = clawctx(dir.path(), &["plugins", "list"]);
+    assert_eq!(code, 0);
+    assert!(list.contains(&id) && list.contains("enabled"), "{list}");
+
+    assert_eq!(clawctx(dir.path(), &["plugins", "disable", &id]).0, 0);
+    let j = doctor(dir.path());
+    assert_eq!(j["contextEngine"]["effective"], "legacy");
+    assert_eq!(j["contextEngine"]["configured"], id.as_str(), "disable keeps the slot");
+
+    assert_eq!(clawctx(dir.path(), &["plugins", "enable", &id]).0, 0);
+    assert_eq!(doctor(dir.path())["contextEngine"]["effective"], id.as_str());
+
+    let (code, out, err) = clawctx(dir.path(), &["plugins", "uninstall", &id]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let j = doctor(dir.path());
+    assert_eq!(j["contextEngine"]["effective"], "legacy");
+    assert!(j["plugins"].as_array().unwrap().is_empty(), "{j:#}");
+    assert_ne!(j["contextEngine"]["configured"], id.as_str(), "uninstall resets the slot");
+    assert!(plugin.join("openclaw.plugin.json").exists(), "a linked directory is never deleted");
+}
