@@ -27,6 +27,8 @@ enum Command {
     Doctor(commands::doctor::DoctorArgs),
     /// Read and write the config file.
     Config(commands::config::ConfigArgs),
+    /// Install, link, list, enable, disable and remove plugin engines.
+    Plugins(commands::plugins::PluginsArgs),
     /// Measure engines on a deterministic workload; `bench generate` writes the workload.
     Bench(commands::bench::BenchArgs),
 }
@@ -50,6 +52,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Doctor(args) => commands::doctor::run(&cli.global, args).await,
             Command::Config(args) => commands::config::run(&cli.global, args),
+            Command::Plugins(args) => commands::plugins::run(&cli.global, args).await,
             Command::Bench(args) => commands::bench::run(args).await,
         }
     });

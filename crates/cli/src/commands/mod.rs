@@ -2,4 +2,5 @@
 
 pub mod config;
 pub mod doctor;
+pub mod plugins;
 pub mod bench;
