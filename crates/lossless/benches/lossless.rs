@@ -5,6 +5,8 @@
 //!
 //! `cargo bench -p clawctx-lossless` (`LCM_BENCH_GREP_N` sets the grep corpus, default 200k).
 
+#![allow(missing_docs)] // criterion_group! generates an undocumented function.
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -237,9 +239,5 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(
-    /// The lossless benchmark group.
-    lossless,
-    benches
-);
+criterion_group!(lossless, benches);
 criterion_main!(lossless);
