@@ -30,23 +30,69 @@ impl Summarizer for Head10 {
         while !req.conversation.is_char_boundary(end) {
             end -= 1;
         }
-        Ok(Summary { text: req.conversation[..end].to_owned(), input_tokens: 0, output_tokens: 0 })
+        Ok(Summary {
+            text: req.conversation[..end].to_owned(),
+            input_tokens: 0,
+            output_tokens: 0,
+        })
     }
 }
 
 struct Lcg(u64);
 impl Lcg {
     fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
     }
 }
 
 const WORDS: &[&str] = &[
-    "the", "build", "failed", "because", "config", "parser", "rejected", "value", "we", "fixed", "it", "by", "updating",
-    "src/main.rs", "and", "rerunning", "tests", "deploy", "server", "latency", "improved", "after", "cache", "change",
-    "user", "asked", "about", "migration", "schema", "version", "check", "logs", "error", "timeout", "retry", "policy",
-    "FooBar::baz()", "2024-05-01", "E0425", "api.example.com", "v1.2.3", "PR#1234", "deadbeef42",
+    "the",
+    "build",
+    "failed",
+    "because",
+    "config",
+    "parser",
+    "rejected",
+    "value",
+    "we",
+    "fixed",
+    "it",
+    "by",
+    "updating",
+    "src/main.rs",
+    "and",
+    "rerunning",
+    "tests",
+    "deploy",
+    "server",
+    "latency",
+    "improved",
+    "after",
+    "cache",
+    "change",
+    "user",
+    "asked",
+    "about",
+    "migration",
+    "schema",
+    "version",
+    "check",
+    "logs",
+    "error",
+    "timeout",
+    "retry",
+    "policy",
+    "FooBar::baz()",
+    "2024-05-01",
+    "E0425",
+    "api.example.com",
+    "v1.2.3",
+    "PR#1234",
+    "deadbeef42",
 ];
 
 fn text(rng: &mut Lcg, lo: u64, hi: u64) -> String {
@@ -67,11 +113,23 @@ fn workload(n: usize, seed: u64) -> Vec<AgentMessage> {
     let mut t = 0i64;
     while out.len() < n {
         let ts = 1_700_000_000_000 + t * 60_000;
-        out.push(AgentMessage::user(format!("t{t} {}", text(&mut rng, 150, 450))).with_timestamp(ts));
+        out.push(
+            AgentMessage::user(format!("t{t} {}", text(&mut rng, 150, 450))).with_timestamp(ts),
+        );
         if t % 2 == 0 {
             let id = format!("call_{t}");
-            out.push(AgentMessage::tool_call(&id, "read", serde_json::json!({"path": format!("src/m{t}.rs")})).with_timestamp(ts + 1));
-            out.push(AgentMessage::tool_result(&id, "read", text(&mut rng, 2_000, 6_000)).with_timestamp(ts + 2));
+            out.push(
+                AgentMessage::tool_call(
+                    &id,
+                    "read",
+                    serde_json::json!({"path": format!("src/m{t}.rs")}),
+                )
+                .with_timestamp(ts + 1),
+            );
+            out.push(
+                AgentMessage::tool_result(&id, "read", text(&mut rng, 2_000, 6_000))
+                    .with_timestamp(ts + 2),
+            );
         }
         out.push(AgentMessage::assistant(text(&mut rng, 300, 1_500)).with_timestamp(ts + 3));
         t += 1;
@@ -85,11 +143,20 @@ fn cx() -> CallContext {
 }
 
 fn batch(msgs: &[AgentMessage]) -> IngestBatchParams {
-    IngestBatchParams { session_id: "s".into(), session_key: Some(KEY.into()), messages: msgs.to_vec(), is_heartbeat: None }
+    IngestBatchParams {
+        session_id: "s".into(),
+        session_key: Some(KEY.into()),
+        messages: msgs.to_vec(),
+        is_heartbeat: None,
+    }
 }
 
 fn benches(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let msgs = workload(10_000, 1);
     let raw_bytes: usize = msgs.iter().map(|m| m.plain_text().len()).sum();
 
@@ -108,7 +175,8 @@ fn benches(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let dir = tempfile::tempdir().unwrap();
-                let e = LosslessEngine::open(dir.path().join("b.db"), LosslessConfig::default()).unwrap();
+                let e = LosslessEngine::open(dir.path().join("b.db"), LosslessConfig::default())
+                    .unwrap();
                 let t0 = Instant::now();
                 rt.block_on(async {
                     for ch in msgs.chunks(100) {
@@ -137,19 +205,31 @@ fn benches(c: &mut Criterion) {
         let st = rt.block_on(e.store().status()).unwrap();
         println!(
             "FIGURE ingest µs/message by 1k decile: {:?}",
-            per_decile.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>()
+            per_decile
+                .iter()
+                .map(|x| format!("{x:.1}"))
+                .collect::<Vec<_>>()
         );
         println!(
             "FIGURE raw-only DB: {} bytes for {} raw text bytes = {:.2}x ({} messages)",
-            st.db_bytes, raw_bytes, st.db_bytes as f64 / raw_bytes as f64, st.messages
+            st.db_bytes,
+            raw_bytes,
+            st.db_bytes as f64 / raw_bytes as f64,
+            st.messages
         );
     }
 
     // 2. The afterTurn loop with threshold compaction (budget 128k), then assemble.
     let dir = tempfile::tempdir().unwrap();
-    let e = LosslessEngine::open(dir.path().join("a.db"), LosslessConfig { min_salient_retention: 0.0, ..Default::default() })
-        .unwrap()
-        .with_summarizer(Arc::new(Head10));
+    let e = LosslessEngine::open(
+        dir.path().join("a.db"),
+        LosslessConfig {
+            min_salient_retention: 0.0,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .with_summarizer(Arc::new(Head10));
     let mut engine_us = Vec::new();
     let mut per_summary: Vec<f64> = Vec::new();
     let mut rounds = 0usize;
@@ -162,12 +242,27 @@ fn benches(c: &mut Criterion) {
             let end = (i + 4).min(msgs.len());
             history.extend_from_slice(&msgs[i..end]);
             i = end;
-            let ingest = IngestBatchParams { session_id: "s".into(), session_key: Some(KEY.into()), messages: history[pre..].to_vec(), is_heartbeat: None };
+            let ingest = IngestBatchParams {
+                session_id: "s".into(),
+                session_key: Some(KEY.into()),
+                messages: history[pre..].to_vec(),
+                is_heartbeat: None,
+            };
             e.ingest_batch(&ingest, &cx()).await.unwrap();
             let conv = e.store().conversations().await.unwrap();
             if conv[0].frontier_tokens as u64 > e.config().threshold_tokens(128_000) {
                 let key = ConvKey::from_host(Some(KEY), "s");
-                let r = e.compact_session(&key, CompactionOptions { budget: 128_000, ..Default::default() }).await.unwrap().unwrap();
+                let r = e
+                    .compact_session(
+                        &key,
+                        CompactionOptions {
+                            budget: 128_000,
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .unwrap()
+                    .unwrap();
                 if r.rounds > 0 {
                     per_summary.push(r.engine_micros as f64 / r.created().max(1) as f64);
                     engine_us.push(r.engine_micros as f64 / r.rounds as f64);
@@ -182,7 +277,10 @@ fn benches(c: &mut Criterion) {
     per_summary.sort_by(|a, b| a.total_cmp(b));
     println!(
         "FIGURE compaction engine µs per summary created: p50 {:.0} max {:.0}",
-        per_summary.get(per_summary.len() / 2).copied().unwrap_or(0.0),
+        per_summary
+            .get(per_summary.len() / 2)
+            .copied()
+            .unwrap_or(0.0),
         per_summary.last().copied().unwrap_or(0.0)
     );
     println!(
@@ -195,20 +293,37 @@ fn benches(c: &mut Criterion) {
     );
     println!(
         "FIGURE compacted DB: {} bytes for {} raw text bytes = {:.2}x",
-        st.db_bytes, raw_bytes, st.db_bytes as f64 / raw_bytes as f64
+        st.db_bytes,
+        raw_bytes,
+        st.db_bytes as f64 / raw_bytes as f64
     );
     let mut prompt = history[history.len() - 8..].to_vec();
     prompt.push(AgentMessage::user("next question").with_timestamp(1));
-    let params = AssembleParams { session_id: "s".into(), session_key: Some(KEY.into()), messages: prompt, token_budget: Some(128_000), ..Default::default() };
+    let params = AssembleParams {
+        session_id: "s".into(),
+        session_key: Some(KEY.into()),
+        messages: prompt,
+        token_budget: Some(128_000),
+        ..Default::default()
+    };
     let r = rt.block_on(e.assemble(&params, &cx())).unwrap();
-    println!("FIGURE assemble output: {} messages, {} tokens", r.messages.len(), r.estimated_tokens);
+    println!(
+        "FIGURE assemble output: {} messages, {} tokens",
+        r.messages.len(),
+        r.estimated_tokens
+    );
     let mut g = c.benchmark_group("assemble");
     g.sample_size(50);
-    g.bench_function("10k_messages_128k_budget", |b| b.iter(|| rt.block_on(e.assemble(&params, &cx())).unwrap()));
+    g.bench_function("10k_messages_128k_budget", |b| {
+        b.iter(|| rt.block_on(e.assemble(&params, &cx())).unwrap())
+    });
     g.finish();
 
     // 3. Grep at scale.
-    let n: usize = std::env::var("LCM_BENCH_GREP_N").ok().and_then(|s| s.parse().ok()).unwrap_or(200_000);
+    let n: usize = std::env::var("LCM_BENCH_GREP_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200_000);
     let gdir = tempfile::tempdir().unwrap();
     let ge = LosslessEngine::open(gdir.path().join("g.db"), LosslessConfig::default()).unwrap();
     let t0 = Instant::now();
@@ -224,18 +339,40 @@ fn benches(c: &mut Criterion) {
             made += chunk.len();
         }
     });
-    println!("FIGURE grep corpus: {n} messages ingested in {:.1}s", t0.elapsed().as_secs_f64());
+    println!(
+        "FIGURE grep corpus: {n} messages ingested in {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
     let key = ConvKey::from_host(Some(KEY), "s");
     let mut g = c.benchmark_group("grep");
     g.sample_size(20);
-    for (name, q) in [("fts_rare_term", "E0425 deadbeef42 FooBar"), ("fts_common_term", "build")] {
-        let gq = GrepQuery { limit: 20, ..GrepQuery::new(q, Scope::Session(key.clone())) };
-        g.bench_function(format!("{name}_{n}"), |b| b.iter(|| rt.block_on(ge.store().grep(gq.clone())).unwrap()));
-        let gq = GrepQuery { sort: GrepSort::Recency, ..gq };
-        g.bench_function(format!("{name}_recency_{n}"), |b| b.iter(|| rt.block_on(ge.store().grep(gq.clone())).unwrap()));
+    for (name, q) in [
+        ("fts_rare_term", "E0425 deadbeef42 FooBar"),
+        ("fts_common_term", "build"),
+    ] {
+        let gq = GrepQuery {
+            limit: 20,
+            ..GrepQuery::new(q, Scope::Session(key.clone()))
+        };
+        g.bench_function(format!("{name}_{n}"), |b| {
+            b.iter(|| rt.block_on(ge.store().grep(gq.clone())).unwrap())
+        });
+        let gq = GrepQuery {
+            sort: GrepSort::Recency,
+            ..gq
+        };
+        g.bench_function(format!("{name}_recency_{n}"), |b| {
+            b.iter(|| rt.block_on(ge.store().grep(gq.clone())).unwrap())
+        });
     }
-    let rq = GrepQuery { mode: GrepMode::Regex, limit: 20, ..GrepQuery::new(r"t\d+ user asked", Scope::Session(key.clone())) };
-    g.bench_function(format!("regex_{n}"), |b| b.iter(|| rt.block_on(ge.store().grep(rq.clone())).unwrap()));
+    let rq = GrepQuery {
+        mode: GrepMode::Regex,
+        limit: 20,
+        ..GrepQuery::new(r"t\d+ user asked", Scope::Session(key.clone()))
+    };
+    g.bench_function(format!("regex_{n}"), |b| {
+        b.iter(|| rt.block_on(ge.store().grep(rq.clone())).unwrap())
+    });
     g.finish();
 }
 

@@ -45,7 +45,12 @@ impl LosslessStore {
 
     /// Imports an OpenClaw JSONL session file into `key`'s conversation; `apply = false` only
     /// reports what would be imported.
-    pub async fn import_openclaw_jsonl(&self, path: impl Into<PathBuf>, key: ConvKey, apply: bool) -> Result<ImportReport> {
+    pub async fn import_openclaw_jsonl(
+        &self,
+        path: impl Into<PathBuf>,
+        key: ConvKey,
+        apply: bool,
+    ) -> Result<ImportReport> {
         let path = path.into();
         self.call(move |db| {
             let (msgs, mut report) = crate::import::read_openclaw_jsonl(&path)?;

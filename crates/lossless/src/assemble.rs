@@ -14,9 +14,9 @@ use clawctx_protocol::{AgentMessage, Content, ContentBlock};
 use clawctx_tokens::{message_tokens, truncate_middle};
 use rusqlite::params;
 
+use crate::error::Result;
 use crate::store::codec::{self, role};
 use crate::store::Db;
-use crate::error::Result;
 
 /// The system-prompt addition explaining the recall tools (static: cache-stable).
 pub const SYSTEM_PROMPT_ADDITION: &str = include_str!("prompts/recall_policy.md");
@@ -37,7 +37,13 @@ pub struct Assembled {
 }
 
 /// Renders a summary as the user-role block the model sees. Deterministic bytes.
-pub fn render_summary(id: i64, depth: i64, from_ts: Option<i64>, to_ts: Option<i64>, text: &str) -> AgentMessage {
+pub fn render_summary(
+    id: i64,
+    depth: i64,
+    from_ts: Option<i64>,
+    to_ts: Option<i64>,
+    text: &str,
+) -> AgentMessage {
     let fmt = |t: Option<i64>| {
         t.and_then(chrono::DateTime::from_timestamp_millis)
             .map(|d| d.format("%Y-%m-%dT%H:%MZ").to_string())
@@ -54,8 +60,22 @@ pub fn render_summary(id: i64, depth: i64, from_ts: Option<i64>, to_ts: Option<i
 
 enum Item {
     Live(AgentMessage, u64),
-    Message { role: i64, n_calls: i64, tokens: u64, text: String, skeleton: Option<String>, ts: Option<i64> },
-    Summary { id: i64, depth: i64, from_ts: Option<i64>, to_ts: Option<i64>, text: String, tokens: u64 },
+    Message {
+        role: i64,
+        n_calls: i64,
+        tokens: u64,
+        text: String,
+        skeleton: Option<String>,
+        ts: Option<i64>,
+    },
+    Summary {
+        id: i64,
+        depth: i64,
+        from_ts: Option<i64>,
+        to_ts: Option<i64>,
+        text: String,
+        tokens: u64,
+    },
 }
 
 impl Item {
@@ -82,8 +102,21 @@ impl Item {
     fn into_message(self) -> Result<AgentMessage> {
         Ok(match self {
             Item::Live(m, _) => m,
-            Item::Message { role, text, skeleton, ts, .. } => codec::decode(role, &text, skeleton.as_deref(), ts)?,
-            Item::Summary { id, depth, from_ts, to_ts, text, .. } => render_summary(id, depth, from_ts, to_ts, &text),
+            Item::Message {
+                role,
+                text,
+                skeleton,
+                ts,
+                ..
+            } => codec::decode(role, &text, skeleton.as_deref(), ts)?,
+            Item::Summary {
+                id,
+                depth,
+                from_ts,
+                to_ts,
+                text,
+                ..
+            } => render_summary(id, depth, from_ts, to_ts, &text),
         })
     }
 }
@@ -133,8 +166,20 @@ impl Db {
     /// Assembles conversation `conv_id` (or only `live` when `conv_id` is `None`) within
     /// `budget` tokens. `live` are the host's newest messages the store has not stored yet, in
     /// order.
-    pub fn assemble(&self, conv_id: Option<i64>, live: Vec<AgentMessage>, budget: u64) -> Result<Assembled> {
-        let mut p = Packer { budget, used: 0, pending: Vec::new(), kept: Vec::new(), oversized: None, done: false };
+    pub fn assemble(
+        &self,
+        conv_id: Option<i64>,
+        live: Vec<AgentMessage>,
+        budget: u64,
+    ) -> Result<Assembled> {
+        let mut p = Packer {
+            budget,
+            used: 0,
+            pending: Vec::new(),
+            kept: Vec::new(),
+            oversized: None,
+            done: false,
+        };
         let n_live = live.len();
         for m in live.into_iter().rev() {
             let t = message_tokens(&m);
@@ -178,7 +223,10 @@ impl Db {
             }
             truncated = p.done;
         }
-        let mut out = Assembled { truncated, ..Default::default() };
+        let mut out = Assembled {
+            truncated,
+            ..Default::default()
+        };
         let oversized = p.oversized.take();
         let mut units = std::mem::take(&mut p.kept);
         units.reverse();
@@ -195,7 +243,10 @@ impl Db {
         }
         if let Some(unit) = oversized {
             // Nothing fit: shorten the newest unit instead of returning nothing.
-            let mut msgs = unit.into_iter().map(Item::into_message).collect::<Result<Vec<_>>>()?;
+            let mut msgs = unit
+                .into_iter()
+                .map(Item::into_message)
+                .collect::<Result<Vec<_>>>()?;
             shrink_to_fit(&mut msgs, budget);
             let t: u64 = msgs.iter().map(message_tokens).sum();
             if t <= budget && !msgs.is_empty() {
@@ -215,7 +266,9 @@ fn text_slots(m: &mut AgentMessage) -> Vec<&mut String> {
         AgentMessage::ToolResult(t) => &mut t.content,
         AgentMessage::Custom(c) => &mut c.content,
         AgentMessage::BashExecution(b) => return vec![&mut b.output],
-        AgentMessage::BranchSummary(s) | AgentMessage::CompactionSummary(s) => return vec![&mut s.summary],
+        AgentMessage::BranchSummary(s) | AgentMessage::CompactionSummary(s) => {
+            return vec![&mut s.summary]
+        }
         AgentMessage::Other(_) => return Vec::new(),
     };
     match content {
@@ -241,9 +294,13 @@ pub(crate) fn shrink_to_fit(msgs: &mut Vec<AgentMessage>, budget: u64) {
             return;
         }
         let over = total - budget;
-        let Some((idx, _)) = costs.iter().enumerate().max_by_key(|(_, c)| **c) else { return };
+        let Some((idx, _)) = costs.iter().enumerate().max_by_key(|(_, c)| **c) else {
+            return;
+        };
         let mut slots = text_slots(&mut msgs[idx]);
-        let Some(slot) = slots.iter_mut().max_by_key(|s| s.len()) else { break };
+        let Some(slot) = slots.iter_mut().max_by_key(|s| s.len()) else {
+            break;
+        };
         let slot_tokens = clawctx_tokens::text_tokens(slot);
         if slot_tokens == 0 {
             break;

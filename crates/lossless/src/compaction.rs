@@ -28,7 +28,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clawctx_protocol::AgentMessage;
-use clawctx_summarize::{serialize_conversation, salient_terms, ExtractiveSummarizer, Summarizer, SummaryKind, SummaryRequest};
+use clawctx_summarize::{
+    salient_terms, serialize_conversation, ExtractiveSummarizer, Summarizer, SummaryKind,
+    SummaryRequest,
+};
 use clawctx_tokens::{message_tokens, text_tokens};
 use futures::StreamExt;
 use rusqlite::params;
@@ -206,10 +209,16 @@ impl Db {
         let goal = cfg.low_water_tokens(opts.budget);
         let force_now = opts.force && first_round;
         if first_round && !opts.force && total <= threshold {
-            return Ok((Vec::new(), format!("below threshold ({total} <= {threshold} tokens)")));
+            return Ok((
+                Vec::new(),
+                format!("below threshold ({total} <= {threshold} tokens)"),
+            ));
         }
         if !force_now && total <= goal {
-            return Ok((Vec::new(), format!("at or below low-water mark ({total} <= {goal} tokens)")));
+            return Ok((
+                Vec::new(),
+                format!("at or below low-water mark ({total} <= {goal} tokens)"),
+            ));
         }
         let items = self.load_frontier(conv_id)?;
         // Fresh tail: the newest `freshTailCount` raw messages, extended back so it never
@@ -243,7 +252,10 @@ impl Db {
             let mut start = s;
             let mut acc = 0u64;
             for j in s..e {
-                if j > start && acc + eligible[j].tokens > cfg.leaf_chunk_tokens && eligible[j].role != role::TOOL_RESULT {
+                if j > start
+                    && acc + eligible[j].tokens > cfg.leaf_chunk_tokens
+                    && eligible[j].role != role::TOOL_RESULT
+                {
                     ranges.push((start, j));
                     start = j;
                     acc = 0;
@@ -274,9 +286,16 @@ impl Db {
 
         if chosen.is_empty() {
             // Condensed chunks: shallowest depth with a qualifying run.
-            let prefix: u64 = eligible.iter().filter(|x| x.kind == 1).map(|x| x.tokens).sum();
+            let prefix: u64 = eligible
+                .iter()
+                .filter(|x| x.kind == 1)
+                .map(|x| x.tokens)
+                .sum();
             let routine_due = prefix > cfg.prefix_target_tokens(opts.budget) || projected > goal;
-            let phases: [(usize, bool); 2] = [(cfg.condensed_min_fanout, true), (cfg.condensed_min_fanout_hard, false)];
+            let phases: [(usize, bool); 2] = [
+                (cfg.condensed_min_fanout, true),
+                (cfg.condensed_min_fanout_hard, false),
+            ];
             for (fanout, routine) in phases {
                 if routine && !routine_due {
                     continue;
@@ -284,11 +303,18 @@ impl Db {
                 if !routine && projected <= threshold {
                     continue;
                 }
-                let mut depths: Vec<i64> = eligible.iter().filter(|x| x.kind == 1).map(|x| x.depth).collect();
+                let mut depths: Vec<i64> = eligible
+                    .iter()
+                    .filter(|x| x.kind == 1)
+                    .map(|x| x.depth)
+                    .collect();
                 depths.sort_unstable();
                 depths.dedup();
                 for d in depths {
-                    if routine && cfg.incremental_max_depth >= 0 && d + 1 > cfg.incremental_max_depth {
+                    if routine
+                        && cfg.incremental_max_depth >= 0
+                        && d + 1 > cfg.incremental_max_depth
+                    {
                         continue;
                     }
                     let mut i = 0;
@@ -298,14 +324,17 @@ impl Db {
                             continue;
                         }
                         let s = i;
-                        while i < eligible.len() && eligible[i].kind == 1 && eligible[i].depth == d {
+                        while i < eligible.len() && eligible[i].kind == 1 && eligible[i].depth == d
+                        {
                             i += 1;
                         }
                         let e = i;
                         let mut start = s;
                         let mut acc = 0u64;
                         for j in s..=e {
-                            let boundary = j == e || (acc + eligible[j].tokens > cfg.leaf_chunk_tokens && j - start >= fanout);
+                            let boundary = j == e
+                                || (acc + eligible[j].tokens > cfg.leaf_chunk_tokens
+                                    && j - start >= fanout);
                             if boundary {
                                 if j - start >= fanout && !exclude.contains(&eligible[start].ord) {
                                     chosen.push((start, j, d + 1));
@@ -328,7 +357,10 @@ impl Db {
             }
         }
         if chosen.is_empty() {
-            return Ok((Vec::new(), "nothing eligible (fresh tail, fanout or depth limits)".into()));
+            return Ok((
+                Vec::new(),
+                "nothing eligible (fresh tail, fanout or depth limits)".into(),
+            ));
         }
         let mut chunks = Vec::with_capacity(chosen.len());
         for (s, e, depth) in chosen {
@@ -337,19 +369,31 @@ impl Db {
         Ok((chunks, String::new()))
     }
 
-    fn build_chunk(&self, conv_id: i64, items: &[FItem], depth: i64, cfg: &LosslessConfig) -> Result<Chunk> {
+    fn build_chunk(
+        &self,
+        conv_id: i64,
+        items: &[FItem],
+        depth: i64,
+        cfg: &LosslessConfig,
+    ) -> Result<Chunk> {
         let source_tokens: u64 = items.iter().map(|x| x.tokens).sum();
         let input = if depth == 0 {
-            let mut st = self.conn.prepare_cached("SELECT role, text, skeleton, ts FROM messages WHERE id = ?1")?;
+            let mut st = self
+                .conn
+                .prepare_cached("SELECT role, text, skeleton, ts FROM messages WHERE id = ?1")?;
             let mut msgs: Vec<AgentMessage> = Vec::with_capacity(items.len());
             for it in items {
-                let (r, text, sk, ts): (i64, String, Option<String>, Option<i64>) =
-                    st.query_row([it.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+                let (r, text, sk, ts): (i64, String, Option<String>, Option<i64>) = st
+                    .query_row([it.id], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })?;
                 msgs.push(codec::decode(r, &text, sk.as_deref(), ts)?);
             }
             serialize_conversation(&msgs)
         } else {
-            let mut st = self.conn.prepare_cached("SELECT text, from_ts, to_ts FROM summaries WHERE id = ?1")?;
+            let mut st = self
+                .conn
+                .prepare_cached("SELECT text, from_ts, to_ts FROM summaries WHERE id = ?1")?;
             let mut out = String::new();
             for it in items {
                 let (text, f, t): (String, Option<i64>, Option<i64>) =
@@ -361,7 +405,11 @@ impl Db {
             }
             out
         };
-        let max_tokens = if depth == 0 { leaf_target(cfg, source_tokens) } else { condensed_target(cfg, source_tokens) };
+        let max_tokens = if depth == 0 {
+            leaf_target(cfg, source_tokens)
+        } else {
+            condensed_target(cfg, source_tokens)
+        };
         Ok(Chunk {
             conv_id,
             depth,
@@ -500,17 +548,28 @@ pub(crate) fn fmt_ts(t: Option<i64>) -> String {
 }
 
 /// Why a summary was rejected, or `None` when it is acceptable.
-pub fn validate_summary(cfg: &LosslessConfig, source_text: &str, source_tokens: u64, max_tokens: u64, summary: &str) -> Option<String> {
+pub fn validate_summary(
+    cfg: &LosslessConfig,
+    source_text: &str,
+    source_tokens: u64,
+    max_tokens: u64,
+    summary: &str,
+) -> Option<String> {
     let t = text_tokens(summary);
     if summary.trim().is_empty() {
         return Some("empty summary".into());
     }
     if t >= source_tokens {
-        return Some(format!("summary ({t} tokens) is not smaller than its source ({source_tokens})"));
+        return Some(format!(
+            "summary ({t} tokens) is not smaller than its source ({source_tokens})"
+        ));
     }
     let cap = (max_tokens as f64 * cfg.summary_max_overage_factor).ceil() as u64;
     if t > cap {
-        return Some(format!("summary ({t} tokens) exceeds its target ({max_tokens} × {})", cfg.summary_max_overage_factor));
+        return Some(format!(
+            "summary ({t} tokens) exceeds its target ({max_tokens} × {})",
+            cfg.summary_max_overage_factor
+        ));
     }
     if cfg.min_salient_retention > 0.0 {
         let terms = salient_terms(source_text);
@@ -518,9 +577,14 @@ pub fn validate_summary(cfg: &LosslessConfig, source_text: &str, source_tokens: 
         let needed = (cfg.min_salient_retention * considered as f64).ceil() as usize;
         if needed > 0 {
             let lower = summary.to_lowercase();
-            let kept = terms.iter().filter(|term| lower.contains(&term.to_lowercase())).count();
+            let kept = terms
+                .iter()
+                .filter(|term| lower.contains(&term.to_lowercase()))
+                .count();
             if kept < needed {
-                return Some(format!("summary keeps {kept} of the source's salient terms, needs {needed}"));
+                return Some(format!(
+                    "summary keeps {kept} of the source's salient terms, needs {needed}"
+                ));
             }
         }
     }
@@ -540,7 +604,13 @@ async fn summarize_chunk(
     custom: Option<String>,
 ) -> (Outcome, u64, u64) {
     let started = Instant::now();
-    let kind = if chunk.depth == 0 { SummaryKind::Leaf } else { SummaryKind::Condensed { depth: chunk.depth as u32 } };
+    let kind = if chunk.depth == 0 {
+        SummaryKind::Leaf
+    } else {
+        SummaryKind::Condensed {
+            depth: chunk.depth as u32,
+        }
+    };
     let req = SummaryRequest {
         kind,
         conversation: chunk.input.clone(),
@@ -558,7 +628,11 @@ async fn summarize_chunk(
     };
     let summarizer_us = started.elapsed().as_micros() as u64;
     let v0 = Instant::now();
-    let name = if extractive { "extractive".to_owned() } else { summarizer.name().to_owned() };
+    let name = if extractive {
+        "extractive".to_owned()
+    } else {
+        summarizer.name().to_owned()
+    };
     let outcome = match result {
         Err(e) => Outcome::Failed(e.to_string()),
         Ok(s) => {
@@ -566,13 +640,22 @@ async fn summarize_chunk(
             let check = {
                 let (cfg, input, text2) = (cfg.clone(), chunk.input.clone(), text.clone());
                 let (src, max) = (chunk.source_tokens, chunk.max_tokens);
-                tokio::task::spawn_blocking(move || validate_summary(&cfg, &input, src, max, &text2))
-                    .await
-                    .unwrap_or_else(|e| Some(e.to_string()))
+                tokio::task::spawn_blocking(move || {
+                    validate_summary(&cfg, &input, src, max, &text2)
+                })
+                .await
+                .unwrap_or_else(|e| Some(e.to_string()))
             };
             match check {
                 Some(why) => Outcome::Failed(why),
-                None => Outcome::Ok(Produced { chunk, text, summarizer: name }, extractive),
+                None => Outcome::Ok(
+                    Produced {
+                        chunk,
+                        text,
+                        summarizer: name,
+                    },
+                    extractive,
+                ),
             }
         }
     };
@@ -588,10 +671,20 @@ pub async fn compact_conversation(
     opts: CompactionOptions,
 ) -> Result<CompactionReport> {
     let mut report = CompactionReport::default();
-    let before = store.call(move |db| Ok(db.conversation_by_id(conv_id)?.map(|c| c.frontier_tokens).unwrap_or(0))).await?;
+    let before = store
+        .call(move |db| {
+            Ok(db
+                .conversation_by_id(conv_id)?
+                .map(|c| c.frontier_tokens)
+                .unwrap_or(0))
+        })
+        .await?;
     report.tokens_before = before.max(0) as u64;
     let mut exclude: HashSet<i64> = HashSet::new();
-    let custom = opts.custom_instructions.clone().or_else(|| cfg.custom_instructions.clone());
+    let custom = opts
+        .custom_instructions
+        .clone()
+        .or_else(|| cfg.custom_instructions.clone());
     for round in 0..cfg.max_compaction_rounds {
         let t0 = Instant::now();
         let (c2, o2, ex) = (cfg.clone(), opts.clone(), exclude.clone());
@@ -620,16 +713,17 @@ pub async fn compact_conversation(
         let n = chunks.len();
         let firsts: Vec<i64> = chunks.iter().map(|c| c.first_ord).collect();
         let round_start = Instant::now();
-        let results: Vec<(usize, (Outcome, u64, u64))> = futures::stream::iter(chunks.into_iter().enumerate())
-            .map(|(i, ch)| {
-                let s = summarizer.clone();
-                let cfg = cfg.clone();
-                let custom = custom.clone();
-                async move { (i, summarize_chunk(ch, s, use_primary, cfg, custom).await) }
-            })
-            .buffer_unordered(cfg.summary_concurrency)
-            .collect()
-            .await;
+        let results: Vec<(usize, (Outcome, u64, u64))> =
+            futures::stream::iter(chunks.into_iter().enumerate())
+                .map(|(i, ch)| {
+                    let s = summarizer.clone();
+                    let cfg = cfg.clone();
+                    let custom = custom.clone();
+                    async move { (i, summarize_chunk(ch, s, use_primary, cfg, custom).await) }
+                })
+                .buffer_unordered(cfg.summary_concurrency)
+                .collect()
+                .await;
         let wall = round_start.elapsed().as_micros() as u64;
         let mut max_sum_us = 0;
         let mut produced = Vec::new();
@@ -691,10 +785,21 @@ pub async fn compact_conversation(
             break;
         }
     }
-    let after = store.call(move |db| Ok(db.conversation_by_id(conv_id)?.map(|c| c.frontier_tokens).unwrap_or(0))).await?;
+    let after = store
+        .call(move |db| {
+            Ok(db
+                .conversation_by_id(conv_id)?
+                .map(|c| c.frontier_tokens)
+                .unwrap_or(0))
+        })
+        .await?;
     report.tokens_after = after.max(0) as u64;
     if report.reason.is_empty() {
-        report.reason = if report.created() > 0 { "compacted".into() } else { "nothing compacted".into() };
+        report.reason = if report.created() > 0 {
+            "compacted".into()
+        } else {
+            "nothing compacted".into()
+        };
     }
     Ok(report)
 }

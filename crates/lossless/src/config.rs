@@ -113,7 +113,9 @@ impl Default for LosslessConfig {
 impl LosslessConfig {
     /// Reads `plugins.entries.lossless.config` from a whole host config (defaults when absent).
     pub fn from_host_config(root: &Value) -> Self {
-        root.pointer("/plugins/entries/lossless/config").map(Self::from_value).unwrap_or_default()
+        root.pointer("/plugins/entries/lossless/config")
+            .map(Self::from_value)
+            .unwrap_or_default()
     }
 
     /// Reads the engine's own config object; invalid values fall back to defaults key by key.
@@ -121,7 +123,9 @@ impl LosslessConfig {
         let mut cfg: Self = match serde_json::from_value(v.clone()) {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!("lossless: config did not parse as a whole ({e}); reading keys one by one");
+                tracing::warn!(
+                    "lossless: config did not parse as a whole ({e}); reading keys one by one"
+                );
                 let mut base = serde_json::to_value(Self::default()).unwrap_or(Value::Null);
                 if let (Value::Object(base_map), Value::Object(given)) = (&mut base, v) {
                     for (k, val) in given {
@@ -150,7 +154,9 @@ impl LosslessConfig {
         self.condensed_target_tokens = self.condensed_target_tokens.max(64);
         self.leaf_min_fanout = self.leaf_min_fanout.max(1);
         self.condensed_min_fanout = self.condensed_min_fanout.max(2);
-        self.condensed_min_fanout_hard = self.condensed_min_fanout_hard.clamp(2, self.condensed_min_fanout);
+        self.condensed_min_fanout_hard = self
+            .condensed_min_fanout_hard
+            .clamp(2, self.condensed_min_fanout);
         self.max_compaction_rounds = self.max_compaction_rounds.clamp(1, 64);
         self.summary_concurrency = self.summary_concurrency.clamp(1, 32);
     }
@@ -170,7 +176,9 @@ impl LosslessConfig {
         if self.summary_prefix_target_tokens > 0 {
             self.summary_prefix_target_tokens
         } else {
-            self.leaf_chunk_tokens.min(budget / 4).max(self.condensed_target_tokens)
+            self.leaf_chunk_tokens
+                .min(budget / 4)
+                .max(self.condensed_target_tokens)
         }
     }
 }

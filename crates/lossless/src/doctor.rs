@@ -79,8 +79,14 @@ impl Db {
     pub fn status(&self) -> Result<StatusReport> {
         let page_size: i64 = self.conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
         let pages: i64 = self.conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-        let free: i64 = self.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-        let mut s = StatusReport { db_bytes: (page_size * pages) as u64, free_bytes: (page_size * free) as u64, ..Default::default() };
+        let free: i64 = self
+            .conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        let mut s = StatusReport {
+            db_bytes: (page_size * pages) as u64,
+            free_bytes: (page_size * free) as u64,
+            ..Default::default()
+        };
         let (convs, raw, tokens): (i64, i64, i64) = self.conn.query_row(
             "SELECT count(*), coalesce(sum(raw_bytes), 0), coalesce(sum(msg_tokens), 0) FROM conversations",
             [],
@@ -89,14 +95,23 @@ impl Db {
         s.conversations = convs as u64;
         s.raw_text_bytes = raw as u64;
         s.message_tokens = tokens as u64;
-        s.frontier_tokens = self
+        s.frontier_tokens = self.conn.query_row(
+            "SELECT coalesce(sum(frontier_tokens), 0) FROM conversations WHERE active = 1",
+            [],
+            |r| r.get::<_, i64>(0),
+        )? as u64;
+        s.messages = self.conn.query_row(
+            "SELECT coalesce(sum(msg_count), 0) FROM conversations",
+            [],
+            |r| r.get::<_, i64>(0),
+        )? as u64;
+        let mut st = self
             .conn
-            .query_row("SELECT coalesce(sum(frontier_tokens), 0) FROM conversations WHERE active = 1", [], |r| r.get::<_, i64>(0))?
-            as u64;
-        s.messages = self.conn.query_row("SELECT coalesce(sum(msg_count), 0) FROM conversations", [], |r| r.get::<_, i64>(0))? as u64;
-        let mut st = self.conn.prepare("SELECT depth, count(*) FROM summaries GROUP BY depth ORDER BY depth")?;
+            .prepare("SELECT depth, count(*) FROM summaries GROUP BY depth ORDER BY depth")?;
         s.depth_histogram = st
-            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as u64)))?
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as u64))
+            })?
             .collect::<rusqlite::Result<_>>()?;
         s.summaries = s.depth_histogram.iter().map(|d| d.1).sum();
         s.max_depth = s.depth_histogram.last().map(|d| d.0).unwrap_or(-1);
@@ -111,23 +126,36 @@ impl Db {
 
     /// Checks every invariant (see the module docs).
     pub fn doctor(&self) -> Result<DoctorReport> {
-        let sqlite_check: String = self.conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        let sqlite_check: String = self
+            .conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))?;
         let mut issues = Vec::new();
         if sqlite_check != "ok" {
-            issues.push(DoctorIssue { conversation_id: 0, code: "sqlite".into(), detail: sqlite_check.clone() });
+            issues.push(DoctorIssue {
+                conversation_id: 0,
+                code: "sqlite".into(),
+                detail: sqlite_check.clone(),
+            });
         }
         // Whole-DB maps: summary children, summary owners.
         let mut children: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
         {
-            let mut st = self.conn.prepare("SELECT summary_id, kind, child_id FROM summary_children ORDER BY summary_id, ord")?;
+            let mut st = self.conn.prepare(
+                "SELECT summary_id, kind, child_id FROM summary_children ORDER BY summary_id, ord",
+            )?;
             let mut rows = st.query([])?;
             while let Some(r) = rows.next()? {
-                children.entry(r.get(0)?).or_default().push((r.get(1)?, r.get(2)?));
+                children
+                    .entry(r.get(0)?)
+                    .or_default()
+                    .push((r.get(1)?, r.get(2)?));
             }
         }
         let mut summary_conv: HashMap<i64, (i64, i64)> = HashMap::new();
         {
-            let mut st = self.conn.prepare("SELECT id, conv_id, depth FROM summaries")?;
+            let mut st = self
+                .conn
+                .prepare("SELECT id, conv_id, depth FROM summaries")?;
             let mut rows = st.query([])?;
             while let Some(r) = rows.next()? {
                 summary_conv.insert(r.get(0)?, (r.get(1)?, r.get(2)?));
@@ -147,7 +175,9 @@ impl Db {
             let mut msgs: HashMap<i64, (i64, i64)> = HashMap::new();
             let mut by_seq: Vec<(i64, i64, i64)> = Vec::new();
             {
-                let mut st = self.conn.prepare_cached("SELECT id, seq, role FROM messages WHERE conv_id = ?1 ORDER BY seq")?;
+                let mut st = self.conn.prepare_cached(
+                    "SELECT id, seq, role FROM messages WHERE conv_id = ?1 ORDER BY seq",
+                )?;
                 let mut rows = st.query([conv.id])?;
                 while let Some(r) = rows.next()? {
                     let (id, seq, ro): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
@@ -157,7 +187,9 @@ impl Db {
             }
             let mut frontier: Vec<(i64, i64, i64)> = Vec::new();
             {
-                let mut st = self.conn.prepare_cached("SELECT kind, item_id, tokens FROM frontier WHERE conv_id = ?1 ORDER BY ord")?;
+                let mut st = self.conn.prepare_cached(
+                    "SELECT kind, item_id, tokens FROM frontier WHERE conv_id = ?1 ORDER BY ord",
+                )?;
                 let mut rows = st.query([conv.id])?;
                 while let Some(r) = rows.next()? {
                     frontier.push((r.get(0)?, r.get(1)?, r.get(2)?));
@@ -254,7 +286,10 @@ impl Db {
                     issues.push(DoctorIssue {
                         conversation_id: conv.id,
                         code: "tool-pair-split".into(),
-                        detail: format!("msg_{} (tool result) is separated from msg_{} before it", cur.0, prev.0),
+                        detail: format!(
+                            "msg_{} (tool result) is separated from msg_{} before it",
+                            cur.0, prev.0
+                        ),
                     });
                 }
             }
@@ -282,8 +317,12 @@ impl Db {
         }
         // Orphans: summaries in no frontier and child of no summary.
         let in_frontier: HashSet<i64> = {
-            let mut st = self.conn.prepare("SELECT item_id FROM frontier WHERE kind = 1")?;
-            let v = st.query_map([], |r| r.get::<_, i64>(0))?.collect::<rusqlite::Result<HashSet<_>>>()?;
+            let mut st = self
+                .conn
+                .prepare("SELECT item_id FROM frontier WHERE kind = 1")?;
+            let v = st
+                .query_map([], |r| r.get::<_, i64>(0))?
+                .collect::<rusqlite::Result<HashSet<_>>>()?;
             v
         };
         for (sid, (conv_id, _)) in &summary_conv {
@@ -291,7 +330,9 @@ impl Db {
                 issues.push(DoctorIssue {
                     conversation_id: *conv_id,
                     code: "orphan-summary".into(),
-                    detail: format!("sum_{sid} is neither in a frontier nor a child of another summary"),
+                    detail: format!(
+                        "sum_{sid} is neither in a frontier nor a child of another summary"
+                    ),
                 });
             }
         }

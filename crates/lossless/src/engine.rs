@@ -12,8 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use clawctx_engine::registry::{factory, ContextEngineRegistry, Factory, FactoryContext, RegisterOutcome};
-use clawctx_engine::{AgentTool, CallContext, ContextEngine, EngineError, Method, MethodSet, SubagentSpawnPreparation};
+use clawctx_engine::registry::{
+    factory, ContextEngineRegistry, Factory, FactoryContext, RegisterOutcome,
+};
+use clawctx_engine::{
+    AgentTool, CallContext, ContextEngine, EngineError, Method, MethodSet, SubagentSpawnPreparation,
+};
 use clawctx_protocol::*;
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 
@@ -39,14 +43,20 @@ pub struct LosslessEngine {
 
 impl std::fmt::Debug for LosslessEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LosslessEngine").field("store", &self.store).field("summarizer", &self.summarizer.name()).finish()
+        f.debug_struct("LosslessEngine")
+            .field("store", &self.store)
+            .field("summarizer", &self.summarizer.name())
+            .finish()
     }
 }
 
 impl LosslessEngine {
     /// An engine over an open store, with the extractive summarizer.
     pub fn new(store: LosslessStore, cfg: LosslessConfig) -> Result<Self> {
-        let policy = SessionPolicy::new(&cfg.ignore_session_patterns, &cfg.read_only_session_patterns)?;
+        let policy = SessionPolicy::new(
+            &cfg.ignore_session_patterns,
+            &cfg.read_only_session_patterns,
+        )?;
         Ok(Self {
             store,
             cfg: Arc::new(cfg),
@@ -87,7 +97,10 @@ impl LosslessEngine {
     }
 
     fn budget(&self, given: Option<u64>, rc: Option<&ContextEngineRuntimeContext>) -> u64 {
-        given.or_else(|| rc.and_then(|r| r.token_budget)).filter(|b| *b > 0).unwrap_or(self.cfg.default_token_budget)
+        given
+            .or_else(|| rc.and_then(|r| r.token_budget))
+            .filter(|b| *b > 0)
+            .unwrap_or(self.cfg.default_token_budget)
     }
 
     async fn store_messages(&self, key: &ConvKey, msgs: Vec<AgentMessage>) -> Result<Vec<bool>> {
@@ -110,25 +123,45 @@ impl LosslessEngine {
 
     /// Compacts the active conversation of `key` (waits for a running compaction of the same
     /// conversation). `None` when there is no conversation.
-    pub async fn compact_session(&self, key: &ConvKey, opts: CompactionOptions) -> Result<Option<CompactionReport>> {
+    pub async fn compact_session(
+        &self,
+        key: &ConvKey,
+        opts: CompactionOptions,
+    ) -> Result<Option<CompactionReport>> {
         let k = key.clone();
-        let Some(conv) = self.store.call(move |db| db.conversation(&k)).await? else { return Ok(None) };
+        let Some(conv) = self.store.call(move |db| db.conversation(&k)).await? else {
+            return Ok(None);
+        };
         let lock = self.lock_for(conv.id);
         let _g = lock.lock().await;
-        compact_conversation(&self.store, self.summarizer.clone(), self.cfg.clone(), conv.id, opts).await.map(Some)
+        compact_conversation(
+            &self.store,
+            self.summarizer.clone(),
+            self.cfg.clone(),
+            conv.id,
+            opts,
+        )
+        .await
+        .map(Some)
     }
 
     /// `/new` or `/reset`: summaries of depth ≥ `newSessionRetainDepth` carry over from the
     /// old session's frontier to the new one. With the same key the old conversation is
     /// archived (still searchable) and a fresh one starts.
-    pub async fn on_session_reset(&self, old_session_key: &str, new_session_key: &str) -> Result<CarryReport> {
+    pub async fn on_session_reset(
+        &self,
+        old_session_key: &str,
+        new_session_key: &str,
+    ) -> Result<CarryReport> {
         let from = ConvKey::from_host(Some(old_session_key), old_session_key);
         let to = ConvKey::from_host(Some(new_session_key), new_session_key);
         if self.mode(&to) != SessionMode::Normal {
             return Ok(CarryReport::default());
         }
         let depth = self.cfg.new_session_retain_depth;
-        self.store.call(move |db| db.carry_summaries(&from, &to, depth)).await
+        self.store
+            .call(move |db| db.carry_summaries(&from, &to, depth))
+            .await
     }
 
     /// The recall tools (also returned by [`ContextEngine::tools`]).
@@ -146,10 +179,17 @@ pub fn lossless_info() -> ContextEngineInfo {
         owns_compaction: Some(true),
         turn_maintenance_mode: Some(TurnMaintenanceMode::Foreground),
         accepted_host_params: Some(
-            ["sessionKey", "prompt", "runtimeSettings", "sessionTarget", "runtimeContext", "abortSignal"]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect(),
+            [
+                "sessionKey",
+                "prompt",
+                "runtimeSettings",
+                "sessionTarget",
+                "runtimeContext",
+                "abortSignal",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
         ),
         ..Default::default()
     }
@@ -176,25 +216,43 @@ impl ContextEngine for LosslessEngine {
         self.recall_tools()
     }
 
-    async fn ingest(&self, params: &IngestParams, _cx: &CallContext) -> Result<IngestResult, EngineError> {
+    async fn ingest(
+        &self,
+        params: &IngestParams,
+        _cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
         let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
         if self.mode(&key) != SessionMode::Normal {
             return Ok(IngestResult { ingested: false });
         }
-        let stored = self.store_messages(&key, vec![params.message.clone()]).await?;
-        Ok(IngestResult { ingested: stored.first().copied().unwrap_or(false) })
+        let stored = self
+            .store_messages(&key, vec![params.message.clone()])
+            .await?;
+        Ok(IngestResult {
+            ingested: stored.first().copied().unwrap_or(false),
+        })
     }
 
-    async fn ingest_batch(&self, params: &IngestBatchParams, _cx: &CallContext) -> Result<IngestBatchResult, EngineError> {
+    async fn ingest_batch(
+        &self,
+        params: &IngestBatchParams,
+        _cx: &CallContext,
+    ) -> Result<IngestBatchResult, EngineError> {
         let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
         if self.mode(&key) != SessionMode::Normal {
             return Ok(IngestBatchResult { ingested_count: 0 });
         }
         let stored = self.store_messages(&key, params.messages.clone()).await?;
-        Ok(IngestBatchResult { ingested_count: stored.iter().filter(|s| **s).count() as u64 })
+        Ok(IngestBatchResult {
+            ingested_count: stored.iter().filter(|s| **s).count() as u64,
+        })
     }
 
-    async fn assemble(&self, params: &AssembleParams, _cx: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        params: &AssembleParams,
+        _cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
         let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
         let mode = self.mode(&key);
@@ -207,7 +265,9 @@ impl ContextEngine for LosslessEngine {
             .store
             .call(move |db| {
                 let conv = if all_live { None } else { db.conversation(&k)? };
-                let Some(conv) = conv else { return Ok((None, None)) };
+                let Some(conv) = conv else {
+                    return Ok((None, None));
+                };
                 let mut first_live = recent.len();
                 while first_live > 0 {
                     let e = codec::encode(&recent[first_live - 1])?;
@@ -224,11 +284,16 @@ impl ContextEngine for LosslessEngine {
         let (Some(conv), Some(out)) = (conv, assembled) else {
             // No stored conversation (or an ignored session): the host's messages, clamped.
             let mut report = Default::default();
-            let messages = clawctx_engine::pipeline::fit_budget(params.messages.clone(), budget, &mut report);
+            let messages =
+                clawctx_engine::pipeline::fit_budget(params.messages.clone(), budget, &mut report);
             let mut messages = messages;
             crate::assemble::shrink_to_fit(&mut messages, budget);
             let estimated_tokens = clawctx_tokens::messages_tokens(&messages);
-            return Ok(AssembleResult { messages, estimated_tokens, ..Default::default() });
+            return Ok(AssembleResult {
+                messages,
+                estimated_tokens,
+                ..Default::default()
+            });
         };
         Ok(AssembleResult {
             messages: out.messages,
@@ -243,10 +308,19 @@ impl ContextEngine for LosslessEngine {
         })
     }
 
-    async fn compact(&self, params: &CompactParams, _cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        params: &CompactParams,
+        _cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
         if self.mode(&key) != SessionMode::Normal {
-            return Ok(CompactResult { ok: true, compacted: false, reason: Some("session is not compacted by policy".into()), result: None });
+            return Ok(CompactResult {
+                ok: true,
+                compacted: false,
+                reason: Some("session is not compacted by policy".into()),
+                result: None,
+            });
         }
         let opts = CompactionOptions {
             budget: self.budget(params.token_budget, params.runtime_context.as_ref()),
@@ -254,7 +328,12 @@ impl ContextEngine for LosslessEngine {
             custom_instructions: params.custom_instructions.clone(),
         };
         let Some(report) = self.compact_session(&key, opts).await? else {
-            return Ok(CompactResult { ok: true, compacted: false, reason: Some("no stored conversation".into()), result: None });
+            return Ok(CompactResult {
+                ok: true,
+                compacted: false,
+                reason: Some("no stored conversation".into()),
+                result: None,
+            });
         };
         Ok(CompactResult {
             ok: true,
@@ -269,41 +348,77 @@ impl ContextEngine for LosslessEngine {
         })
     }
 
-    async fn after_turn(&self, params: &AfterTurnParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn after_turn(
+        &self,
+        params: &AfterTurnParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
         if self.mode(&key) != SessionMode::Normal {
             return Ok(());
         }
         let start = (params.pre_prompt_message_count as usize).min(params.messages.len());
-        self.store_messages(&key, params.messages[start..].to_vec()).await?;
+        self.store_messages(&key, params.messages[start..].to_vec())
+            .await?;
         let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
         let k = key.clone();
-        let Some(conv) = self.store.call(move |db| db.conversation(&k)).await? else { return Ok(()) };
+        let Some(conv) = self.store.call(move |db| db.conversation(&k)).await? else {
+            return Ok(());
+        };
         if (conv.frontier_tokens.max(0) as u64) > self.cfg.threshold_tokens(budget) {
             let lock = self.lock_for(conv.id);
             // A compaction already running for this conversation will cover this turn too.
-            let Ok(_g) = lock.try_lock() else { return Ok(()) };
-            let opts = CompactionOptions { budget, force: false, custom_instructions: None };
-            let report = compact_conversation(&self.store, self.summarizer.clone(), self.cfg.clone(), conv.id, opts).await?;
+            let Ok(_g) = lock.try_lock() else {
+                return Ok(());
+            };
+            let opts = CompactionOptions {
+                budget,
+                force: false,
+                custom_instructions: None,
+            };
+            let report = compact_conversation(
+                &self.store,
+                self.summarizer.clone(),
+                self.cfg.clone(),
+                conv.id,
+                opts,
+            )
+            .await?;
             tracing::debug!(?report, "lossless: threshold compaction");
         }
         Ok(())
     }
 
-    async fn bootstrap(&self, params: &BootstrapParams, _cx: &CallContext) -> Result<BootstrapResult, EngineError> {
+    async fn bootstrap(
+        &self,
+        params: &BootstrapParams,
+        _cx: &CallContext,
+    ) -> Result<BootstrapResult, EngineError> {
         let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
         if self.mode(&key) != SessionMode::Normal {
-            return Ok(BootstrapResult { bootstrapped: false, reason: Some("session is not stored by policy".into()), ..Default::default() });
+            return Ok(BootstrapResult {
+                bootstrapped: false,
+                reason: Some("session is not stored by policy".into()),
+                ..Default::default()
+            });
         }
         let path = PathBuf::from(&params.session_file);
         if params.session_file.is_empty() || !path.exists() {
-            return Ok(BootstrapResult { bootstrapped: false, reason: Some("no session file".into()), ..Default::default() });
+            return Ok(BootstrapResult {
+                bootstrapped: false,
+                reason: Some("no session file".into()),
+                ..Default::default()
+            });
         }
         let k = key.clone();
         let imported = self
             .store
             .call(move |db| {
-                if db.conversation(&k)?.map(|c| c.msg_count > 0).unwrap_or(false) {
+                if db
+                    .conversation(&k)?
+                    .map(|c| c.msg_count > 0)
+                    .unwrap_or(false)
+                {
                     return Ok(None);
                 }
                 let (msgs, mut report) = crate::import::read_openclaw_jsonl(&path)?;
@@ -312,13 +427,28 @@ impl ContextEngine for LosslessEngine {
             })
             .await?;
         Ok(match imported {
-            Some(n) => BootstrapResult { bootstrapped: true, imported_messages: Some(n), reason: None },
-            None => BootstrapResult { bootstrapped: false, reason: Some("conversation already has history".into()), ..Default::default() },
+            Some(n) => BootstrapResult {
+                bootstrapped: true,
+                imported_messages: Some(n),
+                reason: None,
+            },
+            None => BootstrapResult {
+                bootstrapped: false,
+                reason: Some("conversation already has history".into()),
+                ..Default::default()
+            },
         })
     }
 
-    async fn maintain(&self, _params: &MaintainParams, _cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
-        Ok(TranscriptRewriteResult { reason: Some("lossless keeps its own store; the transcript is not rewritten".into()), ..Default::default() })
+    async fn maintain(
+        &self,
+        _params: &MaintainParams,
+        _cx: &CallContext,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
+        Ok(TranscriptRewriteResult {
+            reason: Some("lossless keeps its own store; the transcript is not rewritten".into()),
+            ..Default::default()
+        })
     }
 
     async fn prepare_subagent_spawn(
@@ -335,14 +465,24 @@ impl ContextEngine for LosslessEngine {
             return Ok(None);
         }
         let (f, t) = (from.clone(), to.clone());
-        self.store.call(move |db| db.carry_summaries(&f, &t, 0)).await?;
+        self.store
+            .call(move |db| db.carry_summaries(&f, &t, 0))
+            .await?;
         let store = self.store.clone();
         Ok(Some(SubagentSpawnPreparation::new(move || async move {
-            store.call(move |db| db.archive(&to)).await.map(|_| ()).map_err(EngineError::from)
+            store
+                .call(move |db| db.archive(&to))
+                .await
+                .map(|_| ())
+                .map_err(EngineError::from)
         })))
     }
 
-    async fn on_subagent_ended(&self, _params: &SubagentEndedParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn on_subagent_ended(
+        &self,
+        _params: &SubagentEndedParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         Ok(())
     }
 
@@ -357,17 +497,29 @@ pub fn default_database_path(ctx: &FactoryContext) -> PathBuf {
     if let Some(dir) = &ctx.agent_dir {
         return dir.join("lossless.db");
     }
-    let state = std::env::var_os("CLAWCTX_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".clawctx")).unwrap_or_else(|| PathBuf::from(".clawctx"))
-    });
+    let state = std::env::var_os("CLAWCTX_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".clawctx"))
+                .unwrap_or_else(|| PathBuf::from(".clawctx"))
+        });
     state.join("lossless.db")
 }
 
 /// The factory: reads `plugins.entries.lossless.config`, opens the store off the runtime.
 pub fn lossless_factory() -> Factory {
     factory(|ctx: FactoryContext| async move {
-        let cfg = ctx.config.as_deref().map(LosslessConfig::from_host_config).unwrap_or_default();
-        let path = cfg.database_path.clone().map(PathBuf::from).unwrap_or_else(|| default_database_path(&ctx));
+        let cfg = ctx
+            .config
+            .as_deref()
+            .map(LosslessConfig::from_host_config)
+            .unwrap_or_default();
+        let path = cfg
+            .database_path
+            .clone()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| default_database_path(&ctx));
         let engine = tokio::task::spawn_blocking(move || LosslessEngine::open(&path, cfg))
             .await
             .map_err(|e| EngineError::failed(format!("lossless: open task failed: {e}")))??;

@@ -49,7 +49,10 @@ impl LosslessError {
     /// Maps a rusqlite error, turning lock timeouts into [`LosslessError::Busy`].
     pub(crate) fn from_sqlite(e: rusqlite::Error, busy_ms: u64) -> Self {
         if let rusqlite::Error::SqliteFailure(f, _) = &e {
-            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) {
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ) {
                 return LosslessError::Busy { waited_ms: busy_ms };
             }
         }

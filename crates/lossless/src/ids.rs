@@ -27,7 +27,8 @@ pub fn message_id(id: i64) -> String {
 /// Parses `msg_<n>` / `sum_<n>`.
 pub fn parse(s: &str) -> Result<RecordId> {
     let s = s.trim();
-    let bad = || LosslessError::InvalidInput(format!("expected an id like sum_12 or msg_34, got {s:?}"));
+    let bad =
+        || LosslessError::InvalidInput(format!("expected an id like sum_12 or msg_34, got {s:?}"));
     if let Some(n) = s.strip_prefix("sum_") {
         return n.parse().map(RecordId::Summary).map_err(|_| bad());
     }

@@ -56,19 +56,31 @@ pub fn read_openclaw_jsonl(path: &Path) -> Result<(Vec<AgentMessage>, ImportRepo
         }
     }
     report.entries = entries.len();
-    let index: HashMap<&str, usize> =
-        entries.iter().enumerate().filter_map(|(i, e)| e.get("id").and_then(Value::as_str).map(|id| (id, i))).collect();
+    let index: HashMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.get("id").and_then(Value::as_str).map(|id| (id, i)))
+        .collect();
     // Active branch: from the last entry with an id up through parentId; without ids, file order.
-    let order: Vec<usize> = match entries.iter().rposition(|e| e.get("id").and_then(Value::as_str).is_some()) {
+    let order: Vec<usize> = match entries
+        .iter()
+        .rposition(|e| e.get("id").and_then(Value::as_str).is_some())
+    {
         Some(mut i) => {
             let mut path = vec![i];
             let mut guard = 0;
-            while let Some(p) = entries[i].get("parentId").and_then(Value::as_str).and_then(|p| index.get(p)) {
+            while let Some(p) = entries[i]
+                .get("parentId")
+                .and_then(Value::as_str)
+                .and_then(|p| index.get(p))
+            {
                 i = *p;
                 path.push(i);
                 guard += 1;
                 if guard > entries.len() {
-                    return Err(LosslessError::InvalidInput("transcript parentId chain has a cycle".into()));
+                    return Err(LosslessError::InvalidInput(
+                        "transcript parentId chain has a cycle".into(),
+                    ));
                 }
             }
             path.reverse();
@@ -79,7 +91,11 @@ pub fn read_openclaw_jsonl(path: &Path) -> Result<(Vec<AgentMessage>, ImportRepo
     let mut msgs = Vec::new();
     for i in order {
         let e = &entries[i];
-        let is_msg = e.get("type").and_then(Value::as_str).map(|t| t == "message").unwrap_or(false);
+        let is_msg = e
+            .get("type")
+            .and_then(Value::as_str)
+            .map(|t| t == "message")
+            .unwrap_or(false);
         if let (true, Some(Value::Object(m))) = (is_msg, e.get("message")) {
             match AgentMessage::from_map(m.clone()) {
                 Ok(m) => msgs.push(m),
@@ -93,7 +109,13 @@ pub fn read_openclaw_jsonl(path: &Path) -> Result<(Vec<AgentMessage>, ImportRepo
 
 impl Db {
     /// Imports `msgs` into `key`'s conversation (`apply = false`: count only).
-    pub fn import_messages(&mut self, key: &ConvKey, msgs: &[AgentMessage], apply: bool, report: &mut ImportReport) -> Result<()> {
+    pub fn import_messages(
+        &mut self,
+        key: &ConvKey,
+        msgs: &[AgentMessage],
+        apply: bool,
+        report: &mut ImportReport,
+    ) -> Result<()> {
         let encoded = msgs.iter().map(codec::encode).collect::<Result<Vec<_>>>()?;
         if apply {
             let out = self.ingest(key, &encoded)?;

@@ -65,6 +65,8 @@ pub use doctor::{DoctorIssue, DoctorReport, StatusReport};
 pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
 pub use error::LosslessError;
 pub use import::ImportReport;
-pub use recall::{DescribeReport, ExpandReport, GrepMode, GrepQuery, GrepReport, GrepSort, GrepTarget, Scope};
+pub use recall::{
+    DescribeReport, ExpandReport, GrepMode, GrepQuery, GrepReport, GrepSort, GrepTarget, Scope,
+};
 pub use session::CarryReport;
 pub use store::{ConvKey, LosslessStore};

@@ -29,7 +29,10 @@ pub struct SessionPolicy {
 
 impl Default for SessionPolicy {
     fn default() -> Self {
-        Self { ignore: GlobSet::empty(), read_only: GlobSet::empty() }
+        Self {
+            ignore: GlobSet::empty(),
+            read_only: GlobSet::empty(),
+        }
     }
 }
 
@@ -42,13 +45,17 @@ fn compile(patterns: &[String]) -> Result<GlobSet> {
             .map_err(|e| LosslessError::InvalidInput(format!("session pattern {p:?}: {e}")))?;
         b.add(glob);
     }
-    b.build().map_err(|e| LosslessError::InvalidInput(format!("session patterns: {e}")))
+    b.build()
+        .map_err(|e| LosslessError::InvalidInput(format!("session patterns: {e}")))
 }
 
 impl SessionPolicy {
     /// Compiles the two pattern lists. An invalid pattern is an error naming it.
     pub fn new(ignore: &[String], read_only: &[String]) -> Result<Self> {
-        Ok(Self { ignore: compile(ignore)?, read_only: compile(read_only)? })
+        Ok(Self {
+            ignore: compile(ignore)?,
+            read_only: compile(read_only)?,
+        })
     }
 
     /// The mode of `session_key` (ignore wins over read-only).
@@ -70,7 +77,8 @@ mod tests {
 
     #[test]
     fn star_stays_in_segment_double_star_crosses() {
-        let p = SessionPolicy::new(&["agent:*:cron:*".into()], &["agent:*:subagent:**".into()]).unwrap();
+        let p = SessionPolicy::new(&["agent:*:cron:*".into()], &["agent:*:subagent:**".into()])
+            .unwrap();
         assert_eq!(p.mode("agent:main:cron:nightly"), SessionMode::Ignored);
         assert_eq!(p.mode("agent:main:cron:nightly:x"), SessionMode::Normal);
         assert_eq!(p.mode("agent:main:subagent:a:b:c"), SessionMode::ReadOnly);

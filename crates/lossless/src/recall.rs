@@ -306,7 +306,9 @@ impl Db {
         let ids: Vec<i64> = match scope {
             Scope::Session(k) => self
                 .conn
-                .prepare_cached("SELECT id FROM conversations WHERE agent_id = ?1 AND session_key = ?2")?
+                .prepare_cached(
+                    "SELECT id FROM conversations WHERE agent_id = ?1 AND session_key = ?2",
+                )?
                 .query_map(params![k.agent_id, k.session_key], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?,
             Scope::Agent(a) => self
@@ -327,17 +329,32 @@ impl Db {
     pub fn grep(&self, q: &GrepQuery) -> Result<GrepReport> {
         let limit = q.limit.clamp(1, 200);
         let convs = self.scope_conversations(&q.scope)?;
-        let mut report = GrepReport { fts_query: None, hits: Vec::new(), next_offset: None, scan_truncated: false };
+        let mut report = GrepReport {
+            fts_query: None,
+            hits: Vec::new(),
+            next_offset: None,
+            scan_truncated: false,
+        };
         if convs.is_empty() {
             return Ok(report);
         }
-        let in_list = convs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+        let in_list = convs
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         let want = q.offset + limit + 1;
         let mut hits: Vec<(f64, i64, GrepHit)> = Vec::new();
         match q.mode {
             GrepMode::FullText => {
-                let Some(fts) = sanitize_fts_query(&q.pattern) else { return Ok(report) };
-                let needles: Vec<String> = fts.split('"').filter(|t| !t.trim().is_empty()).map(str::to_owned).collect();
+                let Some(fts) = sanitize_fts_query(&q.pattern) else {
+                    return Ok(report);
+                };
+                let needles: Vec<String> = fts
+                    .split('"')
+                    .filter(|t| !t.trim().is_empty())
+                    .map(str::to_owned)
+                    .collect();
                 if q.target != GrepTarget::Summaries {
                     // FTS drives the loop (CROSS JOIN fixes the join order): recency walks the
                     // index newest-first and stops at the page; relevance ranks the newest
@@ -413,13 +430,17 @@ impl Db {
                 }
                 match q.sort {
                     GrepSort::Relevance => hits.sort_by(|a, b| a.0.total_cmp(&b.0)),
-                    GrepSort::Recency => hits.sort_by(|a, b| b.2.ts.cmp(&a.2.ts).then(b.1.cmp(&a.1))),
+                    GrepSort::Recency => {
+                        hits.sort_by(|a, b| b.2.ts.cmp(&a.2.ts).then(b.1.cmp(&a.1)))
+                    }
                 }
                 report.fts_query = Some(fts);
             }
             GrepMode::Regex => {
                 if q.pattern.len() > 500 {
-                    return Err(LosslessError::InvalidInput("regex longer than 500 characters".into()));
+                    return Err(LosslessError::InvalidInput(
+                        "regex longer than 500 characters".into(),
+                    ));
                 }
                 let re = regex::RegexBuilder::new(&q.pattern)
                     .size_limit(1 << 20)
@@ -494,7 +515,12 @@ impl Db {
             }
         }
         let more = hits.len() > q.offset + limit;
-        report.hits = hits.into_iter().skip(q.offset).take(limit).map(|h| h.2).collect();
+        report.hits = hits
+            .into_iter()
+            .skip(q.offset)
+            .take(limit)
+            .map(|h| h.2)
+            .collect();
         if more {
             report.next_offset = Some(q.offset + limit);
         }
@@ -545,7 +571,11 @@ impl Db {
                     .optional()?
                     .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
                 self.check_scope(row.0, agent, id)?;
-                let children = self.children(sid)?.into_iter().map(|c| c.to_string()).collect();
+                let children = self
+                    .children(sid)?
+                    .into_iter()
+                    .map(|c| c.to_string())
+                    .collect();
                 Ok(DescribeReport::Summary(SummaryInfo {
                     id: ids::summary_id(sid),
                     conversation_id: row.0,
@@ -601,11 +631,17 @@ impl Db {
     pub(crate) fn children(&self, sid: i64) -> Result<Vec<RecordId>> {
         Ok(self
             .conn
-            .prepare_cached("SELECT kind, child_id FROM summary_children WHERE summary_id = ?1 ORDER BY ord")?
+            .prepare_cached(
+                "SELECT kind, child_id FROM summary_children WHERE summary_id = ?1 ORDER BY ord",
+            )?
             .query_map([sid], |r| {
                 let k: i64 = r.get(0)?;
                 let id: i64 = r.get(1)?;
-                Ok(if k == 0 { RecordId::Message(id) } else { RecordId::Summary(id) })
+                Ok(if k == 0 {
+                    RecordId::Message(id)
+                } else {
+                    RecordId::Summary(id)
+                })
             })?
             .collect::<rusqlite::Result<_>>()?)
     }
@@ -613,7 +649,9 @@ impl Db {
     fn parents(&self, kind: i64, id: i64) -> Result<Vec<String>> {
         Ok(self
             .conn
-            .prepare_cached("SELECT summary_id FROM summary_children WHERE kind = ?1 AND child_id = ?2")?
+            .prepare_cached(
+                "SELECT summary_id FROM summary_children WHERE kind = ?1 AND child_id = ?2",
+            )?
             .query_map(params![kind, id], |r| r.get::<_, i64>(0))?
             .map(|r| r.map(ids::summary_id))
             .collect::<rusqlite::Result<_>>()?)
@@ -654,7 +692,13 @@ impl Db {
                 vec![rid]
             }
         };
-        let mut report = ExpandReport { id: rid.to_string(), items: Vec::new(), tokens: 0, omitted: 0, truncated: false };
+        let mut report = ExpandReport {
+            id: rid.to_string(),
+            items: Vec::new(),
+            tokens: 0,
+            omitted: 0,
+            truncated: false,
+        };
         let total = children.len();
         for (i, child) in children.into_iter().enumerate() {
             let mut item = self.expand_item(child)?;
@@ -684,14 +728,26 @@ impl Db {
                     .conn
                     .prepare_cached("SELECT role, text, skeleton, ts FROM messages WHERE id = ?1")?
                     .query_row([mid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
-                Ok(ExpandedItem { id: id.to_string(), role: role_label(role, sk.as_deref()), depth: None, ts, text })
+                Ok(ExpandedItem {
+                    id: id.to_string(),
+                    role: role_label(role, sk.as_deref()),
+                    depth: None,
+                    ts,
+                    text,
+                })
             }
             RecordId::Summary(sid) => {
                 let (depth, text, ts): (i64, String, Option<i64>) = self
                     .conn
                     .prepare_cached("SELECT depth, text, to_ts FROM summaries WHERE id = ?1")?
                     .query_row([sid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                Ok(ExpandedItem { id: id.to_string(), role: "summary".into(), depth: Some(depth), ts, text })
+                Ok(ExpandedItem {
+                    id: id.to_string(),
+                    role: "summary".into(),
+                    depth: Some(depth),
+                    ts,
+                    text,
+                })
             }
         }
     }
@@ -702,12 +758,21 @@ impl Db {
     pub fn frontier(&self, conv_id: i64) -> Result<Vec<(String, u64)>> {
         Ok(self
             .conn
-            .prepare_cached("SELECT kind, item_id, tokens FROM frontier WHERE conv_id = ?1 ORDER BY ord")?
+            .prepare_cached(
+                "SELECT kind, item_id, tokens FROM frontier WHERE conv_id = ?1 ORDER BY ord",
+            )?
             .query_map([conv_id], |r| {
                 let k: i64 = r.get(0)?;
                 let id: i64 = r.get(1)?;
                 let t: i64 = r.get(2)?;
-                Ok((if k == 0 { ids::message_id(id) } else { ids::summary_id(id) }, t as u64))
+                Ok((
+                    if k == 0 {
+                        ids::message_id(id)
+                    } else {
+                        ids::summary_id(id)
+                    },
+                    t as u64,
+                ))
             })?
             .collect::<rusqlite::Result<_>>()?)
     }

@@ -30,7 +30,12 @@ impl Db {
     /// Carries summaries of depth ≥ `min_depth` from `from`'s active frontier to `to` (created
     /// when absent). When `from == to` the old conversation is archived first and `to` is a
     /// fresh conversation for the same key. A negative `min_depth` carries nothing.
-    pub fn carry_summaries(&mut self, from: &ConvKey, to: &ConvKey, min_depth: i64) -> Result<CarryReport> {
+    pub fn carry_summaries(
+        &mut self,
+        from: &ConvKey,
+        to: &ConvKey,
+        min_depth: i64,
+    ) -> Result<CarryReport> {
         self.tx(|c| {
             let mut report = CarryReport::default();
             let Some(src) = crate::store::db_get_conv(c, from)? else {

@@ -26,7 +26,10 @@ fn cap(s: String) -> String {
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… [output capped at {MAX_TOOL_OUTPUT_CHARS} chars; narrow the query]", &s[..end])
+    format!(
+        "{}… [output capped at {MAX_TOOL_OUTPUT_CHARS} chars; narrow the query]",
+        &s[..end]
+    )
 }
 
 fn key_of(cx: &ToolCallContext) -> ConvKey {
@@ -40,8 +43,13 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
 /// The three recall tools over `store`.
 pub fn recall_tools(store: LosslessStore, cfg: Arc<LosslessConfig>) -> Vec<Arc<dyn AgentTool>> {
     vec![
-        Arc::new(GrepTool { store: store.clone(), cfg: cfg.clone() }),
-        Arc::new(DescribeTool { store: store.clone() }),
+        Arc::new(GrepTool {
+            store: store.clone(),
+            cfg: cfg.clone(),
+        }),
+        Arc::new(DescribeTool {
+            store: store.clone(),
+        }),
         Arc::new(ExpandTool { store, cfg }),
     ]
 }
@@ -79,7 +87,11 @@ impl AgentTool for GrepTool {
         })
     }
     async fn execute(&self, args: Value, cx: ToolCallContext) -> Result<String, String> {
-        let query = args.get("query").and_then(Value::as_str).ok_or("missing \"query\"")?.to_owned();
+        let query = args
+            .get("query")
+            .and_then(Value::as_str)
+            .ok_or("missing \"query\"")?
+            .to_owned();
         let parse = |k: &str, d: &str| args.get(k).and_then(Value::as_str).unwrap_or(d).to_owned();
         let mode = match parse("mode", "full_text").as_str() {
             "regex" => GrepMode::Regex,
@@ -109,7 +121,11 @@ impl AgentTool for GrepTool {
             offset: args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize,
             max_scan_rows: self.cfg.grep_max_scan_rows,
         };
-        let report = self.store.call(move |db| db.grep(&q)).await.map_err(|e| e.to_string())?;
+        let report = self
+            .store
+            .call(move |db| db.grep(&q))
+            .await
+            .map_err(|e| e.to_string())?;
         to_json(&report)
     }
 }
@@ -131,9 +147,17 @@ impl AgentTool for DescribeTool {
         json!({"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]})
     }
     async fn execute(&self, args: Value, cx: ToolCallContext) -> Result<String, String> {
-        let id = args.get("id").and_then(Value::as_str).ok_or("missing \"id\"")?.to_owned();
+        let id = args
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or("missing \"id\"")?
+            .to_owned();
         let agent = key_of(&cx).agent_id;
-        let report = self.store.call(move |db| db.describe(&id, Some(&agent))).await.map_err(|e| e.to_string())?;
+        let report = self
+            .store
+            .call(move |db| db.describe(&id, Some(&agent)))
+            .await
+            .map_err(|e| e.to_string())?;
         to_json(&report)
     }
 }
@@ -164,10 +188,22 @@ impl AgentTool for ExpandTool {
         })
     }
     async fn execute(&self, args: Value, cx: ToolCallContext) -> Result<String, String> {
-        let id = args.get("id").and_then(Value::as_str).ok_or("missing \"id\"")?.to_owned();
-        let max = args.get("maxTokens").and_then(Value::as_u64).unwrap_or(self.cfg.max_expand_tokens).clamp(100, 32_000);
+        let id = args
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or("missing \"id\"")?
+            .to_owned();
+        let max = args
+            .get("maxTokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(self.cfg.max_expand_tokens)
+            .clamp(100, 32_000);
         let agent = key_of(&cx).agent_id;
-        let report = self.store.call(move |db| db.expand(&id, max, Some(&agent))).await.map_err(|e| e.to_string())?;
+        let report = self
+            .store
+            .call(move |db| db.expand(&id, max, Some(&agent)))
+            .await
+            .map_err(|e| e.to_string())?;
         to_json(&report)
     }
 }

@@ -31,7 +31,11 @@ impl Summarizer for SlowSummarizer {
         while !req.conversation.is_char_boundary(end) {
             end -= 1;
         }
-        Ok(Summary { text: req.conversation[..end].to_owned(), input_tokens: 0, output_tokens: 0 })
+        Ok(Summary {
+            text: req.conversation[..end].to_owned(),
+            input_tokens: 0,
+            output_tokens: 0,
+        })
     }
 }
 
@@ -49,19 +53,33 @@ fn crash_cfg() -> LosslessConfig {
 
 #[tokio::test]
 async fn crash_child() {
-    let Ok(path) = std::env::var("LCM_CRASH_DB") else { return };
-    let start: usize = std::env::var("LCM_CRASH_START").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let e = LosslessEngine::open(&path, crash_cfg()).unwrap().with_summarizer(Arc::new(SlowSummarizer));
+    let Ok(path) = std::env::var("LCM_CRASH_DB") else {
+        return;
+    };
+    let start: usize = std::env::var("LCM_CRASH_START")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let e = LosslessEngine::open(&path, crash_cfg())
+        .unwrap()
+        .with_summarizer(Arc::new(SlowSummarizer));
     let mut rng = Lcg(start as u64 + 1);
     let mut out = std::io::stdout();
     for t in start.. {
         let msgs = turn(&mut rng, t, t % 3 == 0, 20);
-        let p = IngestBatchParams { session_id: "s1".into(), session_key: Some(KEY.into()), messages: msgs, is_heartbeat: None };
+        let p = IngestBatchParams {
+            session_id: "s1".into(),
+            session_key: Some(KEY.into()),
+            messages: msgs,
+            is_heartbeat: None,
+        };
         e.ingest_batch(&p, &cx()).await.unwrap();
         writeln!(out, "ACK {t}").unwrap();
         writeln!(out, "COMPACT {t}").unwrap();
         out.flush().unwrap();
-        e.compact(&compact_params(true, 2_000), &cx()).await.unwrap();
+        e.compact(&compact_params(true, 2_000), &cx())
+            .await
+            .unwrap();
     }
 }
 
@@ -110,9 +128,16 @@ async fn sigkill_mid_compaction_loses_nothing_acknowledged() {
         assert!(doc.ok, "round {round}: {:#?}", doc.issues);
         assert!(doc.status.summaries > 0, "the child did compact");
         for t in &acked {
-            let q = GrepQuery { target: GrepTarget::Messages, ..GrepQuery::new(format!("nd{t}x0"), Scope::All) };
+            let q = GrepQuery {
+                target: GrepTarget::Messages,
+                ..GrepQuery::new(format!("nd{t}x0"), Scope::All)
+            };
             let g = store.grep(q).await.unwrap();
-            assert_eq!(g.hits.len(), 1, "acknowledged turn {t} missing after kill in round {round}");
+            assert_eq!(
+                g.hits.len(),
+                1,
+                "acknowledged turn {t} missing after kill in round {round}"
+            );
         }
         store.close();
     }

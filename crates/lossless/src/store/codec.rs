@@ -95,7 +95,11 @@ fn extract(map: &mut Map<String, Value>, text: &mut String) {
             Value::Array(blocks) => {
                 for b in blocks.iter_mut() {
                     let Value::Object(bm) = b else { continue };
-                    let ty = bm.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+                    let ty = bm
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
                     match ty.as_str() {
                         "text" | "thinking" => {
                             if let Some(Value::String(s)) = bm.get_mut(ty.as_str()) {
@@ -148,21 +152,32 @@ impl<'a> Cursor<'a> {
         }
         self.first = false;
         let end = self.pos + n;
-        let s = self.text.get(self.pos..end).ok_or_else(|| LosslessError::Corrupt("text segment out of range".into()))?;
+        let s = self
+            .text
+            .get(self.pos..end)
+            .ok_or_else(|| LosslessError::Corrupt("text segment out of range".into()))?;
         self.pos = end;
         Ok(s)
     }
 }
 
 fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
-    let mut cur = Cursor { text, pos: 0, first: true };
+    let mut cur = Cursor {
+        text,
+        pos: 0,
+        first: true,
+    };
     if let Some(content) = map.get_mut("content") {
         if let Some(n) = marker_len(content, "$t") {
             *content = Value::String(cur.take(n)?.to_owned());
         } else if let Value::Array(blocks) = content {
             for b in blocks.iter_mut() {
                 let Value::Object(bm) = b else { continue };
-                let ty = bm.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+                let ty = bm
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
                 match ty.as_str() {
                     "text" | "thinking" => {
                         if let Some(n) = bm.get(ty.as_str()).and_then(|v| marker_len(v, "$t")) {
@@ -173,12 +188,19 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
                     "toolCall" => {
                         if let Some(n) = bm.get("arguments").and_then(|v| marker_len(v, "$c")) {
                             let seg = cur.take(n)?;
-                            let name_len = bm.get("name").and_then(Value::as_str).map(str::len).unwrap_or(0);
+                            let name_len = bm
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .map(str::len)
+                                .unwrap_or(0);
                             let args = seg
                                 .get(name_len + 1..seg.len().saturating_sub(1))
-                                .ok_or_else(|| LosslessError::Corrupt("tool call segment".into()))?;
-                            let v: Value = serde_json::from_str(args)
-                                .map_err(|e| LosslessError::Corrupt(format!("tool call arguments: {e}")))?;
+                                .ok_or_else(|| {
+                                    LosslessError::Corrupt("tool call segment".into())
+                                })?;
+                            let v: Value = serde_json::from_str(args).map_err(|e| {
+                                LosslessError::Corrupt(format!("tool call arguments: {e}"))
+                            })?;
                             bm.insert("arguments".into(), v);
                         }
                     }
@@ -199,15 +221,20 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
 /// Encodes `m` for storage. `tokens` is computed here, once, with the one estimator.
 pub fn encode(m: &AgentMessage) -> Result<Encoded> {
     let role = role_code(m);
-    let mut v = serde_json::to_value(m).map_err(|e| LosslessError::InvalidInput(format!("message: {e}")))?;
+    let mut v = serde_json::to_value(m)
+        .map_err(|e| LosslessError::InvalidInput(format!("message: {e}")))?;
     let Value::Object(map) = &mut v else {
-        return Err(LosslessError::InvalidInput("message is not an object".into()));
+        return Err(LosslessError::InvalidInput(
+            "message is not an object".into(),
+        ));
     };
     let mut ts = None;
     if role != role::OTHER {
         map.remove("role");
         if let Some(t) = map.get("timestamp").and_then(Value::as_i64) {
-            if map.get("timestamp").map(Value::is_i64).unwrap_or(false) || map.get("timestamp").map(Value::is_u64).unwrap_or(false) {
+            if map.get("timestamp").map(Value::is_i64).unwrap_or(false)
+                || map.get("timestamp").map(Value::is_u64).unwrap_or(false)
+            {
                 ts = Some(t);
                 map.remove("timestamp");
             }
@@ -215,8 +242,14 @@ pub fn encode(m: &AgentMessage) -> Result<Encoded> {
     }
     let mut text = String::new();
     extract(map, &mut text);
-    let plain_user = role == role::USER && map.len() == 1 && map.get("content").and_then(|c| marker_len(c, "$t")) == Some(text.len());
-    let skeleton = if plain_user { None } else { Some(v.to_string()) };
+    let plain_user = role == role::USER
+        && map.len() == 1
+        && map.get("content").and_then(|c| marker_len(c, "$t")) == Some(text.len());
+    let skeleton = if plain_user {
+        None
+    } else {
+        Some(v.to_string())
+    };
     let tool_call_id = m.tool_result_id().map(str::to_owned);
     let n_calls = m.tool_calls().count() as i64;
     let tokens = clawctx_tokens::message_tokens(m);
@@ -229,13 +262,29 @@ pub fn encode(m: &AgentMessage) -> Result<Encoded> {
     let d = h.finalize();
     let mut b = [0u8; 8];
     b.copy_from_slice(&d[..8]);
-    Ok(Encoded { role, text, skeleton, ts, tool_call_id, n_calls, tokens, hash: i64::from_le_bytes(b) })
+    Ok(Encoded {
+        role,
+        text,
+        skeleton,
+        ts,
+        tool_call_id,
+        n_calls,
+        tokens,
+        hash: i64::from_le_bytes(b),
+    })
 }
 
 /// Rebuilds the message from its stored columns.
-pub fn decode(role: i64, text: &str, skeleton: Option<&str>, ts: Option<i64>) -> Result<AgentMessage> {
+pub fn decode(
+    role: i64,
+    text: &str,
+    skeleton: Option<&str>,
+    ts: Option<i64>,
+) -> Result<AgentMessage> {
     let mut map: Map<String, Value> = match skeleton {
-        Some(s) => serde_json::from_str(s).map_err(|e| LosslessError::Corrupt(format!("skeleton: {e}")))?,
+        Some(s) => {
+            serde_json::from_str(s).map_err(|e| LosslessError::Corrupt(format!("skeleton: {e}")))?
+        }
         None => {
             let mut m = Map::new();
             m.insert("content".into(), marker("$t", text.len()));
@@ -262,15 +311,24 @@ mod tests {
         let e = encode(&m).unwrap();
         let back = decode(e.role, &e.text, e.skeleton.as_deref(), e.ts).unwrap();
         assert_eq!(back, m);
-        assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&m).unwrap());
+        assert_eq!(
+            serde_json::to_string(&back).unwrap(),
+            serde_json::to_string(&m).unwrap()
+        );
     }
 
     #[test]
     fn round_trips() {
         rt(json!({"role":"user","content":"hi\nthere","timestamp":5}));
-        rt(json!({"role":"user","content":[{"type":"text","text":"a"},{"type":"image","data":"AAA","mimeType":"image/png"}]}));
-        rt(json!({"role":"assistant","content":[{"type":"thinking","thinking":"hmm","thinkingSignature":"x"},{"type":"text","text":"ok"},{"type":"toolCall","id":"c1","name":"read","arguments":{"path":"a(b).rs","n":1.5}}],"api":"x","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3},"stopReason":"toolUse","timestamp":1.5}));
-        rt(json!({"role":"toolResult","toolCallId":"c1","toolName":"read","content":[{"type":"text","text":""},{"type":"text","text":"x\ny"}],"isError":false,"timestamp":9}));
+        rt(
+            json!({"role":"user","content":[{"type":"text","text":"a"},{"type":"image","data":"AAA","mimeType":"image/png"}]}),
+        );
+        rt(
+            json!({"role":"assistant","content":[{"type":"thinking","thinking":"hmm","thinkingSignature":"x"},{"type":"text","text":"ok"},{"type":"toolCall","id":"c1","name":"read","arguments":{"path":"a(b).rs","n":1.5}}],"api":"x","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3},"stopReason":"toolUse","timestamp":1.5}),
+        );
+        rt(
+            json!({"role":"toolResult","toolCallId":"c1","toolName":"read","content":[{"type":"text","text":""},{"type":"text","text":"x\ny"}],"isError":false,"timestamp":9}),
+        );
         rt(json!({"role":"bashExecution","command":"ls","output":"a\nb","exitCode":0}));
         rt(json!({"role":"compactionSummary","summary":"s","tokensBefore":10}));
         rt(json!({"role":"system","content":"sys","timestamp":3}));
@@ -283,6 +341,11 @@ mod tests {
         let b = encode(&AgentMessage::user("hello").with_timestamp(2)).unwrap();
         assert!(a.skeleton.is_none());
         assert_ne!(a.hash, b.hash);
-        assert_eq!(a.hash, encode(&AgentMessage::user("hello").with_timestamp(1)).unwrap().hash);
+        assert_eq!(
+            a.hash,
+            encode(&AgentMessage::user("hello").with_timestamp(1))
+                .unwrap()
+                .hash
+        );
     }
 }

@@ -20,9 +20,18 @@ pub struct ConvKey {
 impl ConvKey {
     /// Builds the key from what the host passes (`sessionKey`, falling back to `sessionId`).
     pub fn from_host(session_key: Option<&str>, session_id: &str) -> Self {
-        let key = session_key.filter(|k| !k.trim().is_empty()).unwrap_or(session_id).trim().to_owned();
-        let agent = clawctx_engine::legacy::agent_id_from_session_key(&key).unwrap_or("default").to_owned();
-        Self { agent_id: agent, session_key: key }
+        let key = session_key
+            .filter(|k| !k.trim().is_empty())
+            .unwrap_or(session_id)
+            .trim()
+            .to_owned();
+        let agent = clawctx_engine::legacy::agent_id_from_session_key(&key)
+            .unwrap_or("default")
+            .to_owned();
+        Self {
+            agent_id: agent,
+            session_key: key,
+        }
     }
 }
 
@@ -120,7 +129,8 @@ impl Db {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
         let r = f(&tx)?;
-        tx.commit().map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
+        tx.commit()
+            .map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
         Ok(r)
     }
 
@@ -132,7 +142,9 @@ impl Db {
     /// A conversation by row id.
     pub fn conversation_by_id(&self, id: i64) -> Result<Option<ConvRow>> {
         self.conn
-            .prepare_cached(&format!("SELECT {CONV_COLS} FROM conversations WHERE id = ?1"))?
+            .prepare_cached(&format!(
+                "SELECT {CONV_COLS} FROM conversations WHERE id = ?1"
+            ))?
             .query_row([id], conv_row)
             .optional()
             .map_err(|e| self.err(e))
@@ -140,8 +152,12 @@ impl Db {
 
     /// Every conversation row (active and archived).
     pub fn conversations(&self) -> Result<Vec<ConvRow>> {
-        let mut st = self.conn.prepare(&format!("SELECT {CONV_COLS} FROM conversations ORDER BY id"))?;
-        let rows = st.query_map([], conv_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut st = self.conn.prepare(&format!(
+            "SELECT {CONV_COLS} FROM conversations ORDER BY id"
+        ))?;
+        let rows = st
+            .query_map([], conv_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
 
@@ -234,5 +250,6 @@ pub(crate) fn get_or_create_conv(c: &Connection, key: &ConvKey) -> Result<ConvRo
         "INSERT INTO conversations(agent_id, session_key, active, created_at) VALUES(?1, ?2, 1, ?3)",
         params![key.agent_id, key.session_key, now_ms()],
     )?;
-    get_conv(c, key)?.ok_or_else(|| LosslessError::Corrupt("conversation vanished after insert".into()))
+    get_conv(c, key)?
+        .ok_or_else(|| LosslessError::Corrupt("conversation vanished after insert".into()))
 }

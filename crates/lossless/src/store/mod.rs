@@ -12,8 +12,8 @@ pub mod schema;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
-pub use db::{ConvKey, ConvRow, Db, IngestOutcome};
 pub(crate) use db::{get_conv as db_get_conv, get_or_create_conv as db_get_or_create_conv, now_ms};
+pub use db::{ConvKey, ConvRow, Db, IngestOutcome};
 
 use crate::error::{LosslessError, Result};
 
@@ -33,7 +33,9 @@ struct Inner {
 
 impl std::fmt::Debug for LosslessStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LosslessStore").field("path", &self.inner.path).finish()
+        f.debug_struct("LosslessStore")
+            .field("path", &self.inner.path)
+            .finish()
     }
 }
 
@@ -53,13 +55,20 @@ impl LosslessStore {
         let conn = schema::open(&path, busy_timeout_ms)?;
         let mut db = Db::new(conn, busy_timeout_ms);
         let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new().name("lossless-sqlite".into()).spawn(move || {
-            for job in rx {
-                job(&mut db);
-            }
-            db.close();
-        })?;
-        Ok(Self { inner: Arc::new(Inner { tx: Mutex::new(Some(tx)), path }) })
+        std::thread::Builder::new()
+            .name("lossless-sqlite".into())
+            .spawn(move || {
+                for job in rx {
+                    job(&mut db);
+                }
+                db.close();
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                tx: Mutex::new(Some(tx)),
+                path,
+            }),
+        })
     }
 
     /// The database file.

@@ -116,8 +116,13 @@ CREATE TABLE guard_state(
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
-    let refuse = |reason: String| LosslessError::Refused { path: shown.clone(), reason };
-    let exists_nonempty = std::fs::metadata(path).map(|m| m.len() > 0).unwrap_or(false);
+    let refuse = |reason: String| LosslessError::Refused {
+        path: shown.clone(),
+        reason,
+    };
+    let exists_nonempty = std::fs::metadata(path)
+        .map(|m| m.len() > 0)
+        .unwrap_or(false);
     if exists_nonempty {
         let mut header = [0u8; 16];
         let mut f = std::fs::File::open(path)?;
@@ -132,26 +137,38 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     }
     let conn = Connection::open_with_flags(
         path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
     let map = |e: rusqlite::Error| match LosslessError::from_sqlite(e, busy_timeout_ms) {
         LosslessError::Sqlite(e) => refuse(format!("unreadable database: {e}")),
         other => other,
     };
-    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0)).map_err(map)?;
-    let version: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map)?;
+    let app_id: i32 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(map)?;
+    let version: i32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(map)?;
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
         .map_err(map)?;
     if app_id == 0 && (tables > 0 || version != 0) {
-        return Err(refuse("a SQLite database that is not a clawctx lossless store".into()));
+        return Err(refuse(
+            "a SQLite database that is not a clawctx lossless store".into(),
+        ));
     }
     if app_id != 0 && app_id != APPLICATION_ID {
-        return Err(refuse(format!("foreign SQLite database (application_id {app_id:#x})")));
+        return Err(refuse(format!(
+            "foreign SQLite database (application_id {app_id:#x})"
+        )));
     }
     if version > SCHEMA_VERSION {
-        return Err(refuse(format!("schema version {version} is newer than this build ({SCHEMA_VERSION})")));
+        return Err(refuse(format!(
+            "schema version {version} is newer than this build ({SCHEMA_VERSION})"
+        )));
     }
     if version == 0 {
         // A fresh file: set the page size before the first table exists.
@@ -179,7 +196,9 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
         let now: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if now < 1 {
             conn.execute_batch(V1)?;
-            conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 1;"))?;
+            conn.execute_batch(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 1;"
+            ))?;
         }
         Ok(())
     };

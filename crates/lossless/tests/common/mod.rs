@@ -37,7 +37,10 @@ pub fn small_cfg() -> LosslessConfig {
 pub struct Lcg(pub u64);
 impl Lcg {
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
     pub fn below(&mut self, n: u64) -> u64 {
@@ -46,26 +49,71 @@ impl Lcg {
 }
 
 const WORDS: &[&str] = &[
-    "the", "build", "failed", "because", "config", "parser", "rejected", "value", "we", "fixed", "it", "by", "updating",
-    "src/main.rs", "and", "rerunning", "tests", "deploy", "server", "latency", "improved", "after", "cache", "change",
-    "user", "asked", "about", "migration", "schema", "version", "check", "logs", "error", "timeout", "retry", "policy",
+    "the",
+    "build",
+    "failed",
+    "because",
+    "config",
+    "parser",
+    "rejected",
+    "value",
+    "we",
+    "fixed",
+    "it",
+    "by",
+    "updating",
+    "src/main.rs",
+    "and",
+    "rerunning",
+    "tests",
+    "deploy",
+    "server",
+    "latency",
+    "improved",
+    "after",
+    "cache",
+    "change",
+    "user",
+    "asked",
+    "about",
+    "migration",
+    "schema",
+    "version",
+    "check",
+    "logs",
+    "error",
+    "timeout",
+    "retry",
+    "policy",
 ];
 
 pub fn words(rng: &mut Lcg, n: usize) -> String {
-    (0..n).map(|_| WORDS[rng.below(WORDS.len() as u64) as usize]).collect::<Vec<_>>().join(" ")
+    (0..n)
+        .map(|_| WORDS[rng.below(WORDS.len() as u64) as usize])
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// One turn: user, optionally a tool call + result, then an assistant answer. Every message
 /// carries a unique needle `nd<turn>x<k>` and a timestamp.
 pub fn turn(rng: &mut Lcg, t: usize, tool: bool, size: usize) -> Vec<AgentMessage> {
     let ts = 1_700_000_000_000i64 + (t as i64) * 60_000;
-    let mut out = vec![AgentMessage::user(format!("nd{t}x0 {}", words(rng, size))).with_timestamp(ts)];
+    let mut out =
+        vec![AgentMessage::user(format!("nd{t}x0 {}", words(rng, size))).with_timestamp(ts)];
     if tool {
         let id = format!("call_{t}");
-        out.push(AgentMessage::tool_call(&id, "read", json!({"path": format!("src/f{t}.rs")})).with_timestamp(ts + 1));
-        out.push(AgentMessage::tool_result(&id, "read", format!("nd{t}x2 {}", words(rng, size * 3))).with_timestamp(ts + 2));
+        out.push(
+            AgentMessage::tool_call(&id, "read", json!({"path": format!("src/f{t}.rs")}))
+                .with_timestamp(ts + 1),
+        );
+        out.push(
+            AgentMessage::tool_result(&id, "read", format!("nd{t}x2 {}", words(rng, size * 3)))
+                .with_timestamp(ts + 2),
+        );
     }
-    out.push(AgentMessage::assistant(format!("nd{t}x9 {}", words(rng, size * 2))).with_timestamp(ts + 3));
+    out.push(
+        AgentMessage::assistant(format!("nd{t}x9 {}", words(rng, size * 2))).with_timestamp(ts + 3),
+    );
     out
 }
 
@@ -82,15 +130,32 @@ pub fn after_turn(history: &[AgentMessage], pre: usize, budget: u64) -> AfterTur
 }
 
 pub fn assemble_params(messages: Vec<AgentMessage>, budget: u64) -> AssembleParams {
-    AssembleParams { session_id: "s1".into(), session_key: Some(KEY.into()), messages, token_budget: Some(budget), ..Default::default() }
+    AssembleParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages,
+        token_budget: Some(budget),
+        ..Default::default()
+    }
 }
 
 pub fn compact_params(force: bool, budget: u64) -> CompactParams {
-    CompactParams { session_id: "s1".into(), session_key: Some(KEY.into()), force: Some(force), token_budget: Some(budget), ..Default::default() }
+    CompactParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        force: Some(force),
+        token_budget: Some(budget),
+        ..Default::default()
+    }
 }
 
 pub async fn ingest_all(e: &LosslessEngine, msgs: &[AgentMessage]) {
-    let p = IngestBatchParams { session_id: "s1".into(), session_key: Some(KEY.into()), messages: msgs.to_vec(), is_heartbeat: None };
+    let p = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: msgs.to_vec(),
+        is_heartbeat: None,
+    };
     e.ingest_batch(&p, &cx()).await.unwrap();
 }
 
@@ -102,7 +167,10 @@ pub struct FakeSummarizer {
 
 impl FakeSummarizer {
     pub fn new(fail_first: usize) -> Arc<Self> {
-        Arc::new(Self { calls: AtomicUsize::new(0), fail_first })
+        Arc::new(Self {
+            calls: AtomicUsize::new(0),
+            fail_first,
+        })
     }
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
@@ -124,7 +192,11 @@ impl Summarizer for FakeSummarizer {
             end -= 1;
         }
         let text = req.conversation[..end].to_owned();
-        Ok(Summary { output_tokens: clawctx_tokens::text_tokens(&text), text, input_tokens: 0 })
+        Ok(Summary {
+            output_tokens: clawctx_tokens::text_tokens(&text),
+            text,
+            input_tokens: 0,
+        })
     }
 }
 
