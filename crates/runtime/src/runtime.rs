@@ -143,10 +143,12 @@ impl RuntimeBuilder {
             Backend::Cli(spec) => spec.host(),
         };
         let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        // Session files are recorded in sessions.json by path: keep them absolute.
+        let state_dir = std::path::absolute(&self.state_dir).unwrap_or(self.state_dir);
         AgentRuntime {
             inner: Arc::new(Inner {
-                store: SessionStore::new(&self.state_dir),
-                state_dir: self.state_dir,
+                store: SessionStore::new(&state_dir),
+                state_dir,
                 engine: self.engine,
                 selected_id: self.selected_id,
                 source: self.source,

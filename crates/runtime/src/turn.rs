@@ -136,6 +136,8 @@ struct EmbeddedTurn {
     prompt: String,
     /// The pre-prompt context (compaction-aware), unwindowed.
     history: Vec<AgentMessage>,
+    /// Its estimated tokens.
+    history_tokens: u64,
     /// This turn's messages so far (user first).
     turn: Vec<AgentMessage>,
     turn_ids: HashSet<String>,
@@ -175,6 +177,7 @@ impl EmbeddedTurn {
             events: request.events,
             prompt: request.prompt,
             history: Vec::new(),
+            history_tokens: 0,
             turn: Vec::new(),
             turn_ids: HashSet::new(),
             prefix: None,
@@ -200,6 +203,7 @@ impl EmbeddedTurn {
     fn reload_history(&mut self) -> Result<()> {
         let entries = self.rt.history(&self.session)?;
         self.history = entries.into_iter().filter(|(id, _)| !self.turn_ids.contains(id)).map(|(_, m)| m).collect();
+        self.history_tokens = tokens_of(&self.history);
         Ok(())
     }
 
@@ -212,7 +216,7 @@ impl EmbeddedTurn {
 
     async fn run(mut self) -> Result<TurnOutcome> {
         self.reload_history()?;
-        self.out.context_tokens_before = tokens_of(&self.history);
+        self.out.context_tokens_before = self.history_tokens;
         self.persist(AgentMessage::user(self.prompt.clone()).with_timestamp(now_ms()))?;
         self.rt.ensure_bootstrapped(&self.session, &self.abort).await?;
 
@@ -223,8 +227,8 @@ impl EmbeddedTurn {
             if self.abort.is_aborted() {
                 return Err(self.aborted());
             }
-            let view = self.build_view(iteration > 0 && owns).await?;
-            self.out.prompt_tokens.push(tokens_of(&view));
+            let (view, view_tokens) = self.build_view(iteration > 0 && owns).await?;
+            self.out.prompt_tokens.push(view_tokens);
             self.out.model_calls += 1;
             let completion = match self.call_model(view).await {
                 Ok(c) => c,
@@ -285,7 +289,7 @@ impl EmbeddedTurn {
     }
 
     /// The messages for the next model call.
-    async fn build_view(&mut self, in_loop_hook: bool) -> Result<Vec<AgentMessage>> {
+    async fn build_view(&mut self, in_loop_hook: bool) -> Result<(Vec<AgentMessage>, u64)> {
         let mut view = if in_loop_hook {
             // Owning engines see the loop's new messages before each further call (§7.1).
             let all: Vec<AgentMessage> = self.history.iter().chain(self.turn.iter()).cloned().collect();
@@ -307,10 +311,12 @@ impl EmbeddedTurn {
         let limit = self.budget().saturating_sub(self.fixed_tokens).max(1);
         let mut report = PipelineReport::default();
         view = sanitize(view, &mut report);
-        if tokens_of(&view) > limit {
+        let mut tokens = tokens_of(&view);
+        if tokens > limit {
             view = fit_budget(view, limit, &mut report);
+            tokens = tokens_of(&view);
         }
-        Ok(view)
+        Ok((view, tokens))
     }
 
     /// Assembles history (`include_turn` = also this turn's messages, for the in-loop hook).
@@ -330,7 +336,8 @@ impl EmbeddedTurn {
         let authority = result.prompt_authority.unwrap_or_default();
         let may_overflow = authority == PromptAuthority::PreassemblyMayOverflow;
         let precheck = !self.engine().info().owns_compaction() || may_overflow;
-        let estimate = if may_overflow { estimate.max(tokens_of(&source) + pending) } else { estimate };
+        let source_tokens = if include_turn { self.history_tokens + tokens_of(&self.turn) } else { self.history_tokens };
+        let estimate = if may_overflow { estimate.max(source_tokens + pending) } else { estimate };
         let result = if precheck && !self.precheck_done && estimate > limit {
             self.precheck_done = true;
             let params = CompactParams {
@@ -434,6 +441,7 @@ impl EmbeddedTurn {
         let sid = self.session.entry.session_id.clone();
         let key = Some(self.session.key.clone());
         if methods.has(Method::AfterTurn) {
+            let current = self.history_tokens + tokens_of(&self.turn);
             let params = AfterTurnParams {
                 session_id: sid,
                 session_key: key,
@@ -444,9 +452,9 @@ impl EmbeddedTurn {
                 auto_compaction_summary: None,
                 is_heartbeat: None,
                 token_budget: Some(self.budget()),
-                current_token_count: Some(tokens_of(all)),
+                current_token_count: Some(current),
                 runtime_settings: Some(self.rt.runtime_settings()),
-                runtime_context: Some(self.rt.runtime_context(&self.session, Some(tokens_of(all)), None, false)),
+                runtime_context: Some(self.rt.runtime_context(&self.session, Some(current), None, false)),
             };
             self.engine().after_turn(&params, &cx).await
         } else if methods.has(Method::IngestBatch) {
@@ -529,8 +537,8 @@ impl EmbeddedTurn {
         // Built-in auto-compaction: only for engines that do not own compaction (§7.1).
         let owns = self.engine().info().owns_compaction();
         let limits = self.rt.limits();
-        let mut context = self.rt.history(&self.session)?;
-        let mut context_tokens = tokens_of(&context.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>());
+        // The context now is the history plus this turn (until something compacts it).
+        let mut context_tokens = self.history_tokens + tokens_of(&self.turn);
         let window = limits.context_window.min(limits.prompt_budget + limits.reserve_tokens + limits.max_output_tokens);
         if !owns && should_compact(context_tokens, window, &self.rt.compaction) {
             let keep = self.rt.keep_for(Some("threshold"), false);
@@ -547,8 +555,8 @@ impl EmbeddedTurn {
                         tokens_after: detail.tokens_after,
                     });
                     self.rt.maintain(&self.session, MaintenanceReason::Compaction).await;
-                    context = self.rt.history(&self.session)?;
-                    context_tokens = tokens_of(&context.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>());
+                    let context = self.rt.history(&self.session)?;
+                    context_tokens = tokens_of(&context.into_iter().map(|(_, m)| m).collect::<Vec<_>>());
                 }
                 Ok(_) => {}
                 Err(e) => self.out.warnings.push(format!("auto-compaction failed: {e}")),
