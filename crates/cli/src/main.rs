@@ -29,6 +29,8 @@ enum Command {
     Config(commands::config::ConfigArgs),
     /// Install, link, list, enable, disable and remove plugin engines.
     Plugins(commands::plugins::PluginsArgs),
+    /// The lossless store: grep, describe, expand, status, doctor, import.
+    Lcm(commands::lcm::LcmArgs),
     /// Measure engines on a deterministic workload; `bench generate` writes the workload.
     Bench(commands::bench::BenchArgs),
 }
@@ -53,6 +55,7 @@ fn main() -> std::process::ExitCode {
             Command::Doctor(args) => commands::doctor::run(&cli.global, args).await,
             Command::Config(args) => commands::config::run(&cli.global, args),
             Command::Plugins(args) => commands::plugins::run(&cli.global, args).await,
+            Command::Lcm(args) => commands::lcm::run(&cli.global, args).await,
             Command::Bench(args) => commands::bench::run(args).await,
         }
     });

@@ -2,5 +2,6 @@
 
 pub mod config;
 pub mod doctor;
+pub mod lcm;
 pub mod plugins;
 pub mod bench;
