@@ -129,3 +129,43 @@ fn config_flag_accepts_an_openclaw_json() {
     assert_eq!(j["contextEngine"]["effective"], "lossless");
     assert_eq!(j["configPath"], oc.display().to_string());
 }
+
+// §5 / §12.12: doctor warns about hosts that cannot run the selected engine and resets the slot
+// with --fix only when no configured host can.
+#[test]
+fn doctor_host_compatibility_and_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clawctx.json");
+    // lossless needs assemble-before-prompt; a generic CLI backend lacks it.
+    std::fs::write(
+        &path,
+        r#"{ plugins: { slots: { contextEngine: "lossless" } },
+             agents: { defaults: { model: { primary: "claude-cli/opus", fallbacks: ["openai/gpt-4o"] }, cliBackends: { "claude-cli": { command: "claude" } } } } }"#,
+    )
+    .unwrap();
+    let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
+    assert_eq!(j["status"], "warning");
+    let hosts = j["hostCompatibility"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2, "{j:#}");
+    assert_eq!(hosts[0]["id"], "cli:claude-cli");
+    assert_eq!(hosts[0]["ok"], false);
+    assert_eq!(hosts[0]["missingCapabilities"][0], "assemble-before-prompt");
+    assert_eq!(hosts[1]["ok"], true);
+    let fixed = json(&clawctx(dir.path(), &["doctor", "--json", "--fix"]));
+    assert!(fixed["fixes"].as_array().unwrap().is_empty(), "one compatible host: warn only, never rewrite the slot");
+
+    std::fs::write(
+        &path,
+        r#"{ plugins: { slots: { contextEngine: "lossless" } },
+             agents: { defaults: { model: { primary: "claude-cli/opus" }, cliBackends: { "claude-cli": { command: "claude" } } } } }"#,
+    )
+    .unwrap();
+    let run = clawctx(dir.path(), &["doctor", "--fix"]);
+    assert!(
+        run.stdout.contains("Reset plugins.slots.contextEngine to the default \"legacy\" because context engine \"lossless\" is incompatible with every configured agent-run host."),
+        "{run}"
+    );
+    let after = std::fs::read_to_string(&path).unwrap();
+    assert!(!after.contains("contextEngine") && !after.contains("\"slots\""), "the slot and the emptied slots object are gone: {after}");
+    assert!(after.contains("claude-cli"), "everything else is kept: {after}");
+}

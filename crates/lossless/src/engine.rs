@@ -178,6 +178,22 @@ pub fn lossless_info() -> ContextEngineInfo {
         version: Some(env!("CARGO_PKG_VERSION").into()),
         owns_compaction: Some(true),
         turn_maintenance_mode: Some(TurnMaintenanceMode::Foreground),
+        // The engine owns compaction and builds the prompt itself: on a host that does not
+        // let assemble() control the prompt (a generic CLI backend) its history would diverge
+        // from what the model saw, so it refuses to run there (contract §5).
+        host_requirements: Some(
+            [(
+                clawctx_protocol::ContextEngineOperation::AgentRun,
+                clawctx_protocol::ContextEngineHostRequirements {
+                    required_capabilities: vec!["assemble-before-prompt".into(), "after-turn".into()],
+                    unsupported_message: Some(
+                        "Use the embedded runtime for this agent, or select the legacy context engine.".into(),
+                    ),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        ),
         accepted_host_params: Some(
             [
                 "sessionKey",
