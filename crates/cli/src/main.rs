@@ -27,6 +27,14 @@ enum Command {
     Doctor(commands::doctor::DoctorArgs),
     /// Read and write the config file.
     Config(commands::config::ConfigArgs),
+    /// Chat interactively (streaming; /compact, /new, /status, /quit).
+    Chat(commands::chat::ChatArgs),
+    /// Run one turn and print the reply (or --json).
+    Run(commands::run::RunArgs),
+    /// List, show and export sessions.
+    Sessions(commands::sessions::SessionsArgs),
+    /// Replay a recorded conversation through an engine, offline.
+    Replay(commands::replay::ReplayArgs),
     /// Install, link, list, enable, disable and remove plugin engines.
     Plugins(commands::plugins::PluginsArgs),
     /// The lossless store: grep, describe, expand, status, doctor, import.
@@ -54,6 +62,10 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Doctor(args) => commands::doctor::run(&cli.global, args).await,
             Command::Config(args) => commands::config::run(&cli.global, args),
+            Command::Chat(args) => commands::chat::run(&cli.global, args).await,
+            Command::Run(args) => commands::run::run(&cli.global, args).await,
+            Command::Sessions(args) => commands::sessions::run(&cli.global, args),
+            Command::Replay(args) => commands::replay::run(&cli.global, args).await,
             Command::Plugins(args) => commands::plugins::run(&cli.global, args).await,
             Command::Lcm(args) => commands::lcm::run(&cli.global, args).await,
             Command::Bench(args) => commands::bench::run(args).await,

@@ -630,7 +630,18 @@ impl Inner {
         let path: Vec<TranscriptEntry> = {
             let mut f = lock(&file).map_err(io)?;
             f.refresh().map_err(|e| EngineError::failed(e.to_string()))?;
-            f.active_path().into_iter().cloned().collect()
+            // Only the part since the previous compaction's first kept entry matters (§7.4
+            // window); cloning the whole branch of a long session would dominate the cost.
+            let active = f.active_path();
+            let start = active
+                .iter()
+                .rposition(|e| matches!(e.kind, EntryKind::Compaction(_)))
+                .map(|ci| match &active[ci].kind {
+                    EntryKind::Compaction(c) => active[..ci].iter().position(|e| e.id == c.first_kept_entry_id).unwrap_or(ci),
+                    _ => ci,
+                })
+                .unwrap_or(0);
+            active[start..].iter().map(|e| (*e).clone()).collect()
         };
         if abort.is_some_and(AbortSignal::is_aborted) {
             return Ok(aborted());

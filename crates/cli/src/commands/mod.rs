@@ -3,5 +3,9 @@
 pub mod config;
 pub mod doctor;
 pub mod lcm;
+pub mod chat;
+pub mod replay;
+pub mod run;
+pub mod sessions;
 pub mod plugins;
 pub mod bench;

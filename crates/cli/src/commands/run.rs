@@ -1,0 +1,119 @@
+//! `clawctx run "prompt"`: one turn, scriptable. Text streams to stdout; `--json` prints the
+//! turn's outcome (reply, tool calls, usage, tokens against the budget, compactions, engine)
+//! instead. Also home of the runtime setup the interactive commands share.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use clawctx_engine::AbortController;
+use clawctx_model::StreamEvent;
+use clawctx_runtime::setup::{runtime_from_config, SetupOptions};
+use clawctx_runtime::{AgentRuntime, TurnOutcome, TurnRequest};
+
+use crate::global::GlobalArgs;
+
+/// The session key used when `--session` is not given.
+pub const DEFAULT_SESSION_KEY: &str = "agent:main:main";
+
+/// `run` arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The prompt.
+    prompt: String,
+    /// Print the outcome as JSON instead of streaming the reply.
+    #[arg(long)]
+    json: bool,
+    /// Session key (default agent:main:main).
+    #[arg(long, value_name = "KEY")]
+    session: Option<String>,
+    /// Model as provider/model (default: agents.defaults.model.primary, then OPENAI_*).
+    #[arg(long, value_name = "PROVIDER/MODEL")]
+    model: Option<String>,
+}
+
+/// Builds the runtime from the config, the state dir and `--model`.
+pub async fn build_runtime(global: &GlobalArgs, model: Option<String>) -> anyhow::Result<AgentRuntime> {
+    let config = global.load_config()?;
+    let registry = crate::engines::builtin_registry()?;
+    let runtime = runtime_from_config(SetupOptions {
+        config: std::sync::Arc::new(config.value().clone()),
+        state_dir: global.state_dir(),
+        registry,
+        model,
+        env: &clawctx_model::process_env,
+        agent_id: "main".into(),
+    })
+    .await?;
+    Ok(runtime)
+}
+
+/// Runs one turn, streaming text to stdout when `stream` is set; Ctrl-C aborts the turn
+/// cleanly. Returns the outcome and whether any text was streamed.
+pub async fn turn_with_ctrl_c(
+    runtime: &AgentRuntime,
+    key: &str,
+    prompt: &str,
+    stream: bool,
+) -> (clawctx_runtime::Result<TurnOutcome>, bool) {
+    let controller = AbortController::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut request = TurnRequest::new(key, prompt);
+    request.abort = Some(controller.signal());
+    if stream {
+        request.events = Some(tx);
+    } else {
+        drop(tx);
+    }
+    let printer = tokio::spawn(async move {
+        let mut printed = false;
+        while let Some(event) = rx.recv().await {
+            match event {
+                StreamEvent::TextDelta(t) => {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(t.as_bytes());
+                    let _ = out.flush();
+                    printed = true;
+                }
+                StreamEvent::ToolCallStart { name, .. } => eprintln!("\n[tool] {name}"),
+                StreamEvent::Retry { attempt, delay_ms, reason } => {
+                    eprintln!("[retry {attempt} in {delay_ms} ms: {reason}]")
+                }
+                _ => {}
+            }
+        }
+        printed
+    });
+    let fut = runtime.run_turn(request);
+    tokio::pin!(fut);
+    let result = loop {
+        tokio::select! {
+            r = &mut fut => break r,
+            _ = tokio::signal::ctrl_c() => controller.abort("interrupted by Ctrl-C"),
+        }
+    };
+    let printed = printer.await.unwrap_or(false);
+    (result, printed)
+}
+
+/// Runs `clawctx run`.
+pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let runtime = build_runtime(global, args.model).await?;
+    let key = args.session.unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
+    let (result, printed) = turn_with_ctrl_c(&runtime, &key, &args.prompt, !args.json).await;
+    runtime.shutdown().await;
+    let outcome = result.context("the turn failed")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    } else {
+        if !printed {
+            print!("{}", outcome.reply);
+        }
+        println!();
+        for w in &outcome.warnings {
+            eprintln!("warning: {w}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
