@@ -14,9 +14,12 @@
 //! built-in compaction), [`engines`] (opening an engine with a chosen summarizer),
 //! [`summarizer`] (the fake head-10% summarizer and a counting wrapper) and [`stats`].
 
+pub mod demo;
 pub mod engines;
 pub mod error;
+pub mod eval;
 pub mod host;
+pub mod locomo;
 pub mod rng;
 pub mod runner;
 pub mod stats;

@@ -41,6 +41,10 @@ enum Command {
     Lcm(commands::lcm::LcmArgs),
     /// Measure engines on a deterministic workload; `bench generate` writes the workload.
     Bench(commands::bench::BenchArgs),
+    /// Score engines on a dataset (`eval locomo FILE`).
+    Eval(commands::eval::EvalArgs),
+    /// Offline demo of the lossless engine: long conversation, summary DAG, recall of an early detail.
+    Demo(commands::demo::DemoArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -69,6 +73,8 @@ fn main() -> std::process::ExitCode {
             Command::Plugins(args) => commands::plugins::run(&cli.global, args).await,
             Command::Lcm(args) => commands::lcm::run(&cli.global, args).await,
             Command::Bench(args) => commands::bench::run(args).await,
+            Command::Eval(args) => commands::eval::run(args).await,
+            Command::Demo(args) => commands::demo::run(args).await,
         }
     });
     match result {

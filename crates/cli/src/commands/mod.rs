@@ -9,3 +9,5 @@ pub mod run;
 pub mod sessions;
 pub mod plugins;
 pub mod bench;
+pub mod eval;
+pub mod demo;

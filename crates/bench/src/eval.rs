@@ -1,0 +1,468 @@
+//! `clawctx eval locomo`: is the evidence for a question still reachable after an engine has
+//! managed a long conversation at a small budget?
+//!
+//! Each conversation is replayed through each engine at each budget as a host would (one turn
+//! per dialogue message, delivered with `afterTurn` > `ingestBatch` > `ingest`; the runtime's
+//! trigger and built-in compaction for engines that delegate it; the extractive summarizer),
+//! then the context is assembled once. Per question:
+//!
+//! - **(a) raw evidence in context**: every evidence turn's text appears verbatim in the
+//!   assembled context (a summary that merely points at it does not count);
+//! - **(b) evidence recall@k**: the engine's recall search, scoped to the conversation and
+//!   queried with the question text alone, returns every evidence turn in its top `k` (n/a for
+//!   engines without recall);
+//! - **(c) answer in context**: the normalized answer occurs in the normalized context (n/a for
+//!   questions without an answer);
+//! - **reachable** = (a) or (b).
+//!
+//! Recall: the question becomes an OR of its content words (stopwords and question words
+//! removed, duplicates dropped, terms found in more than 20% of the conversation's messages
+//! dropped) run against the lossless store's FTS5 index with BM25 ranking (see
+//! [`recall_query`] and [`MAX_TERM_DOC_RATIO`]). The store is queried through
+//! `Db::tx` because `lcm_grep` has no OR mode. `lcm_grep` as shipped ANDs its terms, which almost never matches a
+//! whole question; its figure is reported separately (`grepAnd`) so the difference is visible.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clawctx_engine::compaction::CompactionSettings;
+use clawctx_engine::pipeline::{prepare_history, PipelineOptions};
+use clawctx_engine::ToolCallContext;
+use clawctx_lossless::{ConvKey, Scope};
+use clawctx_protocol::{AgentMessage, AssembleParams, CompactParams};
+use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::engines::{open_engine, EngineUnderTest};
+use crate::error::{BenchError, Result};
+use crate::host::BenchHost;
+use crate::locomo::Conversation;
+use crate::runner::deliver_turn;
+
+/// Eval settings.
+#[derive(Clone, Debug)]
+pub struct EvalOptions {
+    /// Engines.
+    pub engines: Vec<String>,
+    /// Budgets.
+    pub budgets: Vec<u64>,
+    /// Top-k of the recall search.
+    pub k: usize,
+    /// Directory for the engines' files.
+    pub work_dir: PathBuf,
+    /// The lossless engine's config object (defaults when empty).
+    pub lossless_config: serde_json::Value,
+}
+
+/// Counts for one group of questions.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Scores {
+    /// Questions.
+    pub questions: u64,
+    /// (a) every evidence turn verbatim in context.
+    pub raw_in_context: u64,
+    /// (b) every evidence turn in the recall top k (None: engine has no recall).
+    pub recall_at_k: Option<u64>,
+    /// `lcm_grep` as shipped (terms ANDed): every evidence turn in its top k.
+    pub grep_and_at_k: Option<u64>,
+    /// (a) or (b).
+    pub reachable: u64,
+    /// Questions with an answer string.
+    pub answerable: u64,
+    /// (c) normalized answer in the normalized context.
+    pub answer_in_context: u64,
+    /// Questions whose evidence names a turn the conversation does not have (never reachable).
+    pub unresolved_evidence: u64,
+}
+
+impl Scores {
+    fn add(&mut self, o: &QuestionScore) {
+        self.questions += 1;
+        self.raw_in_context += o.raw as u64;
+        if let Some(r) = o.recall {
+            *self.recall_at_k.get_or_insert(0) += r as u64;
+        }
+        if let Some(r) = o.grep_and {
+            *self.grep_and_at_k.get_or_insert(0) += r as u64;
+        }
+        self.reachable += (o.raw || o.recall.unwrap_or(false)) as u64;
+        if let Some(a) = o.answer {
+            self.answerable += 1;
+            self.answer_in_context += a as u64;
+        }
+        self.unresolved_evidence += o.unresolved as u64;
+    }
+
+    /// `n / questions` as a percentage.
+    pub fn pct(&self, n: u64) -> f64 {
+        if self.questions == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / self.questions as f64
+        }
+    }
+
+    /// (c) as a percentage of answerable questions.
+    pub fn answer_pct(&self) -> Option<f64> {
+        (self.answerable > 0).then(|| 100.0 * self.answer_in_context as f64 / self.answerable as f64)
+    }
+}
+
+/// One question's outcome (kept for tests and `--json`).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuestionScore {
+    /// Conversation.
+    pub sample_id: String,
+    /// Question index in the conversation.
+    pub index: usize,
+    /// Category.
+    pub category: u8,
+    /// (a).
+    pub raw: bool,
+    /// (b) (None without recall).
+    pub recall: Option<bool>,
+    /// `lcm_grep` AND search (None without recall).
+    pub grep_and: Option<bool>,
+    /// (c) (None without an answer).
+    pub answer: Option<bool>,
+    /// Evidence names an unknown turn.
+    pub unresolved: bool,
+}
+
+/// One engine at one budget.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvalRun {
+    /// Engine.
+    pub engine: String,
+    /// Budget.
+    pub budget: u64,
+    /// All questions.
+    pub overall: Scores,
+    /// Per category (`1`..`5`).
+    pub categories: BTreeMap<u8, Scores>,
+    /// Context tokens used per conversation (mean).
+    pub context_tokens_mean: f64,
+    /// Context tokens used (max over conversations).
+    pub context_tokens_max: u64,
+    /// Per question.
+    pub questions: Vec<QuestionScore>,
+}
+
+/// The eval result.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvalReport {
+    /// Dataset file name.
+    pub dataset: String,
+    /// Conversations.
+    pub conversations: usize,
+    /// Questions per run.
+    pub questions: usize,
+    /// Recall top-k.
+    pub k: usize,
+    /// Runs.
+    pub runs: Vec<EvalRun>,
+}
+
+const STOPWORDS: &[&str] = &[
+    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
+    "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does",
+    "doing", "down", "during", "each", "else", "ever", "few", "for", "from", "further", "had", "has", "have", "having",
+    "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its",
+    "itself", "just", "kind", "know", "like", "likely", "many", "me", "might", "more", "most", "much", "must", "my",
+    "myself", "no", "nor", "not", "of", "off", "on", "once", "one", "only", "or", "other", "our", "ours", "out", "over",
+    "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves",
+    "then", "there", "these", "they", "thing", "things", "this", "those", "through", "to", "too", "under", "until", "up",
+    "upon", "very", "was", "way", "we", "were", "what", "whats", "when", "where", "which", "while", "who", "whom",
+    "whose", "why", "will", "with", "would", "you", "your", "yours", "yourself", "s", "t", "d", "ll", "re", "ve", "m",
+    "don", "doesn", "didn", "isn", "wasn", "get", "got", "go", "went", "make", "made", "take", "took", "say", "said",
+    "recently", "currently", "ago", "last", "first", "time", "times", "year", "years", "month", "months", "week",
+    "weeks", "day", "days", "date", "considered", "consider", "describe", "mention", "mentioned", "name", "names",
+    "type", "types", "think", "feel", "felt", "yes", "maybe", "would", "help", "people", "person", "something",
+];
+
+/// Content words of a question: lowercase alphanumeric words, stopwords and one-letter words
+/// removed, duplicates dropped, order kept.
+pub fn content_words(question: &str) -> Vec<String> {
+    let stop: HashSet<&str> = STOPWORDS.iter().copied().collect();
+    let mut seen = HashSet::new();
+    question
+        .split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| w.chars().count() > 1 && !stop.contains(w.as_str()))
+        .filter(|w| seen.insert(w.clone()))
+        .collect()
+}
+
+/// The FTS5 query for a question: its content words, quoted, joined by `OR` (BM25 then ranks
+/// turns that share more and rarer words first). `None` when no content word remains.
+pub fn recall_query(question: &str) -> Option<String> {
+    let words = content_words(question);
+    (!words.is_empty()).then(|| words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR "))
+}
+
+/// Lowercase, punctuation to spaces, whitespace collapsed.
+pub fn normalize(s: &str) -> String {
+    let mapped: String = s.chars().map(|c| if c.is_alphanumeric() { c.to_ascii_lowercase() } else { ' ' }).collect();
+    mapped.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn session_key(sample_id: &str) -> String {
+    let safe: String = sample_id.chars().map(|c| if c.is_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    format!("agent:eval:locomo:{safe}")
+}
+
+/// Terms in more than this fraction of a conversation's messages are dropped from the recall
+/// query (they match nearly everything: speaker names, "session"); when every term is that
+/// common, the rarest one is kept.
+pub const MAX_TERM_DOC_RATIO: f64 = 0.2;
+
+/// Top-k message timestamps for the question's content words over the session's
+/// conversations: very common terms dropped (document frequency from the store's own index),
+/// the rest ORed, BM25 order.
+async fn store_search(eut: &EngineUnderTest, key: &str, words: Vec<String>, k: usize) -> Result<Vec<i64>> {
+    let Some(store) = &eut.store else { return Ok(Vec::new()) };
+    if words.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ratio = MAX_TERM_DOC_RATIO;
+    let ck = ConvKey::from_host(Some(key), key);
+    store
+        .call(move |db| {
+            let convs = db.scope_conversations(&Scope::Session(ck))?;
+            if convs.is_empty() {
+                return Ok(Vec::new());
+            }
+            let in_list = convs.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+            db.tx(|conn| {
+                let total: i64 = conn.query_row(&format!("SELECT count(*) FROM messages WHERE conv_id IN ({in_list})"), [], |r| r.get(0))?;
+                let df_sql = format!(
+                    "SELECT count(*) FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                     WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})"
+                );
+                let mut terms: Vec<(i64, String)> = Vec::new();
+                for w in &words {
+                    let q = format!("\"{w}\"");
+                    let df: i64 = conn.query_row(&df_sql, [&q], |r| r.get(0))?;
+                    if df > 0 {
+                        terms.push((df, q));
+                    }
+                }
+                let limit = ((total as f64) * ratio).ceil() as i64;
+                let mut kept: Vec<String> = terms.iter().filter(|(df, _)| *df <= limit.max(1)).map(|(_, q)| q.clone()).collect();
+                if kept.is_empty() {
+                    if let Some((_, q)) = terms.iter().min_by_key(|(df, _)| *df) {
+                        kept.push(q.clone());
+                    }
+                }
+                if kept.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let fts = kept.join(" OR ");
+                let sql = format!(
+                    "SELECT m.ts FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+                     WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})
+                     ORDER BY bm25(messages_fts), m.id LIMIT ?2"
+                );
+                let mut st = conn.prepare(&sql)?;
+                let rows = st.query_map(rusqlite::params![fts, k as i64], |r| r.get::<_, Option<i64>>(0))?;
+                let mut out = Vec::new();
+                for r in rows {
+                    if let Some(ts) = r? {
+                        out.push(ts);
+                    }
+                }
+                Ok(out)
+            })
+        })
+        .await
+        .map_err(|e| BenchError::engine(&eut.id, "recall search", e))
+}
+
+/// Top-k message timestamps from `lcm_grep` (as shipped: terms ANDed).
+async fn grep_and(eut: &EngineUnderTest, key: &str, question: &str, k: usize) -> Result<Option<Vec<i64>>> {
+    let Some(tool) = eut.grep_tool() else { return Ok(None) };
+    let words = content_words(question);
+    if words.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let cx = ToolCallContext { session_id: key.into(), session_key: Some(key.into()) };
+    let out = tool
+        .execute(json!({"query": words.join(" "), "target": "messages", "limit": k}), cx)
+        .await
+        .map_err(|e| BenchError::engine(&eut.id, "lcm_grep", e))?;
+    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| BenchError::engine(&eut.id, "lcm_grep output", e))?;
+    Ok(Some(
+        v.get("hits")
+            .and_then(|h| h.as_array())
+            .map(|a| a.iter().filter_map(|h| h.get("ts").and_then(|t| t.as_i64())).collect())
+            .unwrap_or_default(),
+    ))
+}
+
+/// Replays one conversation through one engine at one budget; returns the assembled context.
+async fn replay(eut: &EngineUnderTest, host: &Arc<BenchHost>, conv: &Conversation, budget: u64) -> Result<Vec<AgentMessage>> {
+    let key = session_key(&conv.sample_id);
+    for m in conv.replay() {
+        host.append(m.message.clone());
+        deliver_turn(eut, &key, &key, std::slice::from_ref(&m.message), budget).await?;
+        if !eut.owns_compaction && host.should_compact(budget) {
+            let p = CompactParams {
+                session_id: key.clone(),
+                session_key: Some(key.clone()),
+                token_budget: Some(budget),
+                current_token_count: Some(host.context_tokens()),
+                ..Default::default()
+            };
+            eut.engine.compact(&p, &host.call_context()).await.map_err(|e| BenchError::engine(&eut.id, "compact", e))?;
+        }
+    }
+    let history = if eut.owns_compaction { host.recent(128) } else { host.context() };
+    let prepared = prepare_history(history, &PipelineOptions { token_budget: Some(budget), ..Default::default() });
+    let p = AssembleParams {
+        session_id: key.clone(),
+        session_key: Some(key.clone()),
+        messages: prepared.messages,
+        token_budget: Some(budget),
+        ..Default::default()
+    };
+    let out = eut.engine.assemble(&p, &host.call_context()).await.map_err(|e| BenchError::engine(&eut.id, "assemble", e))?;
+    let used = clawctx_tokens::messages_tokens(&out.messages);
+    if used > budget {
+        return Err(BenchError::Invariant { engine: eut.id.clone(), message: format!("assembled {used} tokens at budget {budget}") });
+    }
+    Ok(out.messages)
+}
+
+/// Runs the eval over `conversations`.
+pub async fn run_eval(dataset: &Path, conversations: &[Conversation], opts: &EvalOptions) -> Result<EvalReport> {
+    if opts.k == 0 {
+        return Err(BenchError::InvalidArgument("--k must be at least 1".into()));
+    }
+    let mut runs = Vec::new();
+    for engine in &opts.engines {
+        for &budget in &opts.budgets {
+            runs.push(run_one(conversations, opts, engine, budget).await?);
+        }
+    }
+    Ok(EvalReport {
+        dataset: dataset.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+        conversations: conversations.len(),
+        questions: conversations.iter().map(|c| c.questions.len()).sum(),
+        k: opts.k,
+        runs,
+    })
+}
+
+async fn run_one(conversations: &[Conversation], opts: &EvalOptions, engine: &str, budget: u64) -> Result<EvalRun> {
+    let dir = opts.work_dir.join(format!("{engine}-{budget}"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| BenchError::io(&dir, e))?;
+    }
+    let summarizer: Arc<dyn Summarizer> = Arc::new(ExtractiveSummarizer);
+    let eut = open_engine(engine, &dir, summarizer.clone(), &opts.lossless_config).await?;
+    let mut run = EvalRun {
+        engine: engine.to_owned(),
+        budget,
+        overall: Scores::default(),
+        categories: BTreeMap::new(),
+        context_tokens_mean: 0.0,
+        context_tokens_max: 0,
+        questions: Vec::new(),
+    };
+    let mut token_sum = 0u64;
+    for conv in conversations {
+        let host = BenchHost::new(CompactionSettings::default(), summarizer.clone());
+        let context = replay(&eut, &host, conv, budget).await?;
+        let used = clawctx_tokens::messages_tokens(&context);
+        token_sum += used;
+        run.context_tokens_max = run.context_tokens_max.max(used);
+        let context_text: String = context.iter().map(AgentMessage::plain_text).collect::<Vec<_>>().join("\n");
+        let context_norm = normalize(&context_text);
+        let texts = conv.turn_texts();
+        let ts_to_dia: HashMap<i64, String> =
+            conv.replay().into_iter().filter_map(|m| Some((m.message.timestamp_ms()?, m.dia_id?))).collect();
+        let key = session_key(&conv.sample_id);
+        for (i, q) in conv.questions.iter().enumerate() {
+            let evidence: Vec<&String> = q.evidence.iter().collect();
+            let resolved: Option<Vec<&String>> = evidence.iter().map(|d| texts.get(*d)).collect();
+            let unresolved = evidence.is_empty() || resolved.is_none();
+            let raw = !unresolved && resolved.as_ref().is_some_and(|ts| ts.iter().all(|t| context_text.contains(t.as_str())));
+            let covers = |hits: &[i64]| -> bool {
+                let found: HashSet<&str> = hits.iter().filter_map(|t| ts_to_dia.get(t).map(String::as_str)).collect();
+                !unresolved && evidence.iter().all(|d| found.contains(d.as_str()))
+            };
+            let (recall, grep) = if eut.store.is_some() {
+                let hits = store_search(&eut, &key, content_words(&q.question), opts.k).await?;
+                let g = grep_and(&eut, &key, &q.question, opts.k).await?;
+                (Some(covers(&hits)), g.map(|g| covers(&g)))
+            } else {
+                (None, None)
+            };
+            let answer = q.answer.as_deref().map(normalize).filter(|a| !a.is_empty()).map(|a| context_norm.contains(&a));
+            let score = QuestionScore {
+                sample_id: conv.sample_id.clone(),
+                index: i,
+                category: q.category,
+                raw,
+                recall,
+                grep_and: grep,
+                answer,
+                unresolved,
+            };
+            run.overall.add(&score);
+            run.categories.entry(q.category).or_default().add(&score);
+            run.questions.push(score);
+        }
+    }
+    run.context_tokens_mean = token_sum as f64 / conversations.len().max(1) as f64;
+    let _ = eut.engine.dispose().await;
+    Ok(run)
+}
+
+/// The category's name.
+pub fn category_name(c: u8) -> &'static str {
+    match c {
+        1 => "multi-hop",
+        2 => "temporal",
+        3 => "open-domain",
+        4 => "single-hop",
+        5 => "adversarial",
+        _ => "other",
+    }
+}
+
+/// Renders the report as a table: one block per run, one row per category plus overall.
+pub fn render_table(r: &EvalReport) -> String {
+    let mut s = format!("LoCoMo {}: {} conversations, {} questions, recall top-{}\n", r.dataset, r.conversations, r.questions, r.k);
+    for run in &r.runs {
+        s.push_str(&format!(
+            "\n{} @ budget {} (context tokens: mean {:.0}, max {})\n",
+            run.engine, run.budget, run.context_tokens_mean, run.context_tokens_max
+        ));
+        s.push_str(&format!(
+            "  {:<16} {:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}\n",
+            "category", "n", "(a) raw", "(b) rec@k", "grep-AND", "reachable", "(c) answer"
+        ));
+        let rows = run.categories.iter().map(|(c, sc)| (format!("{c} {}", category_name(*c)), sc)).chain([("overall".to_owned(), &run.overall)]);
+        for (name, sc) in rows {
+            let opt = |v: Option<u64>| v.map(|n| format!("{:.1}%", sc.pct(n))).unwrap_or_else(|| "n/a".into());
+            s.push_str(&format!(
+                "  {:<16} {:>5}  {:>8.1}%  {:>9}  {:>9}  {:>8.1}%  {:>9}\n",
+                name,
+                sc.questions,
+                sc.pct(sc.raw_in_context),
+                opt(sc.recall_at_k),
+                opt(sc.grep_and_at_k),
+                sc.pct(sc.reachable),
+                sc.answer_pct().map(|p| format!("{p:.1}%")).unwrap_or_else(|| "n/a".into())
+            ));
+        }
+    }
+    s
+}
