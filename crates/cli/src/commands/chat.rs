@@ -80,7 +80,7 @@ async fn command(runtime: &AgentRuntime, key: &str, line: &str) -> anyhow::Resul
 
 /// Runs `clawctx chat`.
 pub async fn run(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let runtime = build_runtime(global, args.model).await?;
+    let (runtime, _engines) = build_runtime(global, args.model).await?;
     let key = args.session.unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
     let status = runtime.status(&key)?;
     eprintln!(

@@ -33,20 +33,25 @@ pub struct RunArgs {
     model: Option<String>,
 }
 
-/// Builds the runtime from the config, the state dir and `--model`.
-pub async fn build_runtime(global: &GlobalArgs, model: Option<String>) -> anyhow::Result<AgentRuntime> {
+/// Builds the runtime from the config, the state dir and `--model`, with every engine this
+/// build knows plus the installed plugins. Keep the returned [`crate::engines::Engines`] alive
+/// while the runtime runs: it owns the plugin processes.
+pub async fn build_runtime(global: &GlobalArgs, model: Option<String>) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
     let config = global.load_config()?;
-    let registry = crate::engines::builtin_registry()?;
+    let engines = crate::engines::load(global, config.value()).await?;
+    for (dir, err) in &engines.failed {
+        eprintln!("warning: plugin at {} does not load: {err}", dir.display());
+    }
     let runtime = runtime_from_config(SetupOptions {
         config: std::sync::Arc::new(config.value().clone()),
         state_dir: global.state_dir(),
-        registry,
+        registry: engines.registry.clone(),
         model,
         env: &clawctx_model::process_env,
         agent_id: "main".into(),
     })
     .await?;
-    Ok(runtime)
+    Ok((runtime, engines))
 }
 
 /// Runs one turn, streaming text to stdout when `stream` is set; Ctrl-C aborts the turn
@@ -99,13 +104,19 @@ pub async fn turn_with_ctrl_c(
 
 /// Runs `clawctx run`.
 pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let runtime = build_runtime(global, args.model).await?;
+    let (runtime, engines) = build_runtime(global, args.model).await?;
     let key = args.session.unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
     let (result, printed) = turn_with_ctrl_c(&runtime, &key, &args.prompt, !args.json).await;
     runtime.shutdown().await;
     let outcome = result.context("the turn failed")?;
+    // Engines quarantined during this run (this process): the reply came from legacy.
+    let quarantines = engines.registry.quarantines();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&outcome)?);
+        let mut v = serde_json::to_value(&outcome)?;
+        if let Some(map) = v.as_object_mut() {
+            map.insert("quarantines".into(), serde_json::to_value(&quarantines)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         if !printed {
             print!("{}", outcome.reply);
