@@ -59,7 +59,95 @@ fn block_tokens(block: &ContentBlock) -> u64 {
 
 /// Tokens one message costs in a prompt. This is the estimator: every budget decision in
 /// clawctx is made with it.
+///
+/// Hosts re-count the same history every turn (threshold checks, the pipeline's budget fit,
+/// the final clamp), so counts are memoized by a hash of the message's counted content: hashing
+/// is ~50× cheaper than BPE encoding. The memo is bounded (cleared when full) and keyed by the
+/// content's hash *and* byte length, so a collision would need both to agree.
 pub fn message_tokens(message: &AgentMessage) -> u64 {
+    let key = content_key(message);
+    if let Some(n) = memo::get(key) {
+        return n;
+    }
+    let n = count_message(message);
+    memo::put(key, n);
+    n
+}
+
+mod memo {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+
+    /// Entries kept before the memo is cleared (a few MB).
+    const CAPACITY: usize = 200_000;
+
+    static MEMO: LazyLock<Mutex<HashMap<(u64, u64), u64>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+    pub(super) fn get(key: (u64, u64)) -> Option<u64> {
+        MEMO.lock().ok().and_then(|m| m.get(&key).copied())
+    }
+
+    pub(super) fn put(key: (u64, u64), n: u64) {
+        if let Ok(mut m) = MEMO.lock() {
+            if m.len() >= CAPACITY {
+                m.clear();
+            }
+            m.insert(key, n);
+        }
+    }
+}
+
+/// A hash and the byte length of everything [`count_message`] counts, in order, with the
+/// role and block kinds mixed in.
+fn content_key(message: &AgentMessage) -> (u64, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut len = 0u64;
+    let mut feed = |tag: u8, s: &str| {
+        tag.hash(&mut h);
+        s.hash(&mut h);
+        len += s.len() as u64 + 1;
+    };
+    fn feed_content(feed: &mut dyn FnMut(u8, &str), content: &Content) {
+        match content {
+            Content::Text(t) => feed(1, t),
+            Content::Blocks(blocks) => {
+                for b in blocks {
+                    match b {
+                        ContentBlock::Text(t) => feed(2, &t.text),
+                        ContentBlock::Thinking(t) => feed(3, &t.thinking),
+                        ContentBlock::Image(_) => feed(4, ""),
+                        ContentBlock::ToolCall(c) => {
+                            feed(5, &c.name);
+                            feed(6, &c.arguments.to_string());
+                        }
+                        ContentBlock::Unknown(m) => feed(7, &serde_json::Value::Object(m.clone()).to_string()),
+                    }
+                }
+            }
+        }
+    }
+    feed(0, message.role());
+    match message {
+        AgentMessage::User(m) => feed_content(&mut feed, &m.content),
+        AgentMessage::Assistant(m) => feed_content(&mut feed, &m.content),
+        AgentMessage::ToolResult(m) => {
+            feed(8, &m.tool_name);
+            feed_content(&mut feed, &m.content)
+        }
+        AgentMessage::Custom(m) => feed_content(&mut feed, &m.content),
+        AgentMessage::BashExecution(m) => {
+            feed(9, &m.command);
+            feed(10, &m.output)
+        }
+        AgentMessage::BranchSummary(m) | AgentMessage::CompactionSummary(m) => feed(11, &m.summary),
+        AgentMessage::Other(m) => feed(12, &m.get("content").map(|v| v.to_string()).unwrap_or_default()),
+    }
+    (h.finish(), len)
+}
+
+/// The uncached count behind [`message_tokens`].
+fn count_message(message: &AgentMessage) -> u64 {
     let body = match message {
         AgentMessage::User(m) => content_tokens(&m.content),
         AgentMessage::Assistant(m) => content_tokens(&m.content),
@@ -112,6 +200,23 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(message_tokens(&msg), 1_200 + MESSAGE_OVERHEAD_TOKENS);
+    }
+
+    #[test]
+    fn memoized_counts_equal_fresh_counts_and_distinguish_roles_and_blocks() {
+        let msgs = [
+            AgentMessage::user("the same words"),
+            AgentMessage::assistant("the same words"),
+            AgentMessage::tool_result("c1", "read", "the same words"),
+            AgentMessage::tool_call("c1", "read", serde_json::json!({"path": "the same words"})),
+        ];
+        for m in &msgs {
+            let first = message_tokens(m);
+            assert_eq!(first, count_message(m));
+            assert_eq!(message_tokens(m), first, "a memoized count is the same count");
+        }
+        let keys: std::collections::HashSet<_> = msgs.iter().map(content_key).collect();
+        assert_eq!(keys.len(), msgs.len(), "different roles/blocks never share a memo entry");
     }
 
     #[test]
