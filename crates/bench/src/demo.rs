@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clawctx_engine::ToolCallContext;
 use clawctx_engine::pipeline::{prepare_history, PipelineOptions};
+use clawctx_engine::ToolCallContext;
 use clawctx_protocol::{AgentMessage, AssembleParams};
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 use serde::Serialize;
@@ -131,8 +131,13 @@ impl Progress {
             return Progress::Off;
         }
         if std::io::stderr().is_terminal() {
-            let bar = indicatif::ProgressBar::with_draw_target(Some(total), indicatif::ProgressDrawTarget::stderr());
-            if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} replaying [{bar:40}] {pos}/{len} messages {msg}") {
+            let bar = indicatif::ProgressBar::with_draw_target(
+                Some(total),
+                indicatif::ProgressDrawTarget::stderr(),
+            );
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{spinner} replaying [{bar:40}] {pos}/{len} messages {msg}",
+            ) {
                 bar.set_style(style.progress_chars("=> "));
             }
             Progress::Bar(bar)
@@ -170,9 +175,16 @@ pub async fn run_demo(opts: &DemoOptions) -> Result<DemoReport> {
     let started = Instant::now();
     let summarizer: Arc<dyn Summarizer> = Arc::new(ExtractiveSummarizer);
     let eut = open_engine("lossless", &opts.state_dir, summarizer.clone(), &json!({})).await?;
-    let store = eut.store.clone().ok_or_else(|| BenchError::engine("lossless", "open", "no store"))?;
+    let store = eut
+        .store
+        .clone()
+        .ok_or_else(|| BenchError::engine("lossless", "open", "no store"))?;
     let host = BenchHost::new(Default::default(), summarizer);
-    let spec = WorkloadSpec { kind: WorkloadKind::Chat, messages: opts.messages, seed: 2026 };
+    let spec = WorkloadSpec {
+        kind: WorkloadKind::Chat,
+        messages: opts.messages,
+        seed: 2026,
+    };
     let total = opts.messages + 2;
     let mut progress = Progress::new(opts.progress, total);
     let (mut done, mut turns) = (0u64, 0u64);
@@ -185,8 +197,18 @@ pub async fn run_demo(opts: &DemoOptions) -> Result<DemoReport> {
         done += turn.len() as u64;
         turns += 1;
         if turns % 25 == 0 || done == total {
-            let status = store.status().await.map_err(|e| BenchError::engine("lossless", "status", e))?;
-            progress.update(done, total, &format!("({} summaries, depth {})", status.summaries, status.max_depth));
+            let status = store
+                .status()
+                .await
+                .map_err(|e| BenchError::engine("lossless", "status", e))?;
+            progress.update(
+                done,
+                total,
+                &format!(
+                    "({} summaries, depth {})",
+                    status.summaries, status.max_depth
+                ),
+            );
         }
     }
     progress.finish();
@@ -212,10 +234,19 @@ pub async fn run_demo(opts: &DemoOptions) -> Result<DemoReport> {
         })
         .await
         .map_err(|e| BenchError::engine("lossless", "dag", e))?;
-    let status = store.status().await.map_err(|e| BenchError::engine("lossless", "status", e))?;
+    let status = store
+        .status()
+        .await
+        .map_err(|e| BenchError::engine("lossless", "status", e))?;
 
     // The context the model would see now.
-    let prepared = prepare_history(host.recent(128), &PipelineOptions { token_budget: Some(opts.budget), ..Default::default() });
+    let prepared = prepare_history(
+        host.recent(128),
+        &PipelineOptions {
+            token_budget: Some(opts.budget),
+            ..Default::default()
+        },
+    );
     let params = AssembleParams {
         session_id: SESSION.into(),
         session_key: Some(SESSION.into()),
@@ -223,24 +254,46 @@ pub async fn run_demo(opts: &DemoOptions) -> Result<DemoReport> {
         token_budget: Some(opts.budget),
         ..Default::default()
     };
-    let out = eut.engine.assemble(&params, &host.call_context()).await.map_err(|e| BenchError::engine("lossless", "assemble", e))?;
+    let out = eut
+        .engine
+        .assemble(&params, &host.call_context())
+        .await
+        .map_err(|e| BenchError::engine("lossless", "assemble", e))?;
     let is_summary = |m: &AgentMessage| m.plain_text().starts_with("<summary");
     let context_tokens = clawctx_tokens::messages_tokens(&out.messages);
-    let detail_in_raw_context = out.messages.iter().filter(|m| !is_summary(m)).any(|m| m.plain_text().contains(PLANTED_INVOICE));
-    let detail_in_summary = out.messages.iter().filter(|m| is_summary(m)).any(|m| m.plain_text().contains(PLANTED_INVOICE));
+    let detail_in_raw_context = out
+        .messages
+        .iter()
+        .filter(|m| !is_summary(m))
+        .any(|m| m.plain_text().contains(PLANTED_INVOICE));
+    let detail_in_summary = out
+        .messages
+        .iter()
+        .filter(|m| is_summary(m))
+        .any(|m| m.plain_text().contains(PLANTED_INVOICE));
 
     // Recall, the way the model would ask.
     let (mut recall_hit, mut recall_rank, mut recall_snippet) = (None, None, None);
     if let Some(tool) = eut.grep_tool() {
-        let cx = ToolCallContext { session_id: SESSION.into(), session_key: Some(SESSION.into()) };
+        let cx = ToolCallContext {
+            session_id: SESSION.into(),
+            session_key: Some(SESSION.into()),
+        };
         let raw = tool
-            .execute(json!({"query": RECALL_QUERY, "target": "messages", "limit": 10}), cx)
+            .execute(
+                json!({"query": RECALL_QUERY, "target": "messages", "limit": 10}),
+                cx,
+            )
             .await
             .map_err(|e| BenchError::engine("lossless", "lcm_grep", e))?;
-        let v: serde_json::Value = serde_json::from_str(&raw).map_err(|e| BenchError::engine("lossless", "lcm_grep output", e))?;
+        let v: serde_json::Value = serde_json::from_str(&raw)
+            .map_err(|e| BenchError::engine("lossless", "lcm_grep output", e))?;
         if let Some(hits) = v.get("hits").and_then(|h| h.as_array()) {
             for (i, h) in hits.iter().enumerate() {
-                let snippet = h.get("snippet").and_then(|s| s.as_str()).unwrap_or_default();
+                let snippet = h
+                    .get("snippet")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or_default();
                 if snippet.contains(PLANTED_INVOICE) {
                     recall_hit = h.get("id").and_then(|s| s.as_str()).map(str::to_owned);
                     recall_rank = Some(i + 1);
@@ -250,7 +303,13 @@ pub async fn run_demo(opts: &DemoOptions) -> Result<DemoReport> {
             }
         }
     }
-    let count = |kind: i64| frontier.iter().find(|(k, _)| *k == kind).map(|(_, n)| *n).unwrap_or(0);
+    let count = |kind: i64| {
+        frontier
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, n)| *n)
+            .unwrap_or(0)
+    };
     let report = DemoReport {
         messages: total,
         turns,
@@ -286,13 +345,20 @@ pub fn render(r: &DemoReport) -> String {
         s.push_str("  (no summaries)\n");
     }
     for l in &r.dag {
-        let what = if l.depth == 0 { "leaf summaries of raw messages" } else { "condensed summaries" };
+        let what = if l.depth == 0 {
+            "leaf summaries of raw messages"
+        } else {
+            "condensed summaries"
+        };
         s.push_str(&format!(
             "  depth {}: {:>4} {what}, fanout mean {:.1}, max {}\n",
             l.depth, l.count, l.mean_fanout, l.max_fanout
         ));
     }
-    s.push_str(&format!("  active frontier: {} summaries + {} raw messages\n\n", r.frontier_summaries, r.frontier_messages));
+    s.push_str(&format!(
+        "  active frontier: {} summaries + {} raw messages\n\n",
+        r.frontier_summaries, r.frontier_messages
+    ));
     s.push_str(&format!(
         "Assembled context: {} / {} tokens ({:.0}% of the budget): {} summary blocks + {} raw messages.\n\n",
         r.context_tokens,
@@ -301,18 +367,30 @@ pub fn render(r: &DemoReport) -> String {
         r.context_summaries,
         r.context_raw_messages
     ));
-    s.push_str(&format!("Early detail planted in turn 1: invoice {PLANTED_INVOICE} ({PLANTED_CONFIG}).\n"));
+    s.push_str(&format!(
+        "Early detail planted in turn 1: invoice {PLANTED_INVOICE} ({PLANTED_CONFIG}).\n"
+    ));
     s.push_str(&format!(
         "  in the raw context now:   {}\n",
-        if r.detail_in_raw_context { "YES (the conversation is still short enough)" } else { "NO - its message was compacted away" }
+        if r.detail_in_raw_context {
+            "YES (the conversation is still short enough)"
+        } else {
+            "NO - its message was compacted away"
+        }
     ));
-    s.push_str(&format!("  mentioned by a summary:   {}\n", if r.detail_in_summary { "yes" } else { "no" }));
+    s.push_str(&format!(
+        "  mentioned by a summary:   {}\n",
+        if r.detail_in_summary { "yes" } else { "no" }
+    ));
     match (&r.recall_hit, r.recall_rank, &r.recall_snippet) {
         (Some(id), Some(rank), Some(snippet)) => s.push_str(&format!(
             "  recall (lcm_grep \"{}\"): FOUND {id} at rank {rank}:\n    {snippet}\n",
             r.recall_query
         )),
-        _ => s.push_str(&format!("  recall (lcm_grep \"{}\"): NOT FOUND\n", r.recall_query)),
+        _ => s.push_str(&format!(
+            "  recall (lcm_grep \"{}\"): NOT FOUND\n",
+            r.recall_query
+        )),
     }
     s
 }

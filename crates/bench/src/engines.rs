@@ -36,7 +36,10 @@ pub struct EngineUnderTest {
 impl EngineUnderTest {
     /// The engine's `lcm_grep`-style recall tool, when it has one.
     pub fn grep_tool(&self) -> Option<Arc<dyn AgentTool>> {
-        self.engine.tools().into_iter().find(|t| t.name() == "lcm_grep")
+        self.engine
+            .tools()
+            .into_iter()
+            .find(|t| t.name() == "lcm_grep")
     }
 
     /// Bytes the engine keeps on disk (database plus WAL), when it keeps any.
@@ -56,7 +59,11 @@ impl EngineUnderTest {
 
 /// Parses `a,b,c` into engine ids, checking each is supported.
 pub fn parse_engine_list(list: &str) -> Result<Vec<String>> {
-    let ids: Vec<String> = list.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+    let ids: Vec<String> = list
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
     if ids.is_empty() {
         return Err(BenchError::InvalidArgument("no engine given".into()));
     }
@@ -106,6 +113,9 @@ pub async fn open_engine(
                 owns_compaction: true,
             })
         }
-        other => Err(BenchError::InvalidArgument(format!("unknown engine `{other}` (supported: {})", SUPPORTED_ENGINES.join(", ")))),
+        other => Err(BenchError::InvalidArgument(format!(
+            "unknown engine `{other}` (supported: {})",
+            SUPPORTED_ENGINES.join(", ")
+        ))),
     }
 }

@@ -51,12 +51,19 @@ pub enum BenchError {
 impl BenchError {
     /// Wraps an I/O error with its path.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        BenchError::Io { path: path.into(), source }
+        BenchError::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// Wraps an engine error.
     pub fn engine(engine: &str, stage: &str, message: impl std::fmt::Display) -> Self {
-        BenchError::Engine { engine: engine.to_owned(), stage: stage.to_owned(), message: message.to_string() }
+        BenchError::Engine {
+            engine: engine.to_owned(),
+            stage: stage.to_owned(),
+            message: message.to_string(),
+        }
     }
 }
 

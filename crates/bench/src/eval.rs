@@ -11,8 +11,8 @@
 //! - **(b) evidence recall@k**: the engine's recall search, scoped to the conversation and
 //!   queried with the question text alone, returns every evidence turn in its top `k` (n/a for
 //!   engines without recall);
-//! - **(c) answer in context**: the normalized answer occurs in the normalized context (n/a for
-//!   questions without an answer);
+//! - **(c) answer in context**: the normalized answer occurs, as whole words, in the normalized
+//!   context (n/a for questions without an answer);
 //! - **reachable** = (a) or (b).
 //!
 //! Recall: the question becomes an OR of its content words (stopwords and question words
@@ -107,7 +107,8 @@ impl Scores {
 
     /// (c) as a percentage of answerable questions.
     pub fn answer_pct(&self) -> Option<f64> {
-        (self.answerable > 0).then(|| 100.0 * self.answer_in_context as f64 / self.answerable as f64)
+        (self.answerable > 0)
+            .then(|| 100.0 * self.answer_in_context as f64 / self.answerable as f64)
     }
 }
 
@@ -170,20 +171,204 @@ pub struct EvalReport {
 }
 
 const STOPWORDS: &[&str] = &[
-    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
-    "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does",
-    "doing", "down", "during", "each", "else", "ever", "few", "for", "from", "further", "had", "has", "have", "having",
-    "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its",
-    "itself", "just", "kind", "know", "like", "likely", "many", "me", "might", "more", "most", "much", "must", "my",
-    "myself", "no", "nor", "not", "of", "off", "on", "once", "one", "only", "or", "other", "our", "ours", "out", "over",
-    "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves",
-    "then", "there", "these", "they", "thing", "things", "this", "those", "through", "to", "too", "under", "until", "up",
-    "upon", "very", "was", "way", "we", "were", "what", "whats", "when", "where", "which", "while", "who", "whom",
-    "whose", "why", "will", "with", "would", "you", "your", "yours", "yourself", "s", "t", "d", "ll", "re", "ve", "m",
-    "don", "doesn", "didn", "isn", "wasn", "get", "got", "go", "went", "make", "made", "take", "took", "say", "said",
-    "recently", "currently", "ago", "last", "first", "time", "times", "year", "years", "month", "months", "week",
-    "weeks", "day", "days", "date", "considered", "consider", "describe", "mention", "mentioned", "name", "names",
-    "type", "types", "think", "feel", "felt", "yes", "maybe", "would", "help", "people", "person", "something",
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "also",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "down",
+    "during",
+    "each",
+    "else",
+    "ever",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "kind",
+    "know",
+    "like",
+    "likely",
+    "many",
+    "me",
+    "might",
+    "more",
+    "most",
+    "much",
+    "must",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "of",
+    "off",
+    "on",
+    "once",
+    "one",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "out",
+    "over",
+    "own",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "thing",
+    "things",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "upon",
+    "very",
+    "was",
+    "way",
+    "we",
+    "were",
+    "what",
+    "whats",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "whose",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "s",
+    "t",
+    "d",
+    "ll",
+    "re",
+    "ve",
+    "m",
+    "don",
+    "doesn",
+    "didn",
+    "isn",
+    "wasn",
+    "get",
+    "got",
+    "go",
+    "went",
+    "make",
+    "made",
+    "take",
+    "took",
+    "say",
+    "said",
+    "recently",
+    "currently",
+    "ago",
+    "last",
+    "first",
+    "time",
+    "times",
+    "year",
+    "years",
+    "month",
+    "months",
+    "week",
+    "weeks",
+    "day",
+    "days",
+    "date",
+    "considered",
+    "consider",
+    "describe",
+    "mention",
+    "mentioned",
+    "name",
+    "names",
+    "type",
+    "types",
+    "think",
+    "feel",
+    "felt",
+    "yes",
+    "maybe",
+    "would",
+    "help",
+    "people",
+    "person",
+    "something",
 ];
 
 /// Content words of a question: lowercase alphanumeric words, stopwords and one-letter words
@@ -203,17 +388,41 @@ pub fn content_words(question: &str) -> Vec<String> {
 /// turns that share more and rarer words first). `None` when no content word remains.
 pub fn recall_query(question: &str) -> Option<String> {
     let words = content_words(question);
-    (!words.is_empty()).then(|| words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR "))
+    (!words.is_empty()).then(|| {
+        words
+            .iter()
+            .map(|w| format!("\"{w}\""))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    })
 }
 
 /// Lowercase, punctuation to spaces, whitespace collapsed.
 pub fn normalize(s: &str) -> String {
-    let mapped: String = s.chars().map(|c| if c.is_alphanumeric() { c.to_ascii_lowercase() } else { ' ' }).collect();
+    let mapped: String = s
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                ' '
+            }
+        })
+        .collect();
     mapped.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn session_key(sample_id: &str) -> String {
-    let safe: String = sample_id.chars().map(|c| if c.is_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    let safe: String = sample_id
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     format!("agent:eval:locomo:{safe}")
 }
 
@@ -225,8 +434,15 @@ pub const MAX_TERM_DOC_RATIO: f64 = 0.2;
 /// Top-k message timestamps for the question's content words over the session's
 /// conversations: very common terms dropped (document frequency from the store's own index),
 /// the rest ORed, BM25 order.
-async fn store_search(eut: &EngineUnderTest, key: &str, words: Vec<String>, k: usize) -> Result<Vec<i64>> {
-    let Some(store) = &eut.store else { return Ok(Vec::new()) };
+async fn store_search(
+    eut: &EngineUnderTest,
+    key: &str,
+    words: Vec<String>,
+    k: usize,
+) -> Result<Vec<i64>> {
+    let Some(store) = &eut.store else {
+        return Ok(Vec::new());
+    };
     if words.is_empty() {
         return Ok(Vec::new());
     }
@@ -238,9 +454,17 @@ async fn store_search(eut: &EngineUnderTest, key: &str, words: Vec<String>, k: u
             if convs.is_empty() {
                 return Ok(Vec::new());
             }
-            let in_list = convs.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+            let in_list = convs
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
             db.tx(|conn| {
-                let total: i64 = conn.query_row(&format!("SELECT count(*) FROM messages WHERE conv_id IN ({in_list})"), [], |r| r.get(0))?;
+                let total: i64 = conn.query_row(
+                    &format!("SELECT count(*) FROM messages WHERE conv_id IN ({in_list})"),
+                    [],
+                    |r| r.get(0),
+                )?;
                 let df_sql = format!(
                     "SELECT count(*) FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
                      WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})"
@@ -254,7 +478,11 @@ async fn store_search(eut: &EngineUnderTest, key: &str, words: Vec<String>, k: u
                     }
                 }
                 let limit = ((total as f64) * ratio).ceil() as i64;
-                let mut kept: Vec<String> = terms.iter().filter(|(df, _)| *df <= limit.max(1)).map(|(_, q)| q.clone()).collect();
+                let mut kept: Vec<String> = terms
+                    .iter()
+                    .filter(|(df, _)| *df <= limit.max(1))
+                    .map(|(_, q)| q.clone())
+                    .collect();
                 if kept.is_empty() {
                     if let Some((_, q)) = terms.iter().min_by_key(|(df, _)| *df) {
                         kept.push(q.clone());
@@ -270,7 +498,9 @@ async fn store_search(eut: &EngineUnderTest, key: &str, words: Vec<String>, k: u
                      ORDER BY bm25(messages_fts), m.id LIMIT ?2"
                 );
                 let mut st = conn.prepare(&sql)?;
-                let rows = st.query_map(rusqlite::params![fts, k as i64], |r| r.get::<_, Option<i64>>(0))?;
+                let rows = st.query_map(rusqlite::params![fts, k as i64], |r| {
+                    r.get::<_, Option<i64>>(0)
+                })?;
                 let mut out = Vec::new();
                 for r in rows {
                     if let Some(ts) = r? {
@@ -285,28 +515,51 @@ async fn store_search(eut: &EngineUnderTest, key: &str, words: Vec<String>, k: u
 }
 
 /// Top-k message timestamps from `lcm_grep` (as shipped: terms ANDed).
-async fn grep_and(eut: &EngineUnderTest, key: &str, question: &str, k: usize) -> Result<Option<Vec<i64>>> {
-    let Some(tool) = eut.grep_tool() else { return Ok(None) };
+async fn grep_and(
+    eut: &EngineUnderTest,
+    key: &str,
+    question: &str,
+    k: usize,
+) -> Result<Option<Vec<i64>>> {
+    let Some(tool) = eut.grep_tool() else {
+        return Ok(None);
+    };
     let words = content_words(question);
     if words.is_empty() {
         return Ok(Some(Vec::new()));
     }
-    let cx = ToolCallContext { session_id: key.into(), session_key: Some(key.into()) };
+    let cx = ToolCallContext {
+        session_id: key.into(),
+        session_key: Some(key.into()),
+    };
     let out = tool
-        .execute(json!({"query": words.join(" "), "target": "messages", "limit": k}), cx)
+        .execute(
+            json!({"query": words.join(" "), "target": "messages", "limit": k}),
+            cx,
+        )
         .await
         .map_err(|e| BenchError::engine(&eut.id, "lcm_grep", e))?;
-    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| BenchError::engine(&eut.id, "lcm_grep output", e))?;
+    let v: serde_json::Value = serde_json::from_str(&out)
+        .map_err(|e| BenchError::engine(&eut.id, "lcm_grep output", e))?;
     Ok(Some(
         v.get("hits")
             .and_then(|h| h.as_array())
-            .map(|a| a.iter().filter_map(|h| h.get("ts").and_then(|t| t.as_i64())).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|h| h.get("ts").and_then(|t| t.as_i64()))
+                    .collect()
+            })
             .unwrap_or_default(),
     ))
 }
 
 /// Replays one conversation through one engine at one budget; returns the assembled context.
-async fn replay(eut: &EngineUnderTest, host: &Arc<BenchHost>, conv: &Conversation, budget: u64) -> Result<Vec<AgentMessage>> {
+async fn replay(
+    eut: &EngineUnderTest,
+    host: &Arc<BenchHost>,
+    conv: &Conversation,
+    budget: u64,
+) -> Result<Vec<AgentMessage>> {
     let key = session_key(&conv.sample_id);
     for m in conv.replay() {
         host.append(m.message.clone());
@@ -319,11 +572,24 @@ async fn replay(eut: &EngineUnderTest, host: &Arc<BenchHost>, conv: &Conversatio
                 current_token_count: Some(host.context_tokens()),
                 ..Default::default()
             };
-            eut.engine.compact(&p, &host.call_context()).await.map_err(|e| BenchError::engine(&eut.id, "compact", e))?;
+            eut.engine
+                .compact(&p, &host.call_context())
+                .await
+                .map_err(|e| BenchError::engine(&eut.id, "compact", e))?;
         }
     }
-    let history = if eut.owns_compaction { host.recent(128) } else { host.context() };
-    let prepared = prepare_history(history, &PipelineOptions { token_budget: Some(budget), ..Default::default() });
+    let history = if eut.owns_compaction {
+        host.recent(128)
+    } else {
+        host.context()
+    };
+    let prepared = prepare_history(
+        history,
+        &PipelineOptions {
+            token_budget: Some(budget),
+            ..Default::default()
+        },
+    );
     let p = AssembleParams {
         session_id: key.clone(),
         session_key: Some(key.clone()),
@@ -331,16 +597,27 @@ async fn replay(eut: &EngineUnderTest, host: &Arc<BenchHost>, conv: &Conversatio
         token_budget: Some(budget),
         ..Default::default()
     };
-    let out = eut.engine.assemble(&p, &host.call_context()).await.map_err(|e| BenchError::engine(&eut.id, "assemble", e))?;
+    let out = eut
+        .engine
+        .assemble(&p, &host.call_context())
+        .await
+        .map_err(|e| BenchError::engine(&eut.id, "assemble", e))?;
     let used = clawctx_tokens::messages_tokens(&out.messages);
     if used > budget {
-        return Err(BenchError::Invariant { engine: eut.id.clone(), message: format!("assembled {used} tokens at budget {budget}") });
+        return Err(BenchError::Invariant {
+            engine: eut.id.clone(),
+            message: format!("assembled {used} tokens at budget {budget}"),
+        });
     }
     Ok(out.messages)
 }
 
 /// Runs the eval over `conversations`.
-pub async fn run_eval(dataset: &Path, conversations: &[Conversation], opts: &EvalOptions) -> Result<EvalReport> {
+pub async fn run_eval(
+    dataset: &Path,
+    conversations: &[Conversation],
+    opts: &EvalOptions,
+) -> Result<EvalReport> {
     if opts.k == 0 {
         return Err(BenchError::InvalidArgument("--k must be at least 1".into()));
     }
@@ -351,7 +628,10 @@ pub async fn run_eval(dataset: &Path, conversations: &[Conversation], opts: &Eva
         }
     }
     Ok(EvalReport {
-        dataset: dataset.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+        dataset: dataset
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         conversations: conversations.len(),
         questions: conversations.iter().map(|c| c.questions.len()).sum(),
         k: opts.k,
@@ -359,7 +639,12 @@ pub async fn run_eval(dataset: &Path, conversations: &[Conversation], opts: &Eva
     })
 }
 
-async fn run_one(conversations: &[Conversation], opts: &EvalOptions, engine: &str, budget: u64) -> Result<EvalRun> {
+async fn run_one(
+    conversations: &[Conversation],
+    opts: &EvalOptions,
+    engine: &str,
+    budget: u64,
+) -> Result<EvalRun> {
     let dir = opts.work_dir.join(format!("{engine}-{budget}"));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| BenchError::io(&dir, e))?;
@@ -382,19 +667,33 @@ async fn run_one(conversations: &[Conversation], opts: &EvalOptions, engine: &st
         let used = clawctx_tokens::messages_tokens(&context);
         token_sum += used;
         run.context_tokens_max = run.context_tokens_max.max(used);
-        let context_text: String = context.iter().map(AgentMessage::plain_text).collect::<Vec<_>>().join("\n");
-        let context_norm = normalize(&context_text);
+        let context_text: String = context
+            .iter()
+            .map(AgentMessage::plain_text)
+            .collect::<Vec<_>>()
+            .join("\n");
+        // Whole-word matching: the answer `No` must not match inside `not`.
+        let context_words = format!(" {} ", normalize(&context_text));
         let texts = conv.turn_texts();
-        let ts_to_dia: HashMap<i64, String> =
-            conv.replay().into_iter().filter_map(|m| Some((m.message.timestamp_ms()?, m.dia_id?))).collect();
+        let ts_to_dia: HashMap<i64, String> = conv
+            .replay()
+            .into_iter()
+            .filter_map(|m| Some((m.message.timestamp_ms()?, m.dia_id?)))
+            .collect();
         let key = session_key(&conv.sample_id);
         for (i, q) in conv.questions.iter().enumerate() {
             let evidence: Vec<&String> = q.evidence.iter().collect();
             let resolved: Option<Vec<&String>> = evidence.iter().map(|d| texts.get(*d)).collect();
             let unresolved = evidence.is_empty() || resolved.is_none();
-            let raw = !unresolved && resolved.as_ref().is_some_and(|ts| ts.iter().all(|t| context_text.contains(t.as_str())));
+            let raw = !unresolved
+                && resolved
+                    .as_ref()
+                    .is_some_and(|ts| ts.iter().all(|t| context_text.contains(t.as_str())));
             let covers = |hits: &[i64]| -> bool {
-                let found: HashSet<&str> = hits.iter().filter_map(|t| ts_to_dia.get(t).map(String::as_str)).collect();
+                let found: HashSet<&str> = hits
+                    .iter()
+                    .filter_map(|t| ts_to_dia.get(t).map(String::as_str))
+                    .collect();
                 !unresolved && evidence.iter().all(|d| found.contains(d.as_str()))
             };
             let (recall, grep) = if eut.store.is_some() {
@@ -404,7 +703,12 @@ async fn run_one(conversations: &[Conversation], opts: &EvalOptions, engine: &st
             } else {
                 (None, None)
             };
-            let answer = q.answer.as_deref().map(normalize).filter(|a| !a.is_empty()).map(|a| context_norm.contains(&a));
+            let answer = q
+                .answer
+                .as_deref()
+                .map(normalize)
+                .filter(|a| !a.is_empty())
+                .map(|a| context_words.contains(&format!(" {a} ")));
             let score = QuestionScore {
                 sample_id: conv.sample_id.clone(),
                 index: i,
@@ -439,7 +743,10 @@ pub fn category_name(c: u8) -> &'static str {
 
 /// Renders the report as a table: one block per run, one row per category plus overall.
 pub fn render_table(r: &EvalReport) -> String {
-    let mut s = format!("LoCoMo {}: {} conversations, {} questions, recall top-{}\n", r.dataset, r.conversations, r.questions, r.k);
+    let mut s = format!(
+        "LoCoMo {}: {} conversations, {} questions, recall top-{}\n",
+        r.dataset, r.conversations, r.questions, r.k
+    );
     for run in &r.runs {
         s.push_str(&format!(
             "\n{} @ budget {} (context tokens: mean {:.0}, max {})\n",
@@ -449,9 +756,16 @@ pub fn render_table(r: &EvalReport) -> String {
             "  {:<16} {:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}\n",
             "category", "n", "(a) raw", "(b) rec@k", "grep-AND", "reachable", "(c) answer"
         ));
-        let rows = run.categories.iter().map(|(c, sc)| (format!("{c} {}", category_name(*c)), sc)).chain([("overall".to_owned(), &run.overall)]);
+        let rows = run
+            .categories
+            .iter()
+            .map(|(c, sc)| (format!("{c} {}", category_name(*c)), sc))
+            .chain([("overall".to_owned(), &run.overall)]);
         for (name, sc) in rows {
-            let opt = |v: Option<u64>| v.map(|n| format!("{:.1}%", sc.pct(n))).unwrap_or_else(|| "n/a".into());
+            let opt = |v: Option<u64>| {
+                v.map(|n| format!("{:.1}%", sc.pct(n)))
+                    .unwrap_or_else(|| "n/a".into())
+            };
             s.push_str(&format!(
                 "  {:<16} {:>5}  {:>8.1}%  {:>9}  {:>9}  {:>8.1}%  {:>9}\n",
                 name,
@@ -460,7 +774,9 @@ pub fn render_table(r: &EvalReport) -> String {
                 opt(sc.recall_at_k),
                 opt(sc.grep_and_at_k),
                 sc.pct(sc.reachable),
-                sc.answer_pct().map(|p| format!("{p:.1}%")).unwrap_or_else(|| "n/a".into())
+                sc.answer_pct()
+                    .map(|p| format!("{p:.1}%"))
+                    .unwrap_or_else(|| "n/a".into())
             ));
         }
     }

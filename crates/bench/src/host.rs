@@ -10,9 +10,16 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use clawctx_engine::compaction::{compact_path, effective_reserve_tokens, should_compact, CompactionSettings};
-use clawctx_engine::{CallContext, EngineError, RuntimeCompactionDetail, RuntimeCompactionOutcome, RuntimeCompactionRequest, RuntimeServices};
-use clawctx_protocol::transcript::{context_messages, to_model_message, EntryKind, TranscriptEntry};
+use clawctx_engine::compaction::{
+    compact_path, effective_reserve_tokens, should_compact, CompactionSettings,
+};
+use clawctx_engine::{
+    CallContext, EngineError, RuntimeCompactionDetail, RuntimeCompactionOutcome,
+    RuntimeCompactionRequest, RuntimeServices,
+};
+use clawctx_protocol::transcript::{
+    context_messages, to_model_message, EntryKind, TranscriptEntry,
+};
 use clawctx_protocol::AgentMessage;
 use clawctx_summarize::Summarizer;
 use clawctx_tokens::message_tokens;
@@ -45,7 +52,11 @@ pub struct BenchHost {
 impl BenchHost {
     /// A host whose runtime compaction uses `summarizer`.
     pub fn new(settings: CompactionSettings, summarizer: Arc<dyn Summarizer>) -> Arc<Self> {
-        Arc::new(Self { state: Mutex::new(State::default()), settings, summarizer })
+        Arc::new(Self {
+            state: Mutex::new(State::default()),
+            settings,
+            summarizer,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -59,7 +70,12 @@ impl BenchHost {
         let id = format!("{:08x}", s.next_id);
         s.next_id += 1;
         let parent_id = s.path.last().map(|e| e.id.clone());
-        s.path.push(TranscriptEntry { id, parent_id, timestamp: String::new(), kind: EntryKind::Message(message) });
+        s.path.push(TranscriptEntry {
+            id,
+            parent_id,
+            timestamp: String::new(),
+            kind: EntryKind::Message(message),
+        });
         s.tokens.push(tokens);
         s.context_tokens += tokens;
     }
@@ -77,16 +93,25 @@ impl BenchHost {
     /// The compaction-aware context as the model sees it (summary first, then kept entries).
     pub fn context(&self) -> Vec<AgentMessage> {
         let s = self.lock();
-        context_messages(&s.path[s.window_start..]).iter().map(to_model_message).collect()
+        context_messages(&s.path[s.window_start..])
+            .iter()
+            .map(to_model_message)
+            .collect()
     }
 
     /// The newest `n` messages of the context (the summary counts as the oldest one).
     pub fn recent(&self, n: usize) -> Vec<AgentMessage> {
         let s = self.lock();
         let start = s.path.len().saturating_sub(n).max(s.window_start);
-        let mut out: Vec<AgentMessage> = s.path[start..].iter().filter_map(|e| e.message().cloned()).collect();
+        let mut out: Vec<AgentMessage> = s.path[start..]
+            .iter()
+            .filter_map(|e| e.message().cloned())
+            .collect();
         if start == s.window_start {
-            if let Some(m) = s.last_compaction.and_then(|ci| s.path[ci].context_message()) {
+            if let Some(m) = s
+                .last_compaction
+                .and_then(|ci| s.path[ci].context_message())
+            {
                 out.insert(0, to_model_message(&m));
             }
         }
@@ -111,16 +136,35 @@ impl BenchHost {
 
 #[async_trait]
 impl RuntimeServices for BenchHost {
-    async fn compact_session(&self, request: RuntimeCompactionRequest) -> Result<RuntimeCompactionOutcome, EngineError> {
+    async fn compact_session(
+        &self,
+        request: RuntimeCompactionRequest,
+    ) -> Result<RuntimeCompactionOutcome, EngineError> {
         let (window, offset) = {
             let s = self.lock();
             (s.path[s.window_start..].to_vec(), s.window_start)
         };
-        let keep = if request.force == Some(true) { 0 } else { self.settings.keep_recent_tokens };
+        let keep = if request.force == Some(true) {
+            0
+        } else {
+            self.settings.keep_recent_tokens
+        };
         let reserve = effective_reserve_tokens(&self.settings, request.token_budget);
-        let outcome = compact_path(&window, keep, self.summarizer.as_ref(), reserve, request.custom_instructions.as_deref()).await?;
+        let outcome = compact_path(
+            &window,
+            keep,
+            self.summarizer.as_ref(),
+            reserve,
+            request.custom_instructions.as_deref(),
+        )
+        .await?;
         let Some(outcome) = outcome else {
-            return Ok(RuntimeCompactionOutcome { ok: true, compacted: false, reason: Some("nothing to compact".into()), result: None });
+            return Ok(RuntimeCompactionOutcome {
+                ok: true,
+                compacted: false,
+                reason: Some("nothing to compact".into()),
+                result: None,
+            });
         };
         let mut s = self.lock();
         let first_kept = window
@@ -131,12 +175,20 @@ impl RuntimeServices for BenchHost {
         let id = format!("{:08x}", s.next_id);
         s.next_id += 1;
         let parent_id = s.path.last().map(|e| e.id.clone());
-        s.path.push(TranscriptEntry { id, parent_id, timestamp: String::new(), kind: EntryKind::Compaction(outcome.entry.clone()) });
+        s.path.push(TranscriptEntry {
+            id,
+            parent_id,
+            timestamp: String::new(),
+            kind: EntryKind::Compaction(outcome.entry.clone()),
+        });
         s.tokens.push(0);
         let ci = s.path.len() - 1;
         s.last_compaction = Some(ci);
         s.window_start = first_kept;
-        s.summary_tokens = s.path[ci].context_message().map(|m| message_tokens(&to_model_message(&m))).unwrap_or(0);
+        s.summary_tokens = s.path[ci]
+            .context_message()
+            .map(|m| message_tokens(&to_model_message(&m)))
+            .unwrap_or(0);
         let kept: u64 = s.tokens[first_kept..].iter().sum();
         s.context_tokens = s.summary_tokens + kept;
         Ok(RuntimeCompactionOutcome {

@@ -104,7 +104,10 @@ pub fn normalize_evidence(raw: &str) -> Vec<String> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| {
-            let s = s.strip_prefix("D:").map(|r| format!("D{r}")).unwrap_or_else(|| s.to_owned());
+            let s = s
+                .strip_prefix("D:")
+                .map(|r| format!("D{r}"))
+                .unwrap_or_else(|| s.to_owned());
             s
         })
         .collect()
@@ -113,22 +116,46 @@ pub fn normalize_evidence(raw: &str) -> Vec<String> {
 /// Loads a LoCoMo JSON file (a list of samples).
 pub fn load(path: &Path) -> Result<Vec<Conversation>> {
     let text = std::fs::read_to_string(path).map_err(|e| BenchError::io(path, e))?;
-    let fmt = |m: String| BenchError::Format { path: path.to_owned(), line: 0, message: m };
+    let fmt = |m: String| BenchError::Format {
+        path: path.to_owned(),
+        line: 0,
+        message: m,
+    };
     let v: Value = serde_json::from_str(&text).map_err(|e| fmt(e.to_string()))?;
-    let Value::Array(samples) = v else { return Err(fmt("expected a JSON array of samples".into())) };
-    samples.iter().enumerate().map(|(i, s)| parse_sample(s).map_err(|m| fmt(format!("sample {i}: {m}")))).collect()
+    let Value::Array(samples) = v else {
+        return Err(fmt("expected a JSON array of samples".into()));
+    };
+    samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| parse_sample(s).map_err(|m| fmt(format!("sample {i}: {m}"))))
+        .collect()
 }
 
 fn parse_sample(s: &Value) -> std::result::Result<Conversation, String> {
-    let conv = s.get("conversation").and_then(Value::as_object).ok_or("no `conversation` object")?;
-    let sample_id = s.get("sample_id").and_then(scalar).unwrap_or_else(|| "sample".into());
+    let conv = s
+        .get("conversation")
+        .and_then(Value::as_object)
+        .ok_or("no `conversation` object")?;
+    let sample_id = s
+        .get("sample_id")
+        .and_then(scalar)
+        .unwrap_or_else(|| "sample".into());
     let speaker_a = conv.get("speaker_a").and_then(scalar).unwrap_or_default();
     let speaker_b = conv.get("speaker_b").and_then(scalar).unwrap_or_default();
     let mut sessions = Vec::new();
     for (k, v) in conv {
-        let Some(n) = k.strip_prefix("session_").and_then(|r| r.parse::<u32>().ok()) else { continue };
+        let Some(n) = k
+            .strip_prefix("session_")
+            .and_then(|r| r.parse::<u32>().ok())
+        else {
+            continue;
+        };
         let Value::Array(turns) = v else { continue };
-        let date_time = conv.get(&format!("session_{n}_date_time")).and_then(scalar).unwrap_or_default();
+        let date_time = conv
+            .get(&format!("session_{n}_date_time"))
+            .and_then(scalar)
+            .unwrap_or_default();
         let turns = turns
             .iter()
             .filter_map(|t| {
@@ -136,11 +163,18 @@ fn parse_sample(s: &Value) -> std::result::Result<Conversation, String> {
                     speaker: t.get("speaker").and_then(scalar)?,
                     dia_id: t.get("dia_id").and_then(scalar)?,
                     text: t.get("text").and_then(scalar).unwrap_or_default(),
-                    caption: t.get("blip_caption").and_then(scalar).filter(|c| !c.trim().is_empty()),
+                    caption: t
+                        .get("blip_caption")
+                        .and_then(scalar)
+                        .filter(|c| !c.trim().is_empty()),
                 })
             })
             .collect();
-        sessions.push(Session { index: n, date_time, turns });
+        sessions.push(Session {
+            index: n,
+            date_time,
+            turns,
+        });
     }
     sessions.sort_by_key(|s| s.index);
     let questions = s
@@ -155,7 +189,12 @@ fn parse_sample(s: &Value) -> std::result::Result<Conversation, String> {
                         evidence: q
                             .get("evidence")
                             .and_then(Value::as_array)
-                            .map(|e| e.iter().filter_map(scalar).flat_map(|r| normalize_evidence(&r)).collect())
+                            .map(|e| {
+                                e.iter()
+                                    .filter_map(scalar)
+                                    .flat_map(|r| normalize_evidence(&r))
+                                    .collect()
+                            })
                             .unwrap_or_default(),
                         category: q.get("category").and_then(Value::as_u64).unwrap_or(0) as u8,
                     })
@@ -163,13 +202,23 @@ fn parse_sample(s: &Value) -> std::result::Result<Conversation, String> {
                 .collect()
         })
         .unwrap_or_default();
-    Ok(Conversation { sample_id, speaker_a, speaker_b, sessions, questions })
+    Ok(Conversation {
+        sample_id,
+        speaker_a,
+        speaker_b,
+        sessions,
+        questions,
+    })
 }
 
 /// Parses `1:56 pm on 8 May, 2023` into epoch ms.
 pub fn parse_session_date(s: &str) -> Option<i64> {
     let s = s.trim().replace("  ", " ");
-    for fmt in ["%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%H:%M on %d %B, %Y"] {
+    for fmt in [
+        "%I:%M %p on %d %B, %Y",
+        "%I:%M %p on %d %b, %Y",
+        "%H:%M on %d %B, %Y",
+    ] {
         if let Ok(dt) = chrono::NaiveDateTime::parse_from_str(&s, fmt) {
             return Some(dt.and_utc().timestamp_millis());
         }
@@ -186,15 +235,23 @@ impl Conversation {
             if s.turns.is_empty() {
                 continue;
             }
-            ts = parse_session_date(&s.date_time).filter(|t| *t > ts).unwrap_or(ts + 86_400_000);
+            ts = parse_session_date(&s.date_time)
+                .filter(|t| *t > ts)
+                .unwrap_or(ts + 86_400_000);
             let header = format!(
                 "[Session {} of the conversation between {} and {}, held at {}]",
                 s.index, self.speaker_a, self.speaker_b, s.date_time
             );
-            out.push(ReplayMessage { message: AgentMessage::user(header).with_timestamp(ts), dia_id: None });
+            out.push(ReplayMessage {
+                message: AgentMessage::user(header).with_timestamp(ts),
+                dia_id: None,
+            });
             for t in &s.turns {
                 ts += 1_000;
-                out.push(ReplayMessage { message: AgentMessage::user(t.rendered()).with_timestamp(ts), dia_id: Some(t.dia_id.clone()) });
+                out.push(ReplayMessage {
+                    message: AgentMessage::user(t.rendered()).with_timestamp(ts),
+                    dia_id: Some(t.dia_id.clone()),
+                });
             }
         }
         out
@@ -202,6 +259,10 @@ impl Conversation {
 
     /// `dia_id` → rendered text.
     pub fn turn_texts(&self) -> HashMap<String, String> {
-        self.sessions.iter().flat_map(|s| s.turns.iter()).map(|t| (t.dia_id.clone(), t.rendered())).collect()
+        self.sessions
+            .iter()
+            .flat_map(|s| s.turns.iter())
+            .map(|t| (t.dia_id.clone(), t.rendered()))
+            .collect()
     }
 }

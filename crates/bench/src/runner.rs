@@ -84,7 +84,15 @@ pub struct BenchOptions {
 impl BenchOptions {
     /// Defaults for `engines` over `source`: budget 128,000, assemble every turn.
     pub fn new(engines: Vec<String>, source: WorkloadSource, work_dir: PathBuf) -> Self {
-        Self { engines, source, budget: 128_000, work_dir, assemble_every: 1, host_window: 128, progress: None }
+        Self {
+            engines,
+            source,
+            budget: 128_000,
+            work_dir,
+            assemble_every: 1,
+            host_window: 128,
+            progress: None,
+        }
     }
 }
 
@@ -205,7 +213,10 @@ pub struct BenchReport {
 /// Runs the bench for every engine.
 pub async fn run_bench(opts: &BenchOptions) -> Result<BenchReport> {
     if opts.budget < 1_000 {
-        return Err(BenchError::InvalidArgument(format!("budget {} is too small (at least 1000)", opts.budget)));
+        return Err(BenchError::InvalidArgument(format!(
+            "budget {} is too small (at least 1000)",
+            opts.budget
+        )));
     }
     let mut engines = Vec::new();
     for id in &opts.engines {
@@ -213,15 +224,27 @@ pub async fn run_bench(opts: &BenchOptions) -> Result<BenchReport> {
     }
     let ratios = ratios(&engines);
     let workload = match &opts.source {
-        WorkloadSource::Generated(spec) => json!({"kind": spec.kind, "messages": spec.messages, "seed": spec.seed}),
-        WorkloadSource::File(p) => json!({"file": p.file_name().map(|f| f.to_string_lossy().into_owned())}),
+        WorkloadSource::Generated(spec) => {
+            json!({"kind": spec.kind, "messages": spec.messages, "seed": spec.seed})
+        }
+        WorkloadSource::File(p) => {
+            json!({"file": p.file_name().map(|f| f.to_string_lossy().into_owned())})
+        }
     };
-    Ok(BenchReport { workload, budget: opts.budget, engines, ratios })
+    Ok(BenchReport {
+        workload,
+        budget: opts.budget,
+        engines,
+        ratios,
+    })
 }
 
 fn ratios(engines: &[EngineReport]) -> Vec<Ratio> {
-    let Some(base) = engines.first() else { return Vec::new() };
-    let metrics: [(&str, fn(&EngineReport) -> f64); 7] = [
+    let Some(base) = engines.first() else {
+        return Vec::new();
+    };
+    type Metric = (&'static str, fn(&EngineReport) -> f64);
+    let metrics: [Metric; 7] = [
         ("loopSecs", |e| e.loop_secs),
         ("wallSecs", |e| e.wall_secs),
         ("ingestP50", |e| e.ingest.p50_ms),
@@ -247,7 +270,13 @@ fn ratios(engines: &[EngineReport]) -> Vec<Ratio> {
 
 /// Delivers a finished turn the way the runtime does: `afterTurn` beats `ingestBatch` beats
 /// `ingest` (the turn's messages only; `prePromptMessageCount` 0).
-pub async fn deliver_turn(eut: &EngineUnderTest, session_id: &str, session_key: &str, turn: &[AgentMessage], budget: u64) -> Result<()> {
+pub async fn deliver_turn(
+    eut: &EngineUnderTest,
+    session_id: &str,
+    session_key: &str,
+    turn: &[AgentMessage],
+    budget: u64,
+) -> Result<()> {
     let methods = eut.engine.methods();
     let cx = clawctx_engine::CallContext::none();
     let err = |stage: &str, e: clawctx_engine::EngineError| BenchError::engine(&eut.id, stage, e);
@@ -261,7 +290,10 @@ pub async fn deliver_turn(eut: &EngineUnderTest, session_id: &str, session_key: 
             token_budget: Some(budget),
             ..Default::default()
         };
-        eut.engine.after_turn(&p, &cx).await.map_err(|e| err("afterTurn", e))
+        eut.engine
+            .after_turn(&p, &cx)
+            .await
+            .map_err(|e| err("afterTurn", e))
     } else if methods.has(Method::IngestBatch) {
         let p = IngestBatchParams {
             session_id: session_id.into(),
@@ -269,11 +301,23 @@ pub async fn deliver_turn(eut: &EngineUnderTest, session_id: &str, session_key: 
             messages: turn.to_vec(),
             is_heartbeat: None,
         };
-        eut.engine.ingest_batch(&p, &cx).await.map(|_| ()).map_err(|e| err("ingestBatch", e))
+        eut.engine
+            .ingest_batch(&p, &cx)
+            .await
+            .map(|_| ())
+            .map_err(|e| err("ingestBatch", e))
     } else {
         for m in turn {
-            let p = IngestParams { session_id: session_id.into(), session_key: Some(session_key.into()), message: m.clone(), is_heartbeat: None };
-            eut.engine.ingest(&p, &cx).await.map_err(|e| err("ingest", e))?;
+            let p = IngestParams {
+                session_id: session_id.into(),
+                session_key: Some(session_key.into()),
+                message: m.clone(),
+                is_heartbeat: None,
+            };
+            eut.engine
+                .ingest(&p, &cx)
+                .await
+                .map_err(|e| err("ingest", e))?;
         }
         Ok(())
     }
@@ -301,24 +345,45 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
     let key = ConvKey::from_host(Some(SESSION_KEY), SESSION_ID);
     let budget = opts.budget;
 
-    let mut report = EngineReport { engine: id.to_owned(), peak_rss_isolated: isolated, ..Default::default() };
-    let (mut ingest, mut check, mut prep, mut assemble, mut overhead) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut report = EngineReport {
+        engine: id.to_owned(),
+        peak_rss_isolated: isolated,
+        ..Default::default()
+    };
+    let (mut ingest, mut check, mut prep, mut assemble, mut overhead) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut assembled_tokens: Vec<u64> = Vec::new();
     let started = Instant::now();
     let mut loop_time = Duration::ZERO;
     for turn in opts.source.turns()? {
         let turn = turn?;
-        let Some((first, rest)) = turn.messages.split_first() else { continue };
+        let Some((first, rest)) = turn.messages.split_first() else {
+            continue;
+        };
         report.turns += 1;
         report.messages += turn.messages.len() as u64;
-        report.raw_text_bytes += turn.messages.iter().map(|m| m.plain_text().len() as u64).sum::<u64>();
+        report.raw_text_bytes += turn
+            .messages
+            .iter()
+            .map(|m| m.plain_text().len() as u64)
+            .sum::<u64>();
 
         // The prompt arrives; the host prepares its history and assembles.
         host.append(first.clone());
         if turn.index % opts.assemble_every.max(1) == 0 {
             let t0 = Instant::now();
-            let history = if eut.owns_compaction { host.recent(opts.host_window) } else { host.context() };
-            let prepared = prepare_history(history, &PipelineOptions { token_budget: Some(budget), ..Default::default() });
+            let history = if eut.owns_compaction {
+                host.recent(opts.host_window)
+            } else {
+                host.context()
+            };
+            let prepared = prepare_history(
+                history,
+                &PipelineOptions {
+                    token_budget: Some(budget),
+                    ..Default::default()
+                },
+            );
             prep.push(t0.elapsed());
             let params = AssembleParams {
                 session_id: SESSION_ID.into(),
@@ -330,7 +395,11 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
             };
             let cx = host.call_context();
             let t1 = Instant::now();
-            let out = eut.engine.assemble(&params, &cx).await.map_err(|e| BenchError::engine(id, "assemble", e))?;
+            let out = eut
+                .engine
+                .assemble(&params, &cx)
+                .await
+                .map_err(|e| BenchError::engine(id, "assemble", e))?;
             assemble.push(t1.elapsed());
             let used = messages_tokens(&out.messages);
             if used > budget {
@@ -364,8 +433,12 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
             match &eut.store {
                 Some(store) => {
                     let k = key.clone();
-                    let conv = store.call(move |db| db.conversation(&k)).await.map_err(|e| BenchError::engine(id, "threshold", e))?;
-                    conv.map(|c| c.frontier_tokens.max(0) as u64 > threshold).unwrap_or(false)
+                    let conv = store
+                        .call(move |db| db.conversation(&k))
+                        .await
+                        .map_err(|e| BenchError::engine(id, "threshold", e))?;
+                    conv.map(|c| c.frontier_tokens.max(0) as u64 > threshold)
+                        .unwrap_or(false)
                 }
                 None => false,
             }
@@ -385,7 +458,11 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
                 current_token_count: Some(host.context_tokens()),
                 ..Default::default()
             };
-            let r = eut.engine.compact(&params, &host.call_context()).await.map_err(|e| BenchError::engine(id, "compact", e))?;
+            let r = eut
+                .engine
+                .compact(&params, &host.call_context())
+                .await
+                .map_err(|e| BenchError::engine(id, "compact", e))?;
             let dt = t4.elapsed();
             loop_time += dt;
             let during = counters.totals().since(before);
@@ -415,41 +492,78 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
 
     report.grep = grep_figures(&eut).await?;
     if let Some(store) = &eut.store {
-        let status = store.status().await.map_err(|e| BenchError::engine(id, "status", e))?;
+        let status = store
+            .status()
+            .await
+            .map_err(|e| BenchError::engine(id, "status", e))?;
         report.summaries = Some(status.summaries);
         report.max_depth = Some(status.max_depth);
     }
     report.disk_bytes = eut.disk_bytes();
-    report.disk_per_raw_byte = report.disk_bytes.map(|d| d as f64 / report.raw_text_bytes.max(1) as f64);
+    report.disk_per_raw_byte = report
+        .disk_bytes
+        .map(|d| d as f64 / report.raw_text_bytes.max(1) as f64);
     report.peak_rss_bytes = peak_rss_bytes();
     let _ = eut.engine.dispose().await;
     Ok(report)
 }
 
 /// Full-text queries the recall measurement runs (words the generator uses).
-pub const GREP_FULL_TEXT_QUERIES: &[&str] =
-    &["invoice", "migration deadline", "Berlin", "rollback", "quarantine threshold", "certificate", "Farah", "snapshot volume", "regression", "marathon"];
+pub const GREP_FULL_TEXT_QUERIES: &[&str] = &[
+    "invoice",
+    "migration deadline",
+    "Berlin",
+    "rollback",
+    "quarantine threshold",
+    "certificate",
+    "Farah",
+    "snapshot volume",
+    "regression",
+    "marathon",
+];
 /// Regex queries the recall measurement runs.
-pub const GREP_REGEX_QUERIES: &[&str] = &[r"invoice \d+", r"call_\d{7}", r"(Berlin|Lisbon) \w+", r"ref 1\.\d", r"Osaka"];
+pub const GREP_REGEX_QUERIES: &[&str] = &[
+    r"invoice \d+",
+    r"call_\d{7}",
+    r"(Berlin|Lisbon) \w+",
+    r"ref 1\.\d",
+    r"Osaka",
+];
 
 async fn grep_figures(eut: &EngineUnderTest) -> Result<Option<GrepFigures>> {
-    let Some(tool) = eut.grep_tool() else { return Ok(None) };
-    let cx = ToolCallContext { session_id: SESSION_ID.into(), session_key: Some(SESSION_KEY.into()) };
+    let Some(tool) = eut.grep_tool() else {
+        return Ok(None);
+    };
+    let cx = ToolCallContext {
+        session_id: SESSION_ID.into(),
+        session_key: Some(SESSION_KEY.into()),
+    };
     let mut g = GrepFigures::default();
     let mut ft = Vec::new();
     let mut rx = Vec::new();
     for _round in 0..2 {
         for q in GREP_FULL_TEXT_QUERIES {
             let t = Instant::now();
-            let out = tool.execute(json!({"query": q, "limit": 20}), cx.clone()).await;
+            let out = tool
+                .execute(json!({"query": q, "limit": 20}), cx.clone())
+                .await;
             ft.push(t.elapsed());
             let out = out.map_err(|e| BenchError::engine(&eut.id, "lcm_grep", e))?;
             let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-            g.full_text_hits += v.get("hits").and_then(|h| h.as_array()).map(|a| a.len() as u64).unwrap_or(0);
+            g.full_text_hits += v
+                .get("hits")
+                .and_then(|h| h.as_array())
+                .map(|a| a.len() as u64)
+                .unwrap_or(0);
         }
         for q in GREP_REGEX_QUERIES {
             let t = Instant::now();
-            let out = tool.execute(json!({"query": q, "mode": "regex", "limit": 20}), cx.clone()).await;
+            let out = tool
+                .execute(
+                    json!({"query": q, "mode": "regex", "limit": 20}),
+                    cx.clone(),
+                )
+                .await;
             rx.push(t.elapsed());
             out.map_err(|e| BenchError::engine(&eut.id, "lcm_grep regex", e))?;
         }
@@ -469,41 +583,91 @@ pub fn render_table(r: &BenchReport) -> String {
     let mut row = |name: &str, f: &dyn Fn(&EngineReport) -> String| {
         rows.push((name.to_owned(), r.engines.iter().map(f).collect()));
     };
-    row("messages / turns", &|e| format!("{} / {}", e.messages, e.turns));
-    row("wall time (all, host included)", &|e| format!("{:.2} s", e.wall_secs));
-    row("loop (ingest+checks+compactions)", &|e| format!("{:.2} s", e.loop_secs));
-    row("ingest per turn p50 / p99", &|e| format!("{:.3} / {:.3} ms", e.ingest.p50_ms, e.ingest.p99_ms));
-    row("threshold check p50 / p99", &|e| format!("{:.4} / {:.4} ms", e.threshold_check.p50_ms, e.threshold_check.p99_ms));
-    row("compactions", &|e| e.compaction.count.to_string());
-    row("summarizer calls / input tokens", &|e| format!("{} / {}", e.compaction.summarizer_calls, e.compaction.summarizer_input_tokens));
-    row("compaction overhead mean / max", &|e| {
-        format!("{:.1} / {:.1} ms", e.compaction.engine_overhead.mean_ms, e.compaction.engine_overhead.max_ms)
+    row("messages / turns", &|e| {
+        format!("{} / {}", e.messages, e.turns)
     });
-    row("host history prep p50", &|e| format!("{:.3} ms", e.host_prepare.p50_ms));
-    row("assemble p50 / p99", &|e| format!("{:.3} / {:.3} ms", e.assemble.p50_ms, e.assemble.p99_ms));
+    row("wall time (all, host included)", &|e| {
+        format!("{:.2} s", e.wall_secs)
+    });
+    row("loop (ingest+checks+compactions)", &|e| {
+        format!("{:.2} s", e.loop_secs)
+    });
+    row("ingest per turn p50 / p99", &|e| {
+        format!("{:.3} / {:.3} ms", e.ingest.p50_ms, e.ingest.p99_ms)
+    });
+    row("threshold check p50 / p99", &|e| {
+        format!(
+            "{:.4} / {:.4} ms",
+            e.threshold_check.p50_ms, e.threshold_check.p99_ms
+        )
+    });
+    row("compactions", &|e| e.compaction.count.to_string());
+    row("summarizer calls / input tokens", &|e| {
+        format!(
+            "{} / {}",
+            e.compaction.summarizer_calls, e.compaction.summarizer_input_tokens
+        )
+    });
+    row("compaction overhead mean / max", &|e| {
+        format!(
+            "{:.1} / {:.1} ms",
+            e.compaction.engine_overhead.mean_ms, e.compaction.engine_overhead.max_ms
+        )
+    });
+    row("host history prep p50", &|e| {
+        format!("{:.3} ms", e.host_prepare.p50_ms)
+    });
+    row("assemble p50 / p99", &|e| {
+        format!("{:.3} / {:.3} ms", e.assemble.p50_ms, e.assemble.p99_ms)
+    });
     row("assembled tokens p50 / last (msgs)", &|e| {
-        format!("{} / {} ({})", e.assembled_tokens_p50, e.assembled_tokens_last, e.assembled_messages_last)
+        format!(
+            "{} / {} ({})",
+            e.assembled_tokens_p50, e.assembled_tokens_last, e.assembled_messages_last
+        )
     });
     row("over budget", &|e| e.over_budget.to_string());
     row("grep full-text / regex p50", &|e| match &e.grep {
         Some(g) => format!("{:.2} / {:.2} ms", g.full_text.p50_ms, g.regex.p50_ms),
         None => "n/a".into(),
     });
-    row("summaries (max depth)", &|e| match (e.summaries, e.max_depth) {
-        (Some(s), Some(d)) => format!("{s} (d{d})"),
-        _ => "n/a".into(),
-    });
+    row(
+        "summaries (max depth)",
+        &|e| match (e.summaries, e.max_depth) {
+            (Some(s), Some(d)) => format!("{s} (d{d})"),
+            _ => "n/a".into(),
+        },
+    );
     row("disk / raw text", &|e| match e.disk_bytes {
-        Some(d) => format!("{} / {} ({:.2}x)", mib(d), mib(e.raw_text_bytes), e.disk_per_raw_byte.unwrap_or(0.0)),
+        Some(d) => format!(
+            "{} / {} ({:.2}x)",
+            mib(d),
+            mib(e.raw_text_bytes),
+            e.disk_per_raw_byte.unwrap_or(0.0)
+        ),
         None => format!("n/a / {}", mib(e.raw_text_bytes)),
     });
     row("peak RSS", &|e| match e.peak_rss_bytes {
-        Some(b) => format!("{}{}", mib(b), if e.peak_rss_isolated { "" } else { " (cumulative)" }),
+        Some(b) => format!(
+            "{}{}",
+            mib(b),
+            if e.peak_rss_isolated {
+                ""
+            } else {
+                " (cumulative)"
+            }
+        ),
         None => "n/a".into(),
     });
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
     let widths: Vec<usize> = (0..r.engines.len())
-        .map(|i| rows.iter().map(|row| row.1[i].len()).chain([r.engines[i].engine.len()]).max().unwrap_or(8))
+        .map(|i| {
+            rows.iter()
+                .map(|row| row.1[i].len())
+                .chain([r.engines[i].engine.len()])
+                .max()
+                .unwrap_or(8)
+        })
         .collect();
     let mut s = format!("workload {}  budget {}\n", r.workload, r.budget);
     s.push_str(&format!("{:<w0$}", "metric"));
@@ -521,8 +685,14 @@ pub fn render_table(r: &BenchReport) -> String {
     if !r.ratios.is_empty() {
         s.push_str("\nratios (engine / baseline):\n");
         for q in &r.ratios {
-            let v = q.ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "n/a".into());
-            s.push_str(&format!("  {:<20} {} / {}: {v}\n", q.metric, q.engine, q.baseline));
+            let v = q
+                .ratio
+                .map(|x| format!("{x:.2}x"))
+                .unwrap_or_else(|| "n/a".into());
+            s.push_str(&format!(
+                "  {:<20} {} / {}: {v}\n",
+                q.metric, q.engine, q.baseline
+            ));
         }
     }
     s

@@ -40,7 +40,11 @@ impl Summarizer for HeadTenPercent {
             input = format!("{prev}\n{input}");
         }
         let text = Self::head(&input, request.max_tokens);
-        Ok(Summary { text, input_tokens: 0, output_tokens: 0 })
+        Ok(Summary {
+            text,
+            input_tokens: 0,
+            output_tokens: 0,
+        })
     }
 }
 
@@ -100,7 +104,14 @@ impl CountingSummarizer {
         // The lossless engine treats a summarizer named `extractive` as its built-in fallback and
         // bypasses it; a distinct name keeps the wrapper in the call path.
         let name = format!("counting:{}", inner.name());
-        (Self { inner, name, counters: counters.clone() }, counters)
+        (
+            Self {
+                inner,
+                name,
+                counters: counters.clone(),
+            },
+            counters,
+        )
     }
 }
 
@@ -113,11 +124,19 @@ impl Summarizer for CountingSummarizer {
     async fn summarize(&self, request: SummaryRequest) -> Result<Summary, SummarizeError> {
         let started = Instant::now();
         let tokens = clawctx_tokens::text_tokens(&request.conversation)
-            + request.previous_summary.as_deref().map(clawctx_tokens::text_tokens).unwrap_or(0);
+            + request
+                .previous_summary
+                .as_deref()
+                .map(clawctx_tokens::text_tokens)
+                .unwrap_or(0);
         let out = self.inner.summarize(request).await;
         self.counters.calls.fetch_add(1, Ordering::SeqCst);
-        self.counters.input_tokens.fetch_add(tokens, Ordering::SeqCst);
-        self.counters.micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::SeqCst);
+        self.counters
+            .input_tokens
+            .fetch_add(tokens, Ordering::SeqCst);
+        self.counters
+            .micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::SeqCst);
         out
     }
 }

@@ -57,7 +57,9 @@ impl FromStr for WorkloadKind {
             "chat" | "plain" => Ok(WorkloadKind::Chat),
             "tools" | "tool" | "tool-heavy" => Ok(WorkloadKind::Tools),
             "mixed" => Ok(WorkloadKind::Mixed),
-            other => Err(BenchError::InvalidArgument(format!("unknown workload kind `{other}` (chat, tools, mixed)"))),
+            other => Err(BenchError::InvalidArgument(format!(
+                "unknown workload kind `{other}` (chat, tools, mixed)"
+            ))),
         }
     }
 }
@@ -83,29 +85,229 @@ pub struct Turn {
 }
 
 const WORDS: &[&str] = &[
-    "the", "a", "we", "it", "this", "that", "should", "could", "will", "after", "before", "when", "because", "then",
-    "and", "but", "so", "with", "without", "for", "from", "into", "over", "under", "about", "again", "still", "now",
-    "build", "deploy", "release", "rollback", "migration", "schema", "index", "query", "cache", "latency", "budget",
-    "context", "summary", "session", "engine", "plugin", "gateway", "worker", "thread", "queue", "lock", "timeout",
-    "retry", "request", "response", "payload", "header", "token", "window", "buffer", "stream", "socket", "client",
-    "server", "config", "secret", "certificate", "proxy", "cluster", "node", "replica", "shard", "backup", "restore",
-    "snapshot", "volume", "disk", "memory", "profile", "trace", "metric", "alert", "dashboard", "incident", "ticket",
-    "invoice", "customer", "account", "billing", "refund", "contract", "deadline", "meeting", "review", "draft",
-    "design", "prototype", "feature", "bug", "regression", "patch", "branch", "merge", "commit", "pipeline", "runner",
-    "artifact", "package", "version", "dependency", "license", "audit", "policy", "permission", "role", "team",
-    "project", "roadmap", "milestone", "estimate", "quarter", "report", "chart", "table", "column", "row", "field",
-    "value", "default", "override", "fallback", "quarantine", "threshold", "ratio", "percent", "hour", "minute",
-    "morning", "evening", "weekend", "travel", "flight", "hotel", "train", "station", "airport", "lunch", "coffee",
-    "recipe", "garden", "bicycle", "guitar", "painting", "novel", "museum", "concert", "football", "marathon",
-    "quickly", "carefully", "probably", "definitely", "slowly", "mostly", "rarely", "honestly", "exactly",
-    "large", "small", "stable", "flaky", "broken", "healthy", "noisy", "quiet", "expensive", "cheap", "urgent",
-    "check", "update", "remove", "rename", "split", "compare", "measure", "verify", "explain", "summarize", "fix",
-    "Alice", "Bob", "Carmen", "Dmitri", "Elif", "Farah", "Goran", "Hiro", "Ines", "Jonas", "Berlin", "Lisbon",
-    "Osaka", "Nairobi", "Toronto", "Kyiv", "Lima", "Oslo", "Monday", "Tuesday", "Friday", "March", "October",
+    "the",
+    "a",
+    "we",
+    "it",
+    "this",
+    "that",
+    "should",
+    "could",
+    "will",
+    "after",
+    "before",
+    "when",
+    "because",
+    "then",
+    "and",
+    "but",
+    "so",
+    "with",
+    "without",
+    "for",
+    "from",
+    "into",
+    "over",
+    "under",
+    "about",
+    "again",
+    "still",
+    "now",
+    "build",
+    "deploy",
+    "release",
+    "rollback",
+    "migration",
+    "schema",
+    "index",
+    "query",
+    "cache",
+    "latency",
+    "budget",
+    "context",
+    "summary",
+    "session",
+    "engine",
+    "plugin",
+    "gateway",
+    "worker",
+    "thread",
+    "queue",
+    "lock",
+    "timeout",
+    "retry",
+    "request",
+    "response",
+    "payload",
+    "header",
+    "token",
+    "window",
+    "buffer",
+    "stream",
+    "socket",
+    "client",
+    "server",
+    "config",
+    "secret",
+    "certificate",
+    "proxy",
+    "cluster",
+    "node",
+    "replica",
+    "shard",
+    "backup",
+    "restore",
+    "snapshot",
+    "volume",
+    "disk",
+    "memory",
+    "profile",
+    "trace",
+    "metric",
+    "alert",
+    "dashboard",
+    "incident",
+    "ticket",
+    "invoice",
+    "customer",
+    "account",
+    "billing",
+    "refund",
+    "contract",
+    "deadline",
+    "meeting",
+    "review",
+    "draft",
+    "design",
+    "prototype",
+    "feature",
+    "bug",
+    "regression",
+    "patch",
+    "branch",
+    "merge",
+    "commit",
+    "pipeline",
+    "runner",
+    "artifact",
+    "package",
+    "version",
+    "dependency",
+    "license",
+    "audit",
+    "policy",
+    "permission",
+    "role",
+    "team",
+    "project",
+    "roadmap",
+    "milestone",
+    "estimate",
+    "quarter",
+    "report",
+    "chart",
+    "table",
+    "column",
+    "row",
+    "field",
+    "value",
+    "default",
+    "override",
+    "fallback",
+    "quarantine",
+    "threshold",
+    "ratio",
+    "percent",
+    "hour",
+    "minute",
+    "morning",
+    "evening",
+    "weekend",
+    "travel",
+    "flight",
+    "hotel",
+    "train",
+    "station",
+    "airport",
+    "lunch",
+    "coffee",
+    "recipe",
+    "garden",
+    "bicycle",
+    "guitar",
+    "painting",
+    "novel",
+    "museum",
+    "concert",
+    "football",
+    "marathon",
+    "quickly",
+    "carefully",
+    "probably",
+    "definitely",
+    "slowly",
+    "mostly",
+    "rarely",
+    "honestly",
+    "exactly",
+    "large",
+    "small",
+    "stable",
+    "flaky",
+    "broken",
+    "healthy",
+    "noisy",
+    "quiet",
+    "expensive",
+    "cheap",
+    "urgent",
+    "check",
+    "update",
+    "remove",
+    "rename",
+    "split",
+    "compare",
+    "measure",
+    "verify",
+    "explain",
+    "summarize",
+    "fix",
+    "Alice",
+    "Bob",
+    "Carmen",
+    "Dmitri",
+    "Elif",
+    "Farah",
+    "Goran",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Berlin",
+    "Lisbon",
+    "Osaka",
+    "Nairobi",
+    "Toronto",
+    "Kyiv",
+    "Lima",
+    "Oslo",
+    "Monday",
+    "Tuesday",
+    "Friday",
+    "March",
+    "October",
 ];
 
 const TOOLS: &[&str] = &["read_file", "exec", "grep", "web_fetch", "list_dir"];
-const DIRS: &[&str] = &["src", "crates/core/src", "docs", "tests", "scripts", "config", "web/app", "infra/terraform"];
+const DIRS: &[&str] = &[
+    "src",
+    "crates/core/src",
+    "docs",
+    "tests",
+    "scripts",
+    "config",
+    "web/app",
+    "infra/terraform",
+];
 const EXTS: &[&str] = &["rs", "ts", "md", "toml", "json", "py", "yaml", "sql"];
 
 /// Appends sentences of random words until `out` holds about `target` characters (never more
@@ -164,7 +366,13 @@ fn text_message(rng: &mut Rng, lo: u64, hi: u64, tag: &str) -> String {
 }
 
 fn path(rng: &mut Rng) -> String {
-    format!("{}/{}_{}.{}", rng.pick(DIRS), rng.pick(WORDS).to_ascii_lowercase(), rng.range(1, 400), rng.pick(EXTS))
+    format!(
+        "{}/{}_{}.{}",
+        rng.pick(DIRS),
+        rng.pick(WORDS).to_ascii_lowercase(),
+        rng.range(1, 400),
+        rng.pick(EXTS)
+    )
 }
 
 /// A tool result of 2,000–6,000 characters: file/grep/log-shaped lines.
@@ -177,7 +385,12 @@ fn tool_output(rng: &mut Rng, tool: &str, tag: &str) -> String {
     while s.len() + 2 < target {
         let mut line = match tool {
             "grep" => format!("{}:{}: ", path(rng), line_no),
-            "exec" => format!("[{:02}:{:02}:{:02}] ", rng.range(0, 23), rng.range(0, 59), rng.range(0, 59)),
+            "exec" => format!(
+                "[{:02}:{:02}:{:02}] ",
+                rng.range(0, 23),
+                rng.range(0, 59),
+                rng.range(0, 59)
+            ),
             "web_fetch" => String::new(),
             _ => format!("{line_no:>5}  "),
         };
@@ -203,9 +416,13 @@ fn tool_output(rng: &mut Rng, tool: &str, tag: &str) -> String {
 
 fn tool_args(rng: &mut Rng, tool: &str) -> serde_json::Value {
     match tool {
-        "exec" => json!({"command": format!("cargo test -p {} -- {}", rng.pick(WORDS).to_ascii_lowercase(), rng.pick(WORDS).to_ascii_lowercase())}),
+        "exec" => {
+            json!({"command": format!("cargo test -p {} -- {}", rng.pick(WORDS).to_ascii_lowercase(), rng.pick(WORDS).to_ascii_lowercase())})
+        }
         "grep" => json!({"pattern": rng.pick(WORDS).to_ascii_lowercase(), "path": rng.pick(DIRS)}),
-        "web_fetch" => json!({"url": format!("https://docs.example.com/{}/{}", rng.pick(WORDS).to_ascii_lowercase(), rng.range(1, 999))}),
+        "web_fetch" => {
+            json!({"url": format!("https://docs.example.com/{}/{}", rng.pick(WORDS).to_ascii_lowercase(), rng.range(1, 999))})
+        }
         "list_dir" => json!({"path": rng.pick(DIRS)}),
         _ => json!({"path": path(rng)}),
     }
@@ -236,7 +453,13 @@ pub struct Workload {
 impl Workload {
     /// A generator for `spec`.
     pub fn new(spec: WorkloadSpec) -> Self {
-        Self { spec, rng: Rng::new(spec.seed), emitted: 0, turn: 0, ts: BASE_TIMESTAMP_MS }
+        Self {
+            spec,
+            rng: Rng::new(spec.seed),
+            emitted: 0,
+            turn: 0,
+            ts: BASE_TIMESTAMP_MS,
+        }
     }
 
     /// The spec.
@@ -273,7 +496,9 @@ impl Iterator for Workload {
             let call_id = format!("call_{t:07}");
             let args = tool_args(&mut self.rng, tool);
             let ts = self.tick();
-            messages.push(assistant_meta(AgentMessage::tool_call(&call_id, tool, args)).with_timestamp(ts));
+            messages.push(
+                assistant_meta(AgentMessage::tool_call(&call_id, tool, args)).with_timestamp(ts),
+            );
             let out = tool_output(&mut self.rng, tool, &format!("(ref {t}.2)"));
             let ts = self.tick();
             messages.push(AgentMessage::tool_result(&call_id, tool, out).with_timestamp(ts));
@@ -341,7 +566,10 @@ pub fn write_to(spec: WorkloadSpec, w: &mut impl Write) -> std::io::Result<Write
         parent_session: None,
         extra: [
             ("generator".to_owned(), json!("clawctx-bench")),
-            ("workload".to_owned(), json!({"kind": spec.kind, "messages": spec.messages, "seed": spec.seed})),
+            (
+                "workload".to_owned(),
+                json!({"kind": spec.kind, "messages": spec.messages, "seed": spec.seed}),
+            ),
         ]
         .into_iter()
         .collect(),
@@ -359,7 +587,12 @@ pub fn write_to(spec: WorkloadSpec, w: &mut impl Write) -> std::io::Result<Write
             index += 1;
             report.text_bytes += m.plain_text().len() as u64;
             let ts = m.timestamp_ms().unwrap_or(BASE_TIMESTAMP_MS);
-            let entry = TranscriptEntry { id: id.clone(), parent_id: parent.take(), timestamp: iso(ts), kind: EntryKind::Message(m) };
+            let entry = TranscriptEntry {
+                id: id.clone(),
+                parent_id: parent.take(),
+                timestamp: iso(ts),
+                kind: EntryKind::Message(m),
+            };
             let map = entry.to_json()?;
             let line = serde_json::to_string(&map)?;
             w.write_all(line.as_bytes())?;
@@ -387,20 +620,36 @@ impl JsonlTurns {
     /// Opens `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let f = File::open(path).map_err(|e| BenchError::io(path, e))?;
-        Ok(Self { path: path.to_owned(), lines: BufReader::new(f).lines(), line_no: 0, pending: None, index: 0, done: false })
+        Ok(Self {
+            path: path.to_owned(),
+            lines: BufReader::new(f).lines(),
+            line_no: 0,
+            pending: None,
+            index: 0,
+            done: false,
+        })
     }
 
     fn next_message(&mut self) -> Result<Option<AgentMessage>> {
         loop {
-            let Some(line) = self.lines.next() else { return Ok(None) };
+            let Some(line) = self.lines.next() else {
+                return Ok(None);
+            };
             self.line_no += 1;
             let line = line.map_err(|e| BenchError::io(&self.path, e))?;
             if line.trim().is_empty() {
                 continue;
             }
-            let fmt = |message: String| BenchError::Format { path: self.path.clone(), line: self.line_no, message };
-            let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| fmt(e.to_string()))?;
-            let serde_json::Value::Object(map) = v else { return Err(fmt("not a JSON object".into())) };
+            let fmt = |message: String| BenchError::Format {
+                path: self.path.clone(),
+                line: self.line_no,
+                message,
+            };
+            let v: serde_json::Value =
+                serde_json::from_str(&line).map_err(|e| fmt(e.to_string()))?;
+            let serde_json::Value::Object(map) = v else {
+                return Err(fmt("not a JSON object".into()));
+            };
             if map.get("type").and_then(|t| t.as_str()) != Some("message") {
                 continue;
             }
@@ -442,7 +691,10 @@ impl Iterator for JsonlTurns {
         if messages.is_empty() {
             return None;
         }
-        let t = Turn { index: self.index, messages };
+        let t = Turn {
+            index: self.index,
+            messages,
+        };
         self.index += 1;
         Some(Ok(t))
     }

@@ -1,6 +1,8 @@
 //! The demo: as a library call (the detail leaves the raw context, recall finds it, the DAG
 //! exists) and as the `clawctx demo` binary (exit 0, prints the found detail).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -9,18 +11,47 @@ use clawctx_bench::demo::{render, run_demo, DemoOptions, PLANTED_INVOICE};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_recalls_the_compacted_detail() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = DemoOptions { messages: 800, budget: 16_000, state_dir: dir.path().to_owned(), progress: false };
+    let opts = DemoOptions {
+        messages: 800,
+        budget: 16_000,
+        state_dir: dir.path().to_owned(),
+        progress: false,
+    };
     let r = run_demo(&opts).await.expect("demo");
     println!("{}", render(&r));
     assert_eq!(r.stored_messages, 802);
-    assert!(!r.detail_in_raw_context, "the planted message must have been compacted away");
-    assert!(r.recall_hit.as_deref().is_some_and(|h| h.starts_with("msg_")), "recall must find the message: {r:?}");
-    assert!(r.recall_snippet.as_deref().is_some_and(|s| s.contains(PLANTED_INVOICE)));
-    assert!(r.context_tokens <= 16_000 && r.context_tokens > 8_000, "context {} tokens", r.context_tokens);
-    assert!(r.dag.first().is_some_and(|l| l.depth == 0 && l.count > 1 && l.mean_fanout > 1.0), "{:?}", r.dag);
+    assert!(
+        !r.detail_in_raw_context,
+        "the planted message must have been compacted away"
+    );
+    assert!(
+        r.recall_hit
+            .as_deref()
+            .is_some_and(|h| h.starts_with("msg_")),
+        "recall must find the message: {r:?}"
+    );
+    assert!(r
+        .recall_snippet
+        .as_deref()
+        .is_some_and(|s| s.contains(PLANTED_INVOICE)));
+    assert!(
+        r.context_tokens <= 16_000 && r.context_tokens > 8_000,
+        "context {} tokens",
+        r.context_tokens
+    );
+    assert!(
+        r.dag
+            .first()
+            .is_some_and(|l| l.depth == 0 && l.count > 1 && l.mean_fanout > 1.0),
+        "{:?}",
+        r.dag
+    );
     assert!(r.context_summaries >= 1, "the context must show summaries");
     let text = render(&r);
-    assert!(text.contains("FOUND") && text.contains(PLANTED_INVOICE) && text.contains("depth 0"), "{text}");
+    assert!(
+        text.contains("FOUND") && text.contains(PLANTED_INVOICE) && text.contains("depth 0"),
+        "{text}"
+    );
 }
 
 /// `target/<profile>/clawctx` next to this test's own binary (`target/<profile>/deps/…`),
@@ -45,12 +76,24 @@ fn demo_binary_exits_zero_and_prints_the_found_detail() {
         eprintln!("SKIPPED: the clawctx binary could not be built (the CLI crate does not compile right now)");
         return;
     };
-    let out = Command::new(&bin).args(["demo", "--messages", "600", "--budget", "16000"]).output().expect("run clawctx demo");
+    let out = Command::new(&bin)
+        .args(["demo", "--messages", "600", "--budget", "16000"])
+        .output()
+        .expect("run clawctx demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let shown = format!("command: {} demo --messages 600 --budget 16000\nstatus: {}\nstdout:\n{stdout}\nstderr:\n{stderr}", bin.display(), out.status);
     assert!(out.status.success(), "{shown}");
-    assert!(stdout.contains("FOUND msg_") && stdout.contains(PLANTED_INVOICE), "{shown}");
-    assert!(stdout.contains("NO - its message was compacted away"), "{shown}");
-    assert!(stderr.contains("replayed"), "progress lines expected on a non-TTY stderr: {shown}");
+    assert!(
+        stdout.contains("FOUND msg_") && stdout.contains(PLANTED_INVOICE),
+        "{shown}"
+    );
+    assert!(
+        stdout.contains("NO - its message was compacted away"),
+        "{shown}"
+    );
+    assert!(
+        stderr.contains("replayed"),
+        "progress lines expected on a non-TTY stderr: {shown}"
+    );
 }

@@ -1,16 +1,26 @@
 //! The LoCoMo eval on a tiny hand-written fixture (expected scores checkable by hand) and on
 //! the LoCoMo dev split when it is present (skipped with a message otherwise).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
-use clawctx_bench::eval::{content_words, normalize, recall_query, run_eval, EvalOptions, EvalReport};
+use clawctx_bench::eval::{
+    content_words, normalize, recall_query, run_eval, EvalOptions, EvalReport,
+};
 use clawctx_bench::locomo;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-locomo.json")
 }
 
-async fn eval(path: &Path, engines: &[&str], budgets: &[u64], lossless: serde_json::Value, limit: usize) -> EvalReport {
+async fn eval(
+    path: &Path,
+    engines: &[&str],
+    budgets: &[u64],
+    lossless: serde_json::Value,
+    limit: usize,
+) -> EvalReport {
     let mut convs = locomo::load(path).expect("load");
     convs.truncate(limit);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -26,11 +36,20 @@ async fn eval(path: &Path, engines: &[&str], budgets: &[u64], lossless: serde_js
 
 #[test]
 fn query_construction() {
-    assert_eq!(content_words("What is the name of Ben's cat?"), vec!["ben", "cat"]);
-    assert_eq!(recall_query("When did Caroline go to the LGBTQ support group?").as_deref(), Some("\"caroline\" OR \"lgbtq\" OR \"support\" OR \"group\""));
+    assert_eq!(
+        content_words("What is the name of Ben's cat?"),
+        vec!["ben", "cat"]
+    );
+    assert_eq!(
+        recall_query("When did Caroline go to the LGBTQ support group?").as_deref(),
+        Some("\"caroline\" OR \"lgbtq\" OR \"support\" OR \"group\"")
+    );
     assert_eq!(recall_query("What did you do?"), None);
     assert_eq!(normalize("  7 May, 2023! "), "7 may 2023");
-    assert_eq!(locomo::normalize_evidence("D8:6; D9:17"), vec!["D8:6", "D9:17"]);
+    assert_eq!(
+        locomo::normalize_evidence("D8:6; D9:17"),
+        vec!["D8:6", "D9:17"]
+    );
     assert_eq!(locomo::normalize_evidence("D:11:26"), vec!["D11:26"]);
     assert!(locomo::parse_session_date("1:56 pm on 8 May, 2023").is_some());
 }
@@ -48,33 +67,77 @@ fn query_construction() {
 /// | 4 adoption date (cat. 2) | `D:3:5` (normalized to D3:5) | (a) on both; the answer is not in the text |
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiny_fixture_scores() {
-    let r = eval(&fixture(), &["legacy", "lossless"], &[600], serde_json::json!({"freshTailCount": 8}), 10).await;
+    let r = eval(
+        &fixture(),
+        &["legacy", "lossless"],
+        &[600],
+        serde_json::json!({"freshTailCount": 8}),
+        10,
+    )
+    .await;
     println!("{}", clawctx_bench::eval::render_table(&r));
     assert_eq!((r.conversations, r.questions, r.runs.len()), (1, 5, 2));
     let (legacy, lossless) = (&r.runs[0], &r.runs[1]);
-    assert_eq!((legacy.engine.as_str(), lossless.engine.as_str()), ("legacy", "lossless"));
+    assert_eq!(
+        (legacy.engine.as_str(), lossless.engine.as_str()),
+        ("legacy", "lossless")
+    );
     for run in [legacy, lossless] {
         let e = &run.engine;
         assert!(run.context_tokens_max <= 600, "{e}: over budget");
         let q = &run.questions;
-        assert!(q[0].raw && q[0].answer == Some(true), "{e}: q0 (fresh tail) must be in context: {:?}", q[0]);
-        assert!(!q[1].raw, "{e}: q1's evidence (first turn) must have left the raw context: {:?}", q[1]);
+        assert!(
+            q[0].raw && q[0].answer == Some(true),
+            "{e}: q0 (fresh tail) must be in context: {:?}",
+            q[0]
+        );
+        assert!(
+            !q[1].raw,
+            "{e}: q1's evidence (first turn) must have left the raw context: {:?}",
+            q[1]
+        );
         assert!(!q[2].raw && q[2].answer.is_none(), "{e}: q2: {:?}", q[2]);
         assert!(q[3].unresolved && !q[3].raw, "{e}: q3: {:?}", q[3]);
-        assert!(q[4].raw && !q[3].recall.unwrap_or(false), "{e}: q4: {:?}", q[4]);
+        assert!(
+            q[4].raw && !q[3].recall.unwrap_or(false),
+            "{e}: q4: {:?}",
+            q[4]
+        );
         assert_eq!(run.overall.raw_in_context, 2, "{e}");
         assert_eq!(run.overall.unresolved_evidence, 1, "{e}");
-        assert_eq!((run.overall.answerable, run.overall.answer_in_context), (4, 1), "{e}");
+        assert_eq!(
+            (run.overall.answerable, run.overall.answer_in_context),
+            (4, 1),
+            "{e}"
+        );
     }
     // Legacy has no recall: n/a, and only what is in context is reachable.
-    assert!(legacy.questions.iter().all(|q| q.recall.is_none() && q.grep_and.is_none()));
+    assert!(legacy
+        .questions
+        .iter()
+        .all(|q| q.recall.is_none() && q.grep_and.is_none()));
     assert_eq!(legacy.overall.recall_at_k, None);
     assert_eq!(legacy.overall.reachable, 2);
     // Lossless: recall finds q1 and q2, which are not in context; the AND grep misses q1.
     let q = &lossless.questions;
-    assert_eq!(q[1].recall, Some(true), "q1 must be found by recall: {:?}", q[1]);
-    assert_eq!(q[2].recall, Some(true), "q2 must be found by recall: {:?}", q[2]);
-    assert_eq!(q[1].grep_and, Some(false), "AND grep cannot match `brand`: {:?}", q[1]);
+    assert_eq!(
+        q[1].recall,
+        Some(true),
+        "q1 must be found by recall: {:?}",
+        q[1]
+    );
+    assert_eq!(
+        q[2].recall,
+        Some(true),
+        "q2 must be found by recall: {:?}",
+        q[2]
+    );
+    assert_eq!(
+        q[1].grep_and,
+        Some(false),
+        "AND grep cannot match `brand`: {:?}",
+        q[1]
+    );
     assert_eq!(lossless.overall.recall_at_k, Some(4));
     assert_eq!(lossless.overall.reachable, 4);
     assert_eq!(lossless.categories[&1].reachable, 1);
@@ -82,7 +145,8 @@ async fn tiny_fixture_scores() {
 }
 
 fn locomo_dev() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/locomo/locomo-dev.json");
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/locomo/locomo-dev.json");
     if p.exists() {
         Some(p)
     } else {
@@ -98,23 +162,56 @@ fn locomo_dev() -> Option<PathBuf> {
 async fn locomo_dev_split_when_present() {
     let Some(path) = locomo_dev() else { return };
     // Two conversations keep the test short; BENCHMARKS.md has the full run.
-    let r = eval(&path, &["legacy", "lossless"], &[4_000], serde_json::json!({}), 2).await;
+    let r = eval(
+        &path,
+        &["legacy", "lossless"],
+        &[4_000],
+        serde_json::json!({}),
+        2,
+    )
+    .await;
     println!("{}", clawctx_bench::eval::render_table(&r));
     let (legacy, lossless) = (&r.runs[0], &r.runs[1]);
-    assert!(r.questions > 100, "expected the dev split's questions, got {}", r.questions);
+    assert!(
+        r.questions > 100,
+        "expected the dev split's questions, got {}",
+        r.questions
+    );
     for run in [legacy, lossless] {
-        assert!(run.context_tokens_max <= 4_000, "{}: over budget", run.engine);
-        assert!(run.context_tokens_mean > 2_000.0, "{}: uses little of the budget ({})", run.engine, run.context_tokens_mean);
+        assert!(
+            run.context_tokens_max <= 4_000,
+            "{}: over budget",
+            run.engine
+        );
+        assert!(
+            run.context_tokens_mean > 2_000.0,
+            "{}: uses little of the budget ({})",
+            run.engine,
+            run.context_tokens_mean
+        );
         // At 4k tokens of ~20k-token conversations most evidence has left the raw context.
-        assert!(run.overall.pct(run.overall.raw_in_context) < 40.0, "{}", run.engine);
+        assert!(
+            run.overall.pct(run.overall.raw_in_context) < 40.0,
+            "{}",
+            run.engine
+        );
     }
     let rec = lossless.overall.recall_at_k.unwrap_or(0);
-    assert!(lossless.overall.reachable > legacy.overall.reachable, "recall must reach more than the raw context");
-    assert!(rec > lossless.overall.grep_and_at_k.unwrap_or(0), "OR/BM25 recall must beat the AND grep");
+    assert!(
+        lossless.overall.reachable > legacy.overall.reachable,
+        "recall must reach more than the raw context"
+    );
+    assert!(
+        rec > lossless.overall.grep_and_at_k.unwrap_or(0),
+        "OR/BM25 recall must beat the AND grep"
+    );
     // Deterministic: a second run gives the same counts.
     let again = eval(&path, &["lossless"], &[4_000], serde_json::json!({}), 2).await;
     assert_eq!(again.runs[0].overall.reachable, lossless.overall.reachable);
-    assert_eq!(again.runs[0].overall.recall_at_k, lossless.overall.recall_at_k);
+    assert_eq!(
+        again.runs[0].overall.recall_at_k,
+        lossless.overall.recall_at_k
+    );
 }
 
 /// Full dev split, lossless only (for tuning; run with `--ignored`).

@@ -85,8 +85,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn generate(g: GenerateArgs) -> anyhow::Result<ExitCode> {
-    let spec = WorkloadSpec { kind: g.kind, messages: g.messages, seed: g.seed };
-    let report = write_jsonl(spec, &g.output).with_context(|| format!("writing {}", g.output.display()))?;
+    let spec = WorkloadSpec {
+        kind: g.kind,
+        messages: g.messages,
+        seed: g.seed,
+    };
+    let report =
+        write_jsonl(spec, &g.output).with_context(|| format!("writing {}", g.output.display()))?;
     eprintln!(
         "wrote {} messages in {} turns ({} bytes, {} bytes of text) to {}",
         report.messages,
@@ -102,7 +107,11 @@ async fn bench(a: RunArgs) -> anyhow::Result<ExitCode> {
     let engines = parse_engine_list(&a.engine)?;
     let source = match &a.workload {
         Some(p) => WorkloadSource::File(p.clone()),
-        None => WorkloadSource::Generated(WorkloadSpec { kind: a.kind, messages: a.messages, seed: a.seed }),
+        None => WorkloadSource::Generated(WorkloadSpec {
+            kind: a.kind,
+            messages: a.messages,
+            seed: a.seed,
+        }),
     };
     let temp;
     let work_dir = match &a.work_dir {

@@ -27,12 +27,21 @@ pub struct DemoArgs {
 /// Runs the command.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let temp = clawctx_bench::temp_dir().context("creating a temporary state directory")?;
-    let opts = DemoOptions { messages: args.messages, budget: args.budget, state_dir: temp.path().to_owned(), progress: !args.quiet };
+    let opts = DemoOptions {
+        messages: args.messages,
+        budget: args.budget,
+        state_dir: temp.path().to_owned(),
+        progress: !args.quiet,
+    };
     let report = run_demo(&opts).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render(&report));
     }
-    Ok(if report.recall_hit.is_some() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if report.recall_hit.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -50,14 +50,25 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let budgets = a
         .budget
         .split(',')
-        .map(|b| b.trim().replace('_', "").parse::<u64>().with_context(|| format!("invalid budget `{b}`")))
+        .map(|b| {
+            b.trim()
+                .replace('_', "")
+                .parse::<u64>()
+                .with_context(|| format!("invalid budget `{b}`"))
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut conversations = clawctx_bench::locomo::load(&a.file)?;
     if let Some(n) = a.limit {
         conversations.truncate(n);
     }
     let temp = clawctx_bench::temp_dir().context("creating a temporary directory")?;
-    let opts = EvalOptions { engines, budgets, k: a.k, work_dir: temp.path().to_owned(), lossless_config: serde_json::json!({}) };
+    let opts = EvalOptions {
+        engines,
+        budgets,
+        k: a.k,
+        work_dir: temp.path().to_owned(),
+        lossless_config: serde_json::json!({}),
+    };
     let report = run_eval(&a.file, &conversations, &opts).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
