@@ -14,7 +14,7 @@ use clawctx_engine::compaction::{
     compact_path, effective_reserve_tokens, should_compact, CompactionSettings,
 };
 use clawctx_engine::{
-    CallContext, EngineError, RuntimeCompactionDetail, RuntimeCompactionOutcome,
+    CallContext, EngineError, RuntimeCompactionOutcome,
     RuntimeCompactionRequest, RuntimeServices,
 };
 use clawctx_protocol::transcript::{
@@ -191,18 +191,6 @@ impl RuntimeServices for BenchHost {
             .unwrap_or(0);
         let kept: u64 = s.tokens[first_kept..].iter().sum();
         s.context_tokens = s.summary_tokens + kept;
-        Ok(RuntimeCompactionOutcome {
-            ok: true,
-            compacted: true,
-            reason: None,
-            result: Some(RuntimeCompactionDetail {
-                summary: Some(outcome.entry.summary),
-                first_kept_entry_id: Some(outcome.entry.first_kept_entry_id),
-                tokens_before: outcome.entry.tokens_before,
-                tokens_after: Some(outcome.tokens_after),
-                details: outcome.entry.details,
-                ..Default::default()
-            }),
-        })
+        Ok(outcome.into())
     }
 }

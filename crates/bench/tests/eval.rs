@@ -213,12 +213,3 @@ async fn locomo_dev_split_when_present() {
         lossless.overall.recall_at_k
     );
 }
-
-/// Full dev split, lossless only (for tuning; run with `--ignored`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn locomo_dev_full_lossless() {
-    let Some(path) = locomo_dev() else { return };
-    let r = eval(&path, &["lossless"], &[4_000], serde_json::json!({}), 10).await;
-    println!("{}", clawctx_bench::eval::render_table(&r));
-}

@@ -670,19 +670,7 @@ impl Inner {
             summarized = outcome.summarized_messages,
             "built-in compaction"
         );
-        Ok(RuntimeCompactionOutcome {
-            ok: true,
-            compacted: true,
-            reason: None,
-            result: Some(RuntimeCompactionDetail {
-                summary: Some(outcome.entry.summary),
-                first_kept_entry_id: Some(outcome.entry.first_kept_entry_id),
-                tokens_before: outcome.entry.tokens_before,
-                tokens_after: Some(outcome.tokens_after),
-                details: outcome.entry.details,
-                ..Default::default()
-            }),
-        })
+        Ok(outcome.into())
     }
 
     /// How many tokens the built-in compaction keeps raw for a trigger: nothing for a manual

@@ -34,6 +34,7 @@ pub struct TestEngine {
     faults: Mutex<HashMap<Method, Fault>>,
     calls: Mutex<Vec<(Method, serde_json::Value)>>,
     state: Mutex<State>,
+    successor: Mutex<Option<String>>,
 }
 
 impl TestEngine {
@@ -48,7 +49,15 @@ impl TestEngine {
             faults: Mutex::new(HashMap::new()),
             calls: Mutex::new(Vec::new()),
             state: Mutex::new(State::default()),
+            successor: Mutex::new(None),
         }
+    }
+
+    /// Makes the next successful `compact` report a successor session (`result.sessionTarget`
+    /// and `result.sessionId`), as an engine that rotates the session on compaction does.
+    pub fn with_successor(self, session_id: &str) -> Self {
+        *self.successor.lock().unwrap() = Some(session_id.to_owned());
+        self
     }
 
     pub fn with_info(mut self, f: impl FnOnce(&mut ContextEngineInfo)) -> Self {
@@ -168,6 +177,7 @@ impl ContextEngine for TestEngine {
         next.extend_from_slice(kept);
         let tokens_after = clawctx_tokens::messages_tokens(&next);
         self.state.lock().unwrap().sessions.insert(params.session_id.clone(), next);
+        let successor = self.successor.lock().unwrap().clone();
         Ok(CompactResult {
             ok: true,
             compacted: true,
@@ -176,6 +186,12 @@ impl ContextEngine for TestEngine {
                 summary: Some(summary.text),
                 tokens_before,
                 tokens_after: Some(tokens_after),
+                session_id: successor.clone(),
+                session_target: successor.map(|sid| ContextEngineSessionTarget {
+                    session_id: Some(sid),
+                    session_key: params.session_key.clone(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
         })
