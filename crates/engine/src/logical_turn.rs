@@ -19,7 +19,7 @@ use crate::engine::{ContextEngine, Method};
 use crate::error::EngineError;
 use crate::host::evaluate;
 use crate::registry::{owner_plugin_id, ContextEngineRegistry, FactoryContext, Lifecycle, LogLevel};
-use crate::resolve::{configured_slot, contract_error, policy_block};
+use crate::resolve::{configured_slot, contract_error, selection_block};
 
 /// One engine of a logical turn.
 #[derive(Clone)]
@@ -73,12 +73,7 @@ impl ContextEngineRegistry {
             return Ok(degrade(None));
         }
         let registration = self.get(&configured_id);
-        let plugin_id = match &registration {
-            Some(r) => owner_plugin_id(&r.owner).map(str::to_owned),
-            None => Some(configured_id.clone()),
-        };
-        let globally_off = cfg.and_then(|c| c.pointer("/plugins/enabled")).and_then(Value::as_bool) == Some(false);
-        if globally_off || plugin_id.as_deref().and_then(|p| policy_block(cfg, p)).is_some() {
+        if selection_block(cfg, &configured_id, registration.as_ref()).is_some() {
             return Ok(degrade(None));
         }
         let Some(reg) = registration else {

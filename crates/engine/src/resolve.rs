@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::engine::{ContextEngine, Method};
 use crate::error::EngineError;
 use crate::guard::GuardedEngine;
-use crate::registry::{owner_plugin_id, ContextEngineRegistry, FactoryContext, Lifecycle, LogLevel, QuarantineRecord};
+use crate::registry::{owner_plugin_id, ContextEngineRegistry, FactoryContext, Lifecycle, LogLevel, QuarantineRecord, Registration};
 
 /// Where to look things up in a config value.
 fn at<'a>(config: Option<&'a Value>, path: &[&str]) -> Option<&'a Value> {
@@ -81,6 +81,21 @@ pub fn policy_block(config: Option<&Value>, plugin_id: &str) -> Option<PolicyBlo
         return Some(PolicyBlock::PluginNotAllowed { plugin_id: plugin_id.to_owned() });
     }
     None
+}
+
+/// The enablement policy for selecting engine `id` (§3.3): plugins globally disabled, or the
+/// owner plugin of its registration (with no registration, the equal-id rule: the engine id is
+/// taken as the plugin id) disabled, denied or not allowed. Shared by standalone and
+/// logical-turn resolution.
+pub(crate) fn selection_block(config: Option<&Value>, id: &str, registration: Option<&Registration>) -> Option<PolicyBlock> {
+    if at(config, &["plugins", "enabled"]).and_then(Value::as_bool) == Some(false) {
+        return Some(PolicyBlock::PluginsDisabled);
+    }
+    let plugin_id = match registration {
+        Some(r) => owner_plugin_id(&r.owner)?,
+        None => id,
+    };
+    policy_block(config, plugin_id)
 }
 
 /// Why resolution returned the engine it returned.
@@ -231,18 +246,8 @@ impl ContextEngineRegistry {
             return default_with(reason).await;
         };
 
-        // Enablement policy: the owner plugin of the registration, else the equal-id rule.
         let registration = self.get(&id);
-        let plugin_id = match &registration {
-            Some(r) => owner_plugin_id(&r.owner).map(str::to_owned),
-            None => Some(id.clone()),
-        };
-        let globally_off = at(cfg, &["plugins", "enabled"]).and_then(Value::as_bool) == Some(false);
-        let block = if globally_off {
-            Some(PolicyBlock::PluginsDisabled)
-        } else {
-            plugin_id.as_deref().and_then(|pid| policy_block(cfg, pid))
-        };
+        let block = selection_block(cfg, &id, registration.as_ref());
         if let Some(block) = block {
             return default_with(SelectionReason::PolicyDisabled { block }).await;
         }
