@@ -13,7 +13,7 @@
 //!
 //! The cache is direct-mapped over pieces of at most [`MAX_KEY`] bytes, packed with their
 //! length into a `u128` key, so a lookup never allocates and memory stays fixed
-//! ([`SLOTS`] × 17 bytes per thread). A collision just overwrites the slot. Longer pieces are
+//! ([`SLOTS`] × 16 bytes per thread). A collision just overwrites the slot. Longer pieces are
 //! rare and encoded directly. Thread-local, so no locking: counting runs on whatever threads the
 //! host uses, and each warms its own cache within a few messages.
 
@@ -26,14 +26,18 @@ const MAX_KEY: usize = 15;
 /// Cache slots per thread (a power of two).
 const SLOTS: usize = 1 << 13;
 
+/// One slot: the packed key (see [`pack`]) with the piece's token count in the top four bits.
+/// A piece of at most 15 bytes has at most 15 tokens, so the count fits.
 struct PieceCache {
-    keys: Vec<u128>,
-    counts: Vec<u8>,
+    slots: Vec<u128>,
 }
+
+const COUNT_SHIFT: u32 = 124;
+const COUNT_MASK: u128 = 0xF << COUNT_SHIFT;
 
 impl PieceCache {
     fn new() -> Self {
-        PieceCache { keys: vec![0; SLOTS], counts: vec![0; SLOTS] }
+        PieceCache { slots: vec![0; SLOTS] }
     }
 
     /// Count of `piece` (1..=15 bytes), from the cache or the encoder.
@@ -42,32 +46,55 @@ impl PieceCache {
         let key = pack(piece);
         let slot = slot_of(key);
         // `slot < SLOTS` by construction; `get` keeps this panic-free regardless.
-        if let (Some(k), Some(n)) = (self.keys.get(slot), self.counts.get(slot)) {
-            if *k == key {
-                return *n as usize;
+        if let Some(entry) = self.slots.get(slot) {
+            if entry & !COUNT_MASK == key {
+                return (entry >> COUNT_SHIFT) as usize;
             }
         }
         let n = bpe.count(piece);
-        // A piece of at most 15 bytes has at most 15 tokens, so `n` fits a `u8`.
-        if let (Some(k), Some(c), Ok(n8)) = (self.keys.get_mut(slot), self.counts.get_mut(slot), u8::try_from(n)) {
-            *k = key;
-            *c = n8;
+        if let Some(entry) = self.slots.get_mut(slot) {
+            if n <= 15 {
+                *entry = key | (n as u128) << COUNT_SHIFT;
+            }
         }
         n
     }
 }
 
-/// The piece's bytes, little-endian, with its length in the top byte. A zero key (empty slot)
-/// is impossible because pieces are never empty.
+/// The piece's bytes (at most 15), little-endian, with its length in bits 120..124. A zero key
+/// (an empty slot) is impossible because pieces are never empty.
+///
+/// Built from a few (possibly overlapping) word loads rather than a byte copy into a buffer:
+/// the copy-then-load version stalls on store forwarding and cost more than the lookup.
 #[inline(always)]
 fn pack(piece: &[u8]) -> u128 {
-    let mut buf = [0u8; 16];
-    let n = piece.len().min(MAX_KEY);
-    buf[..n].copy_from_slice(&piece[..n]);
-    buf[15] = n as u8;
-    u128::from_le_bytes(buf)
+    let n = piece.len();
+    let (lo, hi) = match n {
+        0 => (0, 0),
+        1..=3 => {
+            let (a, b, c) = (piece[0] as u64, piece[n / 2] as u64, piece[n - 1] as u64);
+            (a | b << (8 * (n / 2)) | c << (8 * (n - 1)), 0)
+        }
+        4..=7 => {
+            let a = u32::from_le_bytes([piece[0], piece[1], piece[2], piece[3]]) as u64;
+            let b = u32::from_le_bytes([piece[n - 4], piece[n - 3], piece[n - 2], piece[n - 1]]) as u64;
+            (a | b << (8 * (n - 4)), 0)
+        }
+        _ => {
+            let word = |at: usize| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&piece[at..at + 8]);
+                u64::from_le_bytes(w)
+            };
+            let lo = word(0);
+            // Bytes 8..n are the top `n - 8` bytes of the last eight.
+            let hi = if n == 8 { 0 } else { word(n - 8) >> (8 * (16 - n)) };
+            (lo, hi)
+        }
+    };
+    let n = n.min(MAX_KEY) as u128;
+    (lo as u128) | (hi as u128) << 64 | n << 120
 }
-
 #[inline(always)]
 fn slot_of(key: u128) -> usize {
     let lo = key as u64;
@@ -124,5 +151,18 @@ mod tests {
         assert_ne!(pack(b"a"), pack(b"a\0"));
         assert_ne!(pack(b"ab"), pack(b"ba"));
         assert_ne!(pack(b"\0"), 0);
+    }
+
+    #[test]
+    fn keys_are_the_bytes_and_the_length() {
+        let text: Vec<u8> = (1..=15u8).map(|b| b.wrapping_mul(37)).collect();
+        for n in 1..=MAX_KEY {
+            let piece = &text[..n];
+            let mut buf = [0u8; 16];
+            buf[..n].copy_from_slice(piece);
+            buf[15] = n as u8;
+            assert_eq!(pack(piece), u128::from_le_bytes(buf), "n = {n}");
+            assert_eq!(pack(piece) & COUNT_MASK, 0);
+        }
     }
 }
