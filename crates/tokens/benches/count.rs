@@ -12,7 +12,8 @@
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use clawctx_protocol::AgentMessage;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 const WORDS: &[&str] = &[
     "the", "a", "we", "it", "this", "that", "should", "could", "will", "after", "before", "when",
@@ -155,6 +156,25 @@ fn bench(c: &mut Criterion) {
         });
         g.finish();
     }
+
+    // `message_tokens` on a message never seen before (content hash + count + memo insert, as
+    // on the ingest path) and on one seen before (hash + memo hit).
+    let texts = &cases[0].1;
+    let mut g = c.benchmark_group("message_tokens/english_1k");
+    let mut n = 0u64;
+    g.bench_function("first_seen", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                AgentMessage::user(format!("{n} {}", texts[n as usize % texts.len()]))
+            },
+            |m| black_box(clawctx_tokens::message_tokens(&m)),
+            BatchSize::SmallInput,
+        )
+    });
+    let m = AgentMessage::user(texts[0].clone());
+    g.bench_function("memo_hit", |b| b.iter(|| black_box(clawctx_tokens::message_tokens(black_box(&m)))));
+    g.finish();
 }
 
 criterion_group!(benches, bench);
