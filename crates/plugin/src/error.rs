@@ -72,6 +72,14 @@ pub enum PluginError {
     /// The caller aborted the call.
     #[error("{0}")]
     Aborted(String),
+    /// The host could not encode a request's params (a host-side bug, not the plugin's).
+    #[error("cannot encode the params of `{method}`: {message}")]
+    Encode {
+        /// The JSON-RPC method.
+        method: String,
+        /// The serializer's message.
+        message: String,
+    },
     /// The plugin's answer does not have the shape or keep the invariants the contract
     /// requires (the message starts with `contract violation:`).
     #[error("{0}")]

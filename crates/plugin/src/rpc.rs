@@ -8,6 +8,12 @@
 //! happened (EOF: `plugin process exited (code …): <stderr tail>`) and marks the connection
 //! dead; a timed-out call kills the process, since a plugin that stopped answering is in an
 //! unknown state.
+//!
+//! Cost matters here: every lifecycle call crosses this code twice with the whole history in
+//! it. Requests are written from bytes the caller serialized straight from its typed params
+//! ([`Connection::call_encoded`]), never through a `serde_json::Value` tree, and a reply is
+//! split into its envelope fields without parsing the result: the caller gets the result's
+//! raw JSON ([`Reply`]) and decodes it into the type it wants, once.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +22,7 @@ use std::time::Duration;
 
 use clawctx_engine::{CallContext, LlmCompleteRequest, RuntimeServices};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, ChildStdout};
@@ -82,8 +89,42 @@ pub struct InitializeResult {
     pub runner: Option<Value>,
 }
 
+/// A call's result as the plugin wrote it: raw JSON, `None` for `null` or an absent `result`.
+#[derive(Debug, Default)]
+pub struct Reply(Option<Box<RawValue>>);
+
+impl Reply {
+    /// A reply from raw result JSON (`None` for `null`).
+    pub fn from_raw(raw: Option<Box<RawValue>>) -> Self {
+        Reply(raw.filter(|r| r.get() != "null"))
+    }
+
+    /// The raw result JSON, `None` when it is `null`.
+    pub fn raw(&self) -> Option<&str> {
+        self.0.as_deref().map(RawValue::get)
+    }
+
+    /// Whether the result is `null` (or absent).
+    pub fn is_null(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The result as a JSON tree.
+    pub fn into_value(self) -> Result<Value, serde_json::Error> {
+        match self.0 {
+            None => Ok(Value::Null),
+            Some(raw) => serde_json::from_str(raw.get()),
+        }
+    }
+
+    /// The result decoded into `T` (`null` decodes as `T` decodes `null`).
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.raw().unwrap_or("null"))
+    }
+}
+
 struct Pending {
-    tx: oneshot::Sender<Result<Value, PluginError>>,
+    tx: oneshot::Sender<Result<Reply, PluginError>>,
     services: Option<Arc<dyn RuntimeServices>>,
 }
 
@@ -124,8 +165,13 @@ impl Shared {
     async fn write(&self, msg: &Value) -> Result<(), std::io::Error> {
         let mut line = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
         line.push(b'\n');
+        self.write_line(&line).await
+    }
+
+    /// Writes one complete, `\n`-terminated line.
+    async fn write_line(&self, line: &[u8]) -> Result<(), std::io::Error> {
         let mut stdin = self.stdin.lock().await;
-        stdin.write_all(&line).await?;
+        stdin.write_all(line).await?;
         stdin.flush().await
     }
 
@@ -211,6 +257,28 @@ impl Connection {
         cx: Option<&CallContext>,
         timeout: Duration,
     ) -> Result<Value, PluginError> {
+        let params = serde_json::to_vec(&params).map_err(|e| PluginError::Encode {
+            method: method.to_owned(),
+            message: e.to_string(),
+        })?;
+        let reply = self.call_encoded(method, &params, cx, timeout).await?;
+        reply.into_value().map_err(|e| {
+            PluginError::Contract(format!(
+                "contract violation: {method} returned a result that cannot be read: {e}"
+            ))
+        })
+    }
+
+    /// [`Self::call`] with `params` already encoded as JSON (the caller serialized its typed
+    /// params straight to bytes), answering the result's raw JSON for the caller to decode.
+    /// `params` must be one valid JSON value: it is written into the request line as is.
+    pub async fn call_encoded(
+        &self,
+        method: &str,
+        params: &[u8],
+        cx: Option<&CallContext>,
+        timeout: Duration,
+    ) -> Result<Reply, PluginError> {
         if let Some(reason) = self.shared.dead_reason() {
             return Err(PluginError::Dead(reason));
         }
@@ -229,11 +297,11 @@ impl Connection {
             self.remove_pending(id);
             return Err(PluginError::Dead(reason));
         }
-        let msg = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let line = request_line(id, method, params);
         let shared = self.shared.clone();
         let exchange = async move {
             // A write error means the process is going away: the reader reports why.
-            if let Err(e) = shared.write(&msg).await {
+            if let Err(e) = shared.write_line(&line).await {
                 tracing::debug!(plugin = %shared.plugin_id, "write failed: {e}");
             }
             match rx.await {
@@ -286,6 +354,79 @@ impl Connection {
     }
 }
 
+/// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>}\n`, with `params` copied
+/// in as given.
+fn request_line(id: u64, method: &str, params: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut line = Vec::with_capacity(params.len() + method.len() + 64);
+    let _ = write!(line, r#"{{"jsonrpc":"2.0","id":{id},"method":"#);
+    // A `&str` always encodes.
+    let _ = serde_json::to_writer(&mut line, method);
+    line.extend_from_slice(br#","params":"#);
+    line.extend_from_slice(params);
+    line.extend_from_slice(b"}\n");
+    line
+}
+
+/// One message from the plugin, split into the fields the host reads. `params` and `result`
+/// stay raw JSON: the reader never builds a tree of a (possibly large) result it only hands on.
+#[derive(Default)]
+struct Incoming {
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Box<RawValue>>,
+    result: Option<Box<RawValue>>,
+    error: Option<Value>,
+}
+
+/// The borrowed face of [`Incoming`], parsed straight from the line.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// Parses one line; `None` when it is not a JSON object. A JSON object the envelope type
+/// rejects (duplicate keys) is read again as a tree, so the framing rules stay "any JSON
+/// object" as documented.
+fn parse_incoming(line: &[u8]) -> Option<Incoming> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace())?;
+    if *first != b'{' {
+        return None;
+    }
+    if let Ok(env) = serde_json::from_slice::<Envelope>(line) {
+        return Some(Incoming {
+            id: env.id.filter(|v| !v.is_null()),
+            method: env.method,
+            params: env.params.map(RawValue::to_owned),
+            result: env.result.map(RawValue::to_owned),
+            error: env.error.filter(|v| !v.is_null()),
+        });
+    }
+    let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(line) else {
+        return None;
+    };
+    let raw = |v: Option<Value>| {
+        v.filter(|v| !v.is_null())
+            .and_then(|v| serde_json::value::to_raw_value(&v).ok())
+    };
+    Some(Incoming {
+        id: map.remove("id").filter(|v| !v.is_null()),
+        method: map.remove("method"),
+        params: raw(map.remove("params")),
+        result: raw(map.remove("result")),
+        error: map.remove("error").filter(|v| !v.is_null()),
+    })
+}
+
 fn snippet(line: &[u8]) -> String {
     let text = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
     if line.len() > 120 {
@@ -304,9 +445,9 @@ async fn read_loop(shared: Arc<Shared>, stdout: ChildStdout, max: usize) {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                match serde_json::from_slice::<Value>(&line) {
-                    Ok(Value::Object(map)) => dispatch(&shared, map).await,
-                    _ => {
+                match parse_incoming(&line) {
+                    Some(msg) => dispatch(&shared, msg).await,
+                    None => {
                         shared.fail(format!(
                             "protocol violation: plugin wrote a line to stdout that is not a JSON-RPC message: {}",
                             snippet(&line)
@@ -337,10 +478,18 @@ async fn read_loop(shared: Arc<Shared>, stdout: ChildStdout, max: usize) {
     }
 }
 
-async fn dispatch(shared: &Arc<Shared>, map: serde_json::Map<String, Value>) {
-    let id = map.get("id").filter(|v| !v.is_null()).cloned();
-    if let Some(method) = map.get("method").and_then(Value::as_str) {
-        let params = map.get("params").cloned().unwrap_or(Value::Null);
+async fn dispatch(shared: &Arc<Shared>, msg: Incoming) {
+    let Incoming {
+        id,
+        method,
+        params,
+        result,
+        error,
+    } = msg;
+    if let Some(method) = method.as_ref().and_then(Value::as_str) {
+        let params: Value = params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or(Value::Null);
         match method {
             "host/log" => {
                 let level = params
@@ -402,8 +551,8 @@ async fn dispatch(shared: &Arc<Shared>, map: serde_json::Map<String, Value>) {
     };
     let pending = shared.pending.lock().ok().and_then(|mut p| p.remove(&id));
     let Some(pending) = pending else { return };
-    let outcome = match map.get("error") {
-        Some(err) if !err.is_null() => Err(PluginError::Remote {
+    let outcome = match error {
+        Some(err) => Err(PluginError::Remote {
             code: err
                 .get("code")
                 .and_then(Value::as_i64)
@@ -415,7 +564,56 @@ async fn dispatch(shared: &Arc<Shared>, map: serde_json::Map<String, Value>) {
                 .unwrap_or_else(|| format!("plugin returned an error: {err}")),
             data: err.get("data").cloned(),
         }),
-        _ => Ok(map.get("result").cloned().unwrap_or(Value::Null)),
+        None => Ok(Reply::from_raw(result)),
     };
     let _ = pending.tx.send(outcome);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_lines_are_one_json_rpc_object() {
+        let line = request_line(7, "engine/\"odd\"", br#"{"a":[1,2]}"#);
+        assert_eq!(line.last(), Some(&b'\n'));
+        let v: Value = serde_json::from_slice(&line).expect("the request line is JSON");
+        assert_eq!(
+            v,
+            json!({"jsonrpc": "2.0", "id": 7, "method": "engine/\"odd\"", "params": {"a": [1, 2]}})
+        );
+    }
+
+    #[test]
+    fn only_json_objects_are_messages() {
+        for line in [
+            &b"[1,2]"[..],
+            b"42",
+            b"\"text\"",
+            b"not json",
+            b"{\"id\": 1",
+        ] {
+            assert!(
+                parse_incoming(line).is_none(),
+                "{} was accepted",
+                String::from_utf8_lossy(line)
+            );
+        }
+        let m =
+            parse_incoming(br#"  {"jsonrpc":"2.0","id":3,"result":{"messages":[]},"extra":true}"#)
+                .expect("a response");
+        assert_eq!(m.id, Some(json!(3)));
+        assert_eq!(
+            m.result.as_deref().map(RawValue::get),
+            Some(r#"{"messages":[]}"#)
+        );
+        let m = parse_incoming(br#"{"id":4,"result":null,"error":null}"#).expect("a null result");
+        assert!(m.result.is_none() && m.error.is_none());
+    }
+
+    #[test]
+    fn an_object_with_duplicate_keys_is_still_read_last_one_wins() {
+        let m = parse_incoming(br#"{"id":1,"result":1,"result":2}"#).expect("still a message");
+        assert_eq!(m.result.as_deref().map(RawValue::get), Some("2"));
+    }
 }

@@ -142,6 +142,47 @@ impl ContentBlock {
     }
 }
 
+/// `{role: tag, ...fields}` written straight to the serializer (no intermediate `Value`): the
+/// tag entry first, then the record's own fields in declaration order, then its `extra` map,
+/// exactly the bytes [`tagged`] produces. Serialization sits on every plugin call and every
+/// stored message, so it must not build a JSON tree just to prepend one key.
+#[derive(Serialize)]
+struct RoleTagged<'a, T> {
+    role: &'a str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+/// Same as [`RoleTagged`] for content blocks (`type`).
+#[derive(Serialize)]
+struct TypeTagged<'a, T> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+/// Serializes `value` with its tag in front. When the record's `extra` map itself carries the
+/// tag key (only possible for records built in code, never for parsed ones), the slow path
+/// drops it so the output never has the key twice.
+fn serialize_tagged<S: Serializer, T: Serialize>(
+    s: S,
+    tag_key: &'static str,
+    tag: &str,
+    value: &T,
+    extra: &JsonMap,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    if extra.contains_key(tag_key) {
+        return tagged(tag_key, tag, value).map_err(S::Error::custom)?.serialize(s);
+    }
+    if tag_key == "role" {
+        RoleTagged { role: tag, body: value }.serialize(s)
+    } else {
+        TypeTagged { kind: tag, body: value }.serialize(s)
+    }
+}
+
 fn tagged<T: Serialize>(tag_key: &str, tag: &str, value: &T) -> Result<JsonMap, serde_json::Error> {
     match serde_json::to_value(value)? {
         Value::Object(fields) => {
@@ -160,16 +201,13 @@ fn tagged<T: Serialize>(tag_key: &str, tag: &str, value: &T) -> Result<JsonMap, 
 
 impl Serialize for ContentBlock {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error;
-        let map = match self {
-            ContentBlock::Text(b) => tagged("type", "text", b),
-            ContentBlock::Thinking(b) => tagged("type", "thinking", b),
-            ContentBlock::Image(b) => tagged("type", "image", b),
-            ContentBlock::ToolCall(b) => tagged("type", "toolCall", b),
-            ContentBlock::Unknown(m) => return m.serialize(s),
+        match self {
+            ContentBlock::Text(b) => serialize_tagged(s, "type", "text", b, &b.extra),
+            ContentBlock::Thinking(b) => serialize_tagged(s, "type", "thinking", b, &b.extra),
+            ContentBlock::Image(b) => serialize_tagged(s, "type", "image", b, &b.extra),
+            ContentBlock::ToolCall(b) => serialize_tagged(s, "type", "toolCall", b, &b.extra),
+            ContentBlock::Unknown(m) => m.serialize(s),
         }
-        .map_err(S::Error::custom)?;
-        map.serialize(s)
     }
 }
 
@@ -559,19 +597,18 @@ impl AgentMessage {
 
 impl Serialize for AgentMessage {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error;
-        let map = match self {
-            AgentMessage::User(m) => tagged("role", "user", m),
-            AgentMessage::Assistant(m) => tagged("role", "assistant", m),
-            AgentMessage::ToolResult(m) => tagged("role", "toolResult", m),
-            AgentMessage::BashExecution(m) => tagged("role", "bashExecution", m),
-            AgentMessage::Custom(m) => tagged("role", "custom", m),
-            AgentMessage::BranchSummary(m) => tagged("role", "branchSummary", m),
-            AgentMessage::CompactionSummary(m) => tagged("role", "compactionSummary", m),
-            AgentMessage::Other(m) => return m.serialize(s),
+        match self {
+            AgentMessage::User(m) => serialize_tagged(s, "role", "user", m, &m.extra),
+            AgentMessage::Assistant(m) => serialize_tagged(s, "role", "assistant", m, &m.extra),
+            AgentMessage::ToolResult(m) => serialize_tagged(s, "role", "toolResult", m, &m.extra),
+            AgentMessage::BashExecution(m) => serialize_tagged(s, "role", "bashExecution", m, &m.extra),
+            AgentMessage::Custom(m) => serialize_tagged(s, "role", "custom", m, &m.extra),
+            AgentMessage::BranchSummary(m) => serialize_tagged(s, "role", "branchSummary", m, &m.extra),
+            AgentMessage::CompactionSummary(m) => {
+                serialize_tagged(s, "role", "compactionSummary", m, &m.extra)
+            }
+            AgentMessage::Other(m) => m.serialize(s),
         }
-        .map_err(S::Error::custom)?;
-        map.serialize(s)
     }
 }
 
@@ -608,5 +645,80 @@ impl AgentMessage {
                 AgentMessage::Other(map)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod serialize_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The reference encoding: through a `Value` tree, as `tagged` builds it.
+    fn via_tree(m: &AgentMessage) -> String {
+        fn block(b: &ContentBlock) -> Value {
+            let map = match b {
+                ContentBlock::Text(b) => tagged("type", "text", b),
+                ContentBlock::Thinking(b) => tagged("type", "thinking", b),
+                ContentBlock::Image(b) => tagged("type", "image", b),
+                ContentBlock::ToolCall(b) => tagged("type", "toolCall", b),
+                ContentBlock::Unknown(m) => Ok(m.clone()),
+            };
+            Value::Object(map.expect("block encodes"))
+        }
+        let map = match m {
+            AgentMessage::User(m) => tagged("role", "user", m),
+            AgentMessage::Assistant(m) => tagged("role", "assistant", m),
+            AgentMessage::ToolResult(m) => tagged("role", "toolResult", m),
+            AgentMessage::BashExecution(m) => tagged("role", "bashExecution", m),
+            AgentMessage::Custom(m) => tagged("role", "custom", m),
+            AgentMessage::BranchSummary(m) => tagged("role", "branchSummary", m),
+            AgentMessage::CompactionSummary(m) => tagged("role", "compactionSummary", m),
+            AgentMessage::Other(m) => Ok(m.clone()),
+        };
+        let mut map = map.expect("message encodes");
+        // `tagged` encodes nested blocks with the live impl; re-encode them the reference way.
+        if let Some(Value::Array(blocks)) = map.get("content").cloned() {
+            let typed: Vec<ContentBlock> = serde_json::from_value(Value::Array(blocks)).expect("blocks parse");
+            map.insert("content".into(), Value::Array(typed.iter().map(block).collect()));
+        }
+        serde_json::to_string(&map).expect("map encodes")
+    }
+
+    #[test]
+    fn direct_encoding_matches_the_tree_encoding_byte_for_byte() {
+        let wire = json!([
+            {"role": "user", "content": "hi", "timestamp": 1, "__openclaw": {"k": 1}},
+            {"role": "user", "content": [{"type": "text", "text": "a", "textSignature": "s"},
+                                         {"type": "image", "data": "AA==", "mimeType": "image/png", "x": true}]},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "thinkingSignature": "sig"},
+                                              {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"p": 1.5}, "z": null},
+                                              {"type": "mystery", "payload": [1, 2]}],
+             "api": "openai-completions", "provider": "p", "model": "m",
+             "usage": {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 3, "cost": {"total": 0.1}, "extraUsage": 9},
+             "stopReason": "toolUse", "timestamp": 2.5, "responseId": "r"},
+            {"role": "toolResult", "toolCallId": "c1", "toolName": "read", "content": [{"type": "text", "text": "ok"}],
+             "details": {"d": 1}, "isError": false, "timestamp": 3},
+            {"role": "bashExecution", "command": "ls", "output": "x", "exitCode": 0, "cancelled": false},
+            {"role": "custom", "customType": "note", "content": "c", "display": true},
+            {"role": "branchSummary", "summary": "b", "fromId": "e1"},
+            {"role": "compactionSummary", "summary": "s", "tokensBefore": 10},
+            {"role": "system", "content": "kept verbatim"}
+        ]);
+        let messages: Vec<AgentMessage> = serde_json::from_value(wire).expect("fixtures parse");
+        for m in &messages {
+            let direct = serde_json::to_string(m).expect("encodes");
+            assert_eq!(direct, via_tree(m), "the direct encoding of a `{}` message differs from the tree encoding", m.role());
+            let value = serde_json::to_value(m).expect("encodes to a value");
+            assert_eq!(serde_json::to_string(&value).expect("value encodes"), direct, "to_value and to_string disagree for `{}`", m.role());
+        }
+    }
+
+    #[test]
+    fn a_tag_key_in_extra_is_never_written_twice() {
+        let mut extra = JsonMap::new();
+        extra.insert("role".into(), json!("impostor"));
+        extra.insert("k".into(), json!(1));
+        let m = AgentMessage::User(UserMessage { content: Content::Text("hi".into()), timestamp: None, extra });
+        assert_eq!(serde_json::to_string(&m).expect("encodes"), r#"{"role":"user","content":"hi","k":1}"#);
     }
 }
