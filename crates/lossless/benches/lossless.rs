@@ -10,133 +10,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use clawctx_engine::{CallContext, ContextEngine};
 use clawctx_lossless::*;
 use clawctx_protocol::*;
-use clawctx_summarize::{SummarizeError, Summarizer, Summary, SummaryRequest};
 use criterion::{criterion_group, criterion_main, Criterion};
 
-const KEY: &str = "agent:main:bench:1";
-
-struct Head10;
-#[async_trait]
-impl Summarizer for Head10 {
-    fn name(&self) -> &str {
-        "head10"
-    }
-    async fn summarize(&self, req: SummaryRequest) -> Result<Summary, SummarizeError> {
-        let mut end = req.conversation.len() / 10;
-        while !req.conversation.is_char_boundary(end) {
-            end -= 1;
-        }
-        Ok(Summary {
-            text: req.conversation[..end].to_owned(),
-            input_tokens: 0,
-            output_tokens: 0,
-        })
-    }
-}
-
-struct Lcg(u64);
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
-const WORDS: &[&str] = &[
-    "the",
-    "build",
-    "failed",
-    "because",
-    "config",
-    "parser",
-    "rejected",
-    "value",
-    "we",
-    "fixed",
-    "it",
-    "by",
-    "updating",
-    "src/main.rs",
-    "and",
-    "rerunning",
-    "tests",
-    "deploy",
-    "server",
-    "latency",
-    "improved",
-    "after",
-    "cache",
-    "change",
-    "user",
-    "asked",
-    "about",
-    "migration",
-    "schema",
-    "version",
-    "check",
-    "logs",
-    "error",
-    "timeout",
-    "retry",
-    "policy",
-    "FooBar::baz()",
-    "2024-05-01",
-    "E0425",
-    "api.example.com",
-    "v1.2.3",
-    "PR#1234",
-    "deadbeef42",
-];
-
-fn text(rng: &mut Lcg, lo: u64, hi: u64) -> String {
-    let target = (lo + rng.below(hi - lo)) as usize;
-    let mut s = String::with_capacity(target + 16);
-    while s.len() < target {
-        if !s.is_empty() {
-            s.push(' ');
-        }
-        s.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
-    }
-    s
-}
-
-fn workload(n: usize, seed: u64) -> Vec<AgentMessage> {
-    let mut rng = Lcg(seed);
-    let mut out = Vec::with_capacity(n + 4);
-    let mut t = 0i64;
-    while out.len() < n {
-        let ts = 1_700_000_000_000 + t * 60_000;
-        out.push(
-            AgentMessage::user(format!("t{t} {}", text(&mut rng, 150, 450))).with_timestamp(ts),
-        );
-        if t % 2 == 0 {
-            let id = format!("call_{t}");
-            out.push(
-                AgentMessage::tool_call(
-                    &id,
-                    "read",
-                    serde_json::json!({"path": format!("src/m{t}.rs")}),
-                )
-                .with_timestamp(ts + 1),
-            );
-            out.push(
-                AgentMessage::tool_result(&id, "read", text(&mut rng, 2_000, 6_000))
-                    .with_timestamp(ts + 2),
-            );
-        }
-        out.push(AgentMessage::assistant(text(&mut rng, 300, 1_500)).with_timestamp(ts + 3));
-        t += 1;
-    }
-    out.truncate(n);
-    out
-}
+mod common;
+use common::*;
 
 fn cx() -> CallContext {
     CallContext::none()

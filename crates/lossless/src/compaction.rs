@@ -432,7 +432,8 @@ impl Db {
         if produced.is_empty() {
             return Ok(0);
         }
-        self.tx(|c| {
+        let bytes: u64 = produced.iter().map(|p| p.text.len() as u64 * 2).sum();
+        let committed = self.tx(|c| {
             let mut committed = 0;
             let mut touched = HashSet::new();
             for p in produced {
@@ -473,7 +474,8 @@ impl Db {
                     p.text
                 ])?;
                 let sid = c.last_insert_rowid();
-                c.prepare_cached("INSERT INTO summaries_fts(rowid, text) VALUES(?1, ?2)")?.execute(params![sid, p.text])?;
+                c.prepare_cached("INSERT INTO summaries_fts(rowid, text) VALUES(?1, ?2)")?
+                    .execute(params![sid, crate::store::codec::index_terms(&p.text)])?;
                 {
                     let mut ins = c.prepare_cached("INSERT INTO summary_children(summary_id, ord, kind, child_id) VALUES(?1, ?2, ?3, ?4)")?;
                     for (i, (kind, id)) in ch.items.iter().enumerate() {
@@ -498,7 +500,9 @@ impl Db {
                 c.prepare_cached("UPDATE conversations SET epoch = epoch + 1 WHERE id = ?1")?.execute([conv])?;
             }
             Ok(committed)
-        })
+        })?;
+        self.wrote(bytes);
+        Ok(committed)
     }
 
     fn guard_load(&self, conv_id: i64) -> Result<Guard> {

@@ -27,7 +27,7 @@ use crate::config::LosslessConfig;
 use crate::error::Result;
 use crate::policy::{SessionMode, SessionPolicy};
 use crate::session::CarryReport;
-use crate::store::{codec, ConvKey, LosslessStore};
+use crate::store::{codec, ConvKey, IngestChunk, LosslessStore};
 
 /// The engine id (registered slot id and `info.id`).
 pub const ENGINE_ID: &str = "lossless";
@@ -103,17 +103,50 @@ impl LosslessEngine {
             .unwrap_or(self.cfg.default_token_budget)
     }
 
+    /// Stores `msgs` in one transaction. Small batches are encoded on the store thread; larger
+    /// ones are encoded on a blocking thread in chunks that stream into the store's open
+    /// transaction, so token counting and the codec run alongside SQLite instead of before it.
     async fn store_messages(&self, key: &ConvKey, msgs: Vec<AgentMessage>) -> Result<Vec<bool>> {
+        /// Below this many messages the extra thread hop costs more than the overlap saves.
+        const STREAM_MIN: usize = 16;
+        /// Messages per chunk sent to the store.
+        const CHUNK: usize = 16;
         if msgs.is_empty() {
             return Ok(Vec::new());
         }
         let key = key.clone();
-        self.store
-            .call(move |db| {
-                let enc = msgs.iter().map(codec::encode).collect::<Result<Vec<_>>>()?;
-                Ok(db.ingest(&key, &enc)?.stored)
-            })
-            .await
+        if msgs.len() < STREAM_MIN {
+            return self
+                .store
+                .call(move |db| {
+                    let enc = msgs.iter().map(codec::encode).collect::<Result<Vec<_>>>()?;
+                    Ok(db.ingest(&key, &enc)?.stored)
+                })
+                .await;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<IngestChunk>(4);
+        let encoder = tokio::task::spawn_blocking(move || {
+            for chunk in msgs.chunks(CHUNK) {
+                let sent = match chunk.iter().map(codec::encode).collect::<Result<Vec<_>>>() {
+                    Ok(enc) => tx.send(IngestChunk::Messages(enc)),
+                    Err(e) => {
+                        let _ = tx.send(IngestChunk::Failed(e));
+                        return;
+                    }
+                };
+                if sent.is_err() {
+                    return; // the store job is gone (closed store): it reports that itself.
+                }
+            }
+            let _ = tx.send(IngestChunk::Done);
+        });
+        let stored = self
+            .store
+            .call(move |db| Ok(db.ingest_stream(&key, rx)?.stored))
+            .await;
+        // The encoder ends once the store job has dropped its receiver or got `Done`.
+        let _ = encoder.await;
+        stored
     }
 
     fn lock_for(&self, conv_id: i64) -> Arc<tokio::sync::Mutex<()>> {
@@ -287,7 +320,7 @@ impl ContextEngine for LosslessEngine {
                 let mut first_live = recent.len();
                 while first_live > 0 {
                     let e = codec::encode(&recent[first_live - 1])?;
-                    if db.has_message(conv.id, e.hash)? {
+                    if db.has_message(conv.id, e.ts, e.hash)? {
                         break;
                     }
                     first_live -= 1;

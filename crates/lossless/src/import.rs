@@ -128,7 +128,7 @@ impl Db {
                 .iter()
                 .filter(|e| seen.insert(e.hash))
                 .filter(|e| match &conv {
-                    Some(c) => !self.has_message(c.id, e.hash).unwrap_or(false),
+                    Some(c) => !self.has_message(c.id, e.ts, e.hash).unwrap_or(false),
                     None => true,
                 })
                 .count();

@@ -46,6 +46,34 @@ pub struct Encoded {
     pub tokens: u64,
     /// Identity hash (idempotency key within a conversation).
     pub hash: i64,
+    /// What the full-text index gets: [`index_terms`] of `text`.
+    pub fts: String,
+}
+
+/// The text a `detail=none` full-text index needs from `text`: its distinct words, once each.
+///
+/// A `detail=none` FTS5 index records only which rows contain a term, never how often or
+/// where, so feeding it every repetition is wasted work on the store thread (tokenizing,
+/// stemming and hashing each occurrence). This runs on the encoding side instead, in parallel
+/// with the store. It splits only at ASCII non-alphanumerics, each of which FTS5's
+/// `unicode61` tokenizer also treats as a separator, and lowercases only ASCII (the tokenizer
+/// folds case anyway), so every chunk yields exactly the tokens the original text had there:
+/// the index ends up with the same set of terms per row. Chunks with non-ASCII letters are
+/// left to the tokenizer whole.
+pub fn index_terms(text: &str) -> String {
+    type Seen<'a> = std::collections::HashSet<&'a str, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+    let lower = text.to_ascii_lowercase();
+    let mut seen: Seen<'_> = Seen::with_capacity_and_hasher(64, Default::default());
+    let mut out = String::with_capacity(text.len() / 3);
+    for w in lower.split(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric()) {
+        if !w.is_empty() && seen.insert(w) {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(w);
+        }
+    }
+    out
 }
 
 const SEP: char = '\n';
@@ -262,7 +290,9 @@ pub fn encode(m: &AgentMessage) -> Result<Encoded> {
     let d = h.finalize();
     let mut b = [0u8; 8];
     b.copy_from_slice(&d[..8]);
+    let fts = index_terms(&text);
     Ok(Encoded {
+        fts,
         role,
         text,
         skeleton,

@@ -5,6 +5,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
+use super::checkpoint::Checkpointer;
 use super::codec::Encoded;
 use crate::error::{LosslessError, Result};
 
@@ -91,12 +92,15 @@ pub struct IngestOutcome {
     pub stored: Vec<bool>,
     /// The conversation after the batch.
     pub conv: Option<ConvRow>,
+    /// Bytes of text (and index text) stored by the batch.
+    pub bytes: u64,
 }
 
 /// The store thread's state: the connection.
 pub struct Db {
     pub(crate) conn: Connection,
     pub(crate) busy_ms: u64,
+    checkpointer: Option<Checkpointer>,
 }
 
 /// Current wall-clock time in epoch ms.
@@ -108,13 +112,29 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl Db {
-    pub(crate) fn new(conn: Connection, busy_ms: u64) -> Self {
-        Self { conn, busy_ms }
+    pub(crate) fn new(conn: Connection, busy_ms: u64, checkpointer: Option<Checkpointer>) -> Self {
+        Self {
+            conn,
+            busy_ms,
+            checkpointer,
+        }
     }
 
     pub(crate) fn close(self) {
+        // The checkpoint thread's connection closes first (its channel ends here), so this
+        // one, the last, checkpoints the log into the file and removes it.
+        if let Some(c) = self.checkpointer {
+            c.stop();
+        }
         let _ = self.conn.execute_batch("PRAGMA optimize;");
         let _ = self.conn.close();
+    }
+
+    /// Tells the background checkpointer that a committed transaction wrote about `bytes`.
+    pub(crate) fn wrote(&mut self, bytes: u64) {
+        if let Some(c) = &mut self.checkpointer {
+            c.wrote(bytes);
+        }
     }
 
     /// Maps a rusqlite error (lock timeouts become `Busy`).
@@ -161,60 +181,148 @@ impl Db {
         Ok(rows)
     }
 
-    /// Whether a message with this identity hash is stored in `conv_id`.
-    pub fn has_message(&self, conv_id: i64, hash: i64) -> Result<bool> {
+    /// Whether a message with this identity (timestamp and hash, see
+    /// [`Encoded`]) is stored in `conv_id`.
+    pub fn has_message(&self, conv_id: i64, ts: Option<i64>, hash: i64) -> Result<bool> {
         Ok(self
             .conn
-            .prepare_cached("SELECT 1 FROM messages WHERE conv_id = ?1 AND hash = ?2")?
-            .query_row(params![conv_id, hash], |_| Ok(()))
+            .prepare_cached(
+                "SELECT 1 FROM messages WHERE conv_id = ?1 AND ifnull(ts, 0) = ?2 AND hash = ?3",
+            )?
+            .query_row(params![conv_id, ts.unwrap_or(0), hash], |_| Ok(()))
             .optional()?
             .is_some())
     }
 
-    /// Stores `msgs` (already encoded) in one transaction; duplicates (same identity hash in
-    /// the conversation) are skipped. Appends each new message to the frontier and updates the
+    /// Stores `msgs` (already encoded) in one transaction; duplicates (same identity in the
+    /// conversation) are skipped. Appends each new message to the frontier and updates the
     /// running totals.
     pub fn ingest(&mut self, key: &ConvKey, msgs: &[Encoded]) -> Result<IngestOutcome> {
-        self.tx(|c| {
-            let mut conv = get_or_create_conv(c, key)?;
-            let mut stored = Vec::with_capacity(msgs.len());
-            let mut ins = c.prepare_cached(
+        let out = self.tx(|c| {
+            let mut app = Appender::new(c, key, msgs.len())?;
+            for m in msgs {
+                app.push(m)?;
+            }
+            app.finish()
+        })?;
+        self.wrote(out.bytes);
+        Ok(out)
+    }
+
+    /// [`Self::ingest`] for messages still being encoded: chunks arrive on `rx` while earlier
+    /// ones are inserted, so encoding (token counting, the codec) and SQLite overlap on two
+    /// cores. One transaction for everything: it commits only after [`IngestChunk::Done`]; an
+    /// encoding failure or a producer that vanished without `Done` rolls all of it back.
+    pub fn ingest_stream(
+        &mut self,
+        key: &ConvKey,
+        rx: std::sync::mpsc::Receiver<IngestChunk>,
+    ) -> Result<IngestOutcome> {
+        let out = self.tx(|c| {
+            let mut app = Appender::new(c, key, 0)?;
+            loop {
+                match rx.recv() {
+                    Ok(IngestChunk::Messages(msgs)) => {
+                        for m in &msgs {
+                            app.push(m)?;
+                        }
+                    }
+                    Ok(IngestChunk::Done) => break,
+                    Ok(IngestChunk::Failed(e)) => return Err(e),
+                    Err(_) => {
+                        return Err(LosslessError::InvalidInput(
+                            "ingest aborted: the encoder stopped before the end of the batch".into(),
+                        ))
+                    }
+                }
+            }
+            app.finish()
+        })?;
+        self.wrote(out.bytes);
+        Ok(out)
+    }
+}
+
+/// One message of the encoder → store stream of [`Db::ingest_stream`].
+#[derive(Debug)]
+pub enum IngestChunk {
+    /// The next encoded messages, in order.
+    Messages(Vec<Encoded>),
+    /// Every message was sent: commit.
+    Done,
+    /// Encoding failed: roll back and report this.
+    Failed(LosslessError),
+}
+
+/// Appends messages to one conversation inside an open transaction, keeping the running totals
+/// in memory and writing them once at the end.
+struct Appender<'c> {
+    conv: ConvRow,
+    stored: Vec<bool>,
+    bytes: u64,
+    ins: rusqlite::CachedStatement<'c>,
+    fts: rusqlite::CachedStatement<'c>,
+    frontier: rusqlite::CachedStatement<'c>,
+    c: &'c Connection,
+}
+
+impl<'c> Appender<'c> {
+    fn new(c: &'c Connection, key: &ConvKey, expected: usize) -> Result<Self> {
+        Ok(Self {
+            conv: get_or_create_conv(c, key)?,
+            stored: Vec::with_capacity(expected),
+            bytes: 0,
+            ins: c.prepare_cached(
                 "INSERT OR IGNORE INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text)
                  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
-            let mut fts = c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?;
-            let mut fr = c.prepare_cached("INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 0, ?3, ?4)")?;
-            for m in msgs {
-                let n = ins.execute(params![
-                    conv.id,
-                    conv.next_seq,
-                    m.role,
-                    m.tokens as i64,
-                    m.ts,
-                    m.hash,
-                    m.n_calls,
-                    m.tool_call_id,
-                    m.skeleton,
-                    m.text
-                ])?;
-                if n == 0 {
-                    stored.push(false);
-                    continue;
-                }
-                let id = c.last_insert_rowid();
-                fts.execute(params![id, m.text])?;
-                fr.execute(params![conv.id, conv.next_ord, id, m.tokens as i64])?;
-                conv.next_seq += 1;
-                conv.next_ord += 1;
-                conv.msg_count += 1;
-                conv.msg_tokens += m.tokens as i64;
-                conv.raw_bytes += m.text.len() as i64;
-                conv.frontier_tokens += m.tokens as i64;
-                conv.frontier_items += 1;
-                stored.push(true);
-            }
-            if stored.iter().any(|s| *s) {
-                c.prepare_cached(
+            )?,
+            fts: c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?,
+            frontier: c.prepare_cached(
+                "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 0, ?3, ?4)",
+            )?,
+            c,
+        })
+    }
+
+    fn push(&mut self, m: &Encoded) -> Result<()> {
+        let conv = &mut self.conv;
+        let n = self.ins.execute(params![
+            conv.id,
+            conv.next_seq,
+            m.role,
+            m.tokens as i64,
+            m.ts,
+            m.hash,
+            m.n_calls,
+            m.tool_call_id,
+            m.skeleton,
+            m.text
+        ])?;
+        if n == 0 {
+            self.stored.push(false);
+            return Ok(());
+        }
+        let id = self.c.last_insert_rowid();
+        self.fts.execute(params![id, m.fts])?;
+        self.frontier
+            .execute(params![conv.id, conv.next_ord, id, m.tokens as i64])?;
+        conv.next_seq += 1;
+        conv.next_ord += 1;
+        conv.msg_count += 1;
+        conv.msg_tokens += m.tokens as i64;
+        conv.raw_bytes += m.text.len() as i64;
+        conv.frontier_tokens += m.tokens as i64;
+        conv.frontier_items += 1;
+        self.bytes += (m.text.len() + m.fts.len() + m.skeleton.as_ref().map_or(0, String::len)) as u64;
+        self.stored.push(true);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<IngestOutcome> {
+        let conv = self.conv;
+        if self.stored.iter().any(|s| *s) {
+            self.c
+                .prepare_cached(
                     "UPDATE conversations SET next_seq = ?2, next_ord = ?3, msg_count = ?4, msg_tokens = ?5, raw_bytes = ?6,
                      frontier_tokens = ?7, frontier_items = ?8 WHERE id = ?1",
                 )?
@@ -228,8 +336,11 @@ impl Db {
                     conv.frontier_tokens,
                     conv.frontier_items
                 ])?;
-            }
-            Ok(IngestOutcome { stored, conv: Some(conv) })
+        }
+        Ok(IngestOutcome {
+            stored: self.stored,
+            conv: Some(conv),
+            bytes: self.bytes,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! reply, blocking callers (the CLI) wait on it. Every write is one transaction per job, so a
 //! batch is atomic and a crash leaves either all of it or none of it.
 
+mod checkpoint;
 pub mod codec;
 mod db;
 pub mod schema;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
 pub(crate) use db::{get_conv as db_get_conv, get_or_create_conv as db_get_or_create_conv, now_ms};
-pub use db::{ConvKey, ConvRow, Db, IngestOutcome};
+pub use db::{ConvKey, ConvRow, Db, IngestChunk, IngestOutcome};
 
 use crate::error::{LosslessError, Result};
 
@@ -53,7 +54,12 @@ impl LosslessStore {
     pub fn open_with(path: impl AsRef<Path>, busy_timeout_ms: u64) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let conn = schema::open(&path, busy_timeout_ms)?;
-        let mut db = Db::new(conn, busy_timeout_ms);
+        let checkpointer = checkpoint::Checkpointer::spawn(&path, busy_timeout_ms);
+        if checkpointer.is_some() {
+            conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")
+                .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms))?;
+        }
+        let mut db = Db::new(conn, busy_timeout_ms, checkpointer);
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("lossless-sqlite".into())

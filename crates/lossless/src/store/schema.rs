@@ -17,11 +17,13 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
-const V1: &str = r#"
+/// The schema as version 1 created it; migrations start from here (public so tests can build
+/// a database of every older version).
+pub const V1: &str = r#"
 CREATE TABLE conversations(
   id INTEGER PRIMARY KEY,
   agent_id TEXT NOT NULL,
@@ -113,6 +115,28 @@ CREATE TABLE guard_state(
 );
 "#;
 
+/// Version 2: ingest cost that stays flat as history grows, and a cheaper full-text index.
+///
+/// - The identity index leads with the timestamp, so inserting a new (newer) message touches
+///   the right edge of the B-tree instead of a random page: v1 keyed it by the hash alone,
+///   and once the index outgrew the page cache every insert dirtied a page of its own.
+///   Timeless messages share the key 0 and are told apart by their hash.
+/// - Both full-text tables become contentless and index [`super::codec::index_terms`] (the
+///   distinct words) instead of the whole text: the same terms per row, a fraction of the
+///   tokenizing. Texts are read from `messages`/`summaries`, which always had them.
+pub const V2: &str = r#"
+DROP INDEX messages_identity;
+CREATE UNIQUE INDEX messages_identity ON messages(conv_id, ifnull(ts, 0), hash);
+DROP TABLE messages_fts;
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+  text, content='', contentless_delete=1, detail=none, tokenize='porter unicode61 remove_diacritics 2'
+);
+DROP TABLE summaries_fts;
+CREATE VIRTUAL TABLE summaries_fts USING fts5(
+  text, content='', contentless_delete=1, detail=none, tokenize='porter unicode61 remove_diacritics 2'
+);
+"#;
+
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
@@ -172,7 +196,9 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     }
     if version == 0 {
         // A fresh file: set the page size before the first table exists.
-        conn.execute_batch("PRAGMA page_size = 4096; PRAGMA auto_vacuum = INCREMENTAL;")?;
+        // 16 KiB pages: most tool outputs fit a page instead of spilling into overflow chains
+        // (less slack, smaller files) and a commit writes fewer, larger frames.
+        conn.execute_batch("PRAGMA page_size = 16384; PRAGMA auto_vacuum = INCREMENTAL;")?;
     }
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;
@@ -184,6 +210,19 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
         other => other,
     })?;
     Ok(conn)
+}
+
+/// Refills a (new, empty) contentless full-text table from the texts of `source`.
+fn reindex(conn: &Connection, fts: &str, source: &str) -> Result<()> {
+    let mut read = conn.prepare(&format!("SELECT id, text FROM {source} ORDER BY id"))?;
+    let mut write = conn.prepare(&format!("INSERT INTO {fts}(rowid, text) VALUES(?1, ?2)"))?;
+    let mut rows = read.query([])?;
+    while let Some(row) = rows.next()? {
+        let id: i64 = row.get(0)?;
+        let text: String = row.get(1)?;
+        write.execute(rusqlite::params![id, super::codec::index_terms(&text)])?;
+    }
+    Ok(())
 }
 
 fn migrate(conn: &Connection, from: i32) -> Result<()> {
@@ -199,6 +238,12 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
             conn.execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 1;"
             ))?;
+        }
+        if now < 2 {
+            conn.execute_batch(V2)?;
+            reindex(conn, "messages_fts", "messages")?;
+            reindex(conn, "summaries_fts", "summaries")?;
+            conn.execute_batch("PRAGMA user_version = 2;")?;
         }
         Ok(())
     };

@@ -1,0 +1,175 @@
+//! Where the ingest time goes: token counting, the message codec, the store's transaction, and
+//! bare SQLite (+FTS5 with and without the porter stemmer) on the same texts. Prints figures;
+//! it is a measuring aid for `BENCH_NOTES.md`, not a criterion benchmark.
+//!
+//! `cargo bench -p clawctx-lossless --bench ingest_parts` (`INGEST_PARTS_N`, default 10,000).
+
+#![allow(missing_docs)]
+
+use std::time::Instant;
+
+use clawctx_lossless::store::codec;
+use clawctx_lossless::*;
+use clawctx_protocol::AgentMessage;
+
+mod common;
+use common::*;
+
+fn per_msg(t: Instant, n: usize) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+/// The distinct ASCII-lowercased words of `text` (split at ASCII non-alphanumerics), joined by
+/// spaces: what a `detail=none` index needs.
+fn distinct_words(text: &str) -> String {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = String::with_capacity(text.len() / 2);
+    for w in text.split(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric()) {
+        if w.is_empty() {
+            continue;
+        }
+        let w = w.to_ascii_lowercase();
+        if seen.insert(w.clone()) {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(&w);
+        }
+    }
+    out
+}
+
+fn bare_sqlite(texts: &[String], fts: Option<&str>) -> f64 {
+    bare_sqlite_with(texts, fts, 100, false)
+}
+
+fn bare_sqlite_with(texts: &[String], fts: Option<&str>, per_tx: usize, contentless: bool) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join("bare.db")).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+         CREATE TABLE m(id INTEGER PRIMARY KEY, text TEXT NOT NULL);",
+    )
+    .unwrap();
+    if let Some(tok) = fts {
+        conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE f USING fts5(text, {}, detail=none, tokenize='{tok}');",
+            if contentless { "content=''" } else { "content='m', content_rowid='id'" }
+        ))
+        .unwrap();
+    }
+    let t = Instant::now();
+    for ch in texts.chunks(per_tx) {
+        conn.execute_batch("BEGIN").unwrap();
+        for s in ch {
+            conn.prepare_cached("INSERT INTO m(text) VALUES(?1)")
+                .unwrap()
+                .execute([s])
+                .unwrap();
+            if fts.is_some() {
+                let id = conn.last_insert_rowid();
+                conn.prepare_cached("INSERT INTO f(rowid, text) VALUES(?1, ?2)")
+                    .unwrap()
+                    .execute(rusqlite::params![id, s])
+                    .unwrap();
+            }
+        }
+        conn.execute_batch("COMMIT").unwrap();
+    }
+    per_msg(t, texts.len())
+}
+
+fn main() {
+    let n: usize = std::env::var("INGEST_PARTS_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+    // A seed no other bench uses, so the token memo starts cold.
+    let msgs: Vec<AgentMessage> = workload(n, 4242);
+    let bytes: usize = msgs.iter().map(|m| m.plain_text().len()).sum();
+    println!("workload: {n} messages, {:.0} text bytes/message", bytes as f64 / n as f64);
+
+    let t = Instant::now();
+    for m in &msgs {
+        std::hint::black_box(clawctx_tokens::message_tokens(m));
+    }
+    println!("token counting (cold):          {:6.1} µs/msg", per_msg(t, n));
+
+    let t = Instant::now();
+    let enc: Vec<_> = msgs.iter().map(|m| codec::encode(m).unwrap()).collect();
+    println!("codec::encode (tokens memoized): {:6.1} µs/msg", per_msg(t, n));
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = LosslessStore::open(dir.path().join("parts.db")).unwrap();
+    let key = ConvKey::from_host(Some(KEY), "s");
+    let t = Instant::now();
+    for ch in enc.chunks(100) {
+        let ch = ch.to_vec();
+        let key = key.clone();
+        store.call_blocking(move |db| db.ingest(&key, &ch)).unwrap();
+    }
+    println!("Db::ingest (pre-encoded, 100/tx): {:6.1} µs/msg", per_msg(t, n));
+
+    // End to end through the engine, tokens cold again (another seed), batches of 100.
+    let fresh: Vec<AgentMessage> = workload(n, 4343);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engine = LosslessEngine::open(dir.path().join("e2e.db"), LosslessConfig::default()).unwrap();
+    let cx = clawctx_engine::CallContext::none();
+    let t = Instant::now();
+    rt.block_on(async {
+        use clawctx_engine::ContextEngine;
+        for ch in fresh.chunks(100) {
+            let p = clawctx_protocol::IngestBatchParams {
+                session_id: "s".into(),
+                session_key: Some(KEY.into()),
+                messages: ch.to_vec(),
+                is_heartbeat: None,
+            };
+            engine.ingest_batch(&p, &cx).await.unwrap();
+        }
+    });
+    println!("engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg", per_msg(t, n));
+    let st = rt.block_on(engine.store().status()).unwrap();
+    let raw: usize = fresh.iter().map(|m| m.plain_text().len()).sum();
+    println!("  database {:.2}x the raw text bytes", st.db_bytes as f64 / raw as f64);
+
+    if std::env::var_os("INGEST_PARTS_BARE").is_none() {
+        println!("(set INGEST_PARTS_BARE=1 for the bare SQLite comparisons)");
+        return;
+    }
+    let texts: Vec<String> = enc.iter().map(|e| e.text.clone()).collect();
+    println!("bare insert, no FTS:             {:6.1} µs/msg", bare_sqlite(&texts, None));
+    println!(
+        "bare insert + FTS5 unicode61:    {:6.1} µs/msg",
+        bare_sqlite(&texts, Some("unicode61 remove_diacritics 2"))
+    );
+    println!(
+        "bare insert + FTS5 porter:       {:6.1} µs/msg",
+        bare_sqlite(&texts, Some("porter unicode61 remove_diacritics 2"))
+    );
+    println!(
+        "bare insert + FTS5 porter, 1000/tx: {:6.1} µs/msg",
+        bare_sqlite_with(&texts, Some("porter unicode61 remove_diacritics 2"), 1000, false)
+    );
+    let t = Instant::now();
+    let distinct: Vec<String> = texts.iter().map(|s| distinct_words(s)).collect();
+    println!("distinct words in Rust:          {:6.1} µs/msg", per_msg(t, n));
+    let dbytes: usize = distinct.iter().map(String::len).sum();
+    println!("  ({:.0} bytes/msg after dedupe)", dbytes as f64 / n as f64);
+    println!(
+        "bare insert + FTS5 porter on distinct words (contentless): {:6.1} µs/msg",
+        bare_sqlite_with(&distinct, Some("porter unicode61 remove_diacritics 2"), 100, true)
+    );
+    println!(
+        "bare insert + FTS5 unicode61 on distinct words (contentless): {:6.1} µs/msg",
+        bare_sqlite_with(&distinct, Some("unicode61 remove_diacritics 2"), 100, true)
+    );
+    println!(
+        "bare insert + FTS5 porter (contentless, full text): {:6.1} µs/msg",
+        bare_sqlite_with(&texts, Some("porter unicode61 remove_diacritics 2"), 100, true)
+    );
+}

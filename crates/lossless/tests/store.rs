@@ -1,0 +1,273 @@
+//! The store layer on its own: schema migration from older versions, the streamed ingest
+//! transaction, the distinct-word full-text index, and the background checkpointer.
+
+mod common;
+
+use clawctx_engine::ContextEngine;
+use clawctx_lossless::store::{codec, schema, IngestChunk};
+use clawctx_lossless::*;
+use clawctx_protocol::*;
+use common::*;
+use proptest::prelude::*;
+
+fn key() -> ConvKey {
+    ConvKey::from_host(Some(KEY), "s1")
+}
+
+fn batch(messages: Vec<AgentMessage>) -> IngestBatchParams {
+    IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages,
+        is_heartbeat: None,
+    }
+}
+
+/// Writes a version-1 database the way version 1 stored messages (full text in an
+/// external-content FTS table, identity indexed by hash alone).
+fn write_v1_database(path: &std::path::Path, msgs: &[AgentMessage]) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(schema::V1).unwrap();
+    conn.execute_batch(&format!(
+        "PRAGMA application_id = {}; PRAGMA user_version = 1;",
+        schema::APPLICATION_ID
+    ))
+    .unwrap();
+    let k = key();
+    conn.execute(
+        "INSERT INTO conversations(agent_id, session_key, active, created_at, next_seq, next_ord, msg_count)
+         VALUES(?1, ?2, 1, 0, ?3, ?3, ?3)",
+        rusqlite::params![k.agent_id, k.session_key, msgs.len() as i64],
+    )
+    .unwrap();
+    for (i, m) in msgs.iter().enumerate() {
+        let e = codec::encode(m).unwrap();
+        conn.execute(
+            "INSERT INTO messages(id, conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text)
+             VALUES(?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            rusqlite::params![
+                i as i64 + 1,
+                i as i64,
+                e.role,
+                e.tokens as i64,
+                e.ts,
+                e.hash,
+                e.n_calls,
+                e.tool_call_id,
+                e.skeleton,
+                e.text
+            ],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)",
+            rusqlite::params![i as i64 + 1, e.text],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(1, ?1, 0, ?2, ?3)",
+            rusqlite::params![i as i64, i as i64 + 1, e.tokens as i64],
+        )
+        .unwrap();
+    }
+    conn.execute(
+        "UPDATE conversations SET msg_tokens = (SELECT sum(tokens) FROM messages),
+         frontier_tokens = (SELECT sum(tokens) FROM messages), frontier_items = ?1,
+         raw_bytes = (SELECT sum(length(CAST(text AS BLOB))) FROM messages)",
+        [msgs.len() as i64],
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_version_1_database_migrates_and_stays_searchable_and_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let old = vec![
+        AgentMessage::user("the Zanzibar deployment failed with E0425").with_timestamp(10),
+        AgentMessage::assistant("Fixed it in src/zanzibar.rs, rerunning").with_timestamp(20),
+        AgentMessage::user("no timestamp on this one, pelican"),
+    ];
+    write_v1_database(&path, &old);
+
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    let version: i32 = e
+        .store()
+        .call(|db| db.tx(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)))
+        .await
+        .unwrap();
+    assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+
+    // Words of the old rows are found through the rebuilt index (with stemming: "deployments").
+    for (q, want) in [("zanzibar deployments", "msg_1"), ("pelican", "msg_3")] {
+        let hits = e
+            .store()
+            .grep(GrepQuery::new(q, Scope::Session(key())))
+            .await
+            .unwrap()
+            .hits;
+        assert!(
+            hits.iter().any(|h| h.id == want),
+            "query {q:?} should find {want} after migration, got {hits:?}"
+        );
+    }
+    // Re-delivering the old messages (timestamped or not) stores nothing new.
+    let again = e.ingest_batch(&batch(old.clone()), &cx()).await.unwrap();
+    assert_eq!(again.ingested_count, 0, "migrated identities must still match");
+    let new = AgentMessage::user("a new message after the upgrade").with_timestamp(30);
+    let r = e.ingest_batch(&batch(vec![new]), &cx()).await.unwrap();
+    assert_eq!(r.ingested_count, 1);
+    let report = e.store().doctor().await.unwrap();
+    assert!(report.ok, "doctor after migration: {:?}", report.issues);
+}
+
+#[tokio::test]
+async fn a_large_batch_streams_in_order_and_skips_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, small_cfg());
+    let mut rng = Lcg(7);
+    let mut msgs = Vec::new();
+    for t in 0..40 {
+        msgs.extend(turn(&mut rng, t, t % 3 == 0, 40));
+    }
+    // Repeats inside the batch (the host re-sent a stretch) and a timeless duplicate pair.
+    let mut sent = msgs.clone();
+    sent.extend_from_slice(&msgs[10..30]);
+    sent.push(AgentMessage::user("timeless"));
+    sent.push(AgentMessage::user("timeless"));
+    assert!(sent.len() > 100, "the batch must be large enough to stream");
+    let r = e.ingest_batch(&batch(sent), &cx()).await.unwrap();
+    assert_eq!(r.ingested_count as usize, msgs.len() + 1);
+    // Stored in input order: message n is the n-th distinct input.
+    for (i, m) in msgs.iter().enumerate().step_by(17) {
+        match e.store().describe(&format!("msg_{}", i + 1)).await.unwrap() {
+            DescribeReport::Message(info) => assert_eq!(&info.message, m, "msg_{}", i + 1),
+            other => panic!("msg_{} is not a message: {other:?}", i + 1),
+        }
+    }
+    assert!(e.store().doctor().await.unwrap().ok);
+}
+
+#[test]
+fn an_encoder_that_stops_early_rolls_the_whole_batch_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LosslessStore::open(dir.path().join("s.db")).unwrap();
+    let enc: Vec<_> = (0..5)
+        .map(|i| codec::encode(&AgentMessage::user(format!("m{i}")).with_timestamp(i)).unwrap())
+        .collect();
+
+    // The producer sends a chunk, then vanishes without `Done`.
+    let (tx, rx) = std::sync::mpsc::sync_channel(4);
+    tx.send(IngestChunk::Messages(enc[..3].to_vec())).unwrap();
+    drop(tx);
+    let err = store
+        .call_blocking(move |db| db.ingest_stream(&key(), rx))
+        .unwrap_err();
+    assert!(err.to_string().contains("aborted"), "{err}");
+
+    // The producer reports an encoding failure after a chunk.
+    let (tx, rx) = std::sync::mpsc::sync_channel(4);
+    tx.send(IngestChunk::Messages(enc[..3].to_vec())).unwrap();
+    tx.send(IngestChunk::Failed(LosslessError::InvalidInput("bad message 4".into())))
+        .unwrap();
+    let err = store
+        .call_blocking(move |db| db.ingest_stream(&key(), rx))
+        .unwrap_err();
+    assert!(err.to_string().contains("bad message 4"), "{err}");
+
+    let count = store
+        .call_blocking(|db| Ok(db.conversation(&key())?.map_or(0, |c| c.msg_count)))
+        .unwrap();
+    assert_eq!(count, 0, "a failed stream must leave nothing behind");
+
+    // A complete stream commits.
+    let (tx, rx) = std::sync::mpsc::sync_channel(4);
+    tx.send(IngestChunk::Messages(enc.clone())).unwrap();
+    tx.send(IngestChunk::Done).unwrap();
+    let out = store
+        .call_blocking(move |db| db.ingest_stream(&key(), rx))
+        .unwrap();
+    assert_eq!(out.stored, vec![true; 5]);
+}
+
+#[tokio::test]
+async fn megabytes_written_are_checkpointed_and_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.db");
+    let mut rng = Lcg(3);
+    let mut n = 0usize;
+    {
+        let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+        // ~9 MB of text: past the checkpoint threshold twice.
+        for b in 0..30 {
+            let msgs: Vec<AgentMessage> = (0..50)
+                .map(|i| {
+                    AgentMessage::user(format!("b{b} i{i} {}", words(&mut rng, 1_000)))
+                        .with_timestamp((b * 100 + i) as i64)
+                })
+                .collect();
+            n += msgs.len();
+            e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
+        }
+        e.store().close();
+    }
+    // The close is asynchronous (the store thread finishes its queue): wait for the log to
+    // be folded into the file, which the last connection does when it closes.
+    let wal = dir.path().join("big.db-wal");
+    for _ in 0..200 {
+        if !wal.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(!wal.exists(), "the log should be checkpointed and removed on close");
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    let convs = e.store().conversations().await.unwrap();
+    assert_eq!(convs[0].msg_count as usize, n);
+    assert!(e.store().doctor().await.unwrap().ok);
+}
+
+/// The terms FTS5 (our tokenizer settings, `detail=none`) indexes for `text`.
+fn fts_terms(text: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    conn.execute_batch(
+        "CREATE VIRTUAL TABLE f USING fts5(text, content='', detail=none,
+           tokenize='porter unicode61 remove_diacritics 2');
+         CREATE VIRTUAL TABLE v USING fts5vocab(f, 'row');",
+    )
+    .unwrap();
+    conn.execute("INSERT INTO f(rowid, text) VALUES(1, ?1)", [text])
+        .unwrap();
+    let mut st = conn.prepare("SELECT term FROM v ORDER BY term").unwrap();
+    let terms = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .unwrap();
+    terms
+}
+
+fn text_strategy() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        "[A-Za-z]{1,12}",
+        "[0-9]{1,6}",
+        "[ \t\r\n.,;:!?/\\\\_'\"()\\[\\]{}<>=+*&^%$#@~`|-]{1,3}",
+        "(Café|naïve|Straße|ÉCOLE|日本語|Привет|emoji🙂x|ﬁle|İstanbul|x\u{301}y)",
+        ".{1,4}",
+    ];
+    proptest::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The distinct-word text indexes exactly the terms of the full text.
+    #[test]
+    fn index_terms_index_the_same_terms_as_the_full_text(text in text_strategy()) {
+        let distinct = codec::index_terms(&text);
+        prop_assert_eq!(
+            fts_terms(&text), fts_terms(&distinct),
+            "full text {:?} and index_terms {:?} give different FTS5 terms", text, distinct
+        );
+    }
+}
