@@ -1,15 +1,35 @@
 // clawctx Node plugin runner.
 //
 // Loads an OpenClaw-style plugin (`export default function register(api) {...}`, a
-// `definePluginEntry({...})` object, ESM or CommonJS; TypeScript through the plugin's own
-// `jiti`) and serves the clawctx plugin protocol on stdio: JSON-RPC 2.0, one message per
-// line; stdout carries only protocol messages (anything the plugin prints goes to stderr).
-// The protocol is specified in docs/plugin-protocol.md.
+// `definePluginEntry({...})` object, ESM or CommonJS; TypeScript through jiti, the plugin's
+// own or the copy vendored next to this file) and serves the clawctx plugin protocol on stdio:
+// JSON-RPC 2.0, one message per line; stdout carries only protocol messages (anything the
+// plugin prints goes to stderr). The protocol is specified in docs/plugin-protocol.md.
+//
+// Start-up and per-call cost are both on the agent's critical path, so:
+// - Node's compile cache is switched on where it exists (Node >= 22.1);
+// - the SDK module names resolve through in-thread hooks where Node has them
+//   (`module.registerHooks`, Node >= 22.15). On older Node the only ESM hook is
+//   `module.register`, which starts a loader worker thread (tens of milliseconds), so it is
+//   registered only when a cheap scan of the plugin's own sources finds an ES import that may
+//   need it (see needsEsmHooks). CommonJS `require` of the SDK never needs it;
+// - jiti (1.7 MB) is loaded only for TypeScript entries;
+// - stdin is framed by hand on Buffers (no readline, no per-line regex), and each reply is
+//   written with one write.
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { createRequire, register as registerLoaderHooks } from 'node:module';
+import * as nodeModule from 'node:module';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
-import * as readline from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const { createRequire } = nodeModule;
+if (typeof nodeModule.enableCompileCache === 'function') {
+  try {
+    nodeModule.enableCompileCache();
+  } catch {
+    // a cache is an optimization: never a reason not to start
+  }
+}
 
 const PROTOCOL_VERSION = 1;
 const RUNNER_VERSION = '0.1.0';
@@ -73,9 +93,10 @@ const SDK_CJS = {
   'clawctx/plugin-sdk/plugin-entry': 'plugin-sdk/plugin-entry.cjs',
 };
 
-function installSdkResolution() {
-  const esmMap = Object.fromEntries(Object.entries(SDK_ESM).map(([k, v]) => [k, pathToFileURL(path.join(here, v)).href]));
-  registerLoaderHooks('./loader.mjs', import.meta.url, { data: { map: esmMap } });
+let cjsPatched = false;
+function installCjsResolution() {
+  if (cjsPatched) return;
+  cjsPatched = true;
   const Module = require('node:module');
   const original = Module._resolveFilename;
   Module._resolveFilename = function resolveWithSdk(request, ...rest) {
@@ -84,22 +105,114 @@ function installSdkResolution() {
   };
 }
 
-async function loadEntry(entry, root) {
-  const ext = path.extname(entry);
-  if (ext === '.ts' || ext === '.mts' || ext === '.cts') {
-    const req = createRequire(path.join(root, 'package.json'));
-    let jitiPath;
+function esmSdkMap() {
+  return Object.fromEntries(Object.entries(SDK_ESM).map(([k, v]) => [k, pathToFileURL(path.join(here, v)).href]));
+}
+
+// Installs the SDK resolution for ES modules. `mode` is 'in-thread' (cheap, Node >= 22.15),
+// 'worker' (module.register: a loader thread), or 'none' (the scan found no ES import that
+// could need it).
+function installEsmResolution(mode) {
+  if (mode === 'in-thread') {
+    const map = esmSdkMap();
+    nodeModule.registerHooks({
+      resolve(specifier, context, nextResolve) {
+        if (Object.prototype.hasOwnProperty.call(map, specifier)) return { url: map[specifier], shortCircuit: true };
+        return nextResolve(specifier, context);
+      },
+    });
+  } else if (mode === 'worker') {
+    nodeModule.register('./loader.mjs', import.meta.url, { data: { map: esmSdkMap() } });
+  }
+}
+
+// --- deciding whether ES modules need the SDK hooks (Node < 22.15) ---------------------------
+// Conservative: any doubt answers true, which only costs the loader thread's start-up.
+const SCAN_MAX_FILES = 200;
+const SCAN_MAX_BYTES = 8 * 1024 * 1024;
+// ES import forms with a literal specifier: `from '…'`, `import '…'`, `import('…')`.
+const ES_IMPORT = /(?:\bfrom|\bimport)\s*\(?\s*(['"])([^'"\n]+)\1/g;
+// `import(expr)` with a computed specifier: cannot be followed.
+const COMPUTED_IMPORT = /\bimport\s*\(\s*(?!['"\s])/;
+
+function isSdkSpecifier(spec) {
+  return /^(?:openclaw|clawctx)\/plugin-sdk(?:\/|$)/.test(spec);
+}
+
+function needsEsmHooks(entry) {
+  const seen = new Set();
+  const queue = [entry];
+  let bytes = 0;
+  while (queue.length > 0) {
+    const file = queue.pop();
+    if (seen.has(file)) continue;
+    seen.add(file);
+    if (seen.size > SCAN_MAX_FILES) return true;
+    let text;
     try {
-      jitiPath = req.resolve('jiti');
+      text = fs.readFileSync(file, 'utf8');
     } catch {
-      throw new Error(
-        `TypeScript plugin entry ${entry} needs "jiti" in the plugin's node_modules (npm install jiti), or point the manifest at built JavaScript`,
-      );
+      return true;
     }
-    const jitiMod = await import(pathToFileURL(jitiPath).href);
-    const createJiti = jitiMod.createJiti || (jitiMod.default && jitiMod.default.createJiti) || jitiMod.default;
+    bytes += text.length;
+    if (bytes > SCAN_MAX_BYTES) return true;
+    if (COMPUTED_IMPORT.test(text)) return true;
+    for (const m of text.matchAll(ES_IMPORT)) {
+      const spec = m[2];
+      if (isSdkSpecifier(spec)) return true;
+      if (spec.startsWith('./') || spec.startsWith('../')) {
+        const ext = path.extname(spec);
+        if (ext === '.json' || ext === '.node' || ext === '.wasm') continue;
+        queue.push(path.resolve(path.dirname(file), spec.split(/[?#]/)[0]));
+      } else if (spec.startsWith('node:') || nodeModule.builtinModules.includes(spec)) {
+        continue;
+      } else if (spec.startsWith('file:') || spec.startsWith('data:') || spec.startsWith('/')) {
+        return true;
+      } else {
+        // A package: its own imports are not scanned.
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+function isTypeScript(entry) {
+  const ext = path.extname(entry);
+  return ext === '.ts' || ext === '.mts' || ext === '.cts';
+}
+
+function installSdkResolution(entry) {
+  installCjsResolution();
+  if (typeof nodeModule.registerHooks === 'function') installEsmResolution('in-thread');
+  else if (!isTypeScript(entry) && needsEsmHooks(entry)) installEsmResolution('worker');
+}
+
+// jiti: the plugin's own (as OpenClaw loads it), else the copy vendored next to this runner.
+async function loadJiti(root, entry) {
+  const candidates = [];
+  try {
+    candidates.push(createRequire(path.join(root, 'package.json')).resolve('jiti'));
+  } catch {
+    // not installed by the plugin
+  }
+  candidates.push(path.join(here, 'vendor', 'jiti', 'lib', 'jiti.mjs'));
+  for (const candidate of candidates) {
+    if (!fs.existsSync(candidate)) continue;
+    const mod = await import(pathToFileURL(candidate).href);
+    const createJiti = mod.createJiti || (mod.default && mod.default.createJiti) || mod.default;
+    if (typeof createJiti === 'function') return createJiti;
+  }
+  throw new Error(
+    `TypeScript plugin entry ${entry} needs jiti, which was found neither in the plugin's node_modules nor next to the clawctx runner (${path.join(here, 'vendor', 'jiti')}); install jiti in the plugin (npm install jiti) or point the manifest at built JavaScript`,
+  );
+}
+
+async function loadEntry(entry, root) {
+  if (isTypeScript(entry)) {
+    const createJiti = await loadJiti(root, entry);
     const alias = Object.fromEntries(Object.entries(SDK_CJS).map(([k, v]) => [k, path.join(here, v)]));
-    const jiti = createJiti(pathToFileURL(entry).href, { interopDefault: true, alias });
+    const jiti = createJiti(pathToFileURL(entry).href, { interopDefault: true, alias, fsCache: false, moduleCache: true });
     return typeof jiti.import === 'function' ? await jiti.import(entry) : jiti(entry);
   }
   return await import(pathToFileURL(entry).href);
@@ -236,7 +349,7 @@ const handlers = {
   async initialize(params) {
     state.plugin = params.plugin || {};
     if (!state.plugin.entry) throw new Error('initialize: plugin.entry is missing');
-    installSdkResolution();
+    installSdkResolution(state.plugin.entry);
     const mod = await loadEntry(state.plugin.entry, state.plugin.root || path.dirname(state.plugin.entry));
     const register = findRegister(mod);
     if (!register) {
@@ -413,16 +526,43 @@ function onMessage(msg) {
   }
 }
 
-const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
-rl.on('line', (line) => {
-  if (!line.trim()) return;
+// --- stdin framing ----------------------------------------------------------------------------
+// One message per line. A chunk usually holds whole lines; a line split across chunks is kept
+// as a list of pieces and joined once.
+let partial = [];
+
+function onLine(buf) {
+  let text = buf.toString('utf8');
+  if (text.endsWith('\r')) text = text.slice(0, -1);
+  if (!text.trim()) return;
   let msg;
   try {
-    msg = JSON.parse(line);
+    msg = JSON.parse(text);
   } catch (err) {
     process.stderr.write(`clawctx runner: invalid JSON from host: ${err.message}\n`);
     return;
   }
   onMessage(msg);
+}
+
+process.stdin.on('data', (chunk) => {
+  let start = 0;
+  let nl = chunk.indexOf(10);
+  while (nl !== -1) {
+    if (partial.length > 0) {
+      partial.push(chunk.subarray(start, nl));
+      const line = Buffer.concat(partial);
+      partial = [];
+      onLine(line);
+    } else {
+      onLine(chunk.subarray(start, nl));
+    }
+    start = nl + 1;
+    nl = chunk.indexOf(10, start);
+  }
+  if (start < chunk.length) partial.push(chunk.subarray(start));
 });
-rl.on('close', () => process.exit(0));
+process.stdin.on('end', () => {
+  if (partial.length > 0) onLine(Buffer.concat(partial));
+  process.exit(0);
+});

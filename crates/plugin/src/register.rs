@@ -89,8 +89,15 @@ pub fn spawn_spec(
         .unwrap_or_else(sdk::default_runtime_dir);
     let mut env = options.env.clone();
     let (program, args) = match &manifest.entry {
-        PluginEntry::Node(_) => {
+        PluginEntry::Node(entry) => {
             let runner = sdk::install_node_runner(&runtime_dir)?;
+            let typescript = entry
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| matches!(e, "ts" | "mts" | "cts"));
+            if typescript {
+                sdk::install_node_jiti(&runtime_dir)?;
+            }
             (PathBuf::from("node"), vec![runner.display().to_string()])
         }
         PluginEntry::Python(_) => {

@@ -2,6 +2,9 @@
 //! the binary (`include_str!`) and written to a runtime directory at spawn, so installing a
 //! plugin never needs an extra install step for the runner.
 //!
+//! jiti (vendored under `sdk/node/vendor/jiti`, 1.7 MB) is written only for TypeScript entries:
+//! every other plugin never pays for it.
+//!
 //! The directory name carries a hash of the contents, so different clawctx versions never
 //! share files; files are written with temp file + rename, so concurrent hosts never see a
 //! half-written runner.
@@ -36,6 +39,34 @@ pub const NODE_FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The vendored jiti, relative to the node directory (see `sdk/node/vendor/jiti/VENDORED.md`).
+pub const NODE_JITI_FILES: &[(&str, &str)] = &[
+    (
+        "vendor/jiti/LICENSE",
+        include_str!("../../../sdk/node/vendor/jiti/LICENSE"),
+    ),
+    (
+        "vendor/jiti/package.json",
+        include_str!("../../../sdk/node/vendor/jiti/package.json"),
+    ),
+    (
+        "vendor/jiti/lib/jiti.mjs",
+        include_str!("../../../sdk/node/vendor/jiti/lib/jiti.mjs"),
+    ),
+    (
+        "vendor/jiti/lib/jiti.cjs",
+        include_str!("../../../sdk/node/vendor/jiti/lib/jiti.cjs"),
+    ),
+    (
+        "vendor/jiti/dist/jiti.cjs",
+        include_str!("../../../sdk/node/vendor/jiti/dist/jiti.cjs"),
+    ),
+    (
+        "vendor/jiti/dist/babel.cjs",
+        include_str!("../../../sdk/node/vendor/jiti/dist/babel.cjs"),
+    ),
+];
+
 /// Python runner files, relative to the python directory (which goes on `PYTHONPATH`).
 pub const PYTHON_FILES: &[(&str, &str)] = &[
     (
@@ -49,15 +80,19 @@ pub const PYTHON_FILES: &[(&str, &str)] = &[
 ];
 
 fn content_hash() -> u64 {
-    // FNV-1a over every embedded file: stable across builds of the same sources.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (name, text) in NODE_FILES.iter().chain(PYTHON_FILES) {
-        for b in name.bytes().chain(text.bytes()) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
+    // FNV-1a over every embedded file: stable across builds of the same sources. Computed once
+    // per process (jiti makes it a couple of megabytes).
+    static HASH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HASH.get_or_init(|| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for (name, text) in NODE_FILES.iter().chain(NODE_JITI_FILES).chain(PYTHON_FILES) {
+            for b in name.bytes().chain(text.bytes()) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
         }
-    }
-    h
+        h
+    })
 }
 
 /// The default runtime directory: `<tmp>/clawctx-sdk-<version>-<hash>`.
@@ -96,6 +131,11 @@ pub fn install_node_runner(runtime_dir: &Path) -> Result<PathBuf, PluginError> {
     let dir = runtime_dir.join("node");
     write_files(&dir, NODE_FILES)?;
     Ok(dir.join("runner.mjs"))
+}
+
+/// Writes the vendored jiti under `runtime_dir/node/vendor/jiti` (for TypeScript entries).
+pub fn install_node_jiti(runtime_dir: &Path) -> Result<(), PluginError> {
+    write_files(&runtime_dir.join("node"), NODE_JITI_FILES)
 }
 
 /// Writes the Python SDK under `runtime_dir/python` and returns that directory (for
