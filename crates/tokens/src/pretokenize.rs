@@ -338,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn every_ascii_triple() {
+    fn every_four_byte_string_over_representative_bytes() {
         // Every combination of three ASCII bytes from a class-representative alphabet, in
         // every context the scanner distinguishes.
         let alphabet = b"aZ0 \t\r\n\x0b'/.sSlLeE\x00";
@@ -350,6 +350,20 @@ mod tests {
                         let t = std::str::from_utf8(&t).unwrap();
                         same(t);
                     }
+                }
+            }
+        }
+    }
+
+    /// Every ASCII string of up to three bytes (2.1M inputs, under two seconds).
+    #[test]
+    fn every_short_ascii_string() {
+        for a in 0u8..128 {
+            same(std::str::from_utf8(&[a]).unwrap());
+            for b in 0u8..128 {
+                same(std::str::from_utf8(&[a, b]).unwrap());
+                for c in 0u8..128 {
+                    same(std::str::from_utf8(&[a, b, c]).unwrap());
                 }
             }
         }
