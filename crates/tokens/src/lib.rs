@@ -7,7 +7,11 @@
 //! message and keep it).
 //!
 //! Text is counted exactly with OpenAI's o200k BPE (the `bpe-openai` crate: vocabularies
-//! compiled in, works offline, ~5× faster than tiktoken-rs). Images cost what OpenClaw's runtime
+//! compiled in, works offline, ~5× faster than tiktoken-rs). Counting is on the ingest path of
+//! every engine, so [`text_tokens`] does not call the crate's `count` directly: it splits text
+//! with our own byte scanner (`pretokenize`, identical pieces, the crate's regex only around
+//! non-ASCII text) and looks piece counts up in a per-thread cache (`count`), 5–10× faster and
+//! equal to the crate's count on every input (see `tests/exactness.rs`). Images cost what OpenClaw's runtime
 //! charges for them: 4,800 characters, i.e. [`IMAGE_TOKENS`] tokens (contract §7.4). Each
 //! message also pays a small framing overhead ([`MESSAGE_OVERHEAD_TOKENS`]) for its role and
 //! separators, as chat APIs do.
