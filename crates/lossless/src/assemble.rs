@@ -15,6 +15,7 @@ use clawctx_tokens::{message_tokens, truncate_middle};
 use rusqlite::params;
 
 use crate::error::Result;
+use crate::prompt_recall::PromptRecall;
 use crate::store::codec::{self, role};
 use crate::store::Db;
 
@@ -34,6 +35,8 @@ pub struct Assembled {
     pub live: usize,
     /// Frontier items not shown because the budget was reached.
     pub truncated: bool,
+    /// Stored messages quoted in the `<recalled>` block (0 = no block).
+    pub recalled: usize,
 }
 
 /// Renders a summary as the user-role block the model sees. Deterministic bytes.
@@ -61,6 +64,7 @@ pub fn render_summary(
 enum Item {
     Live(AgentMessage, u64),
     Message {
+        id: i64,
         role: i64,
         n_calls: i64,
         tokens: u64,
@@ -165,15 +169,23 @@ impl Packer {
 impl Db {
     /// Assembles conversation `conv_id` (or only `live` when `conv_id` is `None`) within
     /// `budget` tokens. `live` are the host's newest messages the store has not stored yet, in
-    /// order.
+    /// order. With `recall`, and when the newest live message is a user prompt, the block of
+    /// [`crate::prompt_recall`] goes right before that prompt, within its own reserve.
     pub fn assemble(
         &self,
         conv_id: Option<i64>,
         live: Vec<AgentMessage>,
         budget: u64,
+        recall: Option<&PromptRecall>,
     ) -> Result<Assembled> {
+        let recall = recall.filter(|r| {
+            r.reserve > 0
+                && r.reserve < budget
+                && conv_id.is_some()
+                && matches!(live.last(), Some(AgentMessage::User(_)))
+        });
         let mut p = Packer {
-            budget,
+            budget: budget - recall.map_or(0, |r| r.reserve),
             used: 0,
             pending: Vec::new(),
             kept: Vec::new(),
@@ -202,6 +214,7 @@ impl Db {
                 let tokens = r.get::<_, i64>(2)? as u64;
                 let item = if kind == 0 {
                     Item::Message {
+                        id: r.get(1)?,
                         role: r.get(3)?,
                         n_calls: r.get(4)?,
                         tokens,
@@ -230,15 +243,29 @@ impl Db {
         let oversized = p.oversized.take();
         let mut units = std::mem::take(&mut p.kept);
         units.reverse();
+        let mut shown = std::collections::HashSet::new();
         for unit in units {
             for item in unit {
                 match &item {
                     Item::Summary { .. } => out.summaries += 1,
                     Item::Live(..) => out.live += 1,
-                    Item::Message { .. } => {}
+                    Item::Message { id, .. } => {
+                        shown.insert(*id);
+                    }
                 }
                 out.tokens += item.tokens();
                 out.messages.push(item.into_message()?);
+            }
+        }
+        if let (Some(r), None) = (recall, &oversized) {
+            let prompt_kept = out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
+            if prompt_kept {
+                if let Some(block) = self.recalled_block(r, &shown)? {
+                    let at = out.messages.len() - 1;
+                    out.messages.insert(at, block.message);
+                    out.tokens += block.tokens;
+                    out.recalled = block.quoted;
+                }
             }
         }
         if let Some(unit) = oversized {

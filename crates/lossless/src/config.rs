@@ -72,6 +72,13 @@ pub struct LosslessConfig {
     pub grep_max_scan_rows: u64,
     /// Extra instructions passed to every summary request.
     pub custom_instructions: Option<String>,
+    /// Share of the budget kept for stored messages that match the current prompt, quoted
+    /// verbatim in a `<recalled>` block before it; `0` turns prompt recall off.
+    pub prompt_recall_share: f64,
+    /// Token cap of that block (the share applies below it).
+    pub prompt_recall_max_tokens: u64,
+    /// Messages quoted at most.
+    pub prompt_recall_max_messages: usize,
 }
 
 impl Default for LosslessConfig {
@@ -106,6 +113,9 @@ impl Default for LosslessConfig {
             busy_timeout_ms: 5_000,
             grep_max_scan_rows: 50_000,
             custom_instructions: None,
+            prompt_recall_share: 0.25,
+            prompt_recall_max_tokens: 6_000,
+            prompt_recall_max_messages: 40,
         }
     }
 }
@@ -159,6 +169,17 @@ impl LosslessConfig {
             .clamp(2, self.condensed_min_fanout);
         self.max_compaction_rounds = self.max_compaction_rounds.clamp(1, 64);
         self.summary_concurrency = self.summary_concurrency.clamp(1, 32);
+        self.prompt_recall_share = clamp_f(self.prompt_recall_share, 0.0, 0.5, 0.25);
+        self.prompt_recall_max_messages = self.prompt_recall_max_messages.min(200);
+    }
+
+    /// Tokens kept for prompt recall at `budget` (0 = off). Fixed for a budget, whatever the
+    /// prompt finds, so the rest of the context starts at the same place every turn.
+    pub fn prompt_recall_reserve(&self, budget: u64) -> u64 {
+        if self.prompt_recall_max_messages == 0 {
+            return 0;
+        }
+        ((self.prompt_recall_share * budget as f64).floor() as u64).min(self.prompt_recall_max_tokens)
     }
 
     /// The threshold in tokens for `budget`.

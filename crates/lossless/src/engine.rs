@@ -26,6 +26,8 @@ use crate::compaction::{compact_conversation, CompactionOptions, CompactionRepor
 use crate::config::LosslessConfig;
 use crate::error::Result;
 use crate::policy::{SessionMode, SessionPolicy};
+use crate::prompt_recall::PromptRecall;
+use crate::recall::Scope;
 use crate::session::CarryReport;
 use crate::store::{codec, ConvKey, IngestChunk, LosslessStore};
 
@@ -310,6 +312,9 @@ impl ContextEngine for LosslessEngine {
         let recent: Vec<AgentMessage> = params.messages[params.messages.len() - window..].to_vec();
         let all_live = mode == SessionMode::Ignored;
         let k = key.clone();
+        let reserve = self.cfg.prompt_recall_reserve(budget);
+        let max_recalled = self.cfg.prompt_recall_max_messages;
+        let prompt = params.prompt.clone();
         let (conv, assembled) = self
             .store
             .call(move |db| {
@@ -326,7 +331,20 @@ impl ContextEngine for LosslessEngine {
                     first_live -= 1;
                 }
                 let live = recent[first_live..].to_vec();
-                let out = db.assemble(Some(conv.id), live, budget)?;
+                // Recall for a new user prompt (the host's `prompt`, else its text).
+                let recall = match live.last() {
+                    Some(last @ AgentMessage::User(_)) if reserve > 0 => {
+                        let text = prompt.filter(|p| !p.trim().is_empty()).unwrap_or_else(|| last.plain_text());
+                        Some(PromptRecall {
+                            terms: crate::search::query_terms(&text),
+                            convs: db.scope_conversations(&Scope::Session(k.clone()))?,
+                            reserve,
+                            max_messages: max_recalled,
+                        })
+                    }
+                    _ => None,
+                };
+                let out = db.assemble(Some(conv.id), live, budget, recall.as_ref())?;
                 Ok((Some(conv), Some(out)))
             })
             .await?;

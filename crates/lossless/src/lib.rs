@@ -43,6 +43,9 @@
 //! | `busyTimeoutMs` | `5000` | SQLite busy timeout, then a clear `Busy` error |
 //! | `grepMaxScanRows` | `50000` | rows a regex grep scans at most |
 //! | `customInstructions` | none | passed to every summary request |
+//! | `promptRecallShare` | `0.25` | budget share for stored messages matching the prompt, quoted verbatim (`0` = off) |
+//! | `promptRecallMaxTokens` | `6000` | cap of that share |
+//! | `promptRecallMaxMessages` | `40` | messages quoted at most |
 
 pub mod api;
 pub mod assemble;
@@ -54,7 +57,9 @@ pub mod error;
 pub mod ids;
 pub mod import;
 pub mod policy;
+pub mod prompt_recall;
 pub mod recall;
+pub mod search;
 pub mod session;
 pub mod store;
 pub mod tools;

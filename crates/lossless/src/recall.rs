@@ -28,6 +28,9 @@ pub enum GrepMode {
     FullText,
     /// Regular expression (Rust `regex` syntax), newest first.
     Regex,
+    /// Free text (a question): rows sharing the most and rarest of its words first, BM25
+    /// ranked (see [`crate::search`]); stopwords ignored.
+    AnyTerm,
 }
 
 /// What to search.
@@ -434,6 +437,75 @@ impl Db {
                         hits.sort_by(|a, b| b.2.ts.cmp(&a.2.ts).then(b.1.cmp(&a.1)))
                     }
                 }
+                report.fts_query = Some(fts);
+            }
+            GrepMode::AnyTerm => {
+                let terms = crate::search::query_terms(&q.pattern);
+                if terms.is_empty() {
+                    return Ok(report);
+                }
+                let fts = terms
+                    .iter()
+                    .map(|t| format!("\"{t}\""))
+                    .collect::<Vec<_>>()
+                    .join(" OR ");
+                if q.target != GrepTarget::Summaries {
+                    let ranked = self.ranked_messages(&terms, &convs, want, &Default::default())?;
+                    let mut row = self.conn.prepare_cached(
+                        "SELECT role, ts, text, skeleton FROM messages WHERE id = ?1",
+                    )?;
+                    for r in ranked {
+                        let (role, ts, text, sk) = row.query_row([r.id], |x| {
+                            Ok((
+                                x.get::<_, i64>(0)?,
+                                x.get::<_, Option<i64>>(1)?,
+                                x.get::<_, String>(2)?,
+                                x.get::<_, Option<String>>(3)?,
+                            ))
+                        })?;
+                        hits.push((
+                            -r.score,
+                            r.id,
+                            GrepHit {
+                                id: ids::message_id(r.id),
+                                conversation_id: r.conv_id,
+                                role: role_label(role, sk.as_deref()),
+                                depth: None,
+                                ts,
+                                snippet: snippet(&text, &terms, None),
+                                score: Some(-r.score),
+                            },
+                        ));
+                    }
+                }
+                if q.target != GrepTarget::Messages {
+                    let sql = format!(
+                        "SELECT s.id, s.conv_id, s.depth, s.to_ts, s.text, bm25(summaries_fts) AS score
+                         FROM summaries_fts CROSS JOIN summaries s ON s.id = summaries_fts.rowid
+                         WHERE summaries_fts MATCH ?1 AND s.conv_id IN ({in_list}) ORDER BY score LIMIT ?2"
+                    );
+                    let mut st = self.conn.prepare(&sql)?;
+                    let mut rows = st.query(params![fts, want as i64])?;
+                    while let Some(r) = rows.next()? {
+                        let text: String = r.get(4)?;
+                        let score: f64 = r.get(5)?;
+                        let ts: Option<i64> = r.get(3)?;
+                        hits.push((
+                            score,
+                            ts.unwrap_or(0),
+                            GrepHit {
+                                id: ids::summary_id(r.get(0)?),
+                                conversation_id: r.get(1)?,
+                                role: "summary".into(),
+                                depth: Some(r.get(2)?),
+                                ts,
+                                snippet: snippet(&text, &terms, None),
+                                score: Some(score),
+                            },
+                        ));
+                    }
+                }
+                hits.sort_by(|a, b| a.0.total_cmp(&b.0));
                 report.fts_query = Some(fts);
             }
             GrepMode::Regex => {

@@ -67,15 +67,16 @@ impl AgentTool for GrepTool {
     }
     fn description(&self) -> &str {
         "Search this conversation's full stored history (including everything summarized away). Full-text by default \
-         (1-3 distinctive terms, all must match); mode \"regex\" for patterns. Returns message/summary ids with snippets; \
-         use lcm_describe / lcm_expand on an id for details."
+         (1-3 distinctive terms, all must match); mode \"any_term\" takes a whole question or description and ranks \
+         what shares the most and rarest of its words; mode \"regex\" for patterns. Returns message/summary ids with \
+         snippets; use lcm_describe / lcm_expand on an id for details."
     }
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "Terms (full_text) or a regular expression (regex)."},
-                "mode": {"type": "string", "enum": ["full_text", "regex"], "default": "full_text"},
+                "query": {"type": "string", "description": "Terms (full_text), free text (any_term) or a regular expression (regex)."},
+                "mode": {"type": "string", "enum": ["full_text", "any_term", "regex"], "default": "full_text"},
                 "target": {"type": "string", "enum": ["both", "messages", "summaries"], "default": "both"},
                 "sort": {"type": "string", "enum": ["relevance", "recency"], "default": "relevance"},
                 "scope": {"type": "string", "enum": ["session", "agent"], "default": "session",
@@ -95,6 +96,7 @@ impl AgentTool for GrepTool {
         let parse = |k: &str, d: &str| args.get(k).and_then(Value::as_str).unwrap_or(d).to_owned();
         let mode = match parse("mode", "full_text").as_str() {
             "regex" => GrepMode::Regex,
+            "any_term" | "any" => GrepMode::AnyTerm,
             _ => GrepMode::FullText,
         };
         let target = match parse("target", "both").as_str() {

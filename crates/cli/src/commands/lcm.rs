@@ -29,8 +29,10 @@ pub struct LcmArgs {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Mode {
-    /// FTS5 / BM25 full-text search.
+    /// FTS5 / BM25 full-text search, every term must match.
     Fts,
+    /// Free text (a question): rows sharing the most and rarest of its words, BM25 ranked.
+    Any,
     /// Regular expression.
     Regex,
 }
@@ -176,6 +178,7 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
             let mut q = GrepQuery::new(pattern, scope);
             q.mode = match mode {
                 Mode::Fts => GrepMode::FullText,
+                Mode::Any => GrepMode::AnyTerm,
                 Mode::Regex => GrepMode::Regex,
             };
             q.target = GrepTarget::Both;

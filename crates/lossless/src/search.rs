@@ -1,0 +1,180 @@
+//! Any-term ranked search: the messages that share the most (and rarest) words with a free-text
+//! query, such as a user's question.
+//!
+//! An FTS5 `OR` query ordered by `bm25()` cannot be bounded well: its cost is the sum of all
+//! the terms' document lists, and a window over its newest matches is flooded by the common
+//! terms (a speaker's name) so older rows matching the rare ones fall out of it. So each term
+//! is looked up on its own, newest first, capped at [`TERM_WINDOW`] rows: a rare term's whole
+//! list, a common term's newest stretch. The document frequency of each term comes out of the
+//! same lookup (exact below the cap), the scores are summed here, and BM25's length
+//! normalization is applied to the best candidates only, from the token counts stored with
+//! every message. Every indexed row holds each of its words once (see
+//! [`crate::store::codec::index_terms`]), so BM25's term frequency is 1 and a row's score is
+//! the sum of its matched terms' IDFs, scaled by its length.
+//!
+//! Cost: at most `terms × TERM_WINDOW` index entries plus one row lookup per candidate, at any
+//! history length.
+
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::{params, OptionalExtension};
+
+use crate::error::Result;
+use crate::store::Db;
+
+/// Newest matches read per term.
+pub const TERM_WINDOW: usize = 10_000;
+/// Terms of one query at most (the first ones win).
+pub const MAX_TERMS: usize = 24;
+/// BM25 parameters (the usual defaults, as FTS5's `bm25()`).
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// English function words and question words: they match nearly every row and say nothing
+/// about which one the query is after.
+pub const STOPWORDS: &[&str] = &[
+    "a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are",
+    "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but",
+    "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "ever", "few",
+    "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers",
+    "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its",
+    "itself", "just", "me", "might", "more", "most", "must", "my", "myself", "no", "nor", "not",
+    "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over",
+    "own", "same", "shall", "she", "should", "so", "some", "such", "than", "that", "the",
+    "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those",
+    "through", "to", "too", "under", "until", "up", "us", "very", "was", "we", "were", "what",
+    "when", "where", "which", "while", "who", "whom", "whose", "why", "will", "with", "would",
+    "you", "your", "yours", "yourself", "yourselves", "s", "t", "don", "didn", "doesn", "isn",
+    "wasn", "won", "ll", "ve", "re", "d", "m", "o", "y",
+];
+
+/// The words of `text` worth searching for: lowercase alphanumeric runs, stopwords and
+/// one-character words dropped, each once, in order, at most [`MAX_TERMS`]. When nothing
+/// survives the stopword filter the plain words are used, so a query of only common words
+/// still searches.
+pub fn query_terms(text: &str) -> Vec<String> {
+    let words = || {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+    };
+    let mut seen = HashSet::new();
+    let mut out: Vec<String> = words()
+        .filter(|w| w.chars().count() > 1 && !STOPWORDS.contains(&w.as_str()))
+        .filter(|w| seen.insert(w.clone()))
+        .take(MAX_TERMS)
+        .collect();
+    if out.is_empty() {
+        out = words()
+            .filter(|w| seen.insert(w.clone()))
+            .take(MAX_TERMS)
+            .collect();
+    }
+    out
+}
+
+/// One ranked message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankedMessage {
+    /// `messages.id`.
+    pub id: i64,
+    /// Its conversation.
+    pub conv_id: i64,
+    /// BM25 (higher is better).
+    pub score: f64,
+    /// Query terms it contains.
+    pub matched: usize,
+    /// Its stored token count.
+    pub tokens: u64,
+}
+
+impl Db {
+    /// The `k` best messages of conversations `convs` for `terms` (see the module docs),
+    /// skipping the ids in `exclude`. Best first; ties go to the newer message.
+    pub fn ranked_messages(
+        &self,
+        terms: &[String],
+        convs: &[i64],
+        k: usize,
+        exclude: &HashSet<i64>,
+    ) -> Result<Vec<RankedMessage>> {
+        if terms.is_empty() || convs.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        // Corpus statistics over the whole store: the index is shared by every conversation.
+        let (n_docs, n_tokens): (i64, i64) = self.conn.query_row(
+            "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0) FROM conversations",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let n = n_docs.max(1) as f64;
+        let avg_len = (n_tokens as f64 / n).max(1.0);
+        let mut acc: HashMap<i64, (f64, usize)> = HashMap::new();
+        let mut st = self.conn.prepare_cached(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2",
+        )?;
+        for t in terms.iter().take(MAX_TERMS) {
+            let q = format!("\"{}\"", t.replace('"', ""));
+            // A term the tokenizer reduces to nothing (or cannot parse) matches nothing.
+            let Ok(rows) = st
+                .query_map(params![q, TERM_WINDOW as i64], |r| r.get::<_, i64>(0))
+                .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>())
+            else {
+                continue;
+            };
+            let df = rows.len() as f64;
+            if df == 0.0 {
+                continue;
+            }
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for id in rows {
+                let e = acc.entry(id).or_insert((0.0, 0));
+                e.0 += idf;
+                e.1 += 1;
+            }
+        }
+        let mut cands: Vec<(i64, f64, usize)> = acc
+            .into_iter()
+            .filter(|(id, _)| !exclude.contains(id))
+            .map(|(id, (s, m))| (id, s, m))
+            .collect();
+        // Length normalization changes a score by a bounded factor, so the best rows by IDF
+        // alone are a safe candidate pool for it.
+        cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+        let pool = (k * 8).max(200);
+        let in_scope: HashSet<i64> = convs.iter().copied().collect();
+        let mut row = self
+            .conn
+            .prepare_cached("SELECT conv_id, tokens FROM messages WHERE id = ?1")?;
+        let mut out = Vec::with_capacity(pool.min(cands.len()));
+        let mut looked = 0usize;
+        for (id, idf_sum, matched) in cands {
+            // Out-of-scope rows do not count against the pool, up to a bound.
+            if looked >= pool && (out.len() >= k || looked >= pool * 8) {
+                break;
+            }
+            looked += 1;
+            let Some((conv_id, tokens)) = row
+                .query_row([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+                .optional()?
+            else {
+                continue;
+            };
+            if !in_scope.contains(&conv_id) {
+                continue;
+            }
+            let len = tokens.max(1) as f64;
+            let norm = (K1 + 1.0) / (1.0 + K1 * (1.0 - B + B * len / avg_len));
+            out.push(RankedMessage {
+                id,
+                conv_id,
+                score: idf_sum * norm,
+                matched,
+                tokens: tokens.max(0) as u64,
+            });
+        }
+        out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.id.cmp(&a.id)));
+        out.truncate(k);
+        Ok(out)
+    }
+}

@@ -1,0 +1,177 @@
+//! Ranked any-term search and prompt recall: old messages that answer the current prompt come
+//! back verbatim, ranked by shared rare words, within the budget.
+
+mod common;
+
+use clawctx_engine::ContextEngine;
+use clawctx_lossless::*;
+use clawctx_protocol::*;
+use common::*;
+
+fn key() -> ConvKey {
+    ConvKey::from_host(Some(KEY), "s1")
+}
+
+/// A long chat about nothing in particular, with a few distinctive early facts.
+async fn chat_with_early_facts(e: &LosslessEngine) -> Vec<AgentMessage> {
+    let mut rng = Lcg(11);
+    let mut history = vec![
+        AgentMessage::user("My sister Marguerite adopted a greyhound called Biscuit last spring.")
+            .with_timestamp(1_000),
+        AgentMessage::assistant("That is lovely, greyhounds are gentle dogs.").with_timestamp(1_001),
+        AgentMessage::user("Biscuit").with_timestamp(1_002),
+    ];
+    for t in 0..150 {
+        history.push(AgentMessage::user(words(&mut rng, 30)).with_timestamp(2_000 + t * 10));
+        history.push(AgentMessage::assistant(words(&mut rng, 40)).with_timestamp(2_001 + t * 10));
+    }
+    let b = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: history.clone(),
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&b, &cx()).await.unwrap();
+    history
+}
+
+#[tokio::test]
+async fn any_term_search_ranks_rows_sharing_more_rare_words_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, LosslessConfig::default());
+    chat_with_early_facts(&e).await;
+    let mut q = GrepQuery::new(
+        "What is the name of the greyhound Marguerite adopted?",
+        Scope::Session(key()),
+    );
+    q.mode = GrepMode::AnyTerm;
+    q.target = GrepTarget::Messages;
+    let r = e.store().grep(q.clone()).await.unwrap();
+    assert_eq!(
+        r.hits.first().map(|h| h.id.as_str()),
+        Some("msg_1"),
+        "the message with 'greyhound', 'Marguerite' and 'adopted' must rank first: {:?}",
+        r.hits
+    );
+    assert!(r.hits.len() >= 2, "the greyhound reply shares a word too");
+    let scores: Vec<f64> = r.hits.iter().filter_map(|h| h.score).collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] <= w[1]),
+        "scores must be in rank order (lower is better): {scores:?}"
+    );
+    assert!(scores[0] < scores[scores.len() - 1], "ranking must discriminate: {scores:?}");
+
+    // The AND mode finds nothing for the whole question (no row has every word).
+    q.mode = GrepMode::FullText;
+    assert!(e.store().grep(q).await.unwrap().hits.is_empty());
+}
+
+#[tokio::test]
+async fn full_text_relevance_prefers_the_shorter_of_two_matching_rows() {
+    // BM25 length normalization: with a broken bm25() every score is 0 and the newer, longer
+    // row would come first (ties go newest first).
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, LosslessConfig::default());
+    let mut rng = Lcg(5);
+    let mut msgs = vec![AgentMessage::user("the quokka smiled").with_timestamp(1)];
+    for t in 0..50 {
+        msgs.push(AgentMessage::user(words(&mut rng, 20)).with_timestamp(10 + t));
+    }
+    msgs.push(
+        AgentMessage::user(format!("a quokka appeared, {}", words(&mut rng, 200))).with_timestamp(100),
+    );
+    let b = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: msgs,
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&b, &cx()).await.unwrap();
+    let r = e
+        .store()
+        .grep(GrepQuery::new("quokka", Scope::Session(key())))
+        .await
+        .unwrap();
+    assert_eq!(r.hits.len(), 2);
+    assert_eq!(r.hits[0].id, "msg_1", "{:?}", r.hits);
+    assert!(r.hits[0].score.unwrap() < 0.0, "bm25 must not be zero: {:?}", r.hits);
+}
+
+#[tokio::test]
+async fn assembly_quotes_old_matching_messages_before_the_prompt_within_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LosslessConfig {
+        fresh_tail_count: 8,
+        ..Default::default()
+    };
+    let e = engine(&dir, cfg);
+    let history = chat_with_early_facts(&e).await;
+    let budget = 2_000;
+    let question = "What did Marguerite name her greyhound?";
+    let mut msgs = history.clone();
+    msgs.push(AgentMessage::user(question).with_timestamp(99_999));
+    let mut p = assemble_params(msgs.clone(), budget);
+    p.prompt = Some(question.into());
+    let out = e.assemble(&p, &cx()).await.unwrap();
+    assert!(out.estimated_tokens <= budget);
+    assert_eq!(clawctx_tokens::messages_tokens(&out.messages), out.estimated_tokens);
+    let n = out.messages.len();
+    assert_eq!(out.messages[n - 1].plain_text(), question, "the prompt stays last");
+    let block = out.messages[n - 2].plain_text();
+    assert!(block.starts_with("<recalled"), "a recalled block right before the prompt: {block}");
+    assert!(
+        block.contains("My sister Marguerite adopted a greyhound called Biscuit last spring."),
+        "the old fact must be quoted verbatim: {block}"
+    );
+    assert!(block.contains("id=\"msg_1\""));
+    let whole: String = out.messages.iter().map(|m| m.plain_text()).collect();
+    assert_eq!(
+        whole.matches("greyhounds are gentle").count(),
+        1,
+        "each stored message appears once"
+    );
+
+    // Without recall the same budget shows nothing of it (it is 300 messages back).
+    let e2 = engine(
+        &tempfile::tempdir().unwrap(),
+        LosslessConfig {
+            fresh_tail_count: 8,
+            prompt_recall_share: 0.0,
+            ..Default::default()
+        },
+    );
+    chat_with_early_facts(&e2).await;
+    let out2 = e2.assemble(&p, &cx()).await.unwrap();
+    let whole2: String = out2.messages.iter().map(|m| m.plain_text()).collect();
+    assert!(!whole2.contains("Biscuit last spring"));
+
+    // The context before the block is the same whatever the prompt asks (cache-stable prefix).
+    let mut other = history.clone();
+    other.push(AgentMessage::user("Anything about Zanzibar?").with_timestamp(99_999));
+    let out3 = e.assemble(&assemble_params(other, budget), &cx()).await.unwrap();
+    let prefix = |m: &[AgentMessage]| {
+        m[..m.len() - 1]
+            .iter()
+            .map(|x| x.plain_text())
+            .filter(|t| !t.starts_with("<recalled"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(prefix(&out.messages), prefix(&out3.messages));
+}
+
+#[tokio::test]
+async fn no_recall_block_when_the_newest_message_is_not_a_user_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, LosslessConfig::default());
+    let mut history = chat_with_early_facts(&e).await;
+    history.push(
+        AgentMessage::tool_call("c1", "read", serde_json::json!({"path": "greyhound.txt"}))
+            .with_timestamp(99_000),
+    );
+    history.push(AgentMessage::tool_result("c1", "read", "Marguerite greyhound").with_timestamp(99_001));
+    let out = e.assemble(&assemble_params(history, 4_000), &cx()).await.unwrap();
+    assert!(
+        !out.messages.iter().any(|m| m.plain_text().starts_with("<recalled")),
+        "tool-loop continuations get no recall block"
+    );
+}
