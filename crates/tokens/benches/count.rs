@@ -114,6 +114,22 @@ fn non_ascii(rng: &mut Rng, target: usize) -> String {
     s
 }
 
+/// Every string under a `"text"` key (the dialogue turns).
+fn collect_turn_texts<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("text", serde_json::Value::String(s)) => out.push(s),
+                    _ => collect_turn_texts(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| collect_turn_texts(v, out)),
+        _ => {}
+    }
+}
+
 fn pool(seed: u64, make: impl Fn(&mut Rng) -> String) -> Vec<String> {
     let mut rng = Rng(seed);
     (0..256).map(|_| make(&mut rng)).collect()
@@ -155,6 +171,27 @@ fn bench(c: &mut Criterion) {
             })
         });
         g.finish();
+    }
+
+    // Real conversational text with a long vocabulary tail: every LoCoMo dialogue turn, if the
+    // data set is present next to the repository.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/locomo/locomo-dev.json");
+    match std::fs::read_to_string(&path).ok().and_then(|raw| serde_json::from_str::<serde_json::Value>(&raw).ok()) {
+        Some(doc) => {
+            let mut turns = Vec::new();
+            collect_turn_texts(&doc, &mut turns);
+            let bytes: usize = turns.iter().map(|t| t.len()).sum();
+            let mut g = c.benchmark_group(format!("text_tokens/locomo_{}_turns", turns.len()));
+            g.throughput(Throughput::Bytes(bytes as u64));
+            g.bench_function("old_bpe_openai_count", |b| {
+                b.iter(|| turns.iter().map(|t| tok.count(black_box(*t))).sum::<usize>())
+            });
+            g.bench_function("new_text_tokens", |b| {
+                b.iter(|| turns.iter().map(|t| clawctx_tokens::text_tokens(black_box(t))).sum::<u64>())
+            });
+            g.finish();
+        }
+        None => println!("skipping text_tokens/locomo: {} not found", path.display()),
     }
 
     // `message_tokens` on a message never seen before (content hash + count + memo insert, as
