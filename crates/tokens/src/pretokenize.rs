@@ -338,6 +338,21 @@ mod tests {
     }
 
     #[test]
+    fn letter_runs_of_every_length_around_the_eight_byte_steps() {
+        for n in 1..=26 {
+            let lower: String = (b'a'..=b'z').take(n).map(char::from).collect();
+            let upper = lower.to_ascii_uppercase();
+            for word in [lower.clone(), upper.clone(), format!("{upper}{lower}"), format!("{lower}{upper}")] {
+                for end in ["", " ", "'s", "'", "1", "é", "\u{17f}", ".", "\n", "Éa", "\u{301}"] {
+                    same(&format!("{word}{end}"));
+                    same(&format!(" {word}{end}"));
+                    same(&format!("x{word}{end}"));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_four_byte_string_over_representative_bytes() {
         // Every string of four bytes drawn from an alphabet with a representative of each
         // class the scanner distinguishes (and the contraction letters), 105k inputs.
