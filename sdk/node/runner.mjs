@@ -45,7 +45,12 @@ function send(msg) {
 }
 
 // --- plugin -> host requests ----------------------------------------------------------------
+// `api.llm.complete` tells the host which call it belongs to (so the host answers with that
+// call's services) through an AsyncLocalStorage. On Node 20 an active AsyncLocalStorage hooks
+// every promise of the process, so it is only switched on once the plugin touches `api.llm` or
+// `api.runtime`; `runtimeContext.llm` (per call) carries its call id in a closure instead.
 const callStore = new AsyncLocalStorage();
+let callStoreInUse = false;
 let nextHostId = 1;
 const hostPending = new Map();
 
@@ -71,7 +76,10 @@ function safeJson(v) {
 }
 
 function llmComplete(request) {
-  const callId = callStore.getStore();
+  return llmCompleteFor(callStore.getStore(), request);
+}
+
+function llmCompleteFor(callId, request) {
   return hostRequest('host/llm.complete', { request, callId: typeof callId === 'number' ? callId : null });
 }
 
@@ -256,6 +264,7 @@ function makeApi(init) {
     error: (...a) => hostLog('error', a),
   };
   const llm = { complete: llmComplete };
+  const runtime = { llm };
   const api = {
     id: plugin.id,
     name: plugin.name || plugin.id,
@@ -265,8 +274,14 @@ function makeApi(init) {
     config: factoryContext.config == null ? {} : factoryContext.config,
     pluginConfig: init.pluginConfig == null ? {} : init.pluginConfig,
     logger,
-    llm,
-    runtime: { llm },
+    get llm() {
+      callStoreInUse = true;
+      return llm;
+    },
+    get runtime() {
+      callStoreInUse = true;
+      return runtime;
+    },
     registerContextEngine(id, factory) {
       if (typeof id !== 'string' || id.trim() === '') throw new TypeError('registerContextEngine(id, factory): id must be a non-empty string');
       if (state.engines.has(id)) throw new Error(`context engine "${id}" is already registered by this plugin`);
@@ -449,7 +464,7 @@ async function callEngine(method, params, id) {
   const p = params.params && typeof params.params === 'object' ? params.params : {};
   if (method === 'assemble' && Array.isArray(p.availableTools)) p.availableTools = new Set(p.availableTools);
   if (p.runtimeContext && typeof p.runtimeContext === 'object') {
-    p.runtimeContext.llm = { complete: llmComplete };
+    p.runtimeContext.llm = { complete: (request) => llmCompleteFor(id, request) };
   }
   const controller = new AbortController();
   state.controllers.set(id, controller);
@@ -509,9 +524,13 @@ async function handleRequest(msg) {
 function onMessage(msg) {
   if (msg && typeof msg.method === 'string') {
     if (msg.id !== undefined && msg.id !== null) {
-      callStore.run(msg.id, () => {
+      if (callStoreInUse) {
+        callStore.run(msg.id, () => {
+          handleRequest(msg);
+        });
+      } else {
         handleRequest(msg);
-      });
+      }
     } else if (msg.method === '$/cancelRequest') {
       const controller = state.controllers.get(msg.params && msg.params.id);
       if (controller) controller.abort(new Error('Context engine operation aborted.'));

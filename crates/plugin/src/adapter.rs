@@ -202,15 +202,14 @@ impl PluginEngine {
         &self.engine_id
     }
 
-    /// One `engine/<method>` call with typed params serialized straight into the request.
-    /// Answers the encoded `params` object (the `{instanceId, params, abortable}` envelope) next
-    /// to the raw reply, for callers that compare the reply with what they sent.
-    async fn invoke_raw<P: Serialize>(
+    /// One `engine/<method>` call; `encode` writes the request's params (the
+    /// `{instanceId, params, abortable}` object) for the live instance id.
+    async fn invoke_encoded<T: AsRef<[u8]>>(
         &self,
         method: Method,
-        params: &P,
         cx: &CallContext,
-    ) -> Result<(Vec<u8>, Reply), EngineError> {
+        encode: impl FnOnce(&str, bool) -> Result<T, serde_json::Error>,
+    ) -> Result<(T, Reply), EngineError> {
         let (conn, generation) = self.host.connection().await?;
         let instance_id = {
             let mut inst = self.instance.lock().await;
@@ -222,16 +221,13 @@ impl PluginEngine {
             }
             inst.1.clone()
         };
-        let request = serde_json::to_vec(&EngineCall {
-            instance_id: &instance_id,
-            params,
-            abortable: cx.abort.is_some(),
-        })
-        .map_err(|e| EngineError::failed(format!("cannot encode {} params: {e}", method.name())))?;
+        let request = encode(&instance_id, cx.abort.is_some()).map_err(|e| {
+            EngineError::failed(format!("cannot encode {} params: {e}", method.name()))
+        })?;
         let reply = conn
             .call_encoded(
                 &format!("engine/{}", method.name()),
-                &request,
+                request.as_ref(),
                 Some(cx),
                 self.host.options().call_timeout,
             )
@@ -239,16 +235,116 @@ impl PluginEngine {
         Ok((request, reply))
     }
 
+    /// One `engine/<method>` call with typed params serialized straight into the request.
     async fn invoke_with<P: Serialize>(
         &self,
         method: Method,
         params: &P,
         cx: &CallContext,
     ) -> Result<Reply, EngineError> {
-        self.invoke_raw(method, params, cx)
-            .await
-            .map(|(_, reply)| reply)
+        self.invoke_encoded(method, cx, |instance_id, abortable| {
+            let call = EngineCall {
+                instance_id,
+                params,
+                abortable,
+            };
+            serde_json::to_vec(&call)
+        })
+        .await
+        .map(|(_, reply)| reply)
     }
+}
+
+/// An encoded assemble request and where each message sits in it.
+struct EncodedAssemble {
+    bytes: Vec<u8>,
+    /// `bytes[ranges[i]]` is `params.messages[i]` as JSON.
+    ranges: Vec<std::ops::Range<usize>>,
+    /// `bytes[array]` is the whole `messages` array, brackets included.
+    array: std::ops::Range<usize>,
+}
+
+impl AsRef<[u8]> for EncodedAssemble {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl EncodedAssemble {
+    fn message(&self, i: usize) -> Option<&[u8]> {
+        self.ranges.get(i).and_then(|r| self.bytes.get(r.clone()))
+    }
+}
+
+/// Encodes `{instanceId, params, abortable}` for an assemble call, byte for byte what
+/// `serde_json` writes for [`EngineCall`], recording each message's range on the way (so the
+/// reply can be compared with what was sent without parsing the request again).
+///
+/// The params are encoded with an empty `messages` array, and the messages are spliced in at
+/// the first `"messages":[]`: the first one is the params' own key, because `messages` comes
+/// before every nested object in [`AssembleParams`] and `instanceId` is an escaped string.
+fn encode_assemble(
+    instance_id: &str,
+    params: &AssembleParams,
+    abortable: bool,
+) -> Result<EncodedAssemble, serde_json::Error> {
+    // Exhaustive on purpose: a new field must be considered here (is it still after
+    // `messages`, or a plain value?), and the compiler says so.
+    let AssembleParams {
+        session_id,
+        session_key,
+        messages,
+        token_budget,
+        available_tools,
+        citations_mode,
+        model,
+        prompt,
+        runtime_settings,
+        runtime_context,
+    } = params;
+    let shell = AssembleParams {
+        session_id: session_id.clone(),
+        session_key: session_key.clone(),
+        messages: Vec::new(),
+        token_budget: *token_budget,
+        available_tools: available_tools.clone(),
+        citations_mode: citations_mode.clone(),
+        model: model.clone(),
+        prompt: prompt.clone(),
+        runtime_settings: runtime_settings.clone(),
+        runtime_context: runtime_context.clone(),
+    };
+    let head = serde_json::to_vec(&EngineCall {
+        instance_id,
+        params: &shell,
+        abortable,
+    })?;
+    const KEY: &[u8] = br#""messages":[]"#;
+    let Some(at) = head.windows(KEY.len()).position(|w| w == KEY) else {
+        return Err(serde_json::Error::io(std::io::Error::other(
+            "the encoded params have no messages key",
+        )));
+    };
+    let split = at + KEY.len() - 1; // just before `]`
+    let mut bytes = Vec::with_capacity(head.len() + messages.len() * 512);
+    bytes.extend_from_slice(&head[..split]);
+    let array_start = split - 1;
+    let mut ranges = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            bytes.push(b',');
+        }
+        let start = bytes.len();
+        serde_json::to_writer(&mut bytes, m)?;
+        ranges.push(start..bytes.len());
+    }
+    let array = array_start..bytes.len() + 1;
+    bytes.extend_from_slice(&head[split..]);
+    Ok(EncodedAssemble {
+        bytes,
+        ranges,
+        array,
+    })
 }
 
 /// The params of every `engine/<method>` request.
@@ -267,19 +363,12 @@ struct RawMessages<'a> {
     messages: Vec<&'a RawValue>,
 }
 
-/// The `params.messages` of an encoded [`EngineCall`].
-#[derive(Deserialize)]
-struct SentMessages<'a> {
-    #[serde(borrow)]
-    params: RawMessages<'a>,
-}
-
 /// Decodes an assemble reply, taking every message the plugin returned byte-identical to one
 /// it was sent from `params` (see the module header). Answers the result and, per message, its
 /// encoded length when known (for [`byte_bound`]).
 fn decode_assembled(
     params: &AssembleParams,
-    request: &[u8],
+    sent: &EncodedAssemble,
     reply: &Reply,
 ) -> Result<(AssembleResult, Vec<Option<u64>>), EngineError> {
     let invalid = |e: &dyn std::fmt::Display| {
@@ -287,11 +376,24 @@ fn decode_assembled(
             "contract violation: assemble returned an invalid result: {e}"
         ))
     };
-    let (Some(text), Ok(sent)) = (reply.raw(), serde_json::from_slice::<SentMessages>(request))
-    else {
+    let Some(text) = reply.raw() else {
         return decode(Method::Assemble, reply).map(|r: AssembleResult| (r, Vec::new()));
     };
-    let sent = sent.params.messages;
+    // The pass-through shape: `{"messages":<exactly the array we sent>…`. One comparison
+    // settles every message; the rest of the object is decoded (and validated) on its own.
+    const HEAD: &str = r#"{"messages":"#;
+    let sent_array = sent.bytes.get(sent.array.clone()).unwrap_or_default();
+    if let Some(after) = text.strip_prefix(HEAD) {
+        if !sent_array.is_empty() && after.as_bytes().starts_with(sent_array) {
+            let tail = after.get(sent_array.len()..).unwrap_or_default();
+            let rest = format!("{HEAD}[]{tail}");
+            let mut result: AssembleResult =
+                serde_json::from_str(&rest).map_err(|e| invalid(&e))?;
+            result.messages = params.messages.clone();
+            let lengths = sent.ranges.iter().map(|r| Some(r.len() as u64)).collect();
+            return Ok((result, lengths));
+        }
+    }
     let Ok(got) = serde_json::from_str::<RawMessages>(text) else {
         // Not an object with a `messages` array: the typed decoder says what is wrong.
         return decode(Method::Assemble, reply).map(|r: AssembleResult| (r, Vec::new()));
@@ -316,7 +418,7 @@ fn decode_assembled(
     rest.push_str(&text[close..]);
     let mut result: AssembleResult = serde_json::from_str(&rest).map_err(|e| invalid(&e))?;
 
-    let mut index: Option<std::collections::HashMap<&str, usize>> = None;
+    let mut index: Option<std::collections::HashMap<&[u8], usize>> = None;
     let mut next = 0usize;
     let mut lengths = Vec::with_capacity(got.len());
     result.messages.reserve(got.len());
@@ -324,18 +426,17 @@ fn decode_assembled(
         let raw = raw.get();
         // Most engines keep order (a suffix, a window, summaries then the tail): try the next
         // sent message first, then look the bytes up.
-        let found = if sent.get(next).is_some_and(|s| s.get() == raw) {
+        let found = if sent.message(next) == Some(raw.as_bytes()) {
             Some(next)
         } else {
             index
                 .get_or_insert_with(|| {
-                    sent.iter()
-                        .enumerate()
+                    (0..sent.ranges.len())
                         .rev()
-                        .map(|(i, s)| (s.get(), i))
+                        .filter_map(|i| sent.message(i).map(|m| (m, i)))
                         .collect()
                 })
-                .get(raw)
+                .get(raw.as_bytes())
                 .copied()
         };
         match found.and_then(|i| params.messages.get(i).map(|m| (i, m))) {
@@ -485,8 +586,12 @@ impl ContextEngine for PluginEngine {
         params: &AssembleParams,
         cx: &CallContext,
     ) -> Result<AssembleResult, EngineError> {
-        let (request, reply) = self.invoke_raw(Method::Assemble, params, cx).await?;
-        let (result, lengths) = decode_assembled(params, &request, &reply)?;
+        let (sent, reply) = self
+            .invoke_encoded(Method::Assemble, cx, |instance_id, abortable| {
+                encode_assemble(instance_id, params, abortable)
+            })
+            .await?;
+        let (result, lengths) = decode_assembled(params, &sent, &reply)?;
         check_assembled_with(params, &result, &lengths)
             .map_err(|e| EngineError::failed(format!("contract violation: {e}")))?;
         Ok(result)
@@ -717,13 +822,8 @@ mod tests {
     }
 
     /// The request bytes the adapter would send for `params`.
-    fn request(params: &AssembleParams) -> Vec<u8> {
-        serde_json::to_vec(&EngineCall {
-            instance_id: "1",
-            params,
-            abortable: false,
-        })
-        .expect("params encode")
+    fn request(params: &AssembleParams) -> EncodedAssemble {
+        encode_assemble("1", params, false).expect("params encode")
     }
 
     fn reply(result: Value) -> Reply {
@@ -740,6 +840,59 @@ mod tests {
     /// The reference: the whole result decoded by the typed decoder.
     fn typed(result: &Value) -> AssembleResult {
         serde_json::from_value(result.clone()).expect("reference decodes")
+    }
+
+    #[test]
+    fn the_spliced_request_is_byte_identical_to_the_plain_encoding() {
+        let mut p = history();
+        p.session_key = Some("agent:main:main".into());
+        p.available_tools = Some(vec!["read".into(), "messages".into()]);
+        p.citations_mode = Some("on".into());
+        p.model = Some("m".into());
+        p.prompt = Some(r#"a prompt quoting "messages":[] in text"#.into());
+        p.runtime_context = Some(
+            serde_json::from_value(json!({"cwd": "/w", "messages": [], "other": {"messages": []}}))
+                .expect("runtime context"),
+        );
+        for (params, abortable) in [
+            (p.clone(), true),
+            (
+                AssembleParams {
+                    messages: Vec::new(),
+                    ..p.clone()
+                },
+                false,
+            ),
+        ] {
+            let enc = encode_assemble("inst-\"1\"", &params, abortable).expect("encodes");
+            let plain = serde_json::to_vec(&EngineCall {
+                instance_id: "inst-\"1\"",
+                params: &params,
+                abortable,
+            })
+            .expect("encodes");
+            assert_eq!(
+                String::from_utf8_lossy(&enc.bytes),
+                String::from_utf8_lossy(&plain)
+            );
+            assert_eq!(enc.ranges.len(), params.messages.len());
+            assert_eq!(
+                enc.bytes.get(enc.array.clone()),
+                Some(
+                    serde_json::to_vec(&params.messages)
+                        .expect("encodes")
+                        .as_slice()
+                ),
+                "range of the messages array"
+            );
+            for (i, m) in params.messages.iter().enumerate() {
+                assert_eq!(
+                    enc.message(i),
+                    Some(serde_json::to_vec(m).expect("encodes").as_slice()),
+                    "range of message {i}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -760,6 +913,34 @@ mod tests {
                 "a known length differs from the encoded length"
             );
         }
+    }
+
+    #[test]
+    fn a_pass_through_with_trailing_members_is_decoded_and_validated() {
+        let p = history();
+        let ok = format!(
+            r#"{{"messages":{},"estimatedTokens":3,"x":[1]}}"#,
+            serde_json::to_string(&p.messages).expect("encodes")
+        );
+        let reply = Reply::from_raw(Some(RawValue::from_string(ok).expect("json")));
+        let (got, lengths) = decode_assembled(&p, &request(&p), &reply).expect("decodes");
+        assert_eq!(
+            (got.messages, got.estimated_tokens, lengths.len()),
+            (p.messages.clone(), 3, 4)
+        );
+        // Same prefix, broken tail: must be an invalid result, not a pass-through.
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"result":{{"messages":{},"estimatedTokens":}}}}"#,
+            serde_json::to_string(&p.messages).expect("encodes")
+        );
+        let (_, range) = crate::rpc::tests_support::plain_result(&line).expect("split");
+        let err = decode_assembled(
+            &p,
+            &request(&p),
+            &crate::rpc::tests_support::reply_in_line(line.clone(), range),
+        )
+        .expect_err("a broken tail must not pass");
+        assert!(err.to_string().contains("invalid result"), "{err}");
     }
 
     #[test]

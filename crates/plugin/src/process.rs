@@ -6,7 +6,7 @@
 //! lingers as a zombie; it publishes the exit status for crash messages. Stderr is read
 //! continuously (a plugin that logs a lot must never block on a full pipe) and its last
 //! [`STDERR_TAIL_BYTES`] are kept for error messages. Stdout is the protocol channel, read by
-//! the bounded line reader in [`crate::rpc`].
+//! the bounded line reader on the reader thread of [`crate::rpc`].
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
+use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
@@ -261,22 +261,34 @@ pub enum LineError {
 }
 
 /// Reads `\n`-terminated lines without ever buffering more than `max` bytes of one line.
+/// Blocking: the protocol reader runs on its own thread (see [`crate::rpc`]).
 pub struct BoundedLineReader<R> {
     inner: R,
     max: usize,
+    /// The last line's length: the next one is usually alike (a history, a little longer), so
+    /// its buffer starts that big instead of growing by doubling and copying.
+    last_len: usize,
 }
 
-impl<R: AsyncBufRead + Unpin> BoundedLineReader<R> {
+impl<R: std::io::BufRead> BoundedLineReader<R> {
     /// Wraps a buffered reader.
     pub fn new(inner: R, max: usize) -> Self {
-        Self { inner, max }
+        Self {
+            inner,
+            max,
+            last_len: 0,
+        }
     }
 
     /// The next line without its terminator; `None` at EOF.
-    pub async fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineError> {
-        let mut line = Vec::new();
+    pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineError> {
+        let mut line = Vec::with_capacity(self.last_len.min(self.max).saturating_add(64));
         loop {
-            let buf = self.inner.fill_buf().await.map_err(LineError::Io)?;
+            let buf = match self.inner.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(LineError::Io(e)),
+            };
             if buf.is_empty() {
                 return Ok(if line.is_empty() { None } else { Some(line) });
             }
@@ -290,6 +302,7 @@ impl<R: AsyncBufRead + Unpin> BoundedLineReader<R> {
                     if line.last() == Some(&b'\r') {
                         line.pop();
                     }
+                    self.last_len = line.len();
                     return Ok(Some(line));
                 }
                 None => {
@@ -309,13 +322,13 @@ impl<R: AsyncBufRead + Unpin> BoundedLineReader<R> {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn bounded_reader_splits_and_caps() {
+    #[test]
+    fn bounded_reader_splits_and_caps() {
         let data: &[u8] = b"abc\r\nde\nxxxxxxxxxxxx\n";
-        let mut r = BoundedLineReader::new(tokio::io::BufReader::with_capacity(4, data), 8);
-        assert_eq!(r.next_line().await.ok().flatten(), Some(b"abc".to_vec()));
-        assert_eq!(r.next_line().await.ok().flatten(), Some(b"de".to_vec()));
-        assert!(matches!(r.next_line().await, Err(LineError::TooLong(8))));
+        let mut r = BoundedLineReader::new(std::io::BufReader::with_capacity(4, data), 8);
+        assert_eq!(r.next_line().ok().flatten(), Some(b"abc".to_vec()));
+        assert_eq!(r.next_line().ok().flatten(), Some(b"de".to_vec()));
+        assert!(matches!(r.next_line(), Err(LineError::TooLong(8))));
     }
 
     #[test]

@@ -11,9 +11,15 @@
 //!
 //! Cost matters here: every lifecycle call crosses this code twice with the whole history in
 //! it. Requests are written from bytes the caller serialized straight from its typed params
-//! ([`Connection::call_encoded`]), never through a `serde_json::Value` tree, and a reply is
-//! split into its envelope fields without parsing the result: the caller gets the result's
-//! raw JSON ([`Reply`]) and decodes it into the type it wants, once.
+//! ([`Connection::call_encoded`]), never through a `serde_json::Value` tree. Replies are read
+//! by a dedicated thread blocked in `read(2)` on the plugin's stdout (woken by the kernel
+//! directly, no reactor round trip) and split into envelope fields without parsing the
+//! result: the caller gets the result's raw JSON ([`Reply`]) and decodes it into the type it
+//! wants, once. The common reply shape our runners write,
+//! `{"jsonrpc":"2.0","id":N,"result":…}`, is split by position alone; the result is then
+//! validated by whoever decodes it (any decode parses it in full), so a malformed result is
+//! still reported as an invalid result of that call. Everything else goes through the
+//! envelope parser. Plugin→host requests are served on the async runtime.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +32,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, ChildStdout};
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use crate::error::PluginError;
@@ -89,31 +96,50 @@ pub struct InitializeResult {
     pub runner: Option<Value>,
 }
 
-/// A call's result as the plugin wrote it: raw JSON, `None` for `null` or an absent `result`.
+/// A call's result as the plugin wrote it: JSON text, `None` for `null` or an absent
+/// `result`. The text is only known to be JSON once decoded: every accessor that interprets it
+/// parses it in full and reports what is wrong.
 #[derive(Debug, Default)]
-pub struct Reply(Option<Box<RawValue>>);
+pub struct Reply(Option<(String, std::ops::Range<usize>)>);
 
 impl Reply {
     /// A reply from raw result JSON (`None` for `null`).
     pub fn from_raw(raw: Option<Box<RawValue>>) -> Self {
-        Reply(raw.filter(|r| r.get() != "null"))
+        match raw {
+            Some(r) if r.get() != "null" => {
+                let text = r.get().to_owned();
+                let len = text.len();
+                Reply(Some((text, 0..len)))
+            }
+            _ => Reply(None),
+        }
     }
 
-    /// The raw result JSON, `None` when it is `null`.
+    /// `line[range]` is the result (a slice of the received line, not copied).
+    fn in_line(line: String, range: std::ops::Range<usize>) -> Self {
+        if line.get(range.clone()).is_none_or(|t| t.trim() == "null") {
+            return Reply(None);
+        }
+        Reply(Some((line, range)))
+    }
+
+    /// The result JSON text, `None` when it is `null`.
     pub fn raw(&self) -> Option<&str> {
-        self.0.as_deref().map(RawValue::get)
+        self.0
+            .as_ref()
+            .and_then(|(text, range)| text.get(range.clone()))
     }
 
     /// Whether the result is `null` (or absent).
     pub fn is_null(&self) -> bool {
-        self.0.is_none()
+        self.raw().is_none()
     }
 
     /// The result as a JSON tree.
     pub fn into_value(self) -> Result<Value, serde_json::Error> {
-        match self.0 {
+        match self.raw() {
             None => Ok(Value::Null),
-            Some(raw) => serde_json::from_str(raw.get()),
+            Some(raw) => serde_json::from_str(raw),
         }
     }
 
@@ -210,6 +236,10 @@ impl Connection {
         default_services: SharedServices,
     ) -> Result<Arc<Self>, PluginError> {
         let (process, stdin, stdout) = PluginProcess::spawn(spec)?;
+        let stdout = blocking_stdout(stdout).map_err(|e| PluginError::Spawn {
+            plugin_id: spec.plugin_id.clone(),
+            message: format!("cannot take over the plugin's stdout: {e}"),
+        })?;
         let shared = Arc::new(Shared {
             plugin_id: spec.plugin_id.clone(),
             stdin: tokio::sync::Mutex::new(stdin),
@@ -218,7 +248,15 @@ impl Connection {
             process: process.info().clone(),
             default_services,
         });
-        tokio::spawn(read_loop(shared.clone(), stdout, max_message_bytes));
+        let reader_shared = shared.clone();
+        let rt = Handle::current();
+        std::thread::Builder::new()
+            .name(format!("plugin-{}-stdout", spec.plugin_id))
+            .spawn(move || read_loop(reader_shared, stdout, max_message_bytes, rt))
+            .map_err(|e| PluginError::Spawn {
+                plugin_id: spec.plugin_id.clone(),
+                message: format!("cannot start the reader thread: {e}"),
+            })?;
         Ok(Arc::new(Connection {
             shared,
             process,
@@ -436,17 +474,56 @@ fn snippet(line: &[u8]) -> String {
     }
 }
 
-async fn read_loop(shared: Arc<Shared>, stdout: ChildStdout, max: usize) {
+/// The child's stdout as a blocking file for the reader thread (tokio hands it over in
+/// non-blocking mode).
+fn blocking_stdout(stdout: ChildStdout) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use std::os::fd::AsRawFd;
+    let fd = stdout.into_owned_fd()?;
+    let raw = fd.as_raw_fd();
+    let flags = fcntl(raw, FcntlArg::F_GETFL).map_err(std::io::Error::from)?;
+    let flags = OFlag::from_bits_truncate(flags) & !OFlag::O_NONBLOCK;
+    fcntl(raw, FcntlArg::F_SETFL(flags)).map_err(std::io::Error::from)?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// Splits the reply shape our runners write, `{"jsonrpc":"2.0","id":N,"result":R}`, by
+/// position: `(N, range of R)`. `None` for any other shape. `R` is not validated here (see the
+/// module header): if the line had other members after `result`, `R` is not valid JSON and its
+/// decoder says so.
+fn plain_result(line: &str) -> Option<(u64, std::ops::Range<usize>)> {
+    const HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
+    const RESULT: &str = r#","result":"#;
+    let rest = line.strip_prefix(HEAD)?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let id: u64 = rest.get(..digits)?.parse().ok()?;
+    let body = rest.get(digits..)?.strip_prefix(RESULT)?;
+    let start = line.len() - body.len();
+    let end = start + body.trim_end().strip_suffix('}')?.len();
+    (end > start).then_some((id, start..end))
+}
+
+fn read_loop(shared: Arc<Shared>, stdout: std::fs::File, max: usize, rt: Handle) {
     let mut reader =
-        BoundedLineReader::new(tokio::io::BufReader::with_capacity(64 * 1024, stdout), max);
+        BoundedLineReader::new(std::io::BufReader::with_capacity(64 * 1024, stdout), max);
     loop {
-        match reader.next_line().await {
+        match reader.next_line() {
             Ok(Some(line)) => {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
+                let line = match String::from_utf8(line) {
+                    Ok(text) => match plain_result(&text) {
+                        Some((id, range)) => {
+                            complete(&shared, id, Ok(Reply::in_line(text, range)));
+                            continue;
+                        }
+                        None => text.into_bytes(),
+                    },
+                    Err(e) => e.into_bytes(),
+                };
                 match parse_incoming(&line) {
-                    Some(msg) => dispatch(&shared, msg).await,
+                    Some(msg) => dispatch(&shared, msg, &rt),
                     None => {
                         shared.fail(format!(
                             "protocol violation: plugin wrote a line to stdout that is not a JSON-RPC message: {}",
@@ -458,8 +535,11 @@ async fn read_loop(shared: Arc<Shared>, stdout: ChildStdout, max: usize) {
                 }
             }
             Ok(None) => {
-                let status = shared.process.wait_exit(Duration::from_secs(2)).await;
-                shared.fail(shared.process.exit_message(status));
+                // The exit status (and the last of stderr) comes from the runtime's waiter.
+                rt.spawn(async move {
+                    let status = shared.process.wait_exit(Duration::from_secs(2)).await;
+                    shared.fail(shared.process.exit_message(status));
+                });
                 return;
             }
             Err(LineError::TooLong(n)) => {
@@ -478,7 +558,24 @@ async fn read_loop(shared: Arc<Shared>, stdout: ChildStdout, max: usize) {
     }
 }
 
-async fn dispatch(shared: &Arc<Shared>, msg: Incoming) {
+/// Hands a response to the call waiting for it (a late answer to a timed-out or aborted call
+/// has nobody waiting and is dropped).
+fn complete(shared: &Shared, id: u64, outcome: Result<Reply, PluginError>) {
+    let pending = shared.pending.lock().ok().and_then(|mut p| p.remove(&id));
+    if let Some(pending) = pending {
+        let _ = pending.tx.send(outcome);
+    }
+}
+
+/// Writes a reply to a plugin→host request from the runtime.
+fn reply_later(rt: &Handle, shared: &Arc<Shared>, msg: Value) {
+    let shared = shared.clone();
+    rt.spawn(async move {
+        let _ = shared.write(&msg).await;
+    });
+}
+
+fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
     let Incoming {
         id,
         method,
@@ -505,15 +602,17 @@ async fn dispatch(shared: &Arc<Shared>, msg: Incoming) {
                     _ => tracing::info!(plugin, "{message}"),
                 }
                 if let Some(id) = id {
-                    let _ = shared
-                        .write(&json!({"jsonrpc": "2.0", "id": id, "result": null}))
-                        .await;
+                    reply_later(
+                        rt,
+                        shared,
+                        json!({"jsonrpc": "2.0", "id": id, "result": null}),
+                    );
                 }
             }
             "host/llm.complete" => {
                 let Some(id) = id else { return };
                 let shared = shared.clone();
-                tokio::spawn(async move {
+                rt.spawn(async move {
                     let call_id = params.get("callId").and_then(Value::as_u64);
                     let reply = match serde_json::from_value::<LlmCompleteRequest>(
                         params.get("request").cloned().unwrap_or(Value::Null),
@@ -538,9 +637,11 @@ async fn dispatch(shared: &Arc<Shared>, msg: Incoming) {
             }
             other => {
                 if let Some(id) = id {
-                    let _ = shared
-                        .write(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": METHOD_NOT_FOUND, "message": format!("host method not found: {other}")}}))
-                        .await;
+                    reply_later(
+                        rt,
+                        shared,
+                        json!({"jsonrpc": "2.0", "id": id, "error": {"code": METHOD_NOT_FOUND, "message": format!("host method not found: {other}")}}),
+                    );
                 }
             }
         }
@@ -549,8 +650,6 @@ async fn dispatch(shared: &Arc<Shared>, msg: Incoming) {
     let Some(id) = id.as_ref().and_then(Value::as_u64) else {
         return;
     };
-    let pending = shared.pending.lock().ok().and_then(|mut p| p.remove(&id));
-    let Some(pending) = pending else { return };
     let outcome = match error {
         Some(err) => Err(PluginError::Remote {
             code: err
@@ -566,7 +665,19 @@ async fn dispatch(shared: &Arc<Shared>, msg: Incoming) {
         }),
         None => Ok(Reply::from_raw(result)),
     };
-    let _ = pending.tx.send(outcome);
+    complete(shared, id, outcome);
+}
+
+/// Reply construction for the adapter's tests (replies as the reader thread makes them).
+#[cfg(test)]
+pub(crate) mod tests_support {
+    pub(crate) fn plain_result(line: &str) -> Option<(u64, std::ops::Range<usize>)> {
+        super::plain_result(line)
+    }
+
+    pub(crate) fn reply_in_line(line: String, range: std::ops::Range<usize>) -> super::Reply {
+        super::Reply::in_line(line, range)
+    }
 }
 
 #[cfg(test)]
@@ -582,6 +693,35 @@ mod tests {
             v,
             json!({"jsonrpc": "2.0", "id": 7, "method": "engine/\"odd\"", "params": {"a": [1, 2]}})
         );
+    }
+
+    #[test]
+    fn the_plain_reply_shape_is_split_by_position() {
+        let line = r#"{"jsonrpc":"2.0","id":42,"result":{"messages":[]}}"#;
+        let (id, range) = plain_result(line).expect("the runner's shape");
+        assert_eq!((id, &line[range]), (42, r#"{"messages":[]}"#));
+        let line = r#"{"jsonrpc":"2.0","id":7,"result":null}  "#;
+        let (id, range) = plain_result(line).expect("a null result");
+        assert!(Reply::in_line(line.to_owned(), range).is_null() && id == 7);
+        for other in [
+            r#"{"jsonrpc":"2.0","id":"plugin-1","result":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":1}}"#,
+            r#"{"jsonrpc": "2.0", "id": 1, "result": 1}"#,
+            r#"{"jsonrpc":"2.0","id":,"result":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":1"#,
+        ] {
+            assert!(
+                plain_result(other).is_none(),
+                "{other} was split by position"
+            );
+        }
+        // Members after `result` leave text that does not decode: an invalid result, not a
+        // silently wrong one.
+        let line = r#"{"jsonrpc":"2.0","id":1,"result":{"a":1},"error":{"code":1}}"#;
+        let (_, range) = plain_result(line).expect("split");
+        let reply = Reply::in_line(line.to_owned(), range);
+        assert!(reply.decode::<Value>().is_err());
     }
 
     #[test]
