@@ -31,11 +31,15 @@ async fn typescript_entry_linked_and_conformant() {
     let report = install_with(
         plugin.to_str().unwrap(),
         state.path(),
-        &InstallOptions { link: true, force: false },
+        &InstallOptions {
+            link: true,
+            force: false,
+        },
     )
     .expect("install -l of the TypeScript plugin");
     assert_eq!(report.manifest.id, "ts-engine");
-    let mut config = json!({"plugins": {"entries": {"ts-engine": {"config": {"label": "from-config"}}}}});
+    let mut config =
+        json!({"plugins": {"entries": {"ts-engine": {"config": {"label": "from-config"}}}}});
     apply_changes(&mut config, &report.config_changes);
     assert_eq!(
         config.pointer("/plugins/slots/contextEngine"),
@@ -51,18 +55,33 @@ async fn typescript_entry_linked_and_conformant() {
     let (_, result) = loaded.into_iter().next().unwrap();
     let loaded = result.unwrap_or_else(|e| panic!("the TypeScript plugin failed to load: {e}"));
     assert_eq!(
-        loaded.engines.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        loaded
+            .engines
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect::<Vec<_>>(),
         ["ts-engine"]
     );
     assert!(
-        runtime.path().join("node/vendor/jiti/lib/jiti.mjs").exists(),
+        runtime
+            .path()
+            .join("node/vendor/jiti/lib/jiti.mjs")
+            .exists(),
         "the vendored jiti is written for a TypeScript entry"
     );
 
     // A full lifecycle through the registry, as a host runs it.
     let config = Arc::new(config);
-    let resolved = registry.resolve(Some(config.clone()), None, None).await.unwrap();
-    assert_eq!(resolved.effective_id, "ts-engine", "{:?}", registry.quarantines());
+    let resolved = registry
+        .resolve(Some(config.clone()), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        resolved.effective_id,
+        "ts-engine",
+        "{:?}",
+        registry.quarantines()
+    );
     let engine = resolved.engine.clone();
     assert_eq!(engine.info().name, "TypeScript pass-through engine");
     let cx = CallContext::none();
@@ -73,7 +92,10 @@ async fn typescript_entry_linked_and_conformant() {
         is_heartbeat: None,
     };
     assert!(engine.ingest(&ingest, &cx).await.unwrap().ingested);
-    assert!(!engine.ingest(&ingest, &cx).await.unwrap().ingested, "a duplicate is not stored twice");
+    assert!(
+        !engine.ingest(&ingest, &cx).await.unwrap().ingested,
+        "a duplicate is not stored twice"
+    );
     let assembled = engine
         .assemble(
             &AssembleParams {
@@ -92,7 +114,11 @@ async fn typescript_entry_linked_and_conformant() {
         Some("engine label: from-config"),
         "the plugin config reaches the TypeScript engine"
     );
-    assert!(registry.quarantines().is_empty(), "{:?}", registry.quarantines());
+    assert!(
+        registry.quarantines().is_empty(),
+        "{:?}",
+        registry.quarantines()
+    );
 
     // The conformance suite, each check on a fresh instance in the same process.
     let host = loaded.host.clone();
