@@ -3,24 +3,23 @@
 //!
 //! Each conversation is replayed through each engine at each budget as a host would (one turn
 //! per dialogue message, delivered with `afterTurn` > `ingestBatch` > `ingest`; the runtime's
-//! trigger and built-in compaction for engines that delegate it; the extractive summarizer),
-//! then the context is assembled once. Per question:
+//! trigger and built-in compaction for engines that delegate it; the extractive summarizer).
+//! Then each question arrives as the next user prompt: the host's prepared history plus the
+//! question is assembled with `prompt` set, as a runtime turn would. Per question:
 //!
 //! - **(a) raw evidence in context**: every evidence turn's text appears verbatim in the
-//!   assembled context (a summary that merely points at it does not count);
-//! - **(b) evidence recall@k**: the engine's recall search, scoped to the conversation and
-//!   queried with the question text alone, returns every evidence turn in its top `k` (n/a for
-//!   engines without recall);
+//!   assembled context, the question itself excluded (a summary that merely points at a turn
+//!   does not count; a turn an engine quotes because the prompt asks about it does);
+//! - **(b) evidence recall@k**: the engine's recall search (`lcm_grep` in `any_term` mode),
+//!   scoped to the conversation and queried with the question text alone, returns every
+//!   evidence turn in its top `k` (n/a for engines without recall);
 //! - **(c) answer in context**: the normalized answer occurs, as whole words, in the normalized
 //!   context (n/a for questions without an answer);
 //! - **reachable** = (a) or (b).
 //!
-//! Recall: the question becomes an OR of its content words (stopwords and question words
-//! removed, duplicates dropped, terms found in more than 20% of the conversation's messages
-//! dropped) run against the lossless store's FTS5 index with BM25 ranking (see
-//! [`recall_query`] and [`MAX_TERM_DOC_RATIO`]). The store is queried through
-//! `Db::tx` because `lcm_grep` has no OR mode. `lcm_grep` as shipped ANDs its terms, which almost never matches a
-//! whole question; its figure is reported separately (`grepAnd`) so the difference is visible.
+//! `lcm_grep` in its default mode ANDs its terms, which almost never matches a whole
+//! question; that figure is reported separately (`grepAnd`, queried with the question's
+//! content words) so the difference is visible.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -29,7 +28,6 @@ use std::sync::Arc;
 use clawctx_engine::compaction::CompactionSettings;
 use clawctx_engine::pipeline::{prepare_history, PipelineOptions};
 use clawctx_engine::ToolCallContext;
-use clawctx_lossless::{ConvKey, Scope};
 use clawctx_protocol::{AgentMessage, AssembleParams, CompactParams};
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 use serde::Serialize;
@@ -384,19 +382,6 @@ pub fn content_words(question: &str) -> Vec<String> {
         .collect()
 }
 
-/// The FTS5 query for a question: its content words, quoted, joined by `OR` (BM25 then ranks
-/// turns that share more and rarer words first). `None` when no content word remains.
-pub fn recall_query(question: &str) -> Option<String> {
-    let words = content_words(question);
-    (!words.is_empty()).then(|| {
-        words
-            .iter()
-            .map(|w| format!("\"{w}\""))
-            .collect::<Vec<_>>()
-            .join(" OR ")
-    })
-}
-
 /// Lowercase, punctuation to spaces, whitespace collapsed.
 pub fn normalize(s: &str) -> String {
     let mapped: String = s
@@ -426,117 +411,36 @@ fn session_key(sample_id: &str) -> String {
     format!("agent:eval:locomo:{safe}")
 }
 
-/// Terms in more than this fraction of a conversation's messages are dropped from the recall
-/// query (they match nearly everything: speaker names, "session"); when every term is that
-/// common, the rarest one is kept.
-pub const MAX_TERM_DOC_RATIO: f64 = 0.2;
-
-/// Top-k message timestamps for the question's content words over the session's
-/// conversations: very common terms dropped (document frequency from the store's own index),
-/// the rest ORed, BM25 order.
-async fn store_search(
-    eut: &EngineUnderTest,
-    key: &str,
-    words: Vec<String>,
-    k: usize,
-) -> Result<Vec<i64>> {
-    let Some(store) = &eut.store else {
-        return Ok(Vec::new());
-    };
-    if words.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ratio = MAX_TERM_DOC_RATIO;
-    let ck = ConvKey::from_host(Some(key), key);
-    store
-        .call(move |db| {
-            let convs = db.scope_conversations(&Scope::Session(ck))?;
-            if convs.is_empty() {
-                return Ok(Vec::new());
-            }
-            let in_list = convs
-                .iter()
-                .map(i64::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
-            db.tx(|conn| {
-                let total: i64 = conn.query_row(
-                    &format!("SELECT count(*) FROM messages WHERE conv_id IN ({in_list})"),
-                    [],
-                    |r| r.get(0),
-                )?;
-                let df_sql = format!(
-                    "SELECT count(*) FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-                     WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})"
-                );
-                let mut terms: Vec<(i64, String)> = Vec::new();
-                for w in &words {
-                    let q = format!("\"{w}\"");
-                    let df: i64 = conn.query_row(&df_sql, [&q], |r| r.get(0))?;
-                    if df > 0 {
-                        terms.push((df, q));
-                    }
-                }
-                let limit = ((total as f64) * ratio).ceil() as i64;
-                let mut kept: Vec<String> = terms
-                    .iter()
-                    .filter(|(df, _)| *df <= limit.max(1))
-                    .map(|(_, q)| q.clone())
-                    .collect();
-                if kept.is_empty() {
-                    if let Some((_, q)) = terms.iter().min_by_key(|(df, _)| *df) {
-                        kept.push(q.clone());
-                    }
-                }
-                if kept.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let fts = kept.join(" OR ");
-                let sql = format!(
-                    "SELECT m.ts FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-                     WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})
-                     ORDER BY bm25(messages_fts), m.id LIMIT ?2"
-                );
-                let mut st = conn.prepare(&sql)?;
-                let rows = st.query_map(rusqlite::params![fts, k as i64], |r| {
-                    r.get::<_, Option<i64>>(0)
-                })?;
-                let mut out = Vec::new();
-                for r in rows {
-                    if let Some(ts) = r? {
-                        out.push(ts);
-                    }
-                }
-                Ok(out)
-            })
-        })
-        .await
-        .map_err(|e| BenchError::engine(&eut.id, "recall search", e))
-}
-
-/// Top-k message timestamps from `lcm_grep` (as shipped: terms ANDed).
-async fn grep_and(
+/// Top-k message timestamps from `lcm_grep` in `any_term` mode, queried with the question
+/// text alone (the engine picks the words: stopwords dropped, BM25 over shared rare words).
+async fn grep_any(
     eut: &EngineUnderTest,
     key: &str,
     question: &str,
     k: usize,
 ) -> Result<Option<Vec<i64>>> {
+    grep_tool_ts(
+        eut,
+        key,
+        json!({"query": question, "mode": "any_term", "target": "messages", "limit": k}),
+    )
+    .await
+}
+
+async fn grep_tool_ts(
+    eut: &EngineUnderTest,
+    key: &str,
+    args: serde_json::Value,
+) -> Result<Option<Vec<i64>>> {
     let Some(tool) = eut.grep_tool() else {
         return Ok(None);
     };
-    let words = content_words(question);
-    if words.is_empty() {
-        return Ok(Some(Vec::new()));
-    }
     let cx = ToolCallContext {
         session_id: key.into(),
         session_key: Some(key.into()),
     };
     let out = tool
-        .execute(
-            json!({"query": words.join(" "), "target": "messages", "limit": k}),
-            cx,
-        )
+        .execute(args, cx)
         .await
         .map_err(|e| BenchError::engine(&eut.id, "lcm_grep", e))?;
     let v: serde_json::Value = serde_json::from_str(&out)
@@ -553,13 +457,37 @@ async fn grep_and(
     ))
 }
 
-/// Replays one conversation through one engine at one budget; returns the assembled context.
+/// Top-k message timestamps from `lcm_grep` in its default mode (every term must match),
+/// queried with the question's content words.
+async fn grep_and(
+    eut: &EngineUnderTest,
+    key: &str,
+    question: &str,
+    k: usize,
+) -> Result<Option<Vec<i64>>> {
+    if eut.grep_tool().is_none() {
+        return Ok(None);
+    }
+    let words = content_words(question);
+    if words.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    grep_tool_ts(
+        eut,
+        key,
+        json!({"query": words.join(" "), "target": "messages", "limit": k}),
+    )
+    .await
+}
+
+/// Replays one conversation through one engine at one budget (ingest, and compaction for
+/// engines that delegate it).
 async fn replay(
     eut: &EngineUnderTest,
     host: &Arc<BenchHost>,
     conv: &Conversation,
     budget: u64,
-) -> Result<Vec<AgentMessage>> {
+) -> Result<()> {
     let key = session_key(&conv.sample_id);
     for m in conv.replay() {
         host.append(m.message.clone());
@@ -578,11 +506,27 @@ async fn replay(
                 .map_err(|e| BenchError::engine(&eut.id, "compact", e))?;
         }
     }
-    let history = if eut.owns_compaction {
+    Ok(())
+}
+
+/// The context the engine assembles when the question arrives as the next user prompt (the
+/// host's prepared history plus the question, `prompt` set, as a runtime turn does). The
+/// question itself is part of what is returned; evidence is never the question's own text.
+async fn assemble_for(
+    eut: &EngineUnderTest,
+    host: &Arc<BenchHost>,
+    conv: &Conversation,
+    budget: u64,
+    question: &str,
+) -> Result<Vec<AgentMessage>> {
+    let key = session_key(&conv.sample_id);
+    let mut history = if eut.owns_compaction {
         host.recent(128)
     } else {
         host.context()
     };
+    let last_ts = history.iter().filter_map(AgentMessage::timestamp_ms).max().unwrap_or(0);
+    history.push(AgentMessage::user(question).with_timestamp(last_ts + 60_000));
     let prepared = prepare_history(
         history,
         &PipelineOptions {
@@ -595,6 +539,7 @@ async fn replay(
         session_key: Some(key.clone()),
         messages: prepared.messages,
         token_budget: Some(budget),
+        prompt: Some(question.to_owned()),
         ..Default::default()
     };
     let out = eut
@@ -661,19 +606,10 @@ async fn run_one(
         questions: Vec::new(),
     };
     let mut token_sum = 0u64;
+    let mut assembled = 0u64;
     for conv in conversations {
         let host = BenchHost::new(CompactionSettings::default(), summarizer.clone());
-        let context = replay(&eut, &host, conv, budget).await?;
-        let used = clawctx_tokens::messages_tokens(&context);
-        token_sum += used;
-        run.context_tokens_max = run.context_tokens_max.max(used);
-        let context_text: String = context
-            .iter()
-            .map(AgentMessage::plain_text)
-            .collect::<Vec<_>>()
-            .join("\n");
-        // Whole-word matching: the answer `No` must not match inside `not`.
-        let context_words = format!(" {} ", normalize(&context_text));
+        replay(&eut, &host, conv, budget).await?;
         let texts = conv.turn_texts();
         let ts_to_dia: HashMap<i64, String> = conv
             .replay()
@@ -682,6 +618,19 @@ async fn run_one(
             .collect();
         let key = session_key(&conv.sample_id);
         for (i, q) in conv.questions.iter().enumerate() {
+            let context = assemble_for(&eut, &host, conv, budget, &q.question).await?;
+            let used = clawctx_tokens::messages_tokens(&context);
+            token_sum += used;
+            assembled += 1;
+            run.context_tokens_max = run.context_tokens_max.max(used);
+            // The question (the last message) is not evidence of itself.
+            let context_text: String = context[..context.len().saturating_sub(1)]
+                .iter()
+                .map(AgentMessage::plain_text)
+                .collect::<Vec<_>>()
+                .join("\n");
+            // Whole-word matching: the answer `No` must not match inside `not`.
+            let context_words = format!(" {} ", normalize(&context_text));
             let evidence: Vec<&String> = q.evidence.iter().collect();
             let resolved: Option<Vec<&String>> = evidence.iter().map(|d| texts.get(*d)).collect();
             let unresolved = evidence.is_empty() || resolved.is_none();
@@ -696,13 +645,8 @@ async fn run_one(
                     .collect();
                 !unresolved && evidence.iter().all(|d| found.contains(d.as_str()))
             };
-            let (recall, grep) = if eut.store.is_some() {
-                let hits = store_search(&eut, &key, content_words(&q.question), opts.k).await?;
-                let g = grep_and(&eut, &key, &q.question, opts.k).await?;
-                (Some(covers(&hits)), g.map(|g| covers(&g)))
-            } else {
-                (None, None)
-            };
+            let recall = grep_any(&eut, &key, &q.question, opts.k).await?.map(|h| covers(&h));
+            let grep = grep_and(&eut, &key, &q.question, opts.k).await?.map(|h| covers(&h));
             let answer = q
                 .answer
                 .as_deref()
@@ -724,7 +668,7 @@ async fn run_one(
             run.questions.push(score);
         }
     }
-    run.context_tokens_mean = token_sum as f64 / conversations.len().max(1) as f64;
+    run.context_tokens_mean = token_sum as f64 / assembled.max(1) as f64;
     let _ = eut.engine.dispose().await;
     Ok(run)
 }
