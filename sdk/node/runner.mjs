@@ -465,6 +465,8 @@ async function callEngine(method, params, id) {
   if (method === 'assemble' && Array.isArray(p.availableTools)) p.availableTools = new Set(p.availableTools);
   if (p.runtimeContext && typeof p.runtimeContext === 'object') {
     p.runtimeContext.llm = { complete: (request) => llmCompleteFor(id, request) };
+    p.runtimeContext.rewriteTranscriptEntries = (request) =>
+      hostRequest('host/rewriteTranscriptEntries', { request, callId: typeof id === 'number' ? id : null });
   }
   const controller = new AbortController();
   state.controllers.set(id, controller);

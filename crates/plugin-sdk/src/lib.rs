@@ -88,12 +88,31 @@ struct Server {
     next: AtomicU64,
 }
 
-/// `RuntimeServices` whose LLM completions are `host/llm.complete` callbacks.
+/// `RuntimeServices` whose LLM completions and transcript rewrites are host callbacks
+/// (`host/llm.complete`, `host/rewriteTranscriptEntries`).
 struct HostServices {
     out: mpsc::UnboundedSender<Value>,
     pending: Pending,
     next: Arc<AtomicU64>,
     call_id: Value,
+}
+
+impl HostServices {
+    /// One plugin→host request; the host's answer or its error message.
+    async fn host_request(&self, method: &str, request: Value) -> Result<Value, EngineError> {
+        let id = format!("plugin-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id.clone(), tx);
+        }
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"request": request, "callId": self.call_id}});
+        self.out
+            .send(msg)
+            .map_err(|_| EngineError::failed("host connection closed"))?;
+        rx.await
+            .map_err(|_| EngineError::failed("host connection closed"))?
+            .map_err(EngineError::Failed)
+    }
 }
 
 #[async_trait]
@@ -102,21 +121,35 @@ impl RuntimeServices for HostServices {
         &self,
         request: LlmCompleteRequest,
     ) -> Result<LlmCompleteResult, EngineError> {
-        let id = format!("plugin-{}", self.next.fetch_add(1, Ordering::Relaxed));
-        let (tx, rx) = oneshot::channel();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(id.clone(), tx);
-        }
-        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "host/llm.complete", "params": {"request": request, "callId": self.call_id}});
-        self.out
-            .send(msg)
-            .map_err(|_| EngineError::failed("host connection closed"))?;
-        let value = rx
-            .await
-            .map_err(|_| EngineError::failed("host connection closed"))?
-            .map_err(EngineError::Failed)?;
+        let request = serde_json::to_value(request).map_err(|e| {
+            EngineError::failed(format!("cannot encode the llm.complete request: {e}"))
+        })?;
+        let value = self.host_request("host/llm.complete", request).await?;
         serde_json::from_value(value)
             .map_err(|e| EngineError::failed(format!("invalid llm.complete result: {e}")))
+    }
+
+    async fn rewrite_transcript_entries(
+        &self,
+        request: TranscriptRewriteRequest,
+    ) -> TranscriptRewriteResult {
+        let unchanged = |reason: String| TranscriptRewriteResult {
+            reason: Some(reason),
+            ..Default::default()
+        };
+        let request = match serde_json::to_value(request) {
+            Ok(r) => r,
+            Err(e) => return unchanged(format!("cannot encode the rewrite request: {e}")),
+        };
+        match self
+            .host_request("host/rewriteTranscriptEntries", request)
+            .await
+        {
+            Ok(value) => serde_json::from_value(value).unwrap_or_else(|e| {
+                unchanged(format!("invalid rewriteTranscriptEntries result: {e}"))
+            }),
+            Err(e) => unchanged(e.to_string()),
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The JSON-RPC 2.0 client side of the plugin protocol (see `docs/plugin-protocol.md`).
 //!
 //! One JSON message per line over the child's stdio: requests and responses go both ways
-//! (the plugin calls back into the host for `host/log` and `host/llm.complete`). A
+//! (the plugin calls back into the host for `host/log`, `host/llm.complete` and
+//! `host/rewriteTranscriptEntries`). A
 //! [`Connection`] owns the process; a reader task routes responses to pending calls and serves
 //! plugin→host requests. Anything that breaks the framing — a line that is not a JSON object,
 //! a line over the size cap, EOF — fails every pending call with a message saying what
@@ -27,6 +28,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use clawctx_engine::{CallContext, LlmCompleteRequest, RuntimeServices};
+use clawctx_protocol::{TranscriptRewriteRequest, TranscriptRewriteResult};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -633,6 +635,35 @@ fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
                         },
                     };
                     let _ = shared.write(&reply).await;
+                });
+            }
+            "host/rewriteTranscriptEntries" => {
+                // `runtimeContext.rewriteTranscriptEntries` (contract §9). Like the in-process
+                // service it never fails: problems come back as `{changed: false, reason}`.
+                let Some(id) = id else { return };
+                let shared = shared.clone();
+                rt.spawn(async move {
+                    let call_id = params.get("callId").and_then(Value::as_u64);
+                    let unchanged = |reason: String| TranscriptRewriteResult {
+                        reason: Some(reason),
+                        ..Default::default()
+                    };
+                    let result = match serde_json::from_value::<TranscriptRewriteRequest>(
+                        params.get("request").cloned().unwrap_or(Value::Null),
+                    ) {
+                        Err(e) => {
+                            unchanged(format!("invalid rewriteTranscriptEntries request: {e}"))
+                        }
+                        Ok(request) => match shared.services_for(call_id) {
+                            None => {
+                                unchanged("transcript rewrite is not available on this host".into())
+                            }
+                            Some(services) => services.rewrite_transcript_entries(request).await,
+                        },
+                    };
+                    let _ = shared
+                        .write(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                        .await;
                 });
             }
             other => {

@@ -27,6 +27,23 @@ impl RuntimeServices for Services {
         })
     }
 
+    async fn rewrite_transcript_entries(
+        &self,
+        request: TranscriptRewriteRequest,
+    ) -> TranscriptRewriteResult {
+        let ids: Vec<String> = request
+            .replacements
+            .iter()
+            .map(|r| format!("{}={}", r.entry_id, r.message.plain_text()))
+            .collect();
+        TranscriptRewriteResult {
+            changed: true,
+            bytes_freed: 7,
+            rewritten_entries: request.replacements.len() as u64,
+            reason: Some(format!("host rewrote {}", ids.join(","))),
+        }
+    }
+
     async fn compact_session(
         &self,
         request: RuntimeCompactionRequest,
@@ -129,6 +146,30 @@ async fn every_lifecycle_method_over_rpc() {
         .await
         .unwrap();
     assert_eq!(maint.reason.as_deref(), Some("nothing to do"));
+    // With a runtime context, `runtimeContext.rewriteTranscriptEntries` reaches the host's
+    // services and its answer comes back as the engine's result.
+    let maint = e
+        .maintain(
+            &MaintainParams {
+                session_id: "s".into(),
+                session_file: "f".into(),
+                runtime_context: Some(Default::default()),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            maint.changed,
+            maint.bytes_freed,
+            maint.rewritten_entries,
+            maint.reason.as_deref()
+        ),
+        (true, 7, 1, Some("host rewrote e1=[trimmed]")),
+        "rewriteTranscriptEntries was not forwarded to the host"
+    );
     e.after_turn(
         &AfterTurnParams {
             session_id: "s".into(),

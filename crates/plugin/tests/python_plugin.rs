@@ -27,6 +27,23 @@ impl RuntimeServices for Services {
         })
     }
 
+    async fn rewrite_transcript_entries(
+        &self,
+        request: TranscriptRewriteRequest,
+    ) -> TranscriptRewriteResult {
+        let ids: Vec<&str> = request
+            .replacements
+            .iter()
+            .map(|r| r.entry_id.as_str())
+            .collect();
+        TranscriptRewriteResult {
+            changed: true,
+            rewritten_entries: ids.len() as u64,
+            reason: Some(format!("host rewrote {}", ids.join(","))),
+            ..Default::default()
+        }
+    }
+
     async fn compact_session(
         &self,
         _request: RuntimeCompactionRequest,
@@ -236,6 +253,27 @@ async fn every_lifecycle_method_python() {
         .reason
         .as_deref(),
         Some("py")
+    );
+    let rewritten = e
+        .maintain(
+            &MaintainParams {
+                session_id: "s".into(),
+                session_file: "f".into(),
+                runtime_context: Some(Default::default()),
+                ..Default::default()
+            },
+            &cx,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            rewritten.changed,
+            rewritten.rewritten_entries,
+            rewritten.reason.as_deref()
+        ),
+        (true, 1, Some("host rewrote e9")),
+        "the Python runner did not forward rewriteTranscriptEntries"
     );
     e.after_turn(
         &AfterTurnParams {

@@ -177,7 +177,16 @@ class Runner:
         fn = self.member(engine, method)
         if fn is None:
             raise RuntimeError(f"context engine does not implement {method}()")
-        result = await self.call_maybe(fn, params.get("params") or {})
+        call_params = params.get("params") or {}
+        runtime_context = call_params.get("runtimeContext") if isinstance(call_params, dict) else None
+        if isinstance(runtime_context, dict):
+            call_id = _current_call.get()
+
+            async def rewrite_transcript_entries(request: Dict[str, Any]) -> Any:
+                return await self.host_request("host/rewriteTranscriptEntries", {"request": request, "callId": call_id})
+
+            runtime_context["rewriteTranscriptEntries"] = rewrite_transcript_entries
+        result = await self.call_maybe(fn, call_params)
         if method == "prepareSubagentSpawn":
             rollback = None
             if isinstance(result, dict):
