@@ -58,3 +58,29 @@ fn install_link_select_doctor_disable_uninstall() {
     assert_ne!(j["contextEngine"]["configured"], id.as_str(), "uninstall resets the slot");
     assert!(plugin.join("openclaw.plugin.json").exists(), "a linked directory is never deleted");
 }
+
+#[test]
+fn install_refuses_a_world_writable_plugin_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let state = tempfile::tempdir().unwrap();
+    let plugin = tempfile::tempdir().unwrap();
+    for file in ["openclaw.plugin.json", "package.json", "index.js"] {
+        std::fs::copy(seed_plugin().join(file), plugin.path().join(file)).unwrap();
+    }
+    std::fs::set_permissions(plugin.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    for args in [&["plugins", "install", "-l"][..], &["plugins", "install"][..]] {
+        let mut args = args.to_vec();
+        args.push(plugin.path().to_str().unwrap());
+        let (code, out, err) = clawctx(state.path(), &args);
+        assert_ne!(code, 0, "`clawctx {}` accepted a world-writable plugin directory:\n{out}\n{err}", args.join(" "));
+        assert!(
+            err.contains("world-writable") && err.contains("chmod o-w"),
+            "the error should say what is wrong and how to fix it:\n{err}"
+        );
+    }
+    let (_, list, _) = clawctx(state.path(), &["plugins", "list"]);
+    assert!(!list.contains("my-engine"), "a refused plugin was recorded:\n{list}");
+    std::fs::set_permissions(plugin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, out, err) = clawctx(state.path(), &["plugins", "install", "-l", plugin.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "once fixed, install -l works:\n{out}\n{err}");
+}

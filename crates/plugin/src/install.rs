@@ -7,6 +7,11 @@
 //! `<stateDir>/plugins/installs.json`, always written atomically (temp file + rename). User
 //! config is never written here: every function that would change it returns the changes as
 //! [`ConfigChange`]s, which the CLI shows and applies with [`apply_changes`].
+//!
+//! Safety: a plugin is code clawctx runs with the user's rights. Installing (or linking) from a
+//! directory that someone else could change is refused: the plugin directory, its manifest
+//! and its entry must not be world-writable, and must belong to the user running clawctx (or
+//! to root). The error names the path and the command that fixes it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -347,6 +352,7 @@ pub fn install_with(
     let (record, manifest, mut changes) = if looks_like_path(spec) {
         let src = PathBuf::from(spec);
         let manifest = load_manifest(&src)?;
+        check_plugin_paths(&manifest, nix::unistd::geteuid().as_raw())?;
         check_existing(&index, &manifest.id, opts.force)?;
         if opts.link {
             let record = new_record(&manifest, InstallSource::Link, spec, manifest.root.clone());
@@ -405,6 +411,43 @@ pub fn install_with(
         manifest,
         config_changes: changes,
     })
+}
+
+/// Refuses a plugin whose directory, manifest or entry another user could change (see the
+/// module header). `euid` is the user clawctx runs as.
+fn check_plugin_paths(manifest: &PluginManifest, euid: u32) -> Result<(), PluginError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut paths = vec![manifest.root.clone(), manifest.manifest_path.clone()];
+    if let crate::manifest::PluginEntry::Node(p) | crate::manifest::PluginEntry::Python(p) =
+        &manifest.entry
+    {
+        paths.push(p.clone());
+    }
+    for path in paths {
+        let meta = std::fs::metadata(&path).map_err(|e| io_err("cannot inspect", &path, e))?;
+        let refuse = |why: String, fix: String| {
+            PluginError::Install(format!(
+                "refusing to install plugin \"{}\": {} {why}, so another user could change the code clawctx would run; fix it with `{fix}` and install again",
+                manifest.id,
+                path.display()
+            ))
+        };
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o002 != 0 {
+            return Err(refuse(
+                format!("is world-writable (mode {mode:o})"),
+                format!("chmod o-w {}", path.display()),
+            ));
+        }
+        let owner = meta.uid();
+        if owner != euid && owner != 0 {
+            return Err(refuse(
+                format!("is owned by uid {owner}, not by you (uid {euid}) or root"),
+                format!("chown {euid} {}", path.display()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_existing(index: &InstallIndex, id: &str, force: bool) -> Result<(), PluginError> {
@@ -546,6 +589,108 @@ pub fn plugin_dirs(state_dir: &Path, config: &Value) -> Result<Vec<PathBuf>, Plu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A minimal Node plugin in a fresh directory.
+    fn plugin_dir() -> (tempfile::TempDir, PluginManifest) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("openclaw.plugin.json"),
+            r#"{"id": "safe", "kind": "context-engine", "entry": "./index.js", "configSchema": {"type": "object"}}"#,
+        )
+        .expect("manifest");
+        std::fs::write(dir.path().join("index.js"), "export default () => {};").expect("entry");
+        let manifest = load_manifest(dir.path()).expect("manifest loads");
+        (dir, manifest)
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    #[test]
+    fn world_writable_plugin_paths_are_refused_with_the_fix() {
+        let euid = nix::unistd::geteuid().as_raw();
+        let (dir, manifest) = plugin_dir();
+        check_plugin_paths(&manifest, euid).expect("a private directory is accepted");
+        for (path, mode, restore) in [
+            (dir.path().to_path_buf(), 0o777, 0o755),
+            (dir.path().join("index.js"), 0o666, 0o644),
+            (dir.path().join("openclaw.plugin.json"), 0o646, 0o644),
+        ] {
+            chmod(&path, mode);
+            let err = check_plugin_paths(&manifest, euid)
+                .expect_err("a world-writable path must be refused")
+                .to_string();
+            assert!(
+                err.contains("world-writable")
+                    && err.contains(&format!("chmod o-w {}", path.display())),
+                "{}: {err}",
+                path.display()
+            );
+            chmod(&path, restore);
+        }
+        check_plugin_paths(&manifest, euid).expect("accepted again once fixed");
+    }
+
+    #[test]
+    fn plugin_paths_owned_by_another_user_are_refused() {
+        let (dir, manifest) = plugin_dir();
+        let me = nix::unistd::geteuid().as_raw();
+        let (stranger, runner) = if me == 0 {
+            // As root: hand the directory to another user, then check as root.
+            let other = nix::unistd::Uid::from_raw(4242);
+            nix::unistd::chown(dir.path(), Some(other), None).expect("chown as root");
+            (4242, 0)
+        } else {
+            // As a user: the files are ours; check as if another user ran clawctx.
+            (me, me + 1)
+        };
+        let err = check_plugin_paths(&manifest, runner)
+            .expect_err("a directory owned by someone else must be refused")
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "owned by uid {stranger}, not by you (uid {runner})"
+            )) && err.contains(&format!("chown {runner} ")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn root_owned_plugin_paths_are_accepted() {
+        // System paths are root-owned and not world-writable everywhere.
+        let (_dir, mut manifest) = plugin_dir();
+        manifest.root = PathBuf::from("/usr");
+        manifest.manifest_path = PathBuf::from("/etc/passwd");
+        manifest.entry = crate::manifest::PluginEntry::Node(PathBuf::from("/bin/sh"));
+        check_plugin_paths(&manifest, 4242).expect("root-owned plugins are accepted for any user");
+    }
+
+    #[test]
+    fn install_refuses_a_world_writable_directory() {
+        let (dir, _) = plugin_dir();
+        let state = tempfile::tempdir().expect("state dir");
+        chmod(dir.path(), 0o777);
+        for link in [true, false] {
+            let err = install_with(
+                dir.path().to_str().expect("utf-8 path"),
+                state.path(),
+                &InstallOptions { link, force: false },
+            )
+            .expect_err("install must refuse")
+            .to_string();
+            assert!(err.contains("refusing to install plugin \"safe\""), "{err}");
+        }
+        chmod(dir.path(), 0o755);
+        assert!(list_ids(state.path()).is_empty(), "nothing was recorded");
+    }
+
+    fn list_ids(state: &Path) -> Vec<String> {
+        read_index(state)
+            .map(|i| i.installs.keys().cloned().collect())
+            .unwrap_or_default()
+    }
 
     #[test]
     fn npm_names() {
