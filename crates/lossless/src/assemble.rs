@@ -203,7 +203,7 @@ impl Db {
                 "SELECT f.kind, f.item_id, f.tokens, m.role, m.n_calls, m.text, m.skeleton, m.ts,
                         s.depth, s.from_ts, s.to_ts, s.text
                  FROM frontier f
-                 LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id
+                 LEFT JOIN message_rows m ON f.kind = 0 AND m.id = f.item_id
                  LEFT JOIN summaries s ON f.kind = 1 AND s.id = f.item_id
                  WHERE f.conv_id = ?1 ORDER BY f.ord DESC",
             )?;
@@ -286,7 +286,8 @@ impl Db {
     }
 }
 
-fn text_slots(m: &mut AgentMessage) -> Vec<&mut String> {
+/// The text-bearing strings of `m`, mutable (shrinking, retention placeholders).
+pub(crate) fn text_slots(m: &mut AgentMessage) -> Vec<&mut String> {
     let content = match m {
         AgentMessage::User(u) => &mut u.content,
         AgentMessage::Assistant(a) => &mut a.content,

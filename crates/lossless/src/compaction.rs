@@ -380,7 +380,7 @@ impl Db {
         let input = if depth == 0 {
             let mut st = self
                 .conn
-                .prepare_cached("SELECT role, text, skeleton, ts FROM messages WHERE id = ?1")?;
+                .prepare_cached("SELECT role, text, skeleton, ts FROM message_rows WHERE id = ?1")?;
             let mut msgs: Vec<AgentMessage> = Vec::with_capacity(items.len());
             for it in items {
                 let (r, text, sk, ts): (i64, String, Option<String>, Option<i64>) = st

@@ -79,6 +79,11 @@ pub struct LosslessConfig {
     pub prompt_recall_max_tokens: u64,
     /// Messages quoted at most.
     pub prompt_recall_max_messages: usize,
+    /// Message texts of at least this many bytes are stored once per content; `0` = never.
+    pub large_payload_bytes: usize,
+    /// Large payloads older than this many days, once summarized, are replaced by a
+    /// placeholder (on `maintain`); `None` = kept forever.
+    pub payload_retention_days: Option<f64>,
 }
 
 impl Default for LosslessConfig {
@@ -116,6 +121,8 @@ impl Default for LosslessConfig {
             prompt_recall_share: 0.25,
             prompt_recall_max_tokens: 6_000,
             prompt_recall_max_messages: 40,
+            large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
+            payload_retention_days: None,
         }
     }
 }
@@ -171,6 +178,9 @@ impl LosslessConfig {
         self.summary_concurrency = self.summary_concurrency.clamp(1, 32);
         self.prompt_recall_share = clamp_f(self.prompt_recall_share, 0.0, 0.5, 0.25);
         self.prompt_recall_max_messages = self.prompt_recall_max_messages.min(200);
+        self.payload_retention_days = self
+            .payload_retention_days
+            .filter(|d| d.is_finite() && *d >= 0.0);
     }
 
     /// Tokens kept for prompt recall at `budget` (0 = off). Fixed for a budget, whatever the

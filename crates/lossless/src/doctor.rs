@@ -354,6 +354,36 @@ impl Db {
                 }
             }
         }
+        // Deduplicated payloads: reference counts match, no message points at a missing one.
+        {
+            let mut st = self.conn.prepare(
+                "SELECT p.id, p.refs, (SELECT count(*) FROM messages m WHERE m.payload = p.id) FROM payloads p",
+            )?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                let (id, refs, actual): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                if refs != actual {
+                    issues.push(DoctorIssue {
+                        conversation_id: 0,
+                        code: "payload-refs".into(),
+                        detail: format!("payload {id} counts {refs} references, {actual} messages use it"),
+                    });
+                }
+            }
+            let mut st = self.conn.prepare(
+                "SELECT m.id, m.conv_id FROM messages m WHERE m.payload IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM payloads p WHERE p.id = m.payload)",
+            )?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                let id: i64 = r.get(0)?;
+                issues.push(DoctorIssue {
+                    conversation_id: r.get(1)?,
+                    code: "missing-payload".into(),
+                    detail: format!("{} points at a payload that does not exist", crate::ids::message_id(id)),
+                });
+            }
+        }
         issues.sort_by(|a, b| (a.conversation_id, &a.code).cmp(&(b.conversation_id, &b.code)));
         Ok(DoctorReport {
             ok: issues.is_empty(),

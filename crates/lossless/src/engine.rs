@@ -59,6 +59,11 @@ impl LosslessEngine {
             &cfg.ignore_session_patterns,
             &cfg.read_only_session_patterns,
         )?;
+        let large = cfg.large_payload_bytes;
+        store.call_blocking(move |db| {
+            db.set_large_payload_bytes(large);
+            Ok(())
+        })?;
         Ok(Self {
             store,
             cfg: Arc::new(cfg),
@@ -512,6 +517,21 @@ impl ContextEngine for LosslessEngine {
         _params: &MaintainParams,
         _cx: &CallContext,
     ) -> Result<TranscriptRewriteResult, EngineError> {
+        if let Some(days) = self.cfg.payload_retention_days {
+            let cutoff = crate::store::now_ms() - (days * 86_400_000.0) as i64;
+            let report = self
+                .store
+                .call(move |db| db.expire_payloads(cutoff, true))
+                .await?;
+            if report.payloads_expired > 0 {
+                tracing::info!(
+                    "lossless: retention removed {} payloads ({} bytes, {} messages)",
+                    report.payloads_expired,
+                    report.bytes_freed,
+                    report.messages_rewritten
+                );
+            }
+        }
         Ok(TranscriptRewriteResult {
             reason: Some("lossless keeps its own store; the transcript is not rewritten".into()),
             ..Default::default()

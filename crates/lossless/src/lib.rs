@@ -43,6 +43,8 @@
 //! | `busyTimeoutMs` | `5000` | SQLite busy timeout, then a clear `Busy` error |
 //! | `grepMaxScanRows` | `50000` | rows a regex grep scans at most |
 //! | `customInstructions` | none | passed to every summary request |
+//! | `largePayloadBytes` | `8192` | message texts this large are stored once per content (`0` = never) |
+//! | `payloadRetentionDays` | none | large payloads older than this, once summarized, become a placeholder (`maintain`, `clawctx lcm prune`) |
 //! | `promptRecallShare` | `0.25` | budget share for stored messages matching the prompt, quoted verbatim (`0` = off) |
 //! | `promptRecallMaxTokens` | `6000` | cap of that share |
 //! | `promptRecallMaxMessages` | `40` | messages quoted at most |
@@ -59,6 +61,7 @@ pub mod import;
 pub mod policy;
 pub mod prompt_recall;
 pub mod recall;
+pub mod retention;
 pub mod search;
 pub mod session;
 pub mod store;
@@ -73,5 +76,6 @@ pub use import::ImportReport;
 pub use recall::{
     DescribeReport, ExpandReport, GrepMode, GrepQuery, GrepReport, GrepSort, GrepTarget, Scope,
 };
+pub use retention::RetentionReport;
 pub use session::CarryReport;
 pub use store::{ConvKey, LosslessStore};

@@ -89,7 +89,7 @@ impl Db {
         let mut left = r.reserve.saturating_sub(frame);
         let mut st = self
             .conn
-            .prepare_cached("SELECT role, ts, text FROM messages WHERE id = ?1")?;
+            .prepare_cached("SELECT role, ts, text FROM message_rows WHERE id = ?1")?;
         // Best first while they fit (a large tool output is skipped, smaller ones still go in).
         let mut chosen: Vec<(i64, String)> = Vec::new();
         for hit in ranked {

@@ -365,7 +365,7 @@ impl Db {
                     let sql = match q.sort {
                         GrepSort::Recency => format!(
                             "SELECT m.id, m.conv_id, m.role, m.ts, m.text, m.skeleton, bm25(messages_fts)
-                             FROM messages_fts CROSS JOIN messages m ON m.id = messages_fts.rowid
+                             FROM messages_fts CROSS JOIN message_rows m ON m.id = messages_fts.rowid
                              WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})
                              ORDER BY messages_fts.rowid DESC LIMIT ?2"
                         ),
@@ -373,7 +373,7 @@ impl Db {
                             "WITH h AS (SELECT rowid AS rid, bm25(messages_fts) AS score FROM messages_fts
                                         WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT {RELEVANCE_WINDOW})
                              SELECT m.id, m.conv_id, m.role, m.ts, m.text, m.skeleton, h.score
-                             FROM h CROSS JOIN messages m ON m.id = h.rid
+                             FROM h CROSS JOIN message_rows m ON m.id = h.rid
                              WHERE m.conv_id IN ({in_list}) ORDER BY h.score, h.rid DESC LIMIT ?2"
                         ),
                     };
@@ -452,7 +452,7 @@ impl Db {
                 if q.target != GrepTarget::Summaries {
                     let ranked = self.ranked_messages(&terms, &convs, want, &Default::default())?;
                     let mut row = self.conn.prepare_cached(
-                        "SELECT role, ts, text, skeleton FROM messages WHERE id = ?1",
+                        "SELECT role, ts, text, skeleton FROM message_rows WHERE id = ?1",
                     )?;
                     for r in ranked {
                         let (role, ts, text, sk) = row.query_row([r.id], |x| {
@@ -522,7 +522,7 @@ impl Db {
                 let mut scanned = 0i64;
                 if q.target != GrepTarget::Summaries {
                     let sql = format!(
-                        "SELECT id, conv_id, role, ts, text, skeleton FROM messages WHERE conv_id IN ({in_list}) ORDER BY id DESC"
+                        "SELECT id, conv_id, role, ts, text, skeleton FROM message_rows WHERE conv_id IN ({in_list}) ORDER BY id DESC"
                     );
                     let mut st = self.conn.prepare(&sql)?;
                     let mut rows = st.query([])?;
@@ -667,7 +667,7 @@ impl Db {
             RecordId::Message(mid) => {
                 let row = self
                     .conn
-                    .prepare_cached("SELECT conv_id, seq, role, tokens, ts, tool_call_id, skeleton, text FROM messages WHERE id = ?1")?
+                    .prepare_cached("SELECT conv_id, seq, role, tokens, ts, tool_call_id, skeleton, text FROM message_rows WHERE id = ?1")?
                     .query_row([mid], |r| {
                         Ok((
                             r.get::<_, i64>(0)?,
@@ -798,7 +798,7 @@ impl Db {
             RecordId::Message(mid) => {
                 let (role, text, sk, ts): (i64, String, Option<String>, Option<i64>) = self
                     .conn
-                    .prepare_cached("SELECT role, text, skeleton, ts FROM messages WHERE id = ?1")?
+                    .prepare_cached("SELECT role, text, skeleton, ts FROM message_rows WHERE id = ?1")?
                     .query_row([mid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
                 Ok(ExpandedItem {
                     id: id.to_string(),

@@ -271,3 +271,133 @@ proptest! {
         );
     }
 }
+
+/// A tool call and its (large) result.
+fn big_read(id: &str, t: i64, body: &str) -> Vec<AgentMessage> {
+    vec![
+        AgentMessage::tool_call(id, "read", serde_json::json!({"path": "src/big.rs"})).with_timestamp(t),
+        AgentMessage::tool_result(id, "read", body).with_timestamp(t + 1),
+    ]
+}
+
+fn big_body(rng: &mut Lcg, marker: &str) -> String {
+    format!("{marker} {}", words(rng, 4_000))
+}
+
+#[tokio::test]
+async fn identical_large_outputs_are_stored_once_and_read_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, LosslessConfig::default());
+    let mut rng = Lcg(21);
+    let body = big_body(&mut rng, "platypusmarker");
+    assert!(body.len() > 16_000);
+    let mut msgs = big_read("c1", 10, &body);
+    msgs.extend(big_read("c2", 20, &body));
+    msgs.push(AgentMessage::assistant("read it twice").with_timestamp(30));
+    e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
+
+    let (payloads, refs, inline_bytes): (i64, i64, i64) = e
+        .store()
+        .call(|db| {
+            db.tx(|c| {
+                Ok(c.query_row(
+                    "SELECT (SELECT count(*) FROM payloads), (SELECT sum(refs) FROM payloads),
+                            (SELECT sum(length(text)) FROM messages)",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )?)
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!((payloads, refs), (1, 2), "the same output must be stored once, used twice");
+    assert!(inline_bytes < 1_000, "message rows must not hold the text: {inline_bytes} bytes");
+
+    for id in ["msg_2", "msg_4"] {
+        match e.store().describe(id).await.unwrap() {
+            DescribeReport::Message(info) => assert_eq!(info.message.plain_text(), body, "{id}"),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    let hits = e
+        .store()
+        .grep(GrepQuery::new("platypusmarker", Scope::Session(key())))
+        .await
+        .unwrap()
+        .hits;
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    let out = e
+        .assemble(&assemble_params(vec![AgentMessage::user("next").with_timestamp(40)], 100_000), &cx())
+        .await
+        .unwrap();
+    let n = out.messages.iter().filter(|m| m.plain_text() == body).count();
+    assert_eq!(n, 2, "assembly must show both results whole");
+    assert!(e.store().doctor().await.unwrap().ok);
+}
+
+#[tokio::test]
+async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, small_cfg());
+    let mut rng = Lcg(22);
+    let old_body = big_body(&mut rng, "wombatmarker");
+    let new_body = big_body(&mut rng, "echidnamarker");
+    let mut msgs = vec![AgentMessage::user("read the big file").with_timestamp(1)];
+    msgs.extend(big_read("c1", 2, &old_body));
+    for t in 0..30 {
+        msgs.extend(turn(&mut rng, t + 10, false, 30));
+    }
+    msgs.extend(big_read("c9", 9_000_000_000_000, &new_body));
+    e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
+    e.compact(&compact_params(true, 8_000), &cx()).await.unwrap();
+
+    // Everything is "old" for a cutoff in the future; only the summarized payload may go.
+    let cutoff = i64::MAX;
+    let dry = e
+        .store()
+        .call(move |db| db.expire_payloads(cutoff, false))
+        .await
+        .unwrap();
+    assert_eq!((dry.candidates, dry.payloads_expired, dry.payloads_in_context), (2, 1, 1), "{dry:?}");
+    assert!(dry.dry_run);
+    let report = e
+        .store()
+        .call(move |db| db.expire_payloads(cutoff, true))
+        .await
+        .unwrap();
+    assert_eq!((report.payloads_expired, report.messages_rewritten), (1, 1), "{report:?}");
+    assert!(report.bytes_freed as usize >= old_body.len());
+
+    let text_of = |id: &'static str| {
+        let store = e.store().clone();
+        async move {
+            match store.describe(id).await.unwrap() {
+                DescribeReport::Message(info) => info.message.plain_text(),
+                other => panic!("{id}: {other:?}"),
+            }
+        }
+    };
+    let old = text_of("msg_3").await;
+    assert!(old.contains("removed by the retention policy"), "{old}");
+    assert!(!old.contains("wombatmarker"));
+    let newest = e.store().conversations().await.unwrap()[0].msg_count;
+    let last = format!("msg_{newest}");
+    let new_text = match e.store().describe(&last).await.unwrap() {
+        DescribeReport::Message(info) => info.message.plain_text(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(new_text, new_body, "a payload still in context is never touched");
+
+    // Still found by a word of the original, still recognized when re-delivered.
+    let hits = e
+        .store()
+        .grep(GrepQuery::new("wombatmarker", Scope::Session(key())))
+        .await
+        .unwrap()
+        .hits;
+    assert!(hits.iter().any(|h| h.id == "msg_3"), "{hits:?}");
+    let again = e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
+    assert_eq!(again.ingested_count, 0);
+    let doctor = e.store().doctor().await.unwrap();
+    assert!(doctor.ok, "{:?}", doctor.issues);
+}

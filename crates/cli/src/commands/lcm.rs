@@ -90,6 +90,16 @@ enum LcmAction {
         #[arg(long)]
         apply: bool,
     },
+    /// Apply the payload retention policy now: large tool outputs older than N days whose
+    /// messages are all summarized become a placeholder (dry run by default).
+    Prune {
+        /// Age in days (fractions allowed).
+        #[arg(long)]
+        older_than_days: f64,
+        /// Write (after a backup of the database).
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 fn database_path(global: &GlobalArgs, explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -164,7 +174,7 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
         );
     }
     let mut backup_path = None;
-    if let LcmAction::Import { apply: true, .. } = &args.action {
+    if let LcmAction::Import { apply: true, .. } | LcmAction::Prune { apply: true, .. } = &args.action {
         backup_path = backup(&db)?;
     }
     let store = LosslessStore::open(&db).with_context(|| format!("opening {}", db.display()))?;
@@ -206,6 +216,24 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
         LcmAction::Import { file, session, apply } => {
             let key = ConvKey::from_host(Some(&session), &session);
             let report = store.import_openclaw_jsonl(&file, key, apply).await?;
+            print(&report)?;
+            if let Some(b) = backup_path {
+                eprintln!("backup written to {}", b.display());
+            }
+            if !apply {
+                eprintln!("dry run: nothing was written (use --apply)");
+            }
+        }
+        LcmAction::Prune { older_than_days, apply } => {
+            if !older_than_days.is_finite() || older_than_days < 0.0 {
+                anyhow::bail!("--older-than-days must be a non-negative number, got {older_than_days}");
+            }
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            let cutoff = now_ms - (older_than_days * 86_400_000.0) as i64;
+            let report = store.call(move |db| db.expire_payloads(cutoff, apply)).await?;
             print(&report)?;
             if let Some(b) = backup_path {
                 eprintln!("backup written to {}", b.display());

@@ -101,7 +101,12 @@ pub struct Db {
     pub(crate) conn: Connection,
     pub(crate) busy_ms: u64,
     checkpointer: Option<Checkpointer>,
+    /// Message texts of at least this many bytes are stored once per content in `payloads`.
+    large_payload_bytes: usize,
 }
+
+/// Default of [`Db::set_large_payload_bytes`] (`largePayloadBytes`).
+pub const DEFAULT_LARGE_PAYLOAD_BYTES: usize = 8 * 1024;
 
 /// Current wall-clock time in epoch ms.
 pub(crate) fn now_ms() -> i64 {
@@ -117,7 +122,13 @@ impl Db {
             conn,
             busy_ms,
             checkpointer,
+            large_payload_bytes: DEFAULT_LARGE_PAYLOAD_BYTES,
         }
+    }
+
+    /// Texts of at least `n` bytes go to the deduplicated `payloads` table (`0` = never).
+    pub fn set_large_payload_bytes(&mut self, n: usize) {
+        self.large_payload_bytes = if n == 0 { usize::MAX } else { n };
     }
 
     pub(crate) fn close(self) {
@@ -198,8 +209,9 @@ impl Db {
     /// conversation) are skipped. Appends each new message to the frontier and updates the
     /// running totals.
     pub fn ingest(&mut self, key: &ConvKey, msgs: &[Encoded]) -> Result<IngestOutcome> {
+        let large = self.large_payload_bytes;
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, msgs.len())?;
+            let mut app = Appender::new(c, key, msgs.len(), large)?;
             for m in msgs {
                 app.push(m)?;
             }
@@ -218,8 +230,9 @@ impl Db {
         key: &ConvKey,
         rx: std::sync::mpsc::Receiver<IngestChunk>,
     ) -> Result<IngestOutcome> {
+        let large = self.large_payload_bytes;
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, 0)?;
+            let mut app = Appender::new(c, key, 0, large)?;
             loop {
                 match rx.recv() {
                     Ok(IngestChunk::Messages(msgs)) => {
@@ -264,10 +277,11 @@ struct Appender<'c> {
     fts: rusqlite::CachedStatement<'c>,
     frontier: rusqlite::CachedStatement<'c>,
     c: &'c Connection,
+    large: usize,
 }
 
 impl<'c> Appender<'c> {
-    fn new(c: &'c Connection, key: &ConvKey, expected: usize) -> Result<Self> {
+    fn new(c: &'c Connection, key: &ConvKey, expected: usize, large: usize) -> Result<Self> {
         Ok(Self {
             conv: get_or_create_conv(c, key)?,
             stored: Vec::with_capacity(expected),
@@ -281,11 +295,13 @@ impl<'c> Appender<'c> {
                 "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 0, ?3, ?4)",
             )?,
             c,
+            large,
         })
     }
 
     fn push(&mut self, m: &Encoded) -> Result<()> {
         let conv = &mut self.conv;
+        let external = m.text.len() >= self.large;
         let n = self.ins.execute(params![
             conv.id,
             conv.next_seq,
@@ -296,13 +312,19 @@ impl<'c> Appender<'c> {
             m.n_calls,
             m.tool_call_id,
             m.skeleton,
-            m.text
+            if external { "" } else { m.text.as_str() }
         ])?;
         if n == 0 {
             self.stored.push(false);
             return Ok(());
         }
         let id = self.c.last_insert_rowid();
+        if external {
+            let written = store_payload(self.c, id, &m.text)?;
+            self.bytes += written;
+        } else {
+            self.bytes += m.text.len() as u64;
+        }
         self.fts.execute(params![id, m.fts])?;
         self.frontier
             .execute(params![conv.id, conv.next_ord, id, m.tokens as i64])?;
@@ -313,7 +335,7 @@ impl<'c> Appender<'c> {
         conv.raw_bytes += m.text.len() as i64;
         conv.frontier_tokens += m.tokens as i64;
         conv.frontier_items += 1;
-        self.bytes += (m.text.len() + m.fts.len() + m.skeleton.as_ref().map_or(0, String::len)) as u64;
+        self.bytes += (m.fts.len() + m.skeleton.as_ref().map_or(0, String::len)) as u64;
         self.stored.push(true);
         Ok(())
     }
@@ -343,6 +365,30 @@ impl<'c> Appender<'c> {
             bytes: self.bytes,
         })
     }
+}
+
+/// Points message `id` at the payload holding `text`, storing the text when no payload has
+/// it yet. Returns the bytes written (0 when the content was already stored).
+fn store_payload(c: &Connection, id: i64, text: &str) -> Result<u64> {
+    use sha2::{Digest, Sha256};
+    let hash = &Sha256::digest(text.as_bytes())[..16];
+    let existing: Option<i64> = c
+        .prepare_cached("UPDATE payloads SET refs = refs + 1 WHERE hash = ?1 RETURNING id")?
+        .query_row([hash], |r| r.get(0))
+        .optional()?;
+    let (pid, written) = match existing {
+        Some(pid) => (pid, 0),
+        None => {
+            c.prepare_cached(
+                "INSERT INTO payloads(hash, bytes, refs, created_at, text) VALUES(?1, ?2, 1, ?3, ?4)",
+            )?
+            .execute(params![hash, text.len() as i64, now_ms(), text])?;
+            (c.last_insert_rowid(), text.len() as u64)
+        }
+    };
+    c.prepare_cached("UPDATE messages SET payload = ?2 WHERE id = ?1")?
+        .execute(params![id, pid])?;
+    Ok(written)
 }
 
 pub(crate) fn get_conv(c: &Connection, key: &ConvKey) -> rusqlite::Result<Option<ConvRow>> {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
 pub(crate) use db::{get_conv as db_get_conv, get_or_create_conv as db_get_or_create_conv, now_ms};
-pub use db::{ConvKey, ConvRow, Db, IngestChunk, IngestOutcome};
+pub use db::{ConvKey, ConvRow, Db, IngestChunk, IngestOutcome, DEFAULT_LARGE_PAYLOAD_BYTES};
 
 use crate::error::{LosslessError, Result};
 

@@ -17,7 +17,7 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -141,6 +141,34 @@ CREATE VIRTUAL TABLE summaries_fts USING fts5(
 );
 "#;
 
+/// Version 3: large payloads stored once.
+///
+/// The text of a large message (a tool output of [`crate::store::Db`]'s `large_payload_bytes`
+/// or more) lives in `payloads`, keyed by its content hash, and its `messages.text` is empty:
+/// the same file read ten times is stored once. `message_rows` is `messages` with the text
+/// resolved; everything that reads message text reads it there. A retention policy may later
+/// replace the payload of an already-summarized message with a short placeholder (see
+/// `crate::retention`); `refs` counts the messages still pointing at a payload.
+pub const V3: &str = r#"
+CREATE TABLE payloads(
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL,
+  bytes INTEGER NOT NULL,
+  refs INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  text TEXT NOT NULL
+);
+CREATE UNIQUE INDEX payloads_hash ON payloads(hash);
+ALTER TABLE messages ADD COLUMN payload INTEGER;
+CREATE INDEX messages_payload ON messages(payload) WHERE payload IS NOT NULL;
+CREATE VIEW message_rows AS
+  SELECT m.id, m.conv_id, m.seq, m.role, m.tokens, m.ts, m.hash, m.n_calls, m.tool_call_id,
+         m.skeleton, m.payload,
+         CASE WHEN m.payload IS NULL THEN m.text
+              ELSE (SELECT p.text FROM payloads p WHERE p.id = m.payload) END AS text
+  FROM messages m;
+"#;
+
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
@@ -248,6 +276,10 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
             reindex(conn, "messages_fts", "messages")?;
             reindex(conn, "summaries_fts", "summaries")?;
             conn.execute_batch("PRAGMA user_version = 2;")?;
+        }
+        if now < 3 {
+            conn.execute_batch(V3)?;
+            conn.execute_batch("PRAGMA user_version = 3;")?;
         }
         Ok(())
     };
