@@ -75,3 +75,37 @@ fn import_dry_run_then_apply_then_grep_describe_status_doctor() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["ok"], true);
 }
+
+#[test]
+fn grep_any_mode_and_prune_dry_run_then_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("sess-1.jsonl");
+    write_session(&session, 30);
+    let db = dir.path().join("lossless.db");
+    let dbs = db.to_str().unwrap();
+    let (code, out, err) = clawctx(dir.path(), &["lcm", "--db", dbs, "import", session.to_str().unwrap(), "--apply"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+
+    // A whole question finds the turn in any-term mode; the AND mode finds nothing for it.
+    let q = "Which order number was noted for Berlin in turn 12?";
+    let (code, out, err) = clawctx(dir.path(), &["lcm", "--db", dbs, "--json", "grep", "--mode", "any", q]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["hits"][0]["snippet"].as_str().unwrap_or("").contains("turn 12"), "{out}");
+    let (_, out, _) = clawctx(dir.path(), &["lcm", "--db", dbs, "--json", "grep", q]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["hits"].as_array().map(Vec::len), Some(0), "{out}");
+
+    // Nothing large in this session: prune reports no candidates, dry run by default.
+    let (code, out, err) = clawctx(dir.path(), &["lcm", "--db", dbs, "prune", "--older-than-days", "0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["dryRun"].as_bool(), v["candidates"].as_u64()), (Some(true), Some(0)), "{out}");
+    assert!(err.contains("dry run"), "{err}");
+    let (code, out, err) = clawctx(dir.path(), &["lcm", "--db", dbs, "prune", "--older-than-days", "0", "--apply"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("backup written to"), "{err}");
+    let (code, out, err) = clawctx(dir.path(), &["lcm", "--db", dbs, "prune", "--older-than-days", "-1"]);
+    assert_ne!(code, 0, "a negative age is refused: {out}");
+    assert!(err.contains("older-than-days"), "{err}");
+}
