@@ -468,9 +468,14 @@ async function callEngine(method, params, id) {
     p.runtimeContext.rewriteTranscriptEntries = (request) =>
       hostRequest('host/rewriteTranscriptEntries', { request, callId: typeof id === 'number' ? id : null });
   }
-  const controller = new AbortController();
-  state.controllers.set(id, controller);
-  if (params.abortable || method === 'compact') p.abortSignal = controller.signal;
+  // A controller only when the engine gets its signal: without one, a cancel could not reach
+  // the engine anyway (the host stops waiting on its side).
+  const abortable = params.abortable || method === 'compact';
+  if (abortable) {
+    const controller = new AbortController();
+    state.controllers.set(id, controller);
+    p.abortSignal = controller.signal;
+  }
   try {
     const result = await engine[method](p);
     if (method === 'prepareSubagentSpawn') {
@@ -483,7 +488,7 @@ async function callEngine(method, params, id) {
     }
     return result === undefined ? null : result;
   } finally {
-    state.controllers.delete(id);
+    if (abortable) state.controllers.delete(id);
   }
 }
 
