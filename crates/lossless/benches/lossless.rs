@@ -3,7 +3,8 @@
 //! fake summarizer that keeps the first 10% of its input (so the summarizer costs ~nothing and
 //! the engine's own overhead is what is measured).
 //!
-//! `cargo bench -p clawctx-lossless` (`LCM_BENCH_GREP_N` sets the grep corpus, default 200k).
+//! `cargo bench -p clawctx-lossless --bench lossless` (`LCM_BENCH_GREP_N` sets the grep and
+//! large-assembly corpus, default 1,000,000 messages).
 
 #![allow(missing_docs)] // criterion_group! generates an undocumented function.
 
@@ -50,17 +51,23 @@ fn benches(c: &mut Criterion) {
     // 1. Ingest: 10k messages in batches of 100 into a fresh DB, per-message cost by decile.
     let mut g = c.benchmark_group("ingest");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
+    let mut seed = 1_000u64;
     g.bench_function("10k_messages_batched_100", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
+                // A fresh workload each time: token counts are memoized by content, and a
+                // repeated workload would only measure the memo.
+                seed += 1;
+                let fresh = workload(10_000, seed);
                 let dir = tempfile::tempdir().unwrap();
                 let e = LosslessEngine::open(dir.path().join("b.db"), LosslessConfig::default())
                     .unwrap();
+                let batches: Vec<IngestBatchParams> = fresh.chunks(100).map(batch).collect();
                 let t0 = Instant::now();
                 rt.block_on(async {
-                    for ch in msgs.chunks(100) {
-                        e.ingest_batch(&batch(ch), &cx()).await.unwrap();
+                    for b in &batches {
+                        e.ingest_batch(b, &cx()).await.unwrap();
                     }
                 });
                 total += t0.elapsed();
@@ -197,13 +204,29 @@ fn benches(c: &mut Criterion) {
     g.bench_function("10k_messages_128k_budget", |b| {
         b.iter(|| rt.block_on(e.assemble(&params, &cx())).unwrap())
     });
+    // The same with a prompt whose words match thousands of stored messages: the prompt
+    // recall search and its block are part of the cost.
+    let mut asking = params.clone();
+    let q = "what did the user ask about the deploy latency after the cache change?";
+    asking.messages.pop();
+    asking.messages.push(AgentMessage::user(q).with_timestamp(1));
+    asking.prompt = Some(q.into());
+    let r = rt.block_on(e.assemble(&asking, &cx())).unwrap();
+    println!(
+        "FIGURE assemble with prompt recall: {} messages, {} tokens",
+        r.messages.len(),
+        r.estimated_tokens
+    );
+    g.bench_function("10k_messages_128k_budget_prompt_recall", |b| {
+        b.iter(|| rt.block_on(e.assemble(&asking, &cx())).unwrap())
+    });
     g.finish();
 
     // 3. Grep at scale.
     let n: usize = std::env::var("LCM_BENCH_GREP_N")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(200_000);
+        .unwrap_or(1_000_000);
     let gdir = tempfile::tempdir().unwrap();
     let ge = LosslessEngine::open(gdir.path().join("g.db"), LosslessConfig::default()).unwrap();
     let t0 = Instant::now();
@@ -213,15 +236,16 @@ fn benches(c: &mut Criterion) {
         while made < n {
             let chunk = workload(10_000.min(n - made), seed);
             seed += 1;
-            for ch in chunk.chunks(500) {
+            for ch in chunk.chunks(100) {
                 ge.ingest_batch(&batch(ch), &cx()).await.unwrap();
             }
             made += chunk.len();
         }
     });
+    let secs = t0.elapsed().as_secs_f64();
     println!(
-        "FIGURE grep corpus: {n} messages ingested in {:.1}s",
-        t0.elapsed().as_secs_f64()
+        "FIGURE grep corpus: {n} messages ingested in {secs:.1}s ({:.1} µs/message including workload generation)",
+        secs * 1e6 / n as f64
     );
     let key = ConvKey::from_host(Some(KEY), "s");
     let mut g = c.benchmark_group("grep");
@@ -245,6 +269,17 @@ fn benches(c: &mut Criterion) {
             b.iter(|| rt.block_on(ge.store().grep(gq.clone())).unwrap())
         });
     }
+    let aq = GrepQuery {
+        mode: GrepMode::AnyTerm,
+        limit: 20,
+        ..GrepQuery::new(
+            "what did the user ask about the deploy latency after the cache change?",
+            Scope::Session(key.clone()),
+        )
+    };
+    g.bench_function(format!("any_term_question_{n}"), |b| {
+        b.iter(|| rt.block_on(ge.store().grep(aq.clone())).unwrap())
+    });
     let rq = GrepQuery {
         mode: GrepMode::Regex,
         limit: 20,
@@ -252,6 +287,29 @@ fn benches(c: &mut Criterion) {
     };
     g.bench_function(format!("regex_{n}"), |b| {
         b.iter(|| rt.block_on(ge.store().grep(rq.clone())).unwrap())
+    });
+    g.finish();
+
+    // 4. Assembly over the 1M-message store (nothing compacted: the walk stops at the budget).
+    let mut big = workload(8, 999_999);
+    big.push(AgentMessage::user("next question about the deploy latency").with_timestamp(1));
+    let params = AssembleParams {
+        session_id: "s".into(),
+        session_key: Some(KEY.into()),
+        messages: big,
+        token_budget: Some(128_000),
+        ..Default::default()
+    };
+    let r = rt.block_on(ge.assemble(&params, &cx())).unwrap();
+    println!(
+        "FIGURE assemble at {n}: {} messages, {} tokens",
+        r.messages.len(),
+        r.estimated_tokens
+    );
+    let mut g = c.benchmark_group("assemble_large");
+    g.sample_size(30);
+    g.bench_function(format!("{n}_messages_128k_budget"), |b| {
+        b.iter(|| rt.block_on(ge.assemble(&params, &cx())).unwrap())
     });
     g.finish();
 }

@@ -1,16 +1,19 @@
 //! `clawctx-lossless`: the lossless DAG context engine (engine id `lossless`).
 //!
-//! Every message is stored once in SQLite (bundled, WAL, FTS5 over the messages table as
-//! external content); older ranges of the active context are replaced by summaries that form a
-//! DAG (leaf summaries of raw messages, condensed summaries of summaries); assembly returns the
-//! fresh tail and then the newest frontier items that fit the token budget; recall tools
+//! Every message is stored once in SQLite (bundled, WAL, a contentless FTS5 index of each
+//! message's distinct words, large payloads once per content); older ranges of the active
+//! context are replaced by summaries that form a DAG (leaf summaries of raw messages, condensed
+//! summaries of summaries); assembly returns the fresh tail and then the newest frontier items
+//! that fit the token budget, plus stored messages that match the prompt; recall tools
 //! (`lcm_grep`, `lcm_describe`, `lcm_expand`) reach everything that was summarized away.
 //!
-//! Module map: [`store`] (the SQLite file, its worker thread, schema and message codec),
-//! [`compaction`], [`assemble`], [`recall`] (grep/describe/expand), [`tools`] (the agent tools),
-//! [`doctor`] (integrity and size), [`import`] (OpenClaw JSONL), [`session`] (`/new` and forks),
-//! [`policy`] (ignored / read-only session globs), [`config`], [`engine`] (the
-//! `ContextEngine`, factory and registration), [`api`] (async library API for the CLI).
+//! Module map: [`store`] (the SQLite file, its worker and checkpoint threads, schema and
+//! message codec), [`compaction`], [`assemble`], [`prompt_recall`] (stored messages matching
+//! the prompt, quoted in the context), [`search`] (ranked any-term search), [`recall`]
+//! (grep/describe/expand), [`tools`] (the agent tools), [`retention`] (large payloads after
+//! summarization), [`doctor`] (integrity and size), [`import`] (OpenClaw JSONL), [`session`]
+//! (`/new` and forks), [`policy`] (ignored / read-only session globs), [`config`], [`engine`]
+//! (the `ContextEngine`, factory and registration), [`api`] (async library API for the CLI).
 //!
 //! # Configuration (`plugins.entries.lossless.config`)
 //!
