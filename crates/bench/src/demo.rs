@@ -51,18 +51,7 @@ pub struct DemoOptions {
 }
 
 /// One depth of the summary DAG.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DagLevel {
-    /// Depth (0 = leaf summaries of raw messages).
-    pub depth: i64,
-    /// Summaries at this depth.
-    pub count: u64,
-    /// Mean children per summary.
-    pub mean_fanout: f64,
-    /// Most children of one summary.
-    pub max_fanout: u64,
-}
+pub use clawctx_lossless::DagLevel;
 
 /// What the demo found.
 #[derive(Clone, Debug, Serialize)]
@@ -213,27 +202,7 @@ pub async fn run_demo(opts: &DemoOptions) -> Result<DemoReport> {
     }
     progress.finish();
 
-    // The summary DAG and the frontier, read from the store.
-    let (dag, frontier) = store
-        .call(|db| {
-            db.tx(|conn| {
-                let mut st = conn.prepare(
-                    "SELECT s.depth, COUNT(*), AVG(c.n), MAX(c.n) FROM summaries s
-                     JOIN (SELECT summary_id, COUNT(*) AS n FROM summary_children GROUP BY summary_id) c ON c.summary_id = s.id
-                     GROUP BY s.depth ORDER BY s.depth",
-                )?;
-                let dag = st
-                    .query_map([], |r| {
-                        Ok(DagLevel { depth: r.get(0)?, count: r.get::<_, i64>(1)? as u64, mean_fanout: r.get(2)?, max_fanout: r.get::<_, i64>(3)? as u64 })
-                    })?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                let mut st = conn.prepare("SELECT kind, COUNT(*) FROM frontier GROUP BY kind")?;
-                let frontier = st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as u64)))?.collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok((dag, frontier))
-            })
-        })
-        .await
-        .map_err(|e| BenchError::engine("lossless", "dag", e))?;
+    // The summary DAG and the frontier, from the store's status.
     let status = store
         .status()
         .await
@@ -303,21 +272,14 @@ pub async fn run_demo(opts: &DemoOptions) -> Result<DemoReport> {
             }
         }
     }
-    let count = |kind: i64| {
-        frontier
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .map(|(_, n)| *n)
-            .unwrap_or(0)
-    };
     let report = DemoReport {
         messages: total,
         turns,
         seconds: started.elapsed().as_secs_f64(),
         stored_messages: status.messages,
-        dag,
-        frontier_messages: count(0),
-        frontier_summaries: count(1),
+        dag: status.dag.clone(),
+        frontier_messages: status.frontier_messages,
+        frontier_summaries: status.frontier_summaries,
         budget: opts.budget,
         context_tokens,
         context_raw_messages: out.messages.iter().filter(|m| !is_summary(m)).count() as u64,

@@ -56,6 +56,32 @@ pub struct StatusReport {
     pub bytes_per_raw_byte: f64,
     /// Average database bytes per stored message.
     pub bytes_per_message: f64,
+    /// The summary DAG by depth: counts and fanout.
+    pub dag: Vec<DagLevel>,
+    /// Raw messages in the active frontiers.
+    pub frontier_messages: u64,
+    /// Summaries in the active frontiers.
+    pub frontier_summaries: u64,
+    /// Large payloads stored (once per content).
+    pub payloads: u64,
+    /// Their text bytes.
+    pub payload_bytes: u64,
+    /// Messages pointing at them (`payload_refs - payloads` copies were saved).
+    pub payload_refs: u64,
+}
+
+/// One depth of the summary DAG.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DagLevel {
+    /// Depth (0 = leaf summaries of raw messages).
+    pub depth: i64,
+    /// Summaries at this depth.
+    pub count: u64,
+    /// Mean children per summary.
+    pub mean_fanout: f64,
+    /// Most children of one summary.
+    pub max_fanout: u64,
 }
 
 /// Doctor's verdict.
@@ -115,6 +141,38 @@ impl Db {
             .collect::<rusqlite::Result<_>>()?;
         s.summaries = s.depth_histogram.iter().map(|d| d.1).sum();
         s.max_depth = s.depth_histogram.last().map(|d| d.0).unwrap_or(-1);
+        let mut st = self.conn.prepare(
+            "SELECT s.depth, count(*), avg(c.n), max(c.n) FROM summaries s
+             JOIN (SELECT summary_id, count(*) AS n FROM summary_children GROUP BY summary_id) c
+               ON c.summary_id = s.id
+             GROUP BY s.depth ORDER BY s.depth",
+        )?;
+        s.dag = st
+            .query_map([], |r| {
+                Ok(DagLevel {
+                    depth: r.get(0)?,
+                    count: r.get::<_, i64>(1)? as u64,
+                    mean_fanout: r.get(2)?,
+                    max_fanout: r.get::<_, i64>(3)? as u64,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let (fm, fs): (i64, i64) = self.conn.query_row(
+            "SELECT ifnull(sum(f.kind = 0), 0), ifnull(sum(f.kind = 1), 0) FROM frontier f
+             JOIN conversations c ON c.id = f.conv_id AND c.active = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        s.frontier_messages = fm as u64;
+        s.frontier_summaries = fs as u64;
+        let (np, pb, pr): (i64, i64, i64) = self.conn.query_row(
+            "SELECT count(*), ifnull(sum(bytes), 0), ifnull(sum(refs), 0) FROM payloads",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        s.payloads = np as u64;
+        s.payload_bytes = pb as u64;
+        s.payload_refs = pr as u64;
         if s.raw_text_bytes > 0 {
             s.bytes_per_raw_byte = s.db_bytes as f64 / s.raw_text_bytes as f64;
         }

@@ -72,7 +72,7 @@ pub mod tools;
 
 pub use compaction::{CompactionOptions, CompactionReport};
 pub use config::LosslessConfig;
-pub use doctor::{DoctorIssue, DoctorReport, StatusReport};
+pub use doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};
 pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
 pub use error::LosslessError;
 pub use import::ImportReport;
