@@ -17,7 +17,7 @@ use crate::store::codec;
 use crate::store::{ConvKey, Db};
 
 /// Full-text relevance ranks at most this many of the newest matches (bounded cost).
-pub const RELEVANCE_WINDOW: usize = 5_000;
+pub const RELEVANCE_WINDOW: usize = 2_000;
 
 /// Search mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -521,16 +521,22 @@ impl Db {
                 let max_scan = (q.max_scan_rows as i64).max(1);
                 let mut scanned = 0i64;
                 if q.target != GrepTarget::Summaries {
-                    let sql = format!(
-                        "SELECT id, conv_id, role, ts, text, skeleton FROM message_rows WHERE conv_id IN ({in_list}) ORDER BY id DESC"
-                    );
-                    let mut st = self.conn.prepare(&sql)?;
+                    // Newest first in rowid order, which needs no sort (a `conv_id` filter in
+                    // SQL made SQLite sort the whole scope before the first row); rows of other
+                    // conversations are skipped here and count against the scan bound.
+                    let in_scope: std::collections::HashSet<i64> = convs.iter().copied().collect();
+                    let mut st = self.conn.prepare_cached(
+                        "SELECT id, conv_id, role, ts, text, skeleton FROM message_rows ORDER BY id DESC",
+                    )?;
                     let mut rows = st.query([])?;
                     while let Some(r) = rows.next()? {
                         scanned += 1;
                         if scanned > max_scan {
                             report.scan_truncated = true;
                             break;
+                        }
+                        if !in_scope.contains(&r.get::<_, i64>(1)?) {
+                            continue;
                         }
                         let text: String = r.get(4)?;
                         if re.is_match(&text) {

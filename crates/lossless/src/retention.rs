@@ -95,7 +95,7 @@ impl Db {
                 ..Default::default()
             };
             let due: Vec<(i64, Vec<u8>, i64, String)> = c
-                .prepare("SELECT id, hash, bytes, text FROM payloads WHERE created_at < ?1 ORDER BY id")?
+                .prepare("SELECT id, hash, bytes, unpack(text) FROM payloads WHERE created_at < ?1 ORDER BY id")?
                 .query_map([cutoff_ms], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
                 .collect::<rusqlite::Result<_>>()?;
             report.candidates = due.len();

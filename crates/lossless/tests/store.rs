@@ -401,3 +401,42 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
     let doctor = e.store().doctor().await.unwrap();
     assert!(doctor.ok, "{:?}", doctor.issues);
 }
+
+#[tokio::test]
+async fn long_texts_are_stored_compressed_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, LosslessConfig::default());
+    let mut rng = Lcg(31);
+    let long = format!("aardvark {}", words(&mut rng, 600));
+    let short = "a short reply".to_owned();
+    let msgs = vec![
+        AgentMessage::user(long.clone()).with_timestamp(1),
+        AgentMessage::assistant(short.clone()).with_timestamp(2),
+    ];
+    e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
+    let (kinds, stored): (Vec<String>, i64) = e
+        .store()
+        .call(|db| {
+            db.tx(|c| {
+                let kinds = c
+                    .prepare("SELECT typeof(text) FROM messages ORDER BY id")?
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                let stored: i64 = c.query_row("SELECT length(text) FROM messages WHERE id = 1", [], |r| r.get(0))?;
+                Ok((kinds, stored))
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(kinds, vec!["blob", "text"], "long text compressed, short text as is");
+    assert!((stored as usize) * 2 < long.len(), "{stored} stored bytes for {} text bytes", long.len());
+    for (id, want) in [("msg_1", &long), ("msg_2", &short)] {
+        match e.store().describe(id).await.unwrap() {
+            DescribeReport::Message(info) => assert_eq!(&info.message.plain_text(), want),
+            other => panic!("{other:?}"),
+        }
+    }
+    let hits = e.store().grep(GrepQuery::new("aardvark", Scope::Session(key()))).await.unwrap().hits;
+    assert_eq!(hits.len(), 1);
+    assert!(hits[0].snippet.contains("aardvark"), "{hits:?}");
+}

@@ -48,6 +48,8 @@ pub struct Encoded {
     pub hash: i64,
     /// What the full-text index gets: [`index_terms`] of `text`.
     pub fts: String,
+    /// `text` compressed for storage ([`super::pack::pack`]), when that is worth it.
+    pub packed: Option<Vec<u8>>,
 }
 
 /// The text a `detail=none` full-text index needs from `text`: its distinct words, once each.
@@ -291,8 +293,10 @@ pub fn encode(m: &AgentMessage) -> Result<Encoded> {
     let mut b = [0u8; 8];
     b.copy_from_slice(&d[..8]);
     let fts = index_terms(&text);
+    let packed = super::pack::pack(&text);
     Ok(Encoded {
         fts,
+        packed,
         role,
         text,
         skeleton,

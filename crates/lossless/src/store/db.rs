@@ -312,7 +312,7 @@ impl<'c> Appender<'c> {
             m.n_calls,
             m.tool_call_id,
             m.skeleton,
-            if external { "" } else { m.text.as_str() }
+            stored_text(if external { None } else { Some(m) })
         ])?;
         if n == 0 {
             self.stored.push(false);
@@ -320,10 +320,10 @@ impl<'c> Appender<'c> {
         }
         let id = self.c.last_insert_rowid();
         if external {
-            let written = store_payload(self.c, id, &m.text)?;
+            let written = store_payload(self.c, id, m)?;
             self.bytes += written;
         } else {
-            self.bytes += m.text.len() as u64;
+            self.bytes += m.packed.as_ref().map_or(m.text.len(), Vec::len) as u64;
         }
         self.fts.execute(params![id, m.fts])?;
         self.frontier
@@ -367,10 +367,24 @@ impl<'c> Appender<'c> {
     }
 }
 
+/// The value stored for a message's text: its zstd frame (a BLOB) when it has one, else the
+/// text; `None` stores the empty text (the text lives in `payloads`).
+fn stored_text(m: Option<&Encoded>) -> rusqlite::types::ToSqlOutput<'_> {
+    use rusqlite::types::{ToSqlOutput, ValueRef};
+    ToSqlOutput::Borrowed(match m {
+        None => ValueRef::Text(b""),
+        Some(m) => match &m.packed {
+            Some(frame) => ValueRef::Blob(frame),
+            None => ValueRef::Text(m.text.as_bytes()),
+        },
+    })
+}
+
 /// Points message `id` at the payload holding `text`, storing the text when no payload has
 /// it yet. Returns the bytes written (0 when the content was already stored).
-fn store_payload(c: &Connection, id: i64, text: &str) -> Result<u64> {
+fn store_payload(c: &Connection, id: i64, m: &Encoded) -> Result<u64> {
     use sha2::{Digest, Sha256};
+    let text = &m.text;
     let hash = &Sha256::digest(text.as_bytes())[..16];
     let existing: Option<i64> = c
         .prepare_cached("UPDATE payloads SET refs = refs + 1 WHERE hash = ?1 RETURNING id")?
@@ -382,8 +396,8 @@ fn store_payload(c: &Connection, id: i64, text: &str) -> Result<u64> {
             c.prepare_cached(
                 "INSERT INTO payloads(hash, bytes, refs, created_at, text) VALUES(?1, ?2, 1, ?3, ?4)",
             )?
-            .execute(params![hash, text.len() as i64, now_ms(), text])?;
-            (c.last_insert_rowid(), text.len() as u64)
+            .execute(params![hash, text.len() as i64, now_ms(), stored_text(Some(m))])?;
+            (c.last_insert_rowid(), m.packed.as_ref().map_or(text.len(), Vec::len) as u64)
         }
     };
     c.prepare_cached("UPDATE messages SET payload = ?2 WHERE id = ?1")?

@@ -8,6 +8,7 @@
 mod checkpoint;
 pub mod codec;
 mod db;
+pub mod pack;
 pub mod schema;
 
 use std::path::{Path, PathBuf};

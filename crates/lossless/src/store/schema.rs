@@ -146,7 +146,8 @@ CREATE VIRTUAL TABLE summaries_fts USING fts5(
 /// The text of a large message (a tool output of [`crate::store::Db`]'s `large_payload_bytes`
 /// or more) lives in `payloads`, keyed by its content hash, and its `messages.text` is empty:
 /// the same file read ten times is stored once. `message_rows` is `messages` with the text
-/// resolved; everything that reads message text reads it there. A retention policy may later
+/// resolved (and decompressed, see [`super::pack`]); everything that reads message text reads
+/// it there. A retention policy may later
 /// replace the payload of an already-summarized message with a short placeholder (see
 /// `crate::retention`); `refs` counts the messages still pointing at a payload.
 pub const V3: &str = r#"
@@ -164,8 +165,8 @@ CREATE INDEX messages_payload ON messages(payload) WHERE payload IS NOT NULL;
 CREATE VIEW message_rows AS
   SELECT m.id, m.conv_id, m.seq, m.role, m.tokens, m.ts, m.hash, m.n_calls, m.tool_call_id,
          m.skeleton, m.payload,
-         CASE WHEN m.payload IS NULL THEN m.text
-              ELSE (SELECT p.text FROM payloads p WHERE p.id = m.payload) END AS text
+         CASE WHEN m.payload IS NULL THEN unpack(m.text)
+              ELSE (SELECT unpack(p.text) FROM payloads p WHERE p.id = m.payload) END AS text
   FROM messages m;
 "#;
 
@@ -198,6 +199,7 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
+    super::pack::register(&conn)?;
     let map = |e: rusqlite::Error| match LosslessError::from_sqlite(e, busy_timeout_ms) {
         LosslessError::Sqlite(e) => refuse(format!("unreadable database: {e}")),
         other => other,

@@ -1,0 +1,78 @@
+//! Message text compressed at rest.
+//!
+//! Text is most of a store's bytes, and conversation text (prose, code, logs, JSON) shrinks
+//! 2–4× under zstd at its fastest level, which compresses a kilobyte in a few microseconds on
+//! the encoding thread and decompresses it faster than SQLite reads the page. So texts of
+//! [`PACK_MIN_BYTES`] or more are stored as a zstd frame in a BLOB, shorter ones as TEXT, and
+//! the SQL function `unpack(x)` (registered on the store's connection) turns either back into
+//! TEXT; the `message_rows` view applies it, so readers never see the difference. Rows written
+//! before compression existed are TEXT and read as they are. The full-text index is built from
+//! the original text, never from the stored bytes.
+
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::{Value, ValueRef};
+use rusqlite::Connection;
+
+/// Texts shorter than this are stored as they are (a frame's overhead would eat the gain).
+pub const PACK_MIN_BYTES: usize = 256;
+/// zstd level: the fastest; higher levels cost more time than they save bytes here.
+const LEVEL: i32 = 1;
+/// A stored frame never inflates to more than this (a corrupt or hostile frame is refused).
+const MAX_UNPACKED_BYTES: usize = 512 << 20;
+
+/// The bytes to store for `text`: a zstd frame when that is worth it, else `None` (store the
+/// text itself).
+pub fn pack(text: &str) -> Option<Vec<u8>> {
+    if text.len() < PACK_MIN_BYTES {
+        return None;
+    }
+    let frame = zstd::bulk::compress(text.as_bytes(), LEVEL).ok()?;
+    (frame.len() + 16 < text.len()).then_some(frame)
+}
+
+/// The text a stored frame holds.
+pub fn unpack(frame: &[u8]) -> Result<String, String> {
+    let cap = zstd::zstd_safe::get_frame_content_size(frame)
+        .ok()
+        .flatten()
+        .map(|n| n as usize)
+        .unwrap_or(frame.len() * 8);
+    if cap > MAX_UNPACKED_BYTES {
+        return Err(format!("stored text frame claims {cap} bytes"));
+    }
+    let bytes = zstd::bulk::decompress(frame, cap.max(1)).map_err(|e| format!("stored text frame: {e}"))?;
+    String::from_utf8(bytes).map_err(|e| format!("stored text is not UTF-8: {e}"))
+}
+
+/// Registers `unpack(x)` on `conn`: BLOB frames become TEXT, everything else passes through.
+pub fn register(conn: &Connection) -> rusqlite::Result<()> {
+    conn.create_scalar_function(
+        "unpack",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| match ctx.get_raw(0) {
+            ValueRef::Blob(b) => unpack(b)
+                .map(Value::Text)
+                .map_err(|e| rusqlite::Error::UserFunctionError(e.into())),
+            ValueRef::Text(t) => Ok(Value::Text(String::from_utf8_lossy(t).into_owned())),
+            ValueRef::Null => Ok(Value::Null),
+            ValueRef::Integer(i) => Ok(Value::Integer(i)),
+            ValueRef::Real(r) => Ok(Value::Real(r)),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_leaves_short_text_alone() {
+        assert_eq!(pack("short"), None);
+        let long = "the build failed because the config parser rejected the value; ".repeat(40);
+        let frame = pack(&long).unwrap();
+        assert!(frame.len() * 4 < long.len());
+        assert_eq!(unpack(&frame).unwrap(), long);
+        assert!(unpack(b"not a frame").is_err());
+    }
+}
