@@ -133,6 +133,28 @@ fn main() {
         }
     });
     println!("engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg", per_msg(t, n));
+    // The same on plain chat (~600-byte messages, no tool outputs).
+    let plain: Vec<AgentMessage> = workload_plain(n, 4444);
+    let plain_bytes: usize = plain.iter().map(|m| m.plain_text().len()).sum();
+    let pe = LosslessEngine::open(dir.path().join("plain.db"), LosslessConfig::default()).unwrap();
+    let t = Instant::now();
+    rt.block_on(async {
+        use clawctx_engine::ContextEngine;
+        for ch in plain.chunks(100) {
+            let p = clawctx_protocol::IngestBatchParams {
+                session_id: "s".into(),
+                session_key: Some(KEY.into()),
+                messages: ch.to_vec(),
+                is_heartbeat: None,
+            };
+            pe.ingest_batch(&p, &cx).await.unwrap();
+        }
+    });
+    println!(
+        "engine ingest_batch, plain chat ({:.0} bytes/msg), 100/batch: {:6.1} µs/msg",
+        plain_bytes as f64 / n as f64,
+        per_msg(t, n)
+    );
     let st = rt.block_on(engine.store().status()).unwrap();
     let raw: usize = fresh.iter().map(|m| m.plain_text().len()).sum();
     println!("  database {:.2}x the raw text bytes", st.db_bytes as f64 / raw as f64);

@@ -111,13 +111,15 @@ impl LosslessEngine {
     }
 
     /// Stores `msgs` in one transaction. Small batches are encoded on the store thread; larger
-    /// ones are encoded on a blocking thread in chunks that stream into the store's open
+    /// ones are encoded on blocking threads in chunks that stream into the store's open
     /// transaction, so token counting and the codec run alongside SQLite instead of before it.
     async fn store_messages(&self, key: &ConvKey, msgs: Vec<AgentMessage>) -> Result<Vec<bool>> {
         /// Below this many messages the extra thread hop costs more than the overlap saves.
         const STREAM_MIN: usize = 16;
         /// Messages per chunk sent to the store.
         const CHUNK: usize = 16;
+        /// Encoding threads.
+        const ENCODERS: usize = 2;
         if msgs.is_empty() {
             return Ok(Vec::new());
         }
@@ -131,28 +133,40 @@ impl LosslessEngine {
                 })
                 .await;
         }
-        let (tx, rx) = std::sync::mpsc::sync_channel::<IngestChunk>(4);
-        let encoder = tokio::task::spawn_blocking(move || {
-            for chunk in msgs.chunks(CHUNK) {
-                let sent = match chunk.iter().map(codec::encode).collect::<Result<Vec<_>>>() {
-                    Ok(enc) => tx.send(IngestChunk::Messages(enc)),
-                    Err(e) => {
-                        let _ = tx.send(IngestChunk::Failed(e));
-                        return;
+        // Encoding (token counting, the codec, compression) costs more per message than the
+        // SQLite side: two encoders take alternate chunks, each into its own channel, and the
+        // store job reads the channels in turn, so order is kept.
+        let msgs = Arc::new(msgs);
+        let mut receivers = Vec::with_capacity(ENCODERS);
+        let mut encoders = Vec::with_capacity(ENCODERS);
+        for lane in 0..ENCODERS {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<IngestChunk>(2);
+            receivers.push(rx);
+            let msgs = msgs.clone();
+            encoders.push(tokio::task::spawn_blocking(move || {
+                for chunk in msgs.chunks(CHUNK).skip(lane).step_by(ENCODERS) {
+                    let sent = match chunk.iter().map(codec::encode).collect::<Result<Vec<_>>>() {
+                        Ok(enc) => tx.send(IngestChunk::Messages(enc)),
+                        Err(e) => {
+                            let _ = tx.send(IngestChunk::Failed(e));
+                            return;
+                        }
+                    };
+                    if sent.is_err() {
+                        return; // the store job is gone (closed store): it reports that itself.
                     }
-                };
-                if sent.is_err() {
-                    return; // the store job is gone (closed store): it reports that itself.
                 }
-            }
-            let _ = tx.send(IngestChunk::Done);
-        });
+                let _ = tx.send(IngestChunk::Done);
+            }));
+        }
         let stored = self
             .store
-            .call(move |db| Ok(db.ingest_stream(&key, rx)?.stored))
+            .call(move |db| Ok(db.ingest_stream(&key, receivers)?.stored))
             .await;
-        // The encoder ends once the store job has dropped its receiver or got `Done`.
-        let _ = encoder.await;
+        // The encoders end once the store job has dropped its receivers or got `Done`.
+        for e in encoders {
+            let _ = e.await;
+        }
         stored
     }
 

@@ -15,7 +15,9 @@
 //! Cost: at most `terms × TERM_WINDOW` index entries plus one row lookup per candidate, at any
 //! history length.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
 
 use rusqlite::{params, OptionalExtension};
 
@@ -23,7 +25,7 @@ use crate::error::Result;
 use crate::store::Db;
 
 /// Newest matches read per term.
-pub const TERM_WINDOW: usize = 10_000;
+pub const TERM_WINDOW: usize = 4_000;
 /// Terms of one query at most (the first ones win).
 pub const MAX_TERMS: usize = 24;
 /// BM25 parameters (the usual defaults, as FTS5's `bm25()`).
@@ -109,7 +111,7 @@ impl Db {
         )?;
         let n = n_docs.max(1) as f64;
         let avg_len = (n_tokens as f64 / n).max(1.0);
-        let mut acc: HashMap<i64, (f64, usize)> = HashMap::new();
+        let mut acc: FastMap<i64, (f64, usize)> = FastMap::default();
         let mut st = self.conn.prepare_cached(
             "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2",
         )?;

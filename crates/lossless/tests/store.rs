@@ -161,7 +161,7 @@ fn an_encoder_that_stops_early_rolls_the_whole_batch_back() {
     tx.send(IngestChunk::Messages(enc[..3].to_vec())).unwrap();
     drop(tx);
     let err = store
-        .call_blocking(move |db| db.ingest_stream(&key(), rx))
+        .call_blocking(move |db| db.ingest_stream(&key(), vec![rx]))
         .unwrap_err();
     assert!(err.to_string().contains("aborted"), "{err}");
 
@@ -171,7 +171,7 @@ fn an_encoder_that_stops_early_rolls_the_whole_batch_back() {
     tx.send(IngestChunk::Failed(LosslessError::InvalidInput("bad message 4".into())))
         .unwrap();
     let err = store
-        .call_blocking(move |db| db.ingest_stream(&key(), rx))
+        .call_blocking(move |db| db.ingest_stream(&key(), vec![rx]))
         .unwrap_err();
     assert!(err.to_string().contains("bad message 4"), "{err}");
 
@@ -185,7 +185,7 @@ fn an_encoder_that_stops_early_rolls_the_whole_batch_back() {
     tx.send(IngestChunk::Messages(enc.clone())).unwrap();
     tx.send(IngestChunk::Done).unwrap();
     let out = store
-        .call_blocking(move |db| db.ingest_stream(&key(), rx))
+        .call_blocking(move |db| db.ingest_stream(&key(), vec![rx]))
         .unwrap();
     assert_eq!(out.stored, vec![true; 5]);
 }

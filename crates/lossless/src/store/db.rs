@@ -221,20 +221,25 @@ impl Db {
         Ok(out)
     }
 
-    /// [`Self::ingest`] for messages still being encoded: chunks arrive on `rx` while earlier
-    /// ones are inserted, so encoding (token counting, the codec) and SQLite overlap on two
-    /// cores. One transaction for everything: it commits only after [`IngestChunk::Done`]; an
-    /// encoding failure or a producer that vanished without `Done` rolls all of it back.
+    /// [`Self::ingest`] for messages still being encoded: chunks arrive on the receivers
+    /// (chunk `k` on `rx[k % rx.len()]`) while earlier ones are inserted, so encoding (token
+    /// counting, the codec) and SQLite overlap on several cores. One transaction for
+    /// everything: it commits only when the receiver whose turn it is says
+    /// [`IngestChunk::Done`] (no later chunk exists then); an encoding failure or a producer
+    /// that vanished without `Done` rolls all of it back.
     pub fn ingest_stream(
         &mut self,
         key: &ConvKey,
-        rx: std::sync::mpsc::Receiver<IngestChunk>,
+        rx: Vec<std::sync::mpsc::Receiver<IngestChunk>>,
     ) -> Result<IngestOutcome> {
         let large = self.large_payload_bytes;
         let out = self.tx(|c| {
             let mut app = Appender::new(c, key, 0, large)?;
-            loop {
-                match rx.recv() {
+            for turn in 0usize.. {
+                let Some(lane) = rx.get(turn % rx.len().max(1)) else {
+                    break;
+                };
+                match lane.recv() {
                     Ok(IngestChunk::Messages(msgs)) => {
                         for m in &msgs {
                             app.push(m)?;

@@ -26,7 +26,13 @@ pub fn pack(text: &str) -> Option<Vec<u8>> {
     if text.len() < PACK_MIN_BYTES {
         return None;
     }
-    let frame = zstd::bulk::compress(text.as_bytes(), LEVEL).ok()?;
+    // A compression context allocates its tables when created: one per thread, reused.
+    thread_local! {
+        static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            std::cell::RefCell::new(zstd::bulk::Compressor::new(LEVEL).ok());
+    }
+    let frame = COMPRESSOR
+        .with(|c| c.borrow_mut().as_mut().and_then(|c| c.compress(text.as_bytes()).ok()))?;
     (frame.len() + 16 < text.len()).then_some(frame)
 }
 
@@ -40,7 +46,16 @@ pub fn unpack(frame: &[u8]) -> Result<String, String> {
     if cap > MAX_UNPACKED_BYTES {
         return Err(format!("stored text frame claims {cap} bytes"));
     }
-    let bytes = zstd::bulk::decompress(frame, cap.max(1)).map_err(|e| format!("stored text frame: {e}"))?;
+    thread_local! {
+        static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            std::cell::RefCell::new(zstd::bulk::Decompressor::new().ok());
+    }
+    let bytes = DECOMPRESSOR
+        .with(|d| match d.borrow_mut().as_mut() {
+            Some(d) => d.decompress(frame, cap.max(1)),
+            None => zstd::bulk::decompress(frame, cap.max(1)),
+        })
+        .map_err(|e| format!("stored text frame: {e}"))?;
     String::from_utf8(bytes).map_err(|e| format!("stored text is not UTF-8: {e}"))
 }
 
