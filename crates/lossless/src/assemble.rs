@@ -201,9 +201,9 @@ impl Db {
         if let Some(conv_id) = conv_id {
             let mut st = self.conn.prepare_cached(
                 "SELECT f.kind, f.item_id, f.tokens, m.role, m.n_calls, m.text, m.skeleton, m.ts,
-                        s.depth, s.from_ts, s.to_ts, s.text
+                        s.depth, s.from_ts, s.to_ts, s.text, m.payload
                  FROM frontier f
-                 LEFT JOIN message_rows m ON f.kind = 0 AND m.id = f.item_id
+                 LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id
                  LEFT JOIN summaries s ON f.kind = 1 AND s.id = f.item_id
                  WHERE f.conv_id = ?1 ORDER BY f.ord DESC",
             )?;
@@ -213,12 +213,24 @@ impl Db {
                 let kind: i64 = r.get(0)?;
                 let tokens = r.get::<_, i64>(2)? as u64;
                 let item = if kind == 0 {
+                    // Read the stored bytes directly (the `message_rows` view's `unpack()`
+                    // copies the text twice more); payload texts come from their table.
+                    let text = match r.get::<_, Option<i64>>(12)? {
+                        Some(pid) => self
+                            .conn
+                            .prepare_cached("SELECT text FROM payloads WHERE id = ?1")?
+                            .query_row([pid], |x| {
+                                Ok(crate::store::pack::column_text(x.get_ref(0)?))
+                            })?,
+                        None => crate::store::pack::column_text(r.get_ref(5)?),
+                    }
+                    .map_err(crate::error::LosslessError::Corrupt)?;
                     Item::Message {
                         id: r.get(1)?,
                         role: r.get(3)?,
                         n_calls: r.get(4)?,
                         tokens,
-                        text: r.get(5)?,
+                        text,
                         skeleton: r.get(6)?,
                         ts: r.get(7)?,
                     }

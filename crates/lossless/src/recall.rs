@@ -304,6 +304,35 @@ pub struct ExpandReport {
 }
 
 impl Db {
+    /// A grep hit for message `id` (score: lower is better, as FTS5's `bm25()`).
+    fn message_hit(&self, id: i64, score: Option<f64>, needles: &[String]) -> Result<(f64, i64, GrepHit)> {
+        let (conv_id, role, ts, text, sk) = self
+            .conn
+            .prepare_cached("SELECT conv_id, role, ts, text, skeleton FROM message_rows WHERE id = ?1")?
+            .query_row([id], |x| {
+                Ok((
+                    x.get::<_, i64>(0)?,
+                    x.get::<_, i64>(1)?,
+                    x.get::<_, Option<i64>>(2)?,
+                    x.get::<_, String>(3)?,
+                    x.get::<_, Option<String>>(4)?,
+                ))
+            })?;
+        Ok((
+            score.unwrap_or(0.0),
+            id,
+            GrepHit {
+                id: ids::message_id(id),
+                conversation_id: conv_id,
+                role: role_label(role, sk.as_deref()),
+                depth: None,
+                ts,
+                snippet: snippet(&text, needles, None),
+                score,
+            },
+        ))
+    }
+
     /// Conversation rows a scope covers.
     pub fn scope_conversations(&self, scope: &Scope) -> Result<Vec<i64>> {
         let ids: Vec<i64> = match scope {
@@ -359,45 +388,39 @@ impl Db {
                     .map(str::to_owned)
                     .collect();
                 if q.target != GrepTarget::Summaries {
-                    // FTS drives the loop (CROSS JOIN fixes the join order): recency walks the
-                    // index newest-first and stops at the page; relevance ranks the newest
-                    // RELEVANCE_WINDOW matches, so cost is bounded at any history length.
-                    let sql = match q.sort {
-                        GrepSort::Recency => format!(
-                            "SELECT m.id, m.conv_id, m.role, m.ts, m.text, m.skeleton, bm25(messages_fts)
-                             FROM messages_fts CROSS JOIN message_rows m ON m.id = messages_fts.rowid
-                             WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})
-                             ORDER BY messages_fts.rowid DESC LIMIT ?2"
-                        ),
-                        GrepSort::Relevance => format!(
-                            "WITH h AS (SELECT rowid AS rid, bm25(messages_fts) AS score FROM messages_fts
-                                        WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT {RELEVANCE_WINDOW})
-                             SELECT m.id, m.conv_id, m.role, m.ts, m.text, m.skeleton, h.score
-                             FROM h CROSS JOIN message_rows m ON m.id = h.rid
-                             WHERE m.conv_id IN ({in_list}) ORDER BY h.score, h.rid DESC LIMIT ?2"
-                        ),
-                    };
-                    let mut st = self.conn.prepare(&sql)?;
-                    let mut rows = st.query(params![fts, want as i64])?;
-                    while let Some(r) = rows.next()? {
-                        let text: String = r.get(4)?;
-                        let sk: Option<String> = r.get(5)?;
-                        let score: f64 = r.get(6)?;
-                        let ts: Option<i64> = r.get(3)?;
-                        let id: i64 = r.get(0)?;
-                        hits.push((
-                            score,
-                            id,
-                            GrepHit {
-                                id: ids::message_id(id),
-                                conversation_id: r.get(1)?,
-                                role: role_label(r.get(2)?, sk.as_deref()),
-                                depth: None,
-                                ts,
-                                snippet: snippet(&text, &needles, None),
-                                score: Some(score),
-                            },
-                        ));
+                    match q.sort {
+                        // FTS drives the loop (CROSS JOIN fixes the join order) newest-first
+                        // and stops at the page.
+                        GrepSort::Recency => {
+                            let sql = format!(
+                                "SELECT m.id FROM messages_fts CROSS JOIN messages m ON m.id = messages_fts.rowid
+                                 WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})
+                                 ORDER BY messages_fts.rowid DESC LIMIT ?2"
+                            );
+                            let ids = self
+                                .conn
+                                .prepare(&sql)?
+                                .query_map(params![fts, want as i64], |r| r.get::<_, i64>(0))?
+                                .collect::<rusqlite::Result<Vec<i64>>>()?;
+                            for id in ids {
+                                hits.push(self.message_hit(id, None, &needles)?);
+                            }
+                        }
+                        // The newest RELEVANCE_WINDOW matches, ranked (see `search`): bounded
+                        // at any history length.
+                        GrepSort::Relevance => {
+                            let rows = self
+                                .conn
+                                .prepare_cached(&format!(
+                                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1
+                                     ORDER BY rowid DESC LIMIT {RELEVANCE_WINDOW}"
+                                ))?
+                                .query_map(params![fts], |r| r.get::<_, i64>(0))?
+                                .collect::<rusqlite::Result<Vec<i64>>>()?;
+                            for r in self.ranked_rows(&needles, rows, &convs, want)? {
+                                hits.push(self.message_hit(r.id, Some(-r.score), &needles)?);
+                            }
+                        }
                     }
                 }
                 if q.target != GrepTarget::Messages {
@@ -451,31 +474,8 @@ impl Db {
                     .join(" OR ");
                 if q.target != GrepTarget::Summaries {
                     let ranked = self.ranked_messages(&terms, &convs, want, &Default::default())?;
-                    let mut row = self.conn.prepare_cached(
-                        "SELECT role, ts, text, skeleton FROM message_rows WHERE id = ?1",
-                    )?;
                     for r in ranked {
-                        let (role, ts, text, sk) = row.query_row([r.id], |x| {
-                            Ok((
-                                x.get::<_, i64>(0)?,
-                                x.get::<_, Option<i64>>(1)?,
-                                x.get::<_, String>(2)?,
-                                x.get::<_, Option<String>>(3)?,
-                            ))
-                        })?;
-                        hits.push((
-                            -r.score,
-                            r.id,
-                            GrepHit {
-                                id: ids::message_id(r.id),
-                                conversation_id: r.conv_id,
-                                role: role_label(role, sk.as_deref()),
-                                depth: None,
-                                ts,
-                                snippet: snippet(&text, &terms, None),
-                                score: Some(-r.score),
-                            },
-                        ));
+                        hits.push(self.message_hit(r.id, Some(-r.score), &terms)?);
                     }
                 }
                 if q.target != GrepTarget::Messages {

@@ -90,60 +90,67 @@ pub struct RankedMessage {
     pub tokens: u64,
 }
 
+/// Corpus size and mean message length (tokens), over the whole store: the index is shared
+/// by every conversation.
+struct Corpus {
+    n: f64,
+    avg_len: f64,
+}
+
+impl Corpus {
+    fn idf(&self, df: f64) -> f64 {
+        ((self.n - df + 0.5) / (df + 0.5) + 1.0).ln()
+    }
+    /// BM25's length factor for a row of `len` tokens (every term at frequency 1).
+    fn norm(&self, len: f64) -> f64 {
+        (K1 + 1.0) / (1.0 + K1 * (1.0 - B + B * len / self.avg_len))
+    }
+}
+
+fn fts_term(t: &str) -> String {
+    format!("\"{}\"", t.replace('"', ""))
+}
+
 impl Db {
-    /// The `k` best messages of conversations `convs` for `terms` (see the module docs),
-    /// skipping the ids in `exclude`. Best first; ties go to the newer message.
-    pub fn ranked_messages(
-        &self,
-        terms: &[String],
-        convs: &[i64],
-        k: usize,
-        exclude: &HashSet<i64>,
-    ) -> Result<Vec<RankedMessage>> {
-        if terms.is_empty() || convs.is_empty() || k == 0 {
-            return Ok(Vec::new());
-        }
-        // Corpus statistics over the whole store: the index is shared by every conversation.
+    fn corpus(&self) -> Result<Corpus> {
         let (n_docs, n_tokens): (i64, i64) = self.conn.query_row(
             "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0) FROM conversations",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let n = n_docs.max(1) as f64;
-        let avg_len = (n_tokens as f64 / n).max(1.0);
-        let mut acc: FastMap<i64, (f64, usize)> = FastMap::default();
+        Ok(Corpus {
+            n,
+            avg_len: (n_tokens as f64 / n).max(1.0),
+        })
+    }
+
+    /// The newest rows containing `term`, at most [`TERM_WINDOW`]; `None` when the term cannot
+    /// be searched (the tokenizer reduces it to nothing).
+    fn term_rows(&self, term: &str) -> Result<Option<Vec<i64>>> {
         let mut st = self.conn.prepare_cached(
             "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2",
         )?;
-        for t in terms.iter().take(MAX_TERMS) {
-            let q = format!("\"{}\"", t.replace('"', ""));
-            // A term the tokenizer reduces to nothing (or cannot parse) matches nothing.
-            let Ok(rows) = st
-                .query_map(params![q, TERM_WINDOW as i64], |r| r.get::<_, i64>(0))
-                .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>())
-            else {
-                continue;
-            };
-            let df = rows.len() as f64;
-            if df == 0.0 {
-                continue;
-            }
-            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-            for id in rows {
-                let e = acc.entry(id).or_insert((0.0, 0));
-                e.0 += idf;
-                e.1 += 1;
-            }
-        }
-        let mut cands: Vec<(i64, f64, usize)> = acc
-            .into_iter()
-            .filter(|(id, _)| !exclude.contains(id))
-            .map(|(id, (s, m))| (id, s, m))
-            .collect();
-        // Length normalization changes a score by a bounded factor, so the best rows by IDF
-        // alone are a safe candidate pool for it.
+        Ok(st
+            .query_map(params![fts_term(term), TERM_WINDOW as i64], |r| r.get::<_, i64>(0))
+            .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>())
+            .ok())
+    }
+
+    /// Scores candidates `(id, sum of matched terms' IDF, terms matched)`: best by IDF first,
+    /// then BM25's length factor from the stored token counts, conversations outside `convs`
+    /// dropped. Best first; ties go to the newer message.
+    fn finish_ranking(
+        &self,
+        corpus: &Corpus,
+        mut cands: Vec<(i64, f64, usize)>,
+        convs: &[i64],
+        k: usize,
+        pool: usize,
+    ) -> Result<Vec<RankedMessage>> {
+        // The length factor changes a score by a bounded ratio, so the best rows by IDF alone
+        // are a safe pool to apply it to.
         cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
-        let pool = (k * 8).max(200);
         let in_scope: HashSet<i64> = convs.iter().copied().collect();
         let mut row = self
             .conn
@@ -165,12 +172,10 @@ impl Db {
             if !in_scope.contains(&conv_id) {
                 continue;
             }
-            let len = tokens.max(1) as f64;
-            let norm = (K1 + 1.0) / (1.0 + K1 * (1.0 - B + B * len / avg_len));
             out.push(RankedMessage {
                 id,
                 conv_id,
-                score: idf_sum * norm,
+                score: idf_sum * corpus.norm(tokens.max(1) as f64),
                 matched,
                 tokens: tokens.max(0) as u64,
             });
@@ -178,5 +183,77 @@ impl Db {
         out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.id.cmp(&a.id)));
         out.truncate(k);
         Ok(out)
+    }
+
+    /// The `k` best messages of conversations `convs` for `terms` (see the module docs),
+    /// skipping the ids in `exclude`. Best first; ties go to the newer message.
+    pub fn ranked_messages(
+        &self,
+        terms: &[String],
+        convs: &[i64],
+        k: usize,
+        exclude: &HashSet<i64>,
+    ) -> Result<Vec<RankedMessage>> {
+        if terms.is_empty() || convs.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let corpus = self.corpus()?;
+        let mut acc: FastMap<i64, (f64, usize)> = FastMap::default();
+        for t in terms.iter().take(MAX_TERMS) {
+            let Some(rows) = self.term_rows(t)? else {
+                continue;
+            };
+            if rows.is_empty() {
+                continue;
+            }
+            let idf = corpus.idf(rows.len() as f64);
+            for id in rows {
+                let e = acc.entry(id).or_insert((0.0, 0));
+                e.0 += idf;
+                e.1 += 1;
+            }
+        }
+        let cands = acc
+            .into_iter()
+            .filter(|(id, _)| !exclude.contains(id))
+            .map(|(id, (s, m))| (id, s, m))
+            .collect();
+        self.finish_ranking(&corpus, cands, convs, k, (k * 8).max(200))
+    }
+
+    /// Ranks `rows`, each known to contain every one of `terms` (an AND query's newest
+    /// matches), the same way: document frequencies from the bounded per-term lookups, BM25
+    /// with every term at frequency 1. FTS5's own `bm25()` would count every term's whole
+    /// document list first, which at a million rows costs more than the search.
+    pub fn ranked_rows(
+        &self,
+        terms: &[String],
+        rows: Vec<i64>,
+        convs: &[i64],
+        k: usize,
+    ) -> Result<Vec<RankedMessage>> {
+        if rows.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let corpus = self.corpus()?;
+        let mut idf_sum = 0.0;
+        let mut matched = 0;
+        let mut count = self.conn.prepare_cached(
+            "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ?1 LIMIT ?2)",
+        )?;
+        for t in terms.iter().take(MAX_TERMS) {
+            let df: i64 = count
+                .query_row(params![fts_term(t), TERM_WINDOW as i64], |r| r.get(0))
+                .unwrap_or(0);
+            if df > 0 {
+                idf_sum += corpus.idf(df as f64);
+                matched += 1;
+            }
+        }
+        // Every row has the same IDF sum: only the length factor tells them apart, so all of
+        // them are looked at.
+        let pool = rows.len();
+        let cands = rows.into_iter().map(|id| (id, idf_sum, matched)).collect();
+        self.finish_ranking(&corpus, cands, convs, k, pool)
     }
 }

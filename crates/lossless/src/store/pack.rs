@@ -59,6 +59,19 @@ pub fn unpack(frame: &[u8]) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| format!("stored text is not UTF-8: {e}"))
 }
 
+/// The text of a stored `text` column value read directly (hot paths skip the SQL function
+/// and its copies): TEXT as is, a BLOB frame decompressed.
+pub fn column_text(v: ValueRef<'_>) -> Result<String, String> {
+    match v {
+        ValueRef::Text(t) => std::str::from_utf8(t)
+            .map(str::to_owned)
+            .map_err(|e| format!("stored text is not UTF-8: {e}")),
+        ValueRef::Blob(b) => unpack(b),
+        ValueRef::Null => Ok(String::new()),
+        other => Err(format!("stored text has type {:?}", other.data_type())),
+    }
+}
+
 /// Registers `unpack(x)` on `conn`: BLOB frames become TEXT, everything else passes through.
 pub fn register(conn: &Connection) -> rusqlite::Result<()> {
     conn.create_scalar_function(
