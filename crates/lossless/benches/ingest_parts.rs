@@ -159,6 +159,28 @@ fn main() {
     let raw: usize = fresh.iter().map(|m| m.plain_text().len()).sum();
     println!("  database {:.2}x the raw text bytes", st.db_bytes as f64 / raw as f64);
 
+    // Assembly over the store just built (nothing compacted: the walk stops at the budget).
+    let mut tail = fresh[fresh.len() - 4..].to_vec();
+    tail.push(AgentMessage::user("next").with_timestamp(i64::MAX / 2));
+    let ap = clawctx_protocol::AssembleParams {
+        session_id: "s".into(),
+        session_key: Some(KEY.into()),
+        messages: tail,
+        token_budget: Some(128_000),
+        ..Default::default()
+    };
+    let reps = 100;
+    let t = Instant::now();
+    let mut kept = 0;
+    for _ in 0..reps {
+        use clawctx_engine::ContextEngine;
+        kept = rt.block_on(engine.assemble(&ap, &cx)).unwrap().messages.len();
+    }
+    println!(
+        "assemble 128k over {n} messages ({kept} kept): {:6.0} µs",
+        t.elapsed().as_secs_f64() * 1e6 / reps as f64
+    );
+
     if std::env::var_os("INGEST_PARTS_BARE").is_none() {
         println!("(set INGEST_PARTS_BARE=1 for the bare SQLite comparisons)");
         return;

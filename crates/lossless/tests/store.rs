@@ -407,7 +407,7 @@ async fn long_texts_are_stored_compressed_and_read_back_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&dir, LosslessConfig::default());
     let mut rng = Lcg(31);
-    let long = format!("aardvark {}", words(&mut rng, 600));
+    let long = format!("aardvark {}", words(&mut rng, 1_200));
     let short = "a short reply".to_owned();
     let msgs = vec![
         AgentMessage::user(long.clone()).with_timestamp(1),

@@ -2,8 +2,8 @@
 //!
 //! Text is most of a store's bytes, and conversation text (prose, code, logs, JSON) shrinks
 //! 2–4× under zstd at its fastest level, which compresses a kilobyte in a few microseconds on
-//! the encoding thread and decompresses it faster than SQLite reads the page. So texts of
-//! [`PACK_MIN_BYTES`] or more are stored as a zstd frame in a BLOB, shorter ones as TEXT, and
+//! the encoding thread. So texts of [`PACK_MIN_BYTES`] or more (tool outputs, long replies)
+//! are stored as a zstd frame in a BLOB, shorter ones as TEXT, and
 //! the SQL function `unpack(x)` (registered on the store's connection) turns either back into
 //! TEXT; the `message_rows` view applies it, so readers never see the difference. Rows written
 //! before compression existed are TEXT and read as they are. The full-text index is built from
@@ -13,8 +13,11 @@ use rusqlite::functions::FunctionFlags;
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::Connection;
 
-/// Texts shorter than this are stored as they are (a frame's overhead would eat the gain).
-pub const PACK_MIN_BYTES: usize = 256;
+/// Texts shorter than this are stored as they are. Decompressing a frame costs a few
+/// microseconds of table setup whatever its size, which for chat-sized messages (assembly
+/// reads hundreds per turn) outweighs the bytes saved; tool outputs, the bulk of a store, are
+/// larger.
+pub const PACK_MIN_BYTES: usize = 2048;
 /// zstd level: the fastest; higher levels cost more time than they save bytes here.
 const LEVEL: i32 = 1;
 /// A stored frame never inflates to more than this (a corrupt or hostile frame is refused).
@@ -97,7 +100,7 @@ mod tests {
     #[test]
     fn round_trips_and_leaves_short_text_alone() {
         assert_eq!(pack("short"), None);
-        let long = "the build failed because the config parser rejected the value; ".repeat(40);
+        let long = "the build failed because the config parser rejected the value; ".repeat(60);
         let frame = pack(&long).unwrap();
         assert!(frame.len() * 4 < long.len());
         assert_eq!(unpack(&frame).unwrap(), long);
