@@ -81,7 +81,13 @@ impl Db {
         if r.terms.is_empty() || r.max_messages == 0 || r.reserve == 0 {
             return Ok(None);
         }
-        let ranked = self.ranked_messages(&r.terms, &r.convs, r.max_messages, exclude)?;
+        let ranked = self.ranked_messages(
+            &r.terms,
+            &r.convs,
+            r.max_messages,
+            exclude,
+            crate::search::PROMPT_TERM_WINDOW,
+        )?;
         if ranked.is_empty() {
             return Ok(None);
         }

@@ -473,7 +473,13 @@ impl Db {
                     .collect::<Vec<_>>()
                     .join(" OR ");
                 if q.target != GrepTarget::Summaries {
-                    let ranked = self.ranked_messages(&terms, &convs, want, &Default::default())?;
+                    let ranked = self.ranked_messages(
+                        &terms,
+                        &convs,
+                        want,
+                        &Default::default(),
+                        crate::search::TERM_WINDOW,
+                    )?;
                     for r in ranked {
                         hits.push(self.message_hit(r.id, Some(-r.score), &terms)?);
                     }

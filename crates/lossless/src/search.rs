@@ -24,8 +24,11 @@ use rusqlite::{params, OptionalExtension};
 use crate::error::Result;
 use crate::store::Db;
 
-/// Newest matches read per term.
+/// Newest matches read per term by `lcm_grep` (and for document frequencies).
 pub const TERM_WINDOW: usize = 4_000;
+/// Newest matches read per term by prompt recall, which runs on every assembly: a term found
+/// in more rows than this is common enough that its IDF barely counts.
+pub const PROMPT_TERM_WINDOW: usize = 1_000;
 /// Terms of one query at most (the first ones win).
 pub const MAX_TERMS: usize = 24;
 /// BM25 parameters (the usual defaults, as FTS5's `bm25()`).
@@ -127,12 +130,12 @@ impl Db {
 
     /// The newest rows containing `term`, at most [`TERM_WINDOW`]; `None` when the term cannot
     /// be searched (the tokenizer reduces it to nothing).
-    fn term_rows(&self, term: &str) -> Result<Option<Vec<i64>>> {
+    fn term_rows(&self, term: &str, window: usize) -> Result<Option<Vec<i64>>> {
         let mut st = self.conn.prepare_cached(
             "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2",
         )?;
         Ok(st
-            .query_map(params![fts_term(term), TERM_WINDOW as i64], |r| r.get::<_, i64>(0))
+            .query_map(params![fts_term(term), window as i64], |r| r.get::<_, i64>(0))
             .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>())
             .ok())
     }
@@ -186,13 +189,15 @@ impl Db {
     }
 
     /// The `k` best messages of conversations `convs` for `terms` (see the module docs),
-    /// skipping the ids in `exclude`. Best first; ties go to the newer message.
+    /// skipping the ids in `exclude`, reading at most `window` rows per term ([`TERM_WINDOW`]
+    /// or [`PROMPT_TERM_WINDOW`]). Best first; ties go to the newer message.
     pub fn ranked_messages(
         &self,
         terms: &[String],
         convs: &[i64],
         k: usize,
         exclude: &HashSet<i64>,
+        window: usize,
     ) -> Result<Vec<RankedMessage>> {
         if terms.is_empty() || convs.is_empty() || k == 0 {
             return Ok(Vec::new());
@@ -200,7 +205,7 @@ impl Db {
         let corpus = self.corpus()?;
         let mut acc: FastMap<i64, (f64, usize)> = FastMap::default();
         for t in terms.iter().take(MAX_TERMS) {
-            let Some(rows) = self.term_rows(t)? else {
+            let Some(rows) = self.term_rows(t, window.max(1))? else {
                 continue;
             };
             if rows.is_empty() {
