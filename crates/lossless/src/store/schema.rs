@@ -236,7 +236,7 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     }
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;
-         PRAGMA cache_size = -32768; PRAGMA foreign_keys = OFF;",
+         PRAGMA cache_size = -32768; PRAGMA foreign_keys = OFF; PRAGMA mmap_size = 268435456;",
     )
     .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms))?;
     migrate(&conn, version).map_err(|e| match e {
