@@ -355,7 +355,7 @@ impl ContextEngine for LosslessEngine {
                     Some(last @ AgentMessage::User(_)) if reserve > 0 => {
                         let text = prompt.filter(|p| !p.trim().is_empty()).unwrap_or_else(|| last.plain_text());
                         Some(PromptRecall {
-                            terms: crate::search::query_terms(&text),
+                            terms: crate::search::prompt_terms(&text),
                             convs: db.scope_conversations(&Scope::Session(k.clone()))?,
                             reserve,
                             max_messages: max_recalled,

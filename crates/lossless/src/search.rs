@@ -31,6 +31,20 @@ pub const TERM_WINDOW: usize = 4_000;
 pub const PROMPT_TERM_WINDOW: usize = 1_000;
 /// Terms of one query at most (the first ones win).
 pub const MAX_TERMS: usize = 24;
+/// Terms of a prompt searched by prompt recall at most: the longest ones (long words tend to
+/// be the rare, telling ones), so a long prompt does not cost a lookup per word.
+pub const MAX_PROMPT_TERMS: usize = 12;
+
+/// [`query_terms`] of a prompt, cut to its [`MAX_PROMPT_TERMS`] longest words.
+pub fn prompt_terms(text: &str) -> Vec<String> {
+    let mut terms = query_terms(text);
+    if terms.len() > MAX_PROMPT_TERMS {
+        // Stable: equally long words keep their order.
+        terms.sort_by_key(|t| std::cmp::Reverse(t.chars().count()));
+        terms.truncate(MAX_PROMPT_TERMS);
+    }
+    terms
+}
 /// BM25 parameters (the usual defaults, as FTS5's `bm25()`).
 const K1: f64 = 1.2;
 const B: f64 = 0.75;

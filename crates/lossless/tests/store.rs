@@ -440,3 +440,30 @@ async fn long_texts_are_stored_compressed_and_read_back_exactly() {
     assert_eq!(hits.len(), 1);
     assert!(hits[0].snippet.contains("aardvark"), "{hits:?}");
 }
+
+#[tokio::test]
+async fn the_log_stays_bounded_when_every_turn_commits_a_little() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("turns.db");
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    let mut rng = Lcg(41);
+    // 3,000 small commits: without background checkpoints the log would hold every page each
+    // of them touched (tens of MB).
+    for t in 0..3_000i64 {
+        let m = AgentMessage::user(format!("turn {t} {}", words(&mut rng, 12))).with_timestamp(t);
+        e.ingest(
+            &IngestParams {
+                session_id: "s1".into(),
+                session_key: Some(KEY.into()),
+                message: m,
+                is_heartbeat: None,
+            },
+            &cx(),
+        )
+        .await
+        .unwrap();
+    }
+    let wal = std::fs::metadata(dir.path().join("turns.db-wal")).map(|m| m.len()).unwrap_or(0);
+    assert!(wal < 48 << 20, "the write-ahead log grew to {wal} bytes (137 MB without checkpoints)");
+    assert_eq!(e.store().conversations().await.unwrap()[0].msg_count, 3_000);
+}

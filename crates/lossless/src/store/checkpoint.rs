@@ -15,8 +15,14 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-/// Bytes written (message and summary text, roughly what reaches the log) between checkpoints.
+/// Estimated log bytes between background checkpoints.
 const CHECKPOINT_EVERY_BYTES: u64 = 4 << 20;
+/// Every this many background checkpoints, one that restarts the log (see the loop).
+const RESTART_EVERY: u32 = 4;
+/// What a commit adds to the log besides its text: the pages it touches (the message and
+/// frontier leaves, index pages, full-text segments, the conversation row), each written
+/// whole. A turn commits a few small messages, so this, not the text, is most of the log.
+const PAGES_PER_COMMIT_BYTES: u64 = 12 * 4096;
 
 /// The store thread's side: counts what it wrote and wakes the checkpoint thread.
 pub(crate) struct Checkpointer {
@@ -40,10 +46,20 @@ impl Checkpointer {
         let thread = std::thread::Builder::new()
             .name("lossless-checkpoint".into())
             .spawn(move || {
+                let mut n = 0u32;
                 for () in rx {
-                    // A failed or partial checkpoint is retried on the next wake-up; the log
-                    // only grows meanwhile, nothing is lost.
+                    // PASSIVE copies what it can without ever waiting. Under a steady stream
+                    // of commits it never quite catches up with the writer, and the log only
+                    // starts over once a checkpoint has copied every frame: so every few
+                    // rounds, right after a PASSIVE one has done the bulk, a RESTART copies the
+                    // rest, holding the writer back for that remainder only. A failed or
+                    // partial checkpoint is retried on the next wake-up; the log only grows
+                    // meanwhile, nothing is lost.
                     let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    n += 1;
+                    if n % RESTART_EVERY == 0 {
+                        let _ = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
+                    }
                 }
                 let _ = conn.close();
             })
@@ -55,13 +71,19 @@ impl Checkpointer {
         })
     }
 
+    /// Records a committed write transaction (its pages, see [`PAGES_PER_COMMIT_BYTES`]).
+    pub(crate) fn committed(&mut self) {
+        self.wrote(PAGES_PER_COMMIT_BYTES);
+    }
+
     /// Stops the thread after its current checkpoint and closes its connection.
     pub(crate) fn stop(self) {
         drop(self.wake);
         let _ = self.thread.join();
     }
 
-    /// Records `bytes` written by a committed transaction; wakes the thread past the threshold.
+    /// Records `bytes` of text written by a committed transaction; wakes the thread once the
+    /// estimated log growth passes the threshold.
     pub(crate) fn wrote(&mut self, bytes: u64) {
         self.pending += bytes;
         if self.pending >= CHECKPOINT_EVERY_BYTES {

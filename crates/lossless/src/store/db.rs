@@ -162,6 +162,9 @@ impl Db {
         let r = f(&tx)?;
         tx.commit()
             .map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
+        if let Some(c) = &mut self.checkpointer {
+            c.committed();
+        }
         Ok(r)
     }
 
