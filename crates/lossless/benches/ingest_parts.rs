@@ -1,6 +1,6 @@
 //! Where the ingest time goes: token counting, the message codec, the store's transaction, and
 //! bare SQLite (+FTS5 with and without the porter stemmer) on the same texts. Prints figures;
-//! it is a measuring aid for `BENCH_NOTES.md`, not a criterion benchmark.
+//! it is a measuring aid for BENCHMARKS.md section 7, not a criterion benchmark.
 //!
 //! `cargo bench -p clawctx-lossless --bench ingest_parts` (`INGEST_PARTS_N`, default 10,000).
 
