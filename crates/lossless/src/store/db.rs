@@ -163,7 +163,13 @@ impl Db {
         tx.commit()
             .map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
         if let Some(c) = &mut self.checkpointer {
-            c.committed();
+            if c.committed() {
+                // Waits (busy timeout) for the checkpoint thread, then copies what is left;
+                // a failure leaves the log longer until the next try, nothing is lost.
+                let _ = self
+                    .conn
+                    .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
+            }
         }
         Ok(r)
     }

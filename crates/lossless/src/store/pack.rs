@@ -1,9 +1,11 @@
 //! Message text compressed at rest.
 //!
 //! Text is most of a store's bytes, and conversation text (prose, code, logs, JSON) shrinks
-//! 2–4× under zstd at its fastest level, which compresses a kilobyte in a few microseconds on
-//! the encoding thread. So texts of [`PACK_MIN_BYTES`] or more (tool outputs, long replies)
-//! are stored as a zstd frame in a BLOB, shorter ones as TEXT, and
+//! 2–4× under zstd at its fastest level and about 2× under LZ4, each costing a few microseconds
+//! a kilobyte on the encoding thread. So texts of [`ZSTD_MIN_BYTES`] or more (tool outputs,
+//! long replies) are stored as a zstd frame in a BLOB, texts from [`PACK_MIN_BYTES`] as a tagged
+//! LZ4 block (cheap to decompress, which assembly does hundreds of times a turn), shorter ones
+//! as TEXT, and
 //! the SQL function `unpack(x)` (registered on the store's connection) turns either back into
 //! TEXT; the `message_rows` view applies it, so readers never see the difference. Rows written
 //! before compression existed are TEXT and read as they are. The full-text index is built from
@@ -13,52 +15,76 @@ use rusqlite::functions::FunctionFlags;
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::Connection;
 
-/// Texts shorter than this are stored as they are. Decompressing a frame costs a few
+/// Texts shorter than this are stored as they are (a frame's overhead would eat the gain).
+pub const PACK_MIN_BYTES: usize = 256;
+/// From this size texts get zstd; below it LZ4. Decompressing a zstd frame costs a few
 /// microseconds of table setup whatever its size, which for chat-sized messages (assembly
-/// reads hundreds per turn) outweighs the bytes saved; tool outputs, the bulk of a store, are
-/// larger.
-pub const PACK_MIN_BYTES: usize = 2048;
+/// reads hundreds per turn) outweighs its better ratio; LZ4 has no such setup.
+pub const ZSTD_MIN_BYTES: usize = 2048;
+/// First byte of an LZ4 frame of ours (a zstd frame starts with its magic, `28 B5 2F FD`).
+const LZ4_TAG: u8 = b'L';
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// zstd level: the fastest; higher levels cost more time than they save bytes here.
 const LEVEL: i32 = 1;
 /// A stored frame never inflates to more than this (a corrupt or hostile frame is refused).
 const MAX_UNPACKED_BYTES: usize = 512 << 20;
 
-/// The bytes to store for `text`: a zstd frame when that is worth it, else `None` (store the
-/// text itself).
+/// The bytes to store for `text`: a zstd frame (large texts) or a tagged LZ4 block (chat-sized
+/// ones) when that is worth it, else `None` (store the text itself).
 pub fn pack(text: &str) -> Option<Vec<u8>> {
     if text.len() < PACK_MIN_BYTES {
         return None;
     }
-    // A compression context allocates its tables when created: one per thread, reused.
-    thread_local! {
-        static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
-            std::cell::RefCell::new(zstd::bulk::Compressor::new(LEVEL).ok());
-    }
-    let frame = COMPRESSOR
-        .with(|c| c.borrow_mut().as_mut().and_then(|c| c.compress(text.as_bytes()).ok()))?;
+    let frame = if text.len() >= ZSTD_MIN_BYTES {
+        // A compression context allocates its tables when created: one per thread, reused.
+        thread_local! {
+            static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+                std::cell::RefCell::new(zstd::bulk::Compressor::new(LEVEL).ok());
+        }
+        COMPRESSOR
+            .with(|c| c.borrow_mut().as_mut().and_then(|c| c.compress(text.as_bytes()).ok()))?
+    } else {
+        let mut out = Vec::with_capacity(text.len() / 2 + 8);
+        out.push(LZ4_TAG);
+        out.extend_from_slice(&lz4_flex::block::compress_prepend_size(text.as_bytes()));
+        out
+    };
     (frame.len() + 16 < text.len()).then_some(frame)
 }
 
 /// The text a stored frame holds.
 pub fn unpack(frame: &[u8]) -> Result<String, String> {
-    let cap = zstd::zstd_safe::get_frame_content_size(frame)
-        .ok()
-        .flatten()
-        .map(|n| n as usize)
-        .unwrap_or(frame.len() * 8);
-    if cap > MAX_UNPACKED_BYTES {
-        return Err(format!("stored text frame claims {cap} bytes"));
-    }
-    thread_local! {
-        static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-            std::cell::RefCell::new(zstd::bulk::Decompressor::new().ok());
-    }
-    let bytes = DECOMPRESSOR
-        .with(|d| match d.borrow_mut().as_mut() {
-            Some(d) => d.decompress(frame, cap.max(1)),
-            None => zstd::bulk::decompress(frame, cap.max(1)),
-        })
-        .map_err(|e| format!("stored text frame: {e}"))?;
+    let bytes = if frame.starts_with(&ZSTD_MAGIC) {
+        let cap = zstd::zstd_safe::get_frame_content_size(frame)
+            .ok()
+            .flatten()
+            .map(|n| n as usize)
+            .unwrap_or(frame.len() * 8);
+        if cap > MAX_UNPACKED_BYTES {
+            return Err(format!("stored text frame claims {cap} bytes"));
+        }
+        thread_local! {
+            static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+                std::cell::RefCell::new(zstd::bulk::Decompressor::new().ok());
+        }
+        DECOMPRESSOR
+            .with(|d| match d.borrow_mut().as_mut() {
+                Some(d) => d.decompress(frame, cap.max(1)),
+                None => zstd::bulk::decompress(frame, cap.max(1)),
+            })
+            .map_err(|e| format!("stored text frame: {e}"))?
+    } else if let Some((&LZ4_TAG, block)) = frame.split_first() {
+        let claimed = block
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or("stored text frame: truncated")?;
+        if claimed > MAX_UNPACKED_BYTES {
+            return Err(format!("stored text frame claims {claimed} bytes"));
+        }
+        lz4_flex::block::decompress_size_prepended(block).map_err(|e| format!("stored text frame: {e}"))?
+    } else {
+        return Err("stored text frame of an unknown kind".into());
+    };
     String::from_utf8(bytes).map_err(|e| format!("stored text is not UTF-8: {e}"))
 }
 
@@ -100,10 +126,18 @@ mod tests {
     #[test]
     fn round_trips_and_leaves_short_text_alone() {
         assert_eq!(pack("short"), None);
-        let long = "the build failed because the config parser rejected the value; ".repeat(60);
-        let frame = pack(&long).unwrap();
-        assert!(frame.len() * 4 < long.len());
-        assert_eq!(unpack(&frame).unwrap(), long);
+        for n in [6, 60] {
+            let long = "the build failed because the config parser rejected the value; ".repeat(n);
+            let frame = pack(&long).unwrap();
+            assert!(frame.len() * 2 < long.len(), "{n}: {} bytes", frame.len());
+            assert_eq!(frame.starts_with(&ZSTD_MAGIC), long.len() >= ZSTD_MIN_BYTES);
+            assert_eq!(unpack(&frame).unwrap(), long);
+        }
         assert!(unpack(b"not a frame").is_err());
+        assert!(unpack(b"L").is_err());
+        assert!(unpack(b"L\xff\xff\xff\x7fxx").is_err(), "a huge claimed size is refused");
+        // Non-ASCII survives.
+        let uni = "Привет, café — 日本語 ".repeat(30);
+        assert_eq!(unpack(&pack(&uni).unwrap()).unwrap(), uni);
     }
 }

@@ -123,17 +123,17 @@ CREATE TABLE guard_state(
 ///   Timeless messages share the key 0 and are told apart by their hash.
 /// - Both full-text tables become contentless and index [`super::codec::index_terms`] (the
 ///   distinct words) instead of the whole text: the same terms per row, a fraction of the
-///   tokenizing. Texts are read from `messages`/`summaries`, which always had them. They keep
-///   positions (`detail=full`, the default), which over distinct words cost about a byte per
-///   term and row, because FTS5's `bm25()` needs them on a contentless table: without them it
-///   scores every row 0, and with v1's `detail=none` over external content it re-read and
-///   re-tokenized the text of every ranked row.
+///   tokenizing. Texts are read from `messages`/`summaries`, which always had them. Message
+///   rows keep no positions (`detail=none`): they are ranked in Rust ([`crate::search`]), since
+///   FTS5's `bm25()` scores every row 0 on a contentless `detail=none` table (and with v1's
+///   external content it re-read and re-tokenized every ranked row). Summaries, few, keep
+///   positions and `bm25()`.
 pub const V2: &str = r#"
 DROP INDEX messages_identity;
 CREATE UNIQUE INDEX messages_identity ON messages(conv_id, ifnull(ts, 0), hash);
 DROP TABLE messages_fts;
 CREATE VIRTUAL TABLE messages_fts USING fts5(
-  text, content='', contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2'
+  text, content='', contentless_delete=1, detail=none, tokenize='porter unicode61 remove_diacritics 2'
 );
 DROP TABLE summaries_fts;
 CREATE VIRTUAL TABLE summaries_fts USING fts5(
