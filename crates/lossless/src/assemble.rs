@@ -39,6 +39,13 @@ pub struct Assembled {
     pub recalled: usize,
 }
 
+/// An epoch-ms timestamp as the model sees it in context blocks (`2024-05-01T13:56Z`).
+pub(crate) fn fmt_minute(t: Option<i64>) -> String {
+    t.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|d| d.format("%Y-%m-%dT%H:%MZ").to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// Renders a summary as the user-role block the model sees. Deterministic bytes.
 pub fn render_summary(
     id: i64,
@@ -47,11 +54,7 @@ pub fn render_summary(
     to_ts: Option<i64>,
     text: &str,
 ) -> AgentMessage {
-    let fmt = |t: Option<i64>| {
-        t.and_then(chrono::DateTime::from_timestamp_millis)
-            .map(|d| d.format("%Y-%m-%dT%H:%MZ").to_string())
-            .unwrap_or_else(|| "unknown".into())
-    };
+    let fmt = fmt_minute;
     let body = text.replace("</summary", "&lt;/summary");
     AgentMessage::user(format!(
         "<summary id=\"{}\" depth=\"{depth}\" from=\"{}\" to=\"{}\">\n{body}\n</summary>",

@@ -343,8 +343,8 @@ impl ContextEngine for LosslessEngine {
                 };
                 let mut first_live = recent.len();
                 while first_live > 0 {
-                    let e = codec::encode(&recent[first_live - 1])?;
-                    if db.has_message(conv.id, e.ts, e.hash)? {
+                    let (ts, hash) = codec::identity(&recent[first_live - 1])?;
+                    if db.has_message(conv.id, ts, hash)? {
                         break;
                     }
                     first_live -= 1;

@@ -333,6 +333,46 @@ impl Db {
         ))
     }
 
+    /// Full-text hits among the summaries of conversations `in_list` (a comma-separated id
+    /// list), ordered by `order` (`score` or `summaries_fts.rowid DESC`); summaries are few, so
+    /// FTS5's own `bm25()` ranks them.
+    fn summary_hits(
+        &self,
+        fts: &str,
+        in_list: &str,
+        order: &str,
+        want: usize,
+        needles: &[String],
+    ) -> Result<Vec<(f64, i64, GrepHit)>> {
+        let sql = format!(
+            "SELECT s.id, s.conv_id, s.depth, s.to_ts, s.text, bm25(summaries_fts) AS score
+             FROM summaries_fts CROSS JOIN summaries s ON s.id = summaries_fts.rowid
+             WHERE summaries_fts MATCH ?1 AND s.conv_id IN ({in_list}) ORDER BY {order} LIMIT ?2"
+        );
+        let mut st = self.conn.prepare(&sql)?;
+        let mut rows = st.query(params![fts, want as i64])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let text: String = r.get(4)?;
+            let score: f64 = r.get(5)?;
+            let ts: Option<i64> = r.get(3)?;
+            out.push((
+                score,
+                ts.unwrap_or(0),
+                GrepHit {
+                    id: ids::summary_id(r.get(0)?),
+                    conversation_id: r.get(1)?,
+                    role: "summary".into(),
+                    depth: Some(r.get(2)?),
+                    ts,
+                    snippet: snippet(&text, needles, None),
+                    score: Some(score),
+                },
+            ));
+        }
+        Ok(out)
+    }
+
     /// Conversation rows a scope covers.
     pub fn scope_conversations(&self, scope: &Scope) -> Result<Vec<i64>> {
         let ids: Vec<i64> = match scope {
@@ -428,31 +468,7 @@ impl Db {
                         GrepSort::Relevance => "score",
                         GrepSort::Recency => "summaries_fts.rowid DESC",
                     };
-                    let sql = format!(
-                        "SELECT s.id, s.conv_id, s.depth, s.to_ts, s.text, bm25(summaries_fts) AS score
-                         FROM summaries_fts CROSS JOIN summaries s ON s.id = summaries_fts.rowid
-                         WHERE summaries_fts MATCH ?1 AND s.conv_id IN ({in_list}) ORDER BY {order} LIMIT ?2"
-                    );
-                    let mut st = self.conn.prepare(&sql)?;
-                    let mut rows = st.query(params![fts, want as i64])?;
-                    while let Some(r) = rows.next()? {
-                        let text: String = r.get(4)?;
-                        let score: f64 = r.get(5)?;
-                        let ts: Option<i64> = r.get(3)?;
-                        hits.push((
-                            score,
-                            ts.unwrap_or(0),
-                            GrepHit {
-                                id: ids::summary_id(r.get(0)?),
-                                conversation_id: r.get(1)?,
-                                role: "summary".into(),
-                                depth: Some(r.get(2)?),
-                                ts,
-                                snippet: snippet(&text, &needles, None),
-                                score: Some(score),
-                            },
-                        ));
-                    }
+                    hits.extend(self.summary_hits(&fts, &in_list, order, want, &needles)?);
                 }
                 match q.sort {
                     GrepSort::Relevance => hits.sort_by(|a, b| a.0.total_cmp(&b.0)),
@@ -485,31 +501,7 @@ impl Db {
                     }
                 }
                 if q.target != GrepTarget::Messages {
-                    let sql = format!(
-                        "SELECT s.id, s.conv_id, s.depth, s.to_ts, s.text, bm25(summaries_fts) AS score
-                         FROM summaries_fts CROSS JOIN summaries s ON s.id = summaries_fts.rowid
-                         WHERE summaries_fts MATCH ?1 AND s.conv_id IN ({in_list}) ORDER BY score LIMIT ?2"
-                    );
-                    let mut st = self.conn.prepare(&sql)?;
-                    let mut rows = st.query(params![fts, want as i64])?;
-                    while let Some(r) = rows.next()? {
-                        let text: String = r.get(4)?;
-                        let score: f64 = r.get(5)?;
-                        let ts: Option<i64> = r.get(3)?;
-                        hits.push((
-                            score,
-                            ts.unwrap_or(0),
-                            GrepHit {
-                                id: ids::summary_id(r.get(0)?),
-                                conversation_id: r.get(1)?,
-                                role: "summary".into(),
-                                depth: Some(r.get(2)?),
-                                ts,
-                                snippet: snippet(&text, &terms, None),
-                                score: Some(score),
-                            },
-                        ));
-                    }
+                    hits.extend(self.summary_hits(&fts, &in_list, "score", want, &terms)?);
                 }
                 hits.sort_by(|a, b| a.0.total_cmp(&b.0));
                 report.fts_query = Some(fts);

@@ -89,7 +89,9 @@ fn role_code(m: &AgentMessage) -> i64 {
     }
 }
 
-fn role_name(code: i64) -> Option<&'static str> {
+/// The role name of a stored role code (`None` for [`role::OTHER`], whose name is in the
+/// skeleton).
+pub fn role_name(code: i64) -> Option<&'static str> {
     match code {
         role::USER => Some("user"),
         role::ASSISTANT => Some("assistant"),
@@ -248,8 +250,16 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// Encodes `m` for storage. `tokens` is computed here, once, with the one estimator.
-pub fn encode(m: &AgentMessage) -> Result<Encoded> {
+/// The columns a message's identity is made of: role, text, skeleton, timestamp, hash.
+struct Identity {
+    role: i64,
+    text: String,
+    skeleton: Option<String>,
+    ts: Option<i64>,
+    hash: i64,
+}
+
+fn identity_of(m: &AgentMessage) -> Result<Identity> {
     let role = role_code(m);
     let mut v = serde_json::to_value(m)
         .map_err(|e| LosslessError::InvalidInput(format!("message: {e}")))?;
@@ -280,9 +290,6 @@ pub fn encode(m: &AgentMessage) -> Result<Encoded> {
     } else {
         Some(v.to_string())
     };
-    let tool_call_id = m.tool_result_id().map(str::to_owned);
-    let n_calls = m.tool_calls().count() as i64;
-    let tokens = clawctx_tokens::message_tokens(m);
     let mut h = Sha256::new();
     h.update([role as u8]);
     h.update(skeleton.as_deref().unwrap_or("").as_bytes());
@@ -292,19 +299,43 @@ pub fn encode(m: &AgentMessage) -> Result<Encoded> {
     let d = h.finalize();
     let mut b = [0u8; 8];
     b.copy_from_slice(&d[..8]);
-    let fts = index_terms(&text);
-    let packed = super::pack::pack(&text);
-    Ok(Encoded {
-        fts,
-        packed,
+    Ok(Identity {
         role,
         text,
         skeleton,
         ts,
-        tool_call_id,
-        n_calls,
-        tokens,
         hash: i64::from_le_bytes(b),
+    })
+}
+
+/// The `(timestamp, hash)` identity under which `m` would be stored (see
+/// [`super::Db::has_message`]), without the token count, index terms and compression that
+/// [`encode`] adds: assembly checks which of the host's newest messages are stored every turn.
+pub fn identity(m: &AgentMessage) -> Result<(Option<i64>, i64)> {
+    let id = identity_of(m)?;
+    Ok((id.ts, id.hash))
+}
+
+/// Encodes `m` for storage. `tokens` is computed here, once, with the one estimator.
+pub fn encode(m: &AgentMessage) -> Result<Encoded> {
+    let Identity {
+        role,
+        text,
+        skeleton,
+        ts,
+        hash,
+    } = identity_of(m)?;
+    Ok(Encoded {
+        fts: index_terms(&text),
+        packed: super::pack::pack(&text),
+        tool_call_id: m.tool_result_id().map(str::to_owned),
+        n_calls: m.tool_calls().count() as i64,
+        tokens: clawctx_tokens::message_tokens(m),
+        role,
+        text,
+        skeleton,
+        ts,
+        hash,
     })
 }
 
@@ -343,6 +374,7 @@ mod tests {
     fn rt(v: Value) {
         let m: AgentMessage = serde_json::from_value(v).unwrap();
         let e = encode(&m).unwrap();
+        assert_eq!(identity(&m).unwrap(), (e.ts, e.hash), "identity() must match encode()");
         let back = decode(e.role, &e.text, e.skeleton.as_deref(), e.ts).unwrap();
         assert_eq!(back, m);
         assert_eq!(
