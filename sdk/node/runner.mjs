@@ -15,7 +15,10 @@
 //   need it (see needsEsmHooks). CommonJS `require` of the SDK never needs it;
 // - jiti (1.7 MB) is loaded only for TypeScript entries;
 // - stdin is framed by hand on Buffers (no readline, no per-line regex), and each reply is
-//   written with one write.
+//   written with one write;
+// - `assemble` messages come by reference when the host offers it (docs/plugin-protocol.md,
+//   "Message references"): a message is parsed once per process, not once per call, and one
+//   handed back untouched is answered as `{"$ref":id}` instead of being serialized again.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import * as nodeModule from 'node:module';
 import * as fs from 'node:fs';
@@ -252,6 +255,12 @@ const state = {
   nextInstance: 1,
   nextRollback: 1,
   nextToolCall: 1,
+  // Message references: whether the host asked for them, the messages held by id (deeply
+  // frozen: the same objects are handed to every call), and whether this plugin turned out to
+  // write to its input messages, after which it gets copies.
+  messageRefs: false,
+  refs: new Map(),
+  copyMessages: false,
 };
 
 function makeApi(init) {
@@ -374,8 +383,10 @@ const handlers = {
     }
     await register(makeApi(params));
     const tools = resolveTools(params);
+    state.messageRefs = Boolean(params.capabilities && params.capabilities.messageRefs === true);
     return {
       protocolVersion: PROTOCOL_VERSION,
+      capabilities: { messageRefs: state.messageRefs },
       runner: { name: 'clawctx-node-runner', version: RUNNER_VERSION, node: process.version },
       engines: [...state.engines.entries()].map(([id, f]) => engineDecl(id, f)),
       tools,
@@ -456,12 +467,96 @@ const handlers = {
   },
 };
 
+// --- message references -------------------------------------------------------------------------
+const UNKNOWN_MESSAGE_REF = -32010;
+
+function deepFreeze(v) {
+  if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const k of Object.keys(v)) deepFreeze(v[k]);
+  }
+  return v;
+}
+
+function refError(message) {
+  const err = new Error(message);
+  err.rpcCode = UNKNOWN_MESSAGE_REF;
+  return err;
+}
+
+// Resolves `params.messages` of a request that carries `messageRefs` (each element
+// `{"$ref":id}` or `{"$def":id,"message":…}`), then applies the host's housekeeping. Runs
+// before the first await of the call: requests are resolved in the order they arrived, which
+// is the order the host defined their messages in.
+function resolveMessageRefs(p, housekeeping) {
+  if (housekeeping.reset === true) state.refs.clear();
+  const elements = Array.isArray(p.messages) ? p.messages : [];
+  const ids = new Array(elements.length);
+  const messages = new Array(elements.length);
+  for (let i = 0; i < elements.length; i++) {
+    const e = elements[i];
+    let id;
+    let m;
+    if (e !== null && typeof e === 'object' && typeof e.$ref === 'number') {
+      id = e.$ref;
+      m = state.refs.get(id);
+      if (m === undefined) throw refError(`message reference ${id} is not held by the runner`);
+    } else if (e !== null && typeof e === 'object' && typeof e.$def === 'number' && e.message !== null && typeof e.message === 'object') {
+      id = e.$def;
+      m = deepFreeze(e.message);
+      state.refs.set(id, m);
+    } else {
+      throw refError(`messages[${i}] is neither {"$ref":id} nor {"$def":id,"message":…}`);
+    }
+    ids[i] = id;
+    messages[i] = m;
+  }
+  if (Array.isArray(housekeeping.drop)) for (const id of housekeeping.drop) state.refs.delete(id);
+  return { ids, messages };
+}
+
+// What V8 says when strict code writes to a frozen object.
+function isFrozenWrite(err) {
+  return (
+    err !== null &&
+    typeof err === 'object' &&
+    err.name === 'TypeError' &&
+    /read only property|not extensible|Cannot delete property|Cannot redefine property/.test(String(err.message))
+  );
+}
+
+// A result whose messages include held messages handed back as they are: those become
+// `{"$ref":id}`. Only this call's own messages are referenced (the host trusts no other id).
+function referenceResult(result, byObject) {
+  if (result === null || typeof result !== 'object' || !Array.isArray(result.messages)) return result;
+  let any = false;
+  const out = result.messages.map((m) => {
+    const id = byObject.get(m);
+    if (id === undefined) return m;
+    any = true;
+    return { $ref: id };
+  });
+  return any ? Object.assign({}, result, { messages: out }) : result;
+}
+
 async function callEngine(method, params, id) {
   const instanceId = String(params.instanceId);
   const engine = state.instances.get(instanceId);
   if (!engine) throw new Error(`unknown engine instance ${instanceId}`);
   if (typeof engine[method] !== 'function') throw new Error(`context engine does not implement ${method}()`);
   const p = params.params && typeof params.params === 'object' ? params.params : {};
+  let byObject = null;
+  let resolved = null;
+  if (params.messageRefs && typeof params.messageRefs === 'object') {
+    resolved = resolveMessageRefs(p, params.messageRefs);
+    if (state.copyMessages) {
+      p.messages = resolved.messages.map((m) => structuredClone(m));
+    } else {
+      p.messages = resolved.messages;
+      byObject = new Map();
+      for (let i = 0; i < resolved.ids.length; i++) byObject.set(resolved.messages[i], resolved.ids[i]);
+    }
+  }
   if (method === 'assemble' && Array.isArray(p.availableTools)) p.availableTools = new Set(p.availableTools);
   if (p.runtimeContext && typeof p.runtimeContext === 'object') {
     p.runtimeContext.llm = { complete: (request) => llmCompleteFor(id, request) };
@@ -476,8 +571,24 @@ async function callEngine(method, params, id) {
     state.controllers.set(id, controller);
     p.abortSignal = controller.signal;
   }
+  const pristine = byObject ? Object.assign({}, p) : null;
   try {
-    const result = await engine[method](p);
+    let result;
+    try {
+      result = await engine[method](p);
+    } catch (err) {
+      // The engine wrote to a message it was given (held messages are frozen). OpenClaw hands
+      // engines the live history, so that is legal there: from now on this plugin gets copies,
+      // and this call runs again on copies.
+      if (!byObject || !isFrozenWrite(err)) throw err;
+      state.copyMessages = true;
+      byObject = null;
+      hostLog('warn', [
+        `context engine "${instanceId}" modified an input message (${err.message}); it gets copies of its messages from now on, which is slower`,
+      ]);
+      const again = Object.assign({}, pristine, { messages: resolved.messages.map((m) => structuredClone(m)) });
+      result = await engine[method](again);
+    }
     if (method === 'prepareSubagentSpawn') {
       if (result && typeof result.rollback === 'function') {
         const rollbackId = String(state.nextRollback++);
@@ -486,6 +597,7 @@ async function callEngine(method, params, id) {
       }
       return { hasRollback: false, rollbackId: null };
     }
+    if (byObject) result = referenceResult(result, byObject);
     return result === undefined ? null : result;
   } finally {
     if (abortable) state.controllers.delete(id);
@@ -495,7 +607,7 @@ async function callEngine(method, params, id) {
 function toRpcError(err) {
   const message = err && typeof err.message === 'string' ? err.message : String(err);
   return {
-    code: -32000,
+    code: err && typeof err.rpcCode === 'number' ? err.rpcCode : -32000,
     message,
     data: { name: err && err.name, kind: err && err.clawctxKind, stack: err && err.stack },
   };

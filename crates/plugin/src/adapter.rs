@@ -41,7 +41,8 @@ use serde_json::{json, Value};
 
 use crate::error::PluginError;
 use crate::host::PluginHost;
-use crate::rpc::{Connection, Reply, ToolDecl};
+use crate::message_refs::{Interned, MessageRefs};
+use crate::rpc::{Connection, Reply, ToolDecl, UNKNOWN_MESSAGE_REF};
 
 /// The key of the SDK marker object in a compact result.
 pub const MARKER_KEY: &str = "__clawctx";
@@ -203,12 +204,14 @@ impl PluginEngine {
     }
 
     /// One `engine/<method>` call; `encode` writes the request's params (the
-    /// `{instanceId, params, abortable}` object) for the live instance id.
+    /// `{instanceId, params, abortable}` object) for the live instance id, given the
+    /// connection's message-reference table when references are on. A runner that reports an
+    /// unknown reference gets the table reset and the request once more.
     async fn invoke_encoded<T: AsRef<[u8]>>(
         &self,
         method: Method,
         cx: &CallContext,
-        encode: impl FnOnce(&str, bool) -> Result<T, serde_json::Error>,
+        encode: impl Fn(&str, bool, Option<&mut MessageRefs>) -> Result<T, serde_json::Error>,
     ) -> Result<(T, Reply), EngineError> {
         let (conn, generation) = self.host.connection().await?;
         let instance_id = {
@@ -221,18 +224,35 @@ impl PluginEngine {
             }
             inst.1.clone()
         };
-        let request = encode(&instance_id, cx.abort.is_some()).map_err(|e| {
-            EngineError::failed(format!("cannot encode {} params: {e}", method.name()))
-        })?;
-        let reply = conn
-            .call_encoded(
-                &format!("engine/{}", method.name()),
-                request.as_ref(),
-                Some(cx),
-                self.host.options().call_timeout,
-            )
-            .await?;
-        Ok((request, reply))
+        let rpc_method = format!("engine/{}", method.name());
+        let timeout = self.host.options().call_timeout;
+        let mut retried = false;
+        loop {
+            let outcome = conn
+                .call_built(
+                    &rpc_method,
+                    |refs| encode(&instance_id, cx.abort.is_some(), refs),
+                    Some(cx),
+                    timeout,
+                )
+                .await;
+            match outcome {
+                Err(PluginError::Remote { code, message, .. })
+                    if code == UNKNOWN_MESSAGE_REF && !retried =>
+                {
+                    tracing::warn!(plugin = %self.host.plugin_id(), "{message}; resending every message");
+                    conn.reset_message_refs();
+                    retried = true;
+                }
+                Err(PluginError::Encode { message, .. }) => {
+                    return Err(EngineError::failed(format!(
+                        "cannot encode {} params: {message}",
+                        method.name()
+                    )))
+                }
+                other => return Ok(other?),
+            }
+        }
     }
 
     /// One `engine/<method>` call with typed params serialized straight into the request.
@@ -242,7 +262,7 @@ impl PluginEngine {
         params: &P,
         cx: &CallContext,
     ) -> Result<Reply, EngineError> {
-        self.invoke_encoded(method, cx, |instance_id, abortable| {
+        self.invoke_encoded(method, cx, |instance_id, abortable, _| {
             let call = EngineCall {
                 instance_id,
                 params,
@@ -255,13 +275,26 @@ impl PluginEngine {
     }
 }
 
-/// An encoded assemble request and where each message sits in it.
+/// An encoded assemble request, and each message as it was encoded.
 struct EncodedAssemble {
+    /// The request params.
     bytes: Vec<u8>,
-    /// `bytes[ranges[i]]` is `params.messages[i]` as JSON.
+    /// Every message's own JSON, back to back; `encoded[ranges[i]]` is `params.messages[i]`.
+    encoded: Vec<u8>,
     ranges: Vec<std::ops::Range<usize>>,
-    /// `bytes[array]` is the whole `messages` array, brackets included.
-    array: std::ops::Range<usize>,
+    /// With message references on: `ids[i]` is message `i`'s id (see
+    /// [`crate::message_refs`]). Empty when every message went in full.
+    ids: Vec<u32>,
+    /// The `messages` array exactly as a pass-through reply would write it: the array sent,
+    /// or with references on, the array of `{"$ref":…}`.
+    echo: std::ops::Range<usize>,
+    echo_in: EchoIn,
+}
+
+/// Which buffer holds [`EncodedAssemble::echo`].
+enum EchoIn {
+    Request,
+    Own(Vec<u8>),
 }
 
 impl AsRef<[u8]> for EncodedAssemble {
@@ -272,13 +305,24 @@ impl AsRef<[u8]> for EncodedAssemble {
 
 impl EncodedAssemble {
     fn message(&self, i: usize) -> Option<&[u8]> {
-        self.ranges.get(i).and_then(|r| self.bytes.get(r.clone()))
+        self.ranges.get(i).and_then(|r| self.encoded.get(r.clone()))
+    }
+
+    fn echo(&self) -> &[u8] {
+        let buf = match &self.echo_in {
+            EchoIn::Request => &self.bytes,
+            EchoIn::Own(b) => b,
+        };
+        buf.get(self.echo.clone()).unwrap_or_default()
     }
 }
 
 /// Encodes `{instanceId, params, abortable}` for an assemble call, byte for byte what
-/// `serde_json` writes for [`EngineCall`], recording each message's range on the way (so the
-/// reply can be compared with what was sent without parsing the request again).
+/// `serde_json` writes for [`EngineCall`] when `refs` is `None`, recording each message's
+/// encoding on the way (so the reply can be compared with what was sent without parsing the
+/// request again). With `refs`, each message goes as `{"$ref":id}` when the runner holds it
+/// and `{"$def":id,"message":…}` when not, and the object gains the `messageRefs` member
+/// that tells the runner this request uses them (see [`crate::message_refs`]).
 ///
 /// The params are encoded with an empty `messages` array, and the messages are spliced in at
 /// the first `"messages":[]`: the first one is the params' own key, because `messages` comes
@@ -287,7 +331,9 @@ fn encode_assemble(
     instance_id: &str,
     params: &AssembleParams,
     abortable: bool,
+    mut refs: Option<&mut MessageRefs>,
 ) -> Result<EncodedAssemble, serde_json::Error> {
+    use std::io::Write;
     // Exhaustive on purpose: a new field must be considered here (is it still after
     // `messages`, or a plain value?), and the compiler says so.
     let AssembleParams {
@@ -326,24 +372,82 @@ fn encode_assemble(
         )));
     };
     let split = at + KEY.len() - 1; // just before `]`
-    let mut bytes = Vec::with_capacity(head.len() + messages.len() * 512);
+    let mut encoded = Vec::with_capacity(messages.len() * 512);
+    let mut ranges = Vec::with_capacity(messages.len());
+    for m in messages {
+        let start = encoded.len();
+        serde_json::to_writer(&mut encoded, m)?;
+        ranges.push(start..encoded.len());
+    }
+    let mut bytes = Vec::with_capacity(head.len() + encoded.len() + messages.len() * 16 + 64);
     bytes.extend_from_slice(&head[..split]);
     let array_start = split - 1;
-    let mut ranges = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        if i > 0 {
-            bytes.push(b',');
+    let mut ids = Vec::new();
+    let mut echo_in = EchoIn::Request;
+    match refs.as_deref_mut() {
+        None => {
+            for (i, r) in ranges.iter().enumerate() {
+                if i > 0 {
+                    bytes.push(b',');
+                }
+                bytes.extend_from_slice(&encoded[r.clone()]);
+            }
         }
-        let start = bytes.len();
-        serde_json::to_writer(&mut bytes, m)?;
-        ranges.push(start..bytes.len());
+        Some(table) => {
+            table.begin();
+            ids.reserve(messages.len());
+            let mut echo = Vec::with_capacity(messages.len() * 14 + 2);
+            echo.push(b'[');
+            for (i, r) in ranges.iter().enumerate() {
+                if i > 0 {
+                    bytes.push(b',');
+                    echo.push(b',');
+                }
+                let message = &encoded[r.clone()];
+                let interned = table.intern(message);
+                // Writes into a Vec cannot fail.
+                let _ = match interned {
+                    Interned::Held(id) => write!(bytes, r#"{{"$ref":{id}}}"#),
+                    Interned::New(id) => write!(bytes, r#"{{"$def":{id},"message":"#),
+                };
+                if let Interned::New(_) = interned {
+                    bytes.extend_from_slice(message);
+                    bytes.push(b'}');
+                }
+                let _ = write!(echo, r#"{{"$ref":{}}}"#, interned.id());
+                ids.push(interned.id());
+            }
+            echo.push(b']');
+            echo_in = EchoIn::Own(echo);
+        }
     }
-    let array = array_start..bytes.len() + 1;
-    bytes.extend_from_slice(&head[split..]);
+    let array_end = bytes.len() + 1;
+    match refs {
+        None => bytes.extend_from_slice(&head[split..]),
+        Some(table) => {
+            // `head` ends with the envelope's `}`: the housekeeping member goes before it.
+            let housekeeping = table.finish();
+            bytes.extend_from_slice(head.get(split..head.len() - 1).unwrap_or_default());
+            let _ = write!(
+                bytes,
+                r#","messageRefs":{{"reset":{},"drop":"#,
+                housekeeping.reset
+            );
+            serde_json::to_writer(&mut bytes, &housekeeping.drop)?;
+            bytes.extend_from_slice(b"}}");
+        }
+    }
+    let echo = match echo_in {
+        EchoIn::Request => array_start..array_end,
+        EchoIn::Own(ref e) => 0..e.len(),
+    };
     Ok(EncodedAssemble {
         bytes,
+        encoded,
         ranges,
-        array,
+        ids,
+        echo,
+        echo_in,
     })
 }
 
@@ -379,10 +483,11 @@ fn decode_assembled(
     let Some(text) = reply.raw() else {
         return decode(Method::Assemble, reply).map(|r: AssembleResult| (r, Vec::new()));
     };
-    // The pass-through shape: `{"messages":<exactly the array we sent>…`. One comparison
-    // settles every message; the rest of the object is decoded (and validated) on its own.
+    // The pass-through shape: `{"messages":<exactly the array we sent>…` (or the array of
+    // references to it). One comparison settles every message; the rest of the object is
+    // decoded (and validated) on its own.
     const HEAD: &str = r#"{"messages":"#;
-    let sent_array = sent.bytes.get(sent.array.clone()).unwrap_or_default();
+    let sent_array = sent.echo();
     if let Some(after) = text.strip_prefix(HEAD) {
         if !sent_array.is_empty() && after.as_bytes().starts_with(sent_array) {
             let tail = after.get(sent_array.len()..).unwrap_or_default();
@@ -419,11 +524,34 @@ fn decode_assembled(
     let mut result: AssembleResult = serde_json::from_str(&rest).map_err(|e| invalid(&e))?;
 
     let mut index: Option<std::collections::HashMap<&[u8], usize>> = None;
+    let mut by_id: Option<std::collections::HashMap<u32, usize>> = None;
     let mut next = 0usize;
     let mut lengths = Vec::with_capacity(got.len());
     result.messages.reserve(got.len());
     for raw in &got {
         let raw = raw.get();
+        if let Some(id) = reference(raw).filter(|_| !sent.ids.is_empty()) {
+            // A message handed back untouched, by its id: it must be one this call sent.
+            let at = if sent.ids.get(next) == Some(&id) {
+                Some(next)
+            } else {
+                by_id
+                    .get_or_insert_with(|| {
+                        sent.ids.iter().enumerate().rev().map(|(i, id)| (*id, i)).collect()
+                    })
+                    .get(&id)
+                    .copied()
+            };
+            let Some((i, m)) = at.and_then(|i| params.messages.get(i).map(|m| (i, m))) else {
+                return Err(invalid(&format!(
+                    "message reference {id} names no message of this call"
+                )));
+            };
+            result.messages.push(m.clone());
+            lengths.push(sent.ranges.get(i).map(|r| r.len() as u64));
+            next = i + 1;
+            continue;
+        }
         // Most engines keep order (a suffix, a window, summaries then the tail): try the next
         // sent message first, then look the bytes up.
         let found = if sent.message(next) == Some(raw.as_bytes()) {
@@ -453,6 +581,15 @@ fn decode_assembled(
         }
     }
     Ok((result, lengths))
+}
+
+/// `Some(id)` when `raw` is exactly a message reference, `{"$ref":<id>}` (what the runner
+/// writes; a message never has this shape, since it always has a `role`).
+fn reference(raw: &str) -> Option<u32> {
+    raw.strip_prefix(r#"{"$ref":"#)?
+        .strip_suffix('}')?
+        .parse()
+        .ok()
 }
 
 fn decode<T: DeserializeOwned>(method: Method, reply: &Reply) -> Result<T, EngineError> {
@@ -587,8 +724,8 @@ impl ContextEngine for PluginEngine {
         cx: &CallContext,
     ) -> Result<AssembleResult, EngineError> {
         let (sent, reply) = self
-            .invoke_encoded(Method::Assemble, cx, |instance_id, abortable| {
-                encode_assemble(instance_id, params, abortable)
+            .invoke_encoded(Method::Assemble, cx, |instance_id, abortable, refs| {
+                encode_assemble(instance_id, params, abortable, refs)
             })
             .await?;
         let (result, lengths) = decode_assembled(params, &sent, &reply)?;
@@ -823,7 +960,7 @@ mod tests {
 
     /// The request bytes the adapter would send for `params`.
     fn request(params: &AssembleParams) -> EncodedAssemble {
-        encode_assemble("1", params, false).expect("params encode")
+        encode_assemble("1", params, false, None).expect("params encode")
     }
 
     fn reply(result: Value) -> Reply {
@@ -864,7 +1001,7 @@ mod tests {
                 false,
             ),
         ] {
-            let enc = encode_assemble("inst-\"1\"", &params, abortable).expect("encodes");
+            let enc = encode_assemble("inst-\"1\"", &params, abortable, None).expect("encodes");
             let plain = serde_json::to_vec(&EngineCall {
                 instance_id: "inst-\"1\"",
                 params: &params,
@@ -877,7 +1014,7 @@ mod tests {
             );
             assert_eq!(enc.ranges.len(), params.messages.len());
             assert_eq!(
-                enc.bytes.get(enc.array.clone()),
+                Some(enc.echo()),
                 Some(
                     serde_json::to_vec(&params.messages)
                         .expect("encodes")
@@ -986,6 +1123,87 @@ mod tests {
                 "{bad}: unexpected error {err}"
             );
         }
+    }
+
+    /// The request as the runner reads it with references: `(messageRefs member, each
+    /// element of params.messages)`.
+    fn read_ref_request(enc: &EncodedAssemble) -> (Value, Vec<Value>) {
+        let v: Value = serde_json::from_slice(&enc.bytes).expect("the request is JSON");
+        let elements = v["params"]["messages"]
+            .as_array()
+            .expect("a messages array")
+            .clone();
+        (v["messageRefs"].clone(), elements)
+    }
+
+    #[test]
+    fn with_references_new_messages_are_defined_once_then_referenced() {
+        let p = history();
+        let mut table = MessageRefs::new(Default::default());
+        let first = encode_assemble("1", &p, false, Some(&mut table)).expect("encodes");
+        let (house, elements) = read_ref_request(&first);
+        assert_eq!(house, json!({"reset": false, "drop": []}));
+        for (i, (e, m)) in elements.iter().zip(&p.messages).enumerate() {
+            assert_eq!(e["$def"], json!(first.ids[i]), "element {i}: {e}");
+            assert_eq!(
+                serde_json::from_value::<AgentMessage>(e["message"].clone()).expect("a message"),
+                *m,
+                "element {i} defines its message"
+            );
+        }
+        // The next call of the conversation: one message more, the rest only named.
+        let mut next = p.clone();
+        next.messages.push(AgentMessage::user("a follow-up"));
+        let second = encode_assemble("1", &next, false, Some(&mut table)).expect("encodes");
+        let (_, elements) = read_ref_request(&second);
+        for (i, e) in elements.iter().enumerate().take(4) {
+            assert_eq!(*e, json!({"$ref": first.ids[i]}), "element {i}");
+        }
+        assert!(elements[4].get("$def").is_some(), "{}", elements[4]);
+        assert!(
+            second.bytes.len() < first.bytes.len() / 2,
+            "a referencing request should be small: {} vs {} bytes",
+            second.bytes.len(),
+            first.bytes.len()
+        );
+        // The pass-through reply is the array of references.
+        let echo: Value = serde_json::from_slice(second.echo()).expect("echo is JSON");
+        assert_eq!(echo.as_array().map(Vec::len), Some(5));
+    }
+
+    #[test]
+    fn referenced_replies_decode_to_the_sent_messages_and_foreign_ids_are_violations() {
+        let p = history();
+        let mut table = MessageRefs::new(Default::default());
+        let enc = encode_assemble("1", &p, false, Some(&mut table)).expect("encodes");
+        let r = |i: usize| json!({"$ref": enc.ids[i]});
+        // The pass-through shape, and a reordered mix with a new message.
+        let all = json!({"messages": [r(0), r(1), r(2), r(3)], "estimatedTokens": 9});
+        let (got, lengths) = decode_assembled(&p, &enc, &reply(all)).expect("decodes");
+        assert_eq!(got.messages, p.messages);
+        assert!(lengths.iter().all(Option::is_some));
+        let summary = json!({"role": "user", "content": "summary"});
+        let mixed = json!({"messages": [summary, r(3), r(1), r(2)], "estimatedTokens": 9});
+        let (got, lengths) = decode_assembled(&p, &enc, &reply(mixed)).expect("decodes");
+        assert_eq!(
+            got.messages,
+            vec![
+                AgentMessage::user("summary"),
+                p.messages[3].clone(),
+                p.messages[1].clone(),
+                p.messages[2].clone()
+            ]
+        );
+        assert_eq!(lengths[0], None);
+        // An id this call did not send (an older message the plugin kept) is not trusted.
+        let foreign = json!({"messages": [{"$ref": 999_999}], "estimatedTokens": 1});
+        let err = decode_assembled(&p, &enc, &reply(foreign)).expect_err("foreign id");
+        assert!(err.to_string().contains("names no message of this call"), "{err}");
+        // Without references on, the same shape is just an invalid message.
+        let plain = request(&p);
+        let err = decode_assembled(&p, &plain, &reply(json!({"messages": [{"$ref": 1}]})))
+            .expect_err("not a message");
+        assert!(err.to_string().contains("invalid result"), "{err}");
     }
 
     #[test]

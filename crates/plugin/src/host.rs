@@ -35,6 +35,11 @@ pub struct HostOptions {
     pub backoff_base: Duration,
     /// Longest restart delay.
     pub backoff_max: Duration,
+    /// Reference messages the runner already holds, when it offers to
+    /// ([`crate::message_refs`]).
+    pub message_refs: bool,
+    /// How many messages the runner may hold for references.
+    pub message_ref_limits: crate::message_refs::Limits,
 }
 
 impl Default for HostOptions {
@@ -45,6 +50,8 @@ impl Default for HostOptions {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             backoff_base: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            message_refs: true,
+            message_ref_limits: Default::default(),
         }
     }
 }
@@ -204,6 +211,9 @@ impl PluginHost {
             conn.kill(err.to_string());
             err
         })?;
+        if self.options.message_refs && init.offers_message_refs() {
+            conn.enable_message_refs(self.options.message_ref_limits);
+        }
         Ok((conn, init))
     }
 

@@ -17,6 +17,7 @@ pub mod error;
 pub mod host;
 pub mod install;
 pub mod manifest;
+pub mod message_refs;
 pub mod process;
 pub mod register;
 pub mod rpc;

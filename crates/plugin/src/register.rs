@@ -41,6 +41,12 @@ pub struct PluginOptions {
     pub max_message_bytes: Option<usize>,
     /// Services for plugin→host calls made outside a lifecycle call.
     pub services: Option<Arc<dyn RuntimeServices>>,
+    /// Never reference messages the runner already holds (see [`crate::message_refs`]):
+    /// every request carries every message in full. Also `plugins.entries.<id>.messageRefs:
+    /// false`.
+    pub no_message_refs: bool,
+    /// Overrides how many messages the runner may hold for references.
+    pub message_ref_limits: Option<crate::message_refs::Limits>,
 }
 
 impl std::fmt::Debug for PluginOptions {
@@ -68,12 +74,16 @@ pub struct LoadedPlugin {
     pub outcomes: Vec<(String, RegisterOutcome)>,
 }
 
-fn entry_ms(config: &Value, plugin_id: &str, key: &str) -> Option<Duration> {
+fn entry_setting<'a>(config: &'a Value, plugin_id: &str, key: &str) -> Option<&'a Value> {
     config
         .get("plugins")
         .and_then(|p| p.get("entries"))
         .and_then(|e| e.get(plugin_id))
         .and_then(|e| e.get(key))
+}
+
+fn entry_ms(config: &Value, plugin_id: &str, key: &str) -> Option<Duration> {
+    entry_setting(config, plugin_id, key)
         .and_then(Value::as_u64)
         .map(Duration::from_millis)
 }
@@ -153,6 +163,7 @@ pub fn initialize_params(
             "workspaceDir": options.workspace_dir.as_ref().map(|p| p.display().to_string()),
         },
         "pluginConfig": plugin_config(config, &manifest.id),
+        "capabilities": {"messageRefs": true},
     })
 }
 
@@ -197,9 +208,15 @@ pub async fn register_plugin(
         max_message_bytes: options
             .max_message_bytes
             .unwrap_or(crate::rpc::DEFAULT_MAX_MESSAGE_BYTES),
+        message_refs: !options.no_message_refs
+            && entry_setting(config, &manifest.id, "messageRefs")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+        message_ref_limits: options.message_ref_limits.unwrap_or_default(),
         ..HostOptions::default()
     };
-    let init = initialize_params(&manifest, config, &options);
+    let mut init = initialize_params(&manifest, config, &options);
+    init["capabilities"]["messageRefs"] = Value::Bool(host_options.message_refs);
     let host = Arc::new(PluginHost::new(
         manifest.id.clone(),
         spec,

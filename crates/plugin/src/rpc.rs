@@ -38,6 +38,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use crate::error::PluginError;
+use crate::message_refs::{Limits as MessageRefLimits, MessageRefs};
 use crate::process::{BoundedLineReader, LineError, PluginProcess, ProcessInfo, SpawnSpec};
 
 /// The protocol version this host speaks.
@@ -51,6 +52,8 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 /// Application error (the engine threw).
 pub const ENGINE_ERROR: i64 = -32000;
+/// The runner does not hold a message a request referenced (see [`crate::message_refs`]).
+pub const UNKNOWN_MESSAGE_REF: i64 = -32010;
 
 /// An engine a plugin registered, as the handshake reports it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -96,6 +99,20 @@ pub struct InitializeResult {
     /// Runner name/version, free-form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<Value>,
+    /// Optional protocol features the runner offers (`{"messageRefs": true}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Value>,
+}
+
+impl InitializeResult {
+    /// Whether the runner takes message references ([`crate::message_refs`]).
+    pub fn offers_message_refs(&self) -> bool {
+        self.capabilities
+            .as_ref()
+            .and_then(|c| c.get("messageRefs"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
 }
 
 /// A call's result as the plugin wrote it: JSON text, `None` for `null` or an absent
@@ -219,6 +236,8 @@ pub struct Connection {
     shared: Arc<Shared>,
     process: PluginProcess,
     next_id: AtomicU64,
+    /// Messages the process holds, when the runner supports references.
+    refs: Mutex<Option<MessageRefs>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -263,6 +282,7 @@ impl Connection {
             shared,
             process,
             next_id: AtomicU64::new(1),
+            refs: Mutex::new(None),
         }))
     }
 
@@ -319,6 +339,23 @@ impl Connection {
         cx: Option<&CallContext>,
         timeout: Duration,
     ) -> Result<Reply, PluginError> {
+        self.call_built(method, |_| Ok(params), cx, timeout)
+            .await
+            .map(|(_, reply)| reply)
+    }
+
+    /// [`Self::call_encoded`] with the params built while this request holds the pipe: `build`
+    /// gets the connection's message-reference table (when the runner supports references,
+    /// see [`crate::message_refs`]) and answers the params JSON, which is also handed back
+    /// with the reply. Building under the write lock is what makes "every referenced message
+    /// was defined by an earlier line" hold when calls run concurrently.
+    pub async fn call_built<T: AsRef<[u8]>>(
+        &self,
+        method: &str,
+        build: impl FnOnce(Option<&mut MessageRefs>) -> Result<T, serde_json::Error>,
+        cx: Option<&CallContext>,
+        timeout: Duration,
+    ) -> Result<(T, Reply), PluginError> {
         if let Some(reason) = self.shared.dead_reason() {
             return Err(PluginError::Dead(reason));
         }
@@ -337,13 +374,33 @@ impl Connection {
             self.remove_pending(id);
             return Err(PluginError::Dead(reason));
         }
-        let line = request_line(id, method, params);
-        let shared = self.shared.clone();
+        let mut stdin = self.shared.stdin.lock().await;
+        let built = match self.refs.lock() {
+            Ok(mut refs) => build(refs.as_mut()),
+            Err(_) => build(None),
+        };
+        let params = match built {
+            Ok(p) => p,
+            Err(e) => {
+                self.remove_pending(id);
+                return Err(PluginError::Encode {
+                    method: method.to_owned(),
+                    message: e.to_string(),
+                });
+            }
+        };
+        let line = request_line(id, method, params.as_ref());
+        let shared = &self.shared;
         let exchange = async move {
             // A write error means the process is going away: the reader reports why.
-            if let Err(e) = shared.write_line(&line).await {
+            let written = async {
+                stdin.write_all(&line).await?;
+                stdin.flush().await
+            };
+            if let Err(e) = written.await {
                 tracing::debug!(plugin = %shared.plugin_id, "write failed: {e}");
             }
+            drop(stdin);
             match rx.await {
                 Ok(r) => r,
                 Err(_) => Err(PluginError::Dead(
@@ -360,7 +417,7 @@ impl Connection {
                 None => futures::future::pending::<()>().await,
             }
         };
-        tokio::select! {
+        let outcome = tokio::select! {
             r = tokio::time::timeout(timeout, exchange) => match r {
                 Ok(r) => r,
                 Err(_) => {
@@ -375,6 +432,30 @@ impl Connection {
                 let _ = self.shared.write(&json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}})).await;
                 let reason = abort.map(|a| a.reason()).unwrap_or_default();
                 Err(PluginError::Aborted(reason))
+            }
+        };
+        outcome.map(|reply| (params, reply))
+    }
+
+    /// Switches message references on for this connection (the runner offered them in its
+    /// `initialize` answer).
+    pub fn enable_message_refs(&self, limits: MessageRefLimits) {
+        if let Ok(mut refs) = self.refs.lock() {
+            *refs = Some(MessageRefs::new(limits));
+        }
+    }
+
+    /// Whether requests on this connection may reference messages.
+    pub fn message_refs_enabled(&self) -> bool {
+        self.refs.lock().is_ok_and(|r| r.is_some())
+    }
+
+    /// Clears the reference table (the runner reported an id it does not hold); the next
+    /// request tells the runner to clear its own.
+    pub fn reset_message_refs(&self) {
+        if let Ok(mut refs) = self.refs.lock() {
+            if let Some(r) = refs.as_mut() {
+                r.reset();
             }
         }
     }

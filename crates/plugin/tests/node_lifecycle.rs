@@ -318,3 +318,146 @@ async fn config_schema_errors_name_the_path() {
 fn config_with_unknown_key() -> serde_json::Value {
     config("full", "full", json!({"config": {"colour": "red"}}))
 }
+
+/// Resolves the `node-refs` fixture in `mode` with `opts`.
+async fn refs_engine(
+    mode: &str,
+    opts: clawctx_plugin::PluginOptions,
+) -> (
+    Arc<ContextEngineRegistry>,
+    Arc<dyn ContextEngine>,
+    clawctx_plugin::LoadedPlugin,
+) {
+    require("node");
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    let config = config("refs", "refs", json!({"config": {"mode": mode}}));
+    let loaded = register_plugin(&registry, &fixture("node-refs"), &config, opts)
+        .await
+        .unwrap();
+    let resolved = registry
+        .resolve(Some(Arc::new(config)), None, None)
+        .await
+        .unwrap();
+    assert_eq!(resolved.effective_id, "refs");
+    (registry, resolved.engine.clone(), loaded)
+}
+
+fn assemble_params(messages: Vec<AgentMessage>) -> AssembleParams {
+    AssembleParams {
+        session_id: "s".into(),
+        messages,
+        token_budget: Some(100_000),
+        ..Default::default()
+    }
+}
+
+/// What the fixture reports: (first input frozen, inputs that are objects it saw before).
+fn report(r: &AssembleResult) -> (bool, u64) {
+    let v: serde_json::Value =
+        serde_json::from_str(r.system_prompt_addition.as_deref().unwrap()).unwrap();
+    (v["frozen"].as_bool().unwrap(), v["reused"].as_u64().unwrap())
+}
+
+/// The fixture's answer for `input`: its summary, then every input message but the first.
+fn expected_window(input: &[AgentMessage]) -> Vec<AgentMessage> {
+    let mut out = vec![AgentMessage::user(format!(
+        "summary: {} messages",
+        input.len()
+    ))];
+    out.extend_from_slice(&input[1..]);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn assemble_messages_are_parsed_once_and_handed_back_by_reference() {
+    let runtime = tempfile::tempdir().unwrap();
+    let (registry, e, loaded) = refs_engine("observe", options(runtime.path())).await;
+    let cx = CallContext::none();
+    let mut history = conversation();
+    let first = e.assemble(&assemble_params(history.clone()), &cx).await.unwrap();
+    assert_eq!(report(&first), (true, 0), "first call: held messages are frozen");
+    assert_eq!(first.messages, expected_window(&history));
+    // The conversation goes on: the runner hands out the objects it already holds.
+    for turn in 0..3 {
+        history.push(AgentMessage::user(format!("turn {turn}")));
+        let r = e.assemble(&assemble_params(history.clone()), &cx).await.unwrap();
+        assert_eq!(
+            report(&r),
+            (true, history.len() as u64 - 1),
+            "turn {turn}: every message but the new one should be the object parsed before"
+        );
+        assert_eq!(r.messages, expected_window(&history), "turn {turn}");
+    }
+    assert!(registry.quarantines().is_empty());
+    loaded.host.shutdown().await;
+
+    // Switched off: every call parses every message anew.
+    let runtime = tempfile::tempdir().unwrap();
+    let opts = clawctx_plugin::PluginOptions {
+        no_message_refs: true,
+        ..options(runtime.path())
+    };
+    let (_, e, loaded) = refs_engine("observe", opts).await;
+    for _ in 0..2 {
+        let r = e.assemble(&assemble_params(history.clone()), &cx).await.unwrap();
+        assert_eq!(report(&r), (false, 0));
+        assert_eq!(r.messages, expected_window(&history));
+    }
+    loaded.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_evicted_from_the_runner_are_sent_again() {
+    let runtime = tempfile::tempdir().unwrap();
+    let opts = clawctx_plugin::PluginOptions {
+        message_ref_limits: Some(clawctx_plugin::message_refs::Limits {
+            max_messages: 6,
+            max_bytes: usize::MAX,
+        }),
+        ..options(runtime.path())
+    };
+    let (registry, e, loaded) = refs_engine("observe", opts).await;
+    let cx = CallContext::none();
+    let a = conversation();
+    let b: Vec<AgentMessage> = (0..5)
+        .map(|i| AgentMessage::user(format!("other session {i}")))
+        .collect();
+    for (round, (input, reused)) in [(&a, 0), (&a, 5), (&b, 0), (&a, 0), (&a, 5)]
+        .into_iter()
+        .enumerate()
+    {
+        let r = e.assemble(&assemble_params(input.clone()), &cx).await.unwrap();
+        assert_eq!(r.messages, expected_window(input), "round {round}");
+        assert_eq!(
+            report(&r).1,
+            reused,
+            "round {round}: `a` is evicted by `b` (6 messages fit), so it comes anew"
+        );
+    }
+    assert!(registry.quarantines().is_empty());
+    loaded.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_writes_to_its_input_gets_copies_and_its_edit_stands() {
+    let runtime = tempfile::tempdir().unwrap();
+    let (registry, e, loaded) = refs_engine("mutate", options(runtime.path())).await;
+    let cx = CallContext::none();
+    let history = conversation();
+    for call in 0..3 {
+        let r = e.assemble(&assemble_params(history.clone()), &cx).await.unwrap();
+        let mut expected = expected_window(&history);
+        let last = expected.len() - 1;
+        let mut edited = serde_json::to_value(&expected[last]).unwrap();
+        edited["content"] = json!("edited by the plugin");
+        expected[last] = serde_json::from_value(edited).unwrap();
+        assert_eq!(r.messages, expected, "call {call}: the plugin's edit is kept");
+        assert_eq!(report(&r).0, false, "call {call}: copies are not frozen");
+    }
+    assert!(
+        registry.quarantines().is_empty(),
+        "writing to an input message is legal: {:?}",
+        registry.quarantines()
+    );
+    loaded.host.shutdown().await;
+}
