@@ -203,7 +203,9 @@ impl Db {
         let mut truncated = false;
         if let Some(conv_id) = conv_id {
             let mut st = self.conn.prepare_cached(
-                "SELECT f.kind, f.item_id, f.tokens, m.role, m.n_calls, m.text, m.skeleton, m.ts,
+                "SELECT f.kind, f.item_id, f.tokens, m.role, m.n_calls, m.text,
+                        CASE WHEN m.skel IS NULL THEN m.skeleton
+                             ELSE (SELECT k.json FROM skeletons k WHERE k.id = m.skel) END, m.ts,
                         s.depth, s.from_ts, s.to_ts, s.text, m.payload
                  FROM frontier f
                  LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id

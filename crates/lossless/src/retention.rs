@@ -69,7 +69,7 @@ fn referrers(c: &Connection, payload: i64) -> Result<Vec<Referrer>> {
     let mut st = c.prepare_cached(
         "SELECT m.id, m.conv_id, m.role, m.skeleton, m.ts, m.tokens,
                 EXISTS(SELECT 1 FROM frontier f WHERE f.conv_id = m.conv_id AND f.kind = 0 AND f.item_id = m.id)
-         FROM messages m WHERE m.payload = ?1",
+         FROM message_rows m WHERE m.payload = ?1",
     )?;
     let rows = st.query_map([payload], |r| {
         Ok(Referrer {
@@ -119,9 +119,9 @@ impl Db {
                     // The identity hash stays: the host re-sending the original is still a
                     // duplicate.
                     c.prepare_cached(
-                        "UPDATE messages SET text = ?2, skeleton = ?3, tokens = ?4, payload = NULL WHERE id = ?1",
+                        "UPDATE messages SET text = ?2, skeleton = ?3, skel = NULL, tokens = ?4, payload = NULL WHERE id = ?1",
                     )?
-                    .execute(params![r.id, e.text, e.skeleton, e.tokens as i64])?;
+                    .execute(params![r.id, e.text, e.stored_skeleton, e.tokens as i64])?;
                     c.prepare_cached("UPDATE conversations SET msg_tokens = msg_tokens - ?2 WHERE id = ?1")?
                         .execute(params![r.conv_id, r.tokens - e.tokens as i64])?;
                 }

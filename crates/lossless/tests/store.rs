@@ -121,6 +121,143 @@ async fn a_version_1_database_migrates_and_stays_searchable_and_idempotent() {
     assert!(report.ok, "doctor after migration: {:?}", report.issues);
 }
 
+/// Writes a version-3 database the way version 3 stored messages: skeletons inline in their
+/// canonical form, texts compressed, the distinct-word index with document sizes.
+fn write_v3_database(path: &std::path::Path, msgs: &[AgentMessage]) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    clawctx_lossless::store::pack::register(&conn).unwrap();
+    for v in [schema::V1, schema::V2, schema::V3] {
+        conn.execute_batch(v).unwrap();
+    }
+    conn.execute_batch(&format!(
+        "PRAGMA application_id = {}; PRAGMA user_version = 3;",
+        schema::APPLICATION_ID
+    ))
+    .unwrap();
+    let k = key();
+    conn.execute(
+        "INSERT INTO conversations(agent_id, session_key, active, created_at, next_seq, next_ord, msg_count)
+         VALUES(?1, ?2, 1, 0, ?3, ?3, ?3)",
+        rusqlite::params![k.agent_id, k.session_key, msgs.len() as i64],
+    )
+    .unwrap();
+    for (i, m) in msgs.iter().enumerate() {
+        let e = codec::encode(m).unwrap();
+        let text = match &e.packed {
+            Some(frame) => rusqlite::types::Value::Blob(frame.clone()),
+            None => rusqlite::types::Value::Text(e.text.clone()),
+        };
+        conn.execute(
+            "INSERT INTO messages(id, conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text)
+             VALUES(?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            rusqlite::params![
+                i as i64 + 1,
+                i as i64,
+                e.role,
+                e.tokens as i64,
+                e.ts,
+                e.hash,
+                e.n_calls,
+                e.tool_call_id,
+                e.skeleton,
+                text
+            ],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)",
+            rusqlite::params![i as i64 + 1, e.fts],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(1, ?1, 0, ?2, ?3)",
+            rusqlite::params![i as i64, i as i64 + 1, e.tokens as i64],
+        )
+        .unwrap();
+    }
+    conn.execute(
+        "UPDATE conversations SET msg_tokens = (SELECT sum(tokens) FROM messages),
+         frontier_tokens = (SELECT sum(tokens) FROM messages), frontier_items = ?1,
+         raw_bytes = (SELECT sum(length(CAST(unpack(text) AS BLOB))) FROM messages)",
+        [msgs.len() as i64],
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.db");
+    let mut rng = Lcg(5);
+    let mut old = Vec::new();
+    for t in 0..6 {
+        old.extend(turn(&mut rng, t, t % 2 == 0, 60));
+    }
+    write_v3_database(&path, &old);
+
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    let version: i32 = e
+        .store()
+        .call(|db| db.tx(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)))
+        .await
+        .unwrap();
+    assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+    // Old rows (inline canonical skeletons, compressed texts) read back exactly.
+    for (i, m) in old.iter().enumerate() {
+        match e.store().describe(&format!("msg_{}", i + 1)).await.unwrap() {
+            DescribeReport::Message(info) => assert_eq!(&info.message, m, "msg_{}", i + 1),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The rebuilt index finds old rows.
+    let hits = e.store().grep(GrepQuery::new("nd4x9", Scope::Session(key()))).await.unwrap().hits;
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    // Re-delivering the old messages stores nothing new.
+    let again = e.ingest_batch(&batch(old.clone()), &cx()).await.unwrap();
+    assert_eq!(again.ingested_count, 0, "migrated identities must still match");
+    // New messages: the plain replies' skeletons are shared after the first one.
+    let mut new = Vec::new();
+    for t in 6..12 {
+        new.extend(turn(&mut rng, t, t % 2 == 0, 60));
+    }
+    let r = e.ingest_batch(&batch(new.clone()), &cx()).await.unwrap();
+    assert_eq!(r.ingested_count as usize, new.len());
+    let (shared, referencing): (i64, i64) = e
+        .store()
+        .call(|db| {
+            db.tx(|c| {
+                Ok(c.query_row(
+                    "SELECT (SELECT count(*) FROM skeletons), (SELECT count(*) FROM messages WHERE skel IS NOT NULL)",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?)
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(shared, 1, "one skeleton for the plain replies");
+    // The re-delivered old replies were its first sighting, so all six new replies share it.
+    assert_eq!(referencing, 6, "every new plain reply references it");
+    for (i, m) in new.iter().enumerate() {
+        let id = format!("msg_{}", old.len() + i + 1);
+        match e.store().describe(&id).await.unwrap() {
+            DescribeReport::Message(info) => assert_eq!(&info.message, m, "{id}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let assembled = e
+        .assemble(&assemble_params(Vec::new(), 100_000), &cx())
+        .await
+        .unwrap();
+    let mut all = old.clone();
+    all.extend(new);
+    assert_eq!(assembled.messages, all, "assembly reads old and new rows back exactly");
+    let again = e.ingest_batch(&batch(all), &cx()).await.unwrap();
+    assert_eq!(again.ingested_count, 0);
+    let report = e.store().doctor().await.unwrap();
+    assert!(report.ok, "doctor after migration: {:?}", report.issues);
+}
+
 #[tokio::test]
 async fn a_large_batch_streams_in_order_and_skips_duplicates() {
     let dir = tempfile::tempdir().unwrap();

@@ -34,8 +34,13 @@ pub struct Encoded {
     pub role: i64,
     /// Model-visible text (FTS content).
     pub text: String,
-    /// Compact JSON of everything else; `None` for a plain user message.
+    /// Compact JSON of everything else; `None` for a plain user message. This canonical form
+    /// is what the identity hash covers (every version of the store computes it the same way).
     pub skeleton: Option<String>,
+    /// The skeleton as stored: [`Self::skeleton`] with its last length marker replaced by
+    /// [`REST`] ("the rest of the text"), so messages that differ only in their text length
+    /// share one stored skeleton (see `skeletons` in [`super::schema::V4`]).
+    pub stored_skeleton: Option<String>,
     /// Integer epoch-ms timestamp, when the message has one.
     pub ts: Option<i64>,
     /// The call id a tool result answers.
@@ -164,10 +169,68 @@ fn extract(map: &mut Map<String, Value>, text: &mut String) {
     }
 }
 
+/// The length a stored skeleton's last marker may carry instead of the real one: the segment
+/// runs to the end of the text.
+pub const REST: i64 = -1;
+
 fn marker_len(v: &Value, key: &str) -> Option<usize> {
     match v {
-        Value::Object(m) if m.len() == 1 => m.get(key).and_then(Value::as_u64).map(|n| n as usize),
+        Value::Object(m) if m.len() == 1 => m.get(key).and_then(|n| match n.as_u64() {
+            Some(n) => Some(n as usize),
+            None => (n.as_i64() == Some(REST)).then_some(usize::MAX),
+        }),
         _ => None,
+    }
+}
+
+/// Where the last length marker of an extracted skeleton is (the walk order of [`extract`]).
+enum LastMarker {
+    Top(&'static str),
+    Content,
+    Block(usize, &'static str),
+}
+
+fn last_marker(map: &Map<String, Value>) -> Option<LastMarker> {
+    for key in ["output", "command", "summary"] {
+        if map.get(key).and_then(|v| marker_len(v, "$t")).is_some() {
+            return Some(LastMarker::Top(key));
+        }
+    }
+    match map.get("content")? {
+        Value::Array(blocks) => blocks.iter().enumerate().rev().find_map(|(i, b)| {
+            let Value::Object(bm) = b else { return None };
+            for (field, key) in [("text", "$t"), ("thinking", "$t"), ("arguments", "$c")] {
+                let ty = bm.get("type").and_then(Value::as_str).unwrap_or("");
+                let wanted = match field {
+                    "arguments" => ty == "toolCall",
+                    f => ty == f,
+                };
+                if wanted && bm.get(field).and_then(|v| marker_len(v, key)).is_some() {
+                    return Some(LastMarker::Block(i, field));
+                }
+            }
+            None
+        }),
+        c if marker_len(c, "$t").is_some() => Some(LastMarker::Content),
+        _ => None,
+    }
+}
+
+/// Replaces the last length marker of an extracted skeleton by [`REST`].
+fn mark_rest(map: &mut Map<String, Value>) {
+    let slot = match last_marker(map) {
+        Some(LastMarker::Top(key)) => map.get_mut(key),
+        Some(LastMarker::Content) => map.get_mut("content"),
+        Some(LastMarker::Block(i, field)) => map
+            .get_mut("content")
+            .and_then(|c| c.get_mut(i))
+            .and_then(|b| b.get_mut(field)),
+        None => None,
+    };
+    if let Some(Value::Object(m)) = slot {
+        if let Some(n) = m.values_mut().next() {
+            *n = Value::from(REST);
+        }
     }
 }
 
@@ -183,7 +246,11 @@ impl<'a> Cursor<'a> {
             self.pos += SEP.len_utf8();
         }
         self.first = false;
-        let end = self.pos + n;
+        let end = if n == usize::MAX {
+            self.text.len()
+        } else {
+            self.pos + n
+        };
         let s = self
             .text
             .get(self.pos..end)
@@ -255,11 +322,12 @@ struct Identity {
     role: i64,
     text: String,
     skeleton: Option<String>,
+    stored_skeleton: Option<String>,
     ts: Option<i64>,
     hash: i64,
 }
 
-fn identity_of(m: &AgentMessage) -> Result<Identity> {
+fn identity_of(m: &AgentMessage, stored: bool) -> Result<Identity> {
     let role = role_code(m);
     let mut v = serde_json::to_value(m)
         .map_err(|e| LosslessError::InvalidInput(format!("message: {e}")))?;
@@ -290,6 +358,13 @@ fn identity_of(m: &AgentMessage) -> Result<Identity> {
     } else {
         Some(v.to_string())
     };
+    let stored_skeleton = match (&skeleton, &mut v) {
+        (Some(_), Value::Object(map)) if stored => {
+            mark_rest(map);
+            Some(v.to_string())
+        }
+        _ => None,
+    };
     let mut h = Sha256::new();
     h.update([role as u8]);
     h.update(skeleton.as_deref().unwrap_or("").as_bytes());
@@ -303,6 +378,7 @@ fn identity_of(m: &AgentMessage) -> Result<Identity> {
         role,
         text,
         skeleton,
+        stored_skeleton,
         ts,
         hash: i64::from_le_bytes(b),
     })
@@ -312,7 +388,7 @@ fn identity_of(m: &AgentMessage) -> Result<Identity> {
 /// [`super::Db::has_message`]), without the token count, index terms and compression that
 /// [`encode`] adds: assembly checks which of the host's newest messages are stored every turn.
 pub fn identity(m: &AgentMessage) -> Result<(Option<i64>, i64)> {
-    let id = identity_of(m)?;
+    let id = identity_of(m, false)?;
     Ok((id.ts, id.hash))
 }
 
@@ -322,9 +398,10 @@ pub fn encode(m: &AgentMessage) -> Result<Encoded> {
         role,
         text,
         skeleton,
+        stored_skeleton,
         ts,
         hash,
-    } = identity_of(m)?;
+    } = identity_of(m, true)?;
     Ok(Encoded {
         fts: index_terms(&text),
         packed: super::pack::pack(&text),
@@ -334,6 +411,7 @@ pub fn encode(m: &AgentMessage) -> Result<Encoded> {
         role,
         text,
         skeleton,
+        stored_skeleton,
         ts,
         hash,
     })
@@ -377,6 +455,11 @@ mod tests {
         assert_eq!(identity(&m).unwrap(), (e.ts, e.hash), "identity() must match encode()");
         let back = decode(e.role, &e.text, e.skeleton.as_deref(), e.ts).unwrap();
         assert_eq!(back, m);
+        let stored = decode(e.role, &e.text, e.stored_skeleton.as_deref(), e.ts).unwrap();
+        assert_eq!(stored, m, "the stored skeleton decodes to the same message");
+        if let Some(s) = &e.stored_skeleton {
+            assert!(s.contains(&format!(":{REST}}}")), "{s}");
+        }
         assert_eq!(
             serde_json::to_string(&back).unwrap(),
             serde_json::to_string(&m).unwrap()

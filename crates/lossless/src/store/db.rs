@@ -103,6 +103,74 @@ pub struct Db {
     checkpointer: Option<Checkpointer>,
     /// Message texts of at least this many bytes are stored once per content in `payloads`.
     large_payload_bytes: usize,
+    /// Shared skeletons known to be committed, and the ones seen once (see [`Skeletons`]).
+    skeletons: Skeletons,
+}
+
+type FxMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+
+/// Which stored skeletons (see [`Encoded::stored_skeleton`]) go to the `skeletons` table.
+///
+/// A skeleton is stored inline the first time this process sees it and shared (one row in
+/// `skeletons`, referenced by `messages.skel`) from the second time on: the skeletons of plain
+/// replies repeat endlessly, those carrying a call id never do and so never cost a row of
+/// their own. `ids` holds committed rows only (a rolled-back transaction's are dropped), so a
+/// reference always points at a row that exists; `seen` only steers that choice (fingerprints,
+/// bounded, forgotten when full).
+#[derive(Default)]
+struct Skeletons {
+    ids: FxMap<String, i64>,
+    seen: std::collections::HashSet<u64, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>,
+}
+
+/// Fingerprints [`Skeletons::seen`] keeps at most.
+const SEEN_SKELETONS: usize = 1 << 16;
+/// Shared skeletons [`Skeletons::ids`] caches at most (more are looked up again when needed).
+const CACHED_SKELETONS: usize = 1 << 12;
+
+impl Skeletons {
+    /// The id of `json`'s shared row, creating it (in the open transaction, recorded in
+    /// `fresh`) when it was seen before; `None`: store it inline.
+    fn resolve(
+        &mut self,
+        c: &Connection,
+        json: &str,
+        fresh: &mut Vec<(String, i64)>,
+    ) -> Result<Option<i64>> {
+        if let Some(id) = self.ids.get(json) {
+            return Ok(Some(*id));
+        }
+        if let Some((_, id)) = fresh.iter().find(|(j, _)| j == json) {
+            return Ok(Some(*id));
+        }
+        let fp = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(json)
+        };
+        if self.seen.len() >= SEEN_SKELETONS {
+            self.seen.clear();
+        }
+        if self.seen.insert(fp) {
+            return Ok(None);
+        }
+        c.prepare_cached("INSERT INTO skeletons(json) VALUES(?1) ON CONFLICT(json) DO NOTHING")?
+            .execute([json])?;
+        let id: i64 = c
+            .prepare_cached("SELECT id FROM skeletons WHERE json = ?1")?
+            .query_row([json], |r| r.get(0))?;
+        fresh.push((json.to_owned(), id));
+        Ok(Some(id))
+    }
+
+    /// Remembers the rows a committed transaction created.
+    fn committed(&mut self, fresh: Vec<(String, i64)>) {
+        for (json, id) in fresh {
+            if self.ids.len() >= CACHED_SKELETONS {
+                self.ids.clear();
+            }
+            self.ids.insert(json, id);
+        }
+    }
 }
 
 /// Default of [`Db::set_large_payload_bytes`] (`largePayloadBytes`).
@@ -123,6 +191,7 @@ impl Db {
             busy_ms,
             checkpointer,
             large_payload_bytes: DEFAULT_LARGE_PAYLOAD_BYTES,
+            skeletons: Skeletons::default(),
         }
     }
 
@@ -219,13 +288,29 @@ impl Db {
     /// running totals.
     pub fn ingest(&mut self, key: &ConvKey, msgs: &[Encoded]) -> Result<IngestOutcome> {
         let large = self.large_payload_bytes;
+        let mut skel = std::mem::take(&mut self.skeletons);
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, msgs.len(), large)?;
+            let mut app = Appender::new(c, key, msgs.len(), large, &mut skel)?;
             for m in msgs {
                 app.push(m)?;
             }
             app.finish()
-        })?;
+        });
+        self.after_ingest(skel, out)
+    }
+
+    /// Puts the skeleton cache back (with the rows of the transaction when it committed).
+    fn after_ingest(
+        &mut self,
+        mut skel: Skeletons,
+        out: Result<(IngestOutcome, Vec<(String, i64)>)>,
+    ) -> Result<IngestOutcome> {
+        let out = out.map(|(out, fresh)| {
+            skel.committed(fresh);
+            out
+        });
+        self.skeletons = skel;
+        let out = out?;
         self.wrote(out.bytes);
         Ok(out)
     }
@@ -242,8 +327,9 @@ impl Db {
         rx: Vec<std::sync::mpsc::Receiver<IngestChunk>>,
     ) -> Result<IngestOutcome> {
         let large = self.large_payload_bytes;
+        let mut skel = std::mem::take(&mut self.skeletons);
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, 0, large)?;
+            let mut app = Appender::new(c, key, 0, large, &mut skel)?;
             for turn in 0usize.. {
                 let Some(lane) = rx.get(turn % rx.len().max(1)) else {
                     break;
@@ -264,9 +350,8 @@ impl Db {
                 }
             }
             app.finish()
-        })?;
-        self.wrote(out.bytes);
-        Ok(out)
+        });
+        self.after_ingest(skel, out)
     }
 }
 
@@ -292,17 +377,25 @@ struct Appender<'c> {
     frontier: rusqlite::CachedStatement<'c>,
     c: &'c Connection,
     large: usize,
+    skel: &'c mut Skeletons,
+    fresh: Vec<(String, i64)>,
 }
 
 impl<'c> Appender<'c> {
-    fn new(c: &'c Connection, key: &ConvKey, expected: usize, large: usize) -> Result<Self> {
+    fn new(
+        c: &'c Connection,
+        key: &ConvKey,
+        expected: usize,
+        large: usize,
+        skel: &'c mut Skeletons,
+    ) -> Result<Self> {
         Ok(Self {
             conv: get_or_create_conv(c, key)?,
             stored: Vec::with_capacity(expected),
             bytes: 0,
             ins: c.prepare_cached(
-                "INSERT OR IGNORE INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text)
-                 VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT OR IGNORE INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text, skel)
+                 VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?,
             fts: c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?,
             frontier: c.prepare_cached(
@@ -310,10 +403,21 @@ impl<'c> Appender<'c> {
             )?,
             c,
             large,
+            skel,
+            fresh: Vec::new(),
         })
     }
 
     fn push(&mut self, m: &Encoded) -> Result<()> {
+        let shared = match &m.stored_skeleton {
+            Some(json) => self.skel.resolve(self.c, json, &mut self.fresh)?,
+            None => None,
+        };
+        let inline = if shared.is_some() {
+            None
+        } else {
+            m.stored_skeleton.as_deref()
+        };
         let conv = &mut self.conv;
         let external = m.text.len() >= self.large;
         let n = self.ins.execute(params![
@@ -325,8 +429,9 @@ impl<'c> Appender<'c> {
             m.hash,
             m.n_calls,
             m.tool_call_id,
-            m.skeleton,
-            stored_text(if external { None } else { Some(m) })
+            inline,
+            stored_text(if external { None } else { Some(m) }),
+            shared
         ])?;
         if n == 0 {
             self.stored.push(false);
@@ -349,12 +454,13 @@ impl<'c> Appender<'c> {
         conv.raw_bytes += m.text.len() as i64;
         conv.frontier_tokens += m.tokens as i64;
         conv.frontier_items += 1;
-        self.bytes += (m.fts.len() + m.skeleton.as_ref().map_or(0, String::len)) as u64;
+        self.bytes += (m.fts.len() + inline.map_or(0, str::len)) as u64;
         self.stored.push(true);
         Ok(())
     }
 
-    fn finish(self) -> Result<IngestOutcome> {
+    /// The outcome, and the shared skeleton rows this transaction created.
+    fn finish(self) -> Result<(IngestOutcome, Vec<(String, i64)>)> {
         let conv = self.conv;
         if self.stored.iter().any(|s| *s) {
             self.c
@@ -373,11 +479,14 @@ impl<'c> Appender<'c> {
                     conv.frontier_items
                 ])?;
         }
-        Ok(IngestOutcome {
-            stored: self.stored,
-            conv: Some(conv),
-            bytes: self.bytes,
-        })
+        Ok((
+            IngestOutcome {
+                stored: self.stored,
+                conv: Some(conv),
+                bytes: self.bytes,
+            },
+            self.fresh,
+        ))
     }
 }
 

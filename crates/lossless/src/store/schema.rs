@@ -17,7 +17,7 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -170,6 +170,39 @@ CREATE VIEW message_rows AS
   FROM messages m;
 "#;
 
+/// Version 4: fewer bytes a message (issue #4's database-size target on plain chat).
+///
+/// - Skeletons shared: a message's skeleton is stored with its last length marker replaced by
+///   [`super::codec::REST`], so skeletons that differ only in text length (every plain
+///   assistant reply of one model) are equal, and a skeleton seen more than once is stored
+///   once in `skeletons` and referenced by `messages.skel` (`messages.skeleton` is then NULL).
+///   Rows written before keep their inline skeleton; `message_rows` resolves both.
+/// - The message index keeps no document sizes (`columnsize=0`): nothing reads them (messages
+///   are ranked in Rust from the token counts of `messages`), and they cost a row per message.
+///   FTS5 allows that only without `contentless_delete`, which messages never needed (their
+///   index rows are never deleted). The index is rebuilt from `message_rows`.
+pub const V4: &str = r#"
+CREATE TABLE skeletons(
+  id INTEGER PRIMARY KEY,
+  json TEXT NOT NULL
+);
+CREATE UNIQUE INDEX skeletons_json ON skeletons(json);
+ALTER TABLE messages ADD COLUMN skel INTEGER;
+DROP VIEW message_rows;
+CREATE VIEW message_rows AS
+  SELECT m.id, m.conv_id, m.seq, m.role, m.tokens, m.ts, m.hash, m.n_calls, m.tool_call_id,
+         CASE WHEN m.skel IS NULL THEN m.skeleton
+              ELSE (SELECT k.json FROM skeletons k WHERE k.id = m.skel) END AS skeleton,
+         m.payload,
+         CASE WHEN m.payload IS NULL THEN unpack(m.text)
+              ELSE (SELECT unpack(p.text) FROM payloads p WHERE p.id = m.payload) END AS text
+  FROM messages m;
+DROP TABLE messages_fts;
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+  text, content='', columnsize=0, detail=none, tokenize='porter unicode61 remove_diacritics 2'
+);
+"#;
+
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
@@ -283,6 +316,11 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
         if now < 3 {
             conn.execute_batch(V3)?;
             conn.execute_batch("PRAGMA user_version = 3;")?;
+        }
+        if now < 4 {
+            conn.execute_batch(V4)?;
+            reindex(conn, "messages_fts", "message_rows")?;
+            conn.execute_batch("PRAGMA user_version = 4;")?;
         }
         Ok(())
     };
