@@ -469,6 +469,10 @@ const handlers = {
 
 // --- message references -------------------------------------------------------------------------
 const UNKNOWN_MESSAGE_REF = -32010;
+// Each held message carries its id and the last call it was handed to under a symbol key
+// (added before it is frozen; invisible to JSON and to Object.keys).
+const HELD = Symbol('clawctx.held');
+let nextCallSeq = 1;
 
 function deepFreeze(v) {
   if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
@@ -484,35 +488,35 @@ function refError(message) {
   return err;
 }
 
-// Resolves `params.messages` of a request that carries `messageRefs` (each element
-// `{"$ref":id}` or `{"$def":id,"message":…}`), then applies the host's housekeeping. Runs
-// before the first await of the call: requests are resolved in the order they arrived, which
-// is the order the host defined their messages in.
+// Resolves `params.messages` of a request that carries `messageRefs`: the ids of the
+// messages, the new ones defined in `messageRefs.define` as `[id, message]`. Runs before the
+// first await of the call, so requests are resolved in the order they arrived, which is the
+// order the host defined their messages in. Answers the messages and this call's sequence
+// number (what `referenceResult` checks a returned message against).
 function resolveMessageRefs(p, housekeeping) {
   if (housekeeping.reset === true) state.refs.clear();
-  const elements = Array.isArray(p.messages) ? p.messages : [];
-  const ids = new Array(elements.length);
-  const messages = new Array(elements.length);
-  for (let i = 0; i < elements.length; i++) {
-    const e = elements[i];
-    let id;
-    let m;
-    if (e !== null && typeof e === 'object' && typeof e.$ref === 'number') {
-      id = e.$ref;
-      m = state.refs.get(id);
-      if (m === undefined) throw refError(`message reference ${id} is not held by the runner`);
-    } else if (e !== null && typeof e === 'object' && typeof e.$def === 'number' && e.message !== null && typeof e.message === 'object') {
-      id = e.$def;
-      m = deepFreeze(e.message);
-      state.refs.set(id, m);
-    } else {
-      throw refError(`messages[${i}] is neither {"$ref":id} nor {"$def":id,"message":…}`);
+  if (Array.isArray(housekeeping.define)) {
+    for (const def of housekeeping.define) {
+      const id = Array.isArray(def) ? def[0] : undefined;
+      const m = Array.isArray(def) ? def[1] : undefined;
+      if (typeof id !== 'number' || m === null || typeof m !== 'object') {
+        throw refError('messageRefs.define holds an entry that is not [id, message]');
+      }
+      Object.defineProperty(m, HELD, { value: { id, call: 0 } });
+      state.refs.set(id, deepFreeze(m));
     }
-    ids[i] = id;
+  }
+  const call = nextCallSeq++;
+  const ids = Array.isArray(p.messages) ? p.messages : [];
+  const messages = new Array(ids.length);
+  for (let i = 0; i < ids.length; i++) {
+    const m = state.refs.get(ids[i]);
+    if (m === undefined) throw refError(`message reference ${ids[i]} is not held by the runner`);
+    m[HELD].call = call;
     messages[i] = m;
   }
   if (Array.isArray(housekeeping.drop)) for (const id of housekeeping.drop) state.refs.delete(id);
-  return { ids, messages };
+  return { messages, call };
 }
 
 // What V8 says when strict code writes to a frozen object.
@@ -525,16 +529,17 @@ function isFrozenWrite(err) {
   );
 }
 
-// A result whose messages include held messages handed back as they are: those become
-// `{"$ref":id}`. Only this call's own messages are referenced (the host trusts no other id).
-function referenceResult(result, byObject) {
+// A result whose messages include messages of this call handed back as they are: those
+// become their ids. Only this call's messages qualify (the host trusts no other id); one that a
+// later, overlapping call was also given goes in full, which is merely slower.
+function referenceResult(result, call) {
   if (result === null || typeof result !== 'object' || !Array.isArray(result.messages)) return result;
   let any = false;
   const out = result.messages.map((m) => {
-    const id = byObject.get(m);
-    if (id === undefined) return m;
+    const held = m !== null && typeof m === 'object' ? m[HELD] : undefined;
+    if (held === undefined || held.call !== call) return m;
     any = true;
-    return { $ref: id };
+    return held.id;
   });
   return any ? Object.assign({}, result, { messages: out }) : result;
 }
@@ -545,7 +550,9 @@ async function callEngine(method, params, id) {
   if (!engine) throw new Error(`unknown engine instance ${instanceId}`);
   if (typeof engine[method] !== 'function') throw new Error(`context engine does not implement ${method}()`);
   const p = params.params && typeof params.params === 'object' ? params.params : {};
-  let byObject = null;
+  // With message references, `byReference` is this call's sequence number while the engine
+  // gets the held (frozen) messages themselves; copies carry no reference.
+  let byReference = 0;
   let resolved = null;
   if (params.messageRefs && typeof params.messageRefs === 'object') {
     resolved = resolveMessageRefs(p, params.messageRefs);
@@ -553,8 +560,7 @@ async function callEngine(method, params, id) {
       p.messages = resolved.messages.map((m) => structuredClone(m));
     } else {
       p.messages = resolved.messages;
-      byObject = new Map();
-      for (let i = 0; i < resolved.ids.length; i++) byObject.set(resolved.messages[i], resolved.ids[i]);
+      byReference = resolved.call;
     }
   }
   if (method === 'assemble' && Array.isArray(p.availableTools)) p.availableTools = new Set(p.availableTools);
@@ -571,7 +577,7 @@ async function callEngine(method, params, id) {
     state.controllers.set(id, controller);
     p.abortSignal = controller.signal;
   }
-  const pristine = byObject ? Object.assign({}, p) : null;
+  const pristine = byReference ? Object.assign({}, p) : null;
   try {
     let result;
     try {
@@ -580,9 +586,9 @@ async function callEngine(method, params, id) {
       // The engine wrote to a message it was given (held messages are frozen). OpenClaw hands
       // engines the live history, so that is legal there: from now on this plugin gets copies,
       // and this call runs again on copies.
-      if (!byObject || !isFrozenWrite(err)) throw err;
+      if (!byReference || !isFrozenWrite(err)) throw err;
       state.copyMessages = true;
-      byObject = null;
+      byReference = 0;
       hostLog('warn', [
         `context engine "${instanceId}" modified an input message (${err.message}); it gets copies of its messages from now on, which is slower`,
       ]);
@@ -597,7 +603,7 @@ async function callEngine(method, params, id) {
       }
       return { hasRollback: false, rollbackId: null };
     }
-    if (byObject) result = referenceResult(result, byObject);
+    if (byReference) result = referenceResult(result, byReference);
     return result === undefined ? null : result;
   } finally {
     if (abortable) state.controllers.delete(id);

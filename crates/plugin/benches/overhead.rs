@@ -2,6 +2,12 @@
 //! same pass-through engine in process, and Node plugin start-up (spawn → handshake → engine
 //! created). Prints p50/p99; the figures go to BENCHMARKS.md.
 //!
+//! The calls follow a conversation: each sends a window of 100 messages, two newer than the
+//! previous call's (a turn adds a prompt and a reply, a tool step a call and its result). The
+//! plugin is measured twice: as loaded by default (message references on: the runner parses
+//! only the two new messages) and with references off (every message crosses every call, the
+//! cost of a plugin the first time it sees a history, or of a runner without references).
+//!
 //! The machine this runs on is usually shared, so the three per-call measurements (plugin, in
 //! process, floor) are interleaved in rounds: a load spike hits all of them alike. The *floor*
 //! is the least any Node plugin can cost on this machine: the same request line written to a
@@ -35,8 +41,10 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/fixtures")
 }
 
-fn params(n: usize) -> AssembleParams {
-    let messages = (0..n as i64)
+/// Call `call`'s params: messages `2·call .. 2·call + n` of the conversation.
+fn window(call: usize, n: usize) -> AssembleParams {
+    let first = 2 * call as i64;
+    let messages = (first..first + n as i64)
         .map(|i| {
             if i % 2 == 0 {
                 AgentMessage::user(format!(
@@ -62,19 +70,26 @@ fn params(n: usize) -> AssembleParams {
     }
 }
 
+fn params(n: usize) -> AssembleParams {
+    window(0, n)
+}
+
+/// Times `n` calls of the conversation from call `from` on (params built outside the timing).
 async fn time_assemble(
     engine: &dyn ContextEngine,
-    p: &AssembleParams,
+    from: usize,
+    size: usize,
     n: usize,
     out: &mut Vec<Duration>,
 ) {
     let cx = CallContext::none();
-    for _ in 0..n {
+    for call in from..from + n {
+        let p = window(call, size);
         let t = Instant::now();
-        let r = engine.assemble(p, &cx).await;
+        let r = engine.assemble(&p, &cx).await;
         out.push(t.elapsed());
         assert!(
-            r.is_ok_and(|r| r.messages.len() == p.messages.len()),
+            r.is_ok_and(|r| r.messages == p.messages),
             "assemble failed during the benchmark"
         );
     }
@@ -185,45 +200,64 @@ fn main() {
         }
 
         let config = json!({"plugins": {"slots": {"contextEngine": "echo"}}});
-        let registry = Arc::new(ContextEngineRegistry::with_legacy());
-        let loaded = register_plugin(
-            &registry,
-            &fixtures().join("node-echo"),
-            &config,
-            opts.clone(),
-        )
-        .await
-        .expect("plugin loads");
-        let resolved = registry
-            .resolve(Some(Arc::new(config.clone())), None, None)
-            .await
-            .expect("resolve");
-        let engine = resolved.engine.clone();
+        let load = |opts: PluginOptions| {
+            let config = config.clone();
+            async move {
+                let registry = Arc::new(ContextEngineRegistry::with_legacy());
+                let loaded = register_plugin(
+                    &registry,
+                    &fixtures().join("node-echo"),
+                    &config,
+                    opts,
+                )
+                .await
+                .expect("plugin loads");
+                let resolved = registry
+                    .resolve(Some(Arc::new(config.clone())), None, None)
+                    .await
+                    .expect("resolve");
+                (registry, loaded, resolved.engine.clone())
+            }
+        };
+        let (registry, loaded, engine) = load(opts.clone()).await;
+        let (cold_registry, cold_loaded, cold) = load(PluginOptions {
+            no_message_refs: true,
+            ..opts.clone()
+        })
+        .await;
         let p = params(100);
-        let one = params(1);
         let mut floor = Floor::start(&p);
 
         // Warm-up: JIT on both sides, the token memo, the page cache.
         let mut scratch = Vec::new();
-        time_assemble(engine.as_ref(), &p, 100, &mut scratch).await;
-        time_assemble(&LegacyEngine, &p, 100, &mut scratch).await;
+        time_assemble(engine.as_ref(), 0, 100, 100, &mut scratch).await;
+        time_assemble(cold.as_ref(), 0, 100, 100, &mut scratch).await;
+        time_assemble(&LegacyEngine, 0, 100, 100, &mut scratch).await;
         floor.time(100, &mut scratch);
 
-        let (mut plugin, mut in_process, mut bare, mut tiny) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut plugin, mut plugin_cold, mut in_process, mut bare, mut tiny) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut call = 100;
         for _ in 0..ROUNDS {
-            time_assemble(engine.as_ref(), &p, CALLS_PER_ROUND, &mut plugin).await;
-            time_assemble(&LegacyEngine, &p, CALLS_PER_ROUND, &mut in_process).await;
+            time_assemble(engine.as_ref(), call, 100, CALLS_PER_ROUND, &mut plugin).await;
+            time_assemble(cold.as_ref(), call, 100, CALLS_PER_ROUND, &mut plugin_cold).await;
+            time_assemble(&LegacyEngine, call, 100, CALLS_PER_ROUND, &mut in_process).await;
             floor.time(CALLS_PER_ROUND, &mut bare);
-            time_assemble(engine.as_ref(), &one, CALLS_PER_ROUND / 4, &mut tiny).await;
+            time_assemble(cold.as_ref(), call, 1, CALLS_PER_ROUND / 4, &mut tiny).await;
+            call += CALLS_PER_ROUND;
         }
         assert!(
-            registry.quarantines().is_empty(),
+            registry.quarantines().is_empty() && cold_registry.quarantines().is_empty(),
             "the plugin was quarantined during the benchmark"
         );
         loaded.host.shutdown().await;
+        cold_loaded.host.shutdown().await;
 
         let (pp50, pp99) = (percentile(&mut plugin, 0.5), percentile(&mut plugin, 0.99));
+        let (cp50, cp99) = (
+            percentile(&mut plugin_cold, 0.5),
+            percentile(&mut plugin_cold, 0.99),
+        );
         let (ip50, ip99) = (
             percentile(&mut in_process, 0.5),
             percentile(&mut in_process, 0.99),
@@ -243,13 +277,14 @@ fn main() {
             "assemble, 1 message, node plugin (fixed per-call cost): p50 {:?}",
             percentile(&mut tiny, 0.5)
         );
-        println!("assemble, 100 messages, node plugin:  p50 {pp50:?}  p99 {pp99:?}");
-        println!("assemble, 100 messages, in process:   p50 {ip50:?}  p99 {ip99:?}");
-        println!("floor, bare node JSON round trip of the same line: p50 {fp50:?}  p99 {fp99:?}");
-        println!("plugin overhead at p50: {:?}", pp50.saturating_sub(ip50));
+        println!("assemble, 100 messages (2 new a call), node plugin:             p50 {pp50:?}  p99 {pp99:?}");
+        println!("assemble, 100 messages, node plugin, message references off:    p50 {cp50:?}  p99 {cp99:?}");
+        println!("assemble, 100 messages, in process:                             p50 {ip50:?}  p99 {ip99:?}");
+        println!("floor, bare node JSON round trip of all 100 messages:           p50 {fp50:?}  p99 {fp99:?}");
         println!(
-            "plugin above the floor at p50: {:?}",
-            pp50.saturating_sub(fp50)
+            "plugin overhead at p50: {:?} (references off: {:?})",
+            pp50.saturating_sub(ip50),
+            cp50.saturating_sub(ip50)
         );
     });
 }

@@ -279,22 +279,14 @@ impl PluginEngine {
 struct EncodedAssemble {
     /// The request params.
     bytes: Vec<u8>,
-    /// Every message's own JSON, back to back; `encoded[ranges[i]]` is `params.messages[i]`.
-    encoded: Vec<u8>,
-    ranges: Vec<std::ops::Range<usize>>,
+    /// Each message's JSON.
+    sent: SentJson,
     /// With message references on: `ids[i]` is message `i`'s id (see
     /// [`crate::message_refs`]). Empty when every message went in full.
     ids: Vec<u32>,
-    /// The `messages` array exactly as a pass-through reply would write it: the array sent,
-    /// or with references on, the array of `{"$ref":…}`.
-    echo: std::ops::Range<usize>,
-    echo_in: EchoIn,
-}
-
-/// Which buffer holds [`EncodedAssemble::echo`].
-enum EchoIn {
-    Request,
-    Own(Vec<u8>),
+    /// `bytes[array]` is the `messages` array as sent (messages, or their ids), which is also
+    /// what a pass-through reply writes back.
+    array: std::ops::Range<usize>,
 }
 
 impl AsRef<[u8]> for EncodedAssemble {
@@ -303,26 +295,40 @@ impl AsRef<[u8]> for EncodedAssemble {
     }
 }
 
+/// Where each sent message's JSON is.
+enum SentJson {
+    /// `bytes[ranges[i]]` is message `i` (sent in full).
+    InRequest(Vec<std::ops::Range<usize>>),
+    /// As the reference table holds it.
+    Held(Vec<Arc<[u8]>>),
+}
+
 impl EncodedAssemble {
     fn message(&self, i: usize) -> Option<&[u8]> {
-        self.ranges.get(i).and_then(|r| self.encoded.get(r.clone()))
+        match &self.sent {
+            SentJson::InRequest(ranges) => ranges.get(i).and_then(|r| self.bytes.get(r.clone())),
+            SentJson::Held(json) => json.get(i).map(|b| &b[..]),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match &self.sent {
+            SentJson::InRequest(ranges) => ranges.len(),
+            SentJson::Held(json) => json.len(),
+        }
     }
 
     fn echo(&self) -> &[u8] {
-        let buf = match &self.echo_in {
-            EchoIn::Request => &self.bytes,
-            EchoIn::Own(b) => b,
-        };
-        buf.get(self.echo.clone()).unwrap_or_default()
+        self.bytes.get(self.array.clone()).unwrap_or_default()
     }
 }
 
 /// Encodes `{instanceId, params, abortable}` for an assemble call, byte for byte what
 /// `serde_json` writes for [`EngineCall`] when `refs` is `None`, recording each message's
 /// encoding on the way (so the reply can be compared with what was sent without parsing the
-/// request again). With `refs`, each message goes as `{"$ref":id}` when the runner holds it
-/// and `{"$def":id,"message":…}` when not, and the object gains the `messageRefs` member
-/// that tells the runner this request uses them (see [`crate::message_refs`]).
+/// request again). With `refs`, `messages` is the array of the messages' ids, and the object
+/// gains the `messageRefs` member: the runner's housekeeping and the messages it does not hold
+/// yet (`"define":[[id,message],…]`); see [`crate::message_refs`].
 ///
 /// The params are encoded with an empty `messages` array, and the messages are spliced in at
 /// the first `"messages":[]`: the first one is the params' own key, because `messages` comes
@@ -331,7 +337,7 @@ fn encode_assemble(
     instance_id: &str,
     params: &AssembleParams,
     abortable: bool,
-    mut refs: Option<&mut MessageRefs>,
+    refs: Option<&mut MessageRefs>,
 ) -> Result<EncodedAssemble, serde_json::Error> {
     use std::io::Write;
     // Exhaustive on purpose: a new field must be considered here (is it still after
@@ -372,59 +378,49 @@ fn encode_assemble(
         )));
     };
     let split = at + KEY.len() - 1; // just before `]`
-    let mut encoded = Vec::with_capacity(messages.len() * 512);
-    let mut ranges = Vec::with_capacity(messages.len());
-    for m in messages {
-        let start = encoded.len();
-        serde_json::to_writer(&mut encoded, m)?;
-        ranges.push(start..encoded.len());
-    }
-    let mut bytes = Vec::with_capacity(head.len() + encoded.len() + messages.len() * 16 + 64);
+    let mut bytes = Vec::with_capacity(head.len() + messages.len() * 400);
     bytes.extend_from_slice(&head[..split]);
     let array_start = split - 1;
     let mut ids = Vec::new();
-    let mut echo_in = EchoIn::Request;
-    match refs.as_deref_mut() {
+    let array_end;
+    let sent;
+    // Writes into a Vec cannot fail.
+    match refs {
         None => {
-            for (i, r) in ranges.iter().enumerate() {
+            let mut ranges = Vec::with_capacity(messages.len());
+            for (i, m) in messages.iter().enumerate() {
                 if i > 0 {
                     bytes.push(b',');
                 }
-                bytes.extend_from_slice(&encoded[r.clone()]);
+                let start = bytes.len();
+                serde_json::to_writer(&mut bytes, m)?;
+                ranges.push(start..bytes.len());
             }
+            array_end = bytes.len() + 1;
+            bytes.extend_from_slice(&head[split..]);
+            sent = SentJson::InRequest(ranges);
         }
         Some(table) => {
             table.begin();
             ids.reserve(messages.len());
-            let mut echo = Vec::with_capacity(messages.len() * 14 + 2);
-            echo.push(b'[');
-            for (i, r) in ranges.iter().enumerate() {
+            let mut json = Vec::with_capacity(messages.len());
+            let mut define = Vec::new();
+            for (i, m) in messages.iter().enumerate() {
                 if i > 0 {
                     bytes.push(b',');
-                    echo.push(b',');
                 }
-                let message = &encoded[r.clone()];
-                let interned = table.intern(message);
-                // Writes into a Vec cannot fail.
-                let _ = match interned {
-                    Interned::Held(id) => write!(bytes, r#"{{"$ref":{id}}}"#),
-                    Interned::New(id) => write!(bytes, r#"{{"$def":{id},"message":"#),
-                };
-                if let Interned::New(_) = interned {
-                    bytes.extend_from_slice(message);
-                    bytes.push(b'}');
+                let (interned, message) = table.intern(m)?;
+                let _ = write!(bytes, "{}", interned.id());
+                if let Interned::New(id) = interned {
+                    define.push(b',');
+                    let _ = write!(define, "[{id},");
+                    define.extend_from_slice(&message);
+                    define.push(b']');
                 }
-                let _ = write!(echo, r#"{{"$ref":{}}}"#, interned.id());
                 ids.push(interned.id());
+                json.push(message);
             }
-            echo.push(b']');
-            echo_in = EchoIn::Own(echo);
-        }
-    }
-    let array_end = bytes.len() + 1;
-    match refs {
-        None => bytes.extend_from_slice(&head[split..]),
-        Some(table) => {
+            array_end = bytes.len() + 1;
             // `head` ends with the envelope's `}`: the housekeeping member goes before it.
             let housekeeping = table.finish();
             bytes.extend_from_slice(head.get(split..head.len() - 1).unwrap_or_default());
@@ -434,20 +430,17 @@ fn encode_assemble(
                 housekeeping.reset
             );
             serde_json::to_writer(&mut bytes, &housekeeping.drop)?;
-            bytes.extend_from_slice(b"}}");
+            bytes.extend_from_slice(br#","define":["#);
+            bytes.extend_from_slice(define.get(1..).unwrap_or_default());
+            bytes.extend_from_slice(b"]}}");
+            sent = SentJson::Held(json);
         }
     }
-    let echo = match echo_in {
-        EchoIn::Request => array_start..array_end,
-        EchoIn::Own(ref e) => 0..e.len(),
-    };
     Ok(EncodedAssemble {
         bytes,
-        encoded,
-        ranges,
+        sent,
         ids,
-        echo,
-        echo_in,
+        array: array_start..array_end,
     })
 }
 
@@ -495,7 +488,9 @@ fn decode_assembled(
             let mut result: AssembleResult =
                 serde_json::from_str(&rest).map_err(|e| invalid(&e))?;
             result.messages = params.messages.clone();
-            let lengths = sent.ranges.iter().map(|r| Some(r.len() as u64)).collect();
+            let lengths = (0..sent.len())
+                .map(|i| sent.message(i).map(|m| m.len() as u64))
+                .collect();
             return Ok((result, lengths));
         }
     }
@@ -548,7 +543,7 @@ fn decode_assembled(
                 )));
             };
             result.messages.push(m.clone());
-            lengths.push(sent.ranges.get(i).map(|r| r.len() as u64));
+            lengths.push(sent.message(i).map(|m| m.len() as u64));
             next = i + 1;
             continue;
         }
@@ -559,7 +554,7 @@ fn decode_assembled(
         } else {
             index
                 .get_or_insert_with(|| {
-                    (0..sent.ranges.len())
+                    (0..sent.len())
                         .rev()
                         .filter_map(|i| sent.message(i).map(|m| (m, i)))
                         .collect()
@@ -583,13 +578,10 @@ fn decode_assembled(
     Ok((result, lengths))
 }
 
-/// `Some(id)` when `raw` is exactly a message reference, `{"$ref":<id>}` (what the runner
-/// writes; a message never has this shape, since it always has a `role`).
+/// `Some(id)` when `raw` is a message reference: a bare integer, the id of a message this
+/// call sent (a message is always an object, so nothing else has this shape).
 fn reference(raw: &str) -> Option<u32> {
-    raw.strip_prefix(r#"{"$ref":"#)?
-        .strip_suffix('}')?
-        .parse()
-        .ok()
+    raw.parse().ok()
 }
 
 fn decode<T: DeserializeOwned>(method: Method, reply: &Reply) -> Result<T, EngineError> {
@@ -1012,7 +1004,7 @@ mod tests {
                 String::from_utf8_lossy(&enc.bytes),
                 String::from_utf8_lossy(&plain)
             );
-            assert_eq!(enc.ranges.len(), params.messages.len());
+            assert_eq!(enc.len(), params.messages.len());
             assert_eq!(
                 Some(enc.echo()),
                 Some(
@@ -1125,50 +1117,46 @@ mod tests {
         }
     }
 
-    /// The request as the runner reads it with references: `(messageRefs member, each
-    /// element of params.messages)`.
-    fn read_ref_request(enc: &EncodedAssemble) -> (Value, Vec<Value>) {
+    /// The request as the runner reads it with references: `(messageRefs member, the ids in
+    /// params.messages)`.
+    fn read_ref_request(enc: &EncodedAssemble) -> (Value, Vec<u32>) {
         let v: Value = serde_json::from_slice(&enc.bytes).expect("the request is JSON");
-        let elements = v["params"]["messages"]
-            .as_array()
-            .expect("a messages array")
-            .clone();
-        (v["messageRefs"].clone(), elements)
+        let ids = serde_json::from_value(v["params"]["messages"].clone()).expect("ids");
+        (v["messageRefs"].clone(), ids)
     }
 
     #[test]
-    fn with_references_new_messages_are_defined_once_then_referenced() {
+    fn with_references_new_messages_are_defined_once_then_named_by_id() {
         let p = history();
         let mut table = MessageRefs::new(Default::default());
         let first = encode_assemble("1", &p, false, Some(&mut table)).expect("encodes");
-        let (house, elements) = read_ref_request(&first);
-        assert_eq!(house, json!({"reset": false, "drop": []}));
-        for (i, (e, m)) in elements.iter().zip(&p.messages).enumerate() {
-            assert_eq!(e["$def"], json!(first.ids[i]), "element {i}: {e}");
-            assert_eq!(
-                serde_json::from_value::<AgentMessage>(e["message"].clone()).expect("a message"),
-                *m,
-                "element {i} defines its message"
-            );
-        }
+        let (house, ids) = read_ref_request(&first);
+        assert_eq!(ids, first.ids);
+        assert_eq!((&house["reset"], &house["drop"]), (&json!(false), &json!([])));
+        let defined: Vec<(u32, AgentMessage)> =
+            serde_json::from_value(house["define"].clone()).expect("[[id, message], …]");
+        let sent: Vec<(u32, AgentMessage)> = ids.iter().copied().zip(p.messages.clone()).collect();
+        assert_eq!(defined, sent, "every message is defined on first sight");
         // The next call of the conversation: one message more, the rest only named.
         let mut next = p.clone();
         next.messages.push(AgentMessage::user("a follow-up"));
         let second = encode_assemble("1", &next, false, Some(&mut table)).expect("encodes");
-        let (_, elements) = read_ref_request(&second);
-        for (i, e) in elements.iter().enumerate().take(4) {
-            assert_eq!(*e, json!({"$ref": first.ids[i]}), "element {i}");
-        }
-        assert!(elements[4].get("$def").is_some(), "{}", elements[4]);
+        let (house, ids) = read_ref_request(&second);
+        assert_eq!(&ids[..4], &first.ids[..]);
+        assert_eq!(
+            house["define"],
+            json!([[ids[4], next.messages[4]]]),
+            "only the new message is defined"
+        );
         assert!(
             second.bytes.len() < first.bytes.len() / 2,
             "a referencing request should be small: {} vs {} bytes",
             second.bytes.len(),
             first.bytes.len()
         );
-        // The pass-through reply is the array of references.
-        let echo: Value = serde_json::from_slice(second.echo()).expect("echo is JSON");
-        assert_eq!(echo.as_array().map(Vec::len), Some(5));
+        // The pass-through reply is the array of ids.
+        let echo: Vec<u32> = serde_json::from_slice(second.echo()).expect("echo is JSON");
+        assert_eq!(echo, ids);
     }
 
     #[test]
@@ -1176,7 +1164,7 @@ mod tests {
         let p = history();
         let mut table = MessageRefs::new(Default::default());
         let enc = encode_assemble("1", &p, false, Some(&mut table)).expect("encodes");
-        let r = |i: usize| json!({"$ref": enc.ids[i]});
+        let r = |i: usize| json!(enc.ids[i]);
         // The pass-through shape, and a reordered mix with a new message.
         let all = json!({"messages": [r(0), r(1), r(2), r(3)], "estimatedTokens": 9});
         let (got, lengths) = decode_assembled(&p, &enc, &reply(all)).expect("decodes");
@@ -1196,12 +1184,12 @@ mod tests {
         );
         assert_eq!(lengths[0], None);
         // An id this call did not send (an older message the plugin kept) is not trusted.
-        let foreign = json!({"messages": [{"$ref": 999_999}], "estimatedTokens": 1});
+        let foreign = json!({"messages": [999_999], "estimatedTokens": 1});
         let err = decode_assembled(&p, &enc, &reply(foreign)).expect_err("foreign id");
         assert!(err.to_string().contains("names no message of this call"), "{err}");
         // Without references on, the same shape is just an invalid message.
         let plain = request(&p);
-        let err = decode_assembled(&p, &plain, &reply(json!({"messages": [{"$ref": 1}]})))
+        let err = decode_assembled(&p, &plain, &reply(json!({"messages": [1]})))
             .expect_err("not a message");
         assert!(err.to_string().contains("invalid result"), "{err}");
     }

@@ -4,12 +4,18 @@
 //! conversation only a message or two is new. Parsing the rest again costs a Node plugin more
 //! than everything else the call does (V8's `JSON.parse` and `JSON.stringify` of 100 chat
 //! messages take ~200 µs; see BENCHMARKS §6). With references, a request names messages the
-//! runner already holds (`{"$ref":7}`) and defines only new ones (`{"$def":8,"message":{…}}`);
-//! the runner answers `{"$ref":7}` for a message it hands back untouched.
+//! runner already holds by id (`"messages":[7,8]`) and carries only the new ones in full
+//! (`"messageRefs":{"define":[[8,{…}]],…}`); the runner answers with the bare id for a
+//! message it hands back untouched.
 //!
 //! The protocol side (negotiation, wire shapes, the runner's duties) is in
 //! `docs/plugin-protocol.md`, "Message references". This module is the host's table: the
 //! encoded bytes of every message the live process holds, by id and by content hash.
+//!
+//! Finding a held message must cost less than encoding it (that is what the table saves), so
+//! it is looked up by a cheap fingerprint of the typed message (role, timestamp, tool-call ids,
+//! a sketch of each text) and confirmed by comparing the typed values; only new messages are
+//! encoded. Equal values are the same JSON object, maybe with `extra` keys in another order.
 //!
 //! Invariants:
 //! - a request may reference an id only if a line defining it was written before it; the
@@ -24,7 +30,10 @@
 //!   again with every message defined).
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use clawctx_protocol::{AgentMessage, Content, ContentBlock};
 
 /// How many messages, and how many encoded bytes, the table (and so the runner) may hold.
 #[derive(Clone, Copy, Debug)]
@@ -39,13 +48,14 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_messages: 16_384,
-            max_bytes: 64 * 1024 * 1024,
+            max_bytes: 32 * 1024 * 1024,
         }
     }
 }
 
 struct Entry {
-    bytes: Box<[u8]>,
+    message: AgentMessage,
+    bytes: Arc<[u8]>,
     hash: u64,
     used: u64,
 }
@@ -75,9 +85,9 @@ impl std::fmt::Debug for MessageRefs {
 /// What the table says of one message in a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Interned {
-    /// Already held by the process: send `{"$ref":id}`.
+    /// Already held by the process: send its id only.
     Held(u32),
-    /// New: send `{"$def":id,"message":…}`.
+    /// New: send its id, and define it (`[id, message]`).
     New(u32),
 }
 
@@ -121,35 +131,38 @@ impl MessageRefs {
         self.tick += 1;
     }
 
-    /// Looks up a message by its encoded bytes, defining it when new.
-    pub fn intern(&mut self, encoded: &[u8]) -> Interned {
-        let hash = self.hasher.hash_one(encoded);
+    /// Looks a message up, defining it when new; answers its id and its JSON (encoded now
+    /// only if it is new).
+    pub fn intern(&mut self, message: &AgentMessage) -> serde_json::Result<(Interned, Arc<[u8]>)> {
+        let hash = fingerprint(&self.hasher, message);
         if let Some(ids) = self.by_hash.get(&hash) {
             for id in ids {
                 if let Some(e) = self.entries.get_mut(id) {
-                    if *e.bytes == *encoded {
+                    if e.message == *message {
                         e.used = self.tick;
-                        return Interned::Held(*id);
+                        return Ok((Interned::Held(*id), e.bytes.clone()));
                     }
                 }
             }
         }
+        let bytes: Arc<[u8]> = serde_json::to_vec(message)?.into();
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        self.bytes += encoded.len();
+        self.bytes += bytes.len();
         self.entries.insert(
             id,
             Entry {
-                bytes: encoded.into(),
+                message: message.clone(),
+                bytes: bytes.clone(),
                 hash,
                 used: self.tick,
             },
         );
         self.by_hash.entry(hash).or_default().push(id);
-        Interned::New(id)
+        Ok((Interned::New(id), bytes))
     }
 
-    /// The encoded bytes of a held message.
+    /// The JSON of a held message.
     pub fn bytes(&self, id: u32) -> Option<&[u8]> {
         self.entries.get(&id).map(|e| &*e.bytes)
     }
@@ -216,25 +229,80 @@ impl MessageRefs {
     }
 }
 
+/// A cheap hash of what tells messages of one conversation apart; collisions only cost a
+/// comparison.
+fn fingerprint(state: &foldhash::fast::FixedState, m: &AgentMessage) -> u64 {
+    fn sketch(h: &mut impl Hasher, text: &str) {
+        let b = text.as_bytes();
+        h.write_usize(b.len());
+        h.write(&b[..b.len().min(32)]);
+        h.write(&b[b.len().saturating_sub(32)..]);
+    }
+    let mut h = state.build_hasher();
+    m.role().hash(&mut h);
+    m.timestamp_ms().hash(&mut h);
+    let content = match m {
+        AgentMessage::User(u) => Some(&u.content),
+        AgentMessage::Assistant(a) => Some(&a.content),
+        AgentMessage::ToolResult(t) => {
+            t.tool_call_id.hash(&mut h);
+            Some(&t.content)
+        }
+        _ => None,
+    };
+    match content {
+        Some(Content::Text(text)) => sketch(&mut h, text),
+        Some(Content::Blocks(blocks)) => {
+            h.write_usize(blocks.len());
+            for block in blocks {
+                match block {
+                    ContentBlock::Text(t) => sketch(&mut h, &t.text),
+                    ContentBlock::Thinking(t) => sketch(&mut h, &t.thinking),
+                    ContentBlock::ToolCall(c) => c.id.hash(&mut h),
+                    _ => {}
+                }
+            }
+        }
+        None => {}
+    }
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn msg(text: &str) -> AgentMessage {
+        AgentMessage::user(text)
+    }
+
+    fn id(t: &mut MessageRefs, m: &AgentMessage) -> Interned {
+        t.intern(m).expect("encodes").0
+    }
+
     #[test]
-    fn the_same_bytes_are_held_and_new_bytes_get_new_ids() {
+    fn the_same_message_is_held_and_new_messages_get_new_ids() {
         let mut t = MessageRefs::new(Limits::default());
         t.begin();
-        let a = t.intern(br#"{"role":"user","content":"a"}"#);
-        let b = t.intern(br#"{"role":"user","content":"b"}"#);
+        let a = id(&mut t, &msg("a"));
+        let b = id(&mut t, &msg("b"));
         assert!(matches!(a, Interned::New(_)) && matches!(b, Interned::New(_)));
         assert_ne!(a.id(), b.id());
         assert_eq!(t.finish(), Housekeeping::default());
         t.begin();
-        assert_eq!(
-            t.intern(br#"{"role":"user","content":"a"}"#),
-            Interned::Held(a.id())
+        assert_eq!(id(&mut t, &msg("a")), Interned::Held(a.id()));
+        let encoded = serde_json::to_vec(&msg("b")).expect("encodes");
+        assert_eq!(t.bytes(b.id()), Some(&encoded[..]));
+        // Same fingerprint (role, timestamp, length, both ends of the text), other message.
+        let long_a = format!("{}-a-{}", "x".repeat(40), "y".repeat(40));
+        let long_b = format!("{}-b-{}", "x".repeat(40), "y".repeat(40));
+        let la = id(&mut t, &msg(&long_a));
+        let lb = id(&mut t, &msg(&long_b));
+        assert!(
+            matches!(lb, Interned::New(i) if i != la.id()),
+            "a fingerprint collision must not make two messages one"
         );
-        assert_eq!(t.bytes(b.id()), Some(&br#"{"role":"user","content":"b"}"#[..]));
+        assert_eq!(id(&mut t, &msg(&long_b)), Interned::Held(lb.id()));
     }
 
     #[test]
@@ -246,18 +314,18 @@ mod tests {
         let mut ids = Vec::new();
         for i in 0..4 {
             t.begin();
-            ids.push(t.intern(format!("m{i}").as_bytes()).id());
+            ids.push(id(&mut t, &msg(&format!("m{i}"))).id());
             assert!(t.finish().drop.is_empty());
         }
         // m0 used again: m1 is now the oldest.
         t.begin();
-        t.intern(b"m0");
+        id(&mut t, &msg("m0"));
         t.finish();
         // A request with five new messages: over the limit, but its own are kept; the older
         // ones go, oldest first.
         t.begin();
         let fresh: Vec<u32> = (10..15)
-            .map(|i| t.intern(format!("m{i}").as_bytes()).id())
+            .map(|i| id(&mut t, &msg(&format!("m{i}"))).id())
             .collect();
         let h = t.finish();
         assert_eq!(h.drop, vec![ids[1], ids[2], ids[3], ids[0]]);
@@ -277,12 +345,12 @@ mod tests {
     fn a_reset_forgets_everything_and_is_said_once() {
         let mut t = MessageRefs::new(Limits::default());
         t.begin();
-        let a = t.intern(b"x").id();
+        let a = id(&mut t, &msg("x")).id();
         t.finish();
         t.reset();
         assert!(t.is_empty());
         t.begin();
-        assert!(matches!(t.intern(b"x"), Interned::New(id) if id != a));
+        assert!(matches!(id(&mut t, &msg("x")), Interned::New(i) if i != a));
         assert_eq!(
             t.finish(),
             Housekeeping {
