@@ -1,5 +1,6 @@
 //! Python plugins through the embedded Python runner: the sliding-window example and a fixture
-//! that implements every lifecycle method.
+//! that implements every lifecycle method; and a `command` plugin in Python that takes message
+//! references and loses them, to see the host recover.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -354,4 +355,51 @@ async fn every_lifecycle_method_python() {
     loaded.host.shutdown().await;
     drop((e, resolved, loaded, registry));
     assert_pid_gone(pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_lost_its_messages_gets_them_all_again() {
+    require("python3");
+    let runtime = tempfile::tempdir().unwrap();
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    let config = config("forgetful", "forgetful", json!({}));
+    let loaded = register_plugin(
+        &registry,
+        &fixture("command-forgetful"),
+        &config,
+        options(runtime.path()),
+    )
+    .await
+    .unwrap();
+    let resolved = registry
+        .resolve(Some(Arc::new(config)), None, None)
+        .await
+        .unwrap();
+    assert_eq!(resolved.effective_id, "forgetful");
+    let e = resolved.engine.clone();
+    let cx = CallContext::none();
+    let mut history = conversation();
+    let mut log = serde_json::Value::Null;
+    for call in 0..3 {
+        if call > 0 {
+            history.push(AgentMessage::user(format!("follow-up {call}")));
+        }
+        let p = AssembleParams {
+            session_id: "s".into(),
+            messages: history.clone(),
+            token_budget: Some(100_000),
+            ..Default::default()
+        };
+        let r = e.assemble(&p, &cx).await.unwrap();
+        assert_eq!(r.messages, history, "call {call}");
+        log = serde_json::from_str(r.system_prompt_addition.as_deref().unwrap()).unwrap();
+    }
+    // [reset, messages defined, resolved]: five new, then one; the third request finds the
+    // table gone (-32010), and the host sends it again with a reset and all seven defined.
+    assert_eq!(
+        log,
+        json!([[false, 5, true], [false, 1, true], [false, 1, false], [true, 7, true]])
+    );
+    assert!(registry.quarantines().is_empty());
+    loaded.host.shutdown().await;
 }
