@@ -84,3 +84,32 @@ fn install_refuses_a_world_writable_plugin_directory() {
     let (code, out, err) = clawctx(state.path(), &["plugins", "install", "-l", plugin.path().to_str().unwrap()]);
     assert_eq!(code, 0, "once fixed, install -l works:\n{out}\n{err}");
 }
+
+#[test]
+fn install_a_package_archive_through_npm() {
+    assert!(Command::new("npm").arg("--version").output().is_ok_and(|o| o.status.success()), "npm is required for plugin tests");
+    let state = tempfile::tempdir().unwrap();
+    let packs = tempfile::tempdir().unwrap();
+    let packed = Command::new("npm").arg("pack").arg(seed_plugin()).arg("--pack-destination").arg(packs.path()).output().expect("npm pack runs");
+    assert!(packed.status.success(), "npm pack failed: {}", String::from_utf8_lossy(&packed.stderr));
+    let archive = packs.path().join("seed-node-engine-0.1.0.tgz");
+    assert!(archive.is_file(), "npm pack wrote no {}", archive.display());
+
+    let (code, out, err) = clawctx(state.path(), &["plugins", "install", archive.to_str().unwrap()]);
+    assert_eq!(code, 0, "installing the archive failed:\n{out}\n{err}");
+    let installed = state.path().join("plugins/npm/node_modules/seed-node-engine/openclaw.plugin.json");
+    assert!(installed.is_file(), "the package is not under the state dir's npm prefix:\n{out}");
+    let j = doctor(state.path());
+    let id = j["plugins"][0]["id"].as_str().unwrap_or_else(|| panic!("no plugin in doctor: {j:#}")).to_owned();
+    assert_eq!(j["plugins"][0]["loaded"], true, "{j:#}");
+    assert_eq!(j["contextEngine"]["effective"], id.as_str(), "{j:#}");
+    let (_, list, _) = clawctx(state.path(), &["plugins", "list"]);
+    assert!(list.contains("npm"), "the source is npm: {list}");
+
+    // Not an archive of a package: a clear error naming the file.
+    let bogus = packs.path().join("bogus.tgz");
+    std::fs::write(&bogus, b"not a tarball").unwrap();
+    let (code, out, err) = clawctx(state.path(), &["plugins", "install", bogus.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("bogus.tgz") && err.contains("not a package archive"), "{err}");
+}

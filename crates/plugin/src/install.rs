@@ -2,8 +2,9 @@
 //! (contract §11).
 //!
 //! Installed plugins live under `<stateDir>/plugins/<id>` (a copy), under
-//! `<stateDir>/plugins/npm/node_modules/<pkg>` (npm), or where they are (a link: OpenClaw adds
-//! the directory to `plugins.load.paths`). The machine-managed index is
+//! `<stateDir>/plugins/npm/node_modules/<pkg>` (npm: a registry spec, or a package archive
+//! made by `npm pack`, whose name is read from the archive's `package/package.json`), or where
+//! they are (a link: OpenClaw adds the directory to `plugins.load.paths`). The machine-managed index is
 //! `<stateDir>/plugins/installs.json`, always written atomically (temp file + rename). User
 //! config is never written here: every function that would change it returns the changes as
 //! [`ConfigChange`]s, which the CLI shows and applies with [`apply_changes`].
@@ -287,6 +288,49 @@ fn looks_like_path(spec: &str) -> bool {
         || Path::new(spec).exists()
 }
 
+/// A package archive (`npm pack` output) by its file name.
+fn is_archive(spec: &str) -> bool {
+    let lower = spec.to_ascii_lowercase();
+    [".tgz", ".tar.gz", ".tar"].iter().any(|ext| lower.ends_with(ext))
+}
+
+/// The `name` in an archive's `package/package.json` (the layout `npm pack` writes), read with
+/// `tar`.
+fn archive_package_name(file: &Path) -> Result<String, PluginError> {
+    if !file.is_file() {
+        return Err(PluginError::Install(format!(
+            "{}: no such package archive",
+            file.display()
+        )));
+    }
+    let out = std::process::Command::new("tar")
+        .arg("-xOf")
+        .arg(file)
+        .arg("package/package.json")
+        .output()
+        .map_err(|e| PluginError::Install(format!("cannot run tar: {e}")))?;
+    if !out.status.success() {
+        return Err(PluginError::Install(format!(
+            "{}: not a package archive with package/package.json ({})",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let pkg: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        PluginError::Install(format!(
+            "{}: package/package.json is not JSON: {e}",
+            file.display()
+        ))
+    })?;
+    match pkg.get("name").and_then(Value::as_str) {
+        Some(name) if !name.is_empty() && !name.contains("..") => Ok(name.to_owned()),
+        _ => Err(PluginError::Install(format!(
+            "{}: package/package.json has no usable \"name\"",
+            file.display()
+        ))),
+    }
+}
+
 fn copy_dir(from: &Path, to: &Path) -> Result<(), PluginError> {
     std::fs::create_dir_all(to).map_err(|e| io_err("cannot create", to, e))?;
     for entry in std::fs::read_dir(from).map_err(|e| io_err("cannot read", from, e))? {
@@ -349,7 +393,8 @@ pub fn install_with(
     let mut index = read_index(state_dir)?;
     let dir = plugins_dir(state_dir);
     std::fs::create_dir_all(&dir).map_err(|e| io_err("cannot create", &dir, e))?;
-    let (record, manifest, mut changes) = if looks_like_path(spec) {
+    let archive = is_archive(spec);
+    let (record, manifest, mut changes) = if looks_like_path(spec) && !archive {
         let src = PathBuf::from(spec);
         let manifest = load_manifest(&src)?;
         check_plugin_paths(&manifest, nix::unistd::geteuid().as_raw())?;
@@ -381,11 +426,21 @@ pub fn install_with(
         }
         let prefix = dir.join("npm");
         std::fs::create_dir_all(&prefix).map_err(|e| io_err("cannot create", &prefix, e))?;
+        // An archive is named by its absolute path: npm runs with the prefix as its directory.
+        let (npm_spec, pkg) = if archive {
+            let file = std::path::absolute(spec).map_err(|e| io_err("cannot find", Path::new(spec), e))?;
+            let pkg = archive_package_name(&file)?;
+            (file.display().to_string(), pkg)
+        } else {
+            (spec.to_owned(), npm_package_name(spec))
+        };
         let out = std::process::Command::new("npm")
             .arg("install")
+            .arg("--no-audit")
+            .arg("--no-fund")
             .arg("--prefix")
             .arg(&prefix)
-            .arg(spec)
+            .arg(&npm_spec)
             .output()
             .map_err(|e| PluginError::Install(format!("cannot run npm: {e}")))?;
         if !out.status.success() {
@@ -395,7 +450,6 @@ pub fn install_with(
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
-        let pkg = npm_package_name(spec);
         let root = prefix.join("node_modules").join(&pkg);
         let manifest = load_manifest(&root)?;
         check_existing(&index, &manifest.id, true)?;

@@ -21,9 +21,10 @@ pub struct PluginsArgs {
 
 #[derive(Debug, Subcommand)]
 enum PluginsAction {
-    /// Install a plugin from a directory (copied) or an npm spec; enables it and selects its engine.
+    /// Install a plugin from a directory (copied), a package archive (`npm pack`) or an npm spec;
+    /// enables it and selects its engine.
     Install {
-        /// A directory with clawctx.plugin.json / openclaw.plugin.json, or an npm spec.
+        /// A directory with clawctx.plugin.json / openclaw.plugin.json, a .tgz archive, or an npm spec.
         spec: String,
         /// Link the directory instead of copying it (for development).
         #[arg(short = 'l', long)]
