@@ -525,7 +525,11 @@ async fn assemble_for(
     } else {
         host.context()
     };
-    let last_ts = history.iter().filter_map(AgentMessage::timestamp_ms).max().unwrap_or(0);
+    let last_ts = history
+        .iter()
+        .filter_map(AgentMessage::timestamp_ms)
+        .max()
+        .unwrap_or(0);
     history.push(AgentMessage::user(question).with_timestamp(last_ts + 60_000));
     let prepared = prepare_history(
         history,
@@ -645,8 +649,12 @@ async fn run_one(
                     .collect();
                 !unresolved && evidence.iter().all(|d| found.contains(d.as_str()))
             };
-            let recall = grep_any(&eut, &key, &q.question, opts.k).await?.map(|h| covers(&h));
-            let grep = grep_and(&eut, &key, &q.question, opts.k).await?.map(|h| covers(&h));
+            let recall = grep_any(&eut, &key, &q.question, opts.k)
+                .await?
+                .map(|h| covers(&h));
+            let grep = grep_and(&eut, &key, &q.question, opts.k)
+                .await?
+                .map(|h| covers(&h));
             let answer = q
                 .answer
                 .as_deref()

@@ -14,8 +14,7 @@ use clawctx_engine::compaction::{
     compact_path, effective_reserve_tokens, should_compact, CompactionSettings,
 };
 use clawctx_engine::{
-    CallContext, EngineError, RuntimeCompactionOutcome,
-    RuntimeCompactionRequest, RuntimeServices,
+    CallContext, EngineError, RuntimeCompactionOutcome, RuntimeCompactionRequest, RuntimeServices,
 };
 use clawctx_protocol::transcript::{
     context_messages, to_model_message, EntryKind, TranscriptEntry,

@@ -156,8 +156,16 @@ async fn tiny_fixture_with_prompt_recall() {
     assert!(run.context_tokens_max <= 600, "over budget");
     let q = &run.questions;
     assert!(q[0].raw, "q0 (fresh tail): {:?}", q[0]);
-    assert!(q[1].raw, "q1's first turn must be recalled into context: {:?}", q[1]);
-    assert!(q[2].raw, "q2's turn must be recalled into context: {:?}", q[2]);
+    assert!(
+        q[1].raw,
+        "q1's first turn must be recalled into context: {:?}",
+        q[1]
+    );
+    assert!(
+        q[2].raw,
+        "q2's turn must be recalled into context: {:?}",
+        q[2]
+    );
     assert!(q[3].unresolved && !q[3].raw, "q3: {:?}", q[3]);
     assert_eq!(run.overall.raw_in_context, 4);
     assert_eq!(run.overall.reachable, 4);

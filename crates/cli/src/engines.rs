@@ -13,7 +13,8 @@ use crate::global::GlobalArgs;
 /// A registry with every built-in engine registered.
 pub fn builtin_registry() -> anyhow::Result<Arc<ContextEngineRegistry>> {
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
-    clawctx_lossless::register(&registry).map_err(|e| anyhow::anyhow!("registering the lossless engine: {e}"))?;
+    clawctx_lossless::register(&registry)
+        .map_err(|e| anyhow::anyhow!("registering the lossless engine: {e}"))?;
     Ok(registry)
 }
 
@@ -49,5 +50,9 @@ pub async fn load(global: &GlobalArgs, config: &Value) -> anyhow::Result<Engines
         }
         Err(e) => failed.push((global.state_dir().join("plugins"), e.to_string())),
     }
-    Ok(Engines { registry, plugins, failed })
+    Ok(Engines {
+        registry,
+        plugins,
+        failed,
+    })
 }

@@ -20,18 +20,23 @@ pub struct GlobalArgs {
 impl GlobalArgs {
     /// The state directory in effect.
     pub fn state_dir(&self) -> PathBuf {
-        self.state_dir.clone().unwrap_or_else(clawctx_config::state_dir)
+        self.state_dir
+            .clone()
+            .unwrap_or_else(clawctx_config::state_dir)
     }
 
     /// The config path in effect.
     pub fn config_path(&self) -> PathBuf {
-        self.config.clone().unwrap_or_else(|| self.state_dir().join("clawctx.json"))
+        self.config
+            .clone()
+            .unwrap_or_else(|| self.state_dir().join("clawctx.json"))
     }
 
     /// Loads the config file (missing = empty).
     pub fn load_config(&self) -> anyhow::Result<ConfigFile> {
         let path = self.config_path();
-        ConfigFile::load(&path).with_context(|| format!("cannot read the config file {}", path.display()))
+        ConfigFile::load(&path)
+            .with_context(|| format!("cannot read the config file {}", path.display()))
     }
 
     /// The directory of agent `agent_id` inside the state dir.

@@ -41,19 +41,44 @@ async fn chat_streams_and_handles_slash_commands() {
         .unwrap();
     {
         let mut stdin = child.stdin.take().unwrap();
-        for line in ["hello there", "second question", "/status", "/compact keep the questions", "/new", "/status", "/quit"] {
+        for line in [
+            "hello there",
+            "second question",
+            "/status",
+            "/compact keep the questions",
+            "/new",
+            "/status",
+            "/quit",
+        ] {
             writeln!(stdin, "{line}").unwrap();
         }
     }
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}\n{stdout}\n{stderr}", out.status);
-    assert_eq!(stdout.matches("Streamed answer.").count(), 2, "two streamed replies:\n{stdout}");
-    assert!(stdout.contains("legacy"), "/status names the engine in charge:\n{stdout}");
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert_eq!(
+        stdout.matches("Streamed answer.").count(),
+        2,
+        "two streamed replies:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("legacy"),
+        "/status names the engine in charge:\n{stdout}"
+    );
     let requests = server.received_requests().await.unwrap();
     assert_eq!(requests.len(), 2, "slash commands never reach the model");
     let last: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();
     let texts = last["messages"].to_string();
-    assert!(texts.contains("hello there") && texts.contains("second question"), "history is sent: {texts}");
+    assert!(
+        texts.contains("hello there") && texts.contains("second question"),
+        "history is sent: {texts}"
+    );
 }

@@ -16,7 +16,11 @@ struct Run {
 
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}", self.cmd, self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.cmd, self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -44,7 +48,11 @@ fn doctor_on_a_fresh_state_dir_reports_legacy_default() {
     let dir = tempfile::tempdir().unwrap();
     let run = clawctx(dir.path(), &["doctor"]);
     assert_eq!(run.code, 0, "{run}");
-    assert!(run.stdout.contains("context engine  legacy (plugins.slots.contextEngine is not set"), "{run}");
+    assert!(
+        run.stdout
+            .contains("context engine  legacy (plugins.slots.contextEngine is not set"),
+        "{run}"
+    );
     let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
     assert_eq!(j["schemaVersion"], 1);
     assert_eq!(j["status"], "ok");
@@ -53,13 +61,24 @@ fn doctor_on_a_fresh_state_dir_reports_legacy_default() {
     assert_eq!(j["contextEngine"]["reason"]["kind"], "slotUnset");
     assert_eq!(j["contextEngine"]["loads"], true);
     assert_eq!(j["configExists"], false);
-    assert!(!dir.path().join("clawctx.json").exists(), "doctor must not create a config");
+    assert!(
+        !dir.path().join("clawctx.json").exists(),
+        "doctor must not create a config"
+    );
 }
 
 #[test]
 fn doctor_reports_an_unregistered_slot_and_the_fallback() {
     let dir = tempfile::tempdir().unwrap();
-    let set = clawctx(dir.path(), &["config", "set", "plugins.slots.contextEngine", "no-such-engine"]);
+    let set = clawctx(
+        dir.path(),
+        &[
+            "config",
+            "set",
+            "plugins.slots.contextEngine",
+            "no-such-engine",
+        ],
+    );
     assert_eq!(set.code, 0, "{set}");
     let run = clawctx(dir.path(), &["doctor", "--json"]);
     let j = json(&run);
@@ -71,19 +90,29 @@ fn doctor_reports_an_unregistered_slot_and_the_fallback() {
     assert_eq!(j["quarantines"][0]["operation"], "resolve");
     assert_eq!(j["quarantines"][0]["reason"], "not registered");
     let text = clawctx(dir.path(), &["doctor"]);
-    assert!(text.stdout.contains("\"no-such-engine\" failed during resolve: not registered"), "{text}");
+    assert!(
+        text.stdout
+            .contains("\"no-such-engine\" failed during resolve: not registered"),
+        "{text}"
+    );
 }
 
 #[test]
 fn doctor_selects_lossless_when_configured() {
     let dir = tempfile::tempdir().unwrap();
-    clawctx(dir.path(), &["config", "set", "plugins.slots.contextEngine", "lossless"]);
+    clawctx(
+        dir.path(),
+        &["config", "set", "plugins.slots.contextEngine", "lossless"],
+    );
     let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
     assert_eq!(j["contextEngine"]["effective"], "lossless");
     assert_eq!(j["contextEngine"]["owner"], "plugin:lossless");
     assert_eq!(j["contextEngine"]["info"]["ownsCompaction"], true);
     // Disabling the plugin keeps the slot and silently serves legacy.
-    clawctx(dir.path(), &["config", "set", "plugins.entries.lossless.enabled", "false"]);
+    clawctx(
+        dir.path(),
+        &["config", "set", "plugins.entries.lossless.enabled", "false"],
+    );
     let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
     assert_eq!(j["contextEngine"]["effective"], "legacy");
     assert_eq!(j["contextEngine"]["reason"]["kind"], "policyDisabled");
@@ -94,30 +123,97 @@ fn doctor_selects_lossless_when_configured() {
 fn malformed_config_is_reported_with_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("clawctx.json");
-    std::fs::write(&path, "{\n  plugins: {\n    slots: { contextEngine: \"x\" }\n    entries: {}\n  }\n}\n").unwrap();
+    std::fs::write(
+        &path,
+        "{\n  plugins: {\n    slots: { contextEngine: \"x\" }\n    entries: {}\n  }\n}\n",
+    )
+    .unwrap();
     let run = clawctx(dir.path(), &["doctor"]);
     assert_eq!(run.code, 1, "{run}");
-    assert!(run.stdout.contains(&format!("{}:", path.display())), "{run}");
+    assert!(
+        run.stdout.contains(&format!("{}:", path.display())),
+        "{run}"
+    );
     assert!(run.stdout.contains("hint:"), "{run}");
     let before = std::fs::read_to_string(&path).unwrap();
     clawctx(dir.path(), &["doctor", "--fix"]);
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), before, "a broken config is never rewritten");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        before,
+        "a broken config is never rewritten"
+    );
     let get = clawctx(dir.path(), &["config", "get", "plugins"]);
     assert_ne!(get.code, 0, "{get}");
-    assert!(get.stderr.contains(":3:") || get.stderr.contains(":4:"), "{get}");
+    assert!(
+        get.stderr.contains(":3:") || get.stderr.contains(":4:"),
+        "{get}"
+    );
 }
 
 #[test]
 fn config_get_set_unset_round_trip_keeps_unknown_keys() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("clawctx.json"), "// mine\n{ gateway: { port: 18789 } }\n").unwrap();
-    assert_eq!(clawctx(dir.path(), &["config", "path"]).stdout.trim(), dir.path().join("clawctx.json").display().to_string());
-    assert_eq!(clawctx(dir.path(), &["config", "set", "plugins.entries.lossless.config.freshTailCount", "32"]).code, 0);
-    let got = clawctx(dir.path(), &["config", "get", "plugins.entries.lossless.config.freshTailCount"]);
+    std::fs::write(
+        dir.path().join("clawctx.json"),
+        "// mine\n{ gateway: { port: 18789 } }\n",
+    )
+    .unwrap();
+    assert_eq!(
+        clawctx(dir.path(), &["config", "path"]).stdout.trim(),
+        dir.path().join("clawctx.json").display().to_string()
+    );
+    assert_eq!(
+        clawctx(
+            dir.path(),
+            &[
+                "config",
+                "set",
+                "plugins.entries.lossless.config.freshTailCount",
+                "32"
+            ]
+        )
+        .code,
+        0
+    );
+    let got = clawctx(
+        dir.path(),
+        &[
+            "config",
+            "get",
+            "plugins.entries.lossless.config.freshTailCount",
+        ],
+    );
     assert_eq!(got.stdout.trim(), "32", "{got}");
-    assert_eq!(clawctx(dir.path(), &["config", "get", "gateway.port"]).stdout.trim(), "18789");
-    assert_eq!(clawctx(dir.path(), &["config", "unset", "plugins.entries.lossless.config.freshTailCount"]).code, 0);
-    assert_eq!(clawctx(dir.path(), &["config", "get", "plugins.entries.lossless.config.freshTailCount"]).code, 1);
+    assert_eq!(
+        clawctx(dir.path(), &["config", "get", "gateway.port"])
+            .stdout
+            .trim(),
+        "18789"
+    );
+    assert_eq!(
+        clawctx(
+            dir.path(),
+            &[
+                "config",
+                "unset",
+                "plugins.entries.lossless.config.freshTailCount"
+            ]
+        )
+        .code,
+        0
+    );
+    assert_eq!(
+        clawctx(
+            dir.path(),
+            &[
+                "config",
+                "get",
+                "plugins.entries.lossless.config.freshTailCount"
+            ]
+        )
+        .code,
+        1
+    );
 }
 
 #[test]
@@ -125,7 +221,10 @@ fn config_flag_accepts_an_openclaw_json() {
     let dir = tempfile::tempdir().unwrap();
     let oc = dir.path().join("openclaw.json");
     std::fs::write(&oc, "{\n  // OpenClaw's file, as is\n  plugins: { slots: { contextEngine: 'lossless', }, entries: { lossless: { enabled: true } } },\n}\n").unwrap();
-    let j = json(&clawctx(dir.path(), &["--config", oc.to_str().unwrap(), "doctor", "--json"]));
+    let j = json(&clawctx(
+        dir.path(),
+        &["--config", oc.to_str().unwrap(), "doctor", "--json"],
+    ));
     assert_eq!(j["contextEngine"]["effective"], "lossless");
     assert_eq!(j["configPath"], oc.display().to_string());
 }
@@ -152,7 +251,10 @@ fn doctor_host_compatibility_and_fix() {
     assert_eq!(hosts[0]["missingCapabilities"][0], "assemble-before-prompt");
     assert_eq!(hosts[1]["ok"], true);
     let fixed = json(&clawctx(dir.path(), &["doctor", "--json", "--fix"]));
-    assert!(fixed["fixes"].as_array().unwrap().is_empty(), "one compatible host: warn only, never rewrite the slot");
+    assert!(
+        fixed["fixes"].as_array().unwrap().is_empty(),
+        "one compatible host: warn only, never rewrite the slot"
+    );
 
     std::fs::write(
         &path,
@@ -166,6 +268,12 @@ fn doctor_host_compatibility_and_fix() {
         "{run}"
     );
     let after = std::fs::read_to_string(&path).unwrap();
-    assert!(!after.contains("contextEngine") && !after.contains("\"slots\""), "the slot and the emptied slots object are gone: {after}");
-    assert!(after.contains("claude-cli"), "everything else is kept: {after}");
+    assert!(
+        !after.contains("contextEngine") && !after.contains("\"slots\""),
+        "the slot and the emptied slots object are gone: {after}"
+    );
+    assert!(
+        after.contains("claude-cli"),
+        "everything else is kept: {after}"
+    );
 }

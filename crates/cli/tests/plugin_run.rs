@@ -10,17 +10,33 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 fn clawctx(state: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_clawctx")).args(args).env("CLAWCTX_STATE_DIR", state).output().expect("running clawctx");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))
+        .args(args)
+        .env("CLAWCTX_STATE_DIR", state)
+        .output()
+        .expect("running clawctx");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
 }
 
 #[tokio::test]
 async fn run_answers_through_a_plugin_and_survives_its_crash() {
-    assert!(Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success()), "node is required");
+    assert!(
+        Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "node is required"
+    );
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
@@ -39,7 +55,10 @@ async fn run_answers_through_a_plugin_and_survives_its_crash() {
     std::fs::write(dir.path().join("clawctx.json"), config.to_string()).unwrap();
 
     let seed = repo("examples/plugins/seed-node-engine");
-    let (code, out, err) = clawctx(dir.path(), &["plugins", "install", "-l", seed.to_str().unwrap()]);
+    let (code, out, err) = clawctx(
+        dir.path(),
+        &["plugins", "install", "-l", seed.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{out}\n{err}");
     let (code, out, err) = clawctx(dir.path(), &["run", "ping", "--json"]);
     assert_eq!(code, 0, "{out}\n{err}");
@@ -49,9 +68,20 @@ async fn run_answers_through_a_plugin_and_survives_its_crash() {
     assert!(v["quarantines"].as_array().unwrap().is_empty(), "{v:#}");
 
     // A plugin that exits in the middle of assemble.
-    clawctx(dir.path(), &["config", "set", "plugins.entries.faulty.config.mode", "crash-mid-call"]);
+    clawctx(
+        dir.path(),
+        &[
+            "config",
+            "set",
+            "plugins.entries.faulty.config.mode",
+            "crash-mid-call",
+        ],
+    );
     let faulty = repo("crates/plugin/tests/fixtures/node-faulty");
-    let (code, out, err) = clawctx(dir.path(), &["plugins", "install", "-l", faulty.to_str().unwrap()]);
+    let (code, out, err) = clawctx(
+        dir.path(),
+        &["plugins", "install", "-l", faulty.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{out}\n{err}");
     let (code, out, err) = clawctx(dir.path(), &["run", "ping again", "--json"]);
     assert_eq!(code, 0, "the reply must still arrive:\n{out}\n{err}");
@@ -61,10 +91,18 @@ async fn run_answers_through_a_plugin_and_survives_its_crash() {
     assert_eq!(q["engineId"], "faulty", "{v:#}");
     assert_eq!(q["operation"], "assemble", "{v:#}");
     assert!(q["reason"].as_str().unwrap().contains("exited"), "{v:#}");
-    assert!(err.contains("[context-engine] Context engine \"faulty\" owner=plugin:faulty failed during assemble"), "{err}");
+    assert!(
+        err.contains(
+            "[context-engine] Context engine \"faulty\" owner=plugin:faulty failed during assemble"
+        ),
+        "{err}"
+    );
 
     // The transcript of both turns is intact.
     let (code, out, _) = clawctx(dir.path(), &["sessions", "show", "agent:main:main"]);
     assert_eq!(code, 0);
-    assert!(out.contains("ping again") && out.matches("Pong from the mock.").count() >= 2, "{out}");
+    assert!(
+        out.contains("ping again") && out.matches("Pong from the mock.").count() >= 2,
+        "{out}"
+    );
 }

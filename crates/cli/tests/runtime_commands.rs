@@ -19,13 +19,22 @@ struct Run {
 
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}", self.cmd, self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.cmd, self.code, self.stdout, self.stderr
+        )
     }
 }
 
 async fn clawctx(state: &Path, args: &[&str]) -> Run {
     let config = state.join("clawctx.json");
-    let mut full = vec!["--state-dir", state.to_str().unwrap(), "--config", config.to_str().unwrap()];
+    let mut full = vec![
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
     full.extend_from_slice(args);
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_clawctx"))
         .args(&full)
@@ -53,7 +62,10 @@ async fn run_without_a_model_names_the_config_keys() {
     let dir = tempfile::tempdir().unwrap();
     let r = clawctx(dir.path(), &["run", "hello"]).await;
     assert_ne!(r.code, 0, "{r}");
-    assert!(r.stderr.contains("agents.defaults.model.primary") && r.stderr.contains("--model"), "{r}");
+    assert!(
+        r.stderr.contains("agents.defaults.model.primary") && r.stderr.contains("--model"),
+        "{r}"
+    );
     let r = clawctx(dir.path(), &["run", "hello", "--model", "nope/model-x"]).await;
     assert_ne!(r.code, 0, "{r}");
     assert!(r.stderr.contains("models.providers"), "{r}");
@@ -103,12 +115,23 @@ async fn run_json_then_sessions_list_show_export() {
     let r = clawctx(dir.path(), &["sessions", "list"]).await;
     assert!(r.code == 0 && r.stdout.contains("agent:main:main"), "{r}");
     let r = clawctx(dir.path(), &["sessions", "show", "agent:main:main"]).await;
-    assert!(r.code == 0 && r.stdout.contains("ping again") && r.stdout.contains("Pong from the mock."), "{r}");
+    assert!(
+        r.code == 0 && r.stdout.contains("ping again") && r.stdout.contains("Pong from the mock."),
+        "{r}"
+    );
     let r = clawctx(dir.path(), &["sessions", "export", "agent:main:main"]).await;
     assert_eq!(r.code, 0, "{r}");
-    let lines: Vec<Value> = r.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines[0]["type"], "session", "{r}");
-    assert_eq!(lines.iter().filter(|l| l["type"] == "message").count(), 4, "{r}");
+    assert_eq!(
+        lines.iter().filter(|l| l["type"] == "message").count(),
+        4,
+        "{r}"
+    );
 }
 
 #[tokio::test]
@@ -116,21 +139,42 @@ async fn replay_of_2000_turns_on_legacy_never_exceeds_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let recording = dir.path().join("recording.jsonl");
     let messages = clawctx_test_support::messages::conversation(7, 2000, 5);
-    let text: String = messages.iter().map(|m| format!("{}\n", serde_json::to_string(m).unwrap())).collect();
+    let text: String = messages
+        .iter()
+        .map(|m| format!("{}\n", serde_json::to_string(m).unwrap()))
+        .collect();
     std::fs::write(&recording, text).unwrap();
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
     let budget = 3000u64;
-    let r = clawctx(&state, &["replay", recording.to_str().unwrap(), "--engine", "legacy", "--budget", "3000", "--json"]).await;
+    let r = clawctx(
+        &state,
+        &[
+            "replay",
+            recording.to_str().unwrap(),
+            "--engine",
+            "legacy",
+            "--budget",
+            "3000",
+            "--json",
+        ],
+    )
+    .await;
     assert_eq!(r.code, 0, "{}", r.stderr);
     let report = json_of(&r);
     let turns = report["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 2000);
     for t in turns {
-        assert!(t["promptTokens"].as_u64().unwrap() <= budget, "turn over budget: {t}");
+        assert!(
+            t["promptTokens"].as_u64().unwrap() <= budget,
+            "turn over budget: {t}"
+        );
         assert_eq!(t["engine"], "legacy");
     }
     assert_eq!(report["overBudgetTurns"], 0);
-    assert!(report["totalCompactions"].as_u64().unwrap() > 0, "a long conversation compacts");
+    assert!(
+        report["totalCompactions"].as_u64().unwrap() > 0,
+        "a long conversation compacts"
+    );
     assert!(turns.iter().any(|t| t["toolCalls"].as_u64().unwrap() > 0));
 }

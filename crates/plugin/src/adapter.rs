@@ -532,7 +532,12 @@ fn decode_assembled(
             } else {
                 by_id
                     .get_or_insert_with(|| {
-                        sent.ids.iter().enumerate().rev().map(|(i, id)| (*id, i)).collect()
+                        sent.ids
+                            .iter()
+                            .enumerate()
+                            .rev()
+                            .map(|(i, id)| (*id, i))
+                            .collect()
                     })
                     .get(&id)
                     .copied()
@@ -1132,7 +1137,10 @@ mod tests {
         let first = encode_assemble("1", &p, false, Some(&mut table)).expect("encodes");
         let (house, ids) = read_ref_request(&first);
         assert_eq!(ids, first.ids);
-        assert_eq!((&house["reset"], &house["drop"]), (&json!(false), &json!([])));
+        assert_eq!(
+            (&house["reset"], &house["drop"]),
+            (&json!(false), &json!([]))
+        );
         let defined: Vec<(u32, AgentMessage)> =
             serde_json::from_value(house["define"].clone()).expect("[[id, message], …]");
         let sent: Vec<(u32, AgentMessage)> = ids.iter().copied().zip(p.messages.clone()).collect();
@@ -1186,7 +1194,10 @@ mod tests {
         // An id this call did not send (an older message the plugin kept) is not trusted.
         let foreign = json!({"messages": [999_999], "estimatedTokens": 1});
         let err = decode_assembled(&p, &enc, &reply(foreign)).expect_err("foreign id");
-        assert!(err.to_string().contains("names no message of this call"), "{err}");
+        assert!(
+            err.to_string().contains("names no message of this call"),
+            "{err}"
+        );
         // Without references on, the same shape is just an invalid message.
         let plain = request(&p);
         let err = decode_assembled(&p, &plain, &reply(json!({"messages": [1]})))

@@ -291,7 +291,9 @@ fn looks_like_path(spec: &str) -> bool {
 /// A package archive (`npm pack` output) by its file name.
 fn is_archive(spec: &str) -> bool {
     let lower = spec.to_ascii_lowercase();
-    [".tgz", ".tar.gz", ".tar"].iter().any(|ext| lower.ends_with(ext))
+    [".tgz", ".tar.gz", ".tar"]
+        .iter()
+        .any(|ext| lower.ends_with(ext))
 }
 
 /// The `name` in an archive's `package/package.json` (the layout `npm pack` writes), read with
@@ -428,7 +430,8 @@ pub fn install_with(
         std::fs::create_dir_all(&prefix).map_err(|e| io_err("cannot create", &prefix, e))?;
         // An archive is named by its absolute path: npm runs with the prefix as its directory.
         let (npm_spec, pkg) = if archive {
-            let file = std::path::absolute(spec).map_err(|e| io_err("cannot find", Path::new(spec), e))?;
+            let file =
+                std::path::absolute(spec).map_err(|e| io_err("cannot find", Path::new(spec), e))?;
             let pkg = archive_package_name(&file)?;
             (file.display().to_string(), pkg)
         } else {

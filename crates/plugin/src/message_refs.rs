@@ -330,7 +330,10 @@ mod tests {
         let h = t.finish();
         assert_eq!(h.drop, vec![ids[1], ids[2], ids[3], ids[0]]);
         for id in &fresh {
-            assert!(t.bytes(*id).is_some(), "message {id} of this request evicted");
+            assert!(
+                t.bytes(*id).is_some(),
+                "message {id} of this request evicted"
+            );
         }
         // Still over the limit: the next request evicts down to three quarters of it, then
         // nothing more is said.

@@ -355,7 +355,10 @@ fn assemble_params(messages: Vec<AgentMessage>) -> AssembleParams {
 fn report(r: &AssembleResult) -> (bool, u64) {
     let v: serde_json::Value =
         serde_json::from_str(r.system_prompt_addition.as_deref().unwrap()).unwrap();
-    (v["frozen"].as_bool().unwrap(), v["reused"].as_u64().unwrap())
+    (
+        v["frozen"].as_bool().unwrap(),
+        v["reused"].as_u64().unwrap(),
+    )
 }
 
 /// The fixture's answer for `input`: its summary, then every input message but the first.
@@ -374,13 +377,23 @@ async fn assemble_messages_are_parsed_once_and_handed_back_by_reference() {
     let (registry, e, loaded) = refs_engine("observe", options(runtime.path())).await;
     let cx = CallContext::none();
     let mut history = conversation();
-    let first = e.assemble(&assemble_params(history.clone()), &cx).await.unwrap();
-    assert_eq!(report(&first), (true, 0), "first call: held messages are frozen");
+    let first = e
+        .assemble(&assemble_params(history.clone()), &cx)
+        .await
+        .unwrap();
+    assert_eq!(
+        report(&first),
+        (true, 0),
+        "first call: held messages are frozen"
+    );
     assert_eq!(first.messages, expected_window(&history));
     // The conversation goes on: the runner hands out the objects it already holds.
     for turn in 0..3 {
         history.push(AgentMessage::user(format!("turn {turn}")));
-        let r = e.assemble(&assemble_params(history.clone()), &cx).await.unwrap();
+        let r = e
+            .assemble(&assemble_params(history.clone()), &cx)
+            .await
+            .unwrap();
         assert_eq!(
             report(&r),
             (true, history.len() as u64 - 1),
@@ -399,7 +412,10 @@ async fn assemble_messages_are_parsed_once_and_handed_back_by_reference() {
     };
     let (_, e, loaded) = refs_engine("observe", opts).await;
     for _ in 0..2 {
-        let r = e.assemble(&assemble_params(history.clone()), &cx).await.unwrap();
+        let r = e
+            .assemble(&assemble_params(history.clone()), &cx)
+            .await
+            .unwrap();
         assert_eq!(report(&r), (false, 0));
         assert_eq!(r.messages, expected_window(&history));
     }
@@ -426,7 +442,10 @@ async fn messages_evicted_from_the_runner_are_sent_again() {
         .into_iter()
         .enumerate()
     {
-        let r = e.assemble(&assemble_params(input.clone()), &cx).await.unwrap();
+        let r = e
+            .assemble(&assemble_params(input.clone()), &cx)
+            .await
+            .unwrap();
         assert_eq!(r.messages, expected_window(input), "round {round}");
         assert_eq!(
             report(&r).1,
@@ -445,13 +464,19 @@ async fn an_engine_that_writes_to_its_input_gets_copies_and_its_edit_stands() {
     let cx = CallContext::none();
     let history = conversation();
     for call in 0..3 {
-        let r = e.assemble(&assemble_params(history.clone()), &cx).await.unwrap();
+        let r = e
+            .assemble(&assemble_params(history.clone()), &cx)
+            .await
+            .unwrap();
         let mut expected = expected_window(&history);
         let last = expected.len() - 1;
         let mut edited = serde_json::to_value(&expected[last]).unwrap();
         edited["content"] = json!("edited by the plugin");
         expected[last] = serde_json::from_value(edited).unwrap();
-        assert_eq!(r.messages, expected, "call {call}: the plugin's edit is kept");
+        assert_eq!(
+            r.messages, expected,
+            "call {call}: the plugin's edit is kept"
+        );
         assert!(!report(&r).0, "call {call}: copies are not frozen");
     }
     assert!(

@@ -398,7 +398,12 @@ async fn a_runner_that_lost_its_messages_gets_them_all_again() {
     // table gone (-32010), and the host sends it again with a reset and all seven defined.
     assert_eq!(
         log,
-        json!([[false, 5, true], [false, 1, true], [false, 1, false], [true, 7, true]])
+        json!([
+            [false, 5, true],
+            [false, 1, true],
+            [false, 1, false],
+            [true, 7, true]
+        ])
     );
     assert!(registry.quarantines().is_empty());
     loaded.host.shutdown().await;

@@ -28,7 +28,11 @@ pub struct ChatArgs {
 
 /// One line of `/status`.
 pub fn status_line(s: &SessionStatus) -> String {
-    let pct = if s.limits.prompt_budget == 0 { 0 } else { s.context_tokens * 100 / s.limits.prompt_budget };
+    let pct = if s.limits.prompt_budget == 0 {
+        0
+    } else {
+        s.context_tokens * 100 / s.limits.prompt_budget
+    };
     format!(
         "session {} ({})\nengine {} ({}){}\nmodel {} on {}\ncontext {} / {} tokens ({pct}%), {} messages, {} compactions",
         s.session_key,
@@ -67,13 +71,20 @@ async fn command(runtime: &AgentRuntime, key: &str, line: &str) -> anyhow::Resul
                 (Some(d), true) => println!(
                     "compacted: {} → {} tokens",
                     d.tokens_before,
-                    d.tokens_after.map(|t| t.to_string()).unwrap_or_else(|| "?".into())
+                    d.tokens_after
+                        .map(|t| t.to_string())
+                        .unwrap_or_else(|| "?".into())
                 ),
                 (_, true) => println!("compacted"),
-                _ => println!("not compacted: {}", r.reason.unwrap_or_else(|| "no reason given".into())),
+                _ => println!(
+                    "not compacted: {}",
+                    r.reason.unwrap_or_else(|| "no reason given".into())
+                ),
             }
         }
-        other => println!("unknown command {other}; try /compact [instructions], /new, /status, /quit"),
+        other => {
+            println!("unknown command {other}; try /compact [instructions], /new, /status, /quit")
+        }
     }
     Ok(true)
 }
@@ -81,7 +92,9 @@ async fn command(runtime: &AgentRuntime, key: &str, line: &str) -> anyhow::Resul
 /// Runs `clawctx chat`.
 pub async fn run(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let (runtime, _engines) = build_runtime(global, args.model).await?;
-    let key = args.session.unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
+    let key = args
+        .session
+        .unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
     let status = runtime.status(&key)?;
     eprintln!(
         "clawctx chat: session {key}, engine {}, model {}. Commands: /compact [instructions], /new, /status, /quit",
@@ -120,7 +133,9 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode
                     eprintln!("warning: {w}");
                 }
             }
-            Err(clawctx_runtime::RuntimeError::Aborted(reason)) => eprintln!("\n(turn aborted: {reason})"),
+            Err(clawctx_runtime::RuntimeError::Aborted(reason)) => {
+                eprintln!("\n(turn aborted: {reason})")
+            }
             Err(e) => eprintln!("\nerror: {e}"),
         }
     }

@@ -142,7 +142,9 @@ pub struct DoctorReport {
 /// (`agents.defaults.cliBackends.<id>`, optional `capabilities` list) runs on that backend;
 /// any other ref (or no model configured) runs on the embedded runner.
 pub fn configured_hosts(config: &Value) -> Vec<HostDescriptor> {
-    let backends = config.pointer("/agents/defaults/cliBackends").and_then(Value::as_object);
+    let backends = config
+        .pointer("/agents/defaults/cliBackends")
+        .and_then(Value::as_object);
     let model = config.pointer("/agents/defaults/model");
     let mut refs: Vec<String> = Vec::new();
     match model {
@@ -170,10 +172,11 @@ pub fn configured_hosts(config: &Value) -> Vec<HostDescriptor> {
         let provider = r.split('/').next().unwrap_or_default();
         match backends.and_then(|b| b.get(provider)) {
             Some(spec) => {
-                let caps = spec
-                    .get("capabilities")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect());
+                let caps = spec.get("capabilities").and_then(Value::as_array).map(|a| {
+                    a.iter()
+                        .filter_map(|c| c.as_str().map(str::to_owned))
+                        .collect()
+                });
                 push(cli_backend_host(provider, caps));
             }
             None => push(embedded_host()),
@@ -184,16 +187,26 @@ pub fn configured_hosts(config: &Value) -> Vec<HostDescriptor> {
 
 fn explain(reason: &SelectionReason, configured: &str) -> String {
     match reason {
-        SelectionReason::SlotUnset => "plugins.slots.contextEngine is not set: the default engine is used".into(),
-        SelectionReason::SlotIsDefault => "plugins.slots.contextEngine selects the default engine".into(),
-        SelectionReason::Configured => format!("selected by plugins.slots.contextEngine = \"{configured}\""),
+        SelectionReason::SlotUnset => {
+            "plugins.slots.contextEngine is not set: the default engine is used".into()
+        }
+        SelectionReason::SlotIsDefault => {
+            "plugins.slots.contextEngine selects the default engine".into()
+        }
+        SelectionReason::Configured => {
+            format!("selected by plugins.slots.contextEngine = \"{configured}\"")
+        }
         SelectionReason::PolicyDisabled { block } => {
             let why = match block {
-                clawctx_engine::resolve::PolicyBlock::PluginsDisabled => "plugins are disabled (plugins.enabled: false)".to_owned(),
+                clawctx_engine::resolve::PolicyBlock::PluginsDisabled => {
+                    "plugins are disabled (plugins.enabled: false)".to_owned()
+                }
                 clawctx_engine::resolve::PolicyBlock::PluginDisabled { plugin_id } => {
                     format!("plugin \"{plugin_id}\" is disabled (plugins.entries.{plugin_id}.enabled: false)")
                 }
-                clawctx_engine::resolve::PolicyBlock::PluginDenied { plugin_id } => format!("plugin \"{plugin_id}\" is listed in plugins.deny"),
+                clawctx_engine::resolve::PolicyBlock::PluginDenied { plugin_id } => {
+                    format!("plugin \"{plugin_id}\" is listed in plugins.deny")
+                }
                 clawctx_engine::resolve::PolicyBlock::PluginNotAllowed { plugin_id } => {
                     format!("plugin \"{plugin_id}\" is not in plugins.allow")
                 }
@@ -210,7 +223,12 @@ fn explain(reason: &SelectionReason, configured: &str) -> String {
 }
 
 /// Builds the report (and applies `--fix` to `config` when asked).
-pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_error: Option<String>, fix: bool) -> anyhow::Result<DoctorReport> {
+pub async fn build_report(
+    global: &GlobalArgs,
+    config: &mut ConfigFile,
+    config_error: Option<String>,
+    fix: bool,
+) -> anyhow::Result<DoctorReport> {
     let value = Arc::new(config.value().clone());
     let engines = crate::engines::load(global, &value).await?;
     let registry = engines.registry.clone();
@@ -232,14 +250,21 @@ pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_e
         engines: Vec::new(),
         error: Some(e.clone()),
     }));
-    let resolved = registry.resolve(Some(value.clone()), Some(global.agent_dir("main")), None).await?;
+    let resolved = registry
+        .resolve(Some(value.clone()), Some(global.agent_dir("main")), None)
+        .await?;
     let info = resolved.engine.info();
     let hosts = configured_hosts(&value);
     let host_compatibility: Vec<HostReport> = hosts
         .iter()
         .map(|h| {
             let e = evaluate(&info, ContextEngineOperation::AgentRun, h);
-            HostReport { id: h.id.clone(), label: h.label.clone(), ok: e.ok, missing_capabilities: e.missing_capabilities }
+            HostReport {
+                id: h.id.clone(),
+                label: h.label.clone(),
+                ok: e.ok,
+                missing_capabilities: e.missing_capabilities,
+            }
         })
         .collect();
     let _ = resolved.engine.dispose().await;
@@ -249,7 +274,12 @@ pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_e
 
     let mut fixes = Vec::new();
     // Never rewrite a config file that could not be read: that would lose the user's text.
-    if fix && config_error.is_none() && resolved.is_configured() && !host_compatibility.is_empty() && host_compatibility.iter().all(|h| !h.ok) {
+    if fix
+        && config_error.is_none()
+        && resolved.is_configured()
+        && !host_compatibility.is_empty()
+        && host_compatibility.iter().all(|h| !h.ok)
+    {
         config.unset("plugins.slots.contextEngine", true)?;
         config.save()?;
         fixes.push(format!(
@@ -260,24 +290,45 @@ pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_e
 
     let mut config_problems = clawctx_config::check(config.value());
     if let Some(e) = config_error {
-        config_problems.insert(0, ConfigProblem { key: "(file)".into(), severity: Severity::Error, message: e });
+        config_problems.insert(
+            0,
+            ConfigProblem {
+                key: "(file)".into(),
+                severity: Severity::Error,
+                message: e,
+            },
+        );
     }
-    let loads = !matches!(resolved.reason, SelectionReason::Quarantined { .. } | SelectionReason::DiscoveryOnly);
+    let loads = !matches!(
+        resolved.reason,
+        SelectionReason::Quarantined { .. } | SelectionReason::DiscoveryOnly
+    );
     let mut status = Status::Ok;
     let warn = |s: &mut Status| *s = (*s).max(Status::Warning);
     if !loads || matches!(resolved.reason, SelectionReason::PolicyDisabled { .. }) {
         warn(&mut status);
     }
-    if host_compatibility.iter().any(|h| !h.ok) || !registry.quarantines().is_empty() || plugins.iter().any(|p| !p.loaded) {
+    if host_compatibility.iter().any(|h| !h.ok)
+        || !registry.quarantines().is_empty()
+        || plugins.iter().any(|p| !p.loaded)
+    {
         warn(&mut status);
     }
     for p in &config_problems {
-        status = status.max(if p.severity == Severity::Error { Status::Error } else { Status::Warning });
+        status = status.max(if p.severity == Severity::Error {
+            Status::Error
+        } else {
+            Status::Warning
+        });
     }
     let registered_engines = registry
         .ids()
         .into_iter()
-        .filter_map(|id| registry.get(&id).map(|r| RegisteredEngine { id, owner: r.owner }))
+        .filter_map(|id| {
+            registry
+                .get(&id)
+                .map(|r| RegisteredEngine { id, owner: r.owner })
+        })
         .collect();
     Ok(DoctorReport {
         schema_version: DOCTOR_SCHEMA_VERSION,
@@ -287,7 +338,11 @@ pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_e
         state_dir: global.state_dir(),
         context_engine: EngineReport {
             explanation: explain(&resolved.reason, &resolved.configured_id),
-            source: if resolved.effective_id == registry.default_id() { "default" } else { "configured" },
+            source: if resolved.effective_id == registry.default_id() {
+                "default"
+            } else {
+                "configured"
+            },
             configured: resolved.configured_id.clone(),
             effective: resolved.effective_id.clone(),
             reason: resolved.reason.clone(),
@@ -305,15 +360,22 @@ pub async fn build_report(global: &GlobalArgs, config: &mut ConfigFile, config_e
 }
 
 fn print_text(r: &DoctorReport) {
-    println!("clawctx doctor: {}", match r.status {
-        Status::Ok => "ok",
-        Status::Warning => "warnings",
-        Status::Error => "errors",
-    });
+    println!(
+        "clawctx doctor: {}",
+        match r.status {
+            Status::Ok => "ok",
+            Status::Warning => "warnings",
+            Status::Error => "errors",
+        }
+    );
     println!(
         "  config          {}{}",
         r.config_path.display(),
-        if r.config_exists { "" } else { " (not found: built-in defaults)" }
+        if r.config_exists {
+            ""
+        } else {
+            " (not found: built-in defaults)"
+        }
     );
     println!("  state dir       {}", r.state_dir.display());
     let e = &r.context_engine;
@@ -326,17 +388,34 @@ fn print_text(r: &DoctorReport) {
             "  [ok] loads       {} {}{}",
             e.info.name,
             e.info.version.as_deref().unwrap_or(""),
-            e.owner.as_deref().map(|o| format!(", owner {o}")).unwrap_or_default()
+            e.owner
+                .as_deref()
+                .map(|o| format!(", owner {o}"))
+                .unwrap_or_default()
         );
     } else {
-        println!("  [!!] loads       no: \"{}\" does not load; serving {} instead", e.configured, e.info.name);
+        println!(
+            "  [!!] loads       no: \"{}\" does not load; serving {} instead",
+            e.configured, e.info.name
+        );
     }
-    println!("      owns compaction: {}", if e.info.owns_compaction() { "yes" } else { "no (runtime compaction)" });
+    println!(
+        "      owns compaction: {}",
+        if e.info.owns_compaction() {
+            "yes"
+        } else {
+            "no (runtime compaction)"
+        }
+    );
     for h in &r.host_compatibility {
         if h.ok {
             println!("  [ok] host        {} can run it", h.label);
         } else {
-            println!("  [!!] host        {} cannot run it: missing {}", h.label, h.missing_capabilities.join(", "));
+            println!(
+                "  [!!] host        {} cannot run it: missing {}",
+                h.label,
+                h.missing_capabilities.join(", ")
+            );
         }
     }
     if r.quarantines.is_empty() {
@@ -346,7 +425,10 @@ fn print_text(r: &DoctorReport) {
         println!(
             "  [!!] quarantine  \"{}\"{} failed during {}: {}",
             q.engine_id,
-            q.owner.as_deref().map(|o| format!(" (owner {o})")).unwrap_or_default(),
+            q.owner
+                .as_deref()
+                .map(|o| format!(" (owner {o})"))
+                .unwrap_or_default(),
             q.operation,
             q.reason
         );
@@ -356,8 +438,15 @@ fn print_text(r: &DoctorReport) {
     for p in &r.plugins {
         let id = p.id.as_deref().unwrap_or("?");
         match &p.error {
-            None => println!("  [ok] plugin      {id} loaded ({}), engines: {}", p.dir.display(), p.engines.join(", ")),
-            Some(e) => println!("  [!!] plugin      {id} does not load ({}): {e}", p.dir.display()),
+            None => println!(
+                "  [ok] plugin      {id} loaded ({}), engines: {}",
+                p.dir.display(),
+                p.engines.join(", ")
+            ),
+            Some(e) => println!(
+                "  [!!] plugin      {id} does not load ({}): {e}",
+                p.dir.display()
+            ),
         }
     }
     if r.config_problems.is_empty() {
@@ -375,7 +464,10 @@ fn print_text(r: &DoctorReport) {
 pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let (mut config, config_error) = match global.load_config() {
         Ok(c) => (c, None),
-        Err(e) => (ConfigFile::from_value(global.config_path(), Value::Object(Default::default())), Some(format!("{e:#}"))),
+        Err(e) => (
+            ConfigFile::from_value(global.config_path(), Value::Object(Default::default())),
+            Some(format!("{e:#}")),
+        ),
     };
     let report = build_report(global, &mut config, config_error, args.fix).await?;
     if args.json {
@@ -383,5 +475,9 @@ pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCo
     } else {
         print_text(&report);
     }
-    Ok(if report.status == Status::Error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if report.status == Status::Error {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -107,7 +107,10 @@ fn database_path(global: &GlobalArgs, explicit: Option<PathBuf>) -> anyhow::Resu
         return Ok(p);
     }
     let config = global.load_config()?;
-    if let Some(p) = config.get("plugins.entries.lossless.config.databasePath")?.and_then(|v| v.as_str()) {
+    if let Some(p) = config
+        .get("plugins.entries.lossless.config.databasePath")?
+        .and_then(|v| v.as_str())
+    {
         return Ok(PathBuf::from(p));
     }
     Ok(global.agent_dir("main").join("lossless.db"))
@@ -117,7 +120,11 @@ fn database_path(global: &GlobalArgs, explicit: Option<PathBuf>) -> anyhow::Resu
 fn emit(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.write_all(b"\n")).and_then(|_| out.flush()) {
+    match out
+        .write_all(text.as_bytes())
+        .and_then(|_| out.write_all(b"\n"))
+        .and_then(|_| out.flush())
+    {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
@@ -131,7 +138,11 @@ fn print_grep(report: &clawctx_lossless::GrepReport) -> anyhow::Result<()> {
     let v = serde_json::to_value(report)?;
     let mut text = String::new();
     for hit in v["hits"].as_array().into_iter().flatten() {
-        let depth = hit.get("depth").and_then(|d| d.as_i64()).map(|d| format!(" depth {d}")).unwrap_or_default();
+        let depth = hit
+            .get("depth")
+            .and_then(|d| d.as_i64())
+            .map(|d| format!(" depth {d}"))
+            .unwrap_or_default();
         text.push_str(&format!(
             "{:<10} {:<9}{}  {}\n",
             hit["id"].as_str().unwrap_or("?"),
@@ -154,9 +165,13 @@ fn backup(db: &std::path::Path) -> anyhow::Result<Option<PathBuf>> {
     if !db.exists() {
         return Ok(None);
     }
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let target = db.with_extension(format!("db.bak-{stamp}"));
-    std::fs::copy(db, &target).with_context(|| format!("backing up {} to {}", db.display(), target.display()))?;
+    std::fs::copy(db, &target)
+        .with_context(|| format!("backing up {} to {}", db.display(), target.display()))?;
     let wal = PathBuf::from(format!("{}-wal", db.display()));
     if wal.exists() {
         std::fs::copy(&wal, PathBuf::from(format!("{}-wal", target.display())))?;
@@ -174,12 +189,22 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
         );
     }
     let mut backup_path = None;
-    if let LcmAction::Import { apply: true, .. } | LcmAction::Prune { apply: true, .. } = &args.action {
+    if let LcmAction::Import { apply: true, .. } | LcmAction::Prune { apply: true, .. } =
+        &args.action
+    {
         backup_path = backup(&db)?;
     }
     let store = LosslessStore::open(&db).with_context(|| format!("opening {}", db.display()))?;
     match args.action {
-        LcmAction::Grep { pattern, mode, session, agent, recent, limit, offset } => {
+        LcmAction::Grep {
+            pattern,
+            mode,
+            session,
+            agent,
+            recent,
+            limit,
+            offset,
+        } => {
             let scope = match (session, agent) {
                 (Some(s), _) => Scope::Session(ConvKey::from_host(Some(&s), &s)),
                 (None, Some(a)) => Scope::Agent(a),
@@ -192,7 +217,11 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
                 Mode::Regex => GrepMode::Regex,
             };
             q.target = GrepTarget::Both;
-            q.sort = if recent { GrepSort::Recency } else { GrepSort::Relevance };
+            q.sort = if recent {
+                GrepSort::Recency
+            } else {
+                GrepSort::Relevance
+            };
             q.limit = limit;
             q.offset = offset;
             let report = store.grep(q).await?;
@@ -213,7 +242,11 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
                 return Ok(ExitCode::from(1));
             }
         }
-        LcmAction::Import { file, session, apply } => {
+        LcmAction::Import {
+            file,
+            session,
+            apply,
+        } => {
             let key = ConvKey::from_host(Some(&session), &session);
             let report = store.import_openclaw_jsonl(&file, key, apply).await?;
             print(&report)?;
@@ -224,16 +257,23 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
                 eprintln!("dry run: nothing was written (use --apply)");
             }
         }
-        LcmAction::Prune { older_than_days, apply } => {
+        LcmAction::Prune {
+            older_than_days,
+            apply,
+        } => {
             if !older_than_days.is_finite() || older_than_days < 0.0 {
-                anyhow::bail!("--older-than-days must be a non-negative number, got {older_than_days}");
+                anyhow::bail!(
+                    "--older-than-days must be a non-negative number, got {older_than_days}"
+                );
             }
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or(0);
             let cutoff = now_ms - (older_than_days * 86_400_000.0) as i64;
-            let report = store.call(move |db| db.expire_payloads(cutoff, apply)).await?;
+            let report = store
+                .call(move |db| db.expire_payloads(cutoff, apply))
+                .await?;
             print(&report)?;
             if let Some(b) = backup_path {
                 eprintln!("backup written to {}", b.display());

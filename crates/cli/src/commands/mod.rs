@@ -1,13 +1,13 @@
 //! One module per subcommand.
 
-pub mod config;
-pub mod doctor;
-pub mod lcm;
+pub mod bench;
 pub mod chat;
+pub mod config;
+pub mod demo;
+pub mod doctor;
+pub mod eval;
+pub mod lcm;
+pub mod plugins;
 pub mod replay;
 pub mod run;
 pub mod sessions;
-pub mod plugins;
-pub mod bench;
-pub mod eval;
-pub mod demo;

@@ -72,7 +72,8 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
     match args.action {
         PluginsAction::Install { spec, link, force } => {
             let opts = clawctx_plugin::InstallOptions { link, force };
-            let report = clawctx_plugin::install_with(&spec, &state, &opts).with_context(|| format!("installing {spec}"))?;
+            let report = clawctx_plugin::install_with(&spec, &state, &opts)
+                .with_context(|| format!("installing {spec}"))?;
             let mut config = global.load_config()?;
             let mut value = config.value().clone();
             clawctx_plugin::apply_changes(&mut value, &report.config_changes);
@@ -117,10 +118,15 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
         PluginsAction::Info { id } => {
             let (record, manifest) = clawctx_plugin::info(&state, &id)?;
             let manifest = match manifest {
-                Ok(m) => json!({"id": m.id, "name": m.name, "version": m.version, "kinds": m.kinds, "root": m.root, "configSchema": m.config_schema}),
+                Ok(m) => {
+                    json!({"id": m.id, "name": m.name, "version": m.version, "kinds": m.kinds, "root": m.root, "configSchema": m.config_schema})
+                }
                 Err(e) => json!({"error": e.to_string()}),
             };
-            println!("{}", serde_json::to_string_pretty(&json!({"install": record, "manifest": manifest}))?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({"install": record, "manifest": manifest}))?
+            );
         }
         PluginsAction::Enable { id } | PluginsAction::Disable { id } if id.trim().is_empty() => {
             anyhow::bail!("a plugin id is required");
@@ -134,7 +140,14 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
             clawctx_plugin::apply_changes(&mut value, &report.config_changes);
             config = clawctx_config::ConfigFile::from_value(config.path(), value);
             config.save()?;
-            println!("uninstalled {id}{}", if report.removed_files { "" } else { " (files kept)" });
+            println!(
+                "uninstalled {id}{}",
+                if report.removed_files {
+                    ""
+                } else {
+                    " (files kept)"
+                }
+            );
             for c in &report.config_changes {
                 println!("  config: {}", c.describe());
             }
@@ -145,7 +158,12 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
             let mut bad = false;
             for p in &engines.plugins {
                 let ids: Vec<&str> = p.engines.iter().map(|e| e.id.as_str()).collect();
-                println!("[ok] {} loaded from {}: engines {}", p.manifest.id, p.manifest.root.display(), ids.join(", "));
+                println!(
+                    "[ok] {} loaded from {}: engines {}",
+                    p.manifest.id,
+                    p.manifest.root.display(),
+                    ids.join(", ")
+                );
                 p.host.shutdown().await;
             }
             for (dir, e) in &engines.failed {
@@ -165,8 +183,18 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
 
 fn set_enabled(global: &GlobalArgs, id: &str, enabled: bool) -> anyhow::Result<()> {
     let mut config = global.load_config()?;
-    config.set(&format!("plugins.entries.{id}.enabled"), Value::Bool(enabled))?;
+    config.set(
+        &format!("plugins.entries.{id}.enabled"),
+        Value::Bool(enabled),
+    )?;
     config.save()?;
-    println!("{} {id}", if enabled { "enabled" } else { "disabled (the slot is kept)" });
+    println!(
+        "{} {id}",
+        if enabled {
+            "enabled"
+        } else {
+            "disabled (the slot is kept)"
+        }
+    );
     Ok(())
 }

@@ -9,7 +9,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use clawctx_runtime::replay::{replay, Recording, ReplayOptions, ReplayTurn, DEFAULT_REPLAY_BUDGET};
+use clawctx_runtime::replay::{
+    replay, Recording, ReplayOptions, ReplayTurn, DEFAULT_REPLAY_BUDGET,
+};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::global::GlobalArgs;
@@ -39,7 +41,11 @@ fn line(t: &ReplayTurn) -> String {
         t.context_tokens_after,
         t.prompt_tokens,
         t.budget,
-        if t.compactions.is_empty() { String::new() } else { format!("compacted ({})", t.compactions.join(", ")) }
+        if t.compactions.is_empty() {
+            String::new()
+        } else {
+            format!("compacted ({})", t.compactions.join(", "))
+        }
     )
 }
 
@@ -57,7 +63,10 @@ pub async fn run(global: &GlobalArgs, args: ReplayArgs) -> anyhow::Result<ExitCo
     };
     let registry = crate::engines::builtin_registry()?;
     let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::with_draw_target(Some(recording.turns.len() as u64), ProgressDrawTarget::stderr())
+        ProgressBar::with_draw_target(
+            Some(recording.turns.len() as u64),
+            ProgressDrawTarget::stderr(),
+        )
     } else {
         ProgressBar::hidden()
     };
@@ -72,7 +81,12 @@ pub async fn run(global: &GlobalArgs, args: ReplayArgs) -> anyhow::Result<ExitCo
             bar.suspend(|| println!("{}", line(t)));
         }
     };
-    let options = ReplayOptions { engine: args.engine, budget: args.budget, state_dir, config };
+    let options = ReplayOptions {
+        engine: args.engine,
+        budget: args.budget,
+        state_dir,
+        config,
+    };
     let report = replay(registry, &recording, options, &mut on_turn).await?;
     bar.finish_and_clear();
     if json {
@@ -87,5 +101,9 @@ pub async fn run(global: &GlobalArgs, args: ReplayArgs) -> anyhow::Result<ExitCo
             report.over_budget_turns
         );
     }
-    Ok(if report.over_budget_turns == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if report.over_budget_turns == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

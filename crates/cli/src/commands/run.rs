@@ -36,7 +36,10 @@ pub struct RunArgs {
 /// Builds the runtime from the config, the state dir and `--model`, with every engine this
 /// build knows plus the installed plugins. Keep the returned [`crate::engines::Engines`] alive
 /// while the runtime runs: it owns the plugin processes.
-pub async fn build_runtime(global: &GlobalArgs, model: Option<String>) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
+pub async fn build_runtime(
+    global: &GlobalArgs,
+    model: Option<String>,
+) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
     let config = global.load_config()?;
     let engines = crate::engines::load(global, config.value()).await?;
     for (dir, err) in &engines.failed {
@@ -82,7 +85,11 @@ pub async fn turn_with_ctrl_c(
                     printed = true;
                 }
                 StreamEvent::ToolCallStart { name, .. } => eprintln!("\n[tool] {name}"),
-                StreamEvent::Retry { attempt, delay_ms, reason } => {
+                StreamEvent::Retry {
+                    attempt,
+                    delay_ms,
+                    reason,
+                } => {
                     eprintln!("[retry {attempt} in {delay_ms} ms: {reason}]")
                 }
                 _ => {}
@@ -105,7 +112,9 @@ pub async fn turn_with_ctrl_c(
 /// Runs `clawctx run`.
 pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (runtime, engines) = build_runtime(global, args.model).await?;
-    let key = args.session.unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
+    let key = args
+        .session
+        .unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
     let (result, printed) = turn_with_ctrl_c(&runtime, &key, &args.prompt, !args.json).await;
     runtime.shutdown().await;
     let outcome = result.context("the turn failed")?;

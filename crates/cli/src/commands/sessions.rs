@@ -58,8 +58,10 @@ pub fn run(global: &GlobalArgs, args: SessionsArgs) -> anyhow::Result<ExitCode> 
         SessionsCommand::List { agent, json } => {
             let list = store.list(&agent)?;
             if json {
-                let map: serde_json::Map<String, serde_json::Value> =
-                    list.into_iter().map(|(k, e)| Ok((k, serde_json::to_value(e)?))).collect::<anyhow::Result<_>>()?;
+                let map: serde_json::Map<String, serde_json::Value> = list
+                    .into_iter()
+                    .map(|(k, e)| Ok((k, serde_json::to_value(e)?)))
+                    .collect::<anyhow::Result<_>>()?;
                 println!("{}", serde_json::to_string_pretty(&map)?);
             } else if list.is_empty() {
                 println!("no sessions for agent {agent}");
@@ -68,17 +70,25 @@ pub fn run(global: &GlobalArgs, args: SessionsArgs) -> anyhow::Result<ExitCode> 
                     println!(
                         "{key}\t{}\tcontext {} tokens\t{} compactions",
                         e.session_id,
-                        e.context_tokens.map(|t| t.to_string()).unwrap_or_else(|| "?".into()),
+                        e.context_tokens
+                            .map(|t| t.to_string())
+                            .unwrap_or_else(|| "?".into()),
                         e.compaction_count.unwrap_or(0)
                     );
                 }
             }
         }
         SessionsCommand::Show { key, json } => {
-            let entry = store.get(&key)?.with_context(|| format!("no session for key {key:?}"))?;
+            let entry = store
+                .get(&key)?
+                .with_context(|| format!("no session for key {key:?}"))?;
             let path = store.transcript_path(store.agent_id_for(&key), &entry)?;
             let file = SessionFile::open(&path)?;
-            let messages: Vec<_> = file.active_path().iter().filter_map(|e| e.context_message()).collect();
+            let messages: Vec<_> = file
+                .active_path()
+                .iter()
+                .filter_map(|e| e.context_message())
+                .collect();
             if json {
                 println!(
                     "{}",
@@ -87,7 +97,11 @@ pub fn run(global: &GlobalArgs, args: SessionsArgs) -> anyhow::Result<ExitCode> 
                     }))?
                 );
             } else {
-                println!("{key}\nsession {}\ntranscript {}", entry.session_id, path.display());
+                println!(
+                    "{key}\nsession {}\ntranscript {}",
+                    entry.session_id,
+                    path.display()
+                );
                 for w in file.warnings() {
                     println!("warning: {w}");
                 }
@@ -97,9 +111,12 @@ pub fn run(global: &GlobalArgs, args: SessionsArgs) -> anyhow::Result<ExitCode> 
             }
         }
         SessionsCommand::Export { key } => {
-            let entry = store.get(&key)?.with_context(|| format!("no session for key {key:?}"))?;
+            let entry = store
+                .get(&key)?
+                .with_context(|| format!("no session for key {key:?}"))?;
             let path = store.transcript_path(store.agent_id_for(&key), &entry)?;
-            let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
             std::io::stdout().lock().write_all(&bytes)?;
         }
     }
