@@ -410,7 +410,7 @@ fn encode_assemble(
                     bytes.push(b',');
                 }
                 let (interned, message) = table.intern(m)?;
-                let _ = write!(bytes, "{}", interned.id());
+                serde_json::to_writer(&mut bytes, &interned.id())?;
                 if let Interned::New(id) = interned {
                     define.push(b',');
                     let _ = write!(define, "[{id},");

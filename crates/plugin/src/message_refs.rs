@@ -63,8 +63,8 @@ struct Entry {
 /// The host's table of messages the plugin process holds.
 pub struct MessageRefs {
     limits: Limits,
-    entries: HashMap<u32, Entry>,
-    by_hash: HashMap<u64, Vec<u32>>,
+    entries: HashMap<u32, Entry, foldhash::fast::FixedState>,
+    by_hash: HashMap<u64, Vec<u32>, foldhash::fast::FixedState>,
     hasher: foldhash::fast::FixedState,
     next_id: u32,
     tick: u64,
@@ -115,8 +115,8 @@ impl MessageRefs {
     pub fn new(limits: Limits) -> Self {
         MessageRefs {
             limits,
-            entries: HashMap::new(),
-            by_hash: HashMap::new(),
+            entries: HashMap::default(),
+            by_hash: HashMap::default(),
             hasher: foldhash::fast::FixedState::with_seed(0x636c_6177),
             next_id: 1,
             tick: 0,
