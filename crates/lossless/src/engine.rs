@@ -137,14 +137,17 @@ impl LosslessEngine {
         // SQLite side: two encoders take alternate chunks, each into its own channel, and the
         // store job reads the channels in turn, so order is kept.
         let msgs = Arc::new(msgs);
+        let bounds = Arc::new(chunk_bounds(msgs.len(), CHUNK));
         let mut receivers = Vec::with_capacity(ENCODERS);
         let mut encoders = Vec::with_capacity(ENCODERS);
         for lane in 0..ENCODERS {
             let (tx, rx) = std::sync::mpsc::sync_channel::<IngestChunk>(2);
             receivers.push(rx);
             let msgs = msgs.clone();
+            let bounds = bounds.clone();
             encoders.push(tokio::task::spawn_blocking(move || {
-                for chunk in msgs.chunks(CHUNK).skip(lane).step_by(ENCODERS) {
+                let chunks = bounds.iter().map(|r| &msgs[r.clone()]);
+                for chunk in chunks.skip(lane).step_by(ENCODERS) {
                     let sent = match chunk.iter().map(codec::encode).collect::<Result<Vec<_>>>() {
                         Ok(enc) => tx.send(IngestChunk::Messages(enc)),
                         Err(e) => {
@@ -631,4 +634,42 @@ pub fn lossless_factory() -> Factory {
 /// Registers the engine as plugin `lossless` (owner `plugin:lossless`, slot id `lossless`).
 pub fn register(registry: &ContextEngineRegistry) -> Result<RegisterOutcome, EngineError> {
     registry.register_plugin_engine(ENGINE_ID, ENGINE_ID, lossless_factory())
+}
+
+/// The chunks a streamed batch of `n` messages is encoded in: the first ones small, so the
+/// store starts inserting after a few messages are encoded instead of a whole chunk (it waits
+/// idle until then), then `chunk` at a time.
+fn chunk_bounds(n: usize, chunk: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::with_capacity(n / chunk.max(1) + 4);
+    let mut at = 0;
+    let mut size = (chunk / 4).max(1);
+    while at < n {
+        let end = (at + size).min(n);
+        out.push(at..end);
+        at = end;
+        size = (size * 2).min(chunk.max(1));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_bounds;
+
+    #[test]
+    fn chunks_start_small_and_cover_every_message_once_in_order() {
+        for n in [0usize, 1, 3, 4, 5, 16, 17, 100, 1000] {
+            let b = chunk_bounds(n, 16);
+            let mut at = 0;
+            for r in &b {
+                assert_eq!(r.start, at);
+                assert!(!r.is_empty() && r.len() <= 16, "{r:?}");
+                at = r.end;
+            }
+            assert_eq!(at, n);
+            if n >= 4 {
+                assert_eq!(b[0], 0..4, "the first chunk is small");
+            }
+        }
+    }
 }
