@@ -7,6 +7,12 @@ mod commands;
 mod engines;
 mod global;
 
+/// The agent loop hands every engine call its own copy of the history (the contract's params
+/// own their messages), so a turn allocates and frees thousands of small strings; mimalloc
+/// does that several times faster than the system allocator, with less fragmentation.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 use crate::global::GlobalArgs;

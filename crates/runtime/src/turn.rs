@@ -293,7 +293,7 @@ impl EmbeddedTurn {
         let mut view = if in_loop_hook {
             // Owning engines see the loop's new messages before each further call (§7.1).
             let all: Vec<AgentMessage> = self.history.iter().chain(self.turn.iter()).cloned().collect();
-            if let Err(e) = self.deliver(&all).await {
+            if let Err(e) = self.deliver(all).await {
                 self.out.warnings.push(format!("in-loop afterTurn failed: {e}"));
             }
             self.assemble(true).await?
@@ -331,7 +331,7 @@ impl EmbeddedTurn {
         } else {
             self.history.clone()
         };
-        let result = self.assemble_once(&source, msg_budget).await?;
+        let result = self.assemble_once(source, msg_budget).await?;
         let estimate = result.estimated_tokens.max(tokens_of(&result.messages)) + pending;
         let authority = result.prompt_authority.unwrap_or_default();
         let may_overflow = authority == PromptAuthority::PreassemblyMayOverflow;
@@ -353,7 +353,7 @@ impl EmbeddedTurn {
             } else {
                 self.history.clone()
             };
-            self.assemble_once(&source, msg_budget).await?
+            self.assemble_once(source, msg_budget).await?
         } else {
             result
         };
@@ -365,9 +365,9 @@ impl EmbeddedTurn {
         Ok(result.messages)
     }
 
-    async fn assemble_once(&self, source: &[AgentMessage], budget: u64) -> Result<AssembleResult> {
+    async fn assemble_once(&self, source: Vec<AgentMessage>, budget: u64) -> Result<AssembleResult> {
         let prepared = prepare_history(
-            source.to_vec(),
+            source,
             &PipelineOptions { history_turn_limit: self.rt.history_turn_limit, token_budget: Some(budget) },
         );
         let model = match &self.rt.backend {
@@ -435,7 +435,7 @@ impl EmbeddedTurn {
     }
 
     /// afterTurn > ingestBatch > ingest, with the full view and `prePromptMessageCount`.
-    async fn deliver(&self, all: &[AgentMessage]) -> std::result::Result<(), EngineError> {
+    async fn deliver(&self, all: Vec<AgentMessage>) -> std::result::Result<(), EngineError> {
         let methods = self.engine().methods();
         let cx = self.cx();
         let sid = self.session.entry.session_id.clone();
@@ -447,7 +447,7 @@ impl EmbeddedTurn {
                 session_key: key,
                 session_target: Some(self.rt.session_target(&self.session)),
                 session_file: self.session.transcript_path.to_string_lossy().into_owned(),
-                messages: all.to_vec(),
+                messages: all,
                 pre_prompt_message_count: self.history.len() as u64,
                 auto_compaction_summary: None,
                 is_heartbeat: None,
@@ -529,7 +529,7 @@ impl EmbeddedTurn {
 
     async fn finish(mut self) -> Result<TurnOutcome> {
         let all: Vec<AgentMessage> = self.history.iter().chain(self.turn.iter()).cloned().collect();
-        if let Err(e) = self.deliver(&all).await {
+        if let Err(e) = self.deliver(all).await {
             let line = format!("context engine afterTurn failed: {e}");
             tracing::warn!("{line}");
             self.out.warnings.push(line);
