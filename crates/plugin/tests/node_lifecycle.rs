@@ -329,17 +329,8 @@ async fn refs_engine(
     clawctx_plugin::LoadedPlugin,
 ) {
     require("node");
-    let registry = Arc::new(ContextEngineRegistry::with_legacy());
     let config = config("refs", "refs", json!({"config": {"mode": mode}}));
-    let loaded = register_plugin(&registry, &fixture("node-refs"), &config, opts)
-        .await
-        .unwrap();
-    let resolved = registry
-        .resolve(Some(Arc::new(config)), None, None)
-        .await
-        .unwrap();
-    assert_eq!(resolved.effective_id, "refs");
-    (registry, resolved.engine.clone(), loaded)
+    load_selected(&fixture("node-refs"), config, "refs", opts).await
 }
 
 fn assemble_params(messages: Vec<AgentMessage>) -> AssembleParams {

@@ -361,22 +361,14 @@ async fn every_lifecycle_method_python() {
 async fn a_runner_that_lost_its_messages_gets_them_all_again() {
     require("python3");
     let runtime = tempfile::tempdir().unwrap();
-    let registry = Arc::new(ContextEngineRegistry::with_legacy());
     let config = config("forgetful", "forgetful", json!({}));
-    let loaded = register_plugin(
-        &registry,
+    let (registry, e, loaded) = load_selected(
         &fixture("command-forgetful"),
-        &config,
+        config,
+        "forgetful",
         options(runtime.path()),
     )
-    .await
-    .unwrap();
-    let resolved = registry
-        .resolve(Some(Arc::new(config)), None, None)
-        .await
-        .unwrap();
-    assert_eq!(resolved.effective_id, "forgetful");
-    let e = resolved.engine.clone();
+    .await;
     let cx = CallContext::none();
     let mut history = conversation();
     let mut log = serde_json::Value::Null;

@@ -107,3 +107,27 @@ pub fn pairs_intact(messages: &[AgentMessage]) -> bool {
     }
     true
 }
+
+/// A registry with `legacy`, the plugin in `dir` loaded into it with `config`, and the engine
+/// that config selects, which must be `engine` (not a quarantine fallback).
+pub async fn load_selected(
+    dir: &Path,
+    config: serde_json::Value,
+    engine: &str,
+    opts: PluginOptions,
+) -> (
+    std::sync::Arc<clawctx_engine::ContextEngineRegistry>,
+    std::sync::Arc<dyn clawctx_engine::ContextEngine>,
+    clawctx_plugin::LoadedPlugin,
+) {
+    let registry = std::sync::Arc::new(clawctx_engine::ContextEngineRegistry::with_legacy());
+    let loaded = clawctx_plugin::register_plugin(&registry, dir, &config, opts)
+        .await
+        .unwrap();
+    let resolved = registry
+        .resolve(Some(std::sync::Arc::new(config)), None, None)
+        .await
+        .unwrap();
+    assert_eq!(resolved.effective_id, engine, "{:?}", registry.quarantines());
+    (registry, resolved.engine.clone(), loaded)
+}
