@@ -1,5 +1,6 @@
 //! `clawctx chat` driven through its stdin, against a real OpenAI-compatible server on
 //! loopback: streamed replies, `/status`, `/compact`, `/new`, `/quit`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -1,6 +1,7 @@
 //! Issue "plugins" done-means, as a user runs it: a Node plugin installed with `-l` answers
 //! `clawctx run` against a real OpenAI-compatible server on loopback; a plugin whose process
 //! dies in the middle of the run is quarantined and the reply still arrives, from `legacy`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

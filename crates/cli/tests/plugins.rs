@@ -1,6 +1,7 @@
 //! `clawctx plugins …` with a real Node plugin (the seed's example engine): install -l selects
 //! it and doctor shows it loaded; disable keeps the slot and serves legacy; uninstall resets the
 //! slot. Needs `node` on PATH: fails loudly without it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -178,3 +178,52 @@ async fn replay_of_2000_turns_on_legacy_never_exceeds_the_budget() {
     );
     assert!(turns.iter().any(|t| t["toolCalls"].as_u64().unwrap() > 0));
 }
+
+#[tokio::test]
+async fn replay_on_lossless_counts_the_compactions_it_runs_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("recording.jsonl");
+    let messages = clawctx_test_support::messages::conversation(11, 300, 5);
+    let text: String = messages
+        .iter()
+        .map(|m| format!("{}\n", serde_json::to_string(m).unwrap()))
+        .collect();
+    std::fs::write(&recording, text).unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let r = clawctx(
+        &state,
+        &[
+            "replay",
+            recording.to_str().unwrap(),
+            "--engine",
+            "lossless",
+            "--budget",
+            "3000",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = json_of(&r);
+    let turns = report["turns"].as_array().unwrap();
+    assert_eq!(report["overBudgetTurns"], 0);
+    assert!(turns.iter().all(|t| t["engine"] == "lossless"), "{report}");
+    // lossless compacts inside afterTurn: the host never runs a compaction for it, and the
+    // report must still show them.
+    let engine_compactions = turns
+        .iter()
+        .filter(|t| t["compactions"].as_array().unwrap().iter().any(|c| c == "engine"))
+        .count();
+    assert!(
+        engine_compactions > 0,
+        "a 300-turn conversation at budget 3000 compacts, and the report must say so"
+    );
+    assert_eq!(
+        report["totalCompactions"].as_u64().unwrap() as usize,
+        turns
+            .iter()
+            .map(|t| t["compactions"].as_array().unwrap().len())
+            .sum::<usize>()
+    );
+}

@@ -236,7 +236,10 @@ pub struct ReplayTurn {
     pub prompt_tokens: u64,
     /// The budget.
     pub budget: u64,
-    /// Compactions this turn (`auto`, `overflow`, `preflight`).
+    /// Compactions this turn: `auto`, `overflow`, `preflight` (run or asked for by the host),
+    /// and `engine` when the engine's context epoch changed since the previous turn's assembly
+    /// without the host asking (it compacted on its own, e.g. in the previous turn's
+    /// `afterTurn`; several rounds between two assemblies count once).
     pub compactions: Vec<String>,
     /// Tool calls replayed.
     pub tool_calls: usize,
@@ -309,9 +312,19 @@ pub async fn replay(
         skipped_messages: recording.skipped,
     };
     let result = async {
+        let mut epoch: Option<String> = None;
+        let mut host_compacted = false;
         for (i, turn) in recording.turns.iter().enumerate() {
             let outcome = runtime.run_turn(TurnRequest::new(REPLAY_SESSION_KEY, turn.prompt.clone())).await?;
             let prompt_tokens = outcome.prompt_tokens.iter().copied().max().unwrap_or(0);
+            let mut compactions: Vec<String> = outcome.compactions.iter().map(|c| c.trigger.clone()).collect();
+            if let Some(now) = &outcome.context_epoch {
+                if !host_compacted && epoch.as_ref().is_some_and(|before| before != now) {
+                    compactions.push("engine".into());
+                }
+                epoch = Some(now.clone());
+            }
+            host_compacted = !outcome.compactions.is_empty();
             let t = ReplayTurn {
                 turn: i + 1,
                 engine: outcome.engine.clone(),
@@ -319,7 +332,7 @@ pub async fn replay(
                 context_tokens_after: outcome.context_tokens_after,
                 prompt_tokens,
                 budget,
-                compactions: outcome.compactions.iter().map(|c| c.trigger.clone()).collect(),
+                compactions,
                 tool_calls: outcome.tool_calls,
             };
             report.total_compactions += t.compactions.len();

@@ -89,8 +89,13 @@ pub struct TurnOutcome {
     pub context_tokens_before: u64,
     /// Context tokens of the transcript after the turn (and any compaction).
     pub context_tokens_after: u64,
-    /// Compactions during the turn.
+    /// Compactions during the turn that the host ran or asked for.
     pub compactions: Vec<CompactionRecord>,
+    /// `contextProjection.epoch` of the turn's last assembly, when the engine gives one. An
+    /// engine that compacts on its own (inside `afterTurn`, as `lossless` does) changes it, so
+    /// a change between turns is how the host sees those compactions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_epoch: Option<String>,
     /// Whether a provider overflow was recovered by compaction and a retry.
     pub overflow_recovered: bool,
     /// The tool loop hit its bound before the model gave a final answer.
@@ -357,6 +362,9 @@ impl EmbeddedTurn {
         } else {
             result
         };
+        if let Some(epoch) = result.context_projection.as_ref().and_then(|p| p.epoch.clone()) {
+            self.out.context_epoch = Some(epoch);
+        }
         if let Some(addition) = result.system_prompt_addition.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
             self.system = format!("{addition}\n\n{}", self.rt.system_prompt);
         } else {
