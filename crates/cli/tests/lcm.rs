@@ -1,23 +1,12 @@
 //! `clawctx lcm …` against a real lossless database built by `lcm import`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
+use common::clawctx;
 use serde_json::{json, Value};
-
-fn clawctx(state: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))
-        .args(args)
-        .env("CLAWCTX_STATE_DIR", state)
-        .output()
-        .expect("running clawctx");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn write_session(path: &Path, turns: usize) {
     let mut lines = vec![json!({"type": "session", "version": 3, "id": "sess-1", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/"}).to_string()];

@@ -3,23 +3,13 @@
 //! slot. Needs `node` on PATH: fails loudly without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::clawctx;
 use serde_json::Value;
-
-fn clawctx(state: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))
-        .args(args)
-        .env("CLAWCTX_STATE_DIR", state)
-        .output()
-        .expect("running clawctx");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn seed_plugin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/plugins/seed-node-engine")

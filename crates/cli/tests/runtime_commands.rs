@@ -134,11 +134,12 @@ async fn run_json_then_sessions_list_show_export() {
     );
 }
 
-#[tokio::test]
-async fn replay_of_2000_turns_on_legacy_never_exceeds_the_budget() {
+/// `clawctx replay --json` of a generated `turns`-turn conversation (seeded by `seed`)
+/// through `engine` at `budget`: the report, after checking the command succeeded.
+async fn replay_report(seed: u64, turns: usize, engine: &str, budget: u64) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let recording = dir.path().join("recording.jsonl");
-    let messages = clawctx_test_support::messages::conversation(7, 2000, 5);
+    let messages = clawctx_test_support::messages::conversation(seed, turns, 5);
     let text: String = messages
         .iter()
         .map(|m| format!("{}\n", serde_json::to_string(m).unwrap()))
@@ -146,22 +147,28 @@ async fn replay_of_2000_turns_on_legacy_never_exceeds_the_budget() {
     std::fs::write(&recording, text).unwrap();
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let budget = 3000u64;
+    let budget = budget.to_string();
     let r = clawctx(
         &state,
         &[
             "replay",
             recording.to_str().unwrap(),
             "--engine",
-            "legacy",
+            engine,
             "--budget",
-            "3000",
+            &budget,
             "--json",
         ],
     )
     .await;
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let report = json_of(&r);
+    json_of(&r)
+}
+
+#[tokio::test]
+async fn replay_of_2000_turns_on_legacy_never_exceeds_the_budget() {
+    let budget = 3000u64;
+    let report = replay_report(7, 2000, "legacy", budget).await;
     let turns = report["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 2000);
     for t in turns {
@@ -181,31 +188,7 @@ async fn replay_of_2000_turns_on_legacy_never_exceeds_the_budget() {
 
 #[tokio::test]
 async fn replay_on_lossless_counts_the_compactions_it_runs_itself() {
-    let dir = tempfile::tempdir().unwrap();
-    let recording = dir.path().join("recording.jsonl");
-    let messages = clawctx_test_support::messages::conversation(11, 300, 5);
-    let text: String = messages
-        .iter()
-        .map(|m| format!("{}\n", serde_json::to_string(m).unwrap()))
-        .collect();
-    std::fs::write(&recording, text).unwrap();
-    let state = dir.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let r = clawctx(
-        &state,
-        &[
-            "replay",
-            recording.to_str().unwrap(),
-            "--engine",
-            "lossless",
-            "--budget",
-            "3000",
-            "--json",
-        ],
-    )
-    .await;
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let report = json_of(&r);
+    let report = replay_report(11, 300, "lossless", 3000).await;
     let turns = report["turns"].as_array().unwrap();
     assert_eq!(report["overBudgetTurns"], 0);
     assert!(turns.iter().all(|t| t["engine"] == "lossless"), "{report}");
@@ -213,7 +196,13 @@ async fn replay_on_lossless_counts_the_compactions_it_runs_itself() {
     // report must still show them.
     let engine_compactions = turns
         .iter()
-        .filter(|t| t["compactions"].as_array().unwrap().iter().any(|c| c == "engine"))
+        .filter(|t| {
+            t["compactions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c == "engine")
+        })
         .count();
     assert!(
         engine_compactions > 0,
