@@ -19,6 +19,41 @@ fn per_msg(t: Instant, n: usize) -> f64 {
     t.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
+/// CPU nanoseconds each thread of this process has run, by thread name (Linux
+/// `/proc/self/task/*/schedstat`; empty elsewhere). Threads of one name are summed.
+fn thread_cpu() -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let p = t.path();
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(p.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()))
+            .unwrap_or(0);
+        *out.entry(name.trim().to_owned()).or_default() += ns;
+    }
+    out
+}
+
+/// Prints the CPU time per message each kind of thread spent since `before` (threads that
+/// ended in between are not counted: the runtime's threads outlive the measurement).
+fn print_cpu(before: &std::collections::BTreeMap<String, u64>, n: usize) {
+    let after = thread_cpu();
+    let mut total = 0.0;
+    let mut parts = Vec::new();
+    for (name, ns) in &after {
+        let d = ns.saturating_sub(before.get(name).copied().unwrap_or(0)) as f64 / 1e3 / n as f64;
+        if d >= 0.1 {
+            parts.push(format!("{name} {d:.1}"));
+            total += d;
+        }
+    }
+    println!("    CPU µs/msg by thread: {} (total {total:.1})", parts.join(", "));
+}
+
 /// The distinct ASCII-lowercased words of `text` (split at ASCII non-alphanumerics), joined by
 /// spaces: what a `detail=none` index needs.
 fn distinct_words(text: &str) -> String {
@@ -98,6 +133,22 @@ fn main() {
     let t = Instant::now();
     let enc: Vec<_> = msgs.iter().map(|m| codec::encode(m).unwrap()).collect();
     println!("codec::encode (tokens memoized): {:6.1} µs/msg", per_msg(t, n));
+    // Its parts, each alone over the same messages.
+    let t = Instant::now();
+    for m in &msgs {
+        std::hint::black_box(codec::identity(m).unwrap());
+    }
+    println!("  identity (skeleton + hash):    {:6.1} µs/msg", per_msg(t, n));
+    let t = Instant::now();
+    for e in &enc {
+        std::hint::black_box(codec::index_terms(&e.text));
+    }
+    println!("  index terms:                   {:6.1} µs/msg", per_msg(t, n));
+    let t = Instant::now();
+    for e in &enc {
+        std::hint::black_box(clawctx_lossless::store::pack::pack(&e.text));
+    }
+    println!("  compression:                   {:6.1} µs/msg", per_msg(t, n));
 
     let dir = tempfile::tempdir().unwrap();
     let store = LosslessStore::open(dir.path().join("parts.db")).unwrap();
@@ -119,6 +170,7 @@ fn main() {
         .unwrap();
     let engine = LosslessEngine::open(dir.path().join("e2e.db"), LosslessConfig::default()).unwrap();
     let cx = clawctx_engine::CallContext::none();
+    let cpu = thread_cpu();
     let t = Instant::now();
     rt.block_on(async {
         use clawctx_engine::ContextEngine;
@@ -133,10 +185,12 @@ fn main() {
         }
     });
     println!("engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg", per_msg(t, n));
+    print_cpu(&cpu, n);
     // The same on plain chat (~600-byte messages, no tool outputs).
     let plain: Vec<AgentMessage> = workload_plain(n, 4444);
     let plain_bytes: usize = plain.iter().map(|m| m.plain_text().len()).sum();
     let pe = LosslessEngine::open(dir.path().join("plain.db"), LosslessConfig::default()).unwrap();
+    let cpu = thread_cpu();
     let t = Instant::now();
     rt.block_on(async {
         use clawctx_engine::ContextEngine;
@@ -155,6 +209,7 @@ fn main() {
         plain_bytes as f64 / n as f64,
         per_msg(t, n)
     );
+    print_cpu(&cpu, n);
     let st = rt.block_on(engine.store().status()).unwrap();
     let raw: usize = fresh.iter().map(|m| m.plain_text().len()).sum();
     println!("  database {:.2}x the raw text bytes", st.db_bytes as f64 / raw as f64);

@@ -4,6 +4,11 @@
 
 #![allow(dead_code)] // each bench uses part of this module.
 
+/// The allocator the `clawctx` binary ships with (see `crates/cli/src/main.rs`), so the figures
+/// are the ones a user of the binary gets.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use async_trait::async_trait;
 use clawctx_protocol::*;
 use clawctx_summarize::{SummarizeError, Summarizer, Summary, SummaryRequest};

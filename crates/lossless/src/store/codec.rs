@@ -484,6 +484,37 @@ mod tests {
         rt(json!({"role":"custom","customType":"x","content":"c","display":true}));
     }
 
+    /// The plain reading of [`index_terms`]: split, lowercase ASCII, keep first occurrences.
+    fn index_terms_reference(text: &str) -> String {
+        let mut seen = std::collections::HashSet::new();
+        let lower = text.to_ascii_lowercase();
+        lower
+            .split(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty() && seen.insert(*w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn index_terms_keeps_each_word_once_in_first_seen_order() {
+        // 3,000 distinct words, each repeated in other cases, with non-ASCII words and
+        // separators mixed in.
+        let mut text = String::new();
+        for i in 0..3_000 {
+            text.push_str(&format!("Word{i} naïve-{i} WORD{i}, "));
+            if i % 7 == 0 {
+                text.push_str(&format!("word{} Привет\n", i / 2));
+            }
+        }
+        let got = index_terms(&text);
+        assert_eq!(got, index_terms_reference(&text));
+        assert_eq!(got.split(' ').filter(|w| *w == "word42").count(), 1);
+        assert!(got.contains("naïve"), "non-ASCII words are kept whole");
+        for t in ["", " ,;", "a", "A a A", "x\u{301}y X\u{301}Y", "日本語 日本語"] {
+            assert_eq!(index_terms(t), index_terms_reference(t), "{t:?}");
+        }
+    }
+
     #[test]
     fn plain_user_has_no_skeleton_and_hash_differs_by_timestamp() {
         let a = encode(&AgentMessage::user("hello").with_timestamp(1)).unwrap();
