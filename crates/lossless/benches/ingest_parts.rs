@@ -31,7 +31,11 @@ fn thread_cpu() -> std::collections::BTreeMap<String, u64> {
         let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
         let ns = std::fs::read_to_string(p.join("schedstat"))
             .ok()
-            .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()))
+            .and_then(|s| {
+                s.split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse::<u64>().ok())
+            })
             .unwrap_or(0);
         *out.entry(name.trim().to_owned()).or_default() += ns;
     }
@@ -51,7 +55,10 @@ fn print_cpu(before: &std::collections::BTreeMap<String, u64>, n: usize) {
             total += d;
         }
     }
-    println!("    CPU µs/msg by thread: {} (total {total:.1})", parts.join(", "));
+    println!(
+        "    CPU µs/msg by thread: {} (total {total:.1})",
+        parts.join(", ")
+    );
 }
 
 /// The distinct ASCII-lowercased words of `text` (split at ASCII non-alphanumerics), joined by
@@ -79,17 +86,31 @@ fn bare_sqlite(texts: &[String], fts: Option<&str>) -> f64 {
 }
 
 fn bare_sqlite_with(texts: &[String], fts: Option<&str>, per_tx: usize, contentless: bool) -> f64 {
+    bare_sqlite_in(texts, fts, per_tx, contentless, "")
+}
+
+fn bare_sqlite_in(
+    texts: &[String],
+    fts: Option<&str>,
+    per_tx: usize,
+    contentless: bool,
+    schema: &str,
+) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let conn = rusqlite::Connection::open(dir.path().join("bare.db")).unwrap();
     conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;
          CREATE TABLE m(id INTEGER PRIMARY KEY, text TEXT NOT NULL);",
     )
     .unwrap();
     if let Some(tok) = fts {
         conn.execute_batch(&format!(
-            "CREATE VIRTUAL TABLE f USING fts5(text, {}, detail=none, tokenize='{tok}');",
-            if contentless { "content=''" } else { "content='m', content_rowid='id'" }
+            "CREATE VIRTUAL TABLE {schema}f USING fts5(text, {}, detail=none, tokenize='{tok}');",
+            if contentless {
+                "content=''"
+            } else {
+                "content='m', content_rowid='id'"
+            }
         ))
         .unwrap();
     }
@@ -122,33 +143,84 @@ fn main() {
     // A seed no other bench uses, so the token memo starts cold.
     let msgs: Vec<AgentMessage> = workload(n, 4242);
     let bytes: usize = msgs.iter().map(|m| m.plain_text().len()).sum();
-    println!("workload: {n} messages, {:.0} text bytes/message", bytes as f64 / n as f64);
+    println!(
+        "workload: {n} messages, {:.0} text bytes/message",
+        bytes as f64 / n as f64
+    );
 
     let t = Instant::now();
     for m in &msgs {
         std::hint::black_box(clawctx_tokens::message_tokens(m));
     }
-    println!("token counting (cold):          {:6.1} µs/msg", per_msg(t, n));
+    println!(
+        "token counting (cold):          {:6.1} µs/msg",
+        per_msg(t, n)
+    );
 
     let t = Instant::now();
     let enc: Vec<_> = msgs.iter().map(|m| codec::encode(m).unwrap()).collect();
-    println!("codec::encode (tokens memoized): {:6.1} µs/msg", per_msg(t, n));
+    println!(
+        "codec::encode (tokens memoized): {:6.1} µs/msg",
+        per_msg(t, n)
+    );
     // Its parts, each alone over the same messages.
     let t = Instant::now();
     for m in &msgs {
         std::hint::black_box(codec::identity(m).unwrap());
     }
-    println!("  identity (skeleton + hash):    {:6.1} µs/msg", per_msg(t, n));
+    println!(
+        "  identity (skeleton + hash):    {:6.1} µs/msg",
+        per_msg(t, n)
+    );
     let t = Instant::now();
     for e in &enc {
         std::hint::black_box(codec::index_terms(&e.text));
     }
-    println!("  index terms:                   {:6.1} µs/msg", per_msg(t, n));
+    println!(
+        "  index terms:                   {:6.1} µs/msg",
+        per_msg(t, n)
+    );
     let t = Instant::now();
     for e in &enc {
         std::hint::black_box(clawctx_lossless::store::pack::pack(&e.text));
     }
-    println!("  compression:                   {:6.1} µs/msg", per_msg(t, n));
+    println!(
+        "  compression:                   {:6.1} µs/msg",
+        per_msg(t, n)
+    );
+    if std::env::var_os("LEVELS").is_some() {
+        let texts: Vec<String> = enc.iter().map(|e| e.text.clone()).collect();
+        compression_levels(&texts);
+        let texts: Vec<String> = workload_plain(n, 4444)
+            .iter()
+            .map(|m| m.plain_text())
+            .collect();
+        let t = Instant::now();
+        let out: usize = texts
+            .iter()
+            .map(|s| lz4_flex::block::compress_prepend_size(s.as_bytes()).len())
+            .sum();
+        let raw: usize = texts.iter().map(String::len).sum();
+        println!(
+            "plain lz4: {:6.1} µs/text, ratio {:.3}",
+            per_msg(t, n),
+            out as f64 / raw as f64
+        );
+        for level in [1, -1, -3, -5] {
+            let mut c = zstd::bulk::Compressor::new(level).unwrap();
+            let t = Instant::now();
+            let out: usize = texts
+                .iter()
+                .map(|s| c.compress(s.as_bytes()).unwrap().len())
+                .sum();
+            println!(
+                "plain zstd {level:>3}: {:6.1} µs/text, ratio {:.3}",
+                per_msg(t, n),
+                out as f64 / raw as f64
+            );
+        }
+        return;
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let store = LosslessStore::open(dir.path().join("parts.db")).unwrap();
@@ -159,7 +231,25 @@ fn main() {
         let key = key.clone();
         store.call_blocking(move |db| db.ingest(&key, &ch)).unwrap();
     }
-    println!("Db::ingest (pre-encoded, 100/tx): {:6.1} µs/msg", per_msg(t, n));
+    println!(
+        "Db::ingest (pre-encoded, 100/tx): {:6.1} µs/msg",
+        per_msg(t, n)
+    );
+    if let Some(reps) = std::env::var("INGEST_PARTS_STORE_ONLY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        // For a profiler: the store side alone, `reps` more times into fresh stores.
+        for r in 0..reps {
+            let store = LosslessStore::open(dir.path().join(format!("only{r}.db"))).unwrap();
+            for ch in enc.chunks(100) {
+                let ch = ch.to_vec();
+                let key = key.clone();
+                store.call_blocking(move |db| db.ingest(&key, &ch)).unwrap();
+            }
+        }
+        return;
+    }
 
     // End to end through the engine, tokens cold again (another seed), batches of 100.
     let fresh: Vec<AgentMessage> = workload(n, 4343);
@@ -168,7 +258,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let engine = LosslessEngine::open(dir.path().join("e2e.db"), LosslessConfig::default()).unwrap();
+    let engine =
+        LosslessEngine::open(dir.path().join("e2e.db"), LosslessConfig::default()).unwrap();
     let cx = clawctx_engine::CallContext::none();
     let cpu = thread_cpu();
     let t = Instant::now();
@@ -184,7 +275,10 @@ fn main() {
             engine.ingest_batch(&p, &cx).await.unwrap();
         }
     });
-    println!("engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg", per_msg(t, n));
+    println!(
+        "engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg",
+        per_msg(t, n)
+    );
     print_cpu(&cpu, n);
     // The same on plain chat (~600-byte messages, no tool outputs).
     let plain: Vec<AgentMessage> = workload_plain(n, 4444);
@@ -210,9 +304,43 @@ fn main() {
         per_msg(t, n)
     );
     print_cpu(&cpu, n);
+    // Turn by turn, as a host delivers them: two messages per call.
+    let turns: Vec<AgentMessage> = workload_plain(n, 4545);
+    let te = LosslessEngine::open(dir.path().join("turns.db"), LosslessConfig::default()).unwrap();
+    let batches: Vec<clawctx_protocol::IngestBatchParams> = turns
+        .chunks(2)
+        .map(|ch| clawctx_protocol::IngestBatchParams {
+            session_id: "s".into(),
+            session_key: Some(KEY.into()),
+            messages: ch.to_vec(),
+            is_heartbeat: None,
+        })
+        .collect();
+    let mut per_turn = Vec::with_capacity(batches.len());
+    let cpu = thread_cpu();
+    let t = Instant::now();
+    rt.block_on(async {
+        use clawctx_engine::ContextEngine;
+        for b in &batches {
+            let t = Instant::now();
+            te.ingest_batch(b, &cx).await.unwrap();
+            per_turn.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    });
+    let total = per_msg(t, n);
+    per_turn.sort_by(f64::total_cmp);
+    println!(
+        "engine ingest_batch, plain chat, 2/batch (a turn): {total:6.1} µs/msg; per turn p50 {:.0} µs, p99 {:.0} µs",
+        per_turn[per_turn.len() / 2],
+        per_turn[per_turn.len() * 99 / 100]
+    );
+    print_cpu(&cpu, n);
     let st = rt.block_on(engine.store().status()).unwrap();
     let raw: usize = fresh.iter().map(|m| m.plain_text().len()).sum();
-    println!("  database {:.2}x the raw text bytes", st.db_bytes as f64 / raw as f64);
+    println!(
+        "  database {:.2}x the raw text bytes",
+        st.db_bytes as f64 / raw as f64
+    );
 
     // Assembly over the store just built (nothing compacted: the walk stops at the budget).
     let mut tail = fresh[fresh.len() - 4..].to_vec();
@@ -229,7 +357,11 @@ fn main() {
     let mut kept = 0;
     for _ in 0..reps {
         use clawctx_engine::ContextEngine;
-        kept = rt.block_on(engine.assemble(&ap, &cx)).unwrap().messages.len();
+        kept = rt
+            .block_on(engine.assemble(&ap, &cx))
+            .unwrap()
+            .messages
+            .len();
     }
     println!(
         "assemble 128k over {n} messages ({kept} kept): {:6.0} µs",
@@ -241,7 +373,10 @@ fn main() {
         return;
     }
     let texts: Vec<String> = enc.iter().map(|e| e.text.clone()).collect();
-    println!("bare insert, no FTS:             {:6.1} µs/msg", bare_sqlite(&texts, None));
+    println!(
+        "bare insert, no FTS:             {:6.1} µs/msg",
+        bare_sqlite(&texts, None)
+    );
     println!(
         "bare insert + FTS5 unicode61:    {:6.1} µs/msg",
         bare_sqlite(&texts, Some("unicode61 remove_diacritics 2"))
@@ -252,16 +387,53 @@ fn main() {
     );
     println!(
         "bare insert + FTS5 porter, 1000/tx: {:6.1} µs/msg",
-        bare_sqlite_with(&texts, Some("porter unicode61 remove_diacritics 2"), 1000, false)
+        bare_sqlite_with(
+            &texts,
+            Some("porter unicode61 remove_diacritics 2"),
+            1000,
+            false
+        )
+    );
+    let distinct: Vec<String> = texts.iter().map(|s| codec::index_terms(s)).collect();
+    println!(
+        "bare insert, no FTS, 2/tx:       {:6.1} µs/msg",
+        bare_sqlite_with(&texts, None, 2, false)
+    );
+    println!(
+        "bare insert + FTS5 porter on index terms (contentless), 2/tx: {:6.1} µs/msg",
+        bare_sqlite_with(
+            &distinct,
+            Some("porter unicode61 remove_diacritics 2"),
+            2,
+            true
+        )
+    );
+    println!(
+        "bare insert + temp FTS5 porter on index terms, 2/tx: {:6.1} µs/msg",
+        bare_sqlite_in(
+            &distinct,
+            Some("porter unicode61 remove_diacritics 2"),
+            2,
+            false,
+            "temp."
+        )
     );
     let t = Instant::now();
     let distinct: Vec<String> = texts.iter().map(|s| distinct_words(s)).collect();
-    println!("distinct words in Rust:          {:6.1} µs/msg", per_msg(t, n));
+    println!(
+        "distinct words in Rust:          {:6.1} µs/msg",
+        per_msg(t, n)
+    );
     let dbytes: usize = distinct.iter().map(String::len).sum();
     println!("  ({:.0} bytes/msg after dedupe)", dbytes as f64 / n as f64);
     println!(
         "bare insert + FTS5 porter on distinct words (contentless): {:6.1} µs/msg",
-        bare_sqlite_with(&distinct, Some("porter unicode61 remove_diacritics 2"), 100, true)
+        bare_sqlite_with(
+            &distinct,
+            Some("porter unicode61 remove_diacritics 2"),
+            100,
+            true
+        )
     );
     println!(
         "bare insert + FTS5 unicode61 on distinct words (contentless): {:6.1} µs/msg",
@@ -269,6 +441,57 @@ fn main() {
     );
     println!(
         "bare insert + FTS5 porter (contentless, full text): {:6.1} µs/msg",
-        bare_sqlite_with(&texts, Some("porter unicode61 remove_diacritics 2"), 100, true)
+        bare_sqlite_with(
+            &texts,
+            Some("porter unicode61 remove_diacritics 2"),
+            100,
+            true
+        )
+    );
+}
+
+#[allow(dead_code)]
+fn compression_levels(texts: &[String]) {
+    let big: Vec<&String> = texts.iter().filter(|t| t.len() >= 2048).collect();
+    let raw: usize = big.iter().map(|t| t.len()).sum();
+    for level in [3, 1, -1, -3, -5, -10] {
+        let mut c = zstd::bulk::Compressor::new(level).unwrap();
+        let t = Instant::now();
+        let out: usize = big
+            .iter()
+            .map(|s| c.compress(s.as_bytes()).unwrap().len())
+            .sum();
+        println!(
+            "zstd {level:>3}: {:6.1} µs/text, ratio {:.3}",
+            per_msg(t, big.len()),
+            out as f64 / raw as f64
+        );
+    }
+    for (hl, wl) in [(10u32, 13u32), (12, 13), (12, 16), (14, 17)] {
+        use zstd::stream::raw::CParameter;
+        let mut c = zstd::bulk::Compressor::new(1).unwrap();
+        c.set_parameter(CParameter::HashLog(hl)).unwrap();
+        c.set_parameter(CParameter::ChainLog(hl)).unwrap();
+        c.set_parameter(CParameter::WindowLog(wl)).unwrap();
+        let t = Instant::now();
+        let out: usize = big
+            .iter()
+            .map(|s| c.compress(s.as_bytes()).unwrap().len())
+            .sum();
+        println!(
+            "zstd 1 hash {hl} window {wl}: {:6.1} µs/text, ratio {:.3}",
+            per_msg(t, big.len()),
+            out as f64 / raw as f64
+        );
+    }
+    let t = Instant::now();
+    let out: usize = big
+        .iter()
+        .map(|s| lz4_flex::block::compress_prepend_size(s.as_bytes()).len())
+        .sum();
+    println!(
+        "lz4     : {:6.1} µs/text, ratio {:.3}",
+        per_msg(t, big.len()),
+        out as f64 / raw as f64
     );
 }

@@ -29,7 +29,7 @@ use crate::policy::{SessionMode, SessionPolicy};
 use crate::prompt_recall::PromptRecall;
 use crate::recall::Scope;
 use crate::session::CarryReport;
-use crate::store::{codec, ConvKey, IngestChunk, LosslessStore};
+use crate::store::{codec, ConvKey, EncodeQueue, LosslessStore};
 
 /// The engine id (registered slot id and `info.id`).
 pub const ENGINE_ID: &str = "lossless";
@@ -111,15 +111,14 @@ impl LosslessEngine {
     }
 
     /// Stores `msgs` in one transaction. Small batches are encoded on the store thread; larger
-    /// ones are encoded on blocking threads in chunks that stream into the store's open
-    /// transaction, so token counting and the codec run alongside SQLite instead of before it.
+    /// ones go through an [`EncodeQueue`]: encoder threads encode chunks while the store
+    /// thread inserts the ones ready (and encodes chunks itself rather than wait), so token
+    /// counting and the codec run alongside SQLite instead of before it.
     async fn store_messages(&self, key: &ConvKey, msgs: Vec<AgentMessage>) -> Result<Vec<bool>> {
         /// Below this many messages the extra thread hop costs more than the overlap saves.
         const STREAM_MIN: usize = 16;
-        /// Messages per chunk sent to the store.
-        const CHUNK: usize = 16;
-        /// Encoding threads.
-        const ENCODERS: usize = 2;
+        /// Messages per chunk.
+        const CHUNK: usize = 8;
         if msgs.is_empty() {
             return Ok(Vec::new());
         }
@@ -133,42 +132,27 @@ impl LosslessEngine {
                 })
                 .await;
         }
-        // Encoding (token counting, the codec, compression) costs more per message than the
-        // SQLite side: two encoders take alternate chunks, each into its own channel, and the
-        // store job reads the channels in turn, so order is kept.
-        let msgs = Arc::new(msgs);
-        let bounds = Arc::new(chunk_bounds(msgs.len(), CHUNK));
-        let mut receivers = Vec::with_capacity(ENCODERS);
-        let mut encoders = Vec::with_capacity(ENCODERS);
-        for lane in 0..ENCODERS {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<IngestChunk>(2);
-            receivers.push(rx);
-            let msgs = msgs.clone();
-            let bounds = bounds.clone();
-            encoders.push(tokio::task::spawn_blocking(move || {
-                let chunks = bounds.iter().map(|r| &msgs[r.clone()]);
-                for chunk in chunks.skip(lane).step_by(ENCODERS) {
-                    let sent = match chunk.iter().map(codec::encode).collect::<Result<Vec<_>>>() {
-                        Ok(enc) => tx.send(IngestChunk::Messages(enc)),
-                        Err(e) => {
-                            let _ = tx.send(IngestChunk::Failed(e));
-                            return;
-                        }
-                    };
-                    if sent.is_err() {
-                        return; // the store job is gone (closed store): it reports that itself.
-                    }
-                }
-                let _ = tx.send(IngestChunk::Done);
-            }));
+        let queue = Arc::new(EncodeQueue::new(msgs, CHUNK));
+        // The store thread is one of the busy threads, so one encoder fewer than the cores
+        // keeps every core busy without making the store thread share one; more than the
+        // chunks would only idle.
+        let encoders = encoder_threads().min(queue.chunks().saturating_sub(1));
+        let mut handles = Vec::with_capacity(encoders);
+        for _ in 0..encoders {
+            let q = queue.clone();
+            handles.push(tokio::task::spawn_blocking(move || q.run_encoder()));
         }
+        let q = queue.clone();
         let stored = self
             .store
-            .call(move |db| Ok(db.ingest_stream(&key, receivers)?.stored))
+            .call(move |db| Ok(db.ingest_queue(&key, &q)?.stored))
             .await;
-        // The encoders end once the store job has dropped its receivers or got `Done`.
-        for e in encoders {
-            let _ = e.await;
+        // The store job abandons the queue when it ends, and a job that never ran (a closed
+        // store) drops its closure, whose queue handle is then the last but ours; abandon
+        // here as well so no encoder waits on a store that is gone.
+        queue.abandon();
+        for h in handles {
+            let _ = h.await;
         }
         stored
     }
@@ -356,7 +340,9 @@ impl ContextEngine for LosslessEngine {
                 // Recall for a new user prompt (the host's `prompt`, else its text).
                 let recall = match live.last() {
                     Some(last @ AgentMessage::User(_)) if reserve > 0 => {
-                        let text = prompt.filter(|p| !p.trim().is_empty()).unwrap_or_else(|| last.plain_text());
+                        let text = prompt
+                            .filter(|p| !p.trim().is_empty())
+                            .unwrap_or_else(|| last.plain_text());
                         Some(PromptRecall {
                             terms: crate::search::prompt_terms(&text),
                             convs: db.scope_conversations(&Scope::Session(k.clone()))?,
@@ -639,37 +625,15 @@ pub fn register(registry: &ContextEngineRegistry) -> Result<RegisterOutcome, Eng
 /// The chunks a streamed batch of `n` messages is encoded in: the first ones small, so the
 /// store starts inserting after a few messages are encoded instead of a whole chunk (it waits
 /// idle until then), then `chunk` at a time.
-fn chunk_bounds(n: usize, chunk: usize) -> Vec<std::ops::Range<usize>> {
-    let mut out = Vec::with_capacity(n / chunk.max(1) + 4);
-    let mut at = 0;
-    let mut size = (chunk / 4).max(1);
-    while at < n {
-        let end = (at + size).min(n);
-        out.push(at..end);
-        at = end;
-        size = (size * 2).min(chunk.max(1));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::chunk_bounds;
-
-    #[test]
-    fn chunks_start_small_and_cover_every_message_once_in_order() {
-        for n in [0usize, 1, 3, 4, 5, 16, 17, 100, 1000] {
-            let b = chunk_bounds(n, 16);
-            let mut at = 0;
-            for r in &b {
-                assert_eq!(r.start, at);
-                assert!(!r.is_empty() && r.len() <= 16, "{r:?}");
-                at = r.end;
-            }
-            assert_eq!(at, n);
-            if n >= 4 {
-                assert_eq!(b[0], 0..4, "the first chunk is small");
-            }
-        }
-    }
+/// Encoder threads for a large ingest batch: one fewer than the cores this process may use
+/// (the store thread takes the last), at least one, at most three (beyond that the store
+/// thread is the bottleneck).
+fn encoder_threads() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get().saturating_sub(1))
+            .unwrap_or(1)
+            .clamp(1, 3)
+    })
 }

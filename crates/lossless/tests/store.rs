@@ -4,7 +4,10 @@
 mod common;
 
 use clawctx_engine::ContextEngine;
-use clawctx_lossless::store::{codec, schema, IngestChunk};
+use std::sync::Arc;
+
+use clawctx_lossless::store::encode_queue::EncodeFn;
+use clawctx_lossless::store::{codec, schema, EncodeQueue};
 use clawctx_lossless::*;
 use clawctx_protocol::*;
 use common::*;
@@ -113,7 +116,10 @@ async fn a_version_1_database_migrates_and_stays_searchable_and_idempotent() {
     }
     // Re-delivering the old messages (timestamped or not) stores nothing new.
     let again = e.ingest_batch(&batch(old.clone()), &cx()).await.unwrap();
-    assert_eq!(again.ingested_count, 0, "migrated identities must still match");
+    assert_eq!(
+        again.ingested_count, 0,
+        "migrated identities must still match"
+    );
     let new = AgentMessage::user("a new message after the upgrade").with_timestamp(30);
     let r = e.ingest_batch(&batch(vec![new]), &cx()).await.unwrap();
     assert_eq!(r.ingested_count, 1);
@@ -210,11 +216,19 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
         }
     }
     // The rebuilt index finds old rows.
-    let hits = e.store().grep(GrepQuery::new("nd4x9", Scope::Session(key()))).await.unwrap().hits;
+    let hits = e
+        .store()
+        .grep(GrepQuery::new("nd4x9", Scope::Session(key())))
+        .await
+        .unwrap()
+        .hits;
     assert_eq!(hits.len(), 1, "{hits:?}");
     // Re-delivering the old messages stores nothing new.
     let again = e.ingest_batch(&batch(old.clone()), &cx()).await.unwrap();
-    assert_eq!(again.ingested_count, 0, "migrated identities must still match");
+    assert_eq!(
+        again.ingested_count, 0,
+        "migrated identities must still match"
+    );
     // New messages: the plain replies' skeletons are shared after the first one.
     let mut new = Vec::new();
     for t in 6..12 {
@@ -251,7 +265,10 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
         .unwrap();
     let mut all = old.clone();
     all.extend(new);
-    assert_eq!(assembled.messages, all, "assembly reads old and new rows back exactly");
+    assert_eq!(
+        assembled.messages, all,
+        "assembly reads old and new rows back exactly"
+    );
     let again = e.ingest_batch(&batch(all), &cx()).await.unwrap();
     assert_eq!(again.ingested_count, 0);
     let report = e.store().doctor().await.unwrap();
@@ -285,46 +302,76 @@ async fn a_large_batch_streams_in_order_and_skips_duplicates() {
     assert!(e.store().doctor().await.unwrap().ok);
 }
 
+fn fails_on_m4(m: &AgentMessage) -> clawctx_lossless::error::Result<codec::Encoded> {
+    if m.plain_text() == "m4" {
+        return Err(LosslessError::InvalidInput("bad message 4".into()));
+    }
+    codec::encode(m)
+}
+
+fn panics_on_m4(m: &AgentMessage) -> clawctx_lossless::error::Result<codec::Encoded> {
+    assert_ne!(m.plain_text(), "m4", "this encoder gives up on m4");
+    codec::encode(m)
+}
+
 #[test]
-fn an_encoder_that_stops_early_rolls_the_whole_batch_back() {
+fn an_encoding_failure_rolls_the_whole_batch_back() {
     let dir = tempfile::tempdir().unwrap();
     let store = LosslessStore::open(dir.path().join("s.db")).unwrap();
-    let enc: Vec<_> = (0..5)
-        .map(|i| codec::encode(&AgentMessage::user(format!("m{i}")).with_timestamp(i)).unwrap())
+    let msgs: Vec<_> = (0..40)
+        .map(|i| AgentMessage::user(format!("m{i}")).with_timestamp(i))
         .collect();
 
-    // The producer sends a chunk, then vanishes without `Done`.
-    let (tx, rx) = std::sync::mpsc::sync_channel(4);
-    tx.send(IngestChunk::Messages(enc[..3].to_vec())).unwrap();
-    drop(tx);
-    let err = store
-        .call_blocking(move |db| db.ingest_stream(&key(), vec![rx]))
-        .unwrap_err();
-    assert!(err.to_string().contains("aborted"), "{err}");
-
-    // The producer reports an encoding failure after a chunk.
-    let (tx, rx) = std::sync::mpsc::sync_channel(4);
-    tx.send(IngestChunk::Messages(enc[..3].to_vec())).unwrap();
-    tx.send(IngestChunk::Failed(LosslessError::InvalidInput("bad message 4".into())))
-        .unwrap();
-    let err = store
-        .call_blocking(move |db| db.ingest_stream(&key(), vec![rx]))
-        .unwrap_err();
-    assert!(err.to_string().contains("bad message 4"), "{err}");
-
+    // Message 4 sits in the second chunk: the first chunk is inserted before it fails. Once
+    // with an encoder thread, once with the store thread encoding everything itself.
+    for f in [fails_on_m4 as EncodeFn, panics_on_m4] {
+        for threaded in [false, true] {
+            let q = Arc::new(EncodeQueue::with_encoder(msgs.clone(), 4, f));
+            let encoder = threaded.then(|| {
+                let q = q.clone();
+                std::thread::spawn(move || q.run_encoder())
+            });
+            let sq = q.clone();
+            let err = store
+                .call_blocking(move |db| db.ingest_queue(&key(), &sq))
+                .unwrap_err();
+            let err = err.to_string();
+            assert!(
+                err.contains("bad message 4") || err.contains("panicked"),
+                "{err}"
+            );
+            if let Some(h) = encoder {
+                h.join().unwrap();
+            }
+        }
+    }
     let count = store
         .call_blocking(|db| Ok(db.conversation(&key())?.map_or(0, |c| c.msg_count)))
         .unwrap();
-    assert_eq!(count, 0, "a failed stream must leave nothing behind");
+    assert_eq!(count, 0, "a failed batch must leave nothing behind");
 
-    // A complete stream commits.
-    let (tx, rx) = std::sync::mpsc::sync_channel(4);
-    tx.send(IngestChunk::Messages(enc.clone())).unwrap();
-    tx.send(IngestChunk::Done).unwrap();
+    // The whole batch commits, in order.
+    let q = Arc::new(EncodeQueue::new(msgs.clone(), 4));
+    let encoder = {
+        let q = q.clone();
+        std::thread::spawn(move || q.run_encoder())
+    };
     let out = store
-        .call_blocking(move |db| db.ingest_stream(&key(), vec![rx]))
+        .call_blocking(move |db| db.ingest_queue(&key(), &q))
         .unwrap();
-    assert_eq!(out.stored, vec![true; 5]);
+    encoder.join().unwrap();
+    assert_eq!(out.stored, vec![true; 40]);
+    store.close();
+    let conn = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
+    let seq_texts: Vec<String> = conn
+        .prepare("SELECT text FROM messages ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    let want: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    assert_eq!(seq_texts, want, "stored in batch order");
 }
 
 #[tokio::test]
@@ -357,7 +404,10 @@ async fn megabytes_written_are_checkpointed_and_survive_reopening() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    assert!(!wal.exists(), "the log should be checkpointed and removed on close");
+    assert!(
+        !wal.exists(),
+        "the log should be checkpointed and removed on close"
+    );
     let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
     let convs = e.store().conversations().await.unwrap();
     assert_eq!(convs[0].msg_count as usize, n);
@@ -412,7 +462,8 @@ proptest! {
 /// A tool call and its (large) result.
 fn big_read(id: &str, t: i64, body: &str) -> Vec<AgentMessage> {
     vec![
-        AgentMessage::tool_call(id, "read", serde_json::json!({"path": "src/big.rs"})).with_timestamp(t),
+        AgentMessage::tool_call(id, "read", serde_json::json!({"path": "src/big.rs"}))
+            .with_timestamp(t),
         AgentMessage::tool_result(id, "read", body).with_timestamp(t + 1),
     ]
 }
@@ -447,8 +498,15 @@ async fn identical_large_outputs_are_stored_once_and_read_back_whole() {
         })
         .await
         .unwrap();
-    assert_eq!((payloads, refs), (1, 2), "the same output must be stored once, used twice");
-    assert!(inline_bytes < 1_000, "message rows must not hold the text: {inline_bytes} bytes");
+    assert_eq!(
+        (payloads, refs),
+        (1, 2),
+        "the same output must be stored once, used twice"
+    );
+    assert!(
+        inline_bytes < 1_000,
+        "message rows must not hold the text: {inline_bytes} bytes"
+    );
 
     for id in ["msg_2", "msg_4"] {
         match e.store().describe(id).await.unwrap() {
@@ -464,10 +522,17 @@ async fn identical_large_outputs_are_stored_once_and_read_back_whole() {
         .hits;
     assert_eq!(hits.len(), 2, "{hits:?}");
     let out = e
-        .assemble(&assemble_params(vec![AgentMessage::user("next").with_timestamp(40)], 100_000), &cx())
+        .assemble(
+            &assemble_params(vec![AgentMessage::user("next").with_timestamp(40)], 100_000),
+            &cx(),
+        )
         .await
         .unwrap();
-    let n = out.messages.iter().filter(|m| m.plain_text() == body).count();
+    let n = out
+        .messages
+        .iter()
+        .filter(|m| m.plain_text() == body)
+        .count();
     assert_eq!(n, 2, "assembly must show both results whole");
     assert!(e.store().doctor().await.unwrap().ok);
 }
@@ -486,7 +551,9 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
     }
     msgs.extend(big_read("c9", 9_000_000_000_000, &new_body));
     e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
-    e.compact(&compact_params(true, 8_000), &cx()).await.unwrap();
+    e.compact(&compact_params(true, 8_000), &cx())
+        .await
+        .unwrap();
 
     // Everything is "old" for a cutoff in the future; only the summarized payload may go.
     let cutoff = i64::MAX;
@@ -495,14 +562,26 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
         .call(move |db| db.expire_payloads(cutoff, false))
         .await
         .unwrap();
-    assert_eq!((dry.candidates, dry.payloads_expired, dry.payloads_in_context), (2, 1, 1), "{dry:?}");
+    assert_eq!(
+        (
+            dry.candidates,
+            dry.payloads_expired,
+            dry.payloads_in_context
+        ),
+        (2, 1, 1),
+        "{dry:?}"
+    );
     assert!(dry.dry_run);
     let report = e
         .store()
         .call(move |db| db.expire_payloads(cutoff, true))
         .await
         .unwrap();
-    assert_eq!((report.payloads_expired, report.messages_rewritten), (1, 1), "{report:?}");
+    assert_eq!(
+        (report.payloads_expired, report.messages_rewritten),
+        (1, 1),
+        "{report:?}"
+    );
     assert!(report.bytes_freed as usize >= old_body.len());
 
     let text_of = |id: &'static str| {
@@ -523,7 +602,10 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
         DescribeReport::Message(info) => info.message.plain_text(),
         other => panic!("{other:?}"),
     };
-    assert_eq!(new_text, new_body, "a payload still in context is never touched");
+    assert_eq!(
+        new_text, new_body,
+        "a payload still in context is never touched"
+    );
 
     // Still found by a word of the original, still recognized when re-delivered.
     let hits = e
@@ -559,21 +641,37 @@ async fn long_texts_are_stored_compressed_and_read_back_exactly() {
                     .prepare("SELECT typeof(text) FROM messages ORDER BY id")?
                     .query_map([], |r| r.get(0))?
                     .collect::<rusqlite::Result<Vec<String>>>()?;
-                let stored: i64 = c.query_row("SELECT length(text) FROM messages WHERE id = 1", [], |r| r.get(0))?;
+                let stored: i64 =
+                    c.query_row("SELECT length(text) FROM messages WHERE id = 1", [], |r| {
+                        r.get(0)
+                    })?;
                 Ok((kinds, stored))
             })
         })
         .await
         .unwrap();
-    assert_eq!(kinds, vec!["blob", "text"], "long text compressed, short text as is");
-    assert!((stored as usize) * 2 < long.len(), "{stored} stored bytes for {} text bytes", long.len());
+    assert_eq!(
+        kinds,
+        vec!["blob", "text"],
+        "long text compressed, short text as is"
+    );
+    assert!(
+        (stored as usize) * 2 < long.len(),
+        "{stored} stored bytes for {} text bytes",
+        long.len()
+    );
     for (id, want) in [("msg_1", &long), ("msg_2", &short)] {
         match e.store().describe(id).await.unwrap() {
             DescribeReport::Message(info) => assert_eq!(&info.message.plain_text(), want),
             other => panic!("{other:?}"),
         }
     }
-    let hits = e.store().grep(GrepQuery::new("aardvark", Scope::Session(key()))).await.unwrap().hits;
+    let hits = e
+        .store()
+        .grep(GrepQuery::new("aardvark", Scope::Session(key())))
+        .await
+        .unwrap()
+        .hits;
     assert_eq!(hits.len(), 1);
     assert!(hits[0].snippet.contains("aardvark"), "{hits:?}");
 }
@@ -600,7 +698,12 @@ async fn the_log_stays_bounded_when_every_turn_commits_a_little() {
         .await
         .unwrap();
     }
-    let wal = std::fs::metadata(dir.path().join("turns.db-wal")).map(|m| m.len()).unwrap_or(0);
-    assert!(wal < 48 << 20, "the write-ahead log grew to {wal} bytes (137 MB without checkpoints)");
+    let wal = std::fs::metadata(dir.path().join("turns.db-wal"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(
+        wal < 48 << 20,
+        "the write-ahead log grew to {wal} bytes (137 MB without checkpoints)"
+    );
     assert_eq!(e.store().conversations().await.unwrap()[0].msg_count, 3_000);
 }

@@ -134,7 +134,6 @@ pub fn workload(n: usize, seed: u64) -> Vec<AgentMessage> {
     out
 }
 
-
 /// Plain chat only (no tool calls): user 150–450 chars, assistant 300–1,500 chars, ~600 bytes a
 /// message on average, the size the ingest target was set for.
 pub fn workload_plain(n: usize, seed: u64) -> Vec<AgentMessage> {
@@ -143,7 +142,9 @@ pub fn workload_plain(n: usize, seed: u64) -> Vec<AgentMessage> {
     let mut t = 0i64;
     while out.len() < n {
         let ts = 1_700_000_000_000 + t * 60_000;
-        out.push(AgentMessage::user(format!("t{t} {}", text(&mut rng, 150, 450))).with_timestamp(ts));
+        out.push(
+            AgentMessage::user(format!("t{t} {}", text(&mut rng, 150, 450))).with_timestamp(ts),
+        );
         out.push(AgentMessage::assistant(text(&mut rng, 300, 1_500)).with_timestamp(ts + 3));
         t += 1;
     }

@@ -68,7 +68,8 @@ pub struct Encoded {
 /// the index ends up with the same set of terms per row. Chunks with non-ASCII letters are
 /// left to the tokenizer whole.
 pub fn index_terms(text: &str) -> String {
-    type Seen<'a> = std::collections::HashSet<&'a str, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+    type Seen<'a> =
+        std::collections::HashSet<&'a str, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
     let lower = text.to_ascii_lowercase();
     let mut seen: Seen<'_> = Seen::with_capacity_and_hasher(64, Default::default());
     let mut out = String::with_capacity(text.len() / 3);
@@ -452,7 +453,11 @@ mod tests {
     fn rt(v: Value) {
         let m: AgentMessage = serde_json::from_value(v).unwrap();
         let e = encode(&m).unwrap();
-        assert_eq!(identity(&m).unwrap(), (e.ts, e.hash), "identity() must match encode()");
+        assert_eq!(
+            identity(&m).unwrap(),
+            (e.ts, e.hash),
+            "identity() must match encode()"
+        );
         let back = decode(e.role, &e.text, e.skeleton.as_deref(), e.ts).unwrap();
         assert_eq!(back, m);
         let stored = decode(e.role, &e.text, e.stored_skeleton.as_deref(), e.ts).unwrap();
@@ -510,7 +515,14 @@ mod tests {
         assert_eq!(got, index_terms_reference(&text));
         assert_eq!(got.split(' ').filter(|w| *w == "word42").count(), 1);
         assert!(got.contains("naïve"), "non-ASCII words are kept whole");
-        for t in ["", " ,;", "a", "A a A", "x\u{301}y X\u{301}Y", "日本語 日本語"] {
+        for t in [
+            "",
+            " ,;",
+            "a",
+            "A a A",
+            "x\u{301}y X\u{301}Y",
+            "日本語 日本語",
+        ] {
             assert_eq!(index_terms(t), index_terms_reference(t), "{t:?}");
         }
     }

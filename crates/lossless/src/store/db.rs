@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::checkpoint::Checkpointer;
 use super::codec::Encoded;
+use super::encode_queue::EncodeQueue;
 use crate::error::{LosslessError, Result};
 
 /// Which conversation: agent plus session key (the active row of that pair).
@@ -107,7 +108,8 @@ pub struct Db {
     skeletons: Skeletons,
 }
 
-type FxMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+type FxMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
 
 /// Which stored skeletons (see [`Encoded::stored_skeleton`]) go to the `skeletons` table.
 ///
@@ -315,55 +317,31 @@ impl Db {
         Ok(out)
     }
 
-    /// [`Self::ingest`] for messages still being encoded: chunks arrive on the receivers
-    /// (chunk `k` on `rx[k % rx.len()]`) while earlier ones are inserted, so encoding (token
-    /// counting, the codec) and SQLite overlap on several cores. One transaction for
-    /// everything: it commits only when the receiver whose turn it is says
-    /// [`IngestChunk::Done`] (no later chunk exists then); an encoding failure or a producer
-    /// that vanished without `Done` rolls all of it back.
-    pub fn ingest_stream(
-        &mut self,
-        key: &ConvKey,
-        rx: Vec<std::sync::mpsc::Receiver<IngestChunk>>,
-    ) -> Result<IngestOutcome> {
+    /// [`Self::ingest`] for a batch still being encoded ([`EncodeQueue`]): chunks are
+    /// inserted in order as they become ready, and this thread encodes chunks itself
+    /// rather than wait for an encoder. One transaction for everything: an encoding failure
+    /// rolls all of it back. The queue is abandoned when this returns, so its encoders stop.
+    pub fn ingest_queue(&mut self, key: &ConvKey, queue: &EncodeQueue) -> Result<IngestOutcome> {
+        struct AbandonOnExit<'q>(&'q EncodeQueue);
+        impl Drop for AbandonOnExit<'_> {
+            fn drop(&mut self) {
+                self.0.abandon();
+            }
+        }
+        let _abandon = AbandonOnExit(queue);
         let large = self.large_payload_bytes;
         let mut skel = std::mem::take(&mut self.skeletons);
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, 0, large, &mut skel)?;
-            for turn in 0usize.. {
-                let Some(lane) = rx.get(turn % rx.len().max(1)) else {
-                    break;
-                };
-                match lane.recv() {
-                    Ok(IngestChunk::Messages(msgs)) => {
-                        for m in &msgs {
-                            app.push(m)?;
-                        }
-                    }
-                    Ok(IngestChunk::Done) => break,
-                    Ok(IngestChunk::Failed(e)) => return Err(e),
-                    Err(_) => {
-                        return Err(LosslessError::InvalidInput(
-                            "ingest aborted: the encoder stopped before the end of the batch".into(),
-                        ))
-                    }
+            let mut app = Appender::new(c, key, queue.len(), large, &mut skel)?;
+            while let Some(chunk) = queue.take_next() {
+                for m in &chunk? {
+                    app.push(m)?;
                 }
             }
             app.finish()
         });
         self.after_ingest(skel, out)
     }
-}
-
-/// One message of the encoder → store stream of [`Db::ingest_stream`].
-#[derive(Debug)]
-pub enum IngestChunk {
-    /// The next encoded messages, in order.
-    Messages(Vec<Encoded>),
-    /// Every message was sent: commit.
-    Done,
-    /// Encoding failed: roll back and report this.
-    Failed(LosslessError),
 }
 
 /// Appends messages to one conversation inside an open transaction, keeping the running totals
@@ -520,7 +498,10 @@ fn store_payload(c: &Connection, id: i64, m: &Encoded) -> Result<u64> {
                 "INSERT INTO payloads(hash, bytes, refs, created_at, text) VALUES(?1, ?2, 1, ?3, ?4)",
             )?
             .execute(params![hash, text.len() as i64, now_ms(), stored_text(Some(m))])?;
-            (c.last_insert_rowid(), m.packed.as_ref().map_or(text.len(), Vec::len) as u64)
+            (
+                c.last_insert_rowid(),
+                m.packed.as_ref().map_or(text.len(), Vec::len) as u64,
+            )
         }
     };
     c.prepare_cached("UPDATE messages SET payload = ?2 WHERE id = ?1")?

@@ -8,6 +8,7 @@
 mod checkpoint;
 pub mod codec;
 mod db;
+pub mod encode_queue;
 pub mod pack;
 pub mod schema;
 
@@ -15,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
 pub(crate) use db::{get_conv as db_get_conv, get_or_create_conv as db_get_or_create_conv, now_ms};
-pub use db::{ConvKey, ConvRow, Db, IngestChunk, IngestOutcome, DEFAULT_LARGE_PAYLOAD_BYTES};
+pub use db::{ConvKey, ConvRow, Db, IngestOutcome, DEFAULT_LARGE_PAYLOAD_BYTES};
+pub use encode_queue::EncodeQueue;
 
 use crate::error::{LosslessError, Result};
 
