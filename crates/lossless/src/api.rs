@@ -13,29 +13,31 @@ use crate::store::{ConvKey, ConvRow, LosslessStore};
 impl LosslessStore {
     /// Searches history (see [`GrepQuery`]).
     pub async fn grep(&self, query: GrepQuery) -> Result<GrepReport> {
-        self.call(move |db| db.grep(&query)).await
+        self.call(move |db| db.read(|db| db.grep(&query))).await
     }
 
     /// Describes `sum_<n>` or `msg_<n>` (unscoped: operator view).
     pub async fn describe(&self, id: &str) -> Result<DescribeReport> {
         let id = id.to_owned();
-        self.call(move |db| db.describe(&id, None)).await
+        self.call(move |db| db.read(|db| db.describe(&id, None)))
+            .await
     }
 
     /// Expands `sum_<n>` into its children (or shows `msg_<n>`) within `max_tokens`.
     pub async fn expand(&self, id: &str, max_tokens: u64) -> Result<ExpandReport> {
         let id = id.to_owned();
-        self.call(move |db| db.expand(&id, max_tokens, None)).await
+        self.call(move |db| db.read(|db| db.expand(&id, max_tokens, None)))
+            .await
     }
 
     /// Size, counts, growth.
     pub async fn status(&self) -> Result<StatusReport> {
-        self.call(|db| db.status()).await
+        self.call(|db| db.read(|db| db.status())).await
     }
 
     /// Integrity checks.
     pub async fn doctor(&self) -> Result<DoctorReport> {
-        self.call(|db| db.doctor()).await
+        self.call(|db| db.read(|db| db.doctor())).await
     }
 
     /// Every conversation row.

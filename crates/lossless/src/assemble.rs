@@ -17,6 +17,7 @@ use rusqlite::params;
 use crate::error::Result;
 use crate::prompt_recall::PromptRecall;
 use crate::store::codec::{self, role};
+use crate::store::decoded::DecodedCache;
 use crate::store::Db;
 
 /// The system-prompt addition explaining the recall tools (static: cache-stable).
@@ -71,9 +72,7 @@ enum Item {
         role: i64,
         n_calls: i64,
         tokens: u64,
-        text: String,
-        skeleton: Option<String>,
-        ts: Option<i64>,
+        stored: Stored,
     },
     Summary {
         id: i64,
@@ -106,16 +105,21 @@ impl Item {
             Item::Summary { .. } => false,
         }
     }
-    fn into_message(self) -> Result<AgentMessage> {
+    /// The message the model sees; stored messages decoded here are kept in `cache`.
+    fn into_message(self, cache: &mut DecodedCache) -> Result<AgentMessage> {
         Ok(match self {
             Item::Live(m, _) => m,
             Item::Message {
-                role,
-                text,
-                skeleton,
-                ts,
-                ..
-            } => codec::decode(role, &text, skeleton.as_deref(), ts)?,
+                id, role, stored, ..
+            } => match stored {
+                Stored::Decoded(m) => m,
+                Stored::Raw { text, skeleton, ts } => {
+                    let m = codec::decode(role, &text, skeleton.as_deref(), ts)?;
+                    let bytes = text.len() + skeleton.map_or(0, |s| s.len());
+                    cache.insert(id, m.clone(), bytes);
+                    m
+                }
+            },
             Item::Summary {
                 id,
                 depth,
@@ -126,6 +130,17 @@ impl Item {
             } => render_summary(id, depth, from_ts, to_ts, &text),
         })
     }
+}
+
+/// A stored message as read by the frontier walk: already decoded (from the cache of
+/// [`DecodedCache`]) or its stored columns.
+enum Stored {
+    Decoded(AgentMessage),
+    Raw {
+        text: String,
+        skeleton: Option<String>,
+        ts: Option<i64>,
+    },
 }
 
 /// Groups newest-first items into units and keeps them while they fit.
@@ -170,6 +185,21 @@ impl Packer {
 }
 
 impl Db {
+    /// The text of a frontier row's message: the stored bytes read directly (the
+    /// `message_rows` view's `unpack()` copies the text twice more), or its payload's.
+    fn stored_text(&self, r: &rusqlite::Row<'_>) -> Result<String> {
+        match r.get::<_, Option<i64>>(12)? {
+            Some(pid) => self
+                .conn
+                .prepare_cached("SELECT text FROM payloads WHERE id = ?1")?
+                .query_row([pid], |x| {
+                    Ok(crate::store::pack::column_text(x.get_ref(0)?))
+                })?,
+            None => crate::store::pack::column_text(r.get_ref(5)?),
+        }
+        .map_err(crate::error::LosslessError::Corrupt)
+    }
+
     /// Assembles conversation `conv_id` (or only `live` when `conv_id` is `None`) within
     /// `budget` tokens. `live` are the host's newest messages the store has not stored yet, in
     /// order. With `recall`, and when the newest live message is a user prompt, the block of
@@ -218,26 +248,22 @@ impl Db {
                 let kind: i64 = r.get(0)?;
                 let tokens = r.get::<_, i64>(2)? as u64;
                 let item = if kind == 0 {
-                    // Read the stored bytes directly (the `message_rows` view's `unpack()`
-                    // copies the text twice more); payload texts come from their table.
-                    let text = match r.get::<_, Option<i64>>(12)? {
-                        Some(pid) => self
-                            .conn
-                            .prepare_cached("SELECT text FROM payloads WHERE id = ?1")?
-                            .query_row([pid], |x| {
-                                Ok(crate::store::pack::column_text(x.get_ref(0)?))
-                            })?,
-                        None => crate::store::pack::column_text(r.get_ref(5)?),
-                    }
-                    .map_err(crate::error::LosslessError::Corrupt)?;
+                    let id: i64 = r.get(1)?;
+                    let cached = self.decoded.borrow_mut().get(id);
+                    let stored = match cached {
+                        Some(m) => Stored::Decoded(m),
+                        None => Stored::Raw {
+                            text: self.stored_text(r)?,
+                            skeleton: r.get(6)?,
+                            ts: r.get(7)?,
+                        },
+                    };
                     Item::Message {
-                        id: r.get(1)?,
+                        id,
                         role: r.get(3)?,
                         n_calls: r.get(4)?,
                         tokens,
-                        text,
-                        skeleton: r.get(6)?,
-                        ts: r.get(7)?,
+                        stored,
                     }
                 } else {
                     Item::Summary {
@@ -271,11 +297,13 @@ impl Db {
                     }
                 }
                 out.tokens += item.tokens();
-                out.messages.push(item.into_message()?);
+                out.messages
+                    .push(item.into_message(&mut self.decoded.borrow_mut())?);
             }
         }
         if let (Some(r), None) = (recall, &oversized) {
-            let prompt_kept = out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
+            let prompt_kept =
+                out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
             if prompt_kept {
                 if let Some(block) = self.recalled_block(r, &shown)? {
                     let at = out.messages.len() - 1;
@@ -287,10 +315,12 @@ impl Db {
         }
         if let Some(unit) = oversized {
             // Nothing fit: shorten the newest unit instead of returning nothing.
+            let mut cache = self.decoded.borrow_mut();
             let mut msgs = unit
                 .into_iter()
-                .map(Item::into_message)
+                .map(|item| item.into_message(&mut cache))
                 .collect::<Result<Vec<_>>>()?;
+            drop(cache);
             shrink_to_fit(&mut msgs, budget);
             let t: u64 = msgs.iter().map(message_tokens).sum();
             if t <= budget && !msgs.is_empty() {

@@ -324,36 +324,38 @@ impl ContextEngine for LosslessEngine {
         let (conv, assembled) = self
             .store
             .call(move |db| {
-                let conv = if all_live { None } else { db.conversation(&k)? };
-                let Some(conv) = conv else {
-                    return Ok((None, None));
-                };
-                let mut first_live = recent.len();
-                while first_live > 0 {
-                    let (ts, hash) = codec::identity(&recent[first_live - 1])?;
-                    if db.has_message(conv.id, ts, hash)? {
-                        break;
+                db.read(|db| {
+                    let conv = if all_live { None } else { db.conversation(&k)? };
+                    let Some(conv) = conv else {
+                        return Ok((None, None));
+                    };
+                    let mut first_live = recent.len();
+                    while first_live > 0 {
+                        let (ts, hash) = codec::identity(&recent[first_live - 1])?;
+                        if db.has_message(conv.id, ts, hash)? {
+                            break;
+                        }
+                        first_live -= 1;
                     }
-                    first_live -= 1;
-                }
-                let live = recent[first_live..].to_vec();
-                // Recall for a new user prompt (the host's `prompt`, else its text).
-                let recall = match live.last() {
-                    Some(last @ AgentMessage::User(_)) if reserve > 0 => {
-                        let text = prompt
-                            .filter(|p| !p.trim().is_empty())
-                            .unwrap_or_else(|| last.plain_text());
-                        Some(PromptRecall {
-                            terms: crate::search::prompt_terms(&text),
-                            convs: db.scope_conversations(&Scope::Session(k.clone()))?,
-                            reserve,
-                            max_messages: max_recalled,
-                        })
-                    }
-                    _ => None,
-                };
-                let out = db.assemble(Some(conv.id), live, budget, recall.as_ref())?;
-                Ok((Some(conv), Some(out)))
+                    let live = recent[first_live..].to_vec();
+                    // Recall for a new user prompt (the host's `prompt`, else its text).
+                    let recall = match live.last() {
+                        Some(last @ AgentMessage::User(_)) if reserve > 0 => {
+                            let text = prompt
+                                .filter(|p| !p.trim().is_empty())
+                                .unwrap_or_else(|| last.plain_text());
+                            Some(PromptRecall {
+                                terms: crate::search::prompt_terms(&text),
+                                convs: db.scope_conversations(&Scope::Session(k.clone()))?,
+                                reserve,
+                                max_messages: max_recalled,
+                            })
+                        }
+                        _ => None,
+                    };
+                    let out = db.assemble(Some(conv.id), live, budget, recall.as_ref())?;
+                    Ok((Some(conv), Some(out)))
+                })
             })
             .await?;
         let (Some(conv), Some(out)) = (conv, assembled) else {

@@ -89,6 +89,9 @@ impl Db {
     /// Expires payloads created before `cutoff_ms` (epoch ms) whose messages are all
     /// summarized; `apply = false` only counts. One transaction.
     pub fn expire_payloads(&mut self, cutoff_ms: i64, apply: bool) -> Result<RetentionReport> {
+        if apply {
+            self.decoded.get_mut().clear();
+        }
         self.tx(|c| {
             let mut report = RetentionReport {
                 dry_run: !apply,

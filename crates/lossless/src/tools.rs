@@ -125,7 +125,7 @@ impl AgentTool for GrepTool {
         };
         let report = self
             .store
-            .call(move |db| db.grep(&q))
+            .call(move |db| db.read(|db| db.grep(&q)))
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)
@@ -157,7 +157,7 @@ impl AgentTool for DescribeTool {
         let agent = key_of(&cx).agent_id;
         let report = self
             .store
-            .call(move |db| db.describe(&id, Some(&agent)))
+            .call(move |db| db.read(|db| db.describe(&id, Some(&agent))))
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)
@@ -203,7 +203,7 @@ impl AgentTool for ExpandTool {
         let agent = key_of(&cx).agent_id;
         let report = self
             .store
-            .call(move |db| db.expand(&id, max, Some(&agent)))
+            .call(move |db| db.read(|db| db.expand(&id, max, Some(&agent))))
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)

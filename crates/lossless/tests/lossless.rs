@@ -99,6 +99,15 @@ async fn assemble_fits_budget_keeps_pairs_and_includes_live_prompt() {
         .await
         .unwrap();
     assert_eq!(r.messages, live);
+    // Again: now every stored message comes from the messages decoded by the last call.
+    let again = e
+        .assemble(&assemble_params(live.clone(), 1_000_000), &cx())
+        .await
+        .unwrap();
+    assert_eq!(
+        again.messages, live,
+        "a second assembly returns the same messages"
+    );
     // A single huge message is shortened, never over budget.
     let huge = AgentMessage::user("start ".repeat(20_000) + "END").with_timestamp(11);
     let r = e

@@ -8,6 +8,7 @@
 mod checkpoint;
 pub mod codec;
 mod db;
+pub mod decoded;
 pub mod encode_queue;
 pub mod pack;
 pub mod schema;
