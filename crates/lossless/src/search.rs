@@ -22,13 +22,15 @@ type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefau
 use rusqlite::{params, OptionalExtension};
 
 use crate::error::Result;
+use crate::store::term_rows::fts_term;
 use crate::store::Db;
 
 /// Newest matches read per term by `lcm_grep` (and for document frequencies).
 pub const TERM_WINDOW: usize = 4_000;
 /// Newest matches read per term by prompt recall, which runs on every assembly: a term found
-/// in more rows than this is common enough that its IDF barely counts.
-pub const PROMPT_TERM_WINDOW: usize = 1_000;
+/// in more rows than this is common enough that its IDF barely counts (LoCoMo reachability
+/// was the same at 1,000).
+pub const PROMPT_TERM_WINDOW: usize = 500;
 /// Terms of one query at most (the first ones win).
 pub const MAX_TERMS: usize = 24;
 /// Terms of a prompt searched by prompt recall at most: the longest ones (long words tend to
@@ -124,10 +126,6 @@ impl Corpus {
     }
 }
 
-fn fts_term(t: &str) -> String {
-    format!("\"{}\"", t.replace('"', ""))
-}
-
 impl Db {
     fn corpus(&self) -> Result<Corpus> {
         let (n_docs, n_tokens): (i64, i64) = self.conn.query_row(
@@ -140,18 +138,6 @@ impl Db {
             n,
             avg_len: (n_tokens as f64 / n).max(1.0),
         })
-    }
-
-    /// The newest rows containing `term`, at most [`TERM_WINDOW`]; `None` when the term cannot
-    /// be searched (the tokenizer reduces it to nothing).
-    fn term_rows(&self, term: &str, window: usize) -> Result<Option<Vec<i64>>> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2",
-        )?;
-        Ok(st
-            .query_map(params![fts_term(term), window as i64], |r| r.get::<_, i64>(0))
-            .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>())
-            .ok())
     }
 
     /// Scores candidates `(id, sum of matched terms' IDF, terms matched)`: best by IDF first,

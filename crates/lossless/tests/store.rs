@@ -707,3 +707,50 @@ async fn the_log_stays_bounded_when_every_turn_commits_a_little() {
     );
     assert_eq!(e.store().conversations().await.unwrap()[0].msg_count, 3_000);
 }
+
+/// A term's cached newest rows are brought up to date by later messages, and always equal
+/// what a fresh connection (no cache) reads.
+#[test]
+fn cached_term_rows_follow_new_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let store = LosslessStore::open(&path).unwrap();
+    let mut ts = 0i64;
+    let mut batch = |n: usize, word: &str| -> Vec<codec::Encoded> {
+        (0..n)
+            .map(|i| {
+                ts += 1;
+                let text = if i % 3 == 0 {
+                    format!("{word} marker {ts}")
+                } else {
+                    format!("other {ts}")
+                };
+                codec::encode(&AgentMessage::user(text).with_timestamp(ts)).unwrap()
+            })
+            .collect()
+    };
+    let rows = |store: &LosslessStore, window: usize| {
+        store
+            .call_blocking(move |db| db.read(|db| db.term_rows("marker", window)))
+            .unwrap()
+            .unwrap()
+    };
+    for round in 0..4 {
+        let b = batch(30 + round * 7, "alpha");
+        store
+            .call_blocking(move |db| db.ingest(&key(), &b))
+            .unwrap();
+        for window in [5, 12, 1_000] {
+            let cached = rows(&store, window);
+            let fresh_store = LosslessStore::open(&path).unwrap();
+            let fresh = rows(&fresh_store, window);
+            fresh_store.close();
+            assert_eq!(cached, fresh, "round {round}, window {window}");
+            assert!(
+                cached.windows(2).all(|w| w[0] > w[1]),
+                "newest first: {cached:?}"
+            );
+            assert!(cached.len() <= window);
+        }
+    }
+}

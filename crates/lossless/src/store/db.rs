@@ -9,6 +9,7 @@ use super::checkpoint::Checkpointer;
 use super::codec::Encoded;
 use super::decoded::DecodedCache;
 use super::encode_queue::EncodeQueue;
+use super::term_rows::TermRowsCache;
 use crate::error::{LosslessError, Result};
 
 /// Which conversation: agent plus session key (the active row of that pair).
@@ -109,6 +110,8 @@ pub struct Db {
     skeletons: Skeletons,
     /// Messages assembly decoded recently (see [`DecodedCache`]).
     pub(crate) decoded: std::cell::RefCell<DecodedCache>,
+    /// Newest matches of search terms (see [`TermRowsCache`]).
+    pub(crate) term_rows: std::cell::RefCell<TermRowsCache>,
 }
 
 type FxMap<K, V> =
@@ -198,6 +201,7 @@ impl Db {
             large_payload_bytes: DEFAULT_LARGE_PAYLOAD_BYTES,
             skeletons: Skeletons::default(),
             decoded: Default::default(),
+            term_rows: Default::default(),
         }
     }
 
@@ -234,7 +238,16 @@ impl Db {
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
-        let r = f(&tx)?;
+        let r = match f(&tx) {
+            Ok(r) => r,
+            Err(e) => {
+                drop(tx); // rolls back
+                          // Rows a cache saw inside the transaction are gone, and their ids will be
+                          // given out again.
+                self.term_rows.get_mut().clear();
+                return Err(e);
+            }
+        };
         tx.commit()
             .map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
         if let Some(c) = &mut self.checkpointer {

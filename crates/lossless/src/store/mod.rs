@@ -12,6 +12,7 @@ pub mod decoded;
 pub mod encode_queue;
 pub mod pack;
 pub mod schema;
+pub mod term_rows;
 
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};

@@ -1,0 +1,77 @@
+//! The newest full-text matches of one term, kept between queries.
+//!
+//! Ranked search and prompt recall look every query term up on its own, newest rows first, up
+//! to a window (see [`crate::search`]); prompt recall does that on every assembly, and the
+//! terms of one conversation's prompts repeat turn after turn. The message index only ever
+//! grows, and a new message always gets a larger id than every message before it, so a
+//! term's newest rows change only by new rows arriving on top: a cached list is brought up to
+//! date by reading the matches above its newest row (`rowid > ?`, which FTS5 answers from the
+//! end of the term's document list) instead of the whole window again.
+//!
+//! Rows are never deleted from the message index (messages are kept forever; retention
+//! rewrites the text of summarized messages but leaves their index rows), so nothing cached
+//! becomes wrong. The one way a seen row can vanish is a write transaction rolling back after
+//! a lookup inside it; [`Db::tx`] drops the cache then. Bounded by [`MAX_CACHED_TERMS`]
+//! lists, dropped all at once when full.
+
+use rusqlite::params;
+
+use super::Db;
+use crate::error::Result;
+
+type FxMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+
+/// Term lists kept at most (each at most its window of ids).
+pub const MAX_CACHED_TERMS: usize = 2_048;
+
+/// See the module header: `(term, window)` → its newest matching rows, newest first.
+#[derive(Default)]
+pub struct TermRowsCache {
+    lists: FxMap<(String, usize), Vec<i64>>,
+}
+
+impl TermRowsCache {
+    /// Forgets every list.
+    pub fn clear(&mut self) {
+        self.lists.clear();
+    }
+}
+
+/// `t` as one FTS5 string token (quotes removed, so the query cannot be anything else).
+pub fn fts_term(t: &str) -> String {
+    format!("\"{}\"", t.replace('"', ""))
+}
+
+impl Db {
+    /// The newest rows whose message contains `term`, at most `window`, newest first; `None`
+    /// when the term cannot be searched (the tokenizer reduces it to nothing).
+    pub fn term_rows(&self, term: &str, window: usize) -> Result<Option<Vec<i64>>> {
+        let key = (term.to_owned(), window);
+        let cached = self.term_rows.borrow().lists.get(&key).cloned();
+        let above = cached.as_ref().and_then(|rows| rows.first().copied());
+        let mut st = self.conn.prepare_cached(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 AND rowid > ?2
+             ORDER BY rowid DESC LIMIT ?3",
+        )?;
+        let fresh = st
+            .query_map(
+                params![fts_term(term), above.unwrap_or(i64::MIN), window as i64],
+                |r| r.get::<_, i64>(0),
+            )
+            .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>());
+        let Ok(mut rows) = fresh else {
+            return Ok(None);
+        };
+        if let Some(old) = cached {
+            // `old` was the whole window when it was read; the new rows go on top.
+            rows.extend(old.into_iter().take(window.saturating_sub(rows.len())));
+        }
+        let mut cache = self.term_rows.borrow_mut();
+        if cache.lists.len() >= MAX_CACHED_TERMS && !cache.lists.contains_key(&key) {
+            cache.lists.clear();
+        }
+        cache.lists.insert(key, rows.clone());
+        Ok(Some(rows))
+    }
+}
