@@ -4,7 +4,8 @@
 //! the engine's own overhead is what is measured).
 //!
 //! `cargo bench -p clawctx-lossless --bench lossless` (`LCM_BENCH_GREP_N` sets the grep and
-//! large-assembly corpus, default 1,000,000 messages).
+//! large-assembly corpus, default 1,000,000 messages; `LCM_BENCH_SCALE_ONLY=1` runs only that
+//! part).
 
 #![allow(missing_docs)] // criterion_group! generates an undocumented function.
 
@@ -38,6 +39,15 @@ fn benches(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    // `LCM_BENCH_SCALE_ONLY=1`: only the large-store part (sections 3 and 4).
+    if std::env::var_os("LCM_BENCH_SCALE_ONLY").is_none() {
+        ten_thousand(c, &rt);
+    }
+    at_scale(c, &rt);
+}
+
+/// Sections 1 and 2: ingest, the afterTurn loop and assembly at 10k messages.
+fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let msgs = workload(10_000, 1);
     let raw_bytes: usize = msgs.iter().map(|m| m.plain_text().len()).sum();
 
@@ -242,7 +252,11 @@ fn benches(c: &mut Criterion) {
         b.iter(|| rt.block_on(e.assemble(&asking, &cx())).unwrap())
     });
     g.finish();
+}
 
+/// Sections 3 and 4: ingest per tenth, grep and assembly over a store of `LCM_BENCH_GREP_N`
+/// messages (default 1,000,000).
+fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     // 3. Grep at scale.
     let n: usize = std::env::var("LCM_BENCH_GREP_N")
         .ok()
