@@ -19,48 +19,6 @@ fn per_msg(t: Instant, n: usize) -> f64 {
     t.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
-/// CPU nanoseconds each thread of this process has run, by thread name (Linux
-/// `/proc/self/task/*/schedstat`; empty elsewhere). Threads of one name are summed.
-fn thread_cpu() -> std::collections::BTreeMap<String, u64> {
-    let mut out = std::collections::BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        let p = t.path();
-        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        let ns = std::fs::read_to_string(p.join("schedstat"))
-            .ok()
-            .and_then(|s| {
-                s.split_whitespace()
-                    .next()
-                    .and_then(|x| x.parse::<u64>().ok())
-            })
-            .unwrap_or(0);
-        *out.entry(name.trim().to_owned()).or_default() += ns;
-    }
-    out
-}
-
-/// Prints the CPU time per message each kind of thread spent since `before` (threads that
-/// ended in between are not counted: the runtime's threads outlive the measurement).
-fn print_cpu(before: &std::collections::BTreeMap<String, u64>, n: usize) {
-    let after = thread_cpu();
-    let mut total = 0.0;
-    let mut parts = Vec::new();
-    for (name, ns) in &after {
-        let d = ns.saturating_sub(before.get(name).copied().unwrap_or(0)) as f64 / 1e3 / n as f64;
-        if d >= 0.1 {
-            parts.push(format!("{name} {d:.1}"));
-            total += d;
-        }
-    }
-    println!(
-        "    CPU µs/msg by thread: {} (total {total:.1})",
-        parts.join(", ")
-    );
-}
-
 /// The distinct ASCII-lowercased words of `text` (split at ASCII non-alphanumerics), joined by
 /// spaces: what a `detail=none` index needs.
 fn distinct_words(text: &str) -> String {
@@ -279,7 +237,7 @@ fn main() {
         "engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg",
         per_msg(t, n)
     );
-    print_cpu(&cpu, n);
+    println!("    CPU µs/msg by thread: {}", cpu_since(&cpu, n));
     // The same on plain chat (~600-byte messages, no tool outputs).
     let plain: Vec<AgentMessage> = workload_plain(n, 4444);
     let plain_bytes: usize = plain.iter().map(|m| m.plain_text().len()).sum();
@@ -303,7 +261,7 @@ fn main() {
         plain_bytes as f64 / n as f64,
         per_msg(t, n)
     );
-    print_cpu(&cpu, n);
+    println!("    CPU µs/msg by thread: {}", cpu_since(&cpu, n));
     // Turn by turn, as a host delivers them: two messages per call.
     let turns: Vec<AgentMessage> = workload_plain(n, 4545);
     let te = LosslessEngine::open(dir.path().join("turns.db"), LosslessConfig::default()).unwrap();
@@ -334,7 +292,7 @@ fn main() {
         per_turn[per_turn.len() / 2],
         per_turn[per_turn.len() * 99 / 100]
     );
-    print_cpu(&cpu, n);
+    println!("    CPU µs/msg by thread: {}", cpu_since(&cpu, n));
     let st = rt.block_on(engine.store().status()).unwrap();
     let raw: usize = fresh.iter().map(|m| m.plain_text().len()).sum();
     println!(

@@ -267,6 +267,8 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let t0 = Instant::now();
     let mut ingest_only = Duration::ZERO;
     let mut per_tenth: Vec<f64> = Vec::new();
+    let mut cpu_per_tenth: Vec<String> = Vec::new();
+    let mut cpu = thread_cpu();
     let mut tenth = Duration::ZERO;
     rt.block_on(async {
         let mut made = 0;
@@ -284,6 +286,8 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
             made += chunk.len();
             if made % (n / 10).max(1) == 0 {
                 per_tenth.push(tenth.as_secs_f64() * 1e6 / (n / 10).max(1) as f64);
+                cpu_per_tenth.push(cpu_since(&cpu, (n / 10).max(1)));
+                cpu = thread_cpu();
                 tenth = Duration::ZERO;
             }
         }
@@ -293,6 +297,9 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         per_tenth.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>(),
         ingest_only.as_secs_f64() * 1e6 / n as f64
     );
+    for (i, c) in cpu_per_tenth.iter().enumerate() {
+        println!("FIGURE tenth {}: CPU µs/message by thread (workload generation included): {c}", i + 1);
+    }
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "FIGURE grep corpus: {n} messages ingested in {secs:.1}s ({:.1} µs/message including workload generation)",

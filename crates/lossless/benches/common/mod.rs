@@ -151,3 +151,42 @@ pub fn workload_plain(n: usize, seed: u64) -> Vec<AgentMessage> {
     out.truncate(n);
     out
 }
+
+/// CPU nanoseconds each thread of this process has run, by thread name (Linux
+/// `/proc/self/task/*/schedstat`; empty elsewhere). Threads of one name are summed.
+pub fn thread_cpu() -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let p = t.path();
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(p.join("schedstat"))
+            .ok()
+            .and_then(|s| {
+                s.split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        *out.entry(name.trim().to_owned()).or_default() += ns;
+    }
+    out
+}
+
+/// The CPU time per message each kind of thread spent since `before`, as text (threads that
+/// ended in between are not counted: the runtime's threads outlive the measurement).
+pub fn cpu_since(before: &std::collections::BTreeMap<String, u64>, n: usize) -> String {
+    let after = thread_cpu();
+    let mut total = 0.0;
+    let mut parts = Vec::new();
+    for (name, ns) in &after {
+        let d = ns.saturating_sub(before.get(name).copied().unwrap_or(0)) as f64 / 1e3 / n as f64;
+        if d >= 0.1 {
+            parts.push(format!("{name} {d:.1}"));
+            total += d;
+        }
+    }
+    format!("{} (total {total:.1})", parts.join(", "))
+}
