@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p clawctx-lossless --bench ingest_parts` (`INGEST_PARTS_N`, default 10,000).
 
-#![allow(missing_docs)]
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 

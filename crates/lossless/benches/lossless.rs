@@ -7,7 +7,7 @@
 //! large-assembly corpus, default 1,000,000 messages; `LCM_BENCH_SCALE_ONLY=1` runs only that
 //! part).
 
-#![allow(missing_docs)] // criterion_group! generates an undocumented function.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)] // criterion_group! generates an undocumented function.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

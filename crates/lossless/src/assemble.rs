@@ -133,7 +133,9 @@ impl Item {
 }
 
 /// A stored message as read by the frontier walk: already decoded (from the cache of
-/// [`DecodedCache`]) or its stored columns.
+/// [`DecodedCache`]) or its stored columns. (Held briefly, a few hundred per assembly: boxing
+/// the decoded variant would only add an allocation each.)
+#[allow(clippy::large_enum_variant)]
 enum Stored {
     Decoded(AgentMessage),
     Raw {

@@ -1,5 +1,6 @@
 //! The engine conformance suite (`clawctx_test_support::conformance`) run against `lossless`
 //! on a real SQLite file per check.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

@@ -3,6 +3,7 @@
 //!
 //! The child is this test binary re-executed with `LCM_CRASH_DB` set, running only
 //! `crash_child` (which does nothing in a normal run).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

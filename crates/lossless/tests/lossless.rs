@@ -1,4 +1,5 @@
 //! Integration tests of the lossless engine against real SQLite files.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

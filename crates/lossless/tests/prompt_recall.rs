@@ -1,5 +1,6 @@
 //! Ranked any-term search and prompt recall: old messages that answer the current prompt come
 //! back verbatim, ranked by shared rare words, within the budget.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Property tests: over random conversations with tool calls, random compactions and random
 //! budgets, assembly is never over budget, reports its estimate exactly, keeps tool pairs
 //! intact, and doctor stays clean.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

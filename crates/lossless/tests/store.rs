@@ -1,5 +1,6 @@
 //! The store layer on its own: schema migration from older versions, the streamed ingest
 //! transaction, the distinct-word full-text index, and the background checkpointer.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
