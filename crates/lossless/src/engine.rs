@@ -29,7 +29,7 @@ use crate::policy::{SessionMode, SessionPolicy};
 use crate::prompt_recall::PromptRecall;
 use crate::recall::Scope;
 use crate::session::CarryReport;
-use crate::store::{codec, ConvKey, EncodeQueue, LosslessStore};
+use crate::store::{codec, ConvKey, EncodeQueue, IngestOutcome, LosslessStore};
 
 /// The engine id (registered slot id and `info.id`).
 pub const ENGINE_ID: &str = "lossless";
@@ -114,13 +114,17 @@ impl LosslessEngine {
     /// ones go through an [`EncodeQueue`]: encoder threads encode chunks while the store
     /// thread inserts the ones ready (and encodes chunks itself rather than wait), so token
     /// counting and the codec run alongside SQLite instead of before it.
-    async fn store_messages(&self, key: &ConvKey, msgs: Vec<AgentMessage>) -> Result<Vec<bool>> {
+    async fn store_messages(
+        &self,
+        key: &ConvKey,
+        msgs: Vec<AgentMessage>,
+    ) -> Result<IngestOutcome> {
         /// Below this many messages the extra thread hop costs more than the overlap saves.
         const STREAM_MIN: usize = 16;
         /// Messages per chunk.
         const CHUNK: usize = 8;
         if msgs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(IngestOutcome::default());
         }
         let key = key.clone();
         if msgs.len() < STREAM_MIN {
@@ -128,7 +132,7 @@ impl LosslessEngine {
                 .store
                 .call(move |db| {
                     let enc = msgs.iter().map(codec::encode).collect::<Result<Vec<_>>>()?;
-                    Ok(db.ingest(&key, &enc)?.stored)
+                    db.ingest(&key, &enc)
                 })
                 .await;
         }
@@ -145,7 +149,7 @@ impl LosslessEngine {
         let q = queue.clone();
         let stored = self
             .store
-            .call(move |db| Ok(db.ingest_queue(&key, &q)?.stored))
+            .call(move |db| db.ingest_queue(&key, &q))
             .await;
         // The store job abandons the queue when it ends, and a job that never ran (a closed
         // store) drops its closure, whose queue handle is then the last but ours; abandon
@@ -284,7 +288,8 @@ impl ContextEngine for LosslessEngine {
         }
         let stored = self
             .store_messages(&key, vec![params.message.clone()])
-            .await?;
+            .await?
+            .stored;
         Ok(IngestResult {
             ingested: stored.first().copied().unwrap_or(false),
         })
@@ -299,7 +304,10 @@ impl ContextEngine for LosslessEngine {
         if self.mode(&key) != SessionMode::Normal {
             return Ok(IngestBatchResult { ingested_count: 0 });
         }
-        let stored = self.store_messages(&key, params.messages.clone()).await?;
+        let stored = self
+            .store_messages(&key, params.messages.clone())
+            .await?
+            .stored;
         Ok(IngestBatchResult {
             ingested_count: stored.iter().filter(|s| **s).count() as u64,
         })
@@ -435,12 +443,21 @@ impl ContextEngine for LosslessEngine {
             return Ok(());
         }
         let start = (params.pre_prompt_message_count as usize).min(params.messages.len());
-        self.store_messages(&key, params.messages[start..].to_vec())
+        let outcome = self
+            .store_messages(&key, params.messages[start..].to_vec())
             .await?;
         let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
-        let k = key.clone();
-        let Some(conv) = self.store.call(move |db| db.conversation(&k)).await? else {
-            return Ok(());
+        // The batch's transaction read the conversation's totals already (a turn without new
+        // messages asks for them).
+        let conv = match outcome.conv {
+            Some(conv) => conv,
+            None => {
+                let k = key.clone();
+                match self.store.call(move |db| db.conversation(&k)).await? {
+                    Some(conv) => conv,
+                    None => return Ok(()),
+                }
+            }
         };
         if (conv.frontier_tokens.max(0) as u64) > self.cfg.threshold_tokens(budget) {
             let lock = self.lock_for(conv.id);
