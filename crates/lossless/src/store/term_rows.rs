@@ -12,7 +12,7 @@
 //! rewrites the text of summarized messages but leaves their index rows), so nothing cached
 //! becomes wrong. The one way a seen row can vanish is a write transaction rolling back after
 //! a lookup inside it; [`Db::tx`] drops the cache then. Bounded by [`MAX_CACHED_TERMS`]
-//! lists, dropped all at once when full.
+//! lists and [`MAX_CACHED_IDS`] ids, dropped all at once when full.
 
 use rusqlite::params;
 
@@ -24,17 +24,33 @@ type FxMap<K, V> =
 
 /// Term lists kept at most (each at most its window of ids).
 pub const MAX_CACHED_TERMS: usize = 2_048;
+/// Ids kept at most over all lists (8 MiB).
+pub const MAX_CACHED_IDS: usize = 1 << 20;
 
 /// See the module header: `(term, window)` → its newest matching rows, newest first.
 #[derive(Default)]
 pub struct TermRowsCache {
     lists: FxMap<(String, usize), Vec<i64>>,
+    ids: usize,
 }
 
 impl TermRowsCache {
     /// Forgets every list.
     pub fn clear(&mut self) {
         self.lists.clear();
+        self.ids = 0;
+    }
+
+    fn put(&mut self, key: (String, usize), rows: Vec<i64>) {
+        let len = rows.len();
+        if let Some(old) = self.lists.remove(&key) {
+            self.ids -= old.len();
+        }
+        if self.lists.len() >= MAX_CACHED_TERMS || self.ids + len > MAX_CACHED_IDS {
+            self.clear();
+        }
+        self.ids += len;
+        self.lists.insert(key, rows);
     }
 }
 
@@ -67,11 +83,28 @@ impl Db {
             // `old` was the whole window when it was read; the new rows go on top.
             rows.extend(old.into_iter().take(window.saturating_sub(rows.len())));
         }
-        let mut cache = self.term_rows.borrow_mut();
-        if cache.lists.len() >= MAX_CACHED_TERMS && !cache.lists.contains_key(&key) {
-            cache.lists.clear();
-        }
-        cache.lists.insert(key, rows.clone());
+        self.term_rows.borrow_mut().put(key, rows.clone());
         Ok(Some(rows))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_stays_within_its_bounds() {
+        let mut c = TermRowsCache::default();
+        for i in 0..(MAX_CACHED_TERMS * 2) {
+            c.put((format!("t{i}"), 4_000), vec![1; 4_000]);
+            assert!(c.lists.len() <= MAX_CACHED_TERMS);
+            assert!(c.ids <= MAX_CACHED_IDS, "{} ids", c.ids);
+            assert_eq!(c.ids, c.lists.values().map(Vec::len).sum::<usize>());
+        }
+        // Replacing a list counts only the new one.
+        c.clear();
+        c.put(("a".into(), 10), vec![3, 2, 1]);
+        c.put(("a".into(), 10), vec![5, 4, 3, 2, 1]);
+        assert_eq!(c.ids, 5);
     }
 }
