@@ -147,10 +147,7 @@ impl LosslessEngine {
             handles.push(tokio::task::spawn_blocking(move || q.run_encoder()));
         }
         let q = queue.clone();
-        let stored = self
-            .store
-            .call(move |db| db.ingest_queue(&key, &q))
-            .await;
+        let stored = self.store.call(move |db| db.ingest_queue(&key, &q)).await;
         // The store job abandons the queue when it ends, and a job that never ran (a closed
         // store) drops its closure, whose queue handle is then the last but ours; abandon
         // here as well so no encoder waits on a store that is gone.
@@ -596,7 +593,9 @@ impl ContextEngine for LosslessEngine {
     }
 
     async fn dispose(&self) -> Result<(), EngineError> {
-        self.store.close();
+        // Waits for the connection to close, so a host that exits after `dispose` leaves the
+        // log checkpointed and the newest messages' index in the file.
+        self.store.close_wait().await;
         Ok(())
     }
 }

@@ -431,17 +431,30 @@ impl Db {
                     match q.sort {
                         // FTS drives the loop (CROSS JOIN fixes the join order) newest-first
                         // and stops at the page.
+                        // The newest messages' index first: its rows are all newer than the
+                        // file's (see `store::pending_fts`).
                         GrepSort::Recency => {
-                            let sql = format!(
-                                "SELECT m.id FROM messages_fts CROSS JOIN messages m ON m.id = messages_fts.rowid
-                                 WHERE messages_fts MATCH ?1 AND m.conv_id IN ({in_list})
-                                 ORDER BY messages_fts.rowid DESC LIMIT ?2"
-                            );
-                            let ids = self
-                                .conn
-                                .prepare(&sql)?
-                                .query_map(params![fts, want as i64], |r| r.get::<_, i64>(0))?
-                                .collect::<rusqlite::Result<Vec<i64>>>()?;
+                            self.sync_pending_index()?;
+                            let mut ids = Vec::new();
+                            for (index, name) in
+                                [("temp.pending_fts", "pending_fts"), ("messages_fts", "messages_fts")]
+                            {
+                                let left = want.saturating_sub(ids.len());
+                                if left == 0 {
+                                    break;
+                                }
+                                let sql = format!(
+                                    "SELECT m.id FROM {index} CROSS JOIN messages m ON m.id = {name}.rowid
+                                     WHERE {name} MATCH ?1 AND m.conv_id IN ({in_list})
+                                     ORDER BY {name}.rowid DESC LIMIT ?2"
+                                );
+                                ids.extend(
+                                    self.conn
+                                        .prepare(&sql)?
+                                        .query_map(params![fts, left as i64], |r| r.get::<_, i64>(0))?
+                                        .collect::<rusqlite::Result<Vec<i64>>>()?,
+                                );
+                            }
                             for id in ids {
                                 hits.push(self.message_hit(id, None, &needles)?);
                             }
@@ -449,14 +462,25 @@ impl Db {
                         // The newest RELEVANCE_WINDOW matches, ranked (see `search`): bounded
                         // at any history length.
                         GrepSort::Relevance => {
-                            let rows = self
-                                .conn
-                                .prepare_cached(&format!(
-                                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1
-                                     ORDER BY rowid DESC LIMIT {RELEVANCE_WINDOW}"
-                                ))?
-                                .query_map(params![fts], |r| r.get::<_, i64>(0))?
-                                .collect::<rusqlite::Result<Vec<i64>>>()?;
+                            self.sync_pending_index()?;
+                            let mut rows = Vec::new();
+                            for (index, name) in
+                                [("temp.pending_fts", "pending_fts"), ("messages_fts", "messages_fts")]
+                            {
+                                let left = RELEVANCE_WINDOW.saturating_sub(rows.len());
+                                if left == 0 {
+                                    break;
+                                }
+                                rows.extend(
+                                    self.conn
+                                        .prepare_cached(&format!(
+                                            "SELECT rowid FROM {index} WHERE {name} MATCH ?1
+                                             ORDER BY rowid DESC LIMIT ?2"
+                                        ))?
+                                        .query_map(params![fts, left as i64], |r| r.get::<_, i64>(0))?
+                                        .collect::<rusqlite::Result<Vec<i64>>>()?,
+                                );
+                            }
                             for r in self.ranked_rows(&needles, rows, &convs, want)? {
                                 hits.push(self.message_hit(r.id, Some(-r.score), &needles)?);
                             }

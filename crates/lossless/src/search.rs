@@ -202,6 +202,7 @@ impl Db {
         if terms.is_empty() || convs.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
+        self.sync_pending_index()?;
         let corpus = self.corpus()?;
         let mut acc: FastMap<i64, (f64, usize)> = FastMap::default();
         for t in terms.iter().take(MAX_TERMS) {
@@ -243,13 +244,22 @@ impl Db {
         let corpus = self.corpus()?;
         let mut idf_sum = 0.0;
         let mut matched = 0;
+        // Both indexes: the newest messages' (in memory) and the file's.
         let mut count = self.conn.prepare_cached(
             "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ?1 LIMIT ?2)",
         )?;
+        let mut count_newest = self.conn.prepare_cached(
+            "SELECT count(*) FROM (SELECT 1 FROM temp.pending_fts WHERE pending_fts MATCH ?1 LIMIT ?2)",
+        )?;
         for t in terms.iter().take(MAX_TERMS) {
-            let df: i64 = count
+            let newest: i64 = count_newest
                 .query_row(params![fts_term(t), TERM_WINDOW as i64], |r| r.get(0))
                 .unwrap_or(0);
+            let df: i64 = newest
+                + count
+                    .query_row(params![fts_term(t), TERM_WINDOW as i64], |r| r.get::<_, i64>(0))
+                    .unwrap_or(0);
+            let df = df.min(TERM_WINDOW as i64);
             if df > 0 {
                 idf_sum += corpus.idf(df as f64);
                 matched += 1;

@@ -732,7 +732,13 @@ fn cached_term_rows_follow_new_messages() {
     };
     let rows = |store: &LosslessStore, window: usize| {
         store
-            .call_blocking(move |db| db.read(|db| db.term_rows("marker", window)))
+            .call_blocking(move |db| {
+                db.read(|db| {
+                    // Another connection's newest messages are indexed from their text here.
+                    db.sync_pending_index()?;
+                    db.term_rows("marker", window)
+                })
+            })
             .unwrap()
             .unwrap()
     };
@@ -754,4 +760,118 @@ fn cached_term_rows_follow_new_messages() {
             assert!(cached.len() <= window);
         }
     }
+}
+
+fn upto(path: &std::path::Path) -> i64 {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row("SELECT upto FROM fts_state WHERE k = 1", [], |r| r.get(0))
+        .unwrap()
+}
+
+fn max_id(path: &std::path::Path) -> i64 {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row("SELECT max(id) FROM messages", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Small batches are indexed in memory first and moved to the file's index in bulk; other
+/// connections index them from their text meanwhile; large batches go to the file's index
+/// directly. Every message is found exactly once at every step.
+#[tokio::test]
+async fn the_newest_messages_index_is_searchable_from_every_connection() {
+    use clawctx_lossless::store::pending_fts::{DIRECT_MIN, FLUSH_ROWS};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.db");
+    let writer = LosslessStore::open(&path).unwrap();
+    let mut next = 0i64;
+    let turn = |next: &mut i64, n: usize| -> Vec<codec::Encoded> {
+        (0..n)
+            .map(|_| {
+                *next += 1;
+                let m = AgentMessage::user(format!("turn word{next}x and common"))
+                    .with_timestamp(*next);
+                codec::encode(&m).unwrap()
+            })
+            .collect()
+    };
+    let hits = |store: &LosslessStore, n: i64| {
+        let q = GrepQuery::new(format!("word{n}x"), Scope::Session(key()));
+        let store = store.clone();
+        async move { store.grep(q).await.unwrap().hits.len() }
+    };
+
+    // A few turns: nothing reaches the file's index yet.
+    for _ in 0..5 {
+        let b = turn(&mut next, 2);
+        writer
+            .call_blocking(move |db| db.ingest(&key(), &b))
+            .unwrap();
+    }
+    assert_eq!(upto(&path), 0, "two-message turns wait in memory");
+    assert_eq!(
+        hits(&writer, 3).await,
+        1,
+        "the writer finds its pending messages"
+    );
+    let reader = LosslessStore::open(&path).unwrap();
+    assert_eq!(
+        hits(&reader, 3).await,
+        1,
+        "another connection indexes them from their text"
+    );
+
+    // Enough turns to move them: the boundary passes every message, and neither connection
+    // sees a message twice (the reader's copies of moved rows are dropped).
+    while (next as usize) < FLUSH_ROWS + 10 {
+        let b = turn(&mut next, 2);
+        writer
+            .call_blocking(move |db| db.ingest(&key(), &b))
+            .unwrap();
+    }
+    let moved = upto(&path);
+    assert!(
+        moved >= FLUSH_ROWS as i64,
+        "moved to the file's index at {moved}"
+    );
+    for n in [1, 3, moved, next] {
+        assert_eq!(hits(&writer, n).await, 1, "writer, message {n}");
+        assert_eq!(hits(&reader, n).await, 1, "reader, message {n}");
+    }
+
+    // The reader writes a turn of its own, then a large batch goes to the file's index
+    // directly, after everything pending; the boundary is then every message.
+    let b = turn(&mut next, 2);
+    let reader_turn = next;
+    reader
+        .call_blocking(move |db| db.ingest(&key(), &b))
+        .unwrap();
+    assert_eq!(
+        hits(&writer, reader_turn).await,
+        1,
+        "the writer sees the reader's turn"
+    );
+    let b = turn(&mut next, DIRECT_MIN);
+    writer
+        .call_blocking(move |db| db.ingest(&key(), &b))
+        .unwrap();
+    assert_eq!(
+        upto(&path),
+        max_id(&path),
+        "a large batch leaves nothing pending"
+    );
+    for n in [reader_turn, next - 1, next] {
+        assert_eq!(hits(&writer, n).await, 1, "writer, message {n}");
+        assert_eq!(hits(&reader, n).await, 1, "reader, message {n}");
+    }
+
+    // Pending messages of a connection that closes are moved to the file's index.
+    let b = turn(&mut next, 2);
+    reader
+        .call_blocking(move |db| db.ingest(&key(), &b))
+        .unwrap();
+    reader.close_blocking();
+    writer.close_blocking();
+    assert_eq!(upto(&path), max_id(&path), "closing moves what waits");
+    let again = LosslessStore::open(&path).unwrap();
+    assert_eq!(hits(&again, next).await, 1);
 }

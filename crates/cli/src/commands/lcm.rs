@@ -238,7 +238,7 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
             let report = store.doctor().await?;
             print(&report)?;
             if !report.ok {
-                store.close();
+                store.close_blocking();
                 return Ok(ExitCode::from(1));
             }
         }
@@ -283,6 +283,6 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
             }
         }
     }
-    store.close();
+    store.close_blocking();
     Ok(ExitCode::SUCCESS)
 }

@@ -9,6 +9,7 @@ use super::checkpoint::Checkpointer;
 use super::codec::Encoded;
 use super::decoded::DecodedCache;
 use super::encode_queue::EncodeQueue;
+use super::pending_fts::{self, PendingFts};
 use super::term_rows::TermRowsCache;
 use crate::error::{LosslessError, Result};
 
@@ -112,6 +113,8 @@ pub struct Db {
     pub(crate) decoded: std::cell::RefCell<DecodedCache>,
     /// Newest matches of search terms (see [`TermRowsCache`]).
     pub(crate) term_rows: std::cell::RefCell<TermRowsCache>,
+    /// The in-memory index of the newest messages (see [`super::pending_fts`]).
+    pub(crate) pending: std::cell::Cell<PendingFts>,
 }
 
 type FxMap<K, V> =
@@ -202,6 +205,7 @@ impl Db {
             skeletons: Skeletons::default(),
             decoded: Default::default(),
             term_rows: Default::default(),
+            pending: Default::default(),
         }
     }
 
@@ -215,6 +219,16 @@ impl Db {
         // one, the last, checkpoints the log into the file and removes it.
         if let Some(c) = self.checkpointer {
             c.stop();
+        }
+        // The newest messages' index moves to the file now rather than being rebuilt from
+        // their text by the next connection (nothing is lost either way).
+        let mut pending = self.pending.get();
+        if pending.rows > 0 {
+            if let Ok(tx) = self.conn.unchecked_transaction() {
+                if pending_fts::flush(&tx, &mut pending).is_ok() {
+                    let _ = tx.commit();
+                }
+            }
         }
         let _ = self.conn.execute_batch("PRAGMA optimize;");
         let _ = self.conn.close();
@@ -260,6 +274,15 @@ impl Db {
             }
         }
         Ok(r)
+    }
+
+    /// Brings the in-memory index of the newest messages up to date (see
+    /// [`super::pending_fts::sync`]); every full-text query of messages runs this first.
+    pub fn sync_pending_index(&self) -> Result<()> {
+        let mut st = self.pending.get();
+        pending_fts::sync(&self.conn, &mut st)?;
+        self.pending.set(st);
+        Ok(())
     }
 
     /// Runs `f` inside one read transaction: a single snapshot for all its statements, and
@@ -328,13 +351,17 @@ impl Db {
     pub fn ingest(&mut self, key: &ConvKey, msgs: &[Encoded]) -> Result<IngestOutcome> {
         let large = self.large_payload_bytes;
         let mut skel = std::mem::take(&mut self.skeletons);
+        let before = self.pending.get();
+        let mut pending = before;
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, msgs.len(), large, &mut skel)?;
+            let mut app = Appender::new(c, key, msgs.len(), large, &mut skel, &mut pending)?;
             for m in msgs {
                 app.push(m)?;
             }
             app.finish()
         });
+        // A rolled-back transaction left the temporary index as it was before.
+        self.pending.set(if out.is_ok() { pending } else { before });
         self.after_ingest(skel, out)
     }
 
@@ -368,8 +395,10 @@ impl Db {
         let _abandon = AbandonOnExit(queue);
         let large = self.large_payload_bytes;
         let mut skel = std::mem::take(&mut self.skeletons);
+        let before = self.pending.get();
+        let mut pending = before;
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, queue.len(), large, &mut skel)?;
+            let mut app = Appender::new(c, key, queue.len(), large, &mut skel, &mut pending)?;
             while let Some(chunk) = queue.take_next() {
                 for m in &chunk? {
                     app.push(m)?;
@@ -377,6 +406,7 @@ impl Db {
             }
             app.finish()
         });
+        self.pending.set(if out.is_ok() { pending } else { before });
         self.after_ingest(skel, out)
     }
 }
@@ -388,22 +418,38 @@ struct Appender<'c> {
     stored: Vec<bool>,
     bytes: u64,
     ins: rusqlite::CachedStatement<'c>,
-    fts: rusqlite::CachedStatement<'c>,
+    /// Into the file's index (`direct`), else `None`: into the pending index.
+    fts: Option<rusqlite::CachedStatement<'c>>,
     frontier: rusqlite::CachedStatement<'c>,
     c: &'c Connection,
     large: usize,
     skel: &'c mut Skeletons,
     fresh: Vec<(String, i64)>,
+    pending: &'c mut PendingFts,
+    /// The id of the last message stored.
+    last_id: Option<i64>,
 }
 
 impl<'c> Appender<'c> {
+    /// Batches of [`pending_fts::DIRECT_MIN`] messages or more (`expected`) go to the file's
+    /// full-text index directly, after what waits in the pending index; smaller ones to the
+    /// pending index.
     fn new(
         c: &'c Connection,
         key: &ConvKey,
         expected: usize,
         large: usize,
         skel: &'c mut Skeletons,
+        pending: &'c mut PendingFts,
     ) -> Result<Self> {
+        let direct = expected >= pending_fts::DIRECT_MIN;
+        if direct {
+            pending_fts::flush(c, pending)?;
+        } else {
+            // Messages other connections stored since: into the pending index first, so it
+            // stays a contiguous run above the boundary.
+            pending_fts::sync(c, pending)?;
+        }
         Ok(Self {
             conv: get_or_create_conv(c, key)?,
             stored: Vec::with_capacity(expected),
@@ -412,7 +458,11 @@ impl<'c> Appender<'c> {
                 "INSERT OR IGNORE INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text, skel)
                  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?,
-            fts: c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?,
+            fts: if direct {
+                Some(c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?)
+            } else {
+                None
+            },
             frontier: c.prepare_cached(
                 "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 0, ?3, ?4)",
             )?,
@@ -420,6 +470,8 @@ impl<'c> Appender<'c> {
             large,
             skel,
             fresh: Vec::new(),
+            pending,
+            last_id: None,
         })
     }
 
@@ -459,7 +511,16 @@ impl<'c> Appender<'c> {
         } else {
             self.bytes += m.packed.as_ref().map_or(m.text.len(), Vec::len) as u64;
         }
-        self.fts.execute(params![id, m.fts])?;
+        match &mut self.fts {
+            Some(fts) => {
+                fts.execute(params![id, m.fts])?;
+            }
+            None => {
+                pending_fts::add(self.c, id, &m.fts)?;
+                self.pending.rows += 1;
+            }
+        }
+        self.last_id = Some(id);
         self.frontier
             .execute(params![conv.id, conv.next_ord, id, m.tokens as i64])?;
         conv.next_seq += 1;
@@ -476,6 +537,16 @@ impl<'c> Appender<'c> {
 
     /// The outcome, and the shared skeleton rows this transaction created.
     fn finish(self) -> Result<(IngestOutcome, Vec<(String, i64)>)> {
+        if let Some(last) = self.last_id {
+            if self.fts.is_some() {
+                pending_fts::raise(self.c, self.pending, last)?;
+            } else {
+                self.pending.checked = self.pending.checked.max(last);
+                if self.pending.rows >= pending_fts::FLUSH_ROWS {
+                    pending_fts::flush(self.c, self.pending)?;
+                }
+            }
+        }
         let conv = self.conv;
         if self.stored.iter().any(|s| *s) {
             self.c

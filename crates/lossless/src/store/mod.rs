@@ -11,6 +11,7 @@ mod db;
 pub mod decoded;
 pub mod encode_queue;
 pub mod pack;
+pub mod pending_fts;
 pub mod schema;
 pub mod term_rows;
 
@@ -34,6 +35,8 @@ pub struct LosslessStore {
 
 struct Inner {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
+    /// Says when the worker has closed the connection (taken by the first waiter).
+    closed: Mutex<Option<mpsc::Receiver<()>>>,
     path: PathBuf,
 }
 
@@ -66,6 +69,7 @@ impl LosslessStore {
         }
         let mut db = Db::new(conn, busy_timeout_ms, checkpointer);
         let (tx, rx) = mpsc::channel::<Job>();
+        let (closed_tx, closed_rx) = mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("lossless-sqlite".into())
             .spawn(move || {
@@ -73,10 +77,12 @@ impl LosslessStore {
                     job(&mut db);
                 }
                 db.close();
+                let _ = closed_tx.send(());
             })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 tx: Mutex::new(Some(tx)),
+                closed: Mutex::new(Some(closed_rx)),
                 path,
             }),
         })
@@ -120,10 +126,28 @@ impl LosslessStore {
         rx.recv().map_err(|_| LosslessError::Closed)?
     }
 
-    /// Stops the worker after the queued jobs (the connection is closed cleanly).
+    /// Stops the worker after the queued jobs (the connection is closed cleanly: the newest
+    /// messages' index moved to the file, the log checkpointed); returns at once.
     pub fn close(&self) {
         if let Ok(mut g) = self.inner.tx.lock() {
             g.take();
         }
+    }
+
+    /// [`Self::close`], then waits until the connection is closed (for a process about to
+    /// exit; never call this from an async task, see [`Self::close_wait`]). Returns at once
+    /// when another caller already waited.
+    pub fn close_blocking(&self) {
+        self.close();
+        let rx = self.inner.closed.lock().ok().and_then(|mut g| g.take());
+        if let Some(rx) = rx {
+            let _ = rx.recv();
+        }
+    }
+
+    /// [`Self::close_blocking`] for async callers (waits on a blocking thread).
+    pub async fn close_wait(&self) {
+        let this = self.clone();
+        let _ = tokio::task::spawn_blocking(move || this.close_blocking()).await;
     }
 }

@@ -17,7 +17,7 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -203,6 +203,17 @@ CREATE VIRTUAL TABLE messages_fts USING fts5(
 );
 "#;
 
+/// Version 5: the newest messages are indexed in memory first (see
+/// [`super::pending_fts`]). `fts_state.upto` is the boundary: every message with an id up to it
+/// is in `messages_fts`, none above it. Every message of an older store is indexed.
+pub const V5: &str = r#"
+CREATE TABLE fts_state(
+  k INTEGER PRIMARY KEY CHECK (k = 1),
+  upto INTEGER NOT NULL
+);
+INSERT INTO fts_state(k, upto) SELECT 1, ifnull(max(id), 0) FROM messages;
+"#;
+
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
@@ -282,6 +293,8 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
         LosslessError::Sqlite(e) => LosslessError::from_sqlite(e, busy_timeout_ms),
         other => other,
     })?;
+    conn.execute_batch(super::pending_fts::CREATE_TEMP)
+        .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms))?;
     Ok(conn)
 }
 
@@ -326,6 +339,10 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
             conn.execute_batch(V4)?;
             reindex(conn, "messages_fts", "message_rows")?;
             conn.execute_batch("PRAGMA user_version = 4;")?;
+        }
+        if now < 5 {
+            conn.execute_batch(V5)?;
+            conn.execute_batch("PRAGMA user_version = 5;")?;
         }
         Ok(())
     };

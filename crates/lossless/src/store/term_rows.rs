@@ -61,24 +61,37 @@ pub fn fts_term(t: &str) -> String {
 
 impl Db {
     /// The newest rows whose message contains `term`, at most `window`, newest first; `None`
-    /// when the term cannot be searched (the tokenizer reduces it to nothing).
+    /// when the term cannot be searched (the tokenizer reduces it to nothing). Reads the
+    /// newest messages' index and then the file's (see [`super::pending_fts`]; callers run
+    /// [`Db::sync_pending_index`] first).
     pub fn term_rows(&self, term: &str, window: usize) -> Result<Option<Vec<i64>>> {
         let key = (term.to_owned(), window);
         let cached = self.term_rows.borrow().lists.get(&key).cloned();
         let above = cached.as_ref().and_then(|rows| rows.first().copied());
-        let mut st = self.conn.prepare_cached(
+        let mut rows = Vec::new();
+        for sql in [
+            "SELECT rowid FROM temp.pending_fts WHERE pending_fts MATCH ?1 AND rowid > ?2
+             ORDER BY rowid DESC LIMIT ?3",
             "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 AND rowid > ?2
              ORDER BY rowid DESC LIMIT ?3",
-        )?;
-        let fresh = st
-            .query_map(
-                params![fts_term(term), above.unwrap_or(i64::MIN), window as i64],
-                |r| r.get::<_, i64>(0),
-            )
-            .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>());
-        let Ok(mut rows) = fresh else {
-            return Ok(None);
-        };
+        ] {
+            let left = window.saturating_sub(rows.len());
+            if left == 0 {
+                break;
+            }
+            let fresh = self
+                .conn
+                .prepare_cached(sql)?
+                .query_map(
+                    params![fts_term(term), above.unwrap_or(i64::MIN), left as i64],
+                    |r| r.get::<_, i64>(0),
+                )
+                .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>());
+            match fresh {
+                Ok(found) => rows.extend(found),
+                Err(_) => return Ok(None),
+            }
+        }
         if let Some(old) = cached {
             // `old` was the whole window when it was read; the new rows go on top.
             rows.extend(old.into_iter().take(window.saturating_sub(rows.len())));
