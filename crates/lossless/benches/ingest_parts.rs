@@ -408,7 +408,8 @@ fn main() {
     );
 }
 
-#[allow(dead_code)]
+/// zstd at several levels and LZ4 on the texts that would get zstd before (`LEVELS=1`): the
+/// figures behind `store/pack.rs`'s choice.
 fn compression_levels(texts: &[String]) {
     let big: Vec<&String> = texts.iter().filter(|t| t.len() >= 2048).collect();
     let raw: usize = big.iter().map(|t| t.len()).sum();
@@ -421,23 +422,6 @@ fn compression_levels(texts: &[String]) {
             .sum();
         println!(
             "zstd {level:>3}: {:6.1} µs/text, ratio {:.3}",
-            per_msg(t, big.len()),
-            out as f64 / raw as f64
-        );
-    }
-    for (hl, wl) in [(10u32, 13u32), (12, 13), (12, 16), (14, 17)] {
-        use zstd::stream::raw::CParameter;
-        let mut c = zstd::bulk::Compressor::new(1).unwrap();
-        c.set_parameter(CParameter::HashLog(hl)).unwrap();
-        c.set_parameter(CParameter::ChainLog(hl)).unwrap();
-        c.set_parameter(CParameter::WindowLog(wl)).unwrap();
-        let t = Instant::now();
-        let out: usize = big
-            .iter()
-            .map(|s| c.compress(s.as_bytes()).unwrap().len())
-            .sum();
-        println!(
-            "zstd 1 hash {hl} window {wl}: {:6.1} µs/text, ratio {:.3}",
             per_msg(t, big.len()),
             out as f64 / raw as f64
         );

@@ -397,6 +397,33 @@ impl Db {
         Ok(ids)
     }
 
+    /// Message ids matching the FTS query `fts`, newest first, at most `limit`: from the newest
+    /// messages' index and then the file's (see `store::pending_fts`: every id in the first is
+    /// above every id in the second). `sql(index, name)` is the query for one index (`?1` the
+    /// FTS query, `?2` the limit).
+    fn newest_matches(
+        &self,
+        fts: &str,
+        limit: usize,
+        sql: impl Fn(&str, &str) -> String,
+    ) -> Result<Vec<i64>> {
+        self.sync_pending_index()?;
+        let mut ids = Vec::new();
+        for (index, name) in [("temp.pending_fts", "pending_fts"), ("messages_fts", "messages_fts")] {
+            let left = limit.saturating_sub(ids.len());
+            if left == 0 {
+                break;
+            }
+            ids.extend(
+                self.conn
+                    .prepare_cached(&sql(index, name))?
+                    .query_map(params![fts, left as i64], |r| r.get::<_, i64>(0))?
+                    .collect::<rusqlite::Result<Vec<i64>>>()?,
+            );
+        }
+        Ok(ids)
+    }
+
     /// Searches stored messages and summaries.
     pub fn grep(&self, q: &GrepQuery) -> Result<GrepReport> {
         let limit = q.limit.clamp(1, 200);
@@ -434,27 +461,13 @@ impl Db {
                         // The newest messages' index first: its rows are all newer than the
                         // file's (see `store::pending_fts`).
                         GrepSort::Recency => {
-                            self.sync_pending_index()?;
-                            let mut ids = Vec::new();
-                            for (index, name) in
-                                [("temp.pending_fts", "pending_fts"), ("messages_fts", "messages_fts")]
-                            {
-                                let left = want.saturating_sub(ids.len());
-                                if left == 0 {
-                                    break;
-                                }
-                                let sql = format!(
+                            let ids = self.newest_matches(&fts, want, |index, name| {
+                                format!(
                                     "SELECT m.id FROM {index} CROSS JOIN messages m ON m.id = {name}.rowid
                                      WHERE {name} MATCH ?1 AND m.conv_id IN ({in_list})
                                      ORDER BY {name}.rowid DESC LIMIT ?2"
-                                );
-                                ids.extend(
-                                    self.conn
-                                        .prepare(&sql)?
-                                        .query_map(params![fts, left as i64], |r| r.get::<_, i64>(0))?
-                                        .collect::<rusqlite::Result<Vec<i64>>>()?,
-                                );
-                            }
+                                )
+                            })?;
                             for id in ids {
                                 hits.push(self.message_hit(id, None, &needles)?);
                             }
@@ -462,25 +475,12 @@ impl Db {
                         // The newest RELEVANCE_WINDOW matches, ranked (see `search`): bounded
                         // at any history length.
                         GrepSort::Relevance => {
-                            self.sync_pending_index()?;
-                            let mut rows = Vec::new();
-                            for (index, name) in
-                                [("temp.pending_fts", "pending_fts"), ("messages_fts", "messages_fts")]
-                            {
-                                let left = RELEVANCE_WINDOW.saturating_sub(rows.len());
-                                if left == 0 {
-                                    break;
-                                }
-                                rows.extend(
-                                    self.conn
-                                        .prepare_cached(&format!(
-                                            "SELECT rowid FROM {index} WHERE {name} MATCH ?1
-                                             ORDER BY rowid DESC LIMIT ?2"
-                                        ))?
-                                        .query_map(params![fts, left as i64], |r| r.get::<_, i64>(0))?
-                                        .collect::<rusqlite::Result<Vec<i64>>>()?,
-                                );
-                            }
+                            let rows = self.newest_matches(&fts, RELEVANCE_WINDOW, |index, name| {
+                                format!(
+                                    "SELECT rowid FROM {index} WHERE {name} MATCH ?1
+                                     ORDER BY rowid DESC LIMIT ?2"
+                                )
+                            })?;
                             for r in self.ranked_rows(&needles, rows, &convs, want)? {
                                 hits.push(self.message_hit(r.id, Some(-r.score), &needles)?);
                             }
