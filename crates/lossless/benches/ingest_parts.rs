@@ -147,36 +147,17 @@ fn main() {
         per_msg(t, n)
     );
     if std::env::var_os("LEVELS").is_some() {
-        let texts: Vec<String> = enc.iter().map(|e| e.text.clone()).collect();
-        compression_levels(&texts);
-        let texts: Vec<String> = workload_plain(n, 4444)
+        let tool_sized: Vec<String> = enc
+            .iter()
+            .map(|e| e.text.clone())
+            .filter(|t| t.len() >= 2048)
+            .collect();
+        compression_levels("texts of 2 KiB or more", &tool_sized, &[3, 1, -1, -3, -5, -10]);
+        let plain: Vec<String> = workload_plain(n, 4444)
             .iter()
             .map(|m| m.plain_text())
             .collect();
-        let t = Instant::now();
-        let out: usize = texts
-            .iter()
-            .map(|s| lz4_flex::block::compress_prepend_size(s.as_bytes()).len())
-            .sum();
-        let raw: usize = texts.iter().map(String::len).sum();
-        println!(
-            "plain lz4: {:6.1} µs/text, ratio {:.3}",
-            per_msg(t, n),
-            out as f64 / raw as f64
-        );
-        for level in [1, -1, -3, -5] {
-            let mut c = zstd::bulk::Compressor::new(level).unwrap();
-            let t = Instant::now();
-            let out: usize = texts
-                .iter()
-                .map(|s| c.compress(s.as_bytes()).unwrap().len())
-                .sum();
-            println!(
-                "plain zstd {level:>3}: {:6.1} µs/text, ratio {:.3}",
-                per_msg(t, n),
-                out as f64 / raw as f64
-            );
-        }
+        compression_levels("plain chat", &plain, &[1, -1, -3, -5]);
         return;
     }
 
@@ -408,32 +389,30 @@ fn main() {
     );
 }
 
-/// zstd at several levels and LZ4 on the texts that would get zstd before (`LEVELS=1`): the
-/// figures behind `store/pack.rs`'s choice.
-fn compression_levels(texts: &[String]) {
-    let big: Vec<&String> = texts.iter().filter(|t| t.len() >= 2048).collect();
-    let raw: usize = big.iter().map(|t| t.len()).sum();
-    for level in [3, 1, -1, -3, -5, -10] {
+/// zstd at `levels` and LZ4 on `texts` (`LEVELS=1`): time per text and compressed size over
+/// raw, the figures behind `store/pack.rs`'s choice.
+fn compression_levels(label: &str, texts: &[String], levels: &[i32]) {
+    let raw: usize = texts.iter().map(String::len).sum::<usize>().max(1);
+    let report = |name: String, t: Instant, out: usize| {
+        println!(
+            "{label}, {name}: {:6.1} µs/text, ratio {:.3}",
+            per_msg(t, texts.len().max(1)),
+            out as f64 / raw as f64
+        );
+    };
+    for &level in levels {
         let mut c = zstd::bulk::Compressor::new(level).unwrap();
         let t = Instant::now();
-        let out: usize = big
+        let out: usize = texts
             .iter()
             .map(|s| c.compress(s.as_bytes()).unwrap().len())
             .sum();
-        println!(
-            "zstd {level:>3}: {:6.1} µs/text, ratio {:.3}",
-            per_msg(t, big.len()),
-            out as f64 / raw as f64
-        );
+        report(format!("zstd {level:>3}"), t, out);
     }
     let t = Instant::now();
-    let out: usize = big
+    let out: usize = texts
         .iter()
         .map(|s| lz4_flex::block::compress_prepend_size(s.as_bytes()).len())
         .sum();
-    println!(
-        "lz4     : {:6.1} µs/text, ratio {:.3}",
-        per_msg(t, big.len()),
-        out as f64 / raw as f64
-    );
+    report("lz4".into(), t, out);
 }

@@ -6,6 +6,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::checkpoint::Checkpointer;
+use super::FxMap;
 use super::codec::Encoded;
 use super::decoded::DecodedCache;
 use super::encode_queue::EncodeQueue;
@@ -117,8 +118,6 @@ pub struct Db {
     pub(crate) pending: std::cell::Cell<PendingFts>,
 }
 
-type FxMap<K, V> =
-    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
 
 /// Which stored skeletons (see [`Encoded::stored_skeleton`]) go to the `skeletons` table.
 ///
@@ -255,9 +254,9 @@ impl Db {
         let r = match f(&tx) {
             Ok(r) => r,
             Err(e) => {
-                drop(tx); // rolls back
-                          // Rows a cache saw inside the transaction are gone, and their ids will be
-                          // given out again.
+                // Rolls back: rows a cache saw inside the transaction are gone, and their
+                // ids will be given out again.
+                drop(tx);
                 self.term_rows.get_mut().clear();
                 return Err(e);
             }
@@ -349,28 +348,34 @@ impl Db {
     /// conversation) are skipped. Appends each new message to the frontier and updates the
     /// running totals.
     pub fn ingest(&mut self, key: &ConvKey, msgs: &[Encoded]) -> Result<IngestOutcome> {
+        self.append(key, msgs.len(), |app| {
+            for m in msgs {
+                app.push(m)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// One ingest transaction: `fill` pushes the messages (about `expected` of them) into an
+    /// [`Appender`]. The in-memory state the transaction changes (the shared skeletons, the
+    /// pending full-text index) is kept only when it commits.
+    fn append(
+        &mut self,
+        key: &ConvKey,
+        expected: usize,
+        fill: impl FnOnce(&mut Appender<'_>) -> Result<()>,
+    ) -> Result<IngestOutcome> {
         let large = self.large_payload_bytes;
         let mut skel = std::mem::take(&mut self.skeletons);
         let before = self.pending.get();
         let mut pending = before;
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, msgs.len(), large, &mut skel, &mut pending)?;
-            for m in msgs {
-                app.push(m)?;
-            }
+            let mut app = Appender::new(c, key, expected, large, &mut skel, &mut pending)?;
+            fill(&mut app)?;
             app.finish()
         });
         // A rolled-back transaction left the temporary index as it was before.
         self.pending.set(if out.is_ok() { pending } else { before });
-        self.after_ingest(skel, out)
-    }
-
-    /// Puts the skeleton cache back (with the rows of the transaction when it committed).
-    fn after_ingest(
-        &mut self,
-        mut skel: Skeletons,
-        out: Result<(IngestOutcome, Vec<(String, i64)>)>,
-    ) -> Result<IngestOutcome> {
         let out = out.map(|(out, fresh)| {
             skel.committed(fresh);
             out
@@ -393,21 +398,14 @@ impl Db {
             }
         }
         let _abandon = AbandonOnExit(queue);
-        let large = self.large_payload_bytes;
-        let mut skel = std::mem::take(&mut self.skeletons);
-        let before = self.pending.get();
-        let mut pending = before;
-        let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, queue.len(), large, &mut skel, &mut pending)?;
+        self.append(key, queue.len(), |app| {
             while let Some(chunk) = queue.take_next() {
                 for m in &chunk? {
                     app.push(m)?;
                 }
             }
-            app.finish()
-        });
-        self.pending.set(if out.is_ok() { pending } else { before });
-        self.after_ingest(skel, out)
+            Ok(())
+        })
     }
 }
 

@@ -14,12 +14,10 @@
 //! current one, and when the current one is full it becomes the previous one and the oldest
 //! is dropped, so what the last few assemblies used stays and the rest ages out.
 
-use std::collections::HashMap;
-
 use clawctx_protocol::AgentMessage;
 
-type FxMap<K, V> =
-    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+use super::FxMap;
+
 
 /// Messages a generation holds at most.
 pub const GENERATION_MESSAGES: usize = 4_096;
@@ -69,8 +67,8 @@ impl DecodedCache {
 
     /// Forgets everything (stored messages were rewritten).
     pub fn clear(&mut self) {
-        self.current = HashMap::default();
-        self.previous = HashMap::default();
+        self.current = FxMap::default();
+        self.previous = FxMap::default();
         self.current_bytes = 0;
     }
 

@@ -26,6 +26,11 @@ use crate::error::{LosslessError, Result};
 
 type Job = Box<dyn FnOnce(&mut Db) + Send>;
 
+/// A hash map with the fast, non-randomized FxHash: the store's caches are keyed by ids and
+/// strings the store itself produced.
+pub(crate) type FxMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+
 /// A handle to an open lossless store. Cheap to clone; the worker thread stops when the last
 /// handle is dropped or [`LosslessStore::close`] is called.
 #[derive(Clone)]

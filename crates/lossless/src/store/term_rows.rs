@@ -17,10 +17,9 @@
 use rusqlite::params;
 
 use super::Db;
+use super::FxMap;
 use crate::error::Result;
 
-type FxMap<K, V> =
-    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
 
 /// Term lists kept at most (each at most its window of ids).
 pub const MAX_CACHED_TERMS: usize = 2_048;
