@@ -121,6 +121,18 @@ fn main() {
         "codec::encode (tokens memoized): {:6.1} µs/msg",
         per_msg(t, n)
     );
+    if let Some(reps) = std::env::var("INGEST_PARTS_ENCODE_ONLY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        // For a profiler: encoding alone (tokens memoized), `reps` more times.
+        for _ in 0..reps {
+            for m in &msgs {
+                std::hint::black_box(codec::encode(m).unwrap());
+            }
+        }
+        return;
+    }
     // Its parts, each alone over the same messages.
     let t = Instant::now();
     for m in &msgs {
@@ -152,7 +164,11 @@ fn main() {
             .map(|e| e.text.clone())
             .filter(|t| t.len() >= 2048)
             .collect();
-        compression_levels("texts of 2 KiB or more", &tool_sized, &[3, 1, -1, -3, -5, -10]);
+        compression_levels(
+            "texts of 2 KiB or more",
+            &tool_sized,
+            &[3, 1, -1, -3, -5, -10],
+        );
         let plain: Vec<String> = workload_plain(n, 4444)
             .iter()
             .map(|m| m.plain_text())

@@ -854,6 +854,8 @@ async fn the_newest_messages_index_is_searchable_from_every_connection() {
     writer
         .call_blocking(move |db| db.ingest(&key(), &b))
         .unwrap();
+    // The batch is indexed right after its job: any later job sees that done.
+    writer.call_blocking(|_| Ok(())).unwrap();
     assert_eq!(
         upto(&path),
         max_id(&path),
@@ -874,4 +876,140 @@ async fn the_newest_messages_index_is_searchable_from_every_connection() {
     assert_eq!(upto(&path), max_id(&path), "closing moves what waits");
     let again = LosslessStore::open(&path).unwrap();
     assert_eq!(hits(&again, next).await, 1);
+}
+
+/// A large batch is acknowledged before it is indexed: the store thread indexes it after the
+/// job. A full-text query in the same job, or an indexing transaction that cannot get the
+/// write lock, falls back to indexing the batch from its text; either way every message is
+/// found exactly once, and the boundary ends up past every message.
+#[tokio::test]
+async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() {
+    use clawctx_lossless::store::pending_fts::DIRECT_MIN;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.db");
+    let batch = |from: i64| -> Vec<codec::Encoded> {
+        (from..from + DIRECT_MIN as i64)
+            .map(|i| {
+                let m = AgentMessage::user(format!("batch word{i}x and common")).with_timestamp(i);
+                codec::encode(&m).unwrap()
+            })
+            .collect()
+    };
+    let found = |db: &clawctx_lossless::store::Db, i: i64| {
+        let q = GrepQuery::new(format!("word{i}x"), Scope::Session(key()));
+        db.grep(&q).unwrap().hits.len()
+    };
+
+    // 1. Searched in the same job, before the batch's own indexing ran.
+    let store = LosslessStore::open_with(&path, 200).unwrap();
+    let first = batch(1);
+    let p = path.clone();
+    let (before, hits) = store
+        .call_blocking(move |db| {
+            db.ingest(&key(), &first)?;
+            Ok((upto(&p), (found(db, 1), found(db, DIRECT_MIN as i64))))
+        })
+        .unwrap();
+    assert_eq!(before, 0, "the batch is not indexed inside its own job");
+    assert_eq!(
+        hits,
+        (1, 1),
+        "a query in the same job finds it from its text"
+    );
+    store.call_blocking(|_| Ok(())).unwrap();
+    assert_eq!(
+        upto(&path),
+        0,
+        "indexed from its text, it waits with the newest messages"
+    );
+
+    // 2. The next large batch moves those first, then is indexed after its job.
+    let second = batch(100);
+    store
+        .call_blocking(move |db| db.ingest(&key(), &second).map(|_| ()))
+        .unwrap();
+    store.call_blocking(|_| Ok(())).unwrap();
+    assert_eq!(
+        upto(&path),
+        max_id(&path),
+        "both batches are in the file's index"
+    );
+
+    // 3. Another connection holds the write lock when the batch's indexing runs: it gives up
+    // after the busy timeout, and the batch is indexed from its text instead.
+    let third = batch(200);
+    let lock_path = path.clone();
+    let locker = store
+        .call_blocking(move |db| {
+            db.ingest(&key(), &third)?;
+            let c = rusqlite::Connection::open(&lock_path).unwrap();
+            c.execute_batch("BEGIN IMMEDIATE").unwrap();
+            Ok(c)
+        })
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    locker.execute_batch("ROLLBACK").unwrap();
+    drop(locker);
+    let counts = store
+        .call_blocking(move |db| {
+            Ok([1, 100, 200, 200 + DIRECT_MIN as i64 - 1]
+                .into_iter()
+                .map(|i| found(db, i))
+                .collect::<Vec<usize>>())
+        })
+        .unwrap();
+    let boundary = upto(&path);
+    assert_eq!(counts, vec![1, 1, 1, 1], "every message found once");
+    assert!(
+        boundary < max_id(&path),
+        "the third batch was not indexed into the file"
+    );
+    let reader = LosslessStore::open(&path).unwrap();
+    let q = GrepQuery::new("word230x", Scope::Session(key()));
+    assert_eq!(
+        reader.grep(q).await.unwrap().hits.len(),
+        1,
+        "another connection finds it"
+    );
+    reader.close_blocking();
+
+    // 4. A batch past the deferral bound indexes all but its tail in its own transaction.
+    use clawctx_lossless::store::pending_fts::DEFER_MAX;
+    let huge: Vec<codec::Encoded> = (1_000..1_000 + DEFER_MAX as i64 + 5)
+        .map(|i| {
+            let m = AgentMessage::user(format!("huge word{i}x")).with_timestamp(i);
+            codec::encode(&m).unwrap()
+        })
+        .collect();
+    let p = path.clone();
+    let (start, boundary) = store
+        .call_blocking(move |db| {
+            let start = max_id(&p);
+            db.ingest(&key(), &huge)?;
+            Ok((start, upto(&p)))
+        })
+        .unwrap();
+    assert_eq!(
+        boundary,
+        start + DEFER_MAX as i64,
+        "the first {DEFER_MAX} messages of the batch are indexed with it"
+    );
+    store.call_blocking(|_| Ok(())).unwrap();
+    assert_eq!(upto(&path), max_id(&path), "and the tail right after");
+    let counts = store
+        .call_blocking(move |db| {
+            Ok([1_000, 1_000 + DEFER_MAX as i64 + 4, 230]
+                .into_iter()
+                .map(|i| found(db, i))
+                .collect::<Vec<usize>>())
+        })
+        .unwrap();
+    assert_eq!(counts, vec![1, 1, 1]);
+
+    // Closing moves the waiting messages to the file's index.
+    store.close_blocking();
+    assert_eq!(upto(&path), max_id(&path));
+    let again = LosslessStore::open(&path).unwrap();
+    let q = GrepQuery::new("word230x", Scope::Session(key()));
+    assert_eq!(again.grep(q).await.unwrap().hits.len(), 1);
 }

@@ -6,12 +6,12 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::checkpoint::Checkpointer;
-use super::FxMap;
 use super::codec::Encoded;
 use super::decoded::DecodedCache;
 use super::encode_queue::EncodeQueue;
 use super::pending_fts::{self, PendingFts};
 use super::term_rows::TermRowsCache;
+use super::FxMap;
 use crate::error::{LosslessError, Result};
 
 /// Which conversation: agent plus session key (the active row of that pair).
@@ -116,8 +116,10 @@ pub struct Db {
     pub(crate) term_rows: std::cell::RefCell<TermRowsCache>,
     /// The in-memory index of the newest messages (see [`super::pending_fts`]).
     pub(crate) pending: std::cell::Cell<PendingFts>,
+    /// Index terms of the last large batch: committed, acknowledged, not yet in any index
+    /// (see [`Self::index_deferred`]).
+    deferred: std::cell::RefCell<Vec<(i64, String)>>,
 }
-
 
 /// Which stored skeletons (see [`Encoded::stored_skeleton`]) go to the `skeletons` table.
 ///
@@ -205,6 +207,7 @@ impl Db {
             decoded: Default::default(),
             term_rows: Default::default(),
             pending: Default::default(),
+            deferred: Default::default(),
         }
     }
 
@@ -213,7 +216,8 @@ impl Db {
         self.large_payload_bytes = if n == 0 { usize::MAX } else { n };
     }
 
-    pub(crate) fn close(self) {
+    pub(crate) fn close(mut self) {
+        self.index_deferred();
         // The checkpoint thread's connection closes first (its channel ends here), so this
         // one, the last, checkpoints the log into the file and removes it.
         if let Some(c) = self.checkpointer {
@@ -278,10 +282,55 @@ impl Db {
     /// Brings the in-memory index of the newest messages up to date (see
     /// [`super::pending_fts::sync`]); every full-text query of messages runs this first.
     pub fn sync_pending_index(&self) -> Result<()> {
+        self.forget_deferred();
         let mut st = self.pending.get();
         pending_fts::sync(&self.conn, &mut st)?;
         self.pending.set(st);
         Ok(())
+    }
+
+    /// Indexes the last large batch's messages into the file's index, in a transaction of its
+    /// own. The store thread runs this after every job, once the job's caller has its answer:
+    /// a batch's full-text indexing (a third of its store time, most of it the segment write
+    /// and merges at commit) then overlaps the encoding of the next batch instead of holding
+    /// it up. Until it has run, the batch's messages are above `fts_state.upto` like any other
+    /// connection's unindexed messages, and every reader (another connection, or a process
+    /// after a crash) indexes them from their text. Should it fail (the file's write lock
+    /// held elsewhere past the busy timeout), this connection does the same.
+    pub fn index_deferred(&mut self) {
+        let rows = std::mem::take(self.deferred.get_mut());
+        let (Some(&(first, _)), Some(&(last, _))) = (rows.first(), rows.last()) else {
+            return;
+        };
+        let before = self.pending.get();
+        let mut st = before;
+        let out = self.tx(|c| {
+            let mut ins =
+                c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?;
+            for (id, terms) in &rows {
+                ins.execute(params![id, terms])?;
+            }
+            pending_fts::raise(c, &mut st, last)
+        });
+        self.pending.set(match out {
+            Ok(()) => st,
+            Err(_) => PendingFts {
+                checked: before.checked.min(first - 1),
+                ..before
+            },
+        });
+    }
+
+    /// Gives up indexing the last large batch separately: its messages are then indexed from
+    /// their text with any other unindexed ones (for a full-text query in the same job as the
+    /// batch, which cannot wait for [`Self::index_deferred`]).
+    fn forget_deferred(&self) {
+        let rows = std::mem::take(&mut *self.deferred.borrow_mut());
+        if let Some(&(first, _)) = rows.first() {
+            let mut st = self.pending.get();
+            st.checked = st.checked.min(first - 1);
+            self.pending.set(st);
+        }
     }
 
     /// Runs `f` inside one read transaction: a single snapshot for all its statements, and
@@ -365,12 +414,15 @@ impl Db {
         expected: usize,
         fill: impl FnOnce(&mut Appender<'_>) -> Result<()>,
     ) -> Result<IngestOutcome> {
+        self.index_deferred();
         let large = self.large_payload_bytes;
         let mut skel = std::mem::take(&mut self.skeletons);
         let before = self.pending.get();
         let mut pending = before;
+        let mut deferred = Vec::new();
         let out = self.tx(|c| {
             let mut app = Appender::new(c, key, expected, large, &mut skel, &mut pending)?;
+            app.deferred = app.direct.then_some(&mut deferred);
             fill(&mut app)?;
             app.finish()
         });
@@ -378,6 +430,7 @@ impl Db {
         self.pending.set(if out.is_ok() { pending } else { before });
         let out = out.map(|(out, fresh)| {
             skel.committed(fresh);
+            *self.deferred.get_mut() = deferred;
             out
         });
         self.skeletons = skel;
@@ -416,8 +469,10 @@ struct Appender<'c> {
     stored: Vec<bool>,
     bytes: u64,
     ins: rusqlite::CachedStatement<'c>,
-    /// Into the file's index (`direct`), else `None`: into the pending index.
-    fts: Option<rusqlite::CachedStatement<'c>>,
+    /// A large batch: its messages go to the file's index, else to the pending one.
+    direct: bool,
+    /// Where a large batch's index terms wait for [`Db::index_deferred`].
+    deferred: Option<&'c mut Vec<(i64, String)>>,
     frontier: rusqlite::CachedStatement<'c>,
     c: &'c Connection,
     large: usize,
@@ -456,11 +511,8 @@ impl<'c> Appender<'c> {
                 "INSERT OR IGNORE INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text, skel)
                  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?,
-            fts: if direct {
-                Some(c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?)
-            } else {
-                None
-            },
+            direct,
+            deferred: None,
             frontier: c.prepare_cached(
                 "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 0, ?3, ?4)",
             )?,
@@ -509,9 +561,19 @@ impl<'c> Appender<'c> {
         } else {
             self.bytes += m.packed.as_ref().map_or(m.text.len(), Vec::len) as u64;
         }
-        match &mut self.fts {
-            Some(fts) => {
-                fts.execute(params![id, m.fts])?;
+        match &mut self.deferred {
+            Some(rows) => {
+                rows.push((id, m.fts.clone()));
+                if rows.len() >= pending_fts::DEFER_MAX {
+                    // A huge batch: index all but its tail in this transaction.
+                    let mut fts = self
+                        .c
+                        .prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?;
+                    for (row, terms) in rows.drain(..) {
+                        fts.execute(params![row, terms])?;
+                    }
+                    pending_fts::raise(self.c, self.pending, id)?;
+                }
             }
             None => {
                 pending_fts::add(self.c, id, &m.fts)?;
@@ -536,8 +598,9 @@ impl<'c> Appender<'c> {
     /// The outcome, and the shared skeleton rows this transaction created.
     fn finish(self) -> Result<(IngestOutcome, Vec<(String, i64)>)> {
         if let Some(last) = self.last_id {
-            if self.fts.is_some() {
-                pending_fts::raise(self.c, self.pending, last)?;
+            if self.direct {
+                // Accounted for: in the file's index, or in `deferred` for it.
+                self.pending.checked = self.pending.checked.max(last);
             } else {
                 self.pending.checked = self.pending.checked.max(last);
                 if self.pending.rows >= pending_fts::FLUSH_ROWS {

@@ -49,9 +49,15 @@ pub fn pack(text: &str) -> Option<Vec<u8>> {
                 .and_then(|c| c.compress(text.as_bytes()).ok())
         })?
     } else {
-        let mut out = Vec::with_capacity(text.len() / 2 + 8);
-        out.push(LZ4_TAG);
-        out.extend_from_slice(&lz4_flex::block::compress_prepend_size(text.as_bytes()));
+        // The tag, the length (as `compress_prepend_size` writes it, which `unpack` reads
+        // back), then the block, compressed in place: one allocation, no copy.
+        let len = u32::try_from(text.len()).ok()?;
+        let head = 1 + 4;
+        let mut out = vec![0u8; head + lz4_flex::block::get_maximum_output_size(text.len())];
+        out[0] = LZ4_TAG;
+        out[1..head].copy_from_slice(&len.to_le_bytes());
+        let n = lz4_flex::block::compress_into(text.as_bytes(), &mut out[head..]).ok()?;
+        out.truncate(head + n);
         out
     };
     (frame.len() + 16 < text.len()).then_some(frame)
