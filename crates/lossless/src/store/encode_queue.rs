@@ -27,8 +27,11 @@ use clawctx_protocol::AgentMessage;
 use super::codec::{self, Encoded};
 use crate::error::{LosslessError, Result};
 
-/// How many chunks encoders may run ahead of the chunk the store is inserting.
-pub const LOOKAHEAD: usize = 8;
+/// How many chunks encoders may run ahead of the chunk the store is inserting: enough for a
+/// whole 100-message batch (the host's usual size) to be encoded while the store thread is
+/// still indexing the batch before it (see `Db::index_deferred`), few enough that a huge
+/// batch is never held encoded all at once.
+pub const LOOKAHEAD: usize = 16;
 
 /// What encodes one message: [`codec::encode`], or a stand-in in tests.
 pub type EncodeFn = fn(&AgentMessage) -> Result<Encoded>;
