@@ -186,6 +186,12 @@ fn main() {
         let key = key.clone();
         store.call_blocking(move |db| db.ingest(&key, &ch)).unwrap();
     }
+    store
+        .call_blocking(|db| {
+            db.index_deferred();
+            Ok(())
+        })
+        .unwrap();
     println!(
         "Db::ingest (pre-encoded, 100/tx): {:6.1} µs/msg",
         per_msg(t, n)
@@ -229,6 +235,7 @@ fn main() {
             };
             engine.ingest_batch(&p, &cx).await.unwrap();
         }
+        common::settle(engine.store()).await;
     });
     println!(
         "engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg",
@@ -252,6 +259,7 @@ fn main() {
             };
             pe.ingest_batch(&p, &cx).await.unwrap();
         }
+        common::settle(pe.store()).await;
     });
     println!(
         "engine ingest_batch, plain chat ({:.0} bytes/msg), 100/batch: {:6.1} µs/msg",

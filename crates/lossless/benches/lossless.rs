@@ -79,6 +79,7 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                     for b in &batches {
                         e.ingest_batch(b, &cx()).await.unwrap();
                     }
+                    settle(e.store()).await;
                 });
                 total += t0.elapsed();
             }
@@ -100,6 +101,7 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                     for b in &batches {
                         e.ingest_batch(b, &cx()).await.unwrap();
                     }
+                    settle(e.store()).await;
                 });
                 total += t0.elapsed();
             }
@@ -117,6 +119,7 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                 for ch in dec.chunks(100) {
                     e.ingest_batch(&batch(ch), &cx()).await.unwrap();
                 }
+                settle(e.store()).await;
                 per_decile.push(t0.elapsed().as_secs_f64() * 1e6 / dec.len() as f64);
             }
         });
@@ -240,7 +243,9 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let mut asking = params.clone();
     let q = "what did the user ask about the deploy latency after the cache change?";
     asking.messages.pop();
-    asking.messages.push(AgentMessage::user(q).with_timestamp(1));
+    asking
+        .messages
+        .push(AgentMessage::user(q).with_timestamp(1));
     asking.prompt = Some(q.into());
     let r = rt.block_on(e.assemble(&asking, &cx())).unwrap();
     println!(
@@ -282,6 +287,7 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
             for b in &batches {
                 ge.ingest_batch(b, &cx()).await.unwrap();
             }
+            settle(ge.store()).await;
             ingest_only += t.elapsed();
             tenth += t.elapsed();
             made += chunk.len();
@@ -299,7 +305,10 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         ingest_only.as_secs_f64() * 1e6 / n as f64
     );
     for (i, c) in cpu_per_tenth.iter().enumerate() {
-        println!("FIGURE tenth {}: CPU µs/message by thread (workload generation included): {c}", i + 1);
+        println!(
+            "FIGURE tenth {}: CPU µs/message by thread (workload generation included): {c}",
+            i + 1
+        );
     }
     let secs = t0.elapsed().as_secs_f64();
     println!(

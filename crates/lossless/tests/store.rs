@@ -768,6 +768,19 @@ fn upto(path: &std::path::Path) -> i64 {
         .unwrap()
 }
 
+/// The boundary once the store thread has indexed what waits (it does when idle): polls until
+/// it reaches the newest message, or gives up after ten seconds and returns what it is.
+fn settled(path: &std::path::Path) -> i64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let b = upto(path);
+        if b == max_id(path) || std::time::Instant::now() > deadline {
+            return b;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 fn max_id(path: &std::path::Path) -> i64 {
     let c = rusqlite::Connection::open(path).unwrap();
     c.query_row("SELECT max(id) FROM messages", [], |r| r.get(0))
@@ -854,10 +867,9 @@ async fn the_newest_messages_index_is_searchable_from_every_connection() {
     writer
         .call_blocking(move |db| db.ingest(&key(), &b))
         .unwrap();
-    // The batch is indexed right after its job: any later job sees that done.
-    writer.call_blocking(|_| Ok(())).unwrap();
+    // The batch is indexed once the store thread is idle.
     assert_eq!(
-        upto(&path),
+        settled(&path),
         max_id(&path),
         "a large batch leaves nothing pending"
     );
@@ -923,17 +935,58 @@ async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() 
         "indexed from its text, it waits with the newest messages"
     );
 
-    // 2. The next large batch moves those first, then is indexed after its job.
-    let second = batch(100);
-    store
-        .call_blocking(move |db| db.ingest(&key(), &second).map(|_| ()))
+    // 2. The next large batches move those first. Then they wait together, and are indexed
+    // in one go when the store thread is idle.
+    let (second, more) = (batch(100), batch(400));
+    let p = path.clone();
+    let (moved, waiting) = store
+        .call_blocking(move |db| {
+            db.ingest(&key(), &second)?;
+            db.ingest(&key(), &more)?;
+            Ok((upto(&p), db.deferred_rows()))
+        })
         .unwrap();
-    store.call_blocking(|_| Ok(())).unwrap();
     assert_eq!(
-        upto(&path),
-        max_id(&path),
-        "both batches are in the file's index"
+        moved, DIRECT_MIN as i64,
+        "the first batch moved to the file's index"
     );
+    assert_eq!(waiting, 2 * DIRECT_MIN, "two batches wait together");
+    assert_eq!(
+        settled(&path),
+        max_id(&path),
+        "all batches are in the file's index"
+    );
+
+    // Another connection stores a message between two large batches: the waiting batch is
+    // indexed in the next one's transaction, so the boundary can pass the other message.
+    let other_path = path.clone();
+    let p = path.clone();
+    let (boundary, other_id, waiting) = store
+        .call_blocking(move |db| {
+            db.ingest(&key(), &batch(500))?;
+            let other = LosslessStore::open(&other_path)?;
+            let m = codec::encode(&AgentMessage::user("other word600x").with_timestamp(600))?;
+            other.call_blocking(move |odb| odb.ingest(&key(), &[m]))?;
+            other.close_blocking();
+            let other_id = max_id(&p);
+            db.ingest(&key(), &batch(700))?;
+            Ok((upto(&p), other_id, db.deferred_rows()))
+        })
+        .unwrap();
+    assert!(
+        boundary >= other_id,
+        "boundary {boundary} passed the other message {other_id}"
+    );
+    assert_eq!(waiting, DIRECT_MIN, "only the newest batch waits");
+    let counts = store
+        .call_blocking(move |db| {
+            Ok([500, 600, 700, 763]
+                .into_iter()
+                .map(|i| found(db, i))
+                .collect::<Vec<usize>>())
+        })
+        .unwrap();
+    assert_eq!(counts, vec![1, 1, 1, 1], "every message found once");
 
     // 3. Another connection holds the write lock when the batch's indexing runs: it gives up
     // after the busy timeout, and the batch is indexed from its text instead.
@@ -974,7 +1027,7 @@ async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() 
     reader.close_blocking();
 
     // 4. A batch past the deferral bound indexes all but its tail in its own transaction.
-    use clawctx_lossless::store::pending_fts::DEFER_MAX;
+    use clawctx_lossless::store::DEFER_MAX;
     let huge: Vec<codec::Encoded> = (1_000..1_000 + DEFER_MAX as i64 + 5)
         .map(|i| {
             let m = AgentMessage::user(format!("huge word{i}x")).with_timestamp(i);
@@ -994,8 +1047,7 @@ async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() 
         start + DEFER_MAX as i64,
         "the first {DEFER_MAX} messages of the batch are indexed with it"
     );
-    store.call_blocking(|_| Ok(())).unwrap();
-    assert_eq!(upto(&path), max_id(&path), "and the tail right after");
+    assert_eq!(settled(&path), max_id(&path), "and the tail when idle");
     let counts = store
         .call_blocking(move |db| {
             Ok([1_000, 1_000 + DEFER_MAX as i64 + 4, 230]

@@ -190,3 +190,16 @@ pub fn cpu_since(before: &std::collections::BTreeMap<String, u64>, n: usize) -> 
     }
     format!("{} (total {total:.1})", parts.join(", "))
 }
+
+/// Waits until the store has indexed the messages of every batch ingested so far (it does that
+/// between jobs, see `Db::index_deferred`): a timed ingest ends with this, so it pays for all of
+/// its full-text indexing.
+pub async fn settle(store: &clawctx_lossless::LosslessStore) {
+    store
+        .call(|db| {
+            db.index_deferred();
+            Ok(())
+        })
+        .await
+        .expect("the store is open");
+}

@@ -289,29 +289,28 @@ impl Db {
         Ok(())
     }
 
-    /// Indexes the last large batch's messages into the file's index, in a transaction of its
-    /// own. The store thread runs this after every job, once the job's caller has its answer:
-    /// a batch's full-text indexing (a third of its store time, most of it the segment write
-    /// and merges at commit) then overlaps the encoding of the next batch instead of holding
-    /// it up. Until it has run, the batch's messages are above `fts_state.upto` like any other
-    /// connection's unindexed messages, and every reader (another connection, or a process
-    /// after a crash) indexes them from their text. Should it fail (the file's write lock
-    /// held elsewhere past the busy timeout), this connection does the same.
+    /// Indexes the large batches' messages waiting in `deferred` into the file's index, in a
+    /// transaction of its own.
+    ///
+    /// A large batch commits without its full-text indexing and its caller gets the answer;
+    /// its index terms wait here. The store thread runs this once [`DEFER_ROWS`] messages
+    /// wait, or when no job has come for [`DEFER_IDLE`] (see [`Self::after_job`]). The
+    /// indexing (a third of a batch's store time) then overlaps the encoding of the next
+    /// batches instead of holding them up, and it writes one index segment for many batches:
+    /// FTS5 writes a segment per transaction and later merges the segments, and merging a
+    /// hundred-message segment cost six times writing it. Until this has run the messages are
+    /// above `fts_state.upto`, like any other connection's unindexed messages, and every
+    /// reader (another connection, a process after a crash) indexes them from their text.
+    /// Should it fail (the file's write lock held elsewhere past the busy timeout), this
+    /// connection does the same.
     pub fn index_deferred(&mut self) {
-        let rows = std::mem::take(self.deferred.get_mut());
-        let (Some(&(first, _)), Some(&(last, _))) = (rows.first(), rows.last()) else {
+        let mut rows = std::mem::take(self.deferred.get_mut());
+        let Some(&(first, _)) = rows.first() else {
             return;
         };
         let before = self.pending.get();
         let mut st = before;
-        let out = self.tx(|c| {
-            let mut ins =
-                c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?;
-            for (id, terms) in &rows {
-                ins.execute(params![id, terms])?;
-            }
-            pending_fts::raise(c, &mut st, last)
-        });
+        let out = self.tx(|c| index_rows(c, &mut rows, &mut st));
         self.pending.set(match out {
             Ok(()) => st,
             Err(_) => PendingFts {
@@ -321,7 +320,22 @@ impl Db {
         });
     }
 
-    /// Gives up indexing the last large batch separately: its messages are then indexed from
+    /// Messages waiting for [`Self::index_deferred`].
+    pub fn deferred_rows(&self) -> usize {
+        self.deferred.borrow().len()
+    }
+
+    /// What the store thread does between jobs: index the waiting messages once there are
+    /// enough of them. Returns whether some still wait (then it calls
+    /// [`Self::index_deferred`] when no job comes for [`DEFER_IDLE`]).
+    pub(crate) fn after_job(&mut self) -> bool {
+        if self.deferred_rows() >= DEFER_ROWS {
+            self.index_deferred();
+        }
+        self.deferred_rows() > 0
+    }
+
+    /// Gives up indexing the large batches separately: its messages are then indexed from
     /// their text with any other unindexed ones (for a full-text query in the same job as the
     /// batch, which cannot wait for [`Self::index_deferred`]).
     fn forget_deferred(&self) {
@@ -414,20 +428,40 @@ impl Db {
         expected: usize,
         fill: impl FnOnce(&mut Appender<'_>) -> Result<()>,
     ) -> Result<IngestOutcome> {
-        self.index_deferred();
+        if expected < pending_fts::DIRECT_MIN {
+            // Small batches go to the pending index, which must stay a contiguous run above
+            // the boundary: what waits for the file's index goes there first.
+            self.index_deferred();
+        }
         let large = self.large_payload_bytes;
         let mut skel = std::mem::take(&mut self.skeletons);
         let before = self.pending.get();
         let mut pending = before;
-        let mut deferred = Vec::new();
+        let mut deferred = std::mem::take(self.deferred.get_mut());
+        let waiting = deferred.first().map(|&(id, _)| id);
         let out = self.tx(|c| {
-            let mut app = Appender::new(c, key, expected, large, &mut skel, &mut pending)?;
-            app.deferred = app.direct.then_some(&mut deferred);
+            let mut app = Appender::new(
+                c,
+                key,
+                expected,
+                large,
+                &mut skel,
+                &mut pending,
+                &mut deferred,
+            )?;
             fill(&mut app)?;
             app.finish()
         });
-        // A rolled-back transaction left the temporary index as it was before.
-        self.pending.set(if out.is_ok() { pending } else { before });
+        // A rolled-back transaction left the temporary index as it was before, and the file's
+        // index too: messages that waited are indexed from their text later instead.
+        self.pending.set(match (&out, waiting) {
+            (Ok(_), _) => pending,
+            (Err(_), Some(first)) => PendingFts {
+                checked: before.checked.min(first - 1),
+                ..before
+            },
+            (Err(_), None) => before,
+        });
         let out = out.map(|(out, fresh)| {
             skel.committed(fresh);
             *self.deferred.get_mut() = deferred;
@@ -494,10 +528,24 @@ impl<'c> Appender<'c> {
         large: usize,
         skel: &'c mut Skeletons,
         pending: &'c mut PendingFts,
+        deferred: &'c mut Vec<(i64, String)>,
     ) -> Result<Self> {
         let direct = expected >= pending_fts::DIRECT_MIN;
         if direct {
-            pending_fts::flush(c, pending)?;
+            if !deferred.is_empty() {
+                // Messages wait for the file's index. This batch's can join them only if
+                // nothing else was stored since (their ids then follow on): otherwise they
+                // are indexed now, so the boundary can pass the other messages.
+                let newest: i64 = c
+                    .prepare_cached("SELECT ifnull(max(id), 0) FROM messages")?
+                    .query_row([], |r| r.get(0))?;
+                if newest > pending.checked || pending.rows > 0 {
+                    index_rows(c, deferred, pending)?;
+                }
+            }
+            if deferred.is_empty() {
+                pending_fts::flush(c, pending)?;
+            }
         } else {
             // Messages other connections stored since: into the pending index first, so it
             // stays a contiguous run above the boundary.
@@ -512,7 +560,7 @@ impl<'c> Appender<'c> {
                  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?,
             direct,
-            deferred: None,
+            deferred: direct.then_some(deferred),
             frontier: c.prepare_cached(
                 "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 0, ?3, ?4)",
             )?,
@@ -564,15 +612,9 @@ impl<'c> Appender<'c> {
         match &mut self.deferred {
             Some(rows) => {
                 rows.push((id, m.fts.clone()));
-                if rows.len() >= pending_fts::DEFER_MAX {
-                    // A huge batch: index all but its tail in this transaction.
-                    let mut fts = self
-                        .c
-                        .prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?;
-                    for (row, terms) in rows.drain(..) {
-                        fts.execute(params![row, terms])?;
-                    }
-                    pending_fts::raise(self.c, self.pending, id)?;
+                if rows.len() >= DEFER_MAX {
+                    // A huge batch: indexed as it goes, in this transaction.
+                    index_rows(self.c, rows, self.pending)?;
                 }
             }
             None => {
@@ -636,6 +678,34 @@ impl<'c> Appender<'c> {
         ))
     }
 }
+
+/// Indexes `rows` (ids and index terms, ascending) into the file's index and moves the
+/// boundary past them; empties `rows`. Every message up to the last of them must then be in the
+/// file's index (the caller's invariant).
+fn index_rows(
+    c: &Connection,
+    rows: &mut Vec<(i64, String)>,
+    pending: &mut PendingFts,
+) -> Result<()> {
+    let Some(&(last, _)) = rows.last() else {
+        return Ok(());
+    };
+    let mut ins = c.prepare_cached("INSERT INTO messages_fts(rowid, text) VALUES(?1, ?2)")?;
+    for (id, terms) in rows.iter() {
+        ins.execute(params![id, terms])?;
+    }
+    pending_fts::raise(c, pending, last)?;
+    rows.clear();
+    Ok(())
+}
+
+/// Messages waiting for [`Db::index_deferred`] that make the store thread run it after a job.
+pub const DEFER_ROWS: usize = 1024;
+/// Messages waiting at most: a batch that brings more indexes them in its own transaction
+/// (bounds the memory a huge import holds).
+pub const DEFER_MAX: usize = 4 * DEFER_ROWS;
+/// How long the store thread waits for another job before indexing the messages that wait.
+pub const DEFER_IDLE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The value stored for a message's text: its zstd frame (a BLOB) when it has one, else the
 /// text; `None` stores the empty text (the text lives in `payloads`).

@@ -22,7 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
 pub(crate) use db::{get_conv as db_get_conv, get_or_create_conv as db_get_or_create_conv, now_ms};
-pub use db::{ConvKey, ConvRow, Db, IngestOutcome, DEFAULT_LARGE_PAYLOAD_BYTES};
+pub use db::{
+    ConvKey, ConvRow, Db, IngestOutcome, DEFAULT_LARGE_PAYLOAD_BYTES, DEFER_IDLE, DEFER_MAX,
+    DEFER_ROWS,
+};
 pub use encode_queue::EncodeQueue;
 
 use crate::error::{LosslessError, Result};
@@ -81,10 +84,28 @@ impl LosslessStore {
         std::thread::Builder::new()
             .name("lossless-sqlite".into())
             .spawn(move || {
-                for job in rx {
+                // Between jobs, after each job's caller has its answer, messages of large
+                // batches are indexed (see `Db::index_deferred`).
+                let mut waiting = false;
+                loop {
+                    let job = if waiting {
+                        match rx.recv_timeout(db::DEFER_IDLE) {
+                            Ok(job) => job,
+                            Err(mpsc::RecvTimeoutError::Timeout) => {
+                                db.index_deferred();
+                                waiting = false;
+                                continue;
+                            }
+                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        }
+                    } else {
+                        match rx.recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        }
+                    };
                     job(&mut db);
-                    // After the job's caller has its answer (see `Db::index_deferred`).
-                    db.index_deferred();
+                    waiting = db.after_job();
                 }
                 db.close();
                 let _ = closed_tx.send(());

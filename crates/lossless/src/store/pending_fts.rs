@@ -6,9 +6,10 @@
 //! opens all of them. So small batches index into a temporary (per-connection, in-memory)
 //! index, `temp.pending_fts`, and once [`FLUSH_ROWS`] messages wait there they move to the
 //! file's index, `messages_fts`, in one go. Large batches (from [`DIRECT_MIN`] messages) go to
-//! the file's index directly, after moving whatever waits, in a transaction of their own that
-//! the store thread runs once the batch's caller has its answer (`Db::index_deferred`): until
-//! then they are above the boundary and unindexed, like another connection's messages.
+//! the file's index directly, after moving whatever waits, in a later transaction of their own
+//! that the store thread runs once the batches' callers have their answers and enough of them
+//! wait, or it is idle (`Db::index_deferred`): until then they are above the boundary and
+//! unindexed, like another connection's messages.
 //!
 //! `fts_state.upto` (schema v5) is the boundary: every message with an id up to it is in the
 //! file's index, none above it is. Messages above it are either in this connection's pending
@@ -30,10 +31,6 @@ use crate::error::Result;
 pub const FLUSH_ROWS: usize = 512;
 /// Batches of at least this many messages are indexed into the file's index directly.
 pub const DIRECT_MIN: usize = 64;
-/// Messages of a large batch whose indexing waits for `Db::index_deferred`, at most: a larger
-/// batch indexes the ones before its last this many in its own transaction (this bounds the
-/// memory a huge import holds).
-pub const DEFER_MAX: usize = 4096;
 
 /// The per-connection tables: the index terms of each pending message (to move them later)
 /// and the pending index itself (contentless, so emptying it is one command).
