@@ -890,10 +890,11 @@ async fn the_newest_messages_index_is_searchable_from_every_connection() {
     assert_eq!(hits(&again, next).await, 1);
 }
 
-/// A large batch is acknowledged before it is indexed: the store thread indexes it after the
-/// job. A full-text query in the same job, or an indexing transaction that cannot get the
-/// write lock, falls back to indexing the batch from its text; either way every message is
-/// found exactly once, and the boundary ends up past every message.
+/// A large batch is acknowledged before it is indexed: the store thread indexes large batches
+/// together between jobs. A full-text query before that moves them to the pending index; an
+/// indexing transaction that cannot get the write lock falls back to indexing them from their
+/// text; either way every message is found exactly once, and the boundary ends up past every
+/// message.
 #[tokio::test]
 async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() {
     use clawctx_lossless::store::pending_fts::DIRECT_MIN;
@@ -923,16 +924,12 @@ async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() 
         })
         .unwrap();
     assert_eq!(before, 0, "the batch is not indexed inside its own job");
-    assert_eq!(
-        hits,
-        (1, 1),
-        "a query in the same job finds it from its text"
-    );
+    assert_eq!(hits, (1, 1), "a query in the same job finds it");
     store.call_blocking(|_| Ok(())).unwrap();
     assert_eq!(
         upto(&path),
         0,
-        "indexed from its text, it waits with the newest messages"
+        "moved to the pending index by the query, it waits with the newest messages"
     );
 
     // 2. The next large batches move those first. Then they wait together, and are indexed

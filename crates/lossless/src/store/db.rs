@@ -282,7 +282,7 @@ impl Db {
     /// Brings the in-memory index of the newest messages up to date (see
     /// [`super::pending_fts::sync`]); every full-text query of messages runs this first.
     pub fn sync_pending_index(&self) -> Result<()> {
-        self.forget_deferred();
+        self.adopt_deferred();
         let mut st = self.pending.get();
         pending_fts::sync(&self.conn, &mut st)?;
         self.pending.set(st);
@@ -335,16 +335,35 @@ impl Db {
         self.deferred_rows() > 0
     }
 
-    /// Gives up indexing the large batches separately: its messages are then indexed from
-    /// their text with any other unindexed ones (for a full-text query in the same job as the
-    /// batch, which cannot wait for [`Self::index_deferred`]).
-    fn forget_deferred(&self) {
+    /// Moves the messages waiting for [`Self::index_deferred`] into the pending index, from
+    /// their index terms in memory: a full-text query cannot wait for the file's index (it may
+    /// run inside a read transaction). The pending index is empty while messages wait (see
+    /// [`Appender::new`]), so it then holds exactly the messages above the boundary, as it
+    /// must. Should that fail, they are indexed from their text by the next sync instead.
+    fn adopt_deferred(&self) {
         let rows = std::mem::take(&mut *self.deferred.borrow_mut());
-        if let Some(&(first, _)) = rows.first() {
-            let mut st = self.pending.get();
-            st.checked = st.checked.min(first - 1);
-            self.pending.set(st);
+        let Some(&(first, _)) = rows.first() else {
+            return;
+        };
+        let mut st = self.pending.get();
+        let adopted = (|| -> Result<()> {
+            self.conn.execute_batch("SAVEPOINT adopt_deferred")?;
+            for (id, terms) in &rows {
+                if let Err(e) = pending_fts::add(&self.conn, *id, terms) {
+                    let _ = self
+                        .conn
+                        .execute_batch("ROLLBACK TO adopt_deferred; RELEASE adopt_deferred");
+                    return Err(e);
+                }
+            }
+            self.conn.execute_batch("RELEASE adopt_deferred")?;
+            Ok(())
+        })();
+        match adopted {
+            Ok(()) => st.rows += rows.len(),
+            Err(_) => st.checked = st.checked.min(first - 1),
         }
+        self.pending.set(st);
     }
 
     /// Runs `f` inside one read transaction: a single snapshot for all its statements, and
@@ -700,7 +719,7 @@ fn index_rows(
 }
 
 /// Messages waiting for [`Db::index_deferred`] that make the store thread run it after a job.
-pub const DEFER_ROWS: usize = 1024;
+pub const DEFER_ROWS: usize = 4096;
 /// Messages waiting at most: a batch that brings more indexes them in its own transaction
 /// (bounds the memory a huge import holds).
 pub const DEFER_MAX: usize = 4 * DEFER_ROWS;
