@@ -313,10 +313,16 @@ impl Db {
         let out = self.tx(|c| index_rows(c, &mut rows, &mut st));
         self.pending.set(match out {
             Ok(()) => st,
-            Err(_) => PendingFts {
+            Err(e) => {
+                tracing::warn!(
+                    "lossless: indexing {} messages failed ({e}); they will be indexed from their text",
+                    rows.len()
+                );
+                PendingFts {
                 checked: before.checked.min(first - 1),
                 ..before
-            },
+                }
+            }
         });
     }
 
@@ -361,7 +367,13 @@ impl Db {
         })();
         match adopted {
             Ok(()) => st.rows += rows.len(),
-            Err(_) => st.checked = st.checked.min(first - 1),
+            Err(e) => {
+                tracing::warn!(
+                    "lossless: moving {} waiting messages to the pending index failed ({e}); they will be indexed from their text",
+                    rows.len()
+                );
+                st.checked = st.checked.min(first - 1);
+            }
         }
         self.pending.set(st);
     }
