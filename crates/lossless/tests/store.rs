@@ -209,6 +209,20 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
         .await
         .unwrap();
     assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+    let automerge: i64 = e
+        .store()
+        .call(|db| {
+            db.tx(|c| {
+                Ok(c.query_row(
+                    "SELECT v FROM messages_fts_config WHERE k = 'automerge'",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(automerge, 16, "v6 sets the message index's merge width");
     // Old rows (inline canonical skeletons, compressed texts) read back exactly.
     for (i, m) in old.iter().enumerate() {
         match e.store().describe(&format!("msg_{}", i + 1)).await.unwrap() {
