@@ -116,7 +116,7 @@ pub struct Db {
     pub(crate) term_rows: std::cell::RefCell<TermRowsCache>,
     /// The in-memory index of the newest messages (see [`super::pending_fts`]).
     pub(crate) pending: std::cell::Cell<PendingFts>,
-    /// Index terms of the last large batch: committed, acknowledged, not yet in any index
+    /// Index terms of large batches' messages: committed, acknowledged, not yet in any index
     /// (see [`Self::index_deferred`]).
     deferred: std::cell::RefCell<Vec<(i64, String)>>,
 }
@@ -318,10 +318,7 @@ impl Db {
                     "lossless: indexing {} messages failed ({e}); they will be indexed from their text",
                     rows.len()
                 );
-                PendingFts {
-                checked: before.checked.min(first - 1),
-                ..before
-                }
+                before.unindexed_from(first)
             }
         });
     }
@@ -372,7 +369,7 @@ impl Db {
                     "lossless: moving {} waiting messages to the pending index failed ({e}); they will be indexed from their text",
                     rows.len()
                 );
-                st.checked = st.checked.min(first - 1);
+                st = st.unindexed_from(first);
             }
         }
         self.pending.set(st);
@@ -487,10 +484,7 @@ impl Db {
         // index too: messages that waited are indexed from their text later instead.
         self.pending.set(match (&out, waiting) {
             (Ok(_), _) => pending,
-            (Err(_), Some(first)) => PendingFts {
-                checked: before.checked.min(first - 1),
-                ..before
-            },
+            (Err(_), Some(first)) => before.unindexed_from(first),
             (Err(_), None) => before,
         });
         let out = out.map(|(out, fresh)| {

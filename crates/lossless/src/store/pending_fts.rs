@@ -51,6 +51,18 @@ pub struct PendingFts {
     pub upto: i64,
 }
 
+impl PendingFts {
+    /// This state with the messages from id `first` on counted as not yet indexed anywhere:
+    /// the next [`sync`] indexes them from their stored text (the fallback when their index
+    /// terms waiting in memory could not be indexed).
+    pub fn unindexed_from(self, first: i64) -> Self {
+        Self {
+            checked: self.checked.min(first - 1),
+            ..self
+        }
+    }
+}
+
 fn read_upto(c: &Connection) -> Result<i64> {
     Ok(c.prepare_cached("SELECT upto FROM fts_state WHERE k = 1")?
         .query_row([], |r| r.get(0))
