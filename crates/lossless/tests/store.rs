@@ -855,6 +855,8 @@ async fn the_newest_messages_index_is_searchable_from_every_connection() {
             .call_blocking(move |db| db.ingest(&key(), &b))
             .unwrap();
     }
+    // The move runs after a job's answer: any later job sees it done.
+    writer.call_blocking(|_| Ok(())).unwrap();
     let moved = upto(&path);
     assert!(
         moved >= FLUSH_ROWS as i64,

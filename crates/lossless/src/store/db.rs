@@ -328,14 +328,34 @@ impl Db {
         self.deferred.borrow().len()
     }
 
-    /// What the store thread does between jobs: index the waiting messages once there are
-    /// enough of them. Returns whether some still wait (then it calls
+    /// What the store thread does between jobs, once the job's caller has its answer: index
+    /// the waiting messages of large batches once there are enough of them, and move the
+    /// pending index to the file's once it holds [`pending_fts::FLUSH_ROWS`] messages (so no
+    /// turn waits for that move). Returns whether messages still wait (then it calls
     /// [`Self::index_deferred`] when no job comes for [`DEFER_IDLE`]).
     pub(crate) fn after_job(&mut self) -> bool {
         if self.deferred_rows() >= DEFER_ROWS {
             self.index_deferred();
         }
+        if self.pending.get().rows >= pending_fts::FLUSH_ROWS {
+            self.flush_pending();
+        }
         self.deferred_rows() > 0
+    }
+
+    /// Moves the pending index to the file's, in a transaction of its own. Should that fail,
+    /// the pending index stays as it was and the move is tried after the next job.
+    fn flush_pending(&mut self) {
+        let before = self.pending.get();
+        let mut st = before;
+        let out = self.tx(|c| pending_fts::flush(c, &mut st));
+        self.pending.set(match out {
+            Ok(()) => st,
+            Err(e) => {
+                tracing::warn!("lossless: moving the pending full-text index failed ({e})");
+                before
+            }
+        });
     }
 
     /// Moves the messages waiting for [`Self::index_deferred`] into the pending index, from
@@ -665,15 +685,9 @@ impl<'c> Appender<'c> {
     /// The outcome, and the shared skeleton rows this transaction created.
     fn finish(self) -> Result<(IngestOutcome, Vec<(String, i64)>)> {
         if let Some(last) = self.last_id {
-            if self.direct {
-                // Accounted for: in the file's index, or in `deferred` for it.
-                self.pending.checked = self.pending.checked.max(last);
-            } else {
-                self.pending.checked = self.pending.checked.max(last);
-                if self.pending.rows >= pending_fts::FLUSH_ROWS {
-                    pending_fts::flush(self.c, self.pending)?;
-                }
-            }
+            // Accounted for: in the pending index, in the file's, or in `deferred` for it (the
+            // pending index moves to the file's after the job, see `Db::after_job`).
+            self.pending.checked = self.pending.checked.max(last);
         }
         let conv = self.conv;
         if self.stored.iter().any(|s| *s) {
