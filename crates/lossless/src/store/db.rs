@@ -548,8 +548,6 @@ struct Appender<'c> {
     stored: Vec<bool>,
     bytes: u64,
     ins: rusqlite::CachedStatement<'c>,
-    /// A large batch: its messages go to the file's index, else to the pending one.
-    direct: bool,
     /// Where a large batch's index terms wait for [`Db::index_deferred`].
     deferred: Option<&'c mut Vec<(i64, String)>>,
     frontier: rusqlite::CachedStatement<'c>,
@@ -604,7 +602,6 @@ impl<'c> Appender<'c> {
                 "INSERT OR IGNORE INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text, skel)
                  VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?,
-            direct,
             deferred: direct.then_some(deferred),
             frontier: c.prepare_cached(
                 "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES(?1, ?2, 0, ?3, ?4)",
