@@ -217,21 +217,16 @@ impl Db {
     }
 
     pub(crate) fn close(mut self) {
+        // What waits for the file's index moves there now rather than being indexed from
+        // its text by the next connection (nothing is lost either way).
         self.index_deferred();
+        if self.pending.get().rows > 0 {
+            self.flush_pending();
+        }
         // The checkpoint thread's connection closes first (its channel ends here), so this
         // one, the last, checkpoints the log into the file and removes it.
         if let Some(c) = self.checkpointer {
             c.stop();
-        }
-        // The newest messages' index moves to the file now rather than being rebuilt from
-        // their text by the next connection (nothing is lost either way).
-        let mut pending = self.pending.get();
-        if pending.rows > 0 {
-            if let Ok(tx) = self.conn.unchecked_transaction() {
-                if pending_fts::flush(&tx, &mut pending).is_ok() {
-                    let _ = tx.commit();
-                }
-            }
         }
         let _ = self.conn.execute_batch("PRAGMA optimize;");
         let _ = self.conn.close();
@@ -369,28 +364,12 @@ impl Db {
             return;
         };
         let mut st = self.pending.get();
-        let adopted = (|| -> Result<()> {
-            self.conn.execute_batch("SAVEPOINT adopt_deferred")?;
-            for (id, terms) in &rows {
-                if let Err(e) = pending_fts::add(&self.conn, *id, terms) {
-                    let _ = self
-                        .conn
-                        .execute_batch("ROLLBACK TO adopt_deferred; RELEASE adopt_deferred");
-                    return Err(e);
-                }
-            }
-            self.conn.execute_batch("RELEASE adopt_deferred")?;
-            Ok(())
-        })();
-        match adopted {
-            Ok(()) => st.rows += rows.len(),
-            Err(e) => {
-                tracing::warn!(
-                    "lossless: moving {} waiting messages to the pending index failed ({e}); they will be indexed from their text",
-                    rows.len()
-                );
-                st = st.unindexed_from(first);
-            }
+        if let Err(e) = pending_fts::adopt(&self.conn, &mut st, &rows) {
+            tracing::warn!(
+                "lossless: moving {} waiting messages to the pending index failed ({e}); they will be indexed from their text",
+                rows.len()
+            );
+            st = st.unindexed_from(first);
         }
         self.pending.set(st);
     }

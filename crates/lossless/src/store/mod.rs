@@ -3,10 +3,11 @@
 //! SQLite must never block the async runtime, so one dedicated worker thread owns the
 //! [`rusqlite::Connection`] and runs jobs sent over a channel; async callers await a oneshot
 //! reply, blocking callers (the CLI) wait on it. Every write is one transaction per job, so a
-//! batch is atomic and a crash leaves either all of it or none of it; the one exception is a
-//! large ingest batch's full-text indexing, which the thread runs after the job in a
-//! transaction of its own (a crash in between leaves messages that the next connection
-//! indexes from their text, see `pending_fts`).
+//! batch is atomic and a crash leaves either all of it or none of it. The exception is
+//! full-text indexing of new messages (large batches', and the move of the in-memory index to
+//! the file's), which the thread runs between jobs in transactions of their own; a crash in
+//! between leaves messages that the next connection indexes from their text (see
+//! `pending_fts`).
 
 mod checkpoint;
 pub mod codec;

@@ -83,18 +83,40 @@ pub fn add(c: &Connection, id: i64, terms: &str) -> Result<()> {
 /// to the file's index, and indexes messages above the boundary this connection has not
 /// seen. Writes only the temporary tables, so it runs inside read transactions too.
 pub fn sync(c: &Connection, st: &mut PendingFts) -> Result<()> {
-    // All or nothing: a failure halfway must not leave rows in the temporary tables that
-    // `st` does not count (they would be added a second time later).
-    c.execute_batch("SAVEPOINT pending_sync")?;
+    all_or_nothing(c, st, sync_inner)
+}
+
+/// Adds messages to the pending index from their index terms in memory (`rows`: ids and
+/// terms, ascending, all above the boundary and not in it yet). Writes only the temporary
+/// tables, so it runs inside read transactions too.
+pub fn adopt(c: &Connection, st: &mut PendingFts, rows: &[(i64, String)]) -> Result<()> {
+    all_or_nothing(c, st, |c, st| {
+        for (id, terms) in rows {
+            add(c, *id, terms)?;
+        }
+        st.rows += rows.len();
+        Ok(())
+    })
+}
+
+/// Runs `f` inside a savepoint on a copy of `st`, keeping both its writes and the copy only
+/// when it succeeds: a failure halfway must not leave rows in the temporary tables that `st`
+/// does not count (they would be added a second time later).
+fn all_or_nothing(
+    c: &Connection,
+    st: &mut PendingFts,
+    f: impl FnOnce(&Connection, &mut PendingFts) -> Result<()>,
+) -> Result<()> {
+    c.execute_batch("SAVEPOINT pending_fts")?;
     let mut next = *st;
-    match sync_inner(c, &mut next) {
+    match f(c, &mut next) {
         Ok(()) => {
-            c.execute_batch("RELEASE pending_sync")?;
+            c.execute_batch("RELEASE pending_fts")?;
             *st = next;
             Ok(())
         }
         Err(e) => {
-            let _ = c.execute_batch("ROLLBACK TO pending_sync; RELEASE pending_sync");
+            let _ = c.execute_batch("ROLLBACK TO pending_fts; RELEASE pending_fts");
             Err(e)
         }
     }
