@@ -3,12 +3,14 @@
 //! it is a measuring aid for BENCHMARKS.md section 7, not a criterion benchmark.
 //!
 //! `cargo bench -p clawctx-lossless --bench ingest_parts` (`INGEST_PARTS_N`, default 10,000).
+//! For a profiler, `INGEST_PARTS_ENCODE_ONLY`, `INGEST_PARTS_TERMS_ONLY` and
+//! `INGEST_PARTS_STORE_ONLY` (each a repeat count) run one part alone.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
-use clawctx_lossless::store::codec;
+use clawctx_lossless::store::{codec, terms};
 use clawctx_lossless::*;
 use clawctx_protocol::AgentMessage;
 
@@ -133,6 +135,20 @@ fn main() {
         }
         return;
     }
+    if let Some(reps) = std::env::var("INGEST_PARTS_TERMS_ONLY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        // For a profiler: index terms alone, `reps` times, each pass timed.
+        for _ in 0..reps {
+            let t = Instant::now();
+            for e in &enc {
+                std::hint::black_box(terms::index_terms(&e.text));
+            }
+            println!("  index terms:                   {:6.1} µs/msg", per_msg(t, n));
+        }
+        return;
+    }
     // Its parts, each alone over the same messages.
     let t = Instant::now();
     for m in &msgs {
@@ -144,7 +160,7 @@ fn main() {
     );
     let t = Instant::now();
     for e in &enc {
-        std::hint::black_box(codec::index_terms(&e.text));
+        std::hint::black_box(terms::index_terms(&e.text));
     }
     println!(
         "  index terms:                   {:6.1} µs/msg",
@@ -357,29 +373,18 @@ fn main() {
             false
         )
     );
-    let distinct: Vec<String> = texts.iter().map(|s| codec::index_terms(s)).collect();
+    let distinct: Vec<String> = texts.iter().map(|s| terms::index_terms(s)).collect();
     println!(
         "bare insert, no FTS, 2/tx:       {:6.1} µs/msg",
         bare_sqlite_with(&texts, None, 2, false)
     );
     println!(
-        "bare insert + FTS5 porter on index terms (contentless), 2/tx: {:6.1} µs/msg",
-        bare_sqlite_with(
-            &distinct,
-            Some("porter unicode61 remove_diacritics 2"),
-            2,
-            true
-        )
+        "bare insert + FTS5 ascii on index terms (contentless), 2/tx: {:6.1} µs/msg",
+        bare_sqlite_with(&distinct, Some(terms::TOKENIZER), 2, true)
     );
     println!(
-        "bare insert + temp FTS5 porter on index terms, 2/tx: {:6.1} µs/msg",
-        bare_sqlite_in(
-            &distinct,
-            Some("porter unicode61 remove_diacritics 2"),
-            2,
-            false,
-            "temp."
-        )
+        "bare insert + temp FTS5 ascii on index terms, 2/tx: {:6.1} µs/msg",
+        bare_sqlite_in(&distinct, Some(terms::TOKENIZER), 2, false, "temp.")
     );
     let t = Instant::now();
     let distinct: Vec<String> = texts.iter().map(|s| distinct_words(s)).collect();
@@ -389,6 +394,18 @@ fn main() {
     );
     let dbytes: usize = distinct.iter().map(String::len).sum();
     println!("  ({:.0} bytes/msg after dedupe)", dbytes as f64 / n as f64);
+    println!(
+        "bare insert + FTS5 ascii on index terms (contentless): {:6.1} µs/msg",
+        bare_sqlite_with(
+            &texts
+                .iter()
+                .map(|s| terms::index_terms(s))
+                .collect::<Vec<_>>(),
+            Some(terms::TOKENIZER),
+            100,
+            true
+        )
+    );
     println!(
         "bare insert + FTS5 porter on distinct words (contentless): {:6.1} µs/msg",
         bare_sqlite_with(
@@ -440,3 +457,4 @@ fn compression_levels(label: &str, texts: &[String], levels: &[i32]) {
         .sum();
     report("lz4".into(), t, out);
 }
+

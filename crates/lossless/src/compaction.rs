@@ -475,7 +475,7 @@ impl Db {
                 ])?;
                 let sid = c.last_insert_rowid();
                 c.prepare_cached("INSERT INTO summaries_fts(rowid, text) VALUES(?1, ?2)")?
-                    .execute(params![sid, crate::store::codec::index_terms(&p.text)])?;
+                    .execute(params![sid, crate::store::terms::index_terms(&p.text)])?;
                 {
                     let mut ins = c.prepare_cached("INSERT INTO summary_children(summary_id, ord, kind, child_id) VALUES(?1, ?2, ?3, ?4)")?;
                     for (i, (kind, id)) in ch.items.iter().enumerate() {

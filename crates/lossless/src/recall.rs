@@ -144,16 +144,10 @@ pub struct GrepReport {
     pub scan_truncated: bool,
 }
 
-/// Reduces a model-written query to safe FTS5 syntax: quoted alphanumeric terms, ANDed.
-/// Returns `None` when no term remains.
+/// Reduces a model-written query to safe FTS5 syntax: the terms of its first 16 words, quoted,
+/// ANDed (see [`crate::store::terms`]). Returns `None` when no term remains.
 pub fn sanitize_fts_query(q: &str) -> Option<String> {
-    let terms: Vec<String> = q
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .take(16)
-        .map(|t| format!("\"{}\"", t.to_lowercase()))
-        .collect();
-    (!terms.is_empty()).then(|| terms.join(" "))
+    crate::store::terms::fts_and_query(q, 16)
 }
 
 fn snippet(text: &str, needles: &[String], re: Option<&regex::Regex>) -> String {
@@ -509,7 +503,7 @@ impl Db {
                 }
                 let fts = terms
                     .iter()
-                    .map(|t| format!("\"{t}\""))
+                    .map(|t| crate::store::terms::fts_term(t))
                     .collect::<Vec<_>>()
                     .join(" OR ");
                 if q.target != GrepTarget::Summaries {

@@ -9,7 +9,7 @@
 //! same lookup (exact below the cap), the scores are summed here, and BM25's length
 //! normalization is applied to the best candidates only, from the token counts stored with
 //! every message. Every indexed row holds each of its words once (see
-//! [`crate::store::codec::index_terms`]), so BM25's term frequency is 1 and a row's score is
+//! [`crate::store::terms::index_terms`]), so BM25's term frequency is 1 and a row's score is
 //! the sum of its matched terms' IDFs, scaled by its length.
 //!
 //! Cost: at most `terms × TERM_WINDOW` index entries plus one row lookup per candidate, at any
@@ -22,7 +22,7 @@ type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefau
 use rusqlite::{params, OptionalExtension};
 
 use crate::error::Result;
-use crate::store::term_rows::fts_term;
+use crate::store::terms::fts_term;
 use crate::store::Db;
 
 /// Newest matches read per term by `lcm_grep` (and for document frequencies).
@@ -75,9 +75,7 @@ pub const STOPWORDS: &[&str] = &[
 /// still searches.
 pub fn query_terms(text: &str) -> Vec<String> {
     let words = || {
-        text.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_lowercase)
+        crate::store::terms::words(text).map(str::to_lowercase)
     };
     let mut seen = HashSet::new();
     let mut out: Vec<String> = words()

@@ -8,11 +8,12 @@ use clawctx_engine::ContextEngine;
 use std::sync::Arc;
 
 use clawctx_lossless::store::encode_queue::EncodeFn;
-use clawctx_lossless::store::{codec, schema, EncodeQueue};
+use clawctx_lossless::store::{codec, schema, terms, EncodeQueue};
 use clawctx_lossless::*;
 use clawctx_protocol::*;
 use common::*;
 use proptest::prelude::*;
+use rusqlite::OptionalExtension;
 
 fn key() -> ConvKey {
     ConvKey::from_host(Some(KEY), "s1")
@@ -429,24 +430,131 @@ async fn megabytes_written_are_checkpointed_and_survive_reopening() {
     assert!(e.store().doctor().await.unwrap().ok);
 }
 
-/// The terms FTS5 (our tokenizer settings, `detail=none`) indexes for `text`.
-fn fts_terms(text: &str) -> Vec<String> {
-    let conn = rusqlite::Connection::open_in_memory().unwrap();
-    conn.execute_batch(
-        "CREATE VIRTUAL TABLE f USING fts5(text, content='', detail=none,
-           tokenize='porter unicode61 remove_diacritics 2');
-         CREATE VIRTUAL TABLE v USING fts5vocab(f, 'row');",
-    )
-    .unwrap();
-    conn.execute("INSERT INTO f(rowid, text) VALUES(1, ?1)", [text])
+/// The `CREATE` statements of the two full-text tables.
+fn fts_tables(c: &rusqlite::Connection) -> Vec<String> {
+    let mut st = c
+        .prepare("SELECT sql FROM sqlite_master WHERE name IN ('messages_fts', 'summaries_fts') ORDER BY name")
         .unwrap();
-    let mut st = conn.prepare("SELECT term FROM v ORDER BY term").unwrap();
-    let terms = st
+    let sql = st
         .query_map([], |r| r.get::<_, String>(0))
         .unwrap()
         .collect::<rusqlite::Result<Vec<_>>>()
         .unwrap();
-    terms
+    sql
+}
+
+#[tokio::test]
+async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lcm.db");
+    // A store with messages and summaries, then put back into v6's shape: the same tables but
+    // full-text indexes tokenized (and stemmed) by FTS5, filled from the texts.
+    let mut rng = Lcg(61);
+    let mut msgs = vec![AgentMessage::user("the Zanzibar deployments failed").with_timestamp(1)];
+    for t in 0..30 {
+        msgs.extend(turn(&mut rng, t + 10, t % 3 == 0, 30));
+    }
+    let summary_word = {
+        let e = engine(&dir, small_cfg());
+        e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
+        e.compact(&compact_params(true, 8_000), &cx())
+            .await
+            .unwrap();
+        e.store().close_wait().await;
+        let c = rusqlite::Connection::open(&path).unwrap();
+        let text: String = c
+            .query_row("SELECT text FROM summaries ORDER BY id LIMIT 1", [], |r| {
+                r.get(0)
+            })
+            .expect("compaction made a summary");
+        let word = terms::words(&text)
+            .find(|w| w.len() > 6 && w.bytes().all(|b| b.is_ascii_lowercase()))
+            .expect("a long word in the summary")
+            .to_owned();
+        clawctx_lossless::store::pack::register(&c).unwrap();
+        c.execute_batch(
+            "DROP TABLE messages_fts; DROP TABLE summaries_fts;
+             CREATE VIRTUAL TABLE messages_fts USING fts5(
+               text, content='', columnsize=0, detail=none, tokenize='porter unicode61 remove_diacritics 2');
+             INSERT INTO messages_fts(messages_fts, rank) VALUES('automerge', 16);
+             CREATE VIRTUAL TABLE summaries_fts USING fts5(
+               text, content='', contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2');
+             INSERT INTO messages_fts(rowid, text) SELECT id, text FROM message_rows;
+             INSERT INTO summaries_fts(rowid, text) SELECT id, text FROM summaries;
+             UPDATE fts_state SET upto = 0;
+             PRAGMA user_version = 6;",
+        )
+        .unwrap();
+        word
+    };
+
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    let (version, tables, upto, newest) = e
+        .store()
+        .call(|db| {
+            db.tx(|c| {
+                let v: i32 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+                let (upto, newest): (i64, i64) = c.query_row(
+                    "SELECT (SELECT upto FROM fts_state), (SELECT max(id) FROM messages)",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
+                Ok((v, fts_tables(c), upto, newest))
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+    assert_eq!(tables.len(), 2);
+    for sql in &tables {
+        assert!(
+            sql.contains(&format!("tokenize='{}'", terms::TOKENIZER)),
+            "an index kept its old tokenizer: {sql}"
+        );
+    }
+    assert_eq!(upto, newest, "every message is in the rebuilt file index");
+    for (q, target, want) in [
+        ("deployment", GrepTarget::Messages, "msg_1".to_owned()),
+        (
+            summary_word.as_str(),
+            GrepTarget::Summaries,
+            "sum_".to_owned(),
+        ),
+    ] {
+        let mut query = GrepQuery::new(q, Scope::Session(key()));
+        query.target = target;
+        let hits = e.store().grep(query).await.unwrap().hits;
+        assert!(
+            hits.iter().any(|h| h.id.starts_with(&want)),
+            "{q:?} should find {want} in the rebuilt index, got {hits:?}"
+        );
+    }
+    assert!(e.store().doctor().await.unwrap().ok);
+}
+
+/// An in-memory index with our tokenizer settings holding `index_terms(text)` as row 1, and
+/// the terms FTS5 made of it.
+fn index_of(text: &str) -> (rusqlite::Connection, Vec<String>) {
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    conn.execute_batch(&format!(
+        "CREATE VIRTUAL TABLE f USING fts5(text, content='', detail=none, tokenize='{}');
+         CREATE VIRTUAL TABLE v USING fts5vocab(f, 'row');",
+        terms::TOKENIZER
+    ))
+    .unwrap();
+    conn.execute(
+        "INSERT INTO f(rowid, text) VALUES(1, ?1)",
+        [terms::index_terms(text)],
+    )
+    .unwrap();
+    let mut st = conn.prepare("SELECT term FROM v ORDER BY term").unwrap();
+    let vocab = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .unwrap();
+    drop(st);
+    (conn, vocab)
 }
 
 fn text_strategy() -> impl Strategy<Value = String> {
@@ -463,14 +571,27 @@ fn text_strategy() -> impl Strategy<Value = String> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
-    /// The distinct-word text indexes exactly the terms of the full text.
+    /// The index holds exactly the terms `index_terms` made (the tokenizer splits them nowhere
+    /// else), and every word of the text, queried as a user's or the model's query is, finds
+    /// the row.
     #[test]
-    fn index_terms_index_the_same_terms_as_the_full_text(text in text_strategy()) {
-        let distinct = codec::index_terms(&text);
-        prop_assert_eq!(
-            fts_terms(&text), fts_terms(&distinct),
-            "full text {:?} and index_terms {:?} give different FTS5 terms", text, distinct
-        );
+    fn every_word_of_a_text_finds_it_through_the_index(text in text_strategy()) {
+        let (conn, vocab) = index_of(&text);
+        let mut made: Vec<String> = terms::index_terms(&text)
+            .split(' ')
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        made.sort();
+        prop_assert_eq!(&vocab, &made, "FTS5 split the terms of {:?} differently", text);
+        for w in text.split_whitespace().chain(terms::words(&text)) {
+            let Some(q) = terms::fts_and_query(w, usize::MAX) else { continue };
+            let hit: Option<i64> = conn
+                .query_row("SELECT rowid FROM f WHERE f MATCH ?1", [&q], |r| r.get(0))
+                .optional()
+                .unwrap();
+            prop_assert_eq!(hit, Some(1), "{:?} (query {}) does not find {:?}", w, q, text);
+        }
     }
 }
 

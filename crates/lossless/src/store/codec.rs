@@ -13,6 +13,7 @@ use clawctx_protocol::AgentMessage;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::terms::index_terms;
 use crate::error::{LosslessError, Result};
 
 /// Role codes stored in `messages.role`.
@@ -55,33 +56,6 @@ pub struct Encoded {
     pub fts: String,
     /// `text` compressed for storage ([`super::pack::pack`]), when that is worth it.
     pub packed: Option<Vec<u8>>,
-}
-
-/// The text a `detail=none` full-text index needs from `text`: its distinct words, once each.
-///
-/// A `detail=none` FTS5 index records only which rows contain a term, never how often or
-/// where, so feeding it every repetition is wasted work on the store thread (tokenizing,
-/// stemming and hashing each occurrence). This runs on the encoding side instead, in parallel
-/// with the store. It splits only at ASCII non-alphanumerics, each of which FTS5's
-/// `unicode61` tokenizer also treats as a separator, and lowercases only ASCII (the tokenizer
-/// folds case anyway), so every chunk yields exactly the tokens the original text had there:
-/// the index ends up with the same set of terms per row. Chunks with non-ASCII letters are
-/// left to the tokenizer whole.
-pub fn index_terms(text: &str) -> String {
-    type Seen<'a> =
-        std::collections::HashSet<&'a str, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
-    let lower = text.to_ascii_lowercase();
-    let mut seen: Seen<'_> = Seen::with_capacity_and_hasher(64, Default::default());
-    let mut out = String::with_capacity(text.len() / 3);
-    for w in lower.split(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric()) {
-        if !w.is_empty() && seen.insert(w) {
-            if !out.is_empty() {
-                out.push(' ');
-            }
-            out.push_str(w);
-        }
-    }
-    out
 }
 
 const SEP: char = '\n';
@@ -487,44 +461,6 @@ mod tests {
         rt(json!({"role":"compactionSummary","summary":"s","tokensBefore":10}));
         rt(json!({"role":"system","content":"sys","timestamp":3}));
         rt(json!({"role":"custom","customType":"x","content":"c","display":true}));
-    }
-
-    /// The plain reading of [`index_terms`]: split, lowercase ASCII, keep first occurrences.
-    fn index_terms_reference(text: &str) -> String {
-        let mut seen = std::collections::HashSet::new();
-        let lower = text.to_ascii_lowercase();
-        lower
-            .split(|c: char| c.is_ascii() && !c.is_ascii_alphanumeric())
-            .filter(|w| !w.is_empty() && seen.insert(*w))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    #[test]
-    fn index_terms_keeps_each_word_once_in_first_seen_order() {
-        // 3,000 distinct words, each repeated in other cases, with non-ASCII words and
-        // separators mixed in.
-        let mut text = String::new();
-        for i in 0..3_000 {
-            text.push_str(&format!("Word{i} naïve-{i} WORD{i}, "));
-            if i % 7 == 0 {
-                text.push_str(&format!("word{} Привет\n", i / 2));
-            }
-        }
-        let got = index_terms(&text);
-        assert_eq!(got, index_terms_reference(&text));
-        assert_eq!(got.split(' ').filter(|w| *w == "word42").count(), 1);
-        assert!(got.contains("naïve"), "non-ASCII words are kept whole");
-        for t in [
-            "",
-            " ,;",
-            "a",
-            "A a A",
-            "x\u{301}y X\u{301}Y",
-            "日本語 日本語",
-        ] {
-            assert_eq!(index_terms(t), index_terms_reference(t), "{t:?}");
-        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod pack;
 pub mod pending_fts;
 pub mod schema;
 pub mod term_rows;
+pub mod terms;
 
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};

@@ -24,7 +24,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::codec::index_terms;
+use super::terms::index_terms;
 use crate::error::Result;
 
 /// Messages waiting in the pending index that trigger a move to the file's index.
@@ -37,7 +37,7 @@ pub const DIRECT_MIN: usize = 64;
 pub const CREATE_TEMP: &str = "
 CREATE TEMP TABLE IF NOT EXISTS pending_terms(id INTEGER PRIMARY KEY, text TEXT NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS temp.pending_fts USING fts5(
-  text, content='', columnsize=0, detail=none, tokenize='porter unicode61 remove_diacritics 2'
+  text, content='', columnsize=0, detail=none, tokenize='ascii'
 );";
 
 /// What this connection knows about the pending index (see the module header).

@@ -17,7 +17,7 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -121,7 +121,7 @@ CREATE TABLE guard_state(
 ///   the right edge of the B-tree instead of a random page: v1 keyed it by the hash alone,
 ///   and once the index outgrew the page cache every insert dirtied a page of its own.
 ///   Timeless messages share the key 0 and are told apart by their hash.
-/// - Both full-text tables become contentless and index [`super::codec::index_terms`] (the
+/// - Both full-text tables become contentless and index [`super::terms::index_terms`] (the
 ///   distinct words) instead of the whole text: the same terms per row, a fraction of the
 ///   tokenizing. Texts are read from `messages`/`summaries`, which always had them. Message
 ///   rows keep no positions (`detail=none`): they are ranked in Rust ([`crate::search`]), since
@@ -180,7 +180,7 @@ CREATE VIEW message_rows AS
 /// - The message index keeps no document sizes (`columnsize=0`): nothing reads them (messages
 ///   are ranked in Rust from the token counts of `messages`), and they cost a row per message.
 ///   FTS5 allows that only without `contentless_delete`, which messages never needed (their
-///   index rows are never deleted). The index is rebuilt from `message_rows`.
+///   index rows are never deleted). The index is rebuilt (since v7, once, by the last step).
 pub const V4: &str = r#"
 CREATE TABLE skeletons(
   id INTEGER PRIMARY KEY,
@@ -225,6 +225,25 @@ INSERT INTO fts_state(k, upto) SELECT 1, ifnull(max(id), 0) FROM messages;
 /// ms (targets 50 and 10 ms). A setting of the index, kept in the file.
 pub const V6: &str = r#"
 INSERT INTO messages_fts(messages_fts, rank) VALUES('automerge', 16);
+"#;
+
+/// Version 7: the full-text indexes hold terms made in Rust ([`super::terms`]) and use FTS5's
+/// `ascii` tokenizer, which only splits them at spaces: splitting, case folding and stemming
+/// (now Snowball English, before FTS5's Porter) moved off the store thread, a fifth of its work
+/// per tool-heavy message. Both indexes are rebuilt from the texts (by [`migrate`], for every
+/// older version), so every message is in the file's index and the boundary moves to the
+/// newest one. The message index keeps v6's merge width.
+pub const V7: &str = r#"
+DROP TABLE messages_fts;
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+  text, content='', columnsize=0, detail=none, tokenize='ascii'
+);
+INSERT INTO messages_fts(messages_fts, rank) VALUES('automerge', 16);
+DROP TABLE summaries_fts;
+CREATE VIRTUAL TABLE summaries_fts USING fts5(
+  text, content='', contentless_delete=1, tokenize='ascii'
+);
+UPDATE fts_state SET upto = (SELECT ifnull(max(id), 0) FROM messages);
 "#;
 
 /// Opens (creating when absent) and migrates the store at `path`.
@@ -319,7 +338,7 @@ fn reindex(conn: &Connection, fts: &str, source: &str) -> Result<()> {
     while let Some(row) = rows.next()? {
         let id: i64 = row.get(0)?;
         let text: String = row.get(1)?;
-        write.execute(rusqlite::params![id, super::codec::index_terms(&text)])?;
+        write.execute(rusqlite::params![id, super::terms::index_terms(&text)])?;
     }
     Ok(())
 }
@@ -339,9 +358,8 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
             ))?;
         }
         if now < 2 {
+            // The indexes are rebuilt once, at v7.
             conn.execute_batch(V2)?;
-            reindex(conn, "messages_fts", "messages")?;
-            reindex(conn, "summaries_fts", "summaries")?;
             conn.execute_batch("PRAGMA user_version = 2;")?;
         }
         if now < 3 {
@@ -350,7 +368,6 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
         }
         if now < 4 {
             conn.execute_batch(V4)?;
-            reindex(conn, "messages_fts", "message_rows")?;
             conn.execute_batch("PRAGMA user_version = 4;")?;
         }
         if now < 5 {
@@ -360,6 +377,12 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
         if now < 6 {
             conn.execute_batch(V6)?;
             conn.execute_batch("PRAGMA user_version = 6;")?;
+        }
+        if now < 7 {
+            conn.execute_batch(V7)?;
+            reindex(conn, "messages_fts", "message_rows")?;
+            reindex(conn, "summaries_fts", "summaries")?;
+            conn.execute_batch("PRAGMA user_version = 7;")?;
         }
         Ok(())
     };

@@ -16,10 +16,10 @@
 
 use rusqlite::params;
 
+use super::terms::fts_term;
 use super::Db;
 use super::FxMap;
 use crate::error::Result;
-
 
 /// Term lists kept at most (each at most its window of ids).
 pub const MAX_CACHED_TERMS: usize = 2_048;
@@ -51,11 +51,6 @@ impl TermRowsCache {
         self.ids += len;
         self.lists.insert(key, rows);
     }
-}
-
-/// `t` as one FTS5 string token (quotes removed, so the query cannot be anything else).
-pub fn fts_term(t: &str) -> String {
-    format!("\"{}\"", t.replace('"', ""))
 }
 
 impl Db {

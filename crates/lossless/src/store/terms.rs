@@ -1,0 +1,640 @@
+//! The terms the full-text indexes hold, made in Rust, and the same terms for queries.
+//!
+//! Until schema v7, FTS5's `porter unicode61` tokenizer split, case-folded and stemmed every
+//! indexed word on the store thread, the one thread every write goes through: a fifth of its
+//! instructions per tool-heavy message. Now [`index_terms`] does all of that on the encoding
+//! side (in parallel with the store) and hands the index finished terms separated by single
+//! spaces, and the indexes use FTS5's plain `ascii` tokenizer, which only splits at those
+//! spaces (every character of a term is an ASCII letter or digit, or not ASCII at all, which
+//! `ascii` keeps inside a token).
+//!
+//! Queries go through the same code ([`fts_term`], [`fts_and_query`]), so a word finds the
+//! rows that contain it by construction, whatever the normalization is. The normalization:
+//!
+//! - words are maximal runs of alphanumeric characters and combining marks ([`words`]);
+//! - case is folded (Unicode lowercase);
+//! - accents are removed from Latin letters (`é` → `e`, `İ` → `i`), as `unicode61
+//!   remove_diacritics 2` did; letters of other scripts keep theirs (`й` stays `й`);
+//! - words of 3 to 64 ASCII letters are stemmed with the Snowball English stemmer ("Porter 2":
+//!   `deployments`, `deployed` → `deploy`).
+//!
+//! All of it is memoized per thread, word → term id (see `Memo`): real text repeats its
+//! vocabulary, and the stemmer costs ~250 ns a word where a lookup costs a few. Words are found
+//! eight bytes at a time ([`ascii_word_run`]), so the whole of [`index_terms`] costs less than
+//! the plain split-and-deduplicate it replaced.
+
+use std::cell::RefCell;
+
+use hashbrown::hash_table::HashTable;
+use rustc_hash::FxHashSet;
+
+/// The FTS5 tokenizer of every full-text table: [`index_terms`] did the rest.
+pub const TOKENIZER: &str = "ascii";
+
+/// Words stemmed at most: longer runs (hashes, base64) are kept as they are.
+const MAX_STEMMED: usize = 64;
+/// Words memoized per thread before the memo starts over (words are at most [`MAX_STEMMED`]
+/// bytes, so a few MB at most).
+const MEMO_MAX: usize = 50_000;
+
+/// A memoized word: its [`hash_of`] and the id of its term (`None`: it has no term).
+struct Word {
+    hash: u64,
+    /// [`pack`] of the word (0 when it is longer: then `word` is compared).
+    key: u128,
+    word: Box<str>,
+    term: Option<u32>,
+}
+
+/// Per thread: every word seen (up to [`MEMO_MAX`]) with the id of its term, and the terms.
+/// Words with one term ("runs", "running") share its id, so [`index_terms`] removes repeats by
+/// id, with no hashing of terms.
+struct Memo {
+    stemmer: rust_stemmers::Stemmer,
+    words: HashTable<Word>,
+    /// Term text by id.
+    terms: Vec<Box<str>>,
+    /// Term ids by the [`hash_of`] their text.
+    term_ids: HashTable<(u64, u32)>,
+    /// By term id: the [`index_terms`] call (its `generation`) that last wrote the term.
+    written: Vec<u32>,
+    generation: u32,
+}
+
+impl Memo {
+    /// Starts over when full; between calls only, so ids stay stable within one.
+    fn make_room(&mut self) {
+        let full = self.words.len().max(self.terms.len()) >= MEMO_MAX;
+        if full || self.generation == u32::MAX {
+            self.clear();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.words.clear();
+        self.terms.clear();
+        self.term_ids.clear();
+        self.written.clear();
+        self.generation = 0;
+    }
+
+    /// The id of `term`'s text, added when new.
+    fn term_id(&mut self, term: &str) -> u32 {
+        let hash = hash_of(term);
+        let Memo { terms, term_ids, written, .. } = self;
+        let found = term_ids.find(hash, |e| {
+            e.0 == hash && terms.get(e.1 as usize).map(|t| &**t) == Some(term)
+        });
+        if let Some(&(_, id)) = found {
+            return id;
+        }
+        let id = terms.len() as u32;
+        terms.push(term.into());
+        written.push(0);
+        term_ids.insert_unique(hash, (hash, id), |e| e.0);
+        id
+    }
+
+    /// The id of the term of `word` (one item of [`words`]), given its [`hash_and_key`].
+    #[inline]
+    fn term_of(&mut self, word: &str, (hash, key): (u64, u128)) -> Option<u32> {
+        let found = self.words.find(hash, |e| {
+            e.hash == hash && e.key == key && (key != 0 || *e.word == *word)
+        });
+        if let Some(e) = found {
+            return e.term;
+        }
+        let term = fold_and_stem(&self.stemmer, word);
+        let id = term.as_deref().map(|t| self.term_id(t));
+        self.words.insert_unique(
+            hash,
+            Word { hash, key, word: word.into(), term: id },
+            |e| e.hash,
+        );
+        id
+    }
+}
+
+thread_local! {
+    static MEMO: RefCell<Memo> = RefCell::new(Memo {
+        stemmer: rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English),
+        words: HashTable::new(),
+        terms: Vec::new(),
+        term_ids: HashTable::new(),
+        written: Vec::new(),
+        generation: 0,
+    });
+}
+
+/// Whether `c` belongs to a word: letters, digits and combining marks (so a letter written
+/// with a separate accent stays one word).
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || (!c.is_ascii() && unicode_normalization::char::is_combining_mark(c))
+}
+
+/// The words of `text`, in order, as written (not yet [`normalize`]d).
+pub fn words(text: &str) -> Words<'_> {
+    Words { text, pos: 0 }
+}
+
+/// The iterator of [`words`]: a byte scan that decodes a character only where a byte is not
+/// ASCII.
+pub struct Words<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+#[inline(always)]
+fn ascii_word(b: u8) -> bool {
+    b.wrapping_sub(b'a') < 26 || b.wrapping_sub(b'0') < 10 || b.wrapping_sub(b'A') < 26
+}
+
+/// How many of the first bytes of `x` (little-endian: its low bytes first) are ASCII letters or
+/// digits, eight bytes tested at once.
+///
+/// For an ASCII byte `b`, `b + (0x80 - lo)` has its high bit set exactly when `b >= lo`, and
+/// never carries into the next byte (at most 0x7f + 0x50). A byte that is not ASCII may carry,
+/// but only into later bytes, which no longer count once it has ended the run.
+#[inline(always)]
+fn ascii_word_run(x: u64) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let at_least = |lo: u8| x.wrapping_add(ONES * u64::from(0x80 - lo));
+    let within = |lo: u8, hi: u8| at_least(lo) & !at_least(hi + 1);
+    let word = (within(b'a', b'z') | within(b'0', b'9') | within(b'A', b'Z')) & !x & HIGH;
+    ((!word & HIGH).trailing_zeros() / 8) as usize
+}
+
+impl Words<'_> {
+    /// Whether the (not ASCII) character at byte `i` is a word character, and its length.
+    #[cold]
+    fn wide(&self, i: usize) -> (bool, usize) {
+        match self.text.get(i..).and_then(|rest| rest.chars().next()) {
+            Some(c) => (is_word_char(c), c.len_utf8()),
+            None => (false, 1),
+        }
+    }
+}
+
+impl<'a> Iterator for Words<'a> {
+    type Item = &'a str;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a str> {
+        let bytes = self.text.as_bytes();
+        let mut i = self.pos;
+        loop {
+            let Some(&b) = bytes.get(i) else {
+                self.pos = i;
+                return None;
+            };
+            if ascii_word(b) {
+                break;
+            }
+            if b.is_ascii() {
+                i += 1;
+                continue;
+            }
+            match self.wide(i) {
+                (true, _) => break,
+                (false, n) => i += n,
+            }
+        }
+        let start = i;
+        // Most words are ASCII letters and digits: eight bytes a step while the text lasts.
+        while let Some(chunk) = bytes.get(i..i + 8) {
+            let run = ascii_word_run(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
+            i += run;
+            if run < 8 {
+                break;
+            }
+        }
+        while let Some(&b) = bytes.get(i) {
+            if ascii_word(b) {
+                i += 1;
+            } else if b.is_ascii() {
+                break;
+            } else {
+                match self.wide(i) {
+                    (true, n) => i += n,
+                    (false, _) => break,
+                }
+            }
+        }
+        self.pos = i;
+        self.text.get(start..i)
+    }
+}
+
+/// `s` packed with its length when it has 1 to 15 bytes (equal keys, equal words; never 0),
+/// else 0. Assembled in registers: a byte-wise copy into a buffer read back as one word
+/// stalls on store forwarding.
+#[inline]
+fn pack(s: &str) -> u128 {
+    let b = s.as_bytes();
+    if b.is_empty() || b.len() > 15 {
+        return 0;
+    }
+    let word = |part: &[u8]| part.iter().rev().fold(0u64, |x, &c| x << 8 | u64::from(c));
+    let (lo, hi) = b.split_at(b.len().min(8));
+    u128::from(word(hi) | (b.len() as u64) << 56) << 64 | u128::from(word(lo))
+}
+
+/// [`pack`] of the `len` bytes of `bytes` at `at`, with whole-word loads where `bytes` goes on
+/// far enough (in [`index_terms`], nearly always).
+#[inline]
+fn pack_at(bytes: &[u8], at: usize, len: usize) -> u128 {
+    if len == 0 || len > 15 {
+        return 0;
+    }
+    let load = |from: usize, n: usize| -> Option<u64> {
+        let w = u64::from_le_bytes(bytes.get(from..from + 8)?.try_into().ok()?);
+        Some(if n >= 8 { w } else { w & ((1u64 << (n * 8)) - 1) })
+    };
+    let lo = load(at, len.min(8));
+    let hi = if len > 8 { load(at + 8, len - 8) } else { Some(0) };
+    match (lo, hi) {
+        (Some(lo), Some(hi)) => u128::from(hi | (len as u64) << 56) << 64 | u128::from(lo),
+        _ => bytes
+            .get(at..at + len)
+            .and_then(|w| std::str::from_utf8(w).ok())
+            .map_or(0, pack),
+    }
+}
+
+/// A hash for [`Memo`]'s tables: of the packed key for a short word, else FxHash's step over
+/// eight bytes at a time; rotated so the low bits (the tables' bucket index) depend on every
+/// byte.
+fn hash_of(s: &str) -> u64 {
+    hash_and_key(s).0
+}
+
+/// [`hash_of`] and [`pack`] of `s`.
+#[inline]
+fn hash_and_key(s: &str) -> (u64, u128) {
+    hash_with_key(s, pack(s))
+}
+
+/// [`hash_and_key`] of `s`, its [`pack`] given.
+#[inline]
+fn hash_with_key(s: &str, key: u128) -> (u64, u128) {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+    let step = |h: u64, x: u64| (h.rotate_left(5) ^ x).wrapping_mul(K);
+    if key != 0 {
+        let h = step(step(0, key as u64), (key >> 64) as u64).rotate_left(26);
+        return (h, key);
+    }
+    let bytes = s.as_bytes();
+    let mut h = bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        h = step(h, u64::from_le_bytes(c.try_into().unwrap_or_default()));
+    }
+    let x = chunks
+        .remainder()
+        .iter()
+        .rev()
+        .fold(0u64, |x, &b| x << 8 | u64::from(b));
+    (step(h, x).rotate_left(26), 0)
+}
+
+/// The combining marks that `remove_diacritics` removes: the Combining Diacritical Marks block.
+fn is_diacritic(c: char) -> bool {
+    ('\u{300}'..='\u{36f}').contains(&c)
+}
+
+/// Appends `c` lowercased, without its accent when it is a Latin letter with one.
+fn push_folded(c: char, out: &mut String) {
+    let mut base = None;
+    let mut plain_marks = true;
+    unicode_normalization::char::decompose_canonical(c, |d| {
+        if base.is_none() {
+            base = Some(d);
+        } else if !is_diacritic(d) {
+            plain_marks = false;
+        }
+    });
+    match base {
+        Some(b) if b.is_ascii() && b != c && plain_marks => out.push(b.to_ascii_lowercase()),
+        _ => out.extend(c.to_lowercase()),
+    }
+}
+
+/// The term of one word: case folded, Latin accents removed, stemmed when it is 3 to
+/// [`MAX_STEMMED`] ASCII letters; `None` when nothing is left (a word of accents alone).
+fn fold_and_stem(stemmer: &rust_stemmers::Stemmer, word: &str) -> Option<String> {
+    let mut folded = String::with_capacity(word.len());
+    if word.is_ascii() {
+        folded.push_str(word);
+        folded.make_ascii_lowercase();
+    } else {
+        for c in word.chars().filter(|c| !is_diacritic(*c)) {
+            push_folded(c, &mut folded);
+        }
+    }
+    if folded.is_empty() {
+        return None;
+    }
+    let stemmable =
+        (3..=MAX_STEMMED).contains(&folded.len()) && folded.bytes().all(|b| b.is_ascii_lowercase());
+    if stemmable {
+        if let std::borrow::Cow::Owned(stem) = stemmer.stem(&folded) {
+            return Some(stem);
+        }
+    }
+    Some(folded)
+}
+
+/// The index term of one word (one item of [`words`]); `None` when nothing is left (a word of
+/// accents alone).
+pub fn normalize(word: &str) -> Option<String> {
+    if word.len() > MAX_STEMMED {
+        return MEMO.with(|m| fold_and_stem(&m.borrow().stemmer, word));
+    }
+    MEMO.with(|m| {
+        let mut memo = m.borrow_mut();
+        memo.make_room();
+        let id = memo.term_of(word, hash_and_key(word))?;
+        memo.terms.get(id as usize).map(|t| t.to_string())
+    })
+}
+
+/// What a full-text index gets for `text`: the distinct terms of its words, once each, in
+/// first-seen order, separated by single spaces.
+///
+/// Every row holds each term once: the message index keeps no positions or counts
+/// (`detail=none`), and [`crate::search`] ranks with a term frequency of 1. Each word costs a
+/// lookup in the per-thread memo (a text repeats its words, and so does a conversation); a
+/// word's term is written unless this call already wrote its id.
+pub fn index_terms(text: &str) -> String {
+    // Words are memoized as written: "Word" and "word" are two entries with one term id.
+    let mut out = String::with_capacity(text.len() / 3);
+    MEMO.with(|m| {
+        let mut memo = m.borrow_mut();
+        memo.make_room();
+        memo.generation += 1;
+        let generation = memo.generation;
+        // Words too long to stem (hashes, encoded blobs) are not memoized; their terms are
+        // remembered for this call only.
+        let mut long: FxHashSet<String> = FxHashSet::default();
+        for w in words(text) {
+            let id = if w.len() > MAX_STEMMED {
+                let Some(t) = fold_and_stem(&memo.stemmer, w) else {
+                    continue;
+                };
+                if t.len() > MAX_STEMMED {
+                    if !long.contains(&t) {
+                        if !out.is_empty() {
+                            out.push(' ');
+                        }
+                        out.push_str(&t);
+                        long.insert(t);
+                    }
+                    continue;
+                }
+                // Folding shortened it (accents): a term like any other.
+                memo.term_id(&t)
+            } else {
+                // `w` is a slice of `text`: its offset there lets `pack_at` load whole words.
+                let at = (w.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
+                let key = pack_at(text.as_bytes(), at, w.len());
+                match memo.term_of(w, hash_with_key(w, key)) {
+                    Some(id) => id,
+                    None => continue,
+                }
+            };
+            let id = id as usize;
+            let Memo { terms, written, .. } = &mut *memo;
+            if let (Some(last), Some(term)) = (written.get_mut(id), terms.get(id)) {
+                if *last != generation {
+                    *last = generation;
+                    if !out.is_empty() {
+                        out.push(' ');
+                    }
+                    out.push_str(term);
+                }
+            }
+        }
+    });
+    out
+}
+
+/// The FTS5 query for one search word: its term quoted (or the terms, ANDed, when `word` holds
+/// more than one [`words`] item). `""` (which matches nothing) when it has no term.
+pub fn fts_term(word: &str) -> String {
+    fts_and_query(word, usize::MAX).unwrap_or_else(|| "\"\"".into())
+}
+
+/// An FTS5 query matching the rows that hold every one of the first `max_words` words of
+/// `text`, each as a quoted term: whatever `text` holds, the query is never anything but
+/// terms. `None` when `text` has no word.
+pub fn fts_and_query(text: &str, max_words: usize) -> Option<String> {
+    let mut out = String::new();
+    for t in words(text).take(max_words).filter_map(normalize) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push('"');
+        out.push_str(&t);
+        out.push('"');
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_folded_unaccented_and_stemmed() {
+        for (word, term) in [
+            ("Deployments", "deploy"),
+            ("deployed", "deploy"),
+            ("RUNNING", "run"),
+            ("naïve", "naiv"),
+            ("Café", "cafe"),
+            ("ÉCOLE", "ecol"),
+            ("İstanbul", "istanbul"),
+            ("x\u{301}y", "xy"),
+            ("Привет", "привет"),
+            ("мій", "мій"),
+            ("日本語", "日本語"),
+            ("E0425", "e0425"),
+            ("ab", "ab"),
+        ] {
+            assert_eq!(normalize(word).as_deref(), Some(term), "{word:?}");
+        }
+        assert_eq!(normalize("\u{301}"), None, "a lone accent is no term");
+        let long = "a".repeat(MAX_STEMMED + 1) + "ing";
+        assert_eq!(
+            normalize(&long).as_deref(),
+            Some(long.as_str()),
+            "too long to stem"
+        );
+    }
+
+    /// The plain reading of [`index_terms`]: every word normalized, first occurrences kept.
+    fn index_terms_reference(text: &str) -> String {
+        let mut seen = std::collections::HashSet::new();
+        words(text)
+            .filter_map(normalize)
+            .filter(|t| seen.insert(t.clone()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn index_terms_are_exact_past_the_filter_of_recent_words() {
+        // 3,000 distinct words (far more than the filter's slots, so they collide), each
+        // repeated in other cases and forms, with non-ASCII words mixed in.
+        let mut text = String::new();
+        for i in 0..3_000 {
+            text.push_str(&format!("Word{i} naïve-{i} WORD{i} walking walked, "));
+            if i % 7 == 0 {
+                text.push_str(&format!("word{} Привет ПРИВЕТ\n", i / 2));
+            }
+        }
+        let got = index_terms(&text);
+        assert_eq!(got, index_terms_reference(&text));
+        assert_eq!(got.split(' ').filter(|w| *w == "word42").count(), 1);
+        assert_eq!(got.split(' ').filter(|w| *w == "walk").count(), 1);
+        assert_eq!(got.split(' ').filter(|w| *w == "привет").count(), 1);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn index_terms_match_their_plain_reading(text in "([A-Za-z]{1,6}|[0-9]{1,3}|[ ,.-]|\\PC){0,60}") {
+            proptest::prop_assert_eq!(index_terms(&text), index_terms_reference(&text));
+        }
+
+        #[test]
+        fn words_are_the_runs_of_word_chars(text in "(\\PC|[a-z0-9 ,.\u{300}-\u{36f}]){0,40}") {
+            let plain: Vec<&str> = text
+                .split(|c: char| !is_word_char(c))
+                .filter(|w| !w.is_empty())
+                .collect();
+            proptest::prop_assert_eq!(words(&text).collect::<Vec<_>>(), plain);
+            for w in words(&text) {
+                let at = (w.as_ptr() as usize) - (text.as_ptr() as usize);
+                proptest::prop_assert_eq!(pack_at(text.as_bytes(), at, w.len()), pack(w), "{:?}", w);
+            }
+        }
+    }
+
+    #[test]
+    fn eight_bytes_at_once_count_what_one_at_a_time_counts() {
+        let one_at_a_time = |x: u64| {
+            x.to_le_bytes().iter().take_while(|b| ascii_word(**b)).count()
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut samples: Vec<u64> = b"abcdefghzZaA09/:@[`{\x7f\x80\xff "
+            .windows(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+            .collect();
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            samples.push(x);
+            // Mostly word bytes, like text.
+            samples.push((x & 0x1f1f_1f1f_1f1f_1f1f) | 0x6060_6060_6060_6060);
+        }
+        for x in samples {
+            assert_eq!(ascii_word_run(x), one_at_a_time(x), "{:#018x}", x);
+        }
+    }
+
+    #[test]
+    fn packed_keys_tell_words_apart() {
+        let samples = ["a", "b", "ab", "ba", "abcdefgh", "abcdefg", "abcdefghi", "abcdefghijklmno"];
+        for x in samples {
+            for y in samples {
+                assert_eq!(pack(x) == pack(y), x == y, "{x:?} {y:?}");
+            }
+            assert_ne!(pack(x), 0);
+        }
+        assert_eq!(pack(""), 0);
+        // Whole-word loads give the same keys, at any offset, near the end of the text too.
+        let text = "xx abcdefghijklmno abcdefgh ab a";
+        for w in words(text) {
+            let at = text.find(w).unwrap_or_default();
+            assert_eq!(pack_at(text.as_bytes(), at, w.len()), pack(w), "{w:?}");
+        }
+        assert_eq!(pack("abcdefghijklmnop"), 0, "16 bytes are compared, not packed");
+        assert_eq!(hash_of("abcdefghijklmnopq"), hash_of("abcdefghijklmnopq"));
+        assert_ne!(hash_of("abcdefghijklmnopq"), hash_of("abcdefghijklmnopr"));
+    }
+
+    #[test]
+    fn words_split_where_the_char_rule_splits() {
+        let text = "Word42 naïve-x Привет\u{a0}мир 🙂x ﬁle x_y tab\there x\u{301}y 日本語。end";
+        let plain: Vec<&str> = text
+            .split(|c: char| !is_word_char(c))
+            .filter(|w| !w.is_empty())
+            .collect();
+        assert_eq!(words(text).collect::<Vec<_>>(), plain);
+        assert_eq!(words("").next(), None);
+        assert_eq!(words(" -- ").next(), None);
+    }
+
+    #[test]
+    fn index_terms_keep_each_term_once_in_first_seen_order() {
+        assert_eq!(
+            index_terms("Runs, running: RUN src/main.rs — naïve NAÏVE"),
+            "run src main rs naiv"
+        );
+        assert_eq!(index_terms(""), "");
+        assert_eq!(index_terms(" ,;\u{301} "), "");
+        // Every term is one `ascii` token: ASCII letters and digits, or not ASCII.
+        let text = "Word42 naïve-x Привет\u{a0}мир 🙂x ﬁle x_y tab\there";
+        for t in index_terms(text).split(' ') {
+            assert!(!t.is_empty());
+            assert!(
+                t.chars()
+                    .all(|c| !c.is_ascii() || c.is_ascii_lowercase() || c.is_ascii_digit()),
+                "{t:?} would be split by the ascii tokenizer"
+            );
+        }
+    }
+
+    #[test]
+    fn queries_are_quoted_terms_only() {
+        assert_eq!(
+            fts_and_query("Deployments \"OR\" NEAR(x*) -- ;", 16).as_deref(),
+            Some("\"deploy\" \"or\" \"near\" \"x\"")
+        );
+        assert_eq!(fts_and_query("a b c", 2).as_deref(), Some("\"a\" \"b\""));
+        assert_eq!(fts_and_query("!!!", 16), None);
+        assert_eq!(fts_term("Running"), "\"run\"");
+        assert_eq!(fts_term("\u{301}"), "\"\"");
+    }
+
+    #[test]
+    fn the_memo_gives_what_the_stemmer_gives_across_a_reset() {
+        let stemmer = rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English);
+        // Distinct letters-only words, more than the memo holds: "aing", "bing", ... "baing".
+        let word = |i: usize| {
+            let letters: String = i
+                .to_string()
+                .bytes()
+                .map(|d| char::from(b'a' + (d - b'0')))
+                .collect();
+            letters + "ing"
+        };
+        let text: String = (0..(MEMO_MAX + 10)).map(|i| word(i) + " walking ").collect();
+        for round in 0..2 {
+            let got = index_terms(&text);
+            assert_eq!(got, index_terms_reference(&text), "round {round}");
+            assert_eq!(index_terms("Walked walks WALKING"), "walk", "round {round}");
+            let held = MEMO.with(|m| m.borrow().words.len());
+            assert!(held < MEMO_MAX, "round {round}: the memo started over ({held} words)");
+            for i in (0..(MEMO_MAX + 10)).step_by(997) {
+                let w = word(i);
+                assert_eq!(normalize(&w).as_deref(), Some(stemmer.stem(&w).as_ref()), "{w}");
+            }
+        }
+        assert_eq!(normalize("walking0").as_deref(), Some("walking0"), "digits are never stemmed");
+        let long = "Été".to_string() + &"x".repeat(MAX_STEMMED);
+        assert_eq!(index_terms(&format!("{long} {long}")), "ete".to_string() + &"x".repeat(MAX_STEMMED));
+    }
+}
