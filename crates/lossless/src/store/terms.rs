@@ -26,7 +26,6 @@
 use std::cell::RefCell;
 
 use hashbrown::hash_table::HashTable;
-use rustc_hash::FxHashSet;
 
 /// The FTS5 tokenizer of every full-text table: [`index_terms`] did the rest.
 pub const TOKENIZER: &str = "ascii";
@@ -363,33 +362,43 @@ pub fn normalize(word: &str) -> Option<String> {
 /// first-seen order, separated by single spaces.
 ///
 /// Every row holds each term once: the message index keeps no positions or counts
-/// (`detail=none`), and [`crate::search`] ranks with a term frequency of 1. Each word costs a
-/// lookup in the per-thread memo (a text repeats its words, and so does a conversation); a
-/// word's term is written unless this call already wrote its id.
+/// (`detail=none`), and [`crate::search`] ranks with a term frequency of 1. A word of letters
+/// costs a lookup in the per-thread memo (a text repeats its words, and so does a
+/// conversation), and its term is written unless this call already wrote its id. Words with
+/// digits (numbers, ids, hashes: most are seen once, and their term is the word lowercased)
+/// and words too long to stem are not memoized; their terms are deduplicated by text, for
+/// this call only. The two ways never see the same term: a term with an ASCII digit or longer
+/// than [`MAX_STEMMED`] bytes is always deduplicated by text, any other by id.
 pub fn index_terms(text: &str) -> String {
-    // Words are memoized as written: "Word" and "word" are two entries with one term id.
     let mut out = String::with_capacity(text.len() / 3);
+    // Terms deduplicated by text, as (hash, start, end) in `out`.
+    let mut by_text: HashTable<(u64, usize, usize)> = HashTable::new();
+    let mut scratch = String::new();
     MEMO.with(|m| {
         let mut memo = m.borrow_mut();
         memo.make_room();
         memo.generation += 1;
         let generation = memo.generation;
-        // Words too long to stem (hashes, encoded blobs) are not memoized; their terms are
-        // remembered for this call only.
-        let mut long: FxHashSet<String> = FxHashSet::default();
         for w in words(text) {
+            if w.is_ascii() && (w.len() > MAX_STEMMED || w.bytes().any(|b| b.is_ascii_digit())) {
+                let t = if w.bytes().any(|b| b.is_ascii_uppercase()) {
+                    scratch.clear();
+                    scratch.push_str(w);
+                    scratch.make_ascii_lowercase();
+                    scratch.as_str()
+                } else {
+                    w
+                };
+                write_once(&mut out, &mut by_text, t);
+                continue;
+            }
+            // Words are memoized as written: "Word" and "word" are two entries, one term id.
             let id = if w.len() > MAX_STEMMED {
                 let Some(t) = fold_and_stem(&memo.stemmer, w) else {
                     continue;
                 };
-                if t.len() > MAX_STEMMED {
-                    if !long.contains(&t) {
-                        if !out.is_empty() {
-                            out.push(' ');
-                        }
-                        out.push_str(&t);
-                        long.insert(t);
-                    }
+                if t.len() > MAX_STEMMED || has_ascii_digit(&t) {
+                    write_once(&mut out, &mut by_text, &t);
                     continue;
                 }
                 // Folding shortened it (accents): a term like any other.
@@ -405,18 +414,44 @@ pub fn index_terms(text: &str) -> String {
             };
             let id = id as usize;
             let Memo { terms, written, .. } = &mut *memo;
-            if let (Some(last), Some(term)) = (written.get_mut(id), terms.get(id)) {
-                if *last != generation {
-                    *last = generation;
-                    if !out.is_empty() {
-                        out.push(' ');
-                    }
-                    out.push_str(term);
+            let (Some(last), Some(term)) = (written.get_mut(id), terms.get(id)) else {
+                continue;
+            };
+            if !w.is_ascii() && (has_ascii_digit(term) || term.len() > MAX_STEMMED) {
+                // "café2" → "cafe2": the term of an ASCII word with digits.
+                write_once(&mut out, &mut by_text, term);
+            } else if *last != generation {
+                *last = generation;
+                if !out.is_empty() {
+                    out.push(' ');
                 }
+                out.push_str(term);
             }
         }
     });
     out
+}
+
+/// Whether `term` has an ASCII digit (then [`index_terms`] deduplicates it by text).
+fn has_ascii_digit(term: &str) -> bool {
+    term.bytes().any(|b| b.is_ascii_digit())
+}
+
+/// Appends `t` to `out` unless `seen` (ranges of `out`) already holds it.
+fn write_once(out: &mut String, seen: &mut HashTable<(u64, usize, usize)>, t: &str) {
+    let h = hash_of(t);
+    if seen
+        .find(h, |e| e.0 == h && out.get(e.1..e.2) == Some(t))
+        .is_some()
+    {
+        return;
+    }
+    if !out.is_empty() {
+        out.push(' ');
+    }
+    let start = out.len();
+    out.push_str(t);
+    seen.insert_unique(h, (h, start, out.len()), |e| e.0);
 }
 
 /// The FTS5 query for one search word: its term quoted (or the terms, ANDed, when `word` holds
@@ -595,6 +630,21 @@ mod tests {
                 "{t:?} would be split by the ascii tokenizer"
             );
         }
+    }
+
+    #[test]
+    fn numbers_and_ids_are_written_once_and_not_memoized() {
+        assert_eq!(
+            index_terms("café2 cafe2 CAFE2 x1 X1 E0425 e0425 run2 running"),
+            "cafe2 x1 e0425 run2 run"
+        );
+        let before = MEMO.with(|m| m.borrow().words.len());
+        let numbers: String = (0..20_000).map(|i| format!("{} ID{i}x ", i * 7)).collect();
+        let got = index_terms(&numbers);
+        let after = MEMO.with(|m| m.borrow().words.len());
+        assert!(after <= before + 2, "numbers went into the memo: {before} -> {after}");
+        // (The reference goes through `normalize`, which memoizes: checked after.)
+        assert_eq!(got, index_terms_reference(&numbers));
     }
 
     #[test]
