@@ -95,7 +95,7 @@ impl Memo {
     }
 
     /// The id of the term of `word` (one item of [`words`]), given its [`hash_and_key`].
-    #[inline]
+    #[inline(always)]
     fn term_of(&mut self, word: &str, (hash, key): (u64, u128)) -> Option<u32> {
         let found = self.words.find(hash, |e| {
             e.hash == hash && e.key == key && (key != 0 || *e.word == *word)
@@ -154,14 +154,38 @@ fn ascii_word(b: u8) -> bool {
 /// For an ASCII byte `b`, `b + (0x80 - lo)` has its high bit set exactly when `b >= lo`, and
 /// never carries into the next byte (at most 0x7f + 0x50). A byte that is not ASCII may carry,
 /// but only into later bytes, which no longer count once it has ended the run.
+/// Also says which kinds of byte the run holds ([`DIGIT`], [`UPPER`]).
 #[inline(always)]
-fn ascii_word_run(x: u64) -> usize {
+fn ascii_word_run(x: u64) -> (usize, u8) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let at_least = |lo: u8| x.wrapping_add(ONES * u64::from(0x80 - lo));
-    let within = |lo: u8, hi: u8| at_least(lo) & !at_least(hi + 1);
-    let word = (within(b'a', b'z') | within(b'0', b'9') | within(b'A', b'Z')) & !x & HIGH;
-    ((!word & HIGH).trailing_zeros() / 8) as usize
+    let within = |lo: u8, hi: u8| at_least(lo) & !at_least(hi + 1) & !x & HIGH;
+    let (digits, upper) = (within(b'0', b'9'), within(b'A', b'Z'));
+    let word = within(b'a', b'z') | digits | upper;
+    let run = ((!word & HIGH).trailing_zeros() / 8) as usize;
+    let prefix = if run >= 8 { !0 } else { (1u64 << (run * 8)) - 1 };
+    let flags = if digits & prefix != 0 { DIGIT } else { 0 } | if upper & prefix != 0 { UPPER } else { 0 };
+    (run, flags)
+}
+
+/// What [`Words::next_classified`] says a word holds: an ASCII digit,
+pub const DIGIT: u8 = 1;
+/// an ASCII capital,
+pub const UPPER: u8 = 2;
+/// a character that is not ASCII.
+pub const WIDE: u8 = 4;
+
+/// The class flags of one ASCII byte.
+#[inline(always)]
+fn byte_flags(b: u8) -> u8 {
+    if b.is_ascii_digit() {
+        DIGIT
+    } else if b.is_ascii_uppercase() {
+        UPPER
+    } else {
+        0
+    }
 }
 
 impl Words<'_> {
@@ -175,11 +199,11 @@ impl Words<'_> {
     }
 }
 
-impl<'a> Iterator for Words<'a> {
-    type Item = &'a str;
-
-    #[inline]
-    fn next(&mut self) -> Option<&'a str> {
+impl<'a> Words<'a> {
+    /// The next word, with the [`DIGIT`], [`UPPER`] and [`WIDE`] flags of what it holds
+    /// (found by the same scan, so callers need not look at the word again).
+    #[inline(always)]
+    pub fn next_classified(&mut self) -> Option<(&'a str, u8)> {
         let bytes = self.text.as_bytes();
         let mut i = self.pos;
         loop {
@@ -200,28 +224,43 @@ impl<'a> Iterator for Words<'a> {
             }
         }
         let start = i;
+        let mut flags = 0;
         // Most words are ASCII letters and digits: eight bytes a step while the text lasts.
         while let Some(chunk) = bytes.get(i..i + 8) {
-            let run = ascii_word_run(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
+            let (run, f) = ascii_word_run(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
             i += run;
+            flags |= f;
             if run < 8 {
                 break;
             }
         }
         while let Some(&b) = bytes.get(i) {
             if ascii_word(b) {
+                flags |= byte_flags(b);
                 i += 1;
             } else if b.is_ascii() {
                 break;
             } else {
                 match self.wide(i) {
-                    (true, n) => i += n,
+                    (true, n) => {
+                        flags |= WIDE;
+                        i += n;
+                    }
                     (false, _) => break,
                 }
             }
         }
         self.pos = i;
-        self.text.get(start..i)
+        self.text.get(start..i).map(|w| (w, flags))
+    }
+}
+
+impl<'a> Iterator for Words<'a> {
+    type Item = &'a str;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a str> {
+        self.next_classified().map(|(w, _)| w)
     }
 }
 
@@ -372,16 +411,18 @@ pub fn normalize(word: &str) -> Option<String> {
 pub fn index_terms(text: &str) -> String {
     let mut out = String::with_capacity(text.len() / 3);
     // Terms deduplicated by text, as (hash, start, end) in `out`.
-    let mut by_text: HashTable<(u64, usize, usize)> = HashTable::new();
+    let mut by_text: HashTable<(u64, usize, usize)> = HashTable::with_capacity(16);
     let mut scratch = String::new();
     MEMO.with(|m| {
         let mut memo = m.borrow_mut();
         memo.make_room();
         memo.generation += 1;
         let generation = memo.generation;
-        for w in words(text) {
-            if w.is_ascii() && (w.len() > MAX_STEMMED || w.bytes().any(|b| b.is_ascii_digit())) {
-                let t = if w.bytes().any(|b| b.is_ascii_uppercase()) {
+        let mut scan = words(text);
+        while let Some((w, flags)) = scan.next_classified() {
+            let ascii = flags & WIDE == 0;
+            if ascii && (flags & DIGIT != 0 || w.len() > MAX_STEMMED) {
+                let t = if flags & UPPER != 0 {
                     scratch.clear();
                     scratch.push_str(w);
                     scratch.make_ascii_lowercase();
@@ -417,7 +458,7 @@ pub fn index_terms(text: &str) -> String {
             let (Some(last), Some(term)) = (written.get_mut(id), terms.get(id)) else {
                 continue;
             };
-            if !w.is_ascii() && (has_ascii_digit(term) || term.len() > MAX_STEMMED) {
+            if !ascii && (has_ascii_digit(term) || term.len() > MAX_STEMMED) {
                 // "café2" → "cafe2": the term of an ASCII word with digits.
                 write_once(&mut out, &mut by_text, term);
             } else if *last != generation {
@@ -549,6 +590,11 @@ mod tests {
                 .filter(|w| !w.is_empty())
                 .collect();
             proptest::prop_assert_eq!(words(&text).collect::<Vec<_>>(), plain);
+            let mut scan = words(&text);
+            while let Some((w, flags)) = scan.next_classified() {
+                let want = w.bytes().fold(0, |f, b| f | if b.is_ascii() { byte_flags(b) } else { WIDE });
+                proptest::prop_assert_eq!(flags, want, "flags of {:?}", w);
+            }
             for w in words(&text) {
                 let at = (w.as_ptr() as usize) - (text.as_ptr() as usize);
                 proptest::prop_assert_eq!(pack_at(text.as_bytes(), at, w.len()), pack(w), "{:?}", w);
@@ -559,7 +605,8 @@ mod tests {
     #[test]
     fn eight_bytes_at_once_count_what_one_at_a_time_counts() {
         let one_at_a_time = |x: u64| {
-            x.to_le_bytes().iter().take_while(|b| ascii_word(**b)).count()
+            let run: Vec<u8> = x.to_le_bytes().iter().copied().take_while(|b| ascii_word(*b)).collect();
+            (run.len(), run.iter().fold(0, |f, &b| f | byte_flags(b)))
         };
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut samples: Vec<u64> = b"abcdefghzZaA09/:@[`{\x7f\x80\xff "
