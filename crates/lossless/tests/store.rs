@@ -562,7 +562,7 @@ fn text_strategy() -> impl Strategy<Value = String> {
         "[A-Za-z]{1,12}",
         "[0-9]{1,6}",
         "[ \t\r\n.,;:!?/\\\\_'\"()\\[\\]{}<>=+*&^%$#@~`|-]{1,3}",
-        "(Café|naïve|Straße|ÉCOLE|日本語|Привет|emoji🙂x|ﬁle|İstanbul|x\u{301}y)",
+        "(Café|naïve|Straße|ÉCOLE|日本語|Привет|emoji🙂x|ﬁle|İstanbul|x\u{301}y|ΟΔΟΣ|οδος|café2)",
         ".{1,4}",
     ];
     proptest::collection::vec(piece, 0..40).prop_map(|v| v.concat())
@@ -584,8 +584,13 @@ proptest! {
             .collect();
         made.sort();
         prop_assert_eq!(&vocab, &made, "FTS5 split the terms of {:?} differently", text);
-        for w in text.split_whitespace().chain(terms::words(&text)) {
-            let Some(q) = terms::fts_and_query(w, usize::MAX) else { continue };
+        // As written, and lowercased the way `search::query_terms` lowercases a prompt's words.
+        let queries = text
+            .split_whitespace()
+            .chain(terms::words(&text))
+            .flat_map(|w| [w.to_owned(), w.to_lowercase()]);
+        for w in queries {
+            let Some(q) = terms::fts_and_query(&w, usize::MAX) else { continue };
             let hit: Option<i64> = conn
                 .query_row("SELECT rowid FROM f WHERE f MATCH ?1", [&q], |r| r.get(0))
                 .optional()

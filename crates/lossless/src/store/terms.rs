@@ -354,7 +354,8 @@ fn push_folded(c: char, out: &mut String) {
     });
     match base {
         Some(b) if b.is_ascii() && b != c && plain_marks => out.push(b.to_ascii_lowercase()),
-        _ => out.extend(c.to_lowercase()),
+        // Final sigma folds like any sigma: "ΟΔΟΣ" and "οδος" are one word.
+        _ => out.extend(c.to_lowercase().map(|l| if l == 'ς' { 'σ' } else { l })),
     }
 }
 
@@ -533,6 +534,8 @@ mod tests {
             ("İstanbul", "istanbul"),
             ("x\u{301}y", "xy"),
             ("Привет", "привет"),
+            ("ΟΔΟΣ", "οδοσ"),
+            ("οδος", "οδοσ"),
             ("мій", "мій"),
             ("日本語", "日本語"),
             ("E0425", "e0425"),
