@@ -80,7 +80,12 @@ impl Memo {
     /// The id of `term`'s text, added when new.
     fn term_id(&mut self, term: &str) -> u32 {
         let hash = hash_of(term);
-        let Memo { terms, term_ids, written, .. } = self;
+        let Memo {
+            terms,
+            term_ids,
+            written,
+            ..
+        } = self;
         let found = term_ids.find(hash, |e| {
             e.0 == hash && terms.get(e.1 as usize).map(|t| &**t) == Some(term)
         });
@@ -107,7 +112,12 @@ impl Memo {
         let id = term.as_deref().map(|t| self.term_id(t));
         self.words.insert_unique(
             hash,
-            Word { hash, key, word: word.into(), term: id },
+            Word {
+                hash,
+                key,
+                word: word.into(),
+                term: id,
+            },
             |e| e.hash,
         );
         id
@@ -143,18 +153,19 @@ pub struct Words<'a> {
     pos: usize,
 }
 
+/// Whether byte `b` is an ASCII letter or digit (lowercase letters tested first: most text).
 #[inline(always)]
 fn ascii_word(b: u8) -> bool {
     b.wrapping_sub(b'a') < 26 || b.wrapping_sub(b'0') < 10 || b.wrapping_sub(b'A') < 26
 }
 
 /// How many of the first bytes of `x` (little-endian: its low bytes first) are ASCII letters or
-/// digits, eight bytes tested at once.
+/// digits, eight bytes tested at once, and which kinds of byte that run holds ([`DIGIT`],
+/// [`UPPER`]).
 ///
 /// For an ASCII byte `b`, `b + (0x80 - lo)` has its high bit set exactly when `b >= lo`, and
 /// never carries into the next byte (at most 0x7f + 0x50). A byte that is not ASCII may carry,
 /// but only into later bytes, which no longer count once it has ended the run.
-/// Also says which kinds of byte the run holds ([`DIGIT`], [`UPPER`]).
 #[inline(always)]
 fn ascii_word_run(x: u64) -> (usize, u8) {
     const ONES: u64 = 0x0101_0101_0101_0101;
@@ -164,8 +175,13 @@ fn ascii_word_run(x: u64) -> (usize, u8) {
     let (digits, upper) = (within(b'0', b'9'), within(b'A', b'Z'));
     let word = within(b'a', b'z') | digits | upper;
     let run = ((!word & HIGH).trailing_zeros() / 8) as usize;
-    let prefix = if run >= 8 { !0 } else { (1u64 << (run * 8)) - 1 };
-    let flags = if digits & prefix != 0 { DIGIT } else { 0 } | if upper & prefix != 0 { UPPER } else { 0 };
+    let prefix = if run >= 8 {
+        !0
+    } else {
+        (1u64 << (run * 8)) - 1
+    };
+    let flags =
+        if digits & prefix != 0 { DIGIT } else { 0 } | if upper & prefix != 0 { UPPER } else { 0 };
     (run, flags)
 }
 
@@ -287,10 +303,18 @@ fn pack_at(bytes: &[u8], at: usize, len: usize) -> u128 {
     }
     let load = |from: usize, n: usize| -> Option<u64> {
         let w = u64::from_le_bytes(bytes.get(from..from + 8)?.try_into().ok()?);
-        Some(if n >= 8 { w } else { w & ((1u64 << (n * 8)) - 1) })
+        Some(if n >= 8 {
+            w
+        } else {
+            w & ((1u64 << (n * 8)) - 1)
+        })
     };
     let lo = load(at, len.min(8));
-    let hi = if len > 8 { load(at + 8, len - 8) } else { Some(0) };
+    let hi = if len > 8 {
+        load(at + 8, len - 8)
+    } else {
+        Some(0)
+    };
     match (lo, hi) {
         (Some(lo), Some(hi)) => u128::from(hi | (len as u64) << 56) << 64 | u128::from(lo),
         _ => bytes
@@ -608,7 +632,12 @@ mod tests {
     #[test]
     fn eight_bytes_at_once_count_what_one_at_a_time_counts() {
         let one_at_a_time = |x: u64| {
-            let run: Vec<u8> = x.to_le_bytes().iter().copied().take_while(|b| ascii_word(*b)).collect();
+            let run: Vec<u8> = x
+                .to_le_bytes()
+                .iter()
+                .copied()
+                .take_while(|b| ascii_word(*b))
+                .collect();
             (run.len(), run.iter().fold(0, |f, &b| f | byte_flags(b)))
         };
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -631,7 +660,16 @@ mod tests {
 
     #[test]
     fn packed_keys_tell_words_apart() {
-        let samples = ["a", "b", "ab", "ba", "abcdefgh", "abcdefg", "abcdefghi", "abcdefghijklmno"];
+        let samples = [
+            "a",
+            "b",
+            "ab",
+            "ba",
+            "abcdefgh",
+            "abcdefg",
+            "abcdefghi",
+            "abcdefghijklmno",
+        ];
         for x in samples {
             for y in samples {
                 assert_eq!(pack(x) == pack(y), x == y, "{x:?} {y:?}");
@@ -645,7 +683,11 @@ mod tests {
             let at = text.find(w).unwrap_or_default();
             assert_eq!(pack_at(text.as_bytes(), at, w.len()), pack(w), "{w:?}");
         }
-        assert_eq!(pack("abcdefghijklmnop"), 0, "16 bytes are compared, not packed");
+        assert_eq!(
+            pack("abcdefghijklmnop"),
+            0,
+            "16 bytes are compared, not packed"
+        );
         assert_eq!(hash_of("abcdefghijklmnopq"), hash_of("abcdefghijklmnopq"));
         assert_ne!(hash_of("abcdefghijklmnopq"), hash_of("abcdefghijklmnopr"));
     }
@@ -692,7 +734,10 @@ mod tests {
         let numbers: String = (0..20_000).map(|i| format!("{} ID{i}x ", i * 7)).collect();
         let got = index_terms(&numbers);
         let after = MEMO.with(|m| m.borrow().words.len());
-        assert!(after <= before + 2, "numbers went into the memo: {before} -> {after}");
+        assert!(
+            after <= before + 2,
+            "numbers went into the memo: {before} -> {after}"
+        );
         // (The reference goes through `normalize`, which memoizes: checked after.)
         assert_eq!(got, index_terms_reference(&numbers));
     }
@@ -721,20 +766,36 @@ mod tests {
                 .collect();
             letters + "ing"
         };
-        let text: String = (0..(MEMO_MAX + 10)).map(|i| word(i) + " walking ").collect();
+        let text: String = (0..(MEMO_MAX + 10))
+            .map(|i| word(i) + " walking ")
+            .collect();
         for round in 0..2 {
             let got = index_terms(&text);
             assert_eq!(got, index_terms_reference(&text), "round {round}");
             assert_eq!(index_terms("Walked walks WALKING"), "walk", "round {round}");
             let held = MEMO.with(|m| m.borrow().words.len());
-            assert!(held < MEMO_MAX, "round {round}: the memo started over ({held} words)");
+            assert!(
+                held < MEMO_MAX,
+                "round {round}: the memo started over ({held} words)"
+            );
             for i in (0..(MEMO_MAX + 10)).step_by(997) {
                 let w = word(i);
-                assert_eq!(normalize(&w).as_deref(), Some(stemmer.stem(&w).as_ref()), "{w}");
+                assert_eq!(
+                    normalize(&w).as_deref(),
+                    Some(stemmer.stem(&w).as_ref()),
+                    "{w}"
+                );
             }
         }
-        assert_eq!(normalize("walking0").as_deref(), Some("walking0"), "digits are never stemmed");
+        assert_eq!(
+            normalize("walking0").as_deref(),
+            Some("walking0"),
+            "digits are never stemmed"
+        );
         let long = "Été".to_string() + &"x".repeat(MAX_STEMMED);
-        assert_eq!(index_terms(&format!("{long} {long}")), "ete".to_string() + &"x".repeat(MAX_STEMMED));
+        assert_eq!(
+            index_terms(&format!("{long} {long}")),
+            "ete".to_string() + &"x".repeat(MAX_STEMMED)
+        );
     }
 }
