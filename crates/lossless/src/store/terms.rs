@@ -39,9 +39,10 @@ const MEMO_MAX: usize = 50_000;
 /// A memoized word: its [`hash_of`] and the id of its term (`None`: it has no term).
 struct Word {
     hash: u64,
-    /// [`pack`] of the word (0 when it is longer: then `word` is compared).
+    /// [`pack`] of the word: equal keys, equal words.
     key: u128,
-    word: Box<str>,
+    /// The word itself, only when it is too long to pack (`key` is 0).
+    long: Option<Box<str>>,
     term: Option<u32>,
 }
 
@@ -99,11 +100,11 @@ impl Memo {
         id
     }
 
-    /// The id of the term of `word` (one item of [`words`]), given its [`hash_and_key`].
+    /// The id of the term of `word` (one item of [`words`]), given its [`hash_with_key`].
     #[inline(always)]
     fn term_of(&mut self, word: &str, (hash, key): (u64, u128)) -> Option<u32> {
         let found = self.words.find(hash, |e| {
-            e.hash == hash && e.key == key && (key != 0 || *e.word == *word)
+            e.hash == hash && e.key == key && e.long.as_deref().is_none_or(|l| l == word)
         });
         if let Some(e) = found {
             return e.term;
@@ -115,7 +116,7 @@ impl Memo {
             Word {
                 hash,
                 key,
-                word: word.into(),
+                long: (key == 0).then(|| word.into()),
                 term: id,
             },
             |e| e.hash,
@@ -281,63 +282,50 @@ impl<'a> Iterator for Words<'a> {
 }
 
 /// `s` packed with its length when it has 1 to 15 bytes (equal keys, equal words; never 0),
-/// else 0. Assembled in registers: a byte-wise copy into a buffer read back as one word
-/// stalls on store forwarding.
-#[inline]
+/// else 0.
 fn pack(s: &str) -> u128 {
-    let b = s.as_bytes();
-    if b.is_empty() || b.len() > 15 {
-        return 0;
-    }
-    let word = |part: &[u8]| part.iter().rev().fold(0u64, |x, &c| x << 8 | u64::from(c));
-    let (lo, hi) = b.split_at(b.len().min(8));
-    u128::from(word(hi) | (b.len() as u64) << 56) << 64 | u128::from(word(lo))
+    pack_at(s.as_bytes(), 0, s.len())
 }
 
-/// [`pack`] of the `len` bytes of `bytes` at `at`, with whole-word loads where `bytes` goes on
-/// far enough (in [`index_terms`], nearly always).
+/// [`pack`] of the `len` bytes of `bytes` at `at`. Whole eight-byte loads where `bytes` goes on
+/// far enough (in [`index_terms`], nearly always), else the bytes one at a time, assembled in
+/// registers: a byte-wise copy into a buffer read back as one word stalls on store forwarding.
 #[inline]
 fn pack_at(bytes: &[u8], at: usize, len: usize) -> u128 {
     if len == 0 || len > 15 {
         return 0;
     }
-    let load = |from: usize, n: usize| -> Option<u64> {
-        let w = u64::from_le_bytes(bytes.get(from..from + 8)?.try_into().ok()?);
-        Some(if n >= 8 {
-            w
-        } else {
-            w & ((1u64 << (n * 8)) - 1)
-        })
+    let part = |from: usize, n: usize| -> u64 {
+        match bytes.get(from..from + 8) {
+            Some(w) => {
+                let w = u64::from_le_bytes(w.try_into().unwrap_or_default());
+                if n >= 8 {
+                    w
+                } else {
+                    w & ((1u64 << (n * 8)) - 1)
+                }
+            }
+            None => bytes
+                .get(from..from + n)
+                .unwrap_or_default()
+                .iter()
+                .rev()
+                .fold(0, |x, &c| x << 8 | u64::from(c)),
+        }
     };
-    let lo = load(at, len.min(8));
-    let hi = if len > 8 {
-        load(at + 8, len - 8)
-    } else {
-        Some(0)
-    };
-    match (lo, hi) {
-        (Some(lo), Some(hi)) => u128::from(hi | (len as u64) << 56) << 64 | u128::from(lo),
-        _ => bytes
-            .get(at..at + len)
-            .and_then(|w| std::str::from_utf8(w).ok())
-            .map_or(0, pack),
-    }
+    let lo = part(at, len.min(8));
+    let hi = if len > 8 { part(at + 8, len - 8) } else { 0 };
+    u128::from(hi | (len as u64) << 56) << 64 | u128::from(lo)
 }
 
 /// A hash for [`Memo`]'s tables: of the packed key for a short word, else FxHash's step over
 /// eight bytes at a time; rotated so the low bits (the tables' bucket index) depend on every
 /// byte.
 fn hash_of(s: &str) -> u64 {
-    hash_and_key(s).0
+    hash_with_key(s, pack(s)).0
 }
 
-/// [`hash_of`] and [`pack`] of `s`.
-#[inline]
-fn hash_and_key(s: &str) -> (u64, u128) {
-    hash_with_key(s, pack(s))
-}
-
-/// [`hash_and_key`] of `s`, its [`pack`] given.
+/// [`hash_of`] of `s` and its [`pack`], given.
 #[inline]
 fn hash_with_key(s: &str, key: u128) -> (u64, u128) {
     const K: u64 = 0xf135_7aea_2e62_a9c5;
@@ -417,7 +405,7 @@ pub fn normalize(word: &str) -> Option<String> {
     MEMO.with(|m| {
         let mut memo = m.borrow_mut();
         memo.make_room();
-        let id = memo.term_of(word, hash_and_key(word))?;
+        let id = memo.term_of(word, hash_with_key(word, pack(word)))?;
         memo.terms.get(id as usize).map(|t| t.to_string())
     })
 }
@@ -463,7 +451,7 @@ pub fn index_terms(text: &str) -> String {
                 let Some(t) = fold_and_stem(&memo.stemmer, w) else {
                     continue;
                 };
-                if t.len() > MAX_STEMMED || has_ascii_digit(&t) {
+                if by_text_only(&t) {
                     write_once(&mut out, &mut by_text, &t);
                     continue;
                 }
@@ -483,24 +471,31 @@ pub fn index_terms(text: &str) -> String {
             let (Some(last), Some(term)) = (written.get_mut(id), terms.get(id)) else {
                 continue;
             };
-            if !ascii && (has_ascii_digit(term) || term.len() > MAX_STEMMED) {
+            if !ascii && by_text_only(term) {
                 // "café2" → "cafe2": the term of an ASCII word with digits.
                 write_once(&mut out, &mut by_text, term);
             } else if *last != generation {
                 *last = generation;
-                if !out.is_empty() {
-                    out.push(' ');
-                }
-                out.push_str(term);
+                push_term(&mut out, term);
             }
         }
     });
     out
 }
 
-/// Whether `term` has an ASCII digit (then [`index_terms`] deduplicates it by text).
-fn has_ascii_digit(term: &str) -> bool {
-    term.bytes().any(|b| b.is_ascii_digit())
+/// Whether [`index_terms`] deduplicates `term` by its text, never by a memo id: it has an
+/// ASCII digit or is longer than [`MAX_STEMMED`] bytes (the terms of the words it does not
+/// memoize).
+fn by_text_only(term: &str) -> bool {
+    term.len() > MAX_STEMMED || term.bytes().any(|b| b.is_ascii_digit())
+}
+
+/// Appends `t` to the space-separated terms in `out`.
+fn push_term(out: &mut String, t: &str) {
+    if !out.is_empty() {
+        out.push(' ');
+    }
+    out.push_str(t);
 }
 
 /// Appends `t` to `out` unless `seen` (ranges of `out`) already holds it.
@@ -512,11 +507,8 @@ fn write_once(out: &mut String, seen: &mut HashTable<(u64, usize, usize)>, t: &s
     {
         return;
     }
-    if !out.is_empty() {
-        out.push(' ');
-    }
-    let start = out.len();
-    out.push_str(t);
+    push_term(out, t);
+    let start = out.len() - t.len();
     seen.insert_unique(h, (h, start, out.len()), |e| e.0);
 }
 
