@@ -3,8 +3,9 @@
 //! it is a measuring aid for BENCHMARKS.md section 7, not a criterion benchmark.
 //!
 //! `cargo bench -p clawctx-lossless --bench ingest_parts` (`INGEST_PARTS_N`, default 10,000).
-//! For a profiler, `INGEST_PARTS_ENCODE_ONLY`, `INGEST_PARTS_TERMS_ONLY` and
-//! `INGEST_PARTS_STORE_ONLY` (each a repeat count) run one part alone.
+//! For a profiler, `INGEST_PARTS_ENCODE_ONLY`, `INGEST_PARTS_TERMS_ONLY`,
+//! `INGEST_PARTS_STORE_ONLY` and `INGEST_PARTS_E2E_ONLY` (each a repeat count) run one part
+//! alone.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -95,6 +96,40 @@ fn bare_sqlite_in(
     per_msg(t, texts.len())
 }
 
+/// Ingests `msgs` through a fresh engine at `path` in batches of 100 (cloned per call, as a
+/// host hands them over), waits for the indexing they cause, and prints the time and CPU per
+/// message.
+fn end_to_end(
+    rt: &tokio::runtime::Runtime,
+    path: &std::path::Path,
+    msgs: &[AgentMessage],
+) -> LosslessEngine {
+    let n = msgs.len();
+    let engine = LosslessEngine::open(path, LosslessConfig::default()).unwrap();
+    let cx = clawctx_engine::CallContext::none();
+    let cpu = thread_cpu();
+    let t = Instant::now();
+    rt.block_on(async {
+        use clawctx_engine::ContextEngine;
+        for ch in msgs.chunks(100) {
+            let p = clawctx_protocol::IngestBatchParams {
+                session_id: "s".into(),
+                session_key: Some(KEY.into()),
+                messages: ch.to_vec(),
+                is_heartbeat: None,
+            };
+            engine.ingest_batch(&p, &cx).await.unwrap();
+        }
+        common::settle(engine.store()).await;
+    });
+    println!(
+        "engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg",
+        per_msg(t, n)
+    );
+    println!("    CPU µs/msg by thread: {}", cpu_since(&cpu, n));
+    engine
+}
+
 fn main() {
     let n: usize = std::env::var("INGEST_PARTS_N")
         .ok()
@@ -116,6 +151,24 @@ fn main() {
         "token counting (cold):          {:6.1} µs/msg",
         per_msg(t, n)
     );
+
+    if let Some(reps) = std::env::var("INGEST_PARTS_E2E_ONLY")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+    {
+        // For a profiler: the engine's batched ingest alone (tool-heavy), `reps` fresh stores.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for r in 0..reps {
+            let fresh: Vec<AgentMessage> = workload(n, 4343 + u64::from(r));
+            end_to_end(&rt, &dir.path().join(format!("e2e{r}.db")), &fresh);
+        }
+        return;
+    }
 
     let t = Instant::now();
     let enc: Vec<_> = msgs.iter().map(|m| codec::encode(m).unwrap()).collect();
@@ -145,7 +198,10 @@ fn main() {
             for e in &enc {
                 std::hint::black_box(terms::index_terms(&e.text));
             }
-            println!("  index terms:                   {:6.1} µs/msg", per_msg(t, n));
+            println!(
+                "  index terms:                   {:6.1} µs/msg",
+                per_msg(t, n)
+            );
         }
         return;
     }
@@ -235,29 +291,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let engine =
-        LosslessEngine::open(dir.path().join("e2e.db"), LosslessConfig::default()).unwrap();
+    let engine = end_to_end(&rt, &dir.path().join("e2e.db"), &fresh);
     let cx = clawctx_engine::CallContext::none();
-    let cpu = thread_cpu();
-    let t = Instant::now();
-    rt.block_on(async {
-        use clawctx_engine::ContextEngine;
-        for ch in fresh.chunks(100) {
-            let p = clawctx_protocol::IngestBatchParams {
-                session_id: "s".into(),
-                session_key: Some(KEY.into()),
-                messages: ch.to_vec(),
-                is_heartbeat: None,
-            };
-            engine.ingest_batch(&p, &cx).await.unwrap();
-        }
-        common::settle(engine.store()).await;
-    });
-    println!(
-        "engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg",
-        per_msg(t, n)
-    );
-    println!("    CPU µs/msg by thread: {}", cpu_since(&cpu, n));
     // The same on plain chat (~600-byte messages, no tool outputs).
     let plain: Vec<AgentMessage> = workload_plain(n, 4444);
     let plain_bytes: usize = plain.iter().map(|m| m.plain_text().len()).sum();
@@ -453,8 +488,7 @@ fn compression_levels(label: &str, texts: &[String], levels: &[i32]) {
     let t = Instant::now();
     let out: usize = texts
         .iter()
-        .map(|s| lz4_flex::block::compress_prepend_size(s.as_bytes()).len())
+        .map(|s| clawctx_lossless::store::pack::pack(s).map_or(s.len(), |f| f.len()))
         .sum();
     report("lz4".into(), t, out);
 }
-
