@@ -243,6 +243,16 @@ impl Db {
                     by_seq.push((id, seq, ro));
                 }
             }
+            // `seq` is unique within a conversation (no index enforces it since schema v8).
+            for w in by_seq.windows(2) {
+                if w[0].1 == w[1].1 {
+                    issues.push(DoctorIssue {
+                        conversation_id: conv.id,
+                        code: "duplicate-seq".into(),
+                        detail: format!("msg_{} and msg_{} share seq {}", w[0].0, w[1].0, w[1].1),
+                    });
+                }
+            }
             let mut frontier: Vec<(i64, i64, i64)> = Vec::new();
             {
                 let mut st = self.conn.prepare_cached(
@@ -424,7 +434,9 @@ impl Db {
                     issues.push(DoctorIssue {
                         conversation_id: 0,
                         code: "payload-refs".into(),
-                        detail: format!("payload {id} counts {refs} references, {actual} messages use it"),
+                        detail: format!(
+                            "payload {id} counts {refs} references, {actual} messages use it"
+                        ),
                     });
                 }
             }
@@ -438,7 +450,10 @@ impl Db {
                 issues.push(DoctorIssue {
                     conversation_id: r.get(1)?,
                     code: "missing-payload".into(),
-                    detail: format!("{} points at a payload that does not exist", crate::ids::message_id(id)),
+                    detail: format!(
+                        "{} points at a payload that does not exist",
+                        crate::ids::message_id(id)
+                    ),
                 });
             }
         }

@@ -532,6 +532,97 @@ async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
     assert!(e.store().doctor().await.unwrap().ok);
 }
 
+/// Whether the store at `path` has an index named `name`.
+fn has_index(path: &std::path::Path, name: &str) -> bool {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?1",
+            [name],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        == 1
+}
+
+#[tokio::test]
+async fn a_version_7_database_loses_the_seq_index_and_keeps_every_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lcm.db");
+    let mut rng = Lcg(71);
+    let mut msgs = Vec::new();
+    for t in 0..20 {
+        msgs.extend(turn(&mut rng, t + 10, t % 3 == 0, 30));
+    }
+    {
+        let e = engine(&dir, small_cfg());
+        e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
+        e.store().close_wait().await;
+    }
+    assert!(
+        !has_index(&path, "messages_seq"),
+        "a new store has no seq index"
+    );
+    // Back into v7's shape: the same tables plus the unique (conv_id, seq) index.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE UNIQUE INDEX messages_seq ON messages(conv_id, seq); PRAGMA user_version = 7;",
+        )
+        .unwrap();
+
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    let version: i32 = e
+        .store()
+        .call(|db| db.tx(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)))
+        .await
+        .unwrap();
+    assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+    let again = e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
+    assert_eq!(
+        again.ingested_count, 0,
+        "every message is still there, once"
+    );
+    let more = e
+        .ingest_batch(&batch(turn(&mut rng, 100, true, 30)), &cx())
+        .await
+        .unwrap();
+    assert!(more.ingested_count > 0);
+    let report = e.store().doctor().await.unwrap();
+    assert!(report.ok, "doctor after migration: {:?}", report.issues);
+    e.store().close_wait().await;
+    assert!(
+        !has_index(&path, "messages_seq"),
+        "the migration dropped the seq index"
+    );
+}
+
+#[tokio::test]
+async fn doctor_reports_two_messages_sharing_a_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lcm.db");
+    {
+        let e = engine(&dir, small_cfg());
+        let msgs = vec![
+            AgentMessage::user("first").with_timestamp(1),
+            AgentMessage::assistant("second").with_timestamp(2),
+        ];
+        e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
+        e.store().close_wait().await;
+    }
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("UPDATE messages SET seq = 0")
+        .unwrap();
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    let report = e.store().doctor().await.unwrap();
+    assert!(
+        report.issues.iter().any(|i| i.code == "duplicate-seq"),
+        "doctor missed the shared seq: {:?}",
+        report.issues
+    );
+}
+
 /// An in-memory index with our tokenizer settings holding `index_terms(text)` as row 1, and
 /// the terms FTS5 made of it.
 fn index_of(text: &str) -> (rusqlite::Connection, Vec<String>) {

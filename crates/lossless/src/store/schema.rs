@@ -17,7 +17,7 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -246,6 +246,17 @@ CREATE VIRTUAL TABLE summaries_fts USING fts5(
 UPDATE fts_state SET upto = (SELECT ifnull(max(id), 0) FROM messages);
 "#;
 
+/// Version 8: no index on `(conv_id, seq)`. Every message paid for an insert into it (a tenth
+/// of the store thread's instructions per tool-heavy message, and one more page written by
+/// every commit), and no query needs it: messages are found by id, by identity (whose index
+/// starts with `conv_id`) or through the frontier. A message's `seq` is still assigned under
+/// the write lock from `conversations.next_seq`, so it stays unique within its conversation,
+/// and `lcm doctor` still checks that. Dropping the unique index also means a duplicate `seq`
+/// could never again make `INSERT OR IGNORE` drop a message silently.
+pub const V8: &str = r#"
+DROP INDEX IF EXISTS messages_seq;
+"#;
+
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
@@ -390,6 +401,10 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
             reindex(conn, "messages_fts", "message_rows")?;
             reindex(conn, "summaries_fts", "summaries")?;
             conn.execute_batch("PRAGMA user_version = 7;")?;
+        }
+        if now < 8 {
+            conn.execute_batch(V8)?;
+            conn.execute_batch("PRAGMA user_version = 8;")?;
         }
         Ok(())
     };
