@@ -98,11 +98,12 @@ fn bare_sqlite_in(
 
 /// Ingests `msgs` through a fresh engine at `path` in batches of 100 (cloned per call, as a
 /// host hands them over), waits for the indexing they cause, and prints the time and CPU per
-/// message.
+/// message under `label`.
 fn end_to_end(
     rt: &tokio::runtime::Runtime,
     path: &std::path::Path,
     msgs: &[AgentMessage],
+    label: &str,
 ) -> LosslessEngine {
     let n = msgs.len();
     let engine = LosslessEngine::open(path, LosslessConfig::default()).unwrap();
@@ -123,7 +124,7 @@ fn end_to_end(
         common::settle(engine.store()).await;
     });
     println!(
-        "engine ingest_batch, cold tokens, 100/batch: {:6.1} µs/msg",
+        "engine ingest_batch, {label}, 100/batch: {:6.1} µs/msg",
         per_msg(t, n)
     );
     println!("    CPU µs/msg by thread: {}", cpu_since(&cpu, n));
@@ -165,7 +166,12 @@ fn main() {
         let dir = tempfile::tempdir().unwrap();
         for r in 0..reps {
             let fresh: Vec<AgentMessage> = workload(n, 4343 + u64::from(r));
-            end_to_end(&rt, &dir.path().join(format!("e2e{r}.db")), &fresh);
+            end_to_end(
+                &rt,
+                &dir.path().join(format!("e2e{r}.db")),
+                &fresh,
+                "cold tokens",
+            );
         }
         return;
     }
@@ -291,33 +297,20 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let engine = end_to_end(&rt, &dir.path().join("e2e.db"), &fresh);
+    let engine = end_to_end(&rt, &dir.path().join("e2e.db"), &fresh, "cold tokens");
     let cx = clawctx_engine::CallContext::none();
     // The same on plain chat (~600-byte messages, no tool outputs).
     let plain: Vec<AgentMessage> = workload_plain(n, 4444);
     let plain_bytes: usize = plain.iter().map(|m| m.plain_text().len()).sum();
-    let pe = LosslessEngine::open(dir.path().join("plain.db"), LosslessConfig::default()).unwrap();
-    let cpu = thread_cpu();
-    let t = Instant::now();
-    rt.block_on(async {
-        use clawctx_engine::ContextEngine;
-        for ch in plain.chunks(100) {
-            let p = clawctx_protocol::IngestBatchParams {
-                session_id: "s".into(),
-                session_key: Some(KEY.into()),
-                messages: ch.to_vec(),
-                is_heartbeat: None,
-            };
-            pe.ingest_batch(&p, &cx).await.unwrap();
-        }
-        common::settle(pe.store()).await;
-    });
-    println!(
-        "engine ingest_batch, plain chat ({:.0} bytes/msg), 100/batch: {:6.1} µs/msg",
-        plain_bytes as f64 / n as f64,
-        per_msg(t, n)
+    end_to_end(
+        &rt,
+        &dir.path().join("plain.db"),
+        &plain,
+        &format!(
+            "plain chat ({:.0} bytes/msg)",
+            plain_bytes as f64 / n as f64
+        ),
     );
-    println!("    CPU µs/msg by thread: {}", cpu_since(&cpu, n));
     // Turn by turn, as a host delivers them: two messages per call.
     let turns: Vec<AgentMessage> = workload_plain(n, 4545);
     let te = LosslessEngine::open(dir.path().join("turns.db"), LosslessConfig::default()).unwrap();

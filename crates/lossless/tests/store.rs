@@ -84,6 +84,16 @@ fn write_v1_database(path: &std::path::Path, msgs: &[AgentMessage]) {
     .unwrap();
 }
 
+/// Asserts that the engine's store was migrated to the current schema version.
+async fn assert_migrated(e: &LosslessEngine) {
+    let version: i32 = e
+        .store()
+        .call(|db| db.tx(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)))
+        .await
+        .unwrap();
+    assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+}
+
 #[tokio::test]
 async fn a_version_1_database_migrates_and_stays_searchable_and_idempotent() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,12 +106,7 @@ async fn a_version_1_database_migrates_and_stays_searchable_and_idempotent() {
     write_v1_database(&path, &old);
 
     let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
-    let version: i32 = e
-        .store()
-        .call(|db| db.tx(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)))
-        .await
-        .unwrap();
-    assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+    assert_migrated(&e).await;
 
     // Words of the old rows are found through the rebuilt index (with stemming: "deployments").
     for (q, want) in [("zanzibar deployments", "msg_1"), ("pelican", "msg_3")] {
@@ -204,12 +209,7 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
     write_v3_database(&path, &old);
 
     let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
-    let version: i32 = e
-        .store()
-        .call(|db| db.tx(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)))
-        .await
-        .unwrap();
-    assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+    assert_migrated(&e).await;
     let automerge: i64 = e
         .store()
         .call(|db| {
@@ -572,12 +572,7 @@ async fn a_version_7_database_loses_the_seq_index_and_keeps_every_message() {
         .unwrap();
 
     let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
-    let version: i32 = e
-        .store()
-        .call(|db| db.tx(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)))
-        .await
-        .unwrap();
-    assert_eq!(version, schema::SCHEMA_VERSION, "the file was not migrated");
+    assert_migrated(&e).await;
     let again = e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
     assert_eq!(
         again.ingested_count, 0,
