@@ -55,7 +55,7 @@ pub fn pack(text: &str) -> Option<Vec<u8>> {
         // and resets it in constant time, where `lz4_flex` zeroed an 8 KiB table for every
         // text (a third of the compression's instructions).
         let len = u32::try_from(text.len()).ok()?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(1 + 4 + lzzzz::lz4::max_compressed_size(text.len()));
         out.push(LZ4_TAG);
         out.extend_from_slice(&len.to_le_bytes());
         lzzzz::lz4::compress_to_vec(text.as_bytes(), &mut out, lzzzz::lz4::ACC_LEVEL_DEFAULT)

@@ -251,7 +251,7 @@ UPDATE fts_state SET upto = (SELECT ifnull(max(id), 0) FROM messages);
 /// every commit), and no query needs it: messages are found by id, by identity (whose index
 /// starts with `conv_id`) or through the frontier. A message's `seq` is still assigned under
 /// the write lock from `conversations.next_seq`, so it stays unique within its conversation,
-/// and `lcm doctor` still checks that. Dropping the unique index also means a duplicate `seq`
+/// and `lcm doctor` checks it. Dropping the unique index also means a duplicate `seq`
 /// could never again make `INSERT OR IGNORE` drop a message silently.
 pub const V8: &str = r#"
 DROP INDEX IF EXISTS messages_seq;
