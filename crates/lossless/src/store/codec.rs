@@ -191,22 +191,62 @@ fn last_marker(map: &Map<String, Value>) -> Option<LastMarker> {
     }
 }
 
-/// Replaces the last length marker of an extracted skeleton by [`REST`].
-fn mark_rest(map: &mut Map<String, Value>) {
-    let slot = match last_marker(map) {
-        Some(LastMarker::Top(key)) => map.get_mut(key),
-        Some(LastMarker::Content) => map.get_mut("content"),
-        Some(LastMarker::Block(i, field)) => map
+/// The last length marker of an extracted skeleton, in place.
+fn last_marker_mut(map: &mut Map<String, Value>) -> Option<&mut Value> {
+    match last_marker(map)? {
+        LastMarker::Top(key) => map.get_mut(key),
+        LastMarker::Content => map.get_mut("content"),
+        LastMarker::Block(i, field) => map
             .get_mut("content")
             .and_then(|c| c.get_mut(i))
             .and_then(|b| b.get_mut(field)),
-        None => None,
-    };
-    if let Some(Value::Object(m)) = slot {
-        if let Some(n) = m.values_mut().next() {
-            *n = Value::from(REST);
-        }
     }
+}
+
+/// Replaces the last length marker of an extracted skeleton by [`REST`]; returns the marker
+/// as it was (`{"$t":12}`) and as it is now (`{"$t":-1}`), or `None` when there is none.
+fn mark_rest(map: &mut Map<String, Value>) -> Option<(Value, Value)> {
+    let slot = last_marker_mut(map)?;
+    let was = slot.clone();
+    let Value::Object(m) = slot else {
+        return None;
+    };
+    *m.values_mut().next()? = Value::from(REST);
+    Some((was, slot.clone()))
+}
+
+/// Compact JSON of a skeleton or a part of one (what `Value`'s `Display` writes, without its
+/// formatter adapter).
+fn json(v: &impl serde::Serialize) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| LosslessError::InvalidInput(format!("message: {e}")))
+}
+
+/// The skeleton and the stored skeleton of an extracted message, serialized once.
+///
+/// The stored skeleton is the skeleton with its last marker set to [`REST`]: it is written
+/// first, and the skeleton is made from it by putting the marker's length back. That is exact
+/// when the rest-marker's text occurs once (a string cannot hold it unescaped, but an object
+/// among the message's own fields could); otherwise the skeleton is serialized again.
+fn skeletons(map: &mut Map<String, Value>) -> Result<(String, String)> {
+    let Some((was, rest)) = mark_rest(map) else {
+        let s = json(map)?;
+        return Ok((s.clone(), s));
+    };
+    let stored = json(map)?;
+    let rest = json(&rest)?;
+    let mut hits = stored.match_indices(&rest);
+    if let (Some((at, _)), None) = (hits.next(), hits.next()) {
+        let was = json(&was)?;
+        let mut skeleton = String::with_capacity(stored.len() + was.len());
+        skeleton.push_str(&stored[..at]);
+        skeleton.push_str(&was);
+        skeleton.push_str(&stored[at + rest.len()..]);
+        return Ok((skeleton, stored));
+    }
+    if let Some(slot) = last_marker_mut(map) {
+        *slot = was;
+    }
+    Ok((json(map)?, stored))
 }
 
 struct Cursor<'a> {
@@ -328,17 +368,13 @@ fn identity_of(m: &AgentMessage, stored: bool) -> Result<Identity> {
     let plain_user = role == role::USER
         && map.len() == 1
         && map.get("content").and_then(|c| marker_len(c, "$t")) == Some(text.len());
-    let skeleton = if plain_user {
-        None
-    } else {
-        Some(v.to_string())
-    };
-    let stored_skeleton = match (&skeleton, &mut v) {
-        (Some(_), Value::Object(map)) if stored => {
-            mark_rest(map);
-            Some(v.to_string())
+    let (skeleton, stored_skeleton) = match (plain_user, stored) {
+        (true, _) => (None, None),
+        (false, false) => (Some(json(map)?), None),
+        (false, true) => {
+            let (skeleton, stored) = skeletons(map)?;
+            (Some(skeleton), Some(stored))
         }
-        _ => None,
     };
     let mut h = Sha256::new();
     h.update([role as u8]);
@@ -461,6 +497,57 @@ mod tests {
         rt(json!({"role":"compactionSummary","summary":"s","tokensBefore":10}));
         rt(json!({"role":"system","content":"sys","timestamp":3}));
         rt(json!({"role":"custom","customType":"x","content":"c","display":true}));
+    }
+
+    /// Messages of every shape, for the pinned identities below.
+    fn pinned_messages() -> Vec<Value> {
+        vec![
+            json!({"role":"user","content":"hi\nthere","timestamp":5}),
+            json!({"role":"user","content":[{"type":"text","text":"a"},{"type":"image","data":"AAA","mimeType":"image/png"}]}),
+            json!({"role":"assistant","content":[{"type":"thinking","thinking":"hmm","thinkingSignature":"x"},{"type":"text","text":"ok"},{"type":"toolCall","id":"c1","name":"read","arguments":{"path":"a(b).rs","n":1.5}}],"api":"x","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3},"stopReason":"toolUse","timestamp":1.5}),
+            json!({"role":"assistant","content":[{"type":"text","text":"done"}],"model":"m","timestamp":1_700_000_000_123_i64}),
+            json!({"role":"toolResult","toolCallId":"c1","toolName":"read","content":[{"type":"text","text":""},{"type":"text","text":"x\ny"}],"isError":false,"timestamp":9}),
+            json!({"role":"toolResult","toolCallId":"c2","toolName":"grep","content":[{"type":"text","text":"hit"}],"details":{"m":{"$t":-1}},"timestamp":10}),
+            json!({"role":"bashExecution","command":"ls","output":"a\nb","exitCode":0}),
+            json!({"role":"compactionSummary","summary":"s","tokensBefore":10}),
+            json!({"role":"system","content":"sys","timestamp":3}),
+            json!({"role":"custom","customType":"x","content":"c","display":true}),
+        ]
+    }
+
+    /// The identity hash and both skeletons are what every stored message was keyed and
+    /// written with: a change to how they are computed would store a message the host sends
+    /// again a second time. Pinned as the versions before computed them.
+    #[test]
+    fn identities_and_skeletons_are_pinned() {
+        let got: Vec<String> = pinned_messages()
+            .into_iter()
+            .map(|v| {
+                let m: AgentMessage = serde_json::from_value(v).unwrap();
+                let e = encode(&m).unwrap();
+                format!(
+                    "{:016x} {} {}",
+                    e.hash,
+                    e.skeleton.as_deref().unwrap_or("-"),
+                    e.stored_skeleton.as_deref().unwrap_or("-")
+                )
+            })
+            .collect();
+        // Hash, skeleton, stored skeleton ("-": none).
+        let want = [
+            r#"e88b107e9a011b0c - -"#,
+            r#"b59ccf4520ccdee7 {"content":[{"type":"text","text":{"$t":1}},{"type":"image","data":"AAA","mimeType":"image/png"}]} {"content":[{"type":"text","text":{"$t":-1}},{"type":"image","data":"AAA","mimeType":"image/png"}]}"#,
+            r#"01b51e31c0099814 {"timestamp":1.5,"content":[{"type":"thinking","thinking":{"$t":3},"thinkingSignature":"x"},{"type":"text","text":{"$t":2}},{"type":"toolCall","id":"c1","name":"read","arguments":{"$c":32}}],"api":"x","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3},"stopReason":"toolUse"} {"timestamp":1.5,"content":[{"type":"thinking","thinking":{"$t":3},"thinkingSignature":"x"},{"type":"text","text":{"$t":2}},{"type":"toolCall","id":"c1","name":"read","arguments":{"$c":-1}}],"api":"x","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3},"stopReason":"toolUse"}"#,
+            r#"377d5f957eb940c3 {"model":"m","content":[{"type":"text","text":{"$t":4}}]} {"model":"m","content":[{"type":"text","text":{"$t":-1}}]}"#,
+            r#"6035eb75f510cefb {"isError":false,"toolCallId":"c1","toolName":"read","content":[{"type":"text","text":{"$t":0}},{"type":"text","text":{"$t":3}}]} {"isError":false,"toolCallId":"c1","toolName":"read","content":[{"type":"text","text":{"$t":0}},{"type":"text","text":{"$t":-1}}]}"#,
+            r#"c71e3f8ac3e52269 {"details":{"m":{"$t":-1}},"toolCallId":"c2","toolName":"grep","content":[{"type":"text","text":{"$t":3}}]} {"details":{"m":{"$t":-1}},"toolCallId":"c2","toolName":"grep","content":[{"type":"text","text":{"$t":-1}}]}"#,
+            r#"c6fb213aef033cdf {"role":"bashExecution","command":{"$t":2},"output":{"$t":3},"exitCode":0} {"role":"bashExecution","command":{"$t":2},"output":{"$t":-1},"exitCode":0}"#,
+            r#"84ba62775c806530 {"role":"compactionSummary","summary":{"$t":1},"tokensBefore":10} {"role":"compactionSummary","summary":{"$t":-1},"tokensBefore":10}"#,
+            r#"9c12c2131ef09aec {"role":"system","content":{"$t":3},"timestamp":3} {"role":"system","content":{"$t":-1},"timestamp":3}"#,
+            r#"e9230233c849a2f7 {"role":"custom","customType":"x","content":{"$t":1},"display":true} {"role":"custom","customType":"x","content":{"$t":-1},"display":true}"#,
+        ];
+
+        assert_eq!(got, want);
     }
 
     #[test]

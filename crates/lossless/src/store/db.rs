@@ -316,6 +316,11 @@ impl Db {
                 before.unindexed_from(first)
             }
         });
+        // The emptied list goes back with its capacity: growing it anew every few thousand
+        // messages took fresh pages from the system each time (page faults on the store
+        // thread, ~2% of a batch's time).
+        rows.clear();
+        *self.deferred.get_mut() = rows;
     }
 
     /// Messages waiting for [`Self::index_deferred`].
@@ -511,8 +516,8 @@ impl Db {
         let _abandon = AbandonOnExit(queue);
         self.append(key, queue.len(), |app| {
             while let Some(chunk) = queue.take_next() {
-                for m in &chunk? {
-                    app.push(m)?;
+                for m in chunk? {
+                    app.push_owned(m)?;
                 }
             }
             Ok(())
@@ -595,6 +600,18 @@ impl<'c> Appender<'c> {
     }
 
     fn push(&mut self, m: &Encoded) -> Result<()> {
+        self.push_parts(m, None)
+    }
+
+    /// [`Self::push`] of a message the caller is done with: its index terms move to where they
+    /// wait for indexing instead of being copied (a batch's terms are a third of its text).
+    fn push_owned(&mut self, mut m: Encoded) -> Result<()> {
+        let fts = std::mem::take(&mut m.fts);
+        self.push_parts(&m, Some(fts))
+    }
+
+    /// Stores `m`, whose index terms are `fts` when given (then `m.fts` is not read).
+    fn push_parts(&mut self, m: &Encoded, fts: Option<String>) -> Result<()> {
         let shared = match &m.stored_skeleton {
             Some(json) => self.skel.resolve(self.c, json, &mut self.fresh)?,
             None => None,
@@ -630,16 +647,17 @@ impl<'c> Appender<'c> {
         } else {
             self.bytes += m.packed.as_ref().map_or(m.text.len(), Vec::len) as u64;
         }
+        let fts_len = fts.as_ref().map_or(m.fts.len(), String::len);
         match &mut self.deferred {
             Some(rows) => {
-                rows.push((id, m.fts.clone()));
+                rows.push((id, fts.unwrap_or_else(|| m.fts.clone())));
                 if rows.len() >= DEFER_MAX {
                     // A huge batch: indexed as it goes, in this transaction.
                     index_rows(self.c, rows, self.pending)?;
                 }
             }
             None => {
-                pending_fts::add(self.c, id, &m.fts)?;
+                pending_fts::add(self.c, id, fts.as_deref().unwrap_or(&m.fts))?;
                 self.pending.rows += 1;
             }
         }
@@ -653,7 +671,7 @@ impl<'c> Appender<'c> {
         conv.raw_bytes += m.text.len() as i64;
         conv.frontier_tokens += m.tokens as i64;
         conv.frontier_items += 1;
-        self.bytes += (m.fts.len() + inline.map_or(0, str::len)) as u64;
+        self.bytes += (fts_len + inline.map_or(0, str::len)) as u64;
         self.stored.push(true);
         Ok(())
     }
