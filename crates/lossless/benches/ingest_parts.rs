@@ -50,52 +50,6 @@ fn bare_sqlite_with(texts: &[String], fts: Option<&str>, per_tx: usize, contentl
     bare_sqlite_in(texts, fts, per_tx, contentless, "")
 }
 
-fn bare_sqlite_in(
-    texts: &[String],
-    fts: Option<&str>,
-    per_tx: usize,
-    contentless: bool,
-    schema: &str,
-) -> f64 {
-    let dir = tempfile::tempdir().unwrap();
-    let conn = rusqlite::Connection::open(dir.path().join("bare.db")).unwrap();
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;
-         CREATE TABLE m(id INTEGER PRIMARY KEY, text TEXT NOT NULL);",
-    )
-    .unwrap();
-    if let Some(tok) = fts {
-        conn.execute_batch(&format!(
-            "CREATE VIRTUAL TABLE {schema}f USING fts5(text, {}, detail=none, tokenize='{tok}');",
-            if contentless {
-                "content=''"
-            } else {
-                "content='m', content_rowid='id'"
-            }
-        ))
-        .unwrap();
-    }
-    let t = Instant::now();
-    for ch in texts.chunks(per_tx) {
-        conn.execute_batch("BEGIN").unwrap();
-        for s in ch {
-            conn.prepare_cached("INSERT INTO m(text) VALUES(?1)")
-                .unwrap()
-                .execute([s])
-                .unwrap();
-            if fts.is_some() {
-                let id = conn.last_insert_rowid();
-                conn.prepare_cached("INSERT INTO f(rowid, text) VALUES(?1, ?2)")
-                    .unwrap()
-                    .execute(rusqlite::params![id, s])
-                    .unwrap();
-            }
-        }
-        conn.execute_batch("COMMIT").unwrap();
-    }
-    per_msg(t, texts.len())
-}
-
 /// Ingests `msgs` through a fresh engine at `path` in batches of 100 (cloned per call, as a
 /// host hands them over), waits for the indexing they cause, and prints the time and CPU per
 /// message under `label`.

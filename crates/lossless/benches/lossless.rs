@@ -58,6 +58,13 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let count_us = t0.elapsed().as_secs_f64() * 1e6 / msgs.len() as f64;
     println!("FIGURE workload: {} messages, {:.0} text bytes/message; token counting alone {count_us:.1} µs/message", msgs.len(), raw_bytes as f64 / msgs.len() as f64);
 
+    // The machine's speed varies from minute to minute: a floor taken before and after the
+    // ingest group says at what speed its figures were taken.
+    println!(
+        "FIGURE floor before ingest: bare SQLite insert + FTS5 index, plain chat, 100/tx: {:.1} µs/message (issue #4's reference machine: ~11)",
+        bare_floor()
+    );
+
     // 1. Ingest: 10k messages in batches of 100 into a fresh DB, per-message cost by decile.
     let mut g = c.benchmark_group("ingest");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
@@ -115,6 +122,10 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         })
     });
     g.finish();
+    println!(
+        "FIGURE floor after ingest: bare SQLite insert + FTS5 index, plain chat, 100/tx: {:.1} µs/message",
+        bare_floor()
+    );
     {
         let dir = tempfile::tempdir().unwrap();
         let e = LosslessEngine::open(dir.path().join("b.db"), LosslessConfig::default()).unwrap();

@@ -203,3 +203,71 @@ pub async fn settle(store: &clawctx_lossless::LosslessStore) {
         .await
         .expect("the store is open");
 }
+
+/// Microseconds per text to insert `texts` into a bare SQLite table (WAL, `synchronous =
+/// NORMAL`, as the store), `per_tx` a transaction, with a `detail=none` FTS5 index of tokenizer
+/// `fts` when given (external content, or contentless), named `{schema}f`. The floor the store's
+/// ingest is compared with: the issue's reference machine did this (external content) in ~11
+/// µs per 600-byte message.
+pub fn bare_sqlite_in(
+    texts: &[String],
+    fts: Option<&str>,
+    per_tx: usize,
+    contentless: bool,
+    schema: &str,
+) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join("bare.db")).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;
+         CREATE TABLE m(id INTEGER PRIMARY KEY, text TEXT NOT NULL);",
+    )
+    .unwrap();
+    if let Some(tok) = fts {
+        conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE {schema}f USING fts5(text, {}, detail=none, tokenize='{tok}');",
+            if contentless {
+                "content=''"
+            } else {
+                "content='m', content_rowid='id'"
+            }
+        ))
+        .unwrap();
+    }
+    let t = std::time::Instant::now();
+    for ch in texts.chunks(per_tx) {
+        conn.execute_batch("BEGIN").unwrap();
+        for s in ch {
+            conn.prepare_cached("INSERT INTO m(text) VALUES(?1)")
+                .unwrap()
+                .execute([s])
+                .unwrap();
+            if fts.is_some() {
+                let id = conn.last_insert_rowid();
+                conn.prepare_cached("INSERT INTO f(rowid, text) VALUES(?1, ?2)")
+                    .unwrap()
+                    .execute(rusqlite::params![id, s])
+                    .unwrap();
+            }
+        }
+        conn.execute_batch("COMMIT").unwrap();
+    }
+    t.elapsed().as_secs_f64() * 1e6 / texts.len().max(1) as f64
+}
+
+/// [`bare_sqlite_in`] on the texts of 10k plain-chat messages (607 bytes each on average),
+/// 100 a transaction, external-content `unicode61` index: how fast the machine is right now,
+/// in the issue's own terms. Printed next to the ingest figures, which vary with it.
+pub fn bare_floor() -> f64 {
+    let texts: Vec<String> = workload_plain(10_000, 77)
+        .iter()
+        .map(AgentMessage::plain_text)
+        .collect();
+    bare_sqlite_in(
+        &texts,
+        Some("unicode61 remove_diacritics 2"),
+        100,
+        false,
+        "",
+    )
+}
