@@ -546,7 +546,6 @@ mod tests {
             r#"9c12c2131ef09aec {"role":"system","content":{"$t":3},"timestamp":3} {"role":"system","content":{"$t":-1},"timestamp":3}"#,
             r#"e9230233c849a2f7 {"role":"custom","customType":"x","content":{"$t":1},"display":true} {"role":"custom","customType":"x","content":{"$t":-1},"display":true}"#,
         ];
-
         assert_eq!(got, want);
     }
 

@@ -604,7 +604,7 @@ impl<'c> Appender<'c> {
     }
 
     /// [`Self::push`] of a message the caller is done with: its index terms move to where they
-    /// wait for indexing instead of being copied (a batch's terms are a third of its text).
+    /// wait for indexing instead of being copied (a fifth of the text a tool-heavy batch stores).
     fn push_owned(&mut self, mut m: Encoded) -> Result<()> {
         let fts = std::mem::take(&mut m.fts);
         self.push_parts(&m, Some(fts))
