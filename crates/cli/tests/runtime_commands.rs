@@ -216,3 +216,37 @@ async fn replay_on_lossless_counts_the_compactions_it_runs_itself() {
             .sum::<usize>()
     );
 }
+
+/// The README's flow: `replay` through lossless into a state dir, then `lcm grep` there finds
+/// a detail of the recording's first turn, compacted away long before the end.
+#[tokio::test]
+async fn lcm_grep_finds_what_a_lossless_replay_stored_in_its_state_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("recording.jsonl");
+    let mut messages = clawctx_test_support::messages::conversation(23, 200, 5);
+    messages.insert(
+        0,
+        clawctx_protocol::AgentMessage::user("the invoice job moved to queue zq77 on tuesday"),
+    );
+    let text: String = messages
+        .iter()
+        .map(|m| format!("{}\n", serde_json::to_string(m).unwrap()))
+        .collect();
+    std::fs::write(&recording, text).unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let path = recording.to_str().unwrap();
+    let r = clawctx(
+        &state,
+        &["replay", path, "--engine", "lossless", "--budget", "3000"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r}");
+    let r = clawctx(&state, &["lcm", "grep", "zq77", "--json"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    let hits = json_of(&r);
+    assert!(
+        hits.to_string().contains("queue zq77 on tuesday"),
+        "lcm grep in the replay's state dir must find the first turn's detail:\n{r}"
+    );
+}

@@ -54,6 +54,7 @@ pub async fn run(global: &GlobalArgs, args: ReplayArgs) -> anyhow::Result<ExitCo
     let recording = Recording::load(&args.file)?;
     let config = global.load_config()?.value().clone();
     let temp;
+    let kept = global.state_dir.is_some();
     let state_dir = match &global.state_dir {
         Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
         None => {
@@ -100,6 +101,11 @@ pub async fn run(global: &GlobalArgs, args: ReplayArgs) -> anyhow::Result<ExitCo
             report.budget,
             report.over_budget_turns
         );
+        if !kept {
+            eprintln!(
+                "(the state dir was temporary and is gone; with `--state-dir DIR` the engine's store stays, for `clawctx --state-dir DIR lcm grep …`)"
+            );
+        }
     }
     Ok(if report.over_budget_turns == 0 {
         ExitCode::SUCCESS
