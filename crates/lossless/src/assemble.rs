@@ -187,21 +187,6 @@ impl Packer {
 }
 
 impl Db {
-    /// The text of a frontier row's message: the stored bytes read directly (the
-    /// `message_rows` view's `unpack()` copies the text twice more), or its payload's.
-    fn stored_text(&self, r: &rusqlite::Row<'_>) -> Result<String> {
-        match r.get::<_, Option<i64>>(12)? {
-            Some(pid) => self
-                .conn
-                .prepare_cached("SELECT text FROM payloads WHERE id = ?1")?
-                .query_row([pid], |x| {
-                    Ok(crate::store::pack::column_text(x.get_ref(0)?))
-                })?,
-            None => crate::store::pack::column_text(r.get_ref(5)?),
-        }
-        .map_err(crate::error::LosslessError::Corrupt)
-    }
-
     /// Assembles conversation `conv_id` (or only `live` when `conv_id` is `None`) within
     /// `budget` tokens. `live` are the host's newest messages the store has not stored yet, in
     /// order. With `recall`, and when the newest live message is a user prompt, the block of
@@ -255,7 +240,7 @@ impl Db {
                     let stored = match cached {
                         Some(m) => Stored::Decoded(m),
                         None => Stored::Raw {
-                            text: self.stored_text(r)?,
+                            text: self.stored_text(r, 5, 12)?,
                             skeleton: r.get(6)?,
                             ts: r.get(7)?,
                         },

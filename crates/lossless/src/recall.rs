@@ -298,11 +298,28 @@ pub struct ExpandReport {
 }
 
 impl Db {
+    /// The skeleton of message `id` (where a message of an unusual role keeps its role name).
+    fn message_skeleton(&self, id: i64) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT skeleton FROM message_rows WHERE id = ?1")?
+            .query_row([id], |x| x.get(0))
+            .optional()?
+            .flatten())
+    }
+
     /// A grep hit for message `id` (score: lower is better, as FTS5's `bm25()`).
-    fn message_hit(&self, id: i64, score: Option<f64>, needles: &[String]) -> Result<(f64, i64, GrepHit)> {
+    fn message_hit(
+        &self,
+        id: i64,
+        score: Option<f64>,
+        needles: &[String],
+    ) -> Result<(f64, i64, GrepHit)> {
         let (conv_id, role, ts, text, sk) = self
             .conn
-            .prepare_cached("SELECT conv_id, role, ts, text, skeleton FROM message_rows WHERE id = ?1")?
+            .prepare_cached(
+                "SELECT conv_id, role, ts, text, skeleton FROM message_rows WHERE id = ?1",
+            )?
             .query_row([id], |x| {
                 Ok((
                     x.get::<_, i64>(0)?,
@@ -403,7 +420,10 @@ impl Db {
     ) -> Result<Vec<i64>> {
         self.sync_pending_index()?;
         let mut ids = Vec::new();
-        for (index, name) in [("temp.pending_fts", "pending_fts"), ("messages_fts", "messages_fts")] {
+        for (index, name) in [
+            ("temp.pending_fts", "pending_fts"),
+            ("messages_fts", "messages_fts"),
+        ] {
             let left = limit.saturating_sub(ids.len());
             if left == 0 {
                 break;
@@ -469,12 +489,13 @@ impl Db {
                         // The newest RELEVANCE_WINDOW matches, ranked (see `search`): bounded
                         // at any history length.
                         GrepSort::Relevance => {
-                            let rows = self.newest_matches(&fts, RELEVANCE_WINDOW, |index, name| {
-                                format!(
-                                    "SELECT rowid FROM {index} WHERE {name} MATCH ?1
+                            let rows =
+                                self.newest_matches(&fts, RELEVANCE_WINDOW, |index, name| {
+                                    format!(
+                                        "SELECT rowid FROM {index} WHERE {name} MATCH ?1
                                      ORDER BY rowid DESC LIMIT ?2"
-                                )
-                            })?;
+                                    )
+                                })?;
                             for r in self.ranked_rows(&needles, rows, &convs, want)? {
                                 hits.push(self.message_hit(r.id, Some(-r.score), &needles)?);
                             }
@@ -534,6 +555,14 @@ impl Db {
                     .size_limit(1 << 20)
                     .build()
                     .map_err(|e| LosslessError::InvalidInput(format!("regex: {e}")))?;
+                // The same pattern over bytes, for the scan: a row's text is decompressed into
+                // one reused buffer and matched there, with no UTF-8 check or copy (valid
+                // UTF-8, which every stored text is, matches the same either way).
+                let scan_re = regex::bytes::RegexBuilder::new(&q.pattern)
+                    .size_limit(1 << 20)
+                    .build()
+                    .map_err(|e| LosslessError::InvalidInput(format!("regex: {e}")))?;
+                let mut buf = Vec::new();
                 let max_scan = (q.max_scan_rows as i64).max(1);
                 let mut scanned = 0i64;
                 if q.target != GrepTarget::Summaries {
@@ -541,8 +570,11 @@ impl Db {
                     // SQL made SQLite sort the whole scope before the first row); rows of other
                     // conversations are skipped here and count against the scan bound.
                     let in_scope: std::collections::HashSet<i64> = convs.iter().copied().collect();
+                    // The table, not the `message_rows` view: a scan reads every row's text,
+                    // and the view decompresses it in SQL and copies it twice more, and looks a
+                    // skeleton up for every row where only a hit of an unusual role needs one.
                     let mut st = self.conn.prepare_cached(
-                        "SELECT id, conv_id, role, ts, text, skeleton FROM message_rows ORDER BY id DESC",
+                        "SELECT id, conv_id, role, ts, text, payload FROM messages ORDER BY id DESC",
                     )?;
                     let mut rows = st.query([])?;
                     while let Some(r) = rows.next()? {
@@ -554,17 +586,31 @@ impl Db {
                         if !in_scope.contains(&r.get::<_, i64>(1)?) {
                             continue;
                         }
-                        let text: String = r.get(4)?;
-                        if re.is_match(&text) {
-                            let sk: Option<String> = r.get(5)?;
+                        let matched = match (r.get::<_, Option<i64>>(5)?, r.get_ref(4)?) {
+                            (None, rusqlite::types::ValueRef::Text(t)) => scan_re.is_match(t),
+                            (None, rusqlite::types::ValueRef::Blob(frame)) => {
+                                crate::store::pack::unpack_into(frame, &mut buf)
+                                    .map_err(LosslessError::Corrupt)?;
+                                scan_re.is_match(&buf)
+                            }
+                            _ => scan_re.is_match(self.stored_text(r, 4, 5)?.as_bytes()),
+                        };
+                        if matched {
+                            let text = self.stored_text(r, 4, 5)?;
+                            let id: i64 = r.get(0)?;
+                            let role: i64 = r.get(2)?;
+                            let sk = match role {
+                                codec::role::OTHER => self.message_skeleton(id)?,
+                                _ => None,
+                            };
                             let ts: Option<i64> = r.get(3)?;
                             hits.push((
                                 0.0,
                                 ts.unwrap_or(0),
                                 GrepHit {
-                                    id: ids::message_id(r.get(0)?),
+                                    id: ids::message_id(id),
                                     conversation_id: r.get(1)?,
-                                    role: role_label(r.get(2)?, sk.as_deref()),
+                                    role: role_label(role, sk.as_deref()),
                                     depth: None,
                                     ts,
                                     snippet: snippet(&text, &[], Some(&re)),
@@ -820,7 +866,9 @@ impl Db {
             RecordId::Message(mid) => {
                 let (role, text, sk, ts): (i64, String, Option<String>, Option<i64>) = self
                     .conn
-                    .prepare_cached("SELECT role, text, skeleton, ts FROM message_rows WHERE id = ?1")?
+                    .prepare_cached(
+                        "SELECT role, text, skeleton, ts FROM message_rows WHERE id = ?1",
+                    )?
                     .query_row([mid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
                 Ok(ExpandedItem {
                     id: id.to_string(),

@@ -773,3 +773,62 @@ async fn registers_as_plugin_engine_with_config() {
     assert!(db.exists());
     assert_eq!(engine.tools().len(), 3);
 }
+
+/// `lcm_grep` in regex mode reads every kind of stored text: short (kept as TEXT), chat-sized
+/// (an LZ4 frame), a large tool output (a zstd frame in `payloads`), and a message of a role the
+/// store does not name (its role kept in the skeleton); hits come newest first, each labelled
+/// with its role and a snippet around the match.
+#[tokio::test]
+async fn regex_grep_reads_every_kind_of_stored_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, small_cfg());
+    let filler = "the build failed because the parser rejected the value ".repeat(12);
+    let system: AgentMessage = serde_json::from_value(serde_json::json!({
+        "role": "system", "content": "policy note, see ticket-404", "timestamp": 4
+    }))
+    .unwrap();
+    let msgs = vec![
+        AgentMessage::user("short one about ticket-101").with_timestamp(1),
+        AgentMessage::assistant(format!("{filler} then ticket-202 {filler}")).with_timestamp(2),
+        AgentMessage::tool_result(
+            "c1",
+            "read",
+            format!("{} ticket-303 {}", "log line 42 ok\n".repeat(700), filler),
+        )
+        .with_timestamp(3),
+        system,
+        AgentMessage::user("nothing to see here").with_timestamp(5),
+    ];
+    ingest_all(&e, &msgs).await;
+    let st = e.store().status().await.unwrap();
+    assert_eq!(st.payloads, 1, "the tool output is stored as a payload");
+    let mut q = GrepQuery::new(r"ticket-\d{3}", Scope::Session(key()));
+    q.mode = GrepMode::Regex;
+    let r = e.store().grep(q).await.unwrap();
+    let got: Vec<(&str, &str)> = r
+        .hits
+        .iter()
+        .map(|h| (h.id.as_str(), h.role.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("msg_4", "system"),
+            ("msg_3", "toolResult"),
+            ("msg_2", "assistant"),
+            ("msg_1", "user")
+        ],
+        "{r:?}"
+    );
+    for (hit, n) in r.hits.iter().zip(["404", "303", "202", "101"]) {
+        assert!(
+            hit.snippet.contains(&format!("ticket-{n}")),
+            "the snippet of {} shows the match: {:?}",
+            hit.id,
+            hit.snippet
+        );
+    }
+    let mut none = GrepQuery::new(r"ticket-9\d\d", Scope::Session(key()));
+    none.mode = GrepMode::Regex;
+    assert!(e.store().grep(none).await.unwrap().hits.is_empty());
+}

@@ -323,6 +323,26 @@ impl Db {
         *self.deferred.get_mut() = rows;
     }
 
+    /// The text of a message row read from `messages` itself: its stored bytes (column
+    /// `text`) decompressed here, or its payload's (column `payload`) when it has one. Hot
+    /// paths read this way instead of through the `message_rows` view, whose `unpack()` copies
+    /// the text twice more and whose skeleton lookup costs a query a row.
+    pub(crate) fn stored_text(
+        &self,
+        r: &rusqlite::Row<'_>,
+        text: usize,
+        payload: usize,
+    ) -> Result<String> {
+        match r.get::<_, Option<i64>>(payload)? {
+            Some(pid) => self
+                .conn
+                .prepare_cached("SELECT text FROM payloads WHERE id = ?1")?
+                .query_row([pid], |x| Ok(super::pack::column_text(x.get_ref(0)?)))?,
+            None => super::pack::column_text(r.get_ref(text)?),
+        }
+        .map_err(LosslessError::Corrupt)
+    }
+
     /// Messages waiting for [`Self::index_deferred`].
     pub fn deferred_rows(&self) -> usize {
         self.deferred.borrow().len()

@@ -87,26 +87,50 @@ pub fn unpack(frame: &[u8]) -> Result<String, String> {
             })
             .map_err(|e| format!("stored text frame: {e}"))?
     } else if let Some((&LZ4_TAG, block)) = frame.split_first() {
-        let claimed = block
-            .get(..4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-            .ok_or("stored text frame: truncated")?;
-        if claimed > MAX_UNPACKED_BYTES {
-            return Err(format!("stored text frame claims {claimed} bytes"));
-        }
-        let mut out = vec![0u8; claimed];
-        let n = lzzzz::lz4::decompress(block.get(4..).unwrap_or_default(), &mut out)
-            .map_err(|e| format!("stored text frame: {e}"))?;
-        if n != claimed {
-            return Err(format!(
-                "stored text frame holds {n} bytes where its header says {claimed}"
-            ));
-        }
+        let mut out = Vec::new();
+        lz4_into(block, &mut out)?;
         out
     } else {
         return Err("stored text frame of an unknown kind".into());
     };
     String::from_utf8(bytes).map_err(|e| format!("stored text is not UTF-8: {e}"))
+}
+
+/// The bytes of the text a stored frame holds, decompressed into `buf` (its old contents
+/// replaced, its allocation reused): a scan over many rows decompresses every one, and a fresh
+/// zeroed buffer a row cost more than the bytes it checks. Not checked for UTF-8 (the caller
+/// matches bytes); [`unpack`] is the checked form.
+pub fn unpack_into(frame: &[u8], buf: &mut Vec<u8>) -> Result<(), String> {
+    match frame.split_first() {
+        Some((&LZ4_TAG, block)) => lz4_into(block, buf),
+        _ => {
+            let text = unpack(frame)?;
+            buf.clear();
+            buf.extend_from_slice(text.as_bytes());
+            Ok(())
+        }
+    }
+}
+
+/// Decompresses an LZ4 frame's body (length, then block) into `buf`, which ends up exactly
+/// the text's length; only the bytes past its old length are zeroed first.
+fn lz4_into(block: &[u8], buf: &mut Vec<u8>) -> Result<(), String> {
+    let claimed = block
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or("stored text frame: truncated")?;
+    if claimed > MAX_UNPACKED_BYTES {
+        return Err(format!("stored text frame claims {claimed} bytes"));
+    }
+    buf.resize(claimed, 0);
+    let n = lzzzz::lz4::decompress(block.get(4..).unwrap_or_default(), buf)
+        .map_err(|e| format!("stored text frame: {e}"))?;
+    if n != claimed {
+        return Err(format!(
+            "stored text frame holds {n} bytes where its header says {claimed}"
+        ));
+    }
+    Ok(())
 }
 
 /// The text of a stored `text` column value read directly (hot paths skip the SQL function
