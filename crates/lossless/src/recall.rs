@@ -195,6 +195,76 @@ fn role_label(code: i64, skeleton: Option<&str>) -> String {
     }
 }
 
+/// Rows a regex scan hands to its matching thread at a time.
+const SCAN_BATCH: usize = 256;
+
+/// A message row of a regex scan, as read by the store thread; its text is in its batch.
+struct ScanRow {
+    id: i64,
+    conv_id: i64,
+    role: i64,
+    ts: Option<i64>,
+    /// Where the stored text is in [`ScanBatch::bytes`].
+    text: std::ops::Range<usize>,
+    /// Whether that is a compressed frame (see [`crate::store::pack`]) or the text itself.
+    frame: bool,
+}
+
+/// Rows handed over together, their stored texts back to back in one buffer (one allocation a
+/// batch instead of one a row).
+#[derive(Default)]
+struct ScanBatch {
+    rows: Vec<ScanRow>,
+    bytes: Vec<u8>,
+}
+
+impl ScanBatch {
+    fn push(&mut self, mut row: ScanRow, stored: &[u8]) {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(stored);
+        row.text = at..self.bytes.len();
+        self.rows.push(row);
+    }
+}
+
+/// The matching half of [`Db::regex_scan_messages`]: the rows' texts in the order they come,
+/// decompressed into one reused buffer and matched by `scan_re`; each hit with the snippet
+/// `re` finds. Stops (and says so in `enough`) at `want` hits.
+fn match_rows(
+    rx: std::sync::mpsc::Receiver<ScanBatch>,
+    scan_re: &regex::bytes::Regex,
+    re: &regex::Regex,
+    want: usize,
+    enough: &std::sync::atomic::AtomicBool,
+) -> Result<Vec<(ScanRow, String)>> {
+    let mut buf = Vec::new();
+    let mut found = Vec::new();
+    for batch in rx {
+        for row in batch.rows {
+            let stored = batch.bytes.get(row.text.clone()).unwrap_or_default();
+            let bytes: &[u8] = if row.frame {
+                crate::store::pack::unpack_into(stored, &mut buf)
+                    .map_err(LosslessError::Corrupt)?;
+                &buf
+            } else {
+                stored
+            };
+            if !scan_re.is_match(bytes) {
+                continue;
+            }
+            let text = std::str::from_utf8(bytes)
+                .map_err(|e| LosslessError::Corrupt(format!("stored text is not UTF-8: {e}")))?;
+            let snip = snippet(text, &[], Some(re));
+            found.push((row, snip));
+            if found.len() >= want {
+                enough.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Ok(found);
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// A summary's metadata and links.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -306,6 +376,101 @@ impl Db {
             .query_row([id], |x| x.get(0))
             .optional()?
             .flatten())
+    }
+
+    /// The newest messages of conversations `convs` whose text matches `re`, at most `want`,
+    /// newest first, each with its snippet, reading at most `max_scan` rows (of any
+    /// conversation); and whether that bound ended the scan short of `want` hits.
+    ///
+    /// Two threads share the work: this one reads the rows (SQLite, about half the time) and
+    /// hands their stored bytes over in batches, and a scoped thread decompresses and matches
+    /// them (the other half) in order, so hits stay newest first. The rows come from the
+    /// `messages` table itself, not the `message_rows` view, which would decompress every
+    /// text in SQL, copy it twice more and look a skeleton up for every row; only hits of a
+    /// role the store does not name need their skeleton (for the role's name).
+    fn regex_scan_messages(
+        &self,
+        re: &regex::Regex,
+        convs: &[i64],
+        want: usize,
+        max_scan: i64,
+    ) -> Result<(Vec<(ScanRow, String)>, bool)> {
+        // The same pattern over bytes: texts are matched in the buffer they were decompressed
+        // into, with no UTF-8 check or copy (valid UTF-8, which every stored text is, matches
+        // the same either way).
+        let scan_re = regex::bytes::RegexBuilder::new(re.as_str())
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| LosslessError::InvalidInput(format!("regex: {e}")))?;
+        let in_scope: std::collections::HashSet<i64> = convs.iter().copied().collect();
+        let enough = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<ScanBatch>(4);
+            let matcher = s.spawn(|| match_rows(rx, &scan_re, re, want, &enough));
+            let read = self.read_scan_rows(&tx, &in_scope, max_scan, &enough);
+            drop(tx);
+            let found = matcher.join().map_err(|_| {
+                LosslessError::Corrupt("the regex scan's matcher panicked".into())
+            })??;
+            let bounded = read?;
+            let short = found.len() < want;
+            Ok((found, bounded && short))
+        })
+    }
+
+    /// The reading half of [`Self::regex_scan_messages`]: rows newest first in rowid order,
+    /// which needs no sort (a `conv_id` filter in SQL made SQLite sort the whole scope before
+    /// the first row); rows of other conversations are skipped here and count against the
+    /// bound. Returns whether the bound stopped it.
+    fn read_scan_rows(
+        &self,
+        tx: &std::sync::mpsc::SyncSender<ScanBatch>,
+        in_scope: &std::collections::HashSet<i64>,
+        max_scan: i64,
+        enough: &std::sync::atomic::AtomicBool,
+    ) -> Result<bool> {
+        use rusqlite::types::ValueRef;
+        let mut st = self.conn.prepare_cached(
+            "SELECT id, conv_id, role, ts, text, payload FROM messages ORDER BY id DESC",
+        )?;
+        let mut rows = st.query([])?;
+        let mut batch = ScanBatch::default();
+        let mut scanned = 0i64;
+        while let Some(r) = rows.next()? {
+            if enough.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            scanned += 1;
+            if scanned > max_scan {
+                let _ = tx.send(batch);
+                return Ok(true);
+            }
+            let conv_id: i64 = r.get(1)?;
+            if !in_scope.contains(&conv_id) {
+                continue;
+            }
+            let row = ScanRow {
+                id: r.get(0)?,
+                conv_id,
+                role: r.get(2)?,
+                ts: r.get(3)?,
+                text: 0..0,
+                frame: false,
+            };
+            match (r.get_ref(5)?, r.get_ref(4)?) {
+                (ValueRef::Null, ValueRef::Text(t)) => batch.push(row, t),
+                (ValueRef::Null, ValueRef::Blob(frame)) => {
+                    batch.push(ScanRow { frame: true, ..row }, frame)
+                }
+                _ => batch.push(row, self.stored_text(r, 4, 5)?.as_bytes()),
+            }
+            // A failed send: the matcher has stopped (enough hits, or an error it reports).
+            if batch.rows.len() == SCAN_BATCH && tx.send(std::mem::take(&mut batch)).is_err() {
+                return Ok(false);
+            }
+        }
+        let _ = tx.send(batch);
+        Ok(false)
     }
 
     /// A grep hit for message `id` (score: lower is better, as FTS5's `bm25()`).
@@ -555,72 +720,29 @@ impl Db {
                     .size_limit(1 << 20)
                     .build()
                     .map_err(|e| LosslessError::InvalidInput(format!("regex: {e}")))?;
-                // The same pattern over bytes, for the scan: a row's text is decompressed into
-                // one reused buffer and matched there, with no UTF-8 check or copy (valid
-                // UTF-8, which every stored text is, matches the same either way).
-                let scan_re = regex::bytes::RegexBuilder::new(&q.pattern)
-                    .size_limit(1 << 20)
-                    .build()
-                    .map_err(|e| LosslessError::InvalidInput(format!("regex: {e}")))?;
-                let mut buf = Vec::new();
-                let max_scan = (q.max_scan_rows as i64).max(1);
-                let mut scanned = 0i64;
                 if q.target != GrepTarget::Summaries {
-                    // Newest first in rowid order, which needs no sort (a `conv_id` filter in
-                    // SQL made SQLite sort the whole scope before the first row); rows of other
-                    // conversations are skipped here and count against the scan bound.
-                    let in_scope: std::collections::HashSet<i64> = convs.iter().copied().collect();
-                    // The table, not the `message_rows` view: a scan reads every row's text,
-                    // and the view decompresses it in SQL and copies it twice more, and looks a
-                    // skeleton up for every row where only a hit of an unusual role needs one.
-                    let mut st = self.conn.prepare_cached(
-                        "SELECT id, conv_id, role, ts, text, payload FROM messages ORDER BY id DESC",
-                    )?;
-                    let mut rows = st.query([])?;
-                    while let Some(r) = rows.next()? {
-                        scanned += 1;
-                        if scanned > max_scan {
-                            report.scan_truncated = true;
-                            break;
-                        }
-                        if !in_scope.contains(&r.get::<_, i64>(1)?) {
-                            continue;
-                        }
-                        let matched = match (r.get::<_, Option<i64>>(5)?, r.get_ref(4)?) {
-                            (None, rusqlite::types::ValueRef::Text(t)) => scan_re.is_match(t),
-                            (None, rusqlite::types::ValueRef::Blob(frame)) => {
-                                crate::store::pack::unpack_into(frame, &mut buf)
-                                    .map_err(LosslessError::Corrupt)?;
-                                scan_re.is_match(&buf)
-                            }
-                            _ => scan_re.is_match(self.stored_text(r, 4, 5)?.as_bytes()),
+                    let max_scan = (q.max_scan_rows as i64).max(1);
+                    let (found, truncated) =
+                        self.regex_scan_messages(&re, &convs, want, max_scan)?;
+                    report.scan_truncated = truncated;
+                    for (row, snippet) in found {
+                        let sk = match row.role {
+                            codec::role::OTHER => self.message_skeleton(row.id)?,
+                            _ => None,
                         };
-                        if matched {
-                            let text = self.stored_text(r, 4, 5)?;
-                            let id: i64 = r.get(0)?;
-                            let role: i64 = r.get(2)?;
-                            let sk = match role {
-                                codec::role::OTHER => self.message_skeleton(id)?,
-                                _ => None,
-                            };
-                            let ts: Option<i64> = r.get(3)?;
-                            hits.push((
-                                0.0,
-                                ts.unwrap_or(0),
-                                GrepHit {
-                                    id: ids::message_id(id),
-                                    conversation_id: r.get(1)?,
-                                    role: role_label(role, sk.as_deref()),
-                                    depth: None,
-                                    ts,
-                                    snippet: snippet(&text, &[], Some(&re)),
-                                    score: None,
-                                },
-                            ));
-                            if hits.len() >= want {
-                                break;
-                            }
-                        }
+                        hits.push((
+                            0.0,
+                            row.ts.unwrap_or(0),
+                            GrepHit {
+                                id: ids::message_id(row.id),
+                                conversation_id: row.conv_id,
+                                role: role_label(row.role, sk.as_deref()),
+                                depth: None,
+                                ts: row.ts,
+                                snippet,
+                                score: None,
+                            },
+                        ));
                     }
                 }
                 if q.target != GrepTarget::Messages && hits.len() < want {

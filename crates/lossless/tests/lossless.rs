@@ -832,3 +832,61 @@ async fn regex_grep_reads_every_kind_of_stored_text() {
     none.mode = GrepMode::Regex;
     assert!(e.store().grep(none).await.unwrap().hits.is_empty());
 }
+
+/// A regex scan over many batches of rows: hits come newest first across batch boundaries,
+/// pages follow on, the scan bound stops it (and says so), and rows of another conversation
+/// count against that bound but are never hits.
+#[tokio::test]
+async fn regex_grep_pages_and_bounds_a_long_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, small_cfg());
+    let msgs: Vec<AgentMessage> = (0..1200)
+        .map(|i| {
+            let text = if i % 7 == 0 {
+                format!("entry {i}: order ord-{i:05} shipped")
+            } else {
+                format!("entry {i}: nothing of note")
+            };
+            AgentMessage::user(text).with_timestamp(i)
+        })
+        .collect();
+    ingest_all(&e, &msgs).await;
+    let other = IngestBatchParams {
+        session_id: "x".into(),
+        session_key: Some("agent:other:s".into()),
+        messages: (0..300)
+            .map(|i| AgentMessage::user(format!("other ord-{i:05}")).with_timestamp(i))
+            .collect(),
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&other, &cx()).await.unwrap();
+    let matching: Vec<i64> = (0..1200).rev().filter(|i| i % 7 == 0).collect();
+    let query = |offset: usize, max_scan_rows: u64| {
+        let mut q = GrepQuery::new(r"ord-\d{5} shipped", Scope::Session(key()));
+        q.mode = GrepMode::Regex;
+        q.limit = 20;
+        q.offset = offset;
+        q.max_scan_rows = max_scan_rows;
+        q
+    };
+    let stamps = |r: &GrepReport| r.hits.iter().map(|h| h.ts.unwrap()).collect::<Vec<_>>();
+    let first = e.store().grep(query(0, 50_000)).await.unwrap();
+    assert_eq!(
+        stamps(&first),
+        matching[..20],
+        "the newest 20, newest first"
+    );
+    assert!(!first.scan_truncated);
+    assert_eq!(first.next_offset, Some(20));
+    let second = e.store().grep(query(20, 50_000)).await.unwrap();
+    assert_eq!(stamps(&second), matching[20..40], "the next page");
+    // The other conversation's 300 rows are the newest: a bound of 400 rows reaches only the
+    // newest 100 of this one, 14 of them matching.
+    let bounded = e.store().grep(query(0, 400)).await.unwrap();
+    assert!(
+        bounded.scan_truncated,
+        "the bound ended the scan short of a page"
+    );
+    let newest_hundred: Vec<i64> = matching.iter().copied().filter(|&i| i >= 1100).collect();
+    assert_eq!(stamps(&bounded), newest_hundred);
+}
