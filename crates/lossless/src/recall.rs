@@ -406,11 +406,15 @@ impl Db {
         let enough = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<ScanBatch>(4);
-            let matcher = s.spawn(|| match_rows(rx, &scan_re, re, want, &enough));
+            let matcher = std::thread::Builder::new()
+                .name("lossless-regex".into())
+                .spawn_scoped(s, || match_rows(rx, &scan_re, re, want, &enough))?;
             let read = self.read_scan_rows(&tx, &in_scope, max_scan, &enough);
             drop(tx);
             let found = matcher.join().map_err(|_| {
-                LosslessError::Corrupt("the regex scan's matcher panicked".into())
+                LosslessError::Corrupt(
+                    "the regex scan stopped: its matching thread panicked".into(),
+                )
             })??;
             let bounded = read?;
             let short = found.len() < want;
