@@ -134,19 +134,29 @@ async fn run_json_then_sessions_list_show_export() {
     );
 }
 
-/// `clawctx replay --json` of a generated `turns`-turn conversation (seeded by `seed`)
-/// through `engine` at `budget`: the report, after checking the command succeeded.
-async fn replay_report(seed: u64, turns: usize, engine: &str, budget: u64) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let recording = dir.path().join("recording.jsonl");
-    let messages = clawctx_test_support::messages::conversation(seed, turns, 5);
+/// Writes `messages` as a recording (one JSON object a line) in `dir` and makes a state dir
+/// next to it; returns both paths.
+fn recording_and_state(
+    dir: &Path,
+    messages: &[clawctx_protocol::AgentMessage],
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let recording = dir.join("recording.jsonl");
     let text: String = messages
         .iter()
         .map(|m| format!("{}\n", serde_json::to_string(m).unwrap()))
         .collect();
     std::fs::write(&recording, text).unwrap();
-    let state = dir.path().join("state");
+    let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
+    (recording, state)
+}
+
+/// `clawctx replay --json` of a generated `turns`-turn conversation (seeded by `seed`)
+/// through `engine` at `budget`: the report, after checking the command succeeded.
+async fn replay_report(seed: u64, turns: usize, engine: &str, budget: u64) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let messages = clawctx_test_support::messages::conversation(seed, turns, 5);
+    let (recording, state) = recording_and_state(dir.path(), &messages);
     let budget = budget.to_string();
     let r = clawctx(
         &state,
@@ -222,19 +232,12 @@ async fn replay_on_lossless_counts_the_compactions_it_runs_itself() {
 #[tokio::test]
 async fn lcm_grep_finds_what_a_lossless_replay_stored_in_its_state_dir() {
     let dir = tempfile::tempdir().unwrap();
-    let recording = dir.path().join("recording.jsonl");
     let mut messages = clawctx_test_support::messages::conversation(23, 200, 5);
     messages.insert(
         0,
         clawctx_protocol::AgentMessage::user("the invoice job moved to queue zq77 on tuesday"),
     );
-    let text: String = messages
-        .iter()
-        .map(|m| format!("{}\n", serde_json::to_string(m).unwrap()))
-        .collect();
-    std::fs::write(&recording, text).unwrap();
-    let state = dir.path().join("state");
-    std::fs::create_dir_all(&state).unwrap();
+    let (recording, state) = recording_and_state(dir.path(), &messages);
     let path = recording.to_str().unwrap();
     let r = clawctx(
         &state,
