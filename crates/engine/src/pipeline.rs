@@ -101,60 +101,102 @@ fn synthetic_result(call_id: &str, name: &str) -> AgentMessage {
 /// placed right after the other results of that assistant message.
 pub fn sanitize(messages: Vec<AgentMessage>, report: &mut PipelineReport) -> Vec<AgentMessage> {
     let mut out: Vec<AgentMessage> = Vec::with_capacity(messages.len());
-    // Calls of the latest assistant message still waiting for a result, in call order.
-    let mut pending: Vec<(String, String)> = Vec::new();
-    let flush = |out: &mut Vec<AgentMessage>, pending: &mut Vec<(String, String)>, report: &mut PipelineReport| {
-        for (id, name) in pending.drain(..) {
-            out.push(synthetic_result(&id, &name));
-            report.synthetic_results_inserted += 1;
-        }
-    };
+    let mut s = Sanitizer::default();
     for m in messages {
+        s.push(m, |m| out.push(m));
+    }
+    s.flush(|m| out.push(m));
+    report.orphan_results_dropped += s.report.orphan_results_dropped;
+    report.synthetic_results_inserted += s.report.synthetic_results_inserted;
+    report.broken_assistant_dropped += s.report.broken_assistant_dropped;
+    out
+}
+
+/// [`sanitize`] one message at a time. Its state is the tool calls of the latest assistant
+/// message still waiting for a result, so a history kept between turns can be extended with
+/// each turn's messages instead of being sanitized again from the start.
+#[derive(Clone, Debug, Default)]
+pub struct Sanitizer {
+    /// Calls of the latest assistant message still waiting for a result, in call order.
+    pending: Vec<(String, String)>,
+    /// What was changed so far.
+    pub report: PipelineReport,
+}
+
+impl Sanitizer {
+    /// Takes the next message; `emit` receives what goes into the sanitized history, in order.
+    pub fn push(&mut self, m: AgentMessage, mut emit: impl FnMut(AgentMessage)) {
         if is_broken_assistant(&m) {
-            report.broken_assistant_dropped += 1;
-            continue;
+            self.report.broken_assistant_dropped += 1;
+            return;
         }
         match &m {
             AgentMessage::ToolResult(r) => {
-                if let Some(pos) = pending.iter().position(|(id, _)| *id == r.tool_call_id) {
-                    pending.remove(pos);
-                    out.push(m);
+                if let Some(pos) = self.pending.iter().position(|(id, _)| *id == r.tool_call_id) {
+                    self.pending.remove(pos);
+                    emit(m);
                 } else {
-                    report.orphan_results_dropped += 1;
+                    self.report.orphan_results_dropped += 1;
                 }
             }
             AgentMessage::Assistant(_) => {
-                flush(&mut out, &mut pending, report);
+                self.flush(&mut emit);
                 let mut seen = HashSet::new();
                 for c in m.tool_calls() {
                     if seen.insert(c.id.clone()) {
-                        pending.push((c.id.clone(), c.name.clone()));
+                        self.pending.push((c.id.clone(), c.name.clone()));
                     }
                 }
-                out.push(m);
+                emit(m);
             }
             _ => {
-                flush(&mut out, &mut pending, report);
-                out.push(m);
+                self.flush(&mut emit);
+                emit(m);
             }
         }
     }
-    flush(&mut out, &mut pending, report);
-    out
+
+    /// Closes the calls still waiting with synthetic error results (the end of the history,
+    /// or the next message that is not their result).
+    pub fn flush(&mut self, mut emit: impl FnMut(AgentMessage)) {
+        for (id, name) in self.pending.drain(..) {
+            emit(synthetic_result(&id, &name));
+            self.report.synthetic_results_inserted += 1;
+        }
+    }
+
+    /// Whether tool calls are waiting for their results.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
 }
 
 /// Keeps the last `limit` user turns (a turn starts at a user message).
 pub fn limit_history_turns(messages: Vec<AgentMessage>, limit: usize) -> Vec<AgentMessage> {
-    if limit == 0 {
+    let start = turn_limit_start(&messages, limit);
+    if start == 0 {
         return messages;
     }
-    let user_positions: Vec<usize> =
-        messages.iter().enumerate().filter(|(_, m)| matches!(m, AgentMessage::User(_))).map(|(i, _)| i).collect();
-    if user_positions.len() <= limit {
-        return messages;
-    }
-    let start = user_positions[user_positions.len() - limit];
     messages.into_iter().skip(start).collect()
+}
+
+/// Where the last `limit` user turns of `messages` start (`0` for no limit or fewer turns).
+/// Walks back from the end, so its cost is that of the kept turns, not of the history.
+pub fn turn_limit_start(messages: &[AgentMessage], limit: usize) -> usize {
+    if limit == 0 {
+        return 0;
+    }
+    let mut seen = 0;
+    for (i, m) in messages.iter().enumerate().rev() {
+        if matches!(m, AgentMessage::User(_)) {
+            seen += 1;
+            if seen == limit {
+                // Fewer turns than the limit before this one: keep everything.
+                return if messages[..i].iter().rev().any(|m| matches!(m, AgentMessage::User(_))) { i } else { 0 };
+            }
+        }
+    }
+    0
 }
 
 /// Groups of messages that must stay together: an assistant message with tool calls plus its

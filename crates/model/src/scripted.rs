@@ -191,6 +191,9 @@ pub struct ScriptedProvider {
     id: String,
     replies: Vec<ScriptedReply>,
     exhaustion: Exhaustion,
+    /// Whether requests are kept for [`Self::requests`] (tests); a long replay does not keep
+    /// every context it sent.
+    record: bool,
     state: Mutex<ScriptState>,
 }
 
@@ -208,6 +211,7 @@ impl ScriptedProvider {
             id: "scripted".into(),
             replies,
             exhaustion,
+            record: true,
             state: Mutex::new(ScriptState::default()),
         }
     }
@@ -256,6 +260,13 @@ impl ScriptedProvider {
         self
     }
 
+    /// Stops keeping requests ([`Self::requests`] then returns none): for long runs whose
+    /// requests nobody reads, where keeping each one would grow memory with every call.
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
+        self
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<CompletionRequest> {
         self.state
@@ -277,7 +288,9 @@ impl ScriptedProvider {
             provider: self.id.clone(),
             message: "script state poisoned by an earlier panic".into(),
         })?;
-        state.requests.push(request.clone());
+        if self.record {
+            state.requests.push(request.clone());
+        }
         if state.next >= self.replies.len() {
             if self.exhaustion == Exhaustion::Cycle && !self.replies.is_empty() {
                 state.next = 0;

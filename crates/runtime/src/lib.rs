@@ -22,8 +22,10 @@
 pub mod cli_backend;
 mod cli_turn;
 pub mod error;
+mod history;
 pub mod maintain;
 pub mod model;
+pub mod outbox;
 pub mod replay;
 pub mod runtime;
 pub mod setup;

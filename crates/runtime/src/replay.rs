@@ -243,6 +243,10 @@ pub struct ReplayTurn {
     pub compactions: Vec<String>,
     /// Tool calls replayed.
     pub tool_calls: usize,
+    /// Microseconds the host spent on the turn: its wall time less the model's (the scripted
+    /// provider's) calls. Read it at turn 100 and turn 10,000 to see whether a turn's cost
+    /// grows with the session.
+    pub host_micros: u64,
 }
 
 /// The whole replay.
@@ -283,7 +287,7 @@ pub async fn replay(
         .await
         .map_err(|e| RuntimeError::engine("(selection)", "resolve", e))?;
     let (replies, queues, max_calls) = recording.script();
-    let provider = Arc::new(ScriptedProvider::new(replies, Exhaustion::Error));
+    let provider = Arc::new(ScriptedProvider::new(replies, Exhaustion::Error).without_recording());
     let budget = options.budget.max(crate::runtime::MIN_PROMPT_BUDGET);
     let max_out = (budget / 4).clamp(64, 4096);
     let compaction = CompactionSettings { reserve_tokens: budget / 4, reserve_tokens_floor: 0, ..CompactionSettings::default() };
@@ -315,7 +319,9 @@ pub async fn replay(
         let mut epoch: Option<String> = None;
         let mut host_compacted = false;
         for (i, turn) in recording.turns.iter().enumerate() {
+            let started = std::time::Instant::now();
             let outcome = runtime.run_turn(TurnRequest::new(REPLAY_SESSION_KEY, turn.prompt.clone())).await?;
+            let wall = started.elapsed().as_micros() as u64;
             let prompt_tokens = outcome.prompt_tokens.iter().copied().max().unwrap_or(0);
             let mut compactions: Vec<String> = outcome.compactions.iter().map(|c| c.trigger.clone()).collect();
             if let Some(now) = &outcome.context_epoch {
@@ -334,6 +340,7 @@ pub async fn replay(
                 budget,
                 compactions,
                 tool_calls: outcome.tool_calls,
+                host_micros: wall.saturating_sub(outcome.model_micros),
             };
             report.total_compactions += t.compactions.len();
             report.max_prompt_tokens = report.max_prompt_tokens.max(prompt_tokens);

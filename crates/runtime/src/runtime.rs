@@ -11,6 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use clawctx_engine::compaction::{compact_path, effective_reserve_tokens, CompactionSettings};
@@ -26,6 +27,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Result, RuntimeError};
+use crate::history::History;
 use crate::maintain::{maintain_failure_line, MaintainJob, MaintenanceReason, MaintenanceScheduler, Scheduled};
 use crate::model::{Backend, DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS};
 
@@ -37,6 +39,9 @@ pub const MIN_PROMPT_BUDGET: u64 = 256;
 
 /// Default bound on model calls of one turn's tool loop.
 pub const DEFAULT_MAX_TOOL_ITERATIONS: usize = 8;
+
+/// Default bound on one engine `compact` call (the runtime's safety timeout).
+pub const DEFAULT_COMPACT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The `runtimeContext` key through which the runtime tells its own compaction why it runs
 /// (`manual`, `overflow`, `preflight`, `threshold`), as OpenClaw passes its parameter bag.
@@ -72,6 +77,7 @@ pub struct RuntimeBuilder {
     durable: bool,
     prompt_budget: Option<u64>,
     workspace_dir: Option<String>,
+    compact_timeout: Duration,
 }
 
 impl RuntimeBuilder {
@@ -136,6 +142,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Bounds every engine `compact` call, in-process engines included (contract §1.2: the
+    /// host always bounds compact with a finite safety timeout). Default
+    /// [`DEFAULT_COMPACT_TIMEOUT`].
+    pub fn compact_timeout(mut self, timeout: Duration) -> Self {
+        self.compact_timeout = timeout;
+        self
+    }
+
     /// Builds the runtime.
     pub fn build(self) -> AgentRuntime {
         let host = match &self.backend {
@@ -145,11 +159,13 @@ impl RuntimeBuilder {
         let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
         // Session files are recorded in sessions.json by path: keep them absolute.
         let state_dir = std::path::absolute(&self.state_dir).unwrap_or(self.state_dir);
+        let selected_info_id = self.engine.info().id;
         AgentRuntime {
             inner: Arc::new(Inner {
                 store: SessionStore::new(&state_dir),
                 state_dir,
                 engine: self.engine,
+                selected_info_id,
                 selected_id: self.selected_id,
                 source: self.source,
                 backend: self.backend,
@@ -164,7 +180,9 @@ impl RuntimeBuilder {
                 prompt_budget_override: self.prompt_budget,
                 workspace_dir: self.workspace_dir.unwrap_or_else(|| cwd.clone()),
                 cwd,
+                compact_timeout: self.compact_timeout,
                 files: Mutex::new(HashMap::new()),
+                histories: Mutex::new(HashMap::new()),
                 sessions: Mutex::new(HashMap::new()),
                 bootstrapped: Mutex::new(HashSet::new()),
                 scheduler: MaintenanceScheduler::new(),
@@ -186,6 +204,9 @@ pub(crate) struct Inner {
     pub(crate) store: SessionStore,
     pub(crate) state_dir: PathBuf,
     pub(crate) engine: Arc<dyn ContextEngine>,
+    /// The engine's `info().id` when the runtime was built: a different id later means a
+    /// quarantine put its fallback in charge.
+    selected_info_id: String,
     pub(crate) selected_id: String,
     pub(crate) source: SelectionSource,
     pub(crate) backend: Backend,
@@ -200,7 +221,10 @@ pub(crate) struct Inner {
     pub(crate) prompt_budget_override: Option<u64>,
     pub(crate) workspace_dir: String,
     pub(crate) cwd: String,
+    pub(crate) compact_timeout: Duration,
     files: Mutex<HashMap<PathBuf, Arc<Mutex<SessionFile>>>>,
+    /// Prepared histories kept between turns, by transcript path (see [`crate::history`]).
+    histories: Mutex<HashMap<PathBuf, History>>,
     sessions: Mutex<HashMap<String, ResolvedSession>>,
     bootstrapped: Mutex<HashSet<String>>,
     pub(crate) scheduler: MaintenanceScheduler,
@@ -263,6 +287,7 @@ impl AgentRuntime {
             durable: true,
             prompt_budget: None,
             workspace_dir: None,
+            compact_timeout: DEFAULT_COMPACT_TIMEOUT,
         }
     }
 
@@ -446,10 +471,9 @@ impl Inner {
             host: Some(self.host.clone()),
             prompt_token_budget: Some(limits.prompt_budget as f64),
             max_output_tokens: Some(limits.max_output_tokens as f64),
-            harness_id: Some(match &self.backend {
-                Backend::Model(_) => "embedded".to_owned(),
-                Backend::Cli(spec) => format!("cli:{}", spec.id),
-            }),
+            harness_id: Some(self.host.id.clone()),
+            // A quarantined engine's guard reports its fallback's info: the run is degraded.
+            degraded_reason: (self.engine.info().id != self.selected_info_id).then(|| "runtime_unavailable".to_owned()),
             ..Default::default()
         })
     }
@@ -483,7 +507,7 @@ impl Inner {
             workspace_dir: Some(self.workspace_dir.clone()),
             allow_deferred_compaction_execution: background.then_some(true),
             token_budget: Some(self.limits().prompt_budget),
-            agent_harness_id: None,
+            agent_harness_id: Some(self.host.id.clone()),
             current_token_count: current_tokens.map(|t| t as f64),
             agent_id: Some(s.agent_id.clone()),
             session_key: Some(s.key.clone()),
@@ -553,6 +577,47 @@ impl Inner {
         let file = self.file(&s.transcript_path)?;
         let mut f = lock(&file)?;
         Ok(f.append_message(message)?)
+    }
+
+    /// The session's prepared history, up to date with its transcript. It leaves the runtime's
+    /// keeping: a turn gives it back with [`Self::put_history`] when it is done (one that
+    /// fails does not, and the next turn rebuilds it from the transcript).
+    pub(crate) fn take_history(&self, s: &ResolvedSession) -> Result<History> {
+        let mut h = lock(&self.histories)?.remove(&s.transcript_path).unwrap_or_default();
+        self.sync_history(s, &mut h)?;
+        Ok(h)
+    }
+
+    /// Brings `h` up to date with `s`'s transcript (re-read from disk first).
+    pub(crate) fn sync_history(&self, s: &ResolvedSession, h: &mut History) -> Result<()> {
+        let file = self.file(&s.transcript_path)?;
+        let mut f = lock(&file)?;
+        f.refresh()?;
+        h.sync(&f);
+        Ok(())
+    }
+
+    /// Keeps `h` for the session's next turn.
+    pub(crate) fn put_history(&self, s: &ResolvedSession, h: History) {
+        if let Ok(mut m) = self.histories.lock() {
+            m.insert(s.transcript_path.clone(), h);
+        }
+    }
+
+    /// Whether `s`'s transcript has no entry yet (a session file that did not exist before
+    /// this turn, for the purpose of `bootstrap`).
+    pub(crate) fn transcript_is_empty(&self, s: &ResolvedSession) -> Result<bool> {
+        let file = self.file(&s.transcript_path)?;
+        let mut f = lock(&file)?;
+        f.refresh()?;
+        Ok(f.entries().is_empty())
+    }
+
+    /// Records that the engine has seen session `s` without calling `bootstrap` (a session
+    /// that starts empty has nothing to import).
+    pub(crate) fn mark_bootstrapped(&self, s: &ResolvedSession) -> Result<()> {
+        lock(&self.bootstrapped)?.insert(s.entry.session_id.clone());
+        Ok(())
     }
 
     /// Calls `bootstrap` the first time the engine sees session `s` (then `maintain`, reason
@@ -727,11 +792,12 @@ impl Inner {
         params.runtime_settings = Some(self.runtime_settings());
         params.runtime_context = Some(self.runtime_context(s, params.current_token_count, Some(trigger), false));
         let engine_id = self.engine.info().id;
-        let result = self
-            .engine
-            .compact(&params, &self.call_context(s, abort))
-            .await
-            .map_err(|e| RuntimeError::engine(&engine_id, "compact", e))?;
+        let timeout = self.compact_timeout;
+        let result = match tokio::time::timeout(timeout, self.engine.compact(&params, &self.call_context(s, abort))).await {
+            Ok(r) => r,
+            Err(_) => Err(EngineError::failed(format!("compact timed out after {} s", timeout.as_secs_f64()))),
+        }
+        .map_err(|e| RuntimeError::engine(&engine_id, "compact", e))?;
         let successor = self.follow_successor(s, &result)?;
         if result.compacted {
             let target = successor.as_ref().unwrap_or(s);

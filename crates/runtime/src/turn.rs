@@ -1,21 +1,24 @@
-//! One agent turn on the embedded runner (contract §1.2, §7, §9).
+//! One agent turn on the embedded runner (contract §1.2, §1.7, §7, §9).
 //!
-//! The order of a turn: check host requirements → persist the user message → `bootstrap` the
-//! first time the engine sees the session → assemble the pre-prompt history (compaction-aware
-//! transcript context through `prepare_history`, budget = window − max output − reserve, minus
-//! the system prompt, the tools and the pending turn messages) → precheck (non-owning engines,
-//! or `promptAuthority: "preassembly_may_overflow"`) → model call, streaming → tool loop
-//! (owning engines get afterTurn→assemble before every further call) → persist every message as
-//! it happens → afterTurn / ingestBatch / ingest → built-in auto-compaction for non-owning
-//! engines → `maintain`. A provider context overflow makes the engine compact and the call is
-//! retried exactly once. Whatever fails, the transcript stays a valid conversation: the user
-//! message is kept, and tool calls cut short by an abort get error results.
+//! The order of a turn: check host requirements → deliver commits waiting in the outbox
+//! (durable engines) → `bootstrap` the first time the engine sees a session whose file already
+//! existed, before the prompt is in it → persist the user message → assemble the pre-prompt
+//! history (the session's whole prepared history, kept between turns by [`crate::history`];
+//! budget = window − max output − reserve, minus the system prompt with the engine's addition,
+//! the tool schemas and the pending turn messages) → precheck (non-owning engines, or
+//! `promptAuthority: "preassembly_may_overflow"`): compact when it does not fit → model call,
+//! streaming → tool loop (owning engines get afterTurn→assemble before every further call) →
+//! persist every message as it happens → built-in auto-compaction for non-owning engines →
+//! afterTurn / ingestBatch / ingest (or `commitTurn` through the outbox for durable engines) →
+//! `maintain`. A provider context overflow makes the engine compact and the call is retried
+//! exactly once. Whatever fails, the transcript stays a valid conversation: the user message is
+//! kept, and tool calls cut short by an abort get error results.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use clawctx_engine::compaction::should_compact;
-use clawctx_engine::pipeline::{fit_budget, prepare_history, sanitize, PipelineOptions, PipelineReport};
+use clawctx_engine::pipeline::{fit_budget, sanitize, turn_limit_start, PipelineReport};
 use clawctx_engine::*;
 use clawctx_model::{Completion, CompletionRequest, EventSender, ModelError, StopReason, ToolSpec};
 use clawctx_protocol::*;
@@ -23,6 +26,7 @@ use clawctx_transcript::{ResolvedSession, TokenCounters};
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
+use crate::history::History;
 use crate::maintain::MaintenanceReason;
 use crate::model::Backend;
 use crate::runtime::{check_host, now_ms, tokens_of, AgentRuntime, Inner};
@@ -38,6 +42,8 @@ pub struct TurnRequest {
     pub abort: Option<AbortSignal>,
     /// Receives the model's streaming events (text deltas, tool-call starts).
     pub events: Option<EventSender>,
+    /// A heartbeat run: the engine calls of this turn carry `isHeartbeat: true` (§1.2).
+    pub is_heartbeat: bool,
 }
 
 impl TurnRequest {
@@ -77,6 +83,8 @@ pub struct TurnOutcome {
     pub tool_calls: usize,
     /// Model calls made (retries included).
     pub model_calls: usize,
+    /// Microseconds spent waiting for the model (every call, streaming included).
+    pub model_micros: u64,
     /// Summed provider usage.
     pub usage: Usage,
     /// The engine in charge at the end of the turn.
@@ -139,20 +147,34 @@ struct EmbeddedTurn {
     abort: AbortSignal,
     events: Option<EventSender>,
     prompt: String,
-    /// The pre-prompt context (compaction-aware), unwindowed.
-    history: Vec<AgentMessage>,
-    /// Its estimated tokens.
+    is_heartbeat: bool,
+    /// The session's prepared history; once synced after the prompt is persisted it also holds
+    /// this turn's messages (after `history_len`).
+    history: History,
+    /// Messages of `history` that came before this turn.
+    history_len: usize,
+    /// Their estimated tokens.
     history_tokens: u64,
     /// This turn's messages so far (user first).
     turn: Vec<AgentMessage>,
     turn_ids: HashSet<String>,
-    /// The assembled history the pending turn messages are appended to (non-owning path).
+    /// Transcript entry ids of this turn's messages, in order (the durable commit's anchors).
+    turn_entry_ids: Vec<String>,
+    /// The assembled history the pending turn messages are appended to (non-owning and
+    /// durable paths).
     prefix: Option<Vec<AgentMessage>>,
     system: String,
     tools: Vec<Arc<dyn AgentTool>>,
     specs: Vec<ToolSpec>,
+    /// Tokens of the tool schemas.
+    specs_tokens: u64,
+    /// Tokens sent besides the messages: the system prompt (with the engine's addition) and
+    /// the tool schemas.
     fixed_tokens: u64,
     precheck_done: bool,
+    /// The engine has the full durable-turn declaration (§1.7): it gets `commitTurn` for the
+    /// accepted turn instead of afterTurn/ingest, and sees only history before the turn.
+    durable: bool,
     out: TurnOutcome,
 }
 
@@ -167,6 +189,9 @@ impl EmbeddedTurn {
         let specs_tokens =
             if specs.is_empty() { 0 } else { clawctx_tokens::text_tokens(&serde_json::to_string(&specs).unwrap_or_default()) };
         let limits = rt.limits();
+        let info = rt.engine.info();
+        let durable = info.transcript_semantics.as_ref().is_some_and(|t| t.is_full())
+            && rt.engine.methods().has(Method::CommitTurn);
         Ok(Self {
             out: TurnOutcome {
                 session_key: session.key.clone(),
@@ -176,19 +201,24 @@ impl EmbeddedTurn {
             },
             system: rt.system_prompt.clone(),
             fixed_tokens: clawctx_tokens::text_tokens(&rt.system_prompt) + specs_tokens,
+            specs_tokens,
             rt,
             session,
             abort: request.abort.unwrap_or_default(),
             events: request.events,
             prompt: request.prompt,
-            history: Vec::new(),
+            is_heartbeat: request.is_heartbeat,
+            history: History::default(),
+            history_len: 0,
             history_tokens: 0,
             turn: Vec::new(),
             turn_ids: HashSet::new(),
+            turn_entry_ids: Vec::new(),
             prefix: None,
             tools,
             specs,
             precheck_done: false,
+            durable,
         })
     }
 
@@ -200,30 +230,58 @@ impl EmbeddedTurn {
         self.rt.limits().prompt_budget
     }
 
+    /// What the messages may use: the budget less the system prompt and the tool schemas.
+    fn message_limit(&self) -> u64 {
+        self.budget().saturating_sub(self.fixed_tokens)
+    }
+
     fn cx(&self) -> CallContext {
         self.rt.call_context(&self.session, Some(&self.abort))
     }
 
-    /// Re-reads the pre-prompt history from the transcript (this turn's entries excluded).
-    fn reload_history(&mut self) -> Result<()> {
-        let entries = self.rt.history(&self.session)?;
-        self.history = entries.into_iter().filter(|(id, _)| !self.turn_ids.contains(id)).map(|(_, m)| m).collect();
-        self.history_tokens = tokens_of(&self.history);
+    fn heartbeat(&self) -> Option<bool> {
+        self.is_heartbeat.then_some(true)
+    }
+
+    /// Brings the history up to date with the transcript and finds where this turn's
+    /// messages start in it (after a compaction rebuilt it, they follow the summary).
+    fn sync_history(&mut self) -> Result<()> {
+        self.rt.sync_history(&self.session, &mut self.history)?;
+        if self.turn_ids.is_empty() {
+            self.history.close_pending();
+            self.history_len = self.history.len();
+        } else {
+            self.history_len = self.history.position_of_first(&self.turn_ids).unwrap_or(self.history.len());
+        }
+        self.history_tokens = self.history.tokens_of(0..self.history_len);
         Ok(())
     }
 
     fn persist(&mut self, message: AgentMessage) -> Result<()> {
         let id = self.rt.append(&self.session, message.clone())?;
-        self.turn_ids.insert(id);
+        self.turn_ids.insert(id.clone());
+        self.turn_entry_ids.push(id);
         self.turn.push(message);
         Ok(())
     }
 
     async fn run(mut self) -> Result<TurnOutcome> {
-        self.reload_history()?;
+        // Commits a crash or a failure left waiting reach the engine before it sees anything
+        // else of the session (§1.7 pre-run outbox recovery).
+        if self.durable {
+            self.rt.deliver_outbox(&self.session).await;
+        }
+        // Bootstrap only for a session file that already existed, and before the prompt is in
+        // it: an engine that imports the file must not import this turn's prompt too.
+        if self.rt.transcript_is_empty(&self.session)? {
+            self.rt.mark_bootstrapped(&self.session)?;
+        } else {
+            self.rt.ensure_bootstrapped(&self.session, &self.abort).await?;
+        }
+        self.history = self.rt.take_history(&self.session)?;
+        self.sync_history()?;
         self.out.context_tokens_before = self.history_tokens;
         self.persist(AgentMessage::user(self.prompt.clone()).with_timestamp(now_ms()))?;
-        self.rt.ensure_bootstrapped(&self.session, &self.abort).await?;
 
         let owns = self.engine().info().owns_compaction();
         let mut overflow_retried = false;
@@ -232,10 +290,13 @@ impl EmbeddedTurn {
             if self.abort.is_aborted() {
                 return Err(self.aborted());
             }
-            let (view, view_tokens) = self.build_view(iteration > 0 && owns).await?;
+            let (view, view_tokens) = self.build_view(iteration > 0 && owns && !self.durable).await?;
             self.out.prompt_tokens.push(view_tokens);
             self.out.model_calls += 1;
-            let completion = match self.call_model(view).await {
+            let called = std::time::Instant::now();
+            let completion = self.call_model(view).await;
+            self.out.model_micros += called.elapsed().as_micros() as u64;
+            let completion = match completion {
                 Ok(c) => c,
                 Err(ModelError::ContextOverflow { observed_tokens, message, provider }) if !overflow_retried => {
                     overflow_retried = true;
@@ -297,8 +358,7 @@ impl EmbeddedTurn {
     async fn build_view(&mut self, in_loop_hook: bool) -> Result<(Vec<AgentMessage>, u64)> {
         let mut view = if in_loop_hook {
             // Owning engines see the loop's new messages before each further call (§7.1).
-            let all: Vec<AgentMessage> = self.history.iter().chain(self.turn.iter()).cloned().collect();
-            if let Err(e) = self.deliver(all).await {
+            if let Err(e) = self.deliver(None).await {
                 self.out.warnings.push(format!("in-loop afterTurn failed: {e}"));
             }
             self.assemble(true).await?
@@ -312,8 +372,8 @@ impl EmbeddedTurn {
             v
         };
         // Final clamp: whatever the engine returned, the provider never gets more than the
-        // budget, and never a split tool pair.
-        let limit = self.budget().saturating_sub(self.fixed_tokens).max(1);
+        // budget (system prompt and tool schemas counted), and never a split tool pair.
+        let limit = self.message_limit().max(1);
         let mut report = PipelineReport::default();
         view = sanitize(view, &mut report);
         let mut tokens = tokens_of(&view);
@@ -327,23 +387,37 @@ impl EmbeddedTurn {
     /// Assembles history (`include_turn` = also this turn's messages, for the in-loop hook).
     /// Returns what goes before the pending turn messages (or the whole view with
     /// `include_turn`).
+    ///
+    /// The engine's budget is what the messages may use (§7.5: the engine decides what fits;
+    /// the history it gets is not trimmed first), less the pending turn messages and the
+    /// `systemPromptAddition` it returned last time; an addition that grew past that reserve
+    /// gets one more assembly with the budget it leaves. For engines that do not own
+    /// compaction (or say their assembly may overflow), a context that still does not fit is
+    /// compacted before the model call, so nothing leaves the model's view without a summary.
     async fn assemble(&mut self, include_turn: bool) -> Result<Vec<AgentMessage>> {
+        if include_turn {
+            self.sync_history()?;
+        }
         let pending = if include_turn { 0 } else { tokens_of(&self.turn) };
-        let limit = self.budget().saturating_sub(self.fixed_tokens);
-        let msg_budget = limit.saturating_sub(pending).max(1);
-        let source: Vec<AgentMessage> = if include_turn {
-            self.history.iter().chain(self.turn.iter()).cloned().collect()
-        } else {
-            self.history.clone()
-        };
-        let result = self.assemble_once(source, msg_budget).await?;
-        let estimate = result.estimated_tokens.max(tokens_of(&result.messages)) + pending;
+        let base_limit = self.budget().saturating_sub(clawctx_tokens::text_tokens(&self.rt.system_prompt) + self.specs_tokens);
+        let reserved = self.history.addition_tokens;
+        let mut result = self.assemble_once(include_turn, base_limit.saturating_sub(pending + reserved).max(1)).await?;
+        let mut addition = self.set_system(&result);
+        self.history.addition_tokens = addition;
+        if addition > reserved && estimate(&result) + pending > base_limit.saturating_sub(addition) {
+            result = self.assemble_once(include_turn, base_limit.saturating_sub(pending + addition).max(1)).await?;
+            addition = self.set_system(&result);
+        }
+        let limit = base_limit.saturating_sub(addition);
         let authority = result.prompt_authority.unwrap_or_default();
         let may_overflow = authority == PromptAuthority::PreassemblyMayOverflow;
         let precheck = !self.engine().info().owns_compaction() || may_overflow;
-        let source_tokens = if include_turn { self.history_tokens + tokens_of(&self.turn) } else { self.history_tokens };
-        let estimate = if may_overflow { estimate.max(source_tokens + pending) } else { estimate };
-        let result = if precheck && !self.precheck_done && estimate > limit {
+        let source_tokens = if include_turn { self.history.tokens_of(0..self.history.len()) } else { self.history_tokens };
+        let mut estimate = estimate(&result) + pending;
+        if may_overflow {
+            estimate = estimate.max(source_tokens + pending);
+        }
+        if precheck && !self.precheck_done && estimate > limit {
             self.precheck_done = true;
             let params = CompactParams {
                 force: Some(true),
@@ -353,49 +427,55 @@ impl EmbeddedTurn {
                 ..Default::default()
             };
             self.compact_with_engine(params, "preflight").await?;
-            let source: Vec<AgentMessage> = if include_turn {
-                self.history.iter().chain(self.turn.iter()).cloned().collect()
-            } else {
-                self.history.clone()
-            };
-            self.assemble_once(source, msg_budget).await?
-        } else {
-            result
-        };
+            result = self.assemble_once(include_turn, limit.saturating_sub(pending).max(1)).await?;
+            self.set_system(&result);
+        }
         if let Some(epoch) = result.context_projection.as_ref().and_then(|p| p.epoch.clone()) {
             self.out.context_epoch = Some(epoch);
-        }
-        if let Some(addition) = result.system_prompt_addition.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
-            self.system = format!("{addition}\n\n{}", self.rt.system_prompt);
-        } else {
-            self.system = self.rt.system_prompt.clone();
         }
         Ok(result.messages)
     }
 
-    async fn assemble_once(&self, source: Vec<AgentMessage>, budget: u64) -> Result<AssembleResult> {
-        let prepared = prepare_history(
-            source,
-            &PipelineOptions { history_turn_limit: self.rt.history_turn_limit, token_budget: Some(budget) },
-        );
+    /// Puts the engine's `systemPromptAddition` before the system prompt; returns its tokens.
+    fn set_system(&mut self, result: &AssembleResult) -> u64 {
+        let addition = result.system_prompt_addition.as_deref().map(str::trim).filter(|a| !a.is_empty());
+        self.system = match addition {
+            Some(a) => format!("{a}\n\n{}", self.rt.system_prompt),
+            None => self.rt.system_prompt.clone(),
+        };
+        self.fixed_tokens = clawctx_tokens::text_tokens(&self.system) + self.specs_tokens;
+        addition.map(clawctx_tokens::text_tokens).unwrap_or(0)
+    }
+
+    /// One `assemble` call over the prepared history (before this turn, or with it), lent to
+    /// the engine without a copy.
+    async fn assemble_once(&mut self, include_turn: bool, budget: u64) -> Result<AssembleResult> {
+        let end = if include_turn { self.history.len() } else { self.history_len };
+        let start = match self.rt.history_turn_limit {
+            Some(limit) => turn_limit_start(&self.history.messages()[..end], limit),
+            None => 0,
+        };
         let model = match &self.rt.backend {
             Backend::Model(b) => Some(b.model_id.clone()),
             Backend::Cli(_) => None,
         };
+        let current = self.history.tokens_of(start..end);
         let params = AssembleParams {
             session_id: self.session.entry.session_id.clone(),
             session_key: Some(self.session.key.clone()),
-            messages: prepared.messages,
+            messages: self.history.lend(start, end),
             token_budget: Some(budget),
             available_tools: Some(self.specs.iter().map(|s| s.name.clone()).collect()),
             citations_mode: None,
             model,
             prompt: Some(self.prompt.clone()),
             runtime_settings: Some(self.rt.runtime_settings()),
-            runtime_context: Some(self.rt.runtime_context(&self.session, Some(prepared.report.tokens), None, false)),
+            runtime_context: Some(self.rt.runtime_context(&self.session, Some(current), None, false)),
         };
         let engine_id = self.engine().info().id;
-        self.engine().assemble(&params, &self.cx()).await.map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))
+        let result = self.engine().assemble(&params, &self.cx()).await;
+        self.history.give_back(params.messages);
+        result.map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))
     }
 
     async fn call_model(&mut self, messages: Vec<AgentMessage>) -> std::result::Result<Completion, ModelError> {
@@ -442,37 +522,51 @@ impl EmbeddedTurn {
         Ok(())
     }
 
-    /// afterTurn > ingestBatch > ingest, with the full view and `prePromptMessageCount`.
-    async fn deliver(&self, all: Vec<AgentMessage>) -> std::result::Result<(), EngineError> {
+    /// afterTurn > ingestBatch > ingest. afterTurn gets the whole prepared view (this turn's
+    /// messages included, lent without a copy) and `prePromptMessageCount`; the ingest
+    /// methods get this turn's messages.
+    async fn deliver(&mut self, auto_compaction_summary: Option<String>) -> std::result::Result<(), EngineError> {
         let methods = self.engine().methods();
         let cx = self.cx();
         let sid = self.session.entry.session_id.clone();
         let key = Some(self.session.key.clone());
         if methods.has(Method::AfterTurn) {
-            let current = self.history_tokens + tokens_of(&self.turn);
+            self.sync_history().map_err(|e| EngineError::failed(e.to_string()))?;
+            let end = self.history.len();
+            let start = match self.rt.history_turn_limit {
+                Some(limit) => turn_limit_start(&self.history.messages()[..self.history_len], limit),
+                None => 0,
+            };
+            let current = self.history.tokens_of(start..end);
             let params = AfterTurnParams {
                 session_id: sid,
                 session_key: key,
                 session_target: Some(self.rt.session_target(&self.session)),
                 session_file: self.session.transcript_path.to_string_lossy().into_owned(),
-                messages: all,
-                pre_prompt_message_count: self.history.len() as u64,
-                auto_compaction_summary: None,
-                is_heartbeat: None,
+                messages: self.history.lend(start, end),
+                pre_prompt_message_count: (self.history_len - start) as u64,
+                auto_compaction_summary,
+                is_heartbeat: self.heartbeat(),
                 token_budget: Some(self.budget()),
                 current_token_count: Some(current),
                 runtime_settings: Some(self.rt.runtime_settings()),
                 runtime_context: Some(self.rt.runtime_context(&self.session, Some(current), None, false)),
             };
-            self.engine().after_turn(&params, &cx).await
+            let result = self.engine().after_turn(&params, &cx).await;
+            self.history.give_back(params.messages);
+            result
         } else if methods.has(Method::IngestBatch) {
             let params =
-                IngestBatchParams { session_id: sid, session_key: key, messages: self.turn.clone(), is_heartbeat: None };
+                IngestBatchParams { session_id: sid, session_key: key, messages: self.turn.clone(), is_heartbeat: self.heartbeat() };
             self.engine().ingest_batch(&params, &cx).await.map(|_| ())
         } else {
             for m in &self.turn {
-                let params =
-                    IngestParams { session_id: sid.clone(), session_key: key.clone(), message: m.clone(), is_heartbeat: None };
+                let params = IngestParams {
+                    session_id: sid.clone(),
+                    session_key: key.clone(),
+                    message: m.clone(),
+                    is_heartbeat: self.heartbeat(),
+                };
                 self.engine().ingest(&params, &cx).await?;
             }
             Ok(())
@@ -492,7 +586,7 @@ impl EmbeddedTurn {
                 tokens_after: result.result.as_ref().and_then(|r| r.tokens_after),
             });
         }
-        self.reload_history()?;
+        self.sync_history()?;
         self.prefix = None;
         Ok(result)
     }
@@ -500,14 +594,19 @@ impl EmbeddedTurn {
     /// Moves the rest of the turn to a compaction successor; a fresh successor transcript gets
     /// this turn's messages so far, so the retried turn is complete there.
     fn move_to_successor(&mut self, next: ResolvedSession) -> Result<()> {
-        let fresh = self.rt.history(&next)?.is_empty();
+        let addition_tokens = self.history.addition_tokens;
+        self.history = self.rt.take_history(&next)?;
+        self.history.addition_tokens = addition_tokens;
+        let fresh = self.history.len() == 0;
         self.session = next;
         self.out.session_id = self.session.entry.session_id.clone();
         self.turn_ids.clear();
+        self.turn_entry_ids.clear();
         if fresh {
             for m in self.turn.clone() {
                 let id = self.rt.append(&self.session, m)?;
-                self.turn_ids.insert(id);
+                self.turn_ids.insert(id.clone());
+                self.turn_entry_ids.push(id);
             }
         }
         Ok(())
@@ -535,40 +634,53 @@ impl EmbeddedTurn {
         }
     }
 
+    /// The built-in auto-compaction after a turn, for engines that do not own compaction
+    /// (§7.1): when the context crossed the threshold, returns the summary for `afterTurn`.
+    async fn auto_compact(&mut self, context_tokens: u64) -> Option<String> {
+        let limits = self.rt.limits();
+        let window = limits.context_window.min(limits.prompt_budget + limits.reserve_tokens + limits.max_output_tokens);
+        if self.engine().info().owns_compaction() || !should_compact(context_tokens, window, &self.rt.compaction) {
+            return None;
+        }
+        let keep = self.rt.keep_for(Some("threshold"), false);
+        match self.rt.builtin_compact(&self.session, keep, None, Some(&self.abort)).await {
+            Ok(o) if o.compacted => {
+                if let Err(e) = self.rt.store.record_compaction(&self.session.key) {
+                    tracing::warn!("cannot record the compaction in sessions.json: {e}");
+                }
+                let detail = o.result.unwrap_or_default();
+                self.out.compactions.push(CompactionRecord {
+                    trigger: "auto".into(),
+                    by: "runtime".into(),
+                    tokens_before: detail.tokens_before,
+                    tokens_after: detail.tokens_after,
+                });
+                detail.summary
+            }
+            Ok(_) => None,
+            Err(e) => {
+                self.out.warnings.push(format!("auto-compaction failed: {e}"));
+                None
+            }
+        }
+    }
+
     async fn finish(mut self) -> Result<TurnOutcome> {
-        let all: Vec<AgentMessage> = self.history.iter().chain(self.turn.iter()).cloned().collect();
-        if let Err(e) = self.deliver(all).await {
+        self.sync_history()?;
+        let mut context_tokens = self.history.tokens_of(0..self.history.len());
+        let auto_summary = self.auto_compact(context_tokens).await;
+        let compacted = auto_summary.is_some();
+        if self.durable {
+            self.commit().await;
+        } else if let Err(e) = self.deliver(auto_summary).await {
             let line = format!("context engine afterTurn failed: {e}");
             tracing::warn!("{line}");
             self.out.warnings.push(line);
         }
-        // Built-in auto-compaction: only for engines that do not own compaction (§7.1).
-        let owns = self.engine().info().owns_compaction();
-        let limits = self.rt.limits();
-        // The context now is the history plus this turn (until something compacts it).
-        let mut context_tokens = self.history_tokens + tokens_of(&self.turn);
-        let window = limits.context_window.min(limits.prompt_budget + limits.reserve_tokens + limits.max_output_tokens);
-        if !owns && should_compact(context_tokens, window, &self.rt.compaction) {
-            let keep = self.rt.keep_for(Some("threshold"), false);
-            match self.rt.builtin_compact(&self.session, keep, None, Some(&self.abort)).await {
-                Ok(o) if o.compacted => {
-                    if let Err(e) = self.rt.store.record_compaction(&self.session.key) {
-                        tracing::warn!("cannot record the compaction in sessions.json: {e}");
-                    }
-                    let detail = o.result.unwrap_or_default();
-                    self.out.compactions.push(CompactionRecord {
-                        trigger: "auto".into(),
-                        by: "runtime".into(),
-                        tokens_before: detail.tokens_before,
-                        tokens_after: detail.tokens_after,
-                    });
-                    self.rt.maintain(&self.session, MaintenanceReason::Compaction).await;
-                    let context = self.rt.history(&self.session)?;
-                    context_tokens = tokens_of(&context.into_iter().map(|(_, m)| m).collect::<Vec<_>>());
-                }
-                Ok(_) => {}
-                Err(e) => self.out.warnings.push(format!("auto-compaction failed: {e}")),
-            }
+        if compacted {
+            self.rt.maintain(&self.session, MaintenanceReason::Compaction).await;
+            self.sync_history()?;
+            context_tokens = self.history.tokens_of(0..self.history.len());
         }
         self.out.context_tokens_after = context_tokens;
         let counters = TokenCounters {
@@ -583,8 +695,35 @@ impl EmbeddedTurn {
         self.rt.maintain(&self.session, MaintenanceReason::Turn).await;
         self.out.engine = self.engine().info().id;
         self.out.messages = std::mem::take(&mut self.turn);
+        self.rt.put_history(&self.session, std::mem::take(&mut self.history));
         Ok(self.out)
     }
+
+    /// The accepted turn goes to the engine's `commitTurn` through the outbox (§1.7): the
+    /// commit is on disk before the engine is called, and leaves only once acknowledged.
+    async fn commit(&mut self) {
+        let (Some(first), Some(last)) = (self.turn_entry_ids.first().cloned(), self.turn_entry_ids.last().cloned()) else {
+            return;
+        };
+        let params = match self.rt.commit_params(&self.session, &first, &last, self.turn.clone(), self.heartbeat()) {
+            Ok(p) => p,
+            Err(e) => {
+                let line = format!("context engine commitTurn: cannot describe the turn: {e}");
+                tracing::warn!("{line}");
+                self.out.warnings.push(line);
+                return;
+            }
+        };
+        if let Err(line) = self.rt.commit_through_outbox(&self.session, params).await {
+            tracing::warn!("{line}");
+            self.out.warnings.push(line);
+        }
+    }
+}
+
+/// An assembly's token estimate: the engine's, or the count of what it returned if larger.
+fn estimate(result: &AssembleResult) -> u64 {
+    result.estimated_tokens.max(tokens_of(&result.messages))
 }
 
 pub(crate) fn tool_result(id: &str, name: &str, text: String, is_error: bool) -> AgentMessage {
