@@ -2,7 +2,9 @@
 //!
 //! Lifecycle mapping: `ingest`/`ingestBatch` store messages idempotently; `afterTurn` stores
 //! the turn's new messages (those past `prePromptMessageCount`) and compacts when the frontier
-//! is over the threshold; `assemble` returns the budgeted frontier plus the host's messages the
+//! is over the threshold; `commitTurn` (durable admitted turns, declared in `info`) stores an
+//! accepted turn and its `advancementKey` in one transaction, once per key, then compacts the
+//! same way; `assemble` returns the budgeted frontier plus the host's messages the
 //! store has not seen yet (the current prompt); `compact` compacts (now, with `force`);
 //! `bootstrap` imports the session transcript into an empty conversation; `prepareSubagentSpawn`
 //! gives a forked child the parent's summaries. One compaction per conversation runs at a time.
@@ -24,12 +26,13 @@ use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 use crate::assemble::SYSTEM_PROMPT_ADDITION;
 use crate::compaction::{compact_conversation, CompactionOptions, CompactionReport};
 use crate::config::LosslessConfig;
-use crate::error::Result;
+use crate::error::{LosslessError, Result};
 use crate::policy::{SessionMode, SessionPolicy};
 use crate::prompt_recall::PromptRecall;
 use crate::recall::Scope;
 use crate::session::CarryReport;
-use crate::store::{codec, ConvKey, EncodeQueue, IngestOutcome, LosslessStore};
+use crate::store::codec::{self, Encoded};
+use crate::store::{ConvKey, ConvRow, Db, EncodeQueue, IngestOutcome, LosslessStore, TurnCommit};
 
 /// The engine id (registered slot id and `info.id`).
 pub const ENGINE_ID: &str = "lossless";
@@ -119,20 +122,56 @@ impl LosslessEngine {
         key: &ConvKey,
         msgs: Vec<AgentMessage>,
     ) -> Result<IngestOutcome> {
+        if msgs.is_empty() {
+            return Ok(IngestOutcome::default());
+        }
+        let (k, kq) = (key.clone(), key.clone());
+        self.store_encoded(
+            msgs,
+            move |db, enc| db.ingest(&k, enc),
+            move |db, queue| db.ingest_queue(&kq, queue),
+        )
+        .await
+    }
+
+    /// `commitTurn`'s write: `msgs` stored like [`Self::store_messages`] and
+    /// `advancement_key` recorded, in one transaction (`Db::commit_turn`). An empty turn still
+    /// records its key.
+    async fn store_turn(
+        &self,
+        key: &ConvKey,
+        advancement_key: &str,
+        msgs: Vec<AgentMessage>,
+    ) -> Result<TurnCommit> {
+        let (k, kq) = (key.clone(), key.clone());
+        let (a, aq) = (advancement_key.to_owned(), advancement_key.to_owned());
+        self.store_encoded(
+            msgs,
+            move |db, enc| db.commit_turn(&k, &a, enc),
+            move |db, queue| db.commit_turn_queue(&kq, &aq, queue),
+        )
+        .await
+    }
+
+    /// Encodes `msgs` and hands them to one store job: `small` gets a small batch encoded on
+    /// the store thread, `streamed` a larger one's [`EncodeQueue`] (see
+    /// [`Self::store_messages`]).
+    async fn store_encoded<R: Send + 'static>(
+        &self,
+        msgs: Vec<AgentMessage>,
+        small: impl FnOnce(&mut Db, &[Encoded]) -> Result<R> + Send + 'static,
+        streamed: impl FnOnce(&mut Db, &EncodeQueue) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
         /// Below this many messages the extra thread hop costs more than the overlap saves.
         const STREAM_MIN: usize = 16;
         /// Messages per chunk.
         const CHUNK: usize = 8;
-        if msgs.is_empty() {
-            return Ok(IngestOutcome::default());
-        }
-        let key = key.clone();
         if msgs.len() < STREAM_MIN {
             return self
                 .store
                 .call(move |db| {
                     let enc = msgs.iter().map(codec::encode).collect::<Result<Vec<_>>>()?;
-                    db.ingest(&key, &enc)
+                    small(db, &enc)
                 })
                 .await;
         }
@@ -147,7 +186,7 @@ impl LosslessEngine {
             handles.push(tokio::task::spawn_blocking(move || q.run_encoder()));
         }
         let q = queue.clone();
-        let stored = self.store.call(move |db| db.ingest_queue(&key, &q)).await;
+        let stored = self.store.call(move |db| streamed(db, &q)).await;
         // The store job abandons the queue when it ends, and a job that never ran (a closed
         // store) drops its closure, whose queue handle is then the last but ours; abandon
         // here as well so no encoder waits on a store that is gone.
@@ -156,6 +195,51 @@ impl LosslessEngine {
             let _ = h.await;
         }
         stored
+    }
+
+    /// Threshold compaction after a turn was stored (`afterTurn`, `commitTurn`): compacts the
+    /// conversation of `key` when its frontier is over the threshold of `budget`. `conv` is
+    /// the conversation as the storing transaction left it; `None` (a turn without new
+    /// messages) reads it.
+    async fn compact_over_threshold(
+        &self,
+        key: &ConvKey,
+        conv: Option<ConvRow>,
+        budget: u64,
+    ) -> Result<()> {
+        let conv = match conv {
+            Some(conv) => conv,
+            None => {
+                let k = key.clone();
+                match self.store.call(move |db| db.conversation(&k)).await? {
+                    Some(conv) => conv,
+                    None => return Ok(()),
+                }
+            }
+        };
+        if (conv.frontier_tokens.max(0) as u64) <= self.cfg.threshold_tokens(budget) {
+            return Ok(());
+        }
+        let lock = self.lock_for(conv.id);
+        // A compaction already running for this conversation will cover this turn too.
+        let Ok(_g) = lock.try_lock() else {
+            return Ok(());
+        };
+        let opts = CompactionOptions {
+            budget,
+            force: false,
+            custom_instructions: None,
+        };
+        let report = compact_conversation(
+            &self.store,
+            self.summarizer.clone(),
+            self.cfg.clone(),
+            conv.id,
+            opts,
+        )
+        .await?;
+        tracing::debug!(?report, "lossless: threshold compaction");
+        Ok(())
     }
 
     fn lock_for(&self, conv_id: i64) -> Arc<tokio::sync::Mutex<()>> {
@@ -249,6 +333,14 @@ pub fn lossless_info() -> ContextEngineInfo {
             .map(|s| (*s).to_owned())
             .collect(),
         ),
+        // Durable admitted turns (contract §1.7): assemble returns the stored history plus
+        // the host's messages the store has not seen, never storing them, so the host may
+        // append the current turn after assembly; `commitTurn` stores an accepted turn once
+        // per `advancementKey`.
+        transcript_semantics: Some(TranscriptSemantics {
+            current_turn_fence: Some(TranscriptSemantics::FENCE_V1.into()),
+            turn_advancement_idempotency: Some(TranscriptSemantics::IDEMPOTENCY_V1.into()),
+        }),
         ..Default::default()
     }
 }
@@ -265,6 +357,7 @@ impl ContextEngine for LosslessEngine {
             .with(Method::Bootstrap)
             .with(Method::Maintain)
             .with(Method::AfterTurn)
+            .with(Method::CommitTurn)
             .with(Method::PrepareSubagentSpawn)
             .with(Method::OnSubagentEnded)
             .with(Method::Dispose)
@@ -444,40 +537,58 @@ impl ContextEngine for LosslessEngine {
             .store_messages(&key, params.messages[start..].to_vec())
             .await?;
         let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
-        // The batch's transaction read the conversation's totals already (a turn without new
-        // messages asks for them).
-        let conv = match outcome.conv {
-            Some(conv) => conv,
-            None => {
-                let k = key.clone();
-                match self.store.call(move |db| db.conversation(&k)).await? {
-                    Some(conv) => conv,
-                    None => return Ok(()),
-                }
-            }
-        };
-        if (conv.frontier_tokens.max(0) as u64) > self.cfg.threshold_tokens(budget) {
-            let lock = self.lock_for(conv.id);
-            // A compaction already running for this conversation will cover this turn too.
-            let Ok(_g) = lock.try_lock() else {
-                return Ok(());
-            };
-            let opts = CompactionOptions {
-                budget,
-                force: false,
-                custom_instructions: None,
-            };
-            let report = compact_conversation(
-                &self.store,
-                self.summarizer.clone(),
-                self.cfg.clone(),
-                conv.id,
-                opts,
-            )
+        self.compact_over_threshold(&key, outcome.conv, budget)
             .await?;
-            tracing::debug!(?report, "lossless: threshold compaction");
-        }
         Ok(())
+    }
+
+    /// One atomic, idempotent write keyed by `advancementKey` (contract §1.7): the turn's
+    /// messages and the key go into the store in one transaction (`Db::commit_turn`). The
+    /// first write answers `committed` and runs the same threshold compaction as `afterTurn`;
+    /// a key committed before (a retry from the host's outbox, also after a restart) answers
+    /// `duplicate` and writes nothing.
+    ///
+    /// A session the engine never writes (ignored or read-only by policy, or the engine
+    /// disabled) answers `committed` without storing or recording anything: there is nothing
+    /// the host could ever retry into the store, and an error would only keep the turn in the
+    /// host's outbox forever. A compaction failure after the commit is logged, not returned:
+    /// the turn is durable, and the next committed turn compacts again. A blank
+    /// `advancementKey` is refused: without a key there is nothing to be idempotent by.
+    async fn commit_turn(
+        &self,
+        params: &CommitTurnParams,
+        _cx: &CallContext,
+    ) -> Result<CommitTurnResult, EngineError> {
+        if params.advancement_key.trim().is_empty() {
+            return Err(LosslessError::InvalidInput(
+                "commitTurn needs a non-empty advancementKey".into(),
+            )
+            .into());
+        }
+        let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
+        if self.mode(&key) != SessionMode::Normal {
+            return Ok(CommitTurnResult {
+                status: CommitTurnStatus::Committed,
+            });
+        }
+        let written = self
+            .store_turn(&key, &params.advancement_key, params.messages.clone())
+            .await?;
+        let TurnCommit::Committed(outcome) = written else {
+            return Ok(CommitTurnResult {
+                status: CommitTurnStatus::Duplicate,
+            });
+        };
+        let budget = self.budget(None, params.runtime_context.as_ref());
+        if let Err(e) = self
+            .compact_over_threshold(&key, outcome.conv, budget)
+            .await
+        {
+            tracing::warn!("lossless: threshold compaction after commitTurn failed: {e}");
+        }
+        Ok(CommitTurnResult {
+            status: CommitTurnStatus::Committed,
+        })
     }
 
     async fn bootstrap(

@@ -482,6 +482,7 @@ async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
              INSERT INTO messages_fts(rowid, text) SELECT id, text FROM message_rows;
              INSERT INTO summaries_fts(rowid, text) SELECT id, text FROM summaries;
              UPDATE fts_state SET upto = 0;
+             DROP TABLE turn_commits;
              PRAGMA user_version = 6;",
         )
         .unwrap();
@@ -563,11 +564,13 @@ async fn a_version_7_database_loses_the_seq_index_and_keeps_every_message() {
         !has_index(&path, "messages_seq"),
         "a new store has no seq index"
     );
-    // Back into v7's shape: the same tables plus the unique (conv_id, seq) index.
+    // Back into v7's shape: the same tables plus the unique (conv_id, seq) index, without
+    // v9's `turn_commits`.
     rusqlite::Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "CREATE UNIQUE INDEX messages_seq ON messages(conv_id, seq); PRAGMA user_version = 7;",
+            "CREATE UNIQUE INDEX messages_seq ON messages(conv_id, seq);
+             DROP TABLE turn_commits; PRAGMA user_version = 7;",
         )
         .unwrap();
 
@@ -590,6 +593,78 @@ async fn a_version_7_database_loses_the_seq_index_and_keeps_every_message() {
         !has_index(&path, "messages_seq"),
         "the migration dropped the seq index"
     );
+}
+
+fn has_table(path: &std::path::Path, name: &str) -> bool {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [name],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        == 1
+}
+
+#[tokio::test]
+async fn a_version_8_database_gains_turn_commits_and_keeps_every_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lcm.db");
+    let mut rng = Lcg(89);
+    let mut msgs = Vec::new();
+    for t in 0..20 {
+        msgs.extend(turn(&mut rng, t + 10, t % 3 == 0, 30));
+    }
+    {
+        let e = engine(&dir, small_cfg());
+        e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
+        e.store().close_wait().await;
+    }
+    // Back into v8's shape: the same tables without `turn_commits`.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("DROP TABLE turn_commits; PRAGMA user_version = 8;")
+        .unwrap();
+    assert!(!has_table(&path, "turn_commits"));
+
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    assert_migrated(&e).await;
+    assert!(
+        has_table(&path, "turn_commits"),
+        "the v9 migration creates the table commitTurn records its keys in (§1.7)"
+    );
+    let again = e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
+    assert_eq!(
+        again.ingested_count, 0,
+        "every message is still there, once"
+    );
+    let turn_msgs = turn(&mut rng, 100, true, 30);
+    let p = CommitTurnParams {
+        advancement_key: "adv-after-migration".into(),
+        messages: turn_msgs.clone(),
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        e.commit_turn(&p, &cx()).await.unwrap().status,
+        CommitTurnStatus::Committed,
+        "§1.7: a migrated store commits turns"
+    );
+    assert_eq!(
+        e.commit_turn(&p, &cx()).await.unwrap().status,
+        CommitTurnStatus::Duplicate,
+        "§1.7: and knows a committed key again"
+    );
+    let conv = e.store().conversations().await.unwrap();
+    assert_eq!(
+        conv[0].msg_count as usize,
+        msgs.len() + turn_msgs.len(),
+        "the old messages and the committed turn, each once"
+    );
+    let report = e.store().doctor().await.unwrap();
+    assert!(report.ok, "doctor after migration: {:?}", report.issues);
 }
 
 #[tokio::test]

@@ -101,6 +101,16 @@ pub struct IngestOutcome {
     pub bytes: u64,
 }
 
+/// What [`Db::commit_turn`] did.
+#[derive(Clone, Debug)]
+pub enum TurnCommit {
+    /// The first write of the advancement key: the turn's messages went in (those not already
+    /// stored) and the key was recorded, in one transaction.
+    Committed(IngestOutcome),
+    /// The key was committed before: nothing was written.
+    Duplicate,
+}
+
 /// The store thread's state: the connection.
 pub struct Db {
     pub(crate) conn: Connection,
@@ -471,6 +481,41 @@ impl Db {
         })
     }
 
+    /// `commitTurn` (contract §1.7): stores `msgs` like [`Self::ingest`] and records
+    /// `advancement_key` in the same transaction, so either both are in the file or neither
+    /// is. A key already recorded makes this write nothing and answer
+    /// [`TurnCommit::Duplicate`]; the check and the insert run under the transaction's write
+    /// lock, so two connections committing the same key store the turn once.
+    pub fn commit_turn(
+        &mut self,
+        key: &ConvKey,
+        advancement_key: &str,
+        msgs: &[Encoded],
+    ) -> Result<TurnCommit> {
+        let out = self.append_turn(key, msgs.len(), Some(advancement_key), |app| {
+            for m in msgs {
+                app.push(m)?;
+            }
+            Ok(())
+        })?;
+        Ok(out.map_or(TurnCommit::Duplicate, TurnCommit::Committed))
+    }
+
+    /// [`Self::commit_turn`] for a batch still being encoded (see [`Self::ingest_queue`]). On
+    /// a duplicate the queue is abandoned without a chunk being taken.
+    pub fn commit_turn_queue(
+        &mut self,
+        key: &ConvKey,
+        advancement_key: &str,
+        queue: &EncodeQueue,
+    ) -> Result<TurnCommit> {
+        let _abandon = AbandonOnExit(queue);
+        let out = self.append_turn(key, queue.len(), Some(advancement_key), |app| {
+            drain_queue(app, queue)
+        })?;
+        Ok(out.map_or(TurnCommit::Duplicate, TurnCommit::Committed))
+    }
+
     /// One ingest transaction: `fill` pushes the messages (about `expected` of them) into an
     /// [`Appender`]. The in-memory state the transaction changes (the shared skeletons, the
     /// pending full-text index) is kept only when it commits.
@@ -480,6 +525,22 @@ impl Db {
         expected: usize,
         fill: impl FnOnce(&mut Appender<'_>) -> Result<()>,
     ) -> Result<IngestOutcome> {
+        // Without a turn key nothing is skipped, so the outcome is always there.
+        Ok(self
+            .append_turn(key, expected, None, fill)?
+            .unwrap_or_default())
+    }
+
+    /// [`Self::append`], recording `turn` (an advancement key) in the same transaction when
+    /// given. `None`: `turn` was recorded already, and the transaction wrote nothing (no
+    /// conversation created, no index moved, `fill` not called).
+    fn append_turn(
+        &mut self,
+        key: &ConvKey,
+        expected: usize,
+        turn: Option<&str>,
+        fill: impl FnOnce(&mut Appender<'_>) -> Result<()>,
+    ) -> Result<Option<IngestOutcome>> {
         if expected < pending_fts::DIRECT_MIN {
             // Small batches go to the pending index, which must stay a contiguous run above
             // the boundary: what waits for the file's index goes there first.
@@ -492,6 +553,12 @@ impl Db {
         let mut deferred = std::mem::take(self.deferred.get_mut());
         let waiting = deferred.first().map(|&(id, _)| id);
         let out = self.tx(|c| {
+            if let Some(turn) = turn {
+                if turn_recorded(c, turn)? {
+                    // Nothing touched: the in-memory state below stays as it was.
+                    return Ok(None);
+                }
+            }
             let mut app = Appender::new(
                 c,
                 key,
@@ -502,7 +569,13 @@ impl Db {
                 &mut deferred,
             )?;
             fill(&mut app)?;
-            app.finish()
+            if let Some(turn) = turn {
+                c.prepare_cached(
+                    "INSERT INTO turn_commits(advancement_key, conv_id, committed_at) VALUES(?1, ?2, ?3)",
+                )?
+                .execute(params![turn, app.conv.id, now_ms()])?;
+            }
+            app.finish().map(Some)
         });
         // A rolled-back transaction left the temporary index as it was before, and the file's
         // index too: messages that waited are indexed from their text later instead.
@@ -511,14 +584,18 @@ impl Db {
             (Err(_), Some(first)) => before.unindexed_from(first),
             (Err(_), None) => before,
         });
-        let out = out.map(|(out, fresh)| {
-            skel.committed(fresh);
+        let out = out.map(|done| {
             *self.deferred.get_mut() = deferred;
-            out
+            done.map(|(out, fresh)| {
+                skel.committed(fresh);
+                out
+            })
         });
         self.skeletons = skel;
         let out = out?;
-        self.wrote(out.bytes);
+        if let Some(out) = &out {
+            self.wrote(out.bytes);
+        }
         Ok(out)
     }
 
@@ -527,22 +604,38 @@ impl Db {
     /// rather than wait for an encoder. One transaction for everything: an encoding failure
     /// rolls all of it back. The queue is abandoned when this returns, so its encoders stop.
     pub fn ingest_queue(&mut self, key: &ConvKey, queue: &EncodeQueue) -> Result<IngestOutcome> {
-        struct AbandonOnExit<'q>(&'q EncodeQueue);
-        impl Drop for AbandonOnExit<'_> {
-            fn drop(&mut self) {
-                self.0.abandon();
-            }
-        }
         let _abandon = AbandonOnExit(queue);
-        self.append(key, queue.len(), |app| {
-            while let Some(chunk) = queue.take_next() {
-                for m in chunk? {
-                    app.push_owned(m)?;
-                }
-            }
-            Ok(())
-        })
+        self.append(key, queue.len(), |app| drain_queue(app, queue))
     }
+}
+
+/// Abandons its queue when dropped, so the queue's encoders stop whatever the job's outcome.
+struct AbandonOnExit<'q>(&'q EncodeQueue);
+
+impl Drop for AbandonOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.abandon();
+    }
+}
+
+/// Pushes `queue`'s chunks into `app` in order as they become ready (encoding chunks on this
+/// thread rather than waiting for an encoder).
+fn drain_queue(app: &mut Appender<'_>, queue: &EncodeQueue) -> Result<()> {
+    while let Some(chunk) = queue.take_next() {
+        for m in chunk? {
+            app.push_owned(m)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `advancement_key` is in `turn_commits`.
+fn turn_recorded(c: &Connection, advancement_key: &str) -> Result<bool> {
+    let mut st = c.prepare_cached("SELECT 1 FROM turn_commits WHERE advancement_key = ?1")?;
+    Ok(st
+        .query_row([advancement_key], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// Appends messages to one conversation inside an open transaction, keeping the running totals

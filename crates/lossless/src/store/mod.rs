@@ -25,8 +25,8 @@ use std::sync::{mpsc, Arc, Mutex};
 
 pub(crate) use db::{get_conv as db_get_conv, get_or_create_conv as db_get_or_create_conv, now_ms};
 pub use db::{
-    ConvKey, ConvRow, Db, IngestOutcome, DEFAULT_LARGE_PAYLOAD_BYTES, DEFER_IDLE, DEFER_MAX,
-    DEFER_ROWS,
+    ConvKey, ConvRow, Db, IngestOutcome, TurnCommit, DEFAULT_LARGE_PAYLOAD_BYTES, DEFER_IDLE,
+    DEFER_MAX, DEFER_ROWS,
 };
 pub use encode_queue::EncodeQueue;
 

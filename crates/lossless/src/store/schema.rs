@@ -17,7 +17,7 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 8;
+pub const SCHEMA_VERSION: i32 = 9;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -257,6 +257,19 @@ pub const V8: &str = r#"
 DROP INDEX IF EXISTS messages_seq;
 "#;
 
+/// Version 9: durable admitted turns (contract §1.7). `commitTurn` stores a turn's messages
+/// and records its `advancementKey` here in the same transaction, so a retried commit (the
+/// host's outbox, possibly after a restart) finds its key and writes nothing again
+/// (`Db::commit_turn`). `conv_id` is the conversation the turn was stored in; rows are never
+/// deleted (an archived conversation's keys stay committed).
+pub const V9: &str = r#"
+CREATE TABLE turn_commits(
+  advancement_key TEXT PRIMARY KEY,
+  conv_id INTEGER NOT NULL,
+  committed_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"#;
+
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
@@ -405,6 +418,10 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
         if now < 8 {
             conn.execute_batch(V8)?;
             conn.execute_batch("PRAGMA user_version = 8;")?;
+        }
+        if now < 9 {
+            conn.execute_batch(V9)?;
+            conn.execute_batch("PRAGMA user_version = 9;")?;
         }
         Ok(())
     };
