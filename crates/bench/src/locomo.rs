@@ -1,10 +1,10 @@
 //! Reading LoCoMo (Maharana et al., 2024) conversations and turning them into messages.
 //!
 //! The dataset is CC BY-NC 4.0 and is never shipped: the eval reads it from a path the user
-//! gives (tests read `../shared/data/locomo/` and skip when it is absent). Only the fields the
-//! eval needs are read: speakers, sessions in order with their dates, turns (`speaker`,
-//! `dia_id`, `text`, optional `blip_caption`), and the questions (`question`, `answer` or
-//! `adversarial_answer`, `evidence`, `category`).
+//! gives (tests read `../shared/data/locomo/` and skip when it is absent, or fail under
+//! `CI=true`). Only the fields the eval needs are read: speakers, sessions in order with their
+//! dates, turns (`speaker`, `dia_id`, `text`, optional `blip_caption`), and the questions
+//! (`question`, `answer` or `adversarial_answer`, `evidence`, `category`).
 //!
 //! Replay shape: each session opens with a user message stating its date; each turn is a user
 //! message `"<speaker>: <text>"` (plus `[shares a photo: <caption>]` when the turn has an image).

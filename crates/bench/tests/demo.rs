@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clawctx_bench::demo::{render, run_demo, DemoOptions, PLANTED_INVOICE};
@@ -55,27 +55,41 @@ async fn demo_recalls_the_compacted_detail() {
 }
 
 /// `target/<profile>/clawctx` next to this test's own binary (`target/<profile>/deps/…`),
-/// (re)built first so a stale binary is never tested. `None` when the CLI does not build.
-fn clawctx_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let profile_dir = exe.parent()?.parent()?;
+/// (re)built first so a stale binary is never tested. A CLI that does not build fails the test
+/// with cargo's own words: a broken build is never a pass.
+fn clawctx_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("{} is not under target/<profile>/deps", exe.display()));
     let bin = profile_dir.join(format!("clawctx{}", std::env::consts::EXE_SUFFIX));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
+    let mut cmd = Command::new(&cargo);
     cmd.args(["build", "-q", "-p", "clawctx-cli", "--bin", "clawctx"]);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
-    let ok = cmd.status().map(|s| s.success()).unwrap_or(false);
-    (ok && bin.exists()).then_some(bin)
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{cargo} build -p clawctx-cli`: {e}"));
+    assert!(
+        out.status.success(),
+        "the clawctx binary does not build ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        bin.exists(),
+        "`cargo build -p clawctx-cli` succeeded but {} does not exist",
+        bin.display()
+    );
+    bin
 }
 
 #[test]
 fn demo_binary_exits_zero_and_prints_the_found_detail() {
-    let Some(bin) = clawctx_binary() else {
-        eprintln!("SKIPPED: the clawctx binary could not be built (the CLI crate does not compile right now)");
-        return;
-    };
+    let bin = clawctx_binary();
     let out = Command::new(&bin)
         .args(["demo", "--messages", "600", "--budget", "16000"])
         .output()

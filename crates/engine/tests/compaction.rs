@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use clawctx_engine::compaction::cut::is_valid_cut_point;
 use clawctx_engine::compaction::*;
 use clawctx_engine::pipeline::*;
 use clawctx_engine::*;
@@ -29,23 +30,52 @@ fn path_of(messages: &[AgentMessage]) -> Vec<TranscriptEntry> {
 }
 
 // §7.4: a tool result is never a valid cut point; walking back to keepRecentTokens then moving
-// forward to the nearest valid cut point.
+// forward to the nearest valid cut point. Checked for keep values across the whole window
+// against the suffix sums: the cut is a valid cut point, never before the newest entry at which
+// the kept tokens reach `keep` (it does not keep more than asked), with no valid cut point
+// skipped on the way there; the whole window is kept only when it is smaller than `keep`.
 #[test]
 fn cut_never_lands_on_a_tool_result() {
     let msgs = conversation(3, 40, 1);
     let path = path_of(&msgs);
-    for keep in [1u64, 50, 200, 800, 2_000, 5_000] {
-        if let Some(cut) = find_cut_point(&path, 0, path.len(), keep) {
-            let entry = &path[cut.first_kept_index];
-            assert!(
-                !matches!(entry.kind, EntryKind::Message(AgentMessage::ToolResult(_))),
-                "keep={keep}: cut at a tool result ({})",
-                entry.id
-            );
-            let kept: u64 = path[cut.first_kept_index..].iter().map(|e| clawctx_tokens::message_tokens(e.message().unwrap())).sum();
-            assert!(kept >= keep.min(kept), "keep={keep}");
+    let tokens: Vec<u64> = path.iter().map(|e| clawctx_tokens::message_tokens(e.message().unwrap())).collect();
+    let kept_from = |i: usize| -> u64 { tokens[i..].iter().sum() };
+    let total = kept_from(0);
+    let mut moved_forward = 0;
+    let keeps = [1u64, 50, 200, 800, 2_000, 5_000].into_iter().chain((1..=total + 200).step_by(97));
+    for keep in keeps {
+        let cut = find_cut_point(&path, 0, path.len(), keep)
+            .unwrap_or_else(|| panic!("§7.4 keep={keep}: a window starting with a user message always has a cut point"));
+        let first = cut.first_kept_index;
+        let entry = &path[first];
+        assert!(
+            !matches!(entry.kind, EntryKind::Message(AgentMessage::ToolResult(_))),
+            "§7.4 keep={keep}: cut at a tool result ({})",
+            entry.id
+        );
+        assert!(is_valid_cut_point(entry), "§7.4 keep={keep}: the cut ({}) is not a valid cut point", entry.id);
+        if total < keep {
+            assert_eq!(first, 0, "§7.4 keep={keep} > the window's {total} tokens: the whole window is kept");
+            continue;
+        }
+        // Walking back from the newest entry: the first entry at which `keep` is reached.
+        let reached = (0..path.len()).rev().find(|&i| kept_from(i) >= keep).unwrap();
+        assert!(
+            first >= reached,
+            "§7.4 keep={keep}: the cut at {first} keeps {} tokens, more than needed (the target is reached at {reached})",
+            kept_from(first)
+        );
+        assert!(
+            (reached..first).all(|i| !is_valid_cut_point(&path[i])),
+            "§7.4 keep={keep}: the cut at {first} skips a valid cut point after {reached}"
+        );
+        if first == reached {
+            assert!(kept_from(first) >= keep, "§7.4 keep={keep}: kept {} < keep", kept_from(first));
+        } else {
+            moved_forward += 1;
         }
     }
+    assert!(moved_forward > 0, "§7.4: some keep value must land on a tool result and move forward, or the test checks nothing of it");
 }
 
 // §7.4 split turn: a cut on an assistant message inside a turn summarizes the turn prefix separately.
