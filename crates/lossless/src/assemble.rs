@@ -190,7 +190,8 @@ impl Db {
     /// Assembles conversation `conv_id` (or only `live` when `conv_id` is `None`) within
     /// `budget` tokens. `live` are the host's newest messages the store has not stored yet, in
     /// order. With `recall`, and when the newest live message is a user prompt, the block of
-    /// [`crate::prompt_recall`] goes right before that prompt, within its own reserve.
+    /// [`crate::prompt_recall`] goes right before that prompt, within its own reserve (or last,
+    /// when the prompt follows the assembled context: [`PromptRecall::prompt_follows`]).
     pub fn assemble(
         &self,
         conv_id: Option<i64>,
@@ -202,7 +203,7 @@ impl Db {
             r.reserve > 0
                 && r.reserve < budget
                 && conv_id.is_some()
-                && matches!(live.last(), Some(AgentMessage::User(_)))
+                && (r.prompt_follows || matches!(live.last(), Some(AgentMessage::User(_))))
         });
         let mut p = Packer {
             budget: budget - recall.map_or(0, |r| r.reserve),
@@ -291,9 +292,9 @@ impl Db {
         if let (Some(r), None) = (recall, &oversized) {
             let prompt_kept =
                 out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
-            if prompt_kept {
+            if prompt_kept || r.prompt_follows {
                 if let Some(block) = self.recalled_block(r, &shown)? {
-                    let at = out.messages.len() - 1;
+                    let at = if r.prompt_follows { out.messages.len() } else { out.messages.len() - 1 };
                     out.messages.insert(at, block.message);
                     out.tokens += block.tokens;
                     out.recalled = block.quoted;

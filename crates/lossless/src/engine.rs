@@ -436,19 +436,25 @@ impl ContextEngine for LosslessEngine {
                         first_live -= 1;
                     }
                     let live = recent[first_live..].to_vec();
-                    // Recall for a new user prompt (the host's `prompt`, else its text).
-                    let recall = match live.last() {
-                        Some(last @ AgentMessage::User(_)) if reserve > 0 => {
-                            let text = prompt
-                                .filter(|p| !p.trim().is_empty())
-                                .unwrap_or_else(|| last.plain_text());
-                            Some(PromptRecall {
-                                terms: crate::search::prompt_terms(&text),
-                                convs: db.scope_conversations(&Scope::Session(k.clone()))?,
-                                reserve,
-                                max_messages: max_recalled,
-                            })
+                    // Recall for a new user prompt (the host's `prompt`, else its text); a
+                    // prompt the host appends after the context (every host message already
+                    // stored) gets the block last.
+                    let prompt = prompt.filter(|p| !p.trim().is_empty());
+                    let recall_for = match live.last() {
+                        Some(last @ AgentMessage::User(_)) => {
+                            Some((prompt.unwrap_or_else(|| last.plain_text()), false))
                         }
+                        None => prompt.map(|p| (p, true)),
+                        _ => None,
+                    };
+                    let recall = match recall_for {
+                        Some((text, prompt_follows)) if reserve > 0 => Some(PromptRecall {
+                            terms: crate::search::prompt_terms(&text),
+                            convs: db.scope_conversations(&Scope::Session(k.clone()))?,
+                            reserve,
+                            max_messages: max_recalled,
+                            prompt_follows,
+                        }),
                         _ => None,
                     };
                     let out = db.assemble(Some(conv.id), live, budget, recall.as_ref())?;

@@ -30,6 +30,10 @@ pub struct PromptRecall {
     pub reserve: u64,
     /// Messages quoted at most.
     pub max_messages: usize,
+    /// The prompt is not among the host's messages: the host appends it after the assembled
+    /// context (durable turns assemble the history before the current turn, §1.7), so the
+    /// block goes last.
+    pub prompt_follows: bool,
 }
 
 /// The rendered block.

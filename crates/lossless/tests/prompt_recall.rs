@@ -176,3 +176,26 @@ async fn no_recall_block_when_the_newest_message_is_not_a_user_prompt() {
         "tool-loop continuations get no recall block"
     );
 }
+
+#[tokio::test]
+async fn a_prompt_the_host_appends_after_the_context_gets_the_recalled_block_last() {
+    // Durable turns (§1.7) assemble the history before the current turn: every host message is
+    // stored and the prompt is only `params.prompt`; the host appends it after the context.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LosslessConfig {
+        fresh_tail_count: 8,
+        ..Default::default()
+    };
+    let e = engine(&dir, cfg);
+    let history = chat_with_early_facts(&e).await;
+    let budget = 2_000;
+    let question = "What did Marguerite name her greyhound?";
+    let mut p = assemble_params(history, budget);
+    p.prompt = Some(question.into());
+    let out = e.assemble(&p, &cx()).await.unwrap();
+    assert!(out.estimated_tokens <= budget);
+    let block = out.messages.last().unwrap().plain_text();
+    assert!(block.starts_with("<recalled"), "the recalled block ends the context, right before where the prompt goes: {block}");
+    assert!(block.contains("My sister Marguerite adopted a greyhound called Biscuit last spring."), "{block}");
+    assert!(!out.messages.iter().any(|m| m.plain_text() == question), "the host appends the prompt, not the engine");
+}

@@ -45,10 +45,16 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
         context_tokens_before: tokens_of(&history),
         ..Default::default()
     };
+    // Bootstrap only a session file that existed, before the prompt is in it (as the
+    // embedded runner does).
+    if inner.transcript_is_empty(&session)? {
+        inner.mark_bootstrapped(&session)?;
+    } else {
+        inner.ensure_bootstrapped(&session, &abort).await?;
+    }
     let user = AgentMessage::user(request.prompt.clone()).with_timestamp(now_ms());
     inner.append(&session, user.clone())?;
     let mut turn = vec![user];
-    inner.ensure_bootstrapped(&session, &abort).await?;
 
     let engine = inner.engine.clone();
     let engine_id = engine.info().id;
@@ -110,6 +116,7 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
             current_token_count: Some(tokens_of(&all)),
             runtime_settings: Some(inner.runtime_settings()),
             runtime_context: Some(inner.runtime_context(&session, Some(tokens_of(&all)), None, false)),
+            is_heartbeat: request.is_heartbeat.then_some(true),
             ..Default::default()
         };
         engine.after_turn(&params, &cx).await
@@ -118,7 +125,7 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
             session_id: session.entry.session_id.clone(),
             session_key: Some(session.key.clone()),
             messages: turn.clone(),
-            is_heartbeat: None,
+            is_heartbeat: request.is_heartbeat.then_some(true),
         };
         engine.ingest_batch(&params, &cx).await.map(|_| ())
     } else {
@@ -128,7 +135,7 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
                 session_id: session.entry.session_id.clone(),
                 session_key: Some(session.key.clone()),
                 message: m.clone(),
-                is_heartbeat: None,
+                is_heartbeat: request.is_heartbeat.then_some(true),
             };
             if let Err(e) = engine.ingest(&params, &cx).await {
                 r = Err(e);

@@ -144,8 +144,10 @@ impl History {
         for (i, id) in self.entry_ids.iter().enumerate().rev() {
             match id {
                 Some(id) if ids.contains(id) => found = Some(i),
-                _ if found.is_some() => break,
-                _ => {}
+                // A synthetic result belongs to whatever surrounds it.
+                None => {}
+                Some(_) if found.is_some() => break,
+                Some(_) => {}
             }
         }
         found

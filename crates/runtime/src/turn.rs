@@ -358,6 +358,7 @@ impl EmbeddedTurn {
     async fn build_view(&mut self, in_loop_hook: bool) -> Result<(Vec<AgentMessage>, u64)> {
         let mut view = if in_loop_hook {
             // Owning engines see the loop's new messages before each further call (§7.1).
+            self.sync_history()?;
             if let Err(e) = self.deliver(None).await {
                 self.out.warnings.push(format!("in-loop afterTurn failed: {e}"));
             }
@@ -524,14 +525,15 @@ impl EmbeddedTurn {
 
     /// afterTurn > ingestBatch > ingest. afterTurn gets the whole prepared view (this turn's
     /// messages included, lent without a copy) and `prePromptMessageCount`; the ingest
-    /// methods get this turn's messages.
+    /// methods get this turn's messages. The view is the history as last synced: `finish`
+    /// syncs before its auto-compaction, so afterTurn sees the turn as it happened, not the
+    /// compacted context (which would hide the part of the turn a compaction summarized).
     async fn deliver(&mut self, auto_compaction_summary: Option<String>) -> std::result::Result<(), EngineError> {
         let methods = self.engine().methods();
         let cx = self.cx();
         let sid = self.session.entry.session_id.clone();
         let key = Some(self.session.key.clone());
         if methods.has(Method::AfterTurn) {
-            self.sync_history().map_err(|e| EngineError::failed(e.to_string()))?;
             let end = self.history.len();
             let start = match self.rt.history_turn_limit {
                 Some(limit) => turn_limit_start(&self.history.messages()[..self.history_len], limit),

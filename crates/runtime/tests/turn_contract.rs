@@ -391,6 +391,10 @@ async fn runtime_context_fields_heartbeat_harness_and_auto_compaction_summary_s1
         })
         .unwrap();
     assert_eq!(last["autoCompactionSummary"], json!(compaction), "§1.2: afterTurn gets the automatic compaction's summary");
+    let messages = last["messages"].as_array().unwrap();
+    let pre = last["prePromptMessageCount"].as_u64().unwrap() as usize;
+    assert_eq!(messages.len() - pre, 2, "afterTurn sees the whole turn as it happened, not the compacted context");
+    assert!(messages[pre]["content"].as_str().unwrap_or_default().starts_with(&format!("turn {}:", summary.unwrap())), "{:?}", messages[pre]);
 }
 
 #[tokio::test]
