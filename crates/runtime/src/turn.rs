@@ -160,6 +160,9 @@ struct EmbeddedTurn {
     turn_ids: HashSet<String>,
     /// Transcript entry ids of this turn's messages, in order (the durable commit's anchors).
     turn_entry_ids: Vec<String>,
+    /// This turn's messages already handed to `ingest`/`ingestBatch` (by the in-loop hook):
+    /// each is delivered once (§7.1: the hook delivers the new messages).
+    delivered: usize,
     /// The assembled history the pending turn messages are appended to (non-owning and
     /// durable paths).
     prefix: Option<Vec<AgentMessage>>,
@@ -214,6 +217,7 @@ impl EmbeddedTurn {
             turn: Vec::new(),
             turn_ids: HashSet::new(),
             turn_entry_ids: Vec::new(),
+            delivered: 0,
             prefix: None,
             tools,
             specs,
@@ -558,18 +562,25 @@ impl EmbeddedTurn {
             self.history.give_back(params.messages);
             result
         } else if methods.has(Method::IngestBatch) {
-            let params =
-                IngestBatchParams { session_id: sid, session_key: key, messages: self.turn.clone(), is_heartbeat: self.heartbeat() };
-            self.engine().ingest_batch(&params, &cx).await.map(|_| ())
+            let new = self.turn[self.delivered.min(self.turn.len())..].to_vec();
+            if new.is_empty() {
+                return Ok(());
+            }
+            let n = new.len();
+            let params = IngestBatchParams { session_id: sid, session_key: key, messages: new, is_heartbeat: self.heartbeat() };
+            self.engine().ingest_batch(&params, &cx).await?;
+            self.delivered += n;
+            Ok(())
         } else {
-            for m in &self.turn {
+            while self.delivered < self.turn.len() {
                 let params = IngestParams {
                     session_id: sid.clone(),
                     session_key: key.clone(),
-                    message: m.clone(),
+                    message: self.turn[self.delivered].clone(),
                     is_heartbeat: self.heartbeat(),
                 };
                 self.engine().ingest(&params, &cx).await?;
+                self.delivered += 1;
             }
             Ok(())
         }

@@ -428,3 +428,53 @@ async fn runtime_settings_report_degraded_after_a_quarantine_s6() {
     assert_eq!(settings.runtime.mode, RuntimeMode::Degraded, "§6: the run is degraded once its engine is quarantined");
     assert_eq!(settings.diagnostics.degraded_reason, Some(ReasonCode::RuntimeUnavailable));
 }
+
+/// A tool that answers at once.
+struct Echo;
+
+#[async_trait]
+impl AgentTool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "Echoes."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _arguments: Value, _context: ToolCallContext) -> Result<String, String> {
+        Ok("echoed".into())
+    }
+}
+
+#[tokio::test]
+async fn an_owning_engine_with_only_ingest_gets_each_turn_message_once_through_the_tool_loop_s7_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut probe = Probe::new("ingest-only", true);
+    probe.methods = MethodSet::of(&[Method::Ingest, Method::Assemble, Method::Compact]);
+    let engine = Arc::new(probe);
+    let call = |id: &str| ScriptedReply::Reply {
+        content: String::new(),
+        thinking: None,
+        tool_calls: vec![clawctx_model::ScriptedToolCall { id: Some(id.into()), name: "echo".into(), arguments: json!({}) }],
+        usage: None,
+        stop_reason: None,
+        error_message: None,
+    };
+    let provider = Arc::new(ScriptedProvider::new(vec![call("c1"), call("c2"), ScriptedReply::text("done")], Exhaustion::Error));
+    let backend = Backend::Model(ModelBinding::new(provider, "m", 16_000, 256));
+    let rt = AgentRuntime::builder(dir.path(), engine.clone(), backend).tool(Arc::new(Echo)).build();
+    let outcome = rt.run_turn(TurnRequest::new(KEY, "use the tool twice")).await.unwrap();
+    assert_eq!(outcome.tool_calls, 2);
+    let ingested: Vec<Value> = engine.params(Method::Ingest).into_iter().map(|p| p["message"].clone()).collect();
+    assert_eq!(
+        ingested.len(),
+        outcome.messages.len(),
+        "the in-loop hook delivers only new messages and the end of the turn the rest: each of the {} turn messages once, got {}",
+        outcome.messages.len(),
+        ingested.len()
+    );
+    let roles: Vec<&str> = ingested.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "toolResult", "assistant", "toolResult", "assistant"]);
+}
