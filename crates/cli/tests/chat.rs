@@ -74,10 +74,26 @@ async fn chat_streams_and_handles_slash_commands() {
         stdout.contains("legacy"),
         "/status names the engine in charge:\n{stdout}"
     );
-    let requests = server.received_requests().await.unwrap();
-    assert_eq!(requests.len(), 2, "slash commands never reach the model");
-    let last: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();
-    let texts = last["messages"].to_string();
+    let bodies: Vec<serde_json::Value> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    let (turns, others): (Vec<_>, Vec<_>) = bodies.iter().partition(|b| b["stream"] == true);
+    assert_eq!(
+        turns.len(),
+        2,
+        "slash commands never reach the model as turns"
+    );
+    assert!(
+        others
+            .iter()
+            .all(|b| b["messages"].to_string().contains("<conversation>")),
+        "the only other requests are /compact's summary requests (the agent's model summarizes): {others:#?}"
+    );
+    let texts = turns[1]["messages"].to_string();
     assert!(
         texts.contains("hello there") && texts.contains("second question"),
         "history is sent: {texts}"

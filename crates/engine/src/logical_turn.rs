@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::engine::{ContextEngine, Method};
 use crate::error::EngineError;
 use crate::host::evaluate;
-use crate::registry::{owner_plugin_id, ContextEngineRegistry, FactoryContext, Lifecycle, LogLevel};
+use crate::registry::{owner_plugin_id, ContextEngineRegistry, Lifecycle, LogLevel};
 use crate::resolve::{configured_slot, contract_error, selection_block};
 
 /// One engine of a logical turn.
@@ -54,7 +54,7 @@ impl ContextEngineRegistry {
         agent_dir: Option<std::path::PathBuf>,
         workspace_dir: Option<std::path::PathBuf>,
     ) -> Result<LogicalTurnEngines, EngineError> {
-        let ctx = FactoryContext { config: config.clone(), agent_dir, workspace_dir };
+        let ctx = self.factory_context(config.clone(), agent_dir, workspace_dir);
         let default_id = self.default_id().to_owned();
         let fallback = EngineRef {
             engine: self.resolve_default(ctx.clone()).await?,

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::SystemTime;
 
+use clawctx_summarize::Summarizer;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -23,7 +24,7 @@ pub const DEFAULT_ENGINE_ID: &str = "legacy";
 pub const CORE_OWNER: &str = "core";
 
 /// What a factory receives (§3.2). `config` is the same `Arc` that was passed to resolve.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct FactoryContext {
     /// The whole config, when resolve got one.
     pub config: Option<Arc<Value>>,
@@ -31,6 +32,21 @@ pub struct FactoryContext {
     pub agent_dir: Option<PathBuf>,
     /// The agent's bootstrap workspace.
     pub workspace_dir: Option<PathBuf>,
+    /// The host's summarizer (see [`ContextEngineRegistry::set_host_summarizer`]), for engines
+    /// that summarize on their own; `None` means the host has no model to offer. It may fail:
+    /// an engine keeps its own last resort (e.g. `clawctx_summarize::FallbackSummarizer`).
+    pub host_summarizer: Option<Arc<dyn Summarizer>>,
+}
+
+impl std::fmt::Debug for FactoryContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FactoryContext")
+            .field("config", &self.config)
+            .field("agent_dir", &self.agent_dir)
+            .field("workspace_dir", &self.workspace_dir)
+            .field("host_summarizer", &self.host_summarizer.as_ref().map(|s| s.name().to_owned()))
+            .finish()
+    }
 }
 
 /// A factory: builds a fresh engine per resolution.
@@ -164,6 +180,7 @@ pub struct ContextEngineRegistry {
     entries: RwLock<BTreeMap<String, Registration>>,
     quarantine: Mutex<BTreeMap<String, QuarantineRecord>>,
     logger: RwLock<Arc<dyn EngineLogger>>,
+    host_summarizer: RwLock<Option<Arc<dyn Summarizer>>>,
     active: bool,
     default_id: String,
 }
@@ -181,6 +198,7 @@ impl ContextEngineRegistry {
             entries: RwLock::new(BTreeMap::new()),
             quarantine: Mutex::new(BTreeMap::new()),
             logger: RwLock::new(Arc::new(TracingLogger)),
+            host_summarizer: RwLock::new(None),
             active: true,
             default_id: DEFAULT_ENGINE_ID.to_owned(),
         }
@@ -209,6 +227,30 @@ impl ContextEngineRegistry {
         if let Ok(mut l) = self.logger.write() {
             *l = logger;
         }
+    }
+
+    /// Offers `summarizer` (the host's model, e.g. an LLM summarizer) to every engine built from
+    /// now on, through [`FactoryContext::host_summarizer`]; `None` withdraws it. Engines that
+    /// summarize on their own may use it; the runtime's built-in compaction has its own.
+    pub fn set_host_summarizer(&self, summarizer: Option<Arc<dyn Summarizer>>) {
+        let mut slot = self.host_summarizer.write().unwrap_or_else(|p| p.into_inner());
+        *slot = summarizer;
+    }
+
+    /// The summarizer offered to factories, if any.
+    pub fn host_summarizer(&self) -> Option<Arc<dyn Summarizer>> {
+        self.host_summarizer.read().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// The context handed to factories: the resolution's paths and config plus what this
+    /// registry offers (the host summarizer).
+    pub(crate) fn factory_context(
+        &self,
+        config: Option<Arc<Value>>,
+        agent_dir: Option<PathBuf>,
+        workspace_dir: Option<PathBuf>,
+    ) -> FactoryContext {
+        FactoryContext { config, agent_dir, workspace_dir, host_summarizer: self.host_summarizer() }
     }
 
     pub(crate) fn log(&self, level: LogLevel, line: &str) {

@@ -224,7 +224,7 @@ impl ContextEngineRegistry {
         agent_dir: Option<std::path::PathBuf>,
         workspace_dir: Option<std::path::PathBuf>,
     ) -> Result<Resolved, EngineError> {
-        let ctx = FactoryContext { config: config.clone(), agent_dir, workspace_dir };
+        let ctx = self.factory_context(config.clone(), agent_dir, workspace_dir);
         let cfg = config.as_deref();
         let default_id = self.default_id().to_owned();
         let slot = configured_slot(cfg);

@@ -150,6 +150,31 @@ async fn factory_receives_the_same_config_object_and_dirs() {
     assert_eq!(ctx.workspace_dir.as_deref(), Some(std::path::Path::new("/ws")));
 }
 
+// Not in the contract (clawctx): the host's summarizer set on the registry reaches every factory,
+// through standalone and logical-turn resolution alike, and can be withdrawn.
+#[tokio::test]
+async fn factories_get_the_host_summarizer_the_registry_offers() {
+    let (r, _) = registry();
+    let seen: Arc<std::sync::Mutex<Vec<Option<String>>>> = Default::default();
+    let seen2 = seen.clone();
+    let f = factory(move |ctx: FactoryContext| {
+        seen2.lock().unwrap().push(ctx.host_summarizer.as_ref().map(|s| s.name().to_owned()));
+        async { Ok(Arc::new(TestEngine::new("ctx")) as Arc<dyn ContextEngine>) }
+    });
+    r.register_for_owner("ctx", f, "test:ctx", RegisterOptions::default()).unwrap();
+    r.resolve(slot("ctx"), None, None).await.unwrap();
+    r.set_host_summarizer(Some(Arc::new(clawctx_summarize::ExtractiveSummarizer)));
+    r.resolve(slot("ctx"), None, None).await.unwrap();
+    r.resolve_logical_turn(slot("ctx"), None, None).await.unwrap();
+    r.set_host_summarizer(None);
+    r.resolve(slot("ctx"), None, None).await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [None, Some("extractive".to_owned()), Some("extractive".to_owned()), None],
+        "each resolution's factory must see the summarizer offered at that moment"
+    );
+}
+
 // §12.1 Invalid engine fallback [G2/G3]: missing → legacy + quarantine(resolve) + exact log line without owner.
 #[tokio::test]
 async fn missing_engine_quarantines_with_operation_resolve() {

@@ -732,7 +732,8 @@ pub fn default_database_path(ctx: &FactoryContext) -> PathBuf {
     state.join("lossless.db")
 }
 
-/// The factory: reads `plugins.entries.lossless.config`, opens the store off the runtime.
+/// The factory: reads `plugins.entries.lossless.config`, opens the store off the runtime, and
+/// summarizes with the host's summarizer ([`FactoryContext::host_summarizer`]) when there is one.
 pub fn lossless_factory() -> Factory {
     factory(|ctx: FactoryContext| async move {
         let cfg = ctx
@@ -748,6 +749,12 @@ pub fn lossless_factory() -> Factory {
         let engine = tokio::task::spawn_blocking(move || LosslessEngine::open(&path, cfg))
             .await
             .map_err(|e| EngineError::failed(format!("lossless: open task failed: {e}")))??;
+        // The host's model summarizes when it offers one; the compaction's own guard and
+        // breaker fall back to the extractive summarizer when it keeps failing.
+        let engine = match ctx.host_summarizer {
+            Some(summarizer) => engine.with_summarizer(summarizer),
+            None => engine,
+        };
         Ok(Arc::new(engine) as Arc<dyn ContextEngine>)
     })
 }

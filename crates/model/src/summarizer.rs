@@ -99,6 +99,7 @@ pub struct LlmSummarizer {
     breaker: Option<Arc<CircuitBreaker>>,
     cancel: CancellationToken,
     temperature: Option<f32>,
+    max_output_tokens: Option<u64>,
 }
 
 impl std::fmt::Debug for LlmSummarizer {
@@ -123,6 +124,7 @@ impl LlmSummarizer {
             breaker: None,
             cancel: CancellationToken::new(),
             temperature: None,
+            max_output_tokens: None,
         }
     }
 
@@ -147,6 +149,13 @@ impl LlmSummarizer {
     /// Sampling temperature for summary calls.
     pub fn with_temperature(mut self, t: f32) -> Self {
         self.temperature = Some(t);
+        self
+    }
+
+    /// Never asks for more than `max` output tokens (the model's output limit), whatever the
+    /// request's `max_tokens`: a provider may reject a larger request outright.
+    pub fn with_max_output_tokens(mut self, max: u64) -> Self {
+        self.max_output_tokens = Some(max.max(1));
         self
     }
 
@@ -222,11 +231,15 @@ impl Summarizer for LlmSummarizer {
         if self.cancel.is_cancelled() {
             return Err(SummarizeError::Aborted);
         }
+        let max_tokens = match self.max_output_tokens {
+            Some(cap) => request.max_tokens.min(cap),
+            None => request.max_tokens,
+        };
         let prompt = summary_prompt(&request);
         let estimated_input =
             clawctx_tokens::text_tokens(&prompt.system) + clawctx_tokens::text_tokens(&prompt.user);
         if let Some(g) = &self.spend_guard {
-            g.check(&self.session_key, estimated_input + request.max_tokens)
+            g.check(&self.session_key, estimated_input + max_tokens)
                 .map_err(SummarizeError::BudgetExhausted)?;
         }
         self.check_breaker()?;
@@ -235,7 +248,7 @@ impl Summarizer for LlmSummarizer {
             system_prompt: Some(prompt.system),
             messages: vec![AgentMessage::user(prompt.user)],
             tools: Vec::new(),
-            max_output_tokens: Some(request.max_tokens),
+            max_output_tokens: Some(max_tokens),
             temperature: self.temperature,
         };
         let completion = match self

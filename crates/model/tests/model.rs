@@ -944,6 +944,25 @@ async fn llm_summarizer_prompts_in_update_mode_and_returns_summary() {
 }
 
 #[tokio::test]
+async fn llm_summarizer_never_asks_for_more_than_the_model_can_write() {
+    let scripted = Arc::new(ScriptedProvider::from_texts([GOOD_SUMMARY, GOOD_SUMMARY]));
+    let capped = LlmSummarizer::new(scripted.clone(), "m").with_max_output_tokens(128);
+    capped.summarize(summary_request(None)).await.unwrap();
+    let roomy = LlmSummarizer::new(scripted.clone(), "m").with_max_output_tokens(4_096);
+    roomy.summarize(summary_request(None)).await.unwrap();
+    let sent: Vec<Option<u64>> = scripted
+        .requests()
+        .iter()
+        .map(|r| r.max_output_tokens)
+        .collect();
+    assert_eq!(
+        sent,
+        [Some(128), Some(400)],
+        "the request's 400 tokens must be capped at the model's 128, and left alone under 4096"
+    );
+}
+
+#[tokio::test]
 async fn llm_summarizer_rejects_error_stop_reason_reasoning_only_and_empty() {
     let scripted = Arc::new(ScriptedProvider::new(
         vec![

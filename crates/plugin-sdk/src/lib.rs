@@ -240,6 +240,7 @@ impl Server {
                         .map(Arc::new),
                     agent_dir: path("agentDir"),
                     workspace_dir: path("workspaceDir"),
+                    ..Default::default()
                 };
                 let engine = factory(ctx)
                     .await

@@ -1,19 +1,204 @@
 //! Building a runtime from an OpenClaw-shaped config: the engine through the registry's slot
 //! selection, the backend through model selection, compaction settings from
-//! `agents.defaults.compaction`, the system prompt from `agents.defaults.systemPrompt`.
+//! `agents.defaults.compaction`, the system prompt from `agents.defaults.systemPrompt`, and the
+//! summarizer compaction uses ([`host_summarizer`]): an LLM whenever a model is configured
+//! (`agents.defaults.compaction.model`, else the agent's own model), the extractive one
+//! otherwise.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clawctx_engine::compaction::CompactionSettings;
 use clawctx_engine::{ContextEngineRegistry, SelectionReason};
 use clawctx_model::config::EnvLookup;
+use clawctx_model::{CircuitBreaker, LlmSummarizer, ModelsConfig, SpendGuard};
 use clawctx_protocol::SelectionSource;
+use clawctx_summarize::{ExtractiveSummarizer, FallbackSummarizer, Summarizer};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{Result, RuntimeError};
-use crate::model::{select_backend, Backend};
+use crate::model::{select_backend, Backend, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::runtime::AgentRuntime;
+
+/// The config key naming a separate summary model (`provider/model`, resolved like
+/// `agents.defaults.model.primary`). Unset: summaries use the agent's own model.
+pub const COMPACTION_MODEL_KEY: &str = "agents.defaults.compaction.model";
+
+/// Summarizer tokens (input + output) one process may spend per [`SUMMARIZER_SPEND_WINDOW`];
+/// past it, compaction summarizes extractively until the window moves on.
+pub const SUMMARIZER_SPEND_TOKENS: u64 = 2_000_000;
+/// The spend guard's sliding window.
+pub const SUMMARIZER_SPEND_WINDOW: Duration = Duration::from_secs(3600);
+/// Consecutive auth/unavailable failures that open the summarizer's circuit breaker.
+pub const SUMMARIZER_BREAKER_THRESHOLD: u32 = 3;
+/// How long an open breaker refuses calls before it lets one probe through.
+pub const SUMMARIZER_BREAKER_COOLDOWN: Duration = Duration::from_secs(600);
+
+/// Where the summarizer's circuit breaker keeps its state, so an open breaker stays open
+/// across `clawctx run` invocations.
+pub fn summarizer_breaker_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("runtime").join("summarizer-breaker.json")
+}
+
+/// Where an LLM summarizer's model was configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SummaryModelSource {
+    /// The agent's own model (the selected backend).
+    AgentModel,
+    /// [`COMPACTION_MODEL_KEY`].
+    CompactionModel,
+}
+
+/// Why compaction summarizes extractively.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ExtractiveReason {
+    /// No model at all (no `--model`, no `agents.defaults.model`, no `OPENAI_*`).
+    NoModel,
+    /// The agent runs on a CLI backend, which is no model provider.
+    CliBackend,
+}
+
+/// Which summarizer compaction uses, and why (for logs and `doctor`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum SummarizerChoice {
+    /// An LLM summarizer, behind a spend guard and a circuit breaker; the extractive summarizer
+    /// stands in whenever it fails.
+    Llm {
+        /// `provider/model`.
+        model: String,
+        /// Where it was configured.
+        source: SummaryModelSource,
+    },
+    /// The deterministic extractive summarizer.
+    Extractive {
+        /// Why no LLM.
+        reason: ExtractiveReason,
+    },
+}
+
+impl std::fmt::Display for SummarizerChoice {
+    /// `llm openai/gpt-x (agent model)`, `llm local/small (agents.defaults.compaction.model)`,
+    /// `extractive (no model configured)`, `extractive (cli backend)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SummarizerChoice::Llm { model, source: SummaryModelSource::AgentModel } => {
+                write!(f, "llm {model} (agent model)")
+            }
+            SummarizerChoice::Llm { model, source: SummaryModelSource::CompactionModel } => {
+                write!(f, "llm {model} ({COMPACTION_MODEL_KEY})")
+            }
+            SummarizerChoice::Extractive { reason: ExtractiveReason::NoModel } => {
+                f.write_str("extractive (no model configured)")
+            }
+            SummarizerChoice::Extractive { reason: ExtractiveReason::CliBackend } => {
+                f.write_str("extractive (cli backend)")
+            }
+        }
+    }
+}
+
+/// The summarizer the host offers compaction: the choice and, for an LLM, the summarizer.
+#[derive(Clone)]
+pub struct HostSummarizer {
+    /// What was chosen and why.
+    pub choice: SummarizerChoice,
+    /// The guarded LLM summarizer when [`SummarizerChoice::Llm`]. It fails when the model
+    /// does: engines with their own fallback (the lossless engine) call it directly.
+    pub llm: Option<Arc<dyn Summarizer>>,
+}
+
+impl std::fmt::Debug for HostSummarizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostSummarizer").field("choice", &self.choice).finish_non_exhaustive()
+    }
+}
+
+impl HostSummarizer {
+    /// The summarizer of the runtime's built-in compaction: the LLM with the extractive
+    /// summarizer behind it ([`FallbackSummarizer`]), or the extractive one alone.
+    pub fn for_runtime(&self) -> Arc<dyn Summarizer> {
+        match &self.llm {
+            Some(llm) => Arc::new(FallbackSummarizer::new(llm.clone())),
+            None => Arc::new(ExtractiveSummarizer),
+        }
+    }
+}
+
+/// The model ref at [`COMPACTION_MODEL_KEY`], if set. A value that is not a string is an error
+/// naming the key.
+fn compaction_model_ref(config: &Value) -> Result<Option<String>> {
+    match config.pointer("/agents/defaults/compaction/model") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.trim().to_owned())),
+        Some(other) => Err(RuntimeError::Config {
+            key: COMPACTION_MODEL_KEY.into(),
+            message: format!("must be a model ref string like \"provider/model\"; found {other}"),
+        }),
+    }
+}
+
+/// Chooses compaction's summarizer: the model at [`COMPACTION_MODEL_KEY`] when set, else the
+/// agent's own model when `backend` is a model provider, else the extractive summarizer (no
+/// model, or a CLI backend). An LLM summarizer gets a spend guard
+/// ([`SUMMARIZER_SPEND_TOKENS`] per [`SUMMARIZER_SPEND_WINDOW`]), a circuit breaker persisted at
+/// [`summarizer_breaker_path`], and never asks for more output than the model's `maxTokens`.
+/// A summary model that does not resolve is an error naming [`COMPACTION_MODEL_KEY`].
+pub fn host_summarizer(
+    config: &Value,
+    backend: Option<&Backend>,
+    env: EnvLookup<'_>,
+    state_dir: &Path,
+) -> Result<HostSummarizer> {
+    let (llm, model, source) = if let Some(model_ref) = compaction_model_ref(config)? {
+        let at_key = |message: String| RuntimeError::Config { key: COMPACTION_MODEL_KEY.into(), message };
+        let provider_part = model_ref.split_once('/').map_or(model_ref.as_str(), |(p, _)| p);
+        if config.pointer(&format!("/agents/defaults/cliBackends/{provider_part}")).is_some() {
+            return Err(at_key(format!(
+                "\"{model_ref}\" names the CLI backend `{provider_part}`, which cannot write summaries; name a model of models.providers"
+            )));
+        }
+        let models = ModelsConfig::from_config(config, env).map_err(|e| at_key(e.to_string()))?;
+        let resolved = models.resolve(&model_ref).map_err(|e| at_key(format!("\"{model_ref}\": {e}")))?;
+        let provider = resolved.provider.build_for(Some(&resolved.model)).map_err(|e| at_key(e.to_string()))?;
+        let max_output = resolved.model.max_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
+        let name = format!("{}/{}", resolved.provider.id, resolved.model.id);
+        (LlmSummarizer::new(provider, &resolved.model.id).with_max_output_tokens(max_output), name, SummaryModelSource::CompactionModel)
+    } else {
+        match backend {
+            Some(Backend::Model(b)) => (
+                LlmSummarizer::new(b.provider.clone(), &b.model_id).with_max_output_tokens(b.max_output_tokens),
+                b.resolved_ref(),
+                SummaryModelSource::AgentModel,
+            ),
+            Some(Backend::Cli(_)) => {
+                return Ok(HostSummarizer {
+                    choice: SummarizerChoice::Extractive { reason: ExtractiveReason::CliBackend },
+                    llm: None,
+                })
+            }
+            None => {
+                return Ok(HostSummarizer {
+                    choice: SummarizerChoice::Extractive { reason: ExtractiveReason::NoModel },
+                    llm: None,
+                })
+            }
+        }
+    };
+    let llm = llm
+        .with_spend_guard(Arc::new(SpendGuard::new(SUMMARIZER_SPEND_TOKENS, SUMMARIZER_SPEND_WINDOW)))
+        .with_circuit_breaker(Arc::new(CircuitBreaker::with_state_file(
+            SUMMARIZER_BREAKER_THRESHOLD,
+            SUMMARIZER_BREAKER_COOLDOWN,
+            summarizer_breaker_path(state_dir),
+        )));
+    Ok(HostSummarizer { choice: SummarizerChoice::Llm { model, source }, llm: Some(Arc::new(llm)) })
+}
 
 /// Reads `agents.defaults.compaction.{enabled, reserveTokens, keepRecentTokens,
 /// reserveTokensFloor}` over the §7.4 defaults.
@@ -62,10 +247,18 @@ pub struct SetupOptions<'a> {
     pub agent_id: String,
 }
 
-/// Selects the backend and the engine and builds the runtime. With no model at all this fails
-/// with [`RuntimeError::NoModel`], naming the config keys.
+/// Selects the backend, the summarizer and the engine and builds the runtime. With no model at
+/// all this fails with [`RuntimeError::NoModel`], naming the config keys.
+///
+/// The summarizer ([`host_summarizer`]) serves the runtime's built-in compaction (with the
+/// extractive summarizer behind it) and is offered to the engines `opts.registry` builds from
+/// now on ([`ContextEngineRegistry::set_host_summarizer`]), so the lossless engine summarizes
+/// with the same model.
 pub async fn runtime_from_config(opts: SetupOptions<'_>) -> Result<AgentRuntime> {
     let backend: Backend = select_backend(&opts.config, opts.model.as_deref(), opts.env)?;
+    let summarizer = host_summarizer(&opts.config, Some(&backend), opts.env, &opts.state_dir)?;
+    tracing::debug!("compaction summarizer: {}", summarizer.choice);
+    opts.registry.set_host_summarizer(summarizer.llm.clone());
     let agent_dir = opts.state_dir.join("agents").join(&opts.agent_id);
     let resolved = opts
         .registry
@@ -80,6 +273,7 @@ pub async fn runtime_from_config(opts: SetupOptions<'_>) -> Result<AgentRuntime>
     let mut builder = AgentRuntime::builder(&opts.state_dir, resolved.engine.clone(), backend)
         .selection(resolved.effective_id.clone(), selection_source(&resolved.reason))
         .compaction(compaction_settings(&opts.config))
+        .summarizer(summarizer.for_runtime())
         .workspace_dir(agent_dir.to_string_lossy().into_owned());
     if let Some(s) = system {
         builder = builder.system_prompt(s);

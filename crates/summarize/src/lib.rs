@@ -5,15 +5,18 @@
 //! Compaction code (the built-in runtime compaction in `clawctx-engine`, the lossless engine)
 //! depends only on the trait. LLM-backed summarizers live with the model providers
 //! (`clawctx-model`) and implement the same trait, so this crate sits below both and knows
-//! nothing of HTTP or engines.
+//! nothing of HTTP or engines. [`FallbackSummarizer`] puts the extractive summarizer behind any
+//! other one, for callers that must always get a summary.
 
 mod conversation;
 mod extractive;
+mod fallback;
 mod salience;
 mod segment;
 
 pub use conversation::serialize_conversation;
 pub use extractive::ExtractiveSummarizer;
+pub use fallback::FallbackSummarizer;
 pub use salience::salient_terms;
 
 use async_trait::async_trait;

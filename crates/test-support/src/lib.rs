@@ -1,7 +1,8 @@
 //! Test support shared by every crate's tests.
 //!
 //! - [`messages`]: deterministic conversation builders (chat, tool calls, huge messages);
-//! - [`logs`]: a log sink that records registry/guard lines so tests can assert exact text;
+//! - [`logs`]: a log sink that records registry/guard lines, and a capture of `tracing`
+//!   events, so tests can assert exact text;
 //! - [`test_engine`]: a scriptable engine (fails on chosen methods, counts calls, declares
 //!   chosen info) for registry and guard tests;
 //! - [`host`]: an in-memory host transcript with the runtime's built-in compaction, standing in

@@ -1,5 +1,6 @@
 //! `clawctx doctor`: which context engine is active and why, whether it loads, whether every
-//! configured host can run it, what is quarantined, and what is wrong with the config.
+//! configured host can run it, what is quarantined, which summarizer compaction uses, and what
+//! is wrong with the config.
 //!
 //! `--json` prints a [`DoctorReport`] (schema documented in `docs/doctor.md`; fields are only
 //! ever added). `--fix` applies the one repair the contract allows: when the selected engine
@@ -12,9 +13,16 @@ use std::sync::Arc;
 use clap::Args;
 use clawctx_config::{ConfigFile, ConfigProblem, Severity};
 use clawctx_engine::host::{cli_backend_host, embedded_host, evaluate};
+use clawctx_engine::registry::DEFAULT_ENGINE_ID;
 use clawctx_engine::resolve::SelectionReason;
 use clawctx_engine::QuarantineRecord;
+use clawctx_model::{BreakerSnapshot, BreakerState};
 use clawctx_protocol::{ContextEngineInfo, ContextEngineOperation, HostDescriptor};
+use clawctx_runtime::setup::{
+    host_summarizer, summarizer_breaker_path, ExtractiveReason, SummarizerChoice,
+    SummaryModelSource,
+};
+use clawctx_runtime::{select_backend, RuntimeError};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -107,6 +115,24 @@ pub struct PluginReport {
     pub error: Option<String>,
 }
 
+/// The summarizer one engine's compaction uses, and why.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummarizerReport {
+    /// Engine id.
+    pub engine: String,
+    /// `llm`, `extractive`, `own` (the engine summarizes by itself) or `error` (the model
+    /// config does not resolve: `run` and `chat` fail).
+    pub kind: &'static str,
+    /// `provider/model` of an LLM summarizer.
+    pub model: Option<String>,
+    /// Why: `agentModel`, `compactionModel` (for `llm`), `noModel`, `cliBackend` (for
+    /// `extractive`).
+    pub source: Option<&'static str>,
+    /// All of it in words, e.g. `llm openai/gpt-x (agent model)`.
+    pub description: String,
+}
+
 /// The whole report.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -131,6 +157,10 @@ pub struct DoctorReport {
     pub host_compatibility: Vec<HostReport>,
     /// Quarantine records.
     pub quarantines: Vec<QuarantineRecord>,
+    /// The summarizer each registered engine's compaction uses.
+    pub summarizers: Vec<SummarizerReport>,
+    /// The LLM summarizer's persisted circuit breaker, once it has recorded anything.
+    pub summarizer_breaker: Option<BreakerSnapshot>,
     /// Config problems.
     pub config_problems: Vec<ConfigProblem>,
     /// Repairs applied by `--fix`.
@@ -183,6 +213,94 @@ pub fn configured_hosts(config: &Value) -> Vec<HostDescriptor> {
         }
     }
     hosts
+}
+
+/// What compaction summarizes with under `config`, as `run` and `chat` would set it up:
+/// `Err` when the model config does not resolve.
+fn summarizer_choice(
+    global: &GlobalArgs,
+    config: &Value,
+) -> Result<SummarizerChoice, RuntimeError> {
+    let env = &clawctx_model::process_env;
+    let backend = match select_backend(config, None, env) {
+        Ok(b) => Some(b),
+        Err(RuntimeError::NoModel) => None,
+        Err(e) => return Err(e),
+    };
+    host_summarizer(config, backend.as_ref(), env, &global.state_dir()).map(|h| h.choice)
+}
+
+/// One line per registered engine: `legacy` compacts with the runtime's summarizer, `lossless`
+/// with the same model offered through the registry, plugin engines with their own (or the
+/// runtime's when they delegate compaction).
+fn summarizer_reports(
+    engines: &[RegisteredEngine],
+    choice: &Result<SummarizerChoice, RuntimeError>,
+) -> Vec<SummarizerReport> {
+    let host = |engine: &str| match choice {
+        Ok(c) => {
+            let (kind, model, source) = match c {
+                SummarizerChoice::Llm { model, source } => (
+                    "llm",
+                    Some(model.clone()),
+                    match source {
+                        SummaryModelSource::AgentModel => "agentModel",
+                        SummaryModelSource::CompactionModel => "compactionModel",
+                    },
+                ),
+                SummarizerChoice::Extractive { reason } => (
+                    "extractive",
+                    None,
+                    match reason {
+                        ExtractiveReason::NoModel => "noModel",
+                        ExtractiveReason::CliBackend => "cliBackend",
+                    },
+                ),
+            };
+            SummarizerReport {
+                engine: engine.to_owned(),
+                kind,
+                model,
+                source: Some(source),
+                description: c.to_string(),
+            }
+        }
+        Err(e) => SummarizerReport {
+            engine: engine.to_owned(),
+            kind: "error",
+            model: None,
+            source: None,
+            description: format!("none ({e})"),
+        },
+    };
+    engines
+        .iter()
+        .map(|e| {
+            if e.id == DEFAULT_ENGINE_ID || e.id == clawctx_lossless::ENGINE_ID {
+                host(&e.id)
+            } else {
+                let runtime = match choice {
+                    Ok(c) => c.to_string(),
+                    Err(_) => "none".into(),
+                };
+                SummarizerReport {
+                    engine: e.id.clone(),
+                    kind: "own",
+                    model: None,
+                    source: None,
+                    description: format!(
+                        "its own (compaction delegated to the runtime uses {runtime})"
+                    ),
+                }
+            }
+        })
+        .collect()
+}
+
+/// The breaker state file, when the LLM summarizer has written one.
+fn summarizer_breaker(global: &GlobalArgs) -> Option<BreakerSnapshot> {
+    let text = std::fs::read_to_string(summarizer_breaker_path(&global.state_dir())).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 fn explain(reason: &SelectionReason, configured: &str) -> String {
@@ -321,7 +439,7 @@ pub async fn build_report(
             Status::Warning
         });
     }
-    let registered_engines = registry
+    let registered_engines: Vec<RegisteredEngine> = registry
         .ids()
         .into_iter()
         .filter_map(|id| {
@@ -330,6 +448,18 @@ pub async fn build_report(
                 .map(|r| RegisteredEngine { id, owner: r.owner })
         })
         .collect();
+    let choice = summarizer_choice(global, &value);
+    if choice.is_err() {
+        warn(&mut status);
+    }
+    let summarizers = summarizer_reports(&registered_engines, &choice);
+    let summarizer_breaker = summarizer_breaker(global);
+    if summarizer_breaker
+        .as_ref()
+        .is_some_and(|b| b.state != BreakerState::Closed)
+    {
+        warn(&mut status);
+    }
     Ok(DoctorReport {
         schema_version: DOCTOR_SCHEMA_VERSION,
         status,
@@ -354,6 +484,8 @@ pub async fn build_report(
         plugins,
         host_compatibility,
         quarantines: registry.quarantines(),
+        summarizers,
+        summarizer_breaker,
         config_problems,
         fixes,
     })
@@ -407,6 +539,26 @@ fn print_text(r: &DoctorReport) {
             "no (runtime compaction)"
         }
     );
+    for (i, sr) in r.summarizers.iter().enumerate() {
+        let label = if i == 0 { "summarizer" } else { "" };
+        let mark = if sr.kind == "error" { "[!!]" } else { "[ok]" };
+        println!("  {mark} {label:<12}{}: {}", sr.engine, sr.description);
+    }
+    if let Some(b) = r
+        .summarizer_breaker
+        .as_ref()
+        .filter(|b| b.state != BreakerState::Closed)
+    {
+        println!(
+            "  [!!] summarizer  circuit breaker {} after {} consecutive failures (last: {}); summaries are extractive meanwhile",
+            match b.state {
+                BreakerState::HalfOpen => "half-open",
+                _ => "open",
+            },
+            b.consecutive_failures,
+            b.last_error.as_deref().unwrap_or("?")
+        );
+    }
     for h in &r.host_compatibility {
         if h.ok {
             println!("  [ok] host        {} can run it", h.label);

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use clawctx_protocol::transcript::EntryKind;
 use clawctx_transcript::{SessionFile, SessionStore};
 
 use crate::global::GlobalArgs;
@@ -27,7 +28,7 @@ enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show a session's entry and its active-branch messages.
+    /// Show a session's entry and its active-branch messages (compaction summaries in full).
     Show {
         /// Session key.
         key: String,
@@ -84,12 +85,9 @@ pub fn run(global: &GlobalArgs, args: SessionsArgs) -> anyhow::Result<ExitCode> 
                 .with_context(|| format!("no session for key {key:?}"))?;
             let path = store.transcript_path(store.agent_id_for(&key), &entry)?;
             let file = SessionFile::open(&path)?;
-            let messages: Vec<_> = file
-                .active_path()
-                .iter()
-                .filter_map(|e| e.context_message())
-                .collect();
+            let active = file.active_path();
             if json {
+                let messages: Vec<_> = active.iter().filter_map(|e| e.context_message()).collect();
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
@@ -105,8 +103,25 @@ pub fn run(global: &GlobalArgs, args: SessionsArgs) -> anyhow::Result<ExitCode> 
                 for w in file.warnings() {
                     println!("warning: {w}");
                 }
-                for m in &messages {
-                    println!("{:>17}: {}", m.role(), one_line(&m.plain_text(), 120));
+                for e in &active {
+                    match &e.kind {
+                        // A compaction's summary is what the model sees instead of everything
+                        // before it: shown whole, not cut to one line.
+                        EntryKind::Compaction(c) => {
+                            println!(
+                                "{:>17}: {} tokens before, kept from entry {}",
+                                "compaction", c.tokens_before, c.first_kept_entry_id
+                            );
+                            for line in c.summary.lines() {
+                                println!("{:>17}  {line}", "|");
+                            }
+                        }
+                        _ => {
+                            if let Some(m) = e.context_message() {
+                                println!("{:>17}: {}", m.role(), one_line(&m.plain_text(), 120));
+                            }
+                        }
+                    }
                 }
             }
         }
