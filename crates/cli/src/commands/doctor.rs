@@ -22,6 +22,7 @@ use clawctx_runtime::setup::{
     host_summarizer, summarizer_breaker_path, ExtractiveReason, SummarizerChoice,
     SummaryModelSource,
 };
+use clawctx_runtime::outbox::{inspect_outbox, OutboxReport};
 use clawctx_runtime::{select_backend, RuntimeError};
 use serde::Serialize;
 use serde_json::Value;
@@ -161,6 +162,8 @@ pub struct DoctorReport {
     pub summarizers: Vec<SummarizerReport>,
     /// The LLM summarizer's persisted circuit breaker, once it has recorded anything.
     pub summarizer_breaker: Option<BreakerSnapshot>,
+    /// Durable turns' commits waiting for their engine, and outbox files that cannot be read.
+    pub outbox: OutboxReport,
     /// Config problems.
     pub config_problems: Vec<ConfigProblem>,
     /// Repairs applied by `--fix`.
@@ -460,6 +463,10 @@ pub async fn build_report(
     {
         warn(&mut status);
     }
+    let outbox = inspect_outbox(&global.state_dir());
+    if !outbox.problems.is_empty() {
+        warn(&mut status);
+    }
     Ok(DoctorReport {
         schema_version: DOCTOR_SCHEMA_VERSION,
         status,
@@ -486,6 +493,7 @@ pub async fn build_report(
         quarantines: registry.quarantines(),
         summarizers,
         summarizer_breaker,
+        outbox,
         config_problems,
         fixes,
     })
@@ -557,6 +565,19 @@ fn print_text(r: &DoctorReport) {
             },
             b.consecutive_failures,
             b.last_error.as_deref().unwrap_or("?")
+        );
+    }
+    if r.outbox.pending > 0 {
+        println!(
+            "  [ok] outbox      {} durable turn commit(s) waiting: delivered before the session's next turn",
+            r.outbox.pending
+        );
+    }
+    for p in &r.outbox.problems {
+        println!(
+            "  [!!] outbox      {} cannot be read ({}); the turn it holds was not delivered to its engine: fix or remove the file",
+            p.path.display(),
+            p.problem
         );
     }
     for h in &r.host_compatibility {
