@@ -52,8 +52,12 @@ function send(msg) {
 // call's services) through an AsyncLocalStorage. On Node 20 an active AsyncLocalStorage hooks
 // every promise of the process, so it is only switched on once the plugin touches `api.llm` or
 // `api.runtime`; `runtimeContext.llm` (per call) carries its call id in a closure instead.
+// The call during which that first touch happens is not inside the storage: while its
+// synchronous part runs, `syncCallId` names it. A callback naming no call is refused by the
+// host (it never guesses whose services to use).
 const callStore = new AsyncLocalStorage();
 let callStoreInUse = false;
+let syncCallId;
 let nextHostId = 1;
 const hostPending = new Map();
 
@@ -79,7 +83,8 @@ function safeJson(v) {
 }
 
 function llmComplete(request) {
-  return llmCompleteFor(callStore.getStore(), request);
+  const id = callStore.getStore();
+  return llmCompleteFor(id !== undefined ? id : syncCallId, request);
 }
 
 function llmCompleteFor(callId, request) {
@@ -593,7 +598,7 @@ async function callEngine(method, params, id) {
         `context engine "${instanceId}" modified an input message (${err.message}); it gets copies of its messages from now on, which is slower`,
       ]);
       const again = Object.assign({}, pristine, { messages: resolved.messages.map((m) => structuredClone(m)) });
-      result = await engine[method](again);
+      result = await (callStoreInUse ? callStore.run(id, () => engine[method](again)) : engine[method](again));
     }
     if (method === 'prepareSubagentSpawn') {
       if (result && typeof result.rollback === 'function') {
@@ -654,7 +659,12 @@ function onMessage(msg) {
           handleRequest(msg);
         });
       } else {
-        handleRequest(msg);
+        syncCallId = msg.id;
+        try {
+          handleRequest(msg);
+        } finally {
+          syncCallId = undefined;
+        }
       }
     } else if (msg.method === '$/cancelRequest') {
       const controller = state.controllers.get(msg.params && msg.params.id);

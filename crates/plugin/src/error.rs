@@ -52,12 +52,30 @@ pub enum PluginError {
     #[error("{0}")]
     Dead(String),
     /// A call did not answer in time; the process was killed.
-    #[error("plugin call `{method}` timed out after {timeout_ms} ms")]
+    #[error("plugin \"{plugin_id}\" did not answer `{method}`: timed out after {timeout_ms} ms; the process was killed")]
     Timeout {
+        /// The plugin.
+        plugin_id: String,
         /// The JSON-RPC method.
         method: String,
         /// The timeout.
         timeout_ms: u64,
+    },
+    /// The plugin stopped reading its input: what the host had to write (a request, the
+    /// notice that a call is no longer wanted, an answer to a plugin→host request) could not
+    /// be written within its limit, so the pipe stayed full. The process was killed. (The
+    /// message avoids the words the guard reads as the caller's own abort: this is the
+    /// plugin's failure even when the caller gave up first.)
+    #[error("plugin \"{plugin_id}\" stopped reading its input: the host could not write {what} within {limit_ms} ms; the process was killed")]
+    StoppedReading {
+        /// The plugin.
+        plugin_id: String,
+        /// The JSON-RPC method of the call (or of the plugin→host request answered).
+        method: String,
+        /// What could not be written, naming the method.
+        what: String,
+        /// How long the host waited for the pipe.
+        limit_ms: u64,
     },
     /// The plugin answered with a JSON-RPC error object (the engine threw).
     #[error("{message}")]

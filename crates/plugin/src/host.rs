@@ -2,11 +2,20 @@
 //!
 //! [`PluginHost`] starts the process lazily (or eagerly from `register_plugin`), performs the
 //! `initialize` handshake, and hands out the live [`Connection`] with a *generation* number.
-//! When the process dies (crash, protocol violation, timeout) the next call starts a new one
-//! after a backoff (100 ms doubling to 5 s); engine instances notice the new generation and
-//! re-create themselves. The quarantine will usually have downgraded the engine already, so
-//! this is for the engines of the same plugin that were not involved and for later resolves.
+//! When the process dies (crash, protocol violation, timeout, a pipe it stopped reading) the
+//! next call starts a new one; engine instances notice the new generation and re-create
+//! themselves. The quarantine will usually have downgraded the engine already, so this is for
+//! the engines of the same plugin that were not involved and for later resolves.
+//!
+//! Restarts back off, or a plugin that crashes on every call would be restarted at once,
+//! forever. Each dead process and each failed start is one *consecutive failure*; the count
+//! goes back to zero only when a process answers a call with a result, the setup calls
+//! (`initialize`, `engine/create`) not counted, since every new process passes those before it
+//! fails again. After the n-th consecutive failure the next process starts no earlier than
+//! `backoff_base × 2^(n−1)` (capped at `backoff_max`) after that failure: 100 ms, 200 ms,
+//! 400 ms, … 5 s by default. `docs/plugin-protocol.md` gives the same numbers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -31,7 +40,7 @@ pub struct HostOptions {
     pub init_timeout: Duration,
     /// Cap on one protocol message.
     pub max_message_bytes: usize,
-    /// First restart delay.
+    /// Restart delay after the first consecutive failure (doubled after each further one).
     pub backoff_base: Duration,
     /// Longest restart delay.
     pub backoff_max: Duration,
@@ -60,7 +69,10 @@ impl Default for HostOptions {
 struct State {
     conn: Option<Arc<Connection>>,
     generation: u64,
+    /// Consecutive failures: dead processes and failed starts since a process last served a
+    /// call.
     failures: u32,
+    /// No process starts before this.
     retry_at: Option<Instant>,
 }
 
@@ -74,6 +86,7 @@ pub struct PluginHost {
     services: SharedServices,
     init: Mutex<Option<InitializeResult>>,
     pid: Mutex<Option<u32>>,
+    starts: AtomicU64,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -102,6 +115,7 @@ impl PluginHost {
             services: Arc::new(RwLock::new(None)),
             init: Mutex::new(None),
             pid: Mutex::new(None),
+            starts: AtomicU64::new(0),
         }
     }
 
@@ -141,15 +155,29 @@ impl PluginHost {
             .map(|c| (c.clone(), st.generation))
     }
 
-    /// The live connection and its generation, (re)starting the process when needed.
+    /// The live connection and its generation, (re)starting the process when needed, no
+    /// earlier than the backoff allows (see the module header).
     pub async fn connection(&self) -> Result<(Arc<Connection>, u64), PluginError> {
         let mut st = self.state.lock().await;
         if let Some(c) = st.conn.as_ref().filter(|c| c.is_alive()) {
             return Ok((c.clone(), st.generation));
         }
         if let Some(dead) = st.conn.take() {
+            // A process that served a call ended the previous streak: its death starts anew.
+            if dead.served_calls() > 0 {
+                st.failures = 0;
+            }
+            st.failures = st.failures.saturating_add(1);
+            let died = dead.died_at().unwrap_or_else(Instant::now);
+            let delay = self.restart_delay(st.failures);
+            st.retry_at = Some(died + delay);
             if let Some(reason) = dead.dead_reason() {
-                tracing::warn!(plugin = %self.plugin_id, "plugin process died: {reason}; restarting");
+                tracing::warn!(
+                    plugin = %self.plugin_id,
+                    "plugin process died: {reason}; restarting ({} consecutive failures, after {} ms)",
+                    st.failures,
+                    delay.as_millis()
+                );
             }
             drop(dead);
         }
@@ -159,10 +187,10 @@ impl PluginHost {
                 tokio::time::sleep(at - now).await;
             }
         }
+        self.starts.fetch_add(1, Ordering::Relaxed);
         match self.start().await {
             Ok((conn, init)) => {
                 st.generation += 1;
-                st.failures = 0;
                 st.retry_at = None;
                 if let Ok(mut p) = self.pid.lock() {
                     *p = Some(conn.pid());
@@ -174,17 +202,28 @@ impl PluginHost {
                 Ok((conn, st.generation))
             }
             Err(e) => {
-                let exp = st.failures.min(16);
-                st.failures += 1;
-                let delay = self
-                    .options
-                    .backoff_base
-                    .saturating_mul(1u32 << exp.min(10))
-                    .min(self.options.backoff_max);
-                st.retry_at = Some(Instant::now() + delay);
+                st.failures = st.failures.saturating_add(1);
+                st.retry_at = Some(Instant::now() + self.restart_delay(st.failures));
                 Err(e)
             }
         }
+    }
+
+    /// The delay after the `failures`-th consecutive failure: `backoff_base × 2^(failures−1)`,
+    /// at most `backoff_max` (none before any failure).
+    pub fn restart_delay(&self, failures: u32) -> Duration {
+        let Some(doublings) = failures.checked_sub(1) else {
+            return Duration::ZERO;
+        };
+        self.options
+            .backoff_base
+            .saturating_mul(1u32 << doublings.min(20))
+            .min(self.options.backoff_max)
+    }
+
+    /// How many processes were started (the first one included): restarts are this less one.
+    pub fn starts(&self) -> u64 {
+        self.starts.load(Ordering::Relaxed)
     }
 
     async fn start(&self) -> Result<(Arc<Connection>, InitializeResult), PluginError> {

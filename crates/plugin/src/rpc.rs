@@ -10,6 +10,22 @@
 //! dead; a timed-out call kills the process, since a plugin that stopped answering is in an
 //! unknown state.
 //!
+//! Nothing here waits on the plugin without a bound. A plugin stuck in synchronous code stops
+//! reading its stdin, and once the pipe is full (64 KiB on Linux) every write to it blocks;
+//! since writers share the pipe's lock, one blocked write would hold up every call, `shutdown`
+//! included. So a call has one deadline (its timeout) over waiting for the pipe, writing its
+//! line and waiting for the answer; the notice that an aborted call is no longer wanted
+//! (`$/cancelRequest`) and answers to plugin→host requests get [`WRITE_GRACE`]. A write that
+//! misses its limit means the plugin stopped reading: it is killed with its process group and
+//! the call fails with [`PluginError::StoppedReading`], naming the plugin, the method and the
+//! limit. An abort never cuts a line short (the next line would be glued to the torn one):
+//! the line is finished within the grace, and a write whose future is dropped mid-line kills
+//! the process.
+//!
+//! Plugin→host callbacks act for a session, so they are served with the runtime services of
+//! the host request their `callId` names, and of no other: a callback that names no call in
+//! progress is refused (`host/log` needs no session and is always served).
+//!
 //! Cost matters here: every lifecycle call crosses this code twice with the whole history in
 //! it. Requests are written from bytes the caller serialized straight from its typed params
 //! ([`Connection::call_encoded`]), never through a `serde_json::Value` tree. Replies are read
@@ -17,17 +33,20 @@
 //! directly, no reactor round trip) and split into envelope fields without parsing the
 //! result: the caller gets the result's raw JSON ([`Reply`]) and decodes it into the type it
 //! wants, once. The common reply shape our runners write,
-//! `{"jsonrpc":"2.0","id":N,"result":…}`, is split by position alone; the result is then
-//! validated by whoever decodes it (any decode parses it in full), so a malformed result is
-//! still reported as an invalid result of that call. Everything else goes through the
-//! envelope parser. Plugin→host requests are served on the async runtime.
+//! `{"jsonrpc":"2.0","id":N,"result":…}`, is split by position: the result's end is found by
+//! matching brackets outside strings, and only the envelope's `}` may follow it. The result is
+//! then validated by whoever decodes it (any decode parses it in full), so a malformed result
+//! is still reported as an invalid result of that call. Everything else, members beside
+//! `result` included (`"error":null`, extensions), goes through the envelope parser, where a
+//! non-null `error` makes the reply an error whatever `result` says. Plugin→host requests are
+//! served on the async runtime.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use clawctx_engine::{CallContext, LlmCompleteRequest, RuntimeServices};
+use clawctx_engine::{AbortSignal, CallContext, LlmCompleteRequest, RuntimeServices};
 use clawctx_protocol::{TranscriptRewriteRequest, TranscriptRewriteResult};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -36,6 +55,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::error::PluginError;
 use crate::message_refs::{Limits as MessageRefLimits, MessageRefs};
@@ -54,6 +74,17 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const ENGINE_ERROR: i64 = -32000;
 /// The runner does not hold a message a request referenced (see [`crate::message_refs`]).
 pub const UNKNOWN_MESSAGE_REF: i64 = -32010;
+
+/// How long the host waits to write what it sends outside a call's own request: the notice
+/// that a call was given up (`$/cancelRequest`, after an abort; never past the call's
+/// deadline) and the answers to plugin→host requests. A plugin that does not take them in
+/// that time keeps its input pipe full: it has stopped reading and is killed.
+pub const WRITE_GRACE: Duration = Duration::from_secs(2);
+
+/// The calls every new process gets before it does any work (the handshake and instance
+/// creation): answering them does not show that the process works (see
+/// [`Connection::served_calls`]).
+pub const SETUP_METHODS: [&str; 2] = ["initialize", "engine/create"];
 
 /// An engine a plugin registered, as the handshake reports it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -180,21 +211,53 @@ struct Shared {
     plugin_id: String,
     stdin: tokio::sync::Mutex<ChildStdin>,
     pending: Mutex<HashMap<u64, Pending>>,
-    dead: Mutex<Option<String>>,
+    /// Why and when the connection died (the first reason wins).
+    dead: Mutex<Option<(String, std::time::Instant)>>,
     process: ProcessInfo,
     default_services: SharedServices,
 }
 
+/// What the host writes to a plugin, for the message when it cannot.
+#[derive(Clone, Copy)]
+enum Line {
+    /// A call's request.
+    Request,
+    /// `$/cancelRequest` for a call the caller gave up.
+    Notice,
+    /// An answer to a plugin→host request.
+    Answer,
+    /// A notification.
+    Notification,
+}
+
+/// A write that did not finish.
+enum WriteError {
+    /// The pipe stayed busy or full until the limit (the plugin is not reading).
+    Stalled,
+    /// The pipe broke (the process is going away; the reader says why).
+    Io(std::io::Error),
+}
+
 impl Shared {
     fn dead_reason(&self) -> Option<String> {
-        self.dead.lock().ok().and_then(|d| d.clone())
+        self.dead
+            .lock()
+            .ok()
+            .and_then(|d| d.as_ref().map(|(reason, _)| reason.clone()))
+    }
+
+    fn died_at(&self) -> Option<std::time::Instant> {
+        self.dead
+            .lock()
+            .ok()
+            .and_then(|d| d.as_ref().map(|(_, at)| *at))
     }
 
     /// Marks the connection dead (first reason wins) and fails every pending call.
     fn fail(&self, reason: String) {
         if let Ok(mut d) = self.dead.lock() {
             if d.is_none() {
-                *d = Some(reason);
+                *d = Some((reason, std::time::Instant::now()));
             }
         }
         let reason = self.dead_reason().unwrap_or_default();
@@ -207,27 +270,169 @@ impl Shared {
         }
     }
 
-    async fn write(&self, msg: &Value) -> Result<(), std::io::Error> {
-        let mut line = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+    /// Fails every pending call with `reason` and kills the process group.
+    fn kill(&self, reason: String) {
+        self.fail(reason);
+        self.process.kill();
+    }
+
+    /// The plugin did not take `line` (of `method`) within `waited`: killed.
+    fn stopped_reading(&self, method: &str, line: Line, waited: Duration) -> PluginError {
+        let what = match line {
+            Line::Request => format!("the `{method}` request"),
+            Line::Notice => format!("the notice that `{method}` is no longer wanted"),
+            Line::Answer => format!("its answer to `{method}`"),
+            Line::Notification => format!("the `{method}` notification"),
+        };
+        let err = PluginError::StoppedReading {
+            plugin_id: self.plugin_id.clone(),
+            method: method.to_owned(),
+            what,
+            limit_ms: millis(waited),
+        };
+        self.kill(err.to_string());
+        err
+    }
+
+    /// `method` got no answer within `timeout`: killed (its state is unknown).
+    fn timed_out(&self, method: &str, timeout: Duration) -> PluginError {
+        let err = PluginError::Timeout {
+            plugin_id: self.plugin_id.clone(),
+            method: method.to_owned(),
+            timeout_ms: millis(timeout),
+        };
+        self.kill(err.to_string());
+        err
+    }
+
+    /// Writes one complete, `\n`-terminated line, waiting for the pipe (and for other writers)
+    /// no later than `limit`. `method` names the line in the message of a line left torn.
+    async fn write_line_until(
+        &self,
+        method: &str,
+        line: &[u8],
+        limit: Instant,
+    ) -> Result<(), WriteError> {
+        let Ok(mut stdin) = tokio::time::timeout_at(limit, self.stdin.lock()).await else {
+            return Err(WriteError::Stalled);
+        };
+        let mut in_flight = LineInFlight::new(self, method);
+        let written = tokio::time::timeout_at(limit, write_line(&mut stdin, line)).await;
+        in_flight.done();
+        match written {
+            Err(_) => Err(WriteError::Stalled),
+            Ok(Err(e)) => Err(WriteError::Io(e)),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
+    /// Answers a plugin→host request (`method` is what it asked for). A plugin that does not
+    /// take the answer within [`WRITE_GRACE`] has stopped reading: it is killed.
+    async fn reply(&self, method: &str, msg: &Value) {
+        let Ok(mut line) = serde_json::to_vec(msg) else {
+            return;
+        };
         line.push(b'\n');
-        self.write_line(&line).await
+        let limit = Instant::now() + WRITE_GRACE;
+        if let Err(WriteError::Stalled) = self.write_line_until(method, &line, limit).await {
+            let err = self.stopped_reading(method, Line::Answer, WRITE_GRACE);
+            tracing::warn!(plugin = %self.plugin_id, "{err}");
+        }
     }
 
-    /// Writes one complete, `\n`-terminated line.
-    async fn write_line(&self, line: &[u8]) -> Result<(), std::io::Error> {
-        let mut stdin = self.stdin.lock().await;
-        stdin.write_all(line).await?;
-        stdin.flush().await
+    /// The services a plugin→host `method` is served with: those of the host request its
+    /// `callId` names, and only those. A callback never borrows the services of another call
+    /// in flight (another session's): without a `callId` it gets the host's default services
+    /// (set for callbacks made outside any call), or an error; with an id that is not a
+    /// request in progress, an error. `Ok(None)`: the call has no services (and the host no
+    /// defaults).
+    fn services_for(
+        &self,
+        method: &str,
+        params: &Value,
+    ) -> Result<Option<Arc<dyn RuntimeServices>>, String> {
+        let defaults = || self.default_services.read().ok().and_then(|s| s.clone());
+        let Some(call_id) = params.get("callId").filter(|v| !v.is_null()) else {
+            return defaults().map(Some).ok_or_else(|| {
+                format!(
+                    "{method} needs the callId of the host request it serves (callId missing): a callback is only served with that call's runtime services"
+                )
+            });
+        };
+        let pending = self
+            .pending
+            .lock()
+            .map_err(|_| format!("{method}: the host's call table is unavailable"))?;
+        match call_id.as_u64().and_then(|id| pending.get(&id)) {
+            Some(call) => Ok(call.services.clone().or_else(defaults)),
+            None => Err(format!(
+                "{method} names callId {call_id}, which is not a host request in progress (callId unknown)"
+            )),
+        }
+    }
+}
+
+/// Writes `line` and flushes.
+async fn write_line(stdin: &mut ChildStdin, line: &[u8]) -> std::io::Result<()> {
+    stdin.write_all(line).await?;
+    stdin.flush().await
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Kills the process when dropped while a line is being written: the write's future was
+/// dropped (its caller went away) with the line possibly half-written, and whatever is
+/// written next would be glued to the torn line.
+struct LineInFlight<'a> {
+    shared: &'a Shared,
+    method: &'a str,
+    armed: bool,
+}
+
+impl<'a> LineInFlight<'a> {
+    fn new(shared: &'a Shared, method: &'a str) -> Self {
+        Self {
+            shared,
+            method,
+            armed: true,
+        }
     }
 
-    fn services_for(&self, call_id: Option<u64>) -> Option<Arc<dyn RuntimeServices>> {
-        let pending = self.pending.lock().ok()?;
-        let by_call = call_id
-            .and_then(|id| pending.get(&id))
-            .and_then(|p| p.services.clone());
-        by_call
-            .or_else(|| pending.values().find_map(|p| p.services.clone()))
-            .or_else(|| self.default_services.read().ok().and_then(|s| s.clone()))
+    fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    /// The write finished (or failed, or timed out and the caller handles it).
+    fn done(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for LineInFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.kill(format!(
+                "plugin \"{}\": `{}` was left half-written when its caller went away; the process was killed",
+                self.shared.plugin_id, self.method
+            ));
+        }
+    }
+}
+
+/// Removes a call's pending entry however the call ends (answered, failed, or dropped by its
+/// caller), so a late callback naming it is not served.
+struct PendingEntry<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for PendingEntry<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.remove(&self.id);
+        }
     }
 }
 
@@ -238,6 +443,8 @@ pub struct Connection {
     next_id: AtomicU64,
     /// Messages the process holds, when the runner supports references.
     refs: Mutex<Option<MessageRefs>>,
+    /// Calls answered with a result, the setup calls ([`SETUP_METHODS`]) not counted.
+    served: AtomicU64,
 }
 
 impl std::fmt::Debug for Connection {
@@ -283,6 +490,7 @@ impl Connection {
             process,
             next_id: AtomicU64::new(1),
             refs: Mutex::new(None),
+            served: AtomicU64::new(0),
         }))
     }
 
@@ -301,15 +509,26 @@ impl Connection {
         self.dead_reason().is_none()
     }
 
-    /// Kills the process and fails pending calls with `reason`.
-    pub fn kill(&self, reason: String) {
-        self.shared.fail(reason);
-        self.process.info().kill();
+    /// When the connection died (the first failure), if it did.
+    pub fn died_at(&self) -> Option<std::time::Instant> {
+        self.shared.died_at()
     }
 
-    /// Sends a request and waits for its response, at most `timeout`. The call context's
-    /// services serve `host/llm.complete` callbacks made while it runs; its abort signal
-    /// cancels it (`$/cancelRequest` is sent to the plugin).
+    /// How many calls were answered with a result, the setup calls ([`SETUP_METHODS`]) not
+    /// counted: a process that served one had worked (see [`crate::host`]'s backoff).
+    pub fn served_calls(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+
+    /// Kills the process and fails pending calls with `reason`.
+    pub fn kill(&self, reason: String) {
+        self.shared.kill(reason);
+    }
+
+    /// Sends a request and waits for its response, at most `timeout` in all (waiting for the
+    /// pipe and writing included). The call context's services serve the plugin's callbacks
+    /// that name this call; its abort signal gives the call up (`$/cancelRequest` is sent to
+    /// the plugin).
     pub async fn call(
         &self,
         method: &str,
@@ -359,6 +578,9 @@ impl Connection {
         if let Some(reason) = self.shared.dead_reason() {
             return Err(PluginError::Dead(reason));
         }
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let abort = cx.and_then(|c| c.abort.as_ref());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.shared.pending.lock() {
@@ -370,11 +592,28 @@ impl Connection {
                 },
             );
         }
+        let _entry = PendingEntry {
+            shared: &self.shared,
+            id,
+        };
         if let Some(reason) = self.shared.dead_reason() {
-            self.remove_pending(id);
             return Err(PluginError::Dead(reason));
         }
-        let mut stdin = self.shared.stdin.lock().await;
+
+        // The pipe. Waiting for it counts against the deadline (another writer may be stuck
+        // on a plugin that stopped reading); an abort meanwhile gives up at once, as nothing
+        // was written.
+        let mut stdin = tokio::select! {
+            biased;
+            _ = aborted(abort) => return Err(aborted_error(abort)),
+            locked = tokio::time::timeout_at(deadline, self.shared.stdin.lock()) => match locked {
+                Ok(stdin) => stdin,
+                Err(_) => {
+                    let err = self.shared.stopped_reading(method, Line::Request, timeout);
+                    return Err(err);
+                }
+            },
+        };
         let built = match self.refs.lock() {
             Ok(mut refs) => build(refs.as_mut()),
             Err(_) => build(None),
@@ -382,7 +621,6 @@ impl Connection {
         let params = match built {
             Ok(p) => p,
             Err(e) => {
-                self.remove_pending(id);
                 return Err(PluginError::Encode {
                     method: method.to_owned(),
                     message: e.to_string(),
@@ -390,50 +628,85 @@ impl Connection {
             }
         };
         let line = request_line(id, method, params.as_ref());
-        let shared = &self.shared;
-        let exchange = async move {
-            // A write error means the process is going away: the reader reports why.
-            let written = async {
-                stdin.write_all(&line).await?;
-                stdin.flush().await
-            };
-            if let Err(e) = written.await {
-                tracing::debug!(plugin = %shared.plugin_id, "write failed: {e}");
+
+        // The request line, by the deadline. An abort does not cut it short (the next line
+        // would be glued to the torn one): the line is finished, and the notice that the call
+        // is given up written after it, within WRITE_GRACE of the abort.
+        let mut limit = deadline;
+        let mut aborted_at = None;
+        let mut in_flight = LineInFlight::new(&self.shared, method);
+        let written = {
+            let write = write_line(&mut stdin, &line);
+            tokio::pin!(write);
+            loop {
+                tokio::select! {
+                    r = tokio::time::timeout_at(limit, &mut write) => break r,
+                    _ = aborted(abort), if aborted_at.is_none() => {
+                        let now = Instant::now();
+                        aborted_at = Some(now);
+                        limit = limit.min(now + WRITE_GRACE);
+                    }
+                }
             }
-            drop(stdin);
-            match rx.await {
-                Ok(r) => r,
-                Err(_) => Err(PluginError::Dead(
-                    shared
+        };
+        in_flight.done();
+        let waited = |limit: Instant| limit.saturating_duration_since(aborted_at.unwrap_or(start));
+        match written {
+            Err(_) => {
+                return Err(self
+                    .shared
+                    .stopped_reading(method, Line::Request, waited(limit)))
+            }
+            // The process is going away: the reader reports why.
+            Ok(Err(e)) => {
+                tracing::debug!(plugin = %self.shared.plugin_id, "write failed: {e}");
+                if aborted_at.is_some() {
+                    return Err(aborted_error(abort));
+                }
+            }
+            Ok(Ok(())) => {}
+        }
+        if aborted_at.is_some() {
+            in_flight.arm();
+            let notice = cancel_line(id);
+            let sent = tokio::time::timeout_at(limit, write_line(&mut stdin, &notice)).await;
+            in_flight.done();
+            return match sent {
+                Err(_) => Err(self
+                    .shared
+                    .stopped_reading(method, Line::Notice, waited(limit))),
+                Ok(_) => Err(aborted_error(abort)),
+            };
+        }
+        drop(stdin);
+
+        // The answer, by the deadline. On an abort the plugin is told (best effort, bounded).
+        let outcome = tokio::select! {
+            answer = tokio::time::timeout_at(deadline, rx) => match answer {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(_)) => Err(PluginError::Dead(
+                    self.shared
                         .dead_reason()
                         .unwrap_or_else(|| "plugin connection closed".into()),
                 )),
-            }
-        };
-        let abort = cx.and_then(|c| c.abort.clone());
-        let aborted = async {
-            match &abort {
-                Some(a) => a.aborted().await,
-                None => futures::future::pending::<()>().await,
-            }
-        };
-        let outcome = tokio::select! {
-            r = tokio::time::timeout(timeout, exchange) => match r {
-                Ok(r) => r,
-                Err(_) => {
-                    self.remove_pending(id);
-                    let err = PluginError::Timeout { method: method.to_owned(), timeout_ms: timeout.as_millis() as u64 };
-                    self.kill(err.to_string());
-                    Err(err)
-                }
+                Err(_) => Err(self.shared.timed_out(method, timeout)),
             },
-            _ = aborted => {
+            _ = aborted(abort) => {
                 self.remove_pending(id);
-                let _ = self.shared.write(&json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}})).await;
-                let reason = abort.map(|a| a.reason()).unwrap_or_default();
-                Err(PluginError::Aborted(reason))
+                let now = Instant::now();
+                let limit = deadline.min(now + WRITE_GRACE);
+                let notice = cancel_line(id);
+                match self.shared.write_line_until(method, &notice, limit).await {
+                    Err(WriteError::Stalled) => {
+                        Err(self.shared.stopped_reading(method, Line::Notice, limit - now))
+                    }
+                    Ok(()) | Err(WriteError::Io(_)) => Err(aborted_error(abort)),
+                }
             }
         };
+        if outcome.is_ok() && !SETUP_METHODS.contains(&method) {
+            self.served.fetch_add(1, Ordering::Relaxed);
+        }
         outcome.map(|reply| (params, reply))
     }
 
@@ -460,12 +733,29 @@ impl Connection {
         }
     }
 
-    /// Sends a notification (no response).
+    /// Sends a notification (no response), within [`WRITE_GRACE`]; a plugin that does not
+    /// take it in time has stopped reading and is killed.
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), PluginError> {
-        self.shared
-            .write(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
-            .await
-            .map_err(|e| PluginError::Dead(format!("cannot write to plugin: {e}")))
+        let mut line =
+            serde_json::to_vec(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+                .map_err(|e| PluginError::Encode {
+                    method: method.to_owned(),
+                    message: e.to_string(),
+                })?;
+        line.push(b'\n');
+        let limit = Instant::now() + WRITE_GRACE;
+        match self.shared.write_line_until(method, &line, limit).await {
+            Ok(()) => Ok(()),
+            Err(WriteError::Stalled) => {
+                Err(self
+                    .shared
+                    .stopped_reading(method, Line::Notification, WRITE_GRACE))
+            }
+            Err(WriteError::Io(e)) => Err(PluginError::Dead(format!(
+                "cannot write `{method}` to plugin \"{}\": {e}",
+                self.shared.plugin_id
+            ))),
+        }
     }
 
     fn remove_pending(&self, id: u64) {
@@ -473,6 +763,24 @@ impl Connection {
             p.remove(&id);
         }
     }
+}
+
+/// Resolves when `abort` is aborted (never without one).
+async fn aborted(abort: Option<&AbortSignal>) {
+    match abort {
+        Some(a) => a.aborted().await,
+        None => futures::future::pending::<()>().await,
+    }
+}
+
+fn aborted_error(abort: Option<&AbortSignal>) -> PluginError {
+    PluginError::Aborted(abort.map(AbortSignal::reason).unwrap_or_default())
+}
+
+/// `$/cancelRequest` for request `id`.
+fn cancel_line(id: u64) -> Vec<u8> {
+    format!("{{\"jsonrpc\":\"2.0\",\"method\":\"$/cancelRequest\",\"params\":{{\"id\":{id}}}}}\n")
+        .into_bytes()
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>}\n`, with `params` copied
@@ -571,9 +879,10 @@ fn blocking_stdout(stdout: ChildStdout) -> std::io::Result<std::fs::File> {
 }
 
 /// Splits the reply shape our runners write, `{"jsonrpc":"2.0","id":N,"result":R}`, by
-/// position: `(N, range of R)`. `None` for any other shape. `R` is not validated here (see the
-/// module header): if the line had other members after `result`, `R` is not valid JSON and its
-/// decoder says so.
+/// position: `(N, range of R)`. `None` for any other shape, members after `result` included
+/// (`"error":null`, extensions): those go through the envelope parser. `R`'s end is found by
+/// matching brackets outside strings ([`value_end`]); `R` is not validated here (see the
+/// module header), so a malformed `R` is reported by its decoder as an invalid result.
 fn plain_result(line: &str) -> Option<(u64, std::ops::Range<usize>)> {
     const HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
     const RESULT: &str = r#","result":"#;
@@ -582,8 +891,57 @@ fn plain_result(line: &str) -> Option<(u64, std::ops::Range<usize>)> {
     let id: u64 = rest.get(..digits)?.parse().ok()?;
     let body = rest.get(digits..)?.strip_prefix(RESULT)?;
     let start = line.len() - body.len();
-    let end = start + body.trim_end().strip_suffix('}')?.len();
-    (end > start).then_some((id, start..end))
+    let end = value_end(line.as_bytes(), start)?;
+    let after = line
+        .get(end..)?
+        .trim_matches(|c| matches!(c, ' ' | '\t' | '\r' | '\n'));
+    (after == "}" && end > start).then_some((id, start..end))
+}
+
+/// Where the JSON value starting at `bytes[start]` ends: the index just past it, found by
+/// matching brackets and skipping strings (escapes included). Nothing is validated. A value
+/// that does not start right at `start` (whitespace) or is not closed gives `None`.
+fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = start;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            b'"' => {
+                // To the closing quote: most of a result is string content.
+                let mut j = i + 1;
+                loop {
+                    let k = bytes
+                        .get(j..)?
+                        .iter()
+                        .position(|c| *c == b'"' || *c == b'\\')?;
+                    j += k;
+                    if bytes.get(j) == Some(&b'\\') {
+                        j += 2;
+                    } else {
+                        break;
+                    }
+                }
+                if depth == 0 {
+                    return Some(j + 1);
+                }
+                i = j;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            // The end of a bare value (number, literal).
+            b'}' | b']' | b',' | b' ' | b'\t' | b'\r' | b'\n' if depth == 0 => {
+                return (i > start).then_some(i);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 fn read_loop(shared: Arc<Shared>, stdout: std::fs::File, max: usize, rt: Handle) {
@@ -651,10 +1009,11 @@ fn complete(shared: &Shared, id: u64, outcome: Result<Reply, PluginError>) {
 }
 
 /// Writes a reply to a plugin→host request from the runtime.
-fn reply_later(rt: &Handle, shared: &Arc<Shared>, msg: Value) {
+fn reply_later(rt: &Handle, shared: &Arc<Shared>, method: &str, msg: Value) {
     let shared = shared.clone();
+    let method = method.to_owned();
     rt.spawn(async move {
-        let _ = shared.write(&msg).await;
+        shared.reply(&method, &msg).await;
     });
 }
 
@@ -670,8 +1029,10 @@ fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
         let params: Value = params
             .and_then(|p| serde_json::from_str(p.get()).ok())
             .unwrap_or(Value::Null);
+        let rpc_error = |id: &Value, code: i64, message: &str| json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
         match method {
             "host/log" => {
+                // Needs no session: served with or without a callId.
                 let level = params
                     .get("level")
                     .and_then(Value::as_str)
@@ -688,6 +1049,7 @@ fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
                     reply_later(
                         rt,
                         shared,
+                        method,
                         json!({"jsonrpc": "2.0", "id": id, "result": null}),
                     );
                 }
@@ -696,38 +1058,54 @@ fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
                 let Some(id) = id else { return };
                 let shared = shared.clone();
                 rt.spawn(async move {
-                    let call_id = params.get("callId").and_then(Value::as_u64);
-                    let reply = match serde_json::from_value::<LlmCompleteRequest>(
-                        params.get("request").cloned().unwrap_or(Value::Null),
+                    let method = "host/llm.complete";
+                    let reply = match (
+                        shared.services_for(method, &params),
+                        serde_json::from_value::<LlmCompleteRequest>(
+                            params.get("request").cloned().unwrap_or(Value::Null),
+                        ),
                     ) {
-                        Err(e) => {
-                            json!({"jsonrpc": "2.0", "id": id, "error": {"code": INVALID_PARAMS, "message": format!("invalid llm.complete request: {e}")}})
-                        }
-                        Ok(request) => match shared.services_for(call_id) {
-                            None => {
-                                json!({"jsonrpc": "2.0", "id": id, "error": {"code": ENGINE_ERROR, "message": "runtime LLM completion is not available on this host"}})
-                            }
-                            Some(services) => match services.llm_complete(request).await {
+                        (Err(message), _) => rpc_error(&id, INVALID_PARAMS, &message),
+                        (_, Err(e)) => rpc_error(
+                            &id,
+                            INVALID_PARAMS,
+                            &format!("invalid llm.complete request: {e}"),
+                        ),
+                        (Ok(None), _) => rpc_error(
+                            &id,
+                            ENGINE_ERROR,
+                            "runtime LLM completion is not available on this host",
+                        ),
+                        (Ok(Some(services)), Ok(request)) => {
+                            match services.llm_complete(request).await {
                                 Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-                                Err(e) => {
-                                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": ENGINE_ERROR, "message": e.to_string()}})
-                                }
-                            },
-                        },
+                                Err(e) => rpc_error(&id, ENGINE_ERROR, &e.to_string()),
+                            }
+                        }
                     };
-                    let _ = shared.write(&reply).await;
+                    shared.reply(method, &reply).await;
                 });
             }
             "host/rewriteTranscriptEntries" => {
                 // `runtimeContext.rewriteTranscriptEntries` (contract §9). Like the in-process
                 // service it never fails: problems come back as `{changed: false, reason}`.
+                // The one exception is a callback that names no call in progress: it is
+                // answered with an error, never with another call's transcript.
                 let Some(id) = id else { return };
                 let shared = shared.clone();
                 rt.spawn(async move {
-                    let call_id = params.get("callId").and_then(Value::as_u64);
+                    let method = "host/rewriteTranscriptEntries";
                     let unchanged = |reason: String| TranscriptRewriteResult {
                         reason: Some(reason),
                         ..Default::default()
+                    };
+                    let services = match shared.services_for(method, &params) {
+                        Ok(services) => services,
+                        Err(message) => {
+                            let reply = rpc_error(&id, INVALID_PARAMS, &message);
+                            shared.reply(method, &reply).await;
+                            return;
+                        }
                     };
                     let result = match serde_json::from_value::<TranscriptRewriteRequest>(
                         params.get("request").cloned().unwrap_or(Value::Null),
@@ -735,16 +1113,15 @@ fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
                         Err(e) => {
                             unchanged(format!("invalid rewriteTranscriptEntries request: {e}"))
                         }
-                        Ok(request) => match shared.services_for(call_id) {
+                        Ok(request) => match services {
                             None => {
                                 unchanged("transcript rewrite is not available on this host".into())
                             }
                             Some(services) => services.rewrite_transcript_entries(request).await,
                         },
                     };
-                    let _ = shared
-                        .write(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
-                        .await;
+                    let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
+                    shared.reply(method, &reply).await;
                 });
             }
             other => {
@@ -752,6 +1129,7 @@ fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
                     reply_later(
                         rt,
                         shared,
+                        other,
                         json!({"jsonrpc": "2.0", "id": id, "error": {"code": METHOD_NOT_FOUND, "message": format!("host method not found: {other}")}}),
                     );
                 }
@@ -828,12 +1206,46 @@ mod tests {
                 "{other} was split by position"
             );
         }
-        // Members after `result` leave text that does not decode: an invalid result, not a
-        // silently wrong one.
-        let line = r#"{"jsonrpc":"2.0","id":1,"result":{"a":1},"error":{"code":1}}"#;
-        let (_, range) = plain_result(line).expect("split");
-        let reply = Reply::in_line(line.to_owned(), range);
-        assert!(reply.decode::<Value>().is_err());
+        // Members after `result` are not split by position (the envelope parser reads them).
+        for extra in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1},"error":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1},"error":{"code":1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":[1,"]}"],"x":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":"a\"}","x":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":7,"x":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}}"#,
+        ] {
+            assert!(
+                plain_result(extra).is_none(),
+                "{extra} was split by position"
+            );
+        }
+        // Brackets and quotes inside strings do not end the result.
+        for (line, result) in [
+            (
+                r#"{"jsonrpc":"2.0","id":3,"result":{"t":"}\"{[\\"}}"#,
+                r#"{"t":"}\"{[\\"}"#,
+            ),
+            (r#"{"jsonrpc":"2.0","id":3,"result":"x\\"}"#, r#""x\\""#),
+            (r#"{"jsonrpc":"2.0","id":3,"result":12.5 }"#, "12.5"),
+            (r#"{"jsonrpc":"2.0","id":3,"result":[[],{}]}"#, "[[],{}]"),
+        ] {
+            let (_, range) = plain_result(line).unwrap_or_else(|| panic!("{line} not split"));
+            assert_eq!(&line[range], result);
+        }
+    }
+
+    #[test]
+    fn replies_with_extra_members_are_read_and_an_error_beside_a_result_wins() {
+        let line =
+            br#"{"jsonrpc":"2.0","id":5,"result":{"a":[1]},"error":null,"x-trace":{"b":"}"}}"#;
+        let m = parse_incoming(line).expect("a response");
+        assert_eq!((m.id, m.error), (Some(json!(5)), None));
+        assert_eq!(m.result.as_deref().map(RawValue::get), Some(r#"{"a":[1]}"#));
+        let line =
+            br#"{"jsonrpc":"2.0","id":5,"result":{"a":1},"error":{"code":-32000,"message":"no"}}"#;
+        let m = parse_incoming(line).expect("a response");
+        assert_eq!(m.error, Some(json!({"code": -32000, "message": "no"})));
     }
 
     #[test]
