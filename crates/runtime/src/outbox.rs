@@ -110,24 +110,30 @@ fn commit_path(dir: &Path, session_id: &str, advancement_key: &str) -> PathBuf {
     dir.join(format!("{}.{}.json", file_safe(session_id), file_safe(advancement_key)))
 }
 
-/// Writes `value` to `path` durably: temporary file, sync, rename, sync of the directory.
-fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` to `path` whole: temporary file, rename; with `sync` (the runtime's
+/// `durable` setting, off only for replays) the file and the rename are synced to disk first.
+fn write_commit(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
+    if sync {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
+    if sync {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
     }
     Ok(())
 }
 
-/// An entry's anchor (§1.7): where it sits in the file and on the active branch.
+/// An entry's anchor (§1.7): where it sits in the file and on the active branch. The turn's
+/// entries are the newest, so the file is searched from its end.
 fn anchor(s: &ResolvedSession, store_path: &str, entries: &[TranscriptEntry], position: usize, id: &str) -> Option<TranscriptEntryAnchor> {
-    let raw_seq = entries.iter().position(|e| e.id == id)?;
+    let raw_seq = entries.iter().rposition(|e| e.id == id)?;
     Some(TranscriptEntryAnchor {
         agent_id: s.agent_id.clone(),
         session_id: s.entry.session_id.clone(),
@@ -145,23 +151,22 @@ fn anchor(s: &ResolvedSession, store_path: &str, entries: &[TranscriptEntry], po
 
 impl Inner {
     /// The `commitTurn` params of the turn whose entries run from `first` (the admitted user
-    /// entry) to `last` (the accepted terminal entry).
+    /// entry) to `last` (the accepted terminal entry), at `positions` among the active
+    /// messages.
     pub(crate) fn commit_params(
         &self,
         s: &ResolvedSession,
-        first: &str,
-        last: &str,
+        (first, last): (&str, &str),
+        positions: (usize, usize),
         messages: Vec<AgentMessage>,
         is_heartbeat: Option<bool>,
     ) -> Result<CommitTurnParams> {
         let file = self.file(&s.transcript_path)?;
         let f = lock(&file)?;
-        let path = f.active_path();
-        let position = |id: &str| path.iter().filter(|e| e.message().is_some()).position(|e| e.id == id).unwrap_or(0);
         let store_path = self.store.sessions_json_path(&s.agent_id)?.to_string_lossy().into_owned();
         let missing = |id: &str| RuntimeError::Internal(format!("turn entry {id} is not in {}", s.transcript_path.display()));
-        let admission = anchor(s, &store_path, f.entries(), position(first), first).ok_or_else(|| missing(first))?;
-        let terminal = anchor(s, &store_path, f.entries(), position(last), last).ok_or_else(|| missing(last))?;
+        let admission = anchor(s, &store_path, f.entries(), positions.0, first).ok_or_else(|| missing(first))?;
+        let terminal = anchor(s, &store_path, f.entries(), positions.1, last).ok_or_else(|| missing(last))?;
         Ok(CommitTurnParams {
             advancement_key: format!("{}:{first}:{last}", s.entry.session_id),
             admission: TranscriptTurnAdmission { anchor: admission, logical_turn_id: format!("turn-{first}"), role: "user".into() },
@@ -187,7 +192,7 @@ impl Inner {
             params,
         };
         let bytes = serde_json::to_vec_pretty(&pending).map_err(|e| format!("context engine commitTurn: cannot encode the commit: {e}"))?;
-        if let Err(e) = write_durably(&path, &bytes) {
+        if let Err(e) = write_commit(&path, &bytes, self.durable) {
             // Without the outbox the commit is still attempted; it just cannot be retried.
             tracing::warn!("context engine commitTurn: cannot write {}: {e}", path.display());
         }

@@ -244,9 +244,11 @@ pub struct ReplayTurn {
     /// Tool calls replayed.
     pub tool_calls: usize,
     /// Microseconds the host spent on the turn: its wall time less the model's (the scripted
-    /// provider's) calls. Read it at turn 100 and turn 10,000 to see whether a turn's cost
-    /// grows with the session.
+    /// provider's) calls and the engine's. Read it at turn 100 and turn 10,000 to see whether
+    /// the runtime's cost of a turn grows with the session.
     pub host_micros: u64,
+    /// Microseconds spent inside the engine (assemble, delivery, compact).
+    pub engine_micros: u64,
 }
 
 /// The whole replay.
@@ -272,7 +274,7 @@ pub struct ReplayReport {
 /// Replays `recording` with engines from `registry`; `on_turn` sees each turn as it finishes.
 pub async fn replay(
     registry: Arc<ContextEngineRegistry>,
-    recording: &Recording,
+    recording: Recording,
     options: ReplayOptions,
     on_turn: &mut (dyn FnMut(&ReplayTurn) + Send),
 ) -> Result<ReplayReport> {
@@ -287,6 +289,10 @@ pub async fn replay(
         .await
         .map_err(|e| RuntimeError::engine("(selection)", "resolve", e))?;
     let (replies, queues, max_calls) = recording.script();
+    // The script holds the replies now; only the prompts are needed from here on (a long
+    // recording is not kept twice).
+    let skipped = recording.skipped;
+    let prompts: Vec<String> = recording.turns.into_iter().map(|t| t.prompt).collect();
     let provider = Arc::new(ScriptedProvider::new(replies, Exhaustion::Error).without_recording());
     let budget = options.budget.max(crate::runtime::MIN_PROMPT_BUDGET);
     let max_out = (budget / 4).clamp(64, 4096);
@@ -309,18 +315,18 @@ pub async fn replay(
     let mut report = ReplayReport {
         engine_configured: resolved.configured_id.clone(),
         budget,
-        turns: Vec::with_capacity(recording.turns.len()),
+        turns: Vec::with_capacity(prompts.len()),
         total_compactions: 0,
         max_prompt_tokens: 0,
         over_budget_turns: 0,
-        skipped_messages: recording.skipped,
+        skipped_messages: skipped,
     };
     let result = async {
         let mut epoch: Option<String> = None;
         let mut host_compacted = false;
-        for (i, turn) in recording.turns.iter().enumerate() {
+        for (i, prompt) in prompts.into_iter().enumerate() {
             let started = std::time::Instant::now();
-            let outcome = runtime.run_turn(TurnRequest::new(REPLAY_SESSION_KEY, turn.prompt.clone())).await?;
+            let outcome = runtime.run_turn(TurnRequest::new(REPLAY_SESSION_KEY, prompt)).await?;
             let wall = started.elapsed().as_micros() as u64;
             let prompt_tokens = outcome.prompt_tokens.iter().copied().max().unwrap_or(0);
             let mut compactions: Vec<String> = outcome.compactions.iter().map(|c| c.trigger.clone()).collect();
@@ -340,7 +346,8 @@ pub async fn replay(
                 budget,
                 compactions,
                 tool_calls: outcome.tool_calls,
-                host_micros: wall.saturating_sub(outcome.model_micros),
+                host_micros: wall.saturating_sub(outcome.model_micros + outcome.engine_micros),
+                engine_micros: outcome.engine_micros,
             };
             report.total_compactions += t.compactions.len();
             report.max_prompt_tokens = report.max_prompt_tokens.max(prompt_tokens);

@@ -124,7 +124,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Whether transcript appends `fsync` (default true; replay turns it off for speed).
+    /// Whether transcript appends and durable-turn commits are synced to disk (default true;
+    /// replay turns it off for speed: a replay is reproducible, not precious).
     pub fn durable(mut self, durable: bool) -> Self {
         self.durable = durable;
         self

@@ -85,6 +85,10 @@ pub struct TurnOutcome {
     pub model_calls: usize,
     /// Microseconds spent waiting for the model (every call, streaming included).
     pub model_micros: u64,
+    /// Microseconds spent inside the engine's assemble, delivery (afterTurn, ingest,
+    /// commitTurn), compact and maintain calls. What is left of a turn's wall time after the model and
+    /// the engine is the host's own work.
+    pub engine_micros: u64,
     /// Summed provider usage.
     pub usage: Usage,
     /// The engine in charge at the end of the turn.
@@ -273,7 +277,9 @@ impl EmbeddedTurn {
         // Commits a crash or a failure left waiting reach the engine before it sees anything
         // else of the session (§1.7 pre-run outbox recovery).
         if self.durable {
+            let started = std::time::Instant::now();
             self.rt.deliver_outbox(&self.session).await;
+            self.out.engine_micros += started.elapsed().as_micros() as u64;
         }
         // Bootstrap only for a session file that already existed, and before the prompt is in
         // it: an engine that imports the file must not import this turn's prompt too.
@@ -478,7 +484,9 @@ impl EmbeddedTurn {
             runtime_context: Some(self.rt.runtime_context(&self.session, Some(current), None, false)),
         };
         let engine_id = self.engine().info().id;
+        let started = std::time::Instant::now();
         let result = self.engine().assemble(&params, &self.cx()).await;
+        self.out.engine_micros += started.elapsed().as_micros() as u64;
         self.history.give_back(params.messages);
         result.map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))
     }
@@ -558,7 +566,9 @@ impl EmbeddedTurn {
                 runtime_settings: Some(self.rt.runtime_settings()),
                 runtime_context: Some(self.rt.runtime_context(&self.session, Some(current), None, false)),
             };
+            let started = std::time::Instant::now();
             let result = self.engine().after_turn(&params, &cx).await;
+            self.out.engine_micros += started.elapsed().as_micros() as u64;
             self.history.give_back(params.messages);
             result
         } else if methods.has(Method::IngestBatch) {
@@ -568,7 +578,10 @@ impl EmbeddedTurn {
             }
             let n = new.len();
             let params = IngestBatchParams { session_id: sid, session_key: key, messages: new, is_heartbeat: self.heartbeat() };
-            self.engine().ingest_batch(&params, &cx).await?;
+            let started = std::time::Instant::now();
+            let result = self.engine().ingest_batch(&params, &cx).await;
+            self.out.engine_micros += started.elapsed().as_micros() as u64;
+            result?;
             self.delivered += n;
             Ok(())
         } else {
@@ -579,7 +592,10 @@ impl EmbeddedTurn {
                     message: self.turn[self.delivered].clone(),
                     is_heartbeat: self.heartbeat(),
                 };
-                self.engine().ingest(&params, &cx).await?;
+                let started = std::time::Instant::now();
+                let result = self.engine().ingest(&params, &cx).await;
+                self.out.engine_micros += started.elapsed().as_micros() as u64;
+                result?;
                 self.delivered += 1;
             }
             Ok(())
@@ -587,7 +603,10 @@ impl EmbeddedTurn {
     }
 
     async fn compact_with_engine(&mut self, params: CompactParams, trigger: &str) -> Result<CompactResult> {
-        let (result, successor) = self.rt.engine_compact(&self.session, params, trigger, Some(&self.abort)).await?;
+        let started = std::time::Instant::now();
+        let compacted = self.rt.engine_compact(&self.session, params, trigger, Some(&self.abort)).await;
+        self.out.engine_micros += started.elapsed().as_micros() as u64;
+        let (result, successor) = compacted?;
         if let Some(next) = successor {
             self.move_to_successor(next)?;
         }
@@ -705,7 +724,9 @@ impl EmbeddedTurn {
         if let Err(e) = self.rt.store.record_tokens(&self.session.key, counters) {
             self.out.warnings.push(format!("cannot record token counters: {e}"));
         }
+        let started = std::time::Instant::now();
         self.rt.maintain(&self.session, MaintenanceReason::Turn).await;
+        self.out.engine_micros += started.elapsed().as_micros() as u64;
         self.out.engine = self.engine().info().id;
         self.out.messages = std::mem::take(&mut self.turn);
         self.rt.put_history(&self.session, std::mem::take(&mut self.history));
@@ -718,7 +739,9 @@ impl EmbeddedTurn {
         let (Some(first), Some(last)) = (self.turn_entry_ids.first().cloned(), self.turn_entry_ids.last().cloned()) else {
             return;
         };
-        let params = match self.rt.commit_params(&self.session, &first, &last, self.turn.clone(), self.heartbeat()) {
+        // The turn's messages end the prepared history (synced by `finish`).
+        let positions = (self.history_len, self.history.len().saturating_sub(1));
+        let params = match self.rt.commit_params(&self.session, (&first, &last), positions, self.turn.clone(), self.heartbeat()) {
             Ok(p) => p,
             Err(e) => {
                 let line = format!("context engine commitTurn: cannot describe the turn: {e}");
@@ -727,7 +750,10 @@ impl EmbeddedTurn {
                 return;
             }
         };
-        if let Err(line) = self.rt.commit_through_outbox(&self.session, params).await {
+        let started = std::time::Instant::now();
+        let committed = self.rt.commit_through_outbox(&self.session, params).await;
+        self.out.engine_micros += started.elapsed().as_micros() as u64;
+        if let Err(line) = committed {
             tracing::warn!("{line}");
             self.out.warnings.push(line);
         }

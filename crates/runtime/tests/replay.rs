@@ -33,7 +33,7 @@ async fn run(engine: &str, turns: usize, budget: u64) -> clawctx_runtime::replay
         config: serde_json::json!({}),
     };
     let mut seen = 0;
-    let report = replay(registry(), &rec, options, &mut |_t| seen += 1).await.unwrap();
+    let report = replay(registry(), rec, options, &mut |_t| seen += 1).await.unwrap();
     assert_eq!(seen, turns);
     report
 }

@@ -133,7 +133,7 @@ pub async fn run(global: &GlobalArgs, args: ReplayArgs) -> anyhow::Result<ExitCo
         state_dir,
         config,
     };
-    let report = replay(engines.registry.clone(), &recording, options, &mut on_turn).await?;
+    let report = replay(engines.registry.clone(), recording, options, &mut on_turn).await?;
     bar.finish_and_clear();
     if let Some(id) = &requested {
         warn_if_not_served_by(&engines.registry, id, &report.turns);
