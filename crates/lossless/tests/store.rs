@@ -1043,9 +1043,14 @@ fn cached_term_rows_follow_new_messages() {
             .unwrap()
             .unwrap()
     };
-    for round in 0..4 {
-        let b = batch(30 + round * 7, "alpha");
-        store
+    // Small batches wait in the in-memory index of the newest messages, large ones go to the
+    // file's index directly, and a second connection's writes move the file index's boundary
+    // under the first one's cache: each must show up in the cached lists.
+    let other = LosslessStore::open(&path).unwrap();
+    for (round, n) in [30usize, 37, 80, 44, 600, 20, 9, 70].into_iter().enumerate() {
+        let b = batch(n, "alpha");
+        let writer = if round % 3 == 2 { &other } else { &store };
+        writer
             .call_blocking(move |db| db.ingest(&key(), &b))
             .unwrap();
         for window in [5, 12, 1_000] {

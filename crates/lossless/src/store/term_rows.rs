@@ -8,6 +8,12 @@
 //! date by reading the matches above its newest row (`rowid > ?`, which FTS5 answers from the
 //! end of the term's document list) instead of the whole window again.
 //!
+//! The file's index holds exactly the messages up to `fts_state.upto` (see
+//! [`super::pending_fts`]), so while that boundary has not moved since a list was brought up to
+//! date, nothing new can be in the file's index for it: only the small in-memory index of the
+//! newest messages is read. A turn's lookups then never seek through the file index's segments,
+//! which grow with the store.
+//!
 //! Rows are never deleted from the message index (messages are kept forever; retention
 //! rewrites the text of summarized messages but leaves their index rows), so nothing cached
 //! becomes wrong. The one way a seen row can vanish is a write transaction rolling back after
@@ -26,10 +32,11 @@ pub const MAX_CACHED_TERMS: usize = 2_048;
 /// Ids kept at most over all lists (8 MiB).
 pub const MAX_CACHED_IDS: usize = 1 << 20;
 
-/// See the module header: `(term, window)` → its newest matching rows, newest first.
+/// See the module header: `(term, window)` → its newest matching rows, newest first, and the
+/// file index's boundary (`fts_state.upto`) when they were read.
 #[derive(Default)]
 pub struct TermRowsCache {
-    lists: FxMap<(String, usize), Vec<i64>>,
+    lists: FxMap<(String, usize), (Vec<i64>, i64)>,
     ids: usize,
 }
 
@@ -40,16 +47,16 @@ impl TermRowsCache {
         self.ids = 0;
     }
 
-    fn put(&mut self, key: (String, usize), rows: Vec<i64>) {
+    fn put(&mut self, key: (String, usize), rows: Vec<i64>, upto: i64) {
         let len = rows.len();
-        if let Some(old) = self.lists.remove(&key) {
+        if let Some((old, _)) = self.lists.remove(&key) {
             self.ids -= old.len();
         }
         if self.lists.len() >= MAX_CACHED_TERMS || self.ids + len > MAX_CACHED_IDS {
             self.clear();
         }
         self.ids += len;
-        self.lists.insert(key, rows);
+        self.lists.insert(key, (rows, upto));
     }
 }
 
@@ -60,17 +67,27 @@ impl Db {
     /// [`Db::sync_pending_index`] first).
     pub fn term_rows(&self, term: &str, window: usize) -> Result<Option<Vec<i64>>> {
         let key = (term.to_owned(), window);
+        let upto = self.pending.get().upto;
         let cached = self.term_rows.borrow().lists.get(&key).cloned();
+        // The file's index has not changed since the list was read: nothing new there.
+        let file_unchanged = cached.as_ref().is_some_and(|(_, at)| *at == upto);
+        let cached = cached.map(|(rows, _)| rows);
         let above = cached.as_ref().and_then(|rows| rows.first().copied());
         let mut rows = Vec::new();
-        for sql in [
-            "SELECT rowid FROM temp.pending_fts WHERE pending_fts MATCH ?1 AND rowid > ?2
-             ORDER BY rowid DESC LIMIT ?3",
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 AND rowid > ?2
-             ORDER BY rowid DESC LIMIT ?3",
+        for (sql, skip) in [
+            (
+                "SELECT rowid FROM temp.pending_fts WHERE pending_fts MATCH ?1 AND rowid > ?2
+                 ORDER BY rowid DESC LIMIT ?3",
+                false,
+            ),
+            (
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 AND rowid > ?2
+                 ORDER BY rowid DESC LIMIT ?3",
+                file_unchanged,
+            ),
         ] {
             let left = window.saturating_sub(rows.len());
-            if left == 0 {
+            if left == 0 || skip {
                 break;
             }
             let fresh = self
@@ -90,7 +107,7 @@ impl Db {
             // `old` was the whole window when it was read; the new rows go on top.
             rows.extend(old.into_iter().take(window.saturating_sub(rows.len())));
         }
-        self.term_rows.borrow_mut().put(key, rows.clone());
+        self.term_rows.borrow_mut().put(key, rows.clone(), upto);
         Ok(Some(rows))
     }
 }
@@ -103,15 +120,15 @@ mod tests {
     fn the_cache_stays_within_its_bounds() {
         let mut c = TermRowsCache::default();
         for i in 0..(MAX_CACHED_TERMS * 2) {
-            c.put((format!("t{i}"), 4_000), vec![1; 4_000]);
+            c.put((format!("t{i}"), 4_000), vec![1; 4_000], 0);
             assert!(c.lists.len() <= MAX_CACHED_TERMS);
             assert!(c.ids <= MAX_CACHED_IDS, "{} ids", c.ids);
-            assert_eq!(c.ids, c.lists.values().map(Vec::len).sum::<usize>());
+            assert_eq!(c.ids, c.lists.values().map(|(l, _)| l.len()).sum::<usize>());
         }
         // Replacing a list counts only the new one.
         c.clear();
-        c.put(("a".into(), 10), vec![3, 2, 1]);
-        c.put(("a".into(), 10), vec![5, 4, 3, 2, 1]);
+        c.put(("a".into(), 10), vec![3, 2, 1], 0);
+        c.put(("a".into(), 10), vec![5, 4, 3, 2, 1], 0);
         assert_eq!(c.ids, 5);
     }
 }
