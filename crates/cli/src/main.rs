@@ -49,6 +49,8 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// Score engines on a dataset (`eval locomo FILE`).
     Eval(commands::eval::EvalArgs),
+    /// Serve engines, stores and plugins over HTTP (OpenAI-compatible chat, engine API); `gateway status`.
+    Gateway(commands::gateway::GatewayArgs),
     /// Offline demo of the lossless engine: long conversation, summary DAG, recall of an early detail.
     Demo(commands::demo::DemoArgs),
 }
@@ -85,6 +87,7 @@ fn main() -> std::process::ExitCode {
             Command::Bench(args) => commands::bench::run(args).await,
             Command::Eval(args) => commands::eval::run(args).await,
             Command::Demo(args) => commands::demo::run(args).await,
+            Command::Gateway(args) => commands::gateway::run(&cli.global, args).await,
         }
     });
     match result {

@@ -6,6 +6,7 @@ pub mod config;
 pub mod demo;
 pub mod doctor;
 pub mod eval;
+pub mod gateway;
 pub mod lcm;
 pub mod plugins;
 pub mod replay;

@@ -1,0 +1,179 @@
+//! `clawctx gateway` as an operator runs it: a child process on loopback against a mock model
+//! server (also on loopback), the refusal to bind off loopback without a token, the refusal of
+//! a second gateway on the same state dir (naming the first one's pid), `gateway status`, and
+//! SIGTERM: the process exits 0 and frees the state dir. A failing test prints the
+//! command with its output.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+use wiremock::MockServer;
+
+struct Run {
+    cmd: String,
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}", self.cmd, self.code, self.stdout, self.stderr)
+    }
+}
+
+fn command(state: &Path, args: &[&str]) -> (Command, String) {
+    let mut full = vec!["--state-dir".to_owned(), state.display().to_string()];
+    full.extend(args.iter().map(|a| (*a).to_owned()));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_clawctx"));
+    cmd.args(&full)
+        .env_remove("CLAWCTX_LOG")
+        .env_remove("CLAWCTX_GATEWAY_TOKEN")
+        .env_remove("CLAWCTX_GATEWAY_PORT")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_MODEL")
+        .kill_on_drop(true);
+    (cmd, format!("clawctx {}", full.join(" ")))
+}
+
+async fn clawctx(state: &Path, args: &[&str]) -> Run {
+    let (mut cmd, line) = command(state, args);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("clawctx finishes").unwrap();
+    Run {
+        cmd: line,
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A gateway child process and the URL it printed.
+struct Child_ {
+    child: Child,
+    url: String,
+    cmd: String,
+    stdout: BufReader<tokio::process::ChildStdout>,
+}
+
+async fn spawn_gateway(state: &Path, extra: &[&str]) -> Child_ {
+    let mut args = vec!["gateway", "--port", "0"];
+    args.extend_from_slice(extra);
+    let (mut cmd, line) = command(state, &args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    let read = tokio::time::timeout(Duration::from_secs(120), stdout.read_line(&mut first)).await;
+    if !matches!(read, Ok(Ok(n)) if n > 0) {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), e.read_to_string(&mut err)).await;
+        }
+        panic!("$ {line}\nthe gateway printed no address\n--- stderr\n{err}");
+    }
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .to_owned();
+    Child_ { child, url, cmd: line, stdout }
+}
+
+impl Child_ {
+    fn pid(&self) -> u32 {
+        self.child.id().unwrap()
+    }
+
+    fn sigterm(&self) {
+        let ok = std::process::Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().unwrap();
+        assert!(ok.success(), "kill -TERM failed");
+    }
+
+    /// Waits (bounded) for the exit; returns the code and the rest of the output.
+    async fn wait(mut self) -> (i32, String) {
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("$ {}\ndid not exit within 60 s of SIGTERM", self.cmd))
+            .unwrap();
+        let mut rest = String::new();
+        let _ = self.stdout.read_to_string(&mut rest).await;
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut rest).await;
+        }
+        (status.code().unwrap_or(-1), rest)
+    }
+}
+
+async fn write_config(state: &Path, server: &MockServer, extra: Value) {
+    let mut config = json!({
+        "models": {"providers": {"mock": {"api": "openai-completions", "baseUrl": format!("{}/v1", server.uri()),
+            "models": [{"id": "test-model", "contextWindow": 16000, "maxTokens": 512}], "maxRetries": 0}}},
+        "agents": {"defaults": {"model": {"primary": "mock/test-model"}}}
+    });
+    if let (Some(c), Value::Object(e)) = (config.as_object_mut(), extra) {
+        c.extend(e);
+    }
+    std::fs::write(state.join("clawctx.json"), config.to_string()).unwrap();
+}
+
+#[tokio::test]
+async fn off_loopback_without_a_token_refuses_to_start() {
+    let server = MockServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &server, json!({})).await;
+    let r = clawctx(dir.path(), &["gateway", "--bind", "lan", "--port", "0"]).await;
+    assert_ne!(r.code, 0, "{r}");
+    assert!(r.stderr.contains("refusing to bind gateway to 0.0.0.0:0 without auth"), "{r}");
+    assert!(r.stderr.contains("gateway.auth.token"), "the refusal says what to set: {r}");
+    write_config(dir.path(), &server, json!({"gateway": {"bind": "lan"}})).await;
+    let r = clawctx(dir.path(), &["gateway", "--port", "0"]).await;
+    assert!(r.code != 0 && r.stderr.contains("without auth"), "gateway.bind from the config is checked too: {r}");
+}
+
+#[tokio::test]
+async fn a_second_gateway_on_one_state_dir_is_refused_status_reports_and_sigterm_exits_zero() {
+    let server = MockServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &server, json!({})).await;
+
+    let r = clawctx(dir.path(), &["gateway", "status"]).await;
+    assert_eq!(r.code, 3, "not running: {r}");
+    assert!(r.stdout.contains("no gateway is running"), "{r}");
+
+    let first = spawn_gateway(dir.path(), &[]).await;
+    let health: Value = reqwest::get(format!("{}/healthz", first.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(health["pid"], first.pid());
+
+    let second = clawctx(dir.path(), &["gateway", "--port", "0"]).await;
+    assert_ne!(second.code, 0, "{second}");
+    assert!(
+        second.stderr.contains(&format!("another clawctx gateway (pid {}", first.pid())) && second.stderr.contains(&first.url),
+        "the refusal names the running gateway: {second}"
+    );
+
+    let r = clawctx(dir.path(), &["gateway", "status", "--json"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    let s: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r}"));
+    assert_eq!(s["running"], true, "{r}");
+    assert_eq!(s["healthy"], true, "{r}");
+    assert_eq!(s["pid"], first.pid(), "{r}");
+    assert_eq!(s["url"], first.url, "{r}");
+
+    first.sigterm();
+    let (code, rest) = first.wait().await;
+    assert_eq!(code, 0, "SIGTERM is a clean stop:\n{rest}");
+    assert!(rest.contains("clawctx gateway stopped"), "{rest}");
+    let r = clawctx(dir.path(), &["gateway", "status"]).await;
+    assert_eq!(r.code, 3, "the lock went with the process: {r}");
+
+    // The state dir is free again.
+    let again = spawn_gateway(dir.path(), &[]).await;
+    again.sigterm();
+    assert_eq!(again.wait().await.0, 0);
+}

@@ -1,0 +1,37 @@
+//! `clawctx-gateway`: the context engine as a long-running service.
+//!
+//! One process keeps the engine, its stores and plugin processes warm across requests, so an
+//! agent in any language (or any OpenAI client, by changing its base URL) gets clawctx's
+//! context management without paying for a process start per turn. The gateway is an axum
+//! server over an [`clawctx_runtime::AgentRuntime`]: it knows HTTP, auth, limits, metrics and
+//! shutdown, and nothing of how turns, engines or stores work inside.
+//!
+//! - [`config`]: the `gateway` config section (OpenClaw's keys and defaults) and the startup
+//!   refusals (no token off loopback).
+//! - [`lock`]: one gateway per state dir (an OS advisory lock whose file names the holder).
+//! - [`server`]: the router, its layers (request id, trace, CORS, deadline, body limit, bearer
+//!   auth), `/healthz`, `/readyz`, `/metrics`, and the serve loop with graceful shutdown.
+//! - [`metrics`]: the Prometheus registry.
+//! - [`lanes`]: one turn at a time per session, with a bounded queue.
+//! - [`api_error`]: OpenAI-shaped error responses and the JSON extractor that names bad fields.
+//! - [`status`]: what `clawctx gateway status` reports.
+//!
+//! The binary side (building the runtime from config with every engine and plugin, the
+//! signals, the lock's lifetime) is `clawctx gateway` in `crates/cli`.
+
+pub mod api_error;
+pub mod config;
+mod engine_api;
+pub mod error;
+pub mod lanes;
+pub mod lock;
+pub mod metrics;
+mod openai;
+pub mod server;
+pub mod status;
+
+pub use config::{GatewayConfig, Overrides, Token};
+pub use error::{GatewayError, Result};
+pub use lock::{LockInfo, StateLock};
+pub use server::{Gateway, GatewayParts};
+pub use status::{status, GatewayStatus};

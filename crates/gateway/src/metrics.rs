@@ -1,0 +1,192 @@
+//! Prometheus metrics at `/metrics` (OpenMetrics text, through `prometheus-client`).
+//!
+//! One registry per gateway (not a process-global recorder), so several gateways in one test
+//! process never mix their counts. What an operator needs to see that the gateway works and
+//! where time goes: requests by route and status, turns by outcome with their wall time and
+//! the parts spent in the engine and in the gateway itself (the turn less the model and the
+//! engine), engine-API calls by method with their latency (assemble among them), errors by
+//! kind, turns in flight, and the engines quarantined in this process (read from the registry
+//! at scrape time).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clawctx_engine::ContextEngineRegistry;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// The content type of the exposition.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `route`, `method`, `status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The matched route (`/v1/chat/completions`), or `unmatched`.
+    pub route: String,
+    /// HTTP method.
+    pub method: String,
+    /// Status code.
+    pub status: u16,
+}
+
+/// `outcome`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `ok`, `error`, `aborted`.
+    pub outcome: String,
+}
+
+/// `method`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    /// Engine method (`assemble`, `ingest`, ...).
+    pub method: String,
+}
+
+/// `kind`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `http_5xx`, `turn`, `engine`, `timeout`, `busy`.
+    pub kind: String,
+}
+
+/// Builds the latency histograms of a [`Family`].
+#[derive(Clone, Debug)]
+pub struct LatencyBuckets;
+
+impl MetricConstructor<Histogram> for LatencyBuckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(latency_buckets())
+    }
+}
+
+/// 100 µs to ~100 s, doubling.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.0001, 2.0, 21)
+}
+
+/// The gateway's metrics.
+pub struct Metrics {
+    registry: Registry,
+    engines: Option<Arc<ContextEngineRegistry>>,
+    /// HTTP requests answered.
+    pub requests: Family<RequestLabels, Counter>,
+    /// Turns run, by outcome.
+    pub turns: Family<OutcomeLabels, Counter>,
+    /// Wall time of a turn.
+    pub turn_seconds: Histogram,
+    /// Time a turn spent in the engine (assemble, delivery, compaction, maintain).
+    pub turn_engine_seconds: Histogram,
+    /// Time a turn spent in the gateway and runtime themselves (wall − model − engine).
+    pub turn_host_seconds: Histogram,
+    /// Engine-API calls, by method.
+    pub engine_calls: Family<MethodLabels, Counter>,
+    /// Engine-API call latency, by method.
+    pub engine_call_seconds: Family<MethodLabels, Histogram, LatencyBuckets>,
+    /// Engine-API `assemble` latency.
+    pub assemble_seconds: Histogram,
+    /// Errors, by kind.
+    pub errors: Family<KindLabels, Counter>,
+    /// Turns running now.
+    pub turns_in_flight: Gauge,
+    /// Engines quarantined in this process (set at scrape time).
+    pub quarantines: Gauge,
+}
+
+impl Metrics {
+    /// A fresh registry; `engines` is read for the quarantine gauge at each scrape.
+    pub fn new(engines: Option<Arc<ContextEngineRegistry>>) -> Self {
+        let mut registry = Registry::with_prefix("clawctx_gateway");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("http_requests", "HTTP requests answered, by route, method and status", requests.clone());
+        let turns = Family::<OutcomeLabels, Counter>::default();
+        registry.register("turns", "Agent turns run through /v1/chat/completions, by outcome", turns.clone());
+        let turn_seconds = Histogram::new(latency_buckets());
+        registry.register("turn_seconds", "Wall time of a turn", turn_seconds.clone());
+        let turn_engine_seconds = Histogram::new(latency_buckets());
+        registry.register(
+            "turn_engine_seconds",
+            "Time a turn spent inside the context engine (assemble, delivery, compaction, maintain)",
+            turn_engine_seconds.clone(),
+        );
+        let turn_host_seconds = Histogram::new(latency_buckets());
+        registry.register(
+            "turn_host_seconds",
+            "Time a turn spent in the gateway and runtime themselves (wall time less model and engine)",
+            turn_host_seconds.clone(),
+        );
+        let engine_calls = Family::<MethodLabels, Counter>::default();
+        registry.register("engine_calls", "Engine API calls, by method", engine_calls.clone());
+        let engine_call_seconds = Family::<MethodLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
+        registry.register("engine_call_seconds", "Engine API call latency, by method", engine_call_seconds.clone());
+        let assemble_seconds = Histogram::new(latency_buckets());
+        registry.register("assemble_seconds", "Latency of the engine's assemble through the engine API", assemble_seconds.clone());
+        let errors = Family::<KindLabels, Counter>::default();
+        registry.register("errors", "Errors, by kind (http_5xx, turn, engine, timeout, busy)", errors.clone());
+        let turns_in_flight = Gauge::default();
+        registry.register("turns_in_flight", "Turns running now", turns_in_flight.clone());
+        let quarantines = Gauge::default();
+        registry.register("quarantined_engines", "Engines quarantined in this process (legacy serves for them)", quarantines.clone());
+        Metrics {
+            registry,
+            engines,
+            requests,
+            turns,
+            turn_seconds,
+            turn_engine_seconds,
+            turn_host_seconds,
+            engine_calls,
+            engine_call_seconds,
+            assemble_seconds,
+            errors,
+            turns_in_flight,
+            quarantines,
+        }
+    }
+
+    /// Counts an error of `kind`.
+    pub fn error(&self, kind: &str) {
+        self.errors.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
+    }
+
+    /// Records a finished turn.
+    pub fn turn(&self, outcome: &str, wall: Duration, model_micros: u64, engine_micros: u64) {
+        self.turns.get_or_create(&OutcomeLabels { outcome: outcome.to_owned() }).inc();
+        self.turn_seconds.observe(wall.as_secs_f64());
+        if outcome == "ok" {
+            let engine = Duration::from_micros(engine_micros);
+            let host = wall.saturating_sub(Duration::from_micros(model_micros)).saturating_sub(engine);
+            self.turn_engine_seconds.observe(engine.as_secs_f64());
+            self.turn_host_seconds.observe(host.as_secs_f64());
+        }
+    }
+
+    /// Records an engine-API call.
+    pub fn engine_call(&self, method: &str, took: Duration, ok: bool) {
+        let labels = MethodLabels { method: method.to_owned() };
+        self.engine_calls.get_or_create(&labels).inc();
+        self.engine_call_seconds.get_or_create(&labels).observe(took.as_secs_f64());
+        if method == "assemble" {
+            self.assemble_seconds.observe(took.as_secs_f64());
+        }
+        if !ok {
+            self.error("engine");
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        if let Some(engines) = &self.engines {
+            self.quarantines.set(i64::try_from(engines.quarantines().len()).unwrap_or(i64::MAX));
+        }
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!("encoding metrics failed: {e}");
+        }
+        out
+    }
+}

@@ -1,0 +1,319 @@
+//! The HTTP server: shared state, the router with its layers, and the serve loop with graceful
+//! shutdown.
+//!
+//! Layers, outside in: a request id (`x-request-id`, the client's kept, else a UUID; echoed on
+//! the response and on every log line of the request's span), the trace span, CORS (only when
+//! `gateway.http.allowedOrigins` lists origins: closed by default), the per-request deadline,
+//! the bearer-token check (on every path but `/healthz` and `/readyz`), the body limit.
+//!
+//! Shutdown (SIGTERM, Ctrl-C, or the embedder's future): the listener stops accepting,
+//! `/readyz` turns 503, new turns are refused with 503, and in-flight requests get
+//! `gateway.shutdownTimeoutMs` to finish. Past that, the turns still running are aborted
+//! through their abort signals (their transcripts stay valid) and get a few more seconds to
+//! write. Then the runtime stops its maintenance and disposes the engine, so stores flush
+//! before the process exits.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use clawctx_engine::ContextEngineRegistry;
+use clawctx_runtime::AgentRuntime;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+
+use crate::api_error::{ApiError, BodyLimit};
+use crate::config::{GatewayConfig, Token};
+use crate::error::{GatewayError, Result};
+use crate::lanes::Lanes;
+use crate::metrics::{Metrics, RequestLabels, CONTENT_TYPE};
+
+/// How long aborted turns get to finish writing after the shutdown deadline.
+const ABORT_GRACE: Duration = Duration::from_secs(10);
+
+/// The request id header.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// What the gateway serves from: a runtime built from config and the registry behind it.
+pub struct GatewayParts {
+    /// The agent runtime (engine, stores, model) every turn and engine call goes through.
+    pub runtime: AgentRuntime,
+    /// The registry the runtime's engine came from (quarantines for `/metrics` and `/readyz`).
+    pub registry: Option<Arc<ContextEngineRegistry>>,
+    /// The whole OpenClaw-shaped config (the lossless store's path for recall).
+    pub host_config: Arc<Value>,
+    /// The model turns run on (`provider/model`), listed by `/v1/models`.
+    pub model: String,
+    /// Resolved gateway settings.
+    pub config: GatewayConfig,
+}
+
+/// State every handler shares.
+pub(crate) struct Shared {
+    pub(crate) runtime: AgentRuntime,
+    pub(crate) registry: Option<Arc<ContextEngineRegistry>>,
+    #[allow(dead_code)]
+    pub(crate) host_config: Arc<Value>,
+    #[allow(dead_code)]
+    pub(crate) model: String,
+    pub(crate) config: GatewayConfig,
+    pub(crate) metrics: Metrics,
+    pub(crate) lanes: Arc<Lanes>,
+    /// Set when shutdown begins: readiness fails and new turns are refused.
+    pub(crate) stopping: AtomicBool,
+    /// Cancelled at the shutdown deadline: turns still running abort.
+    pub(crate) abort_all: CancellationToken,
+    /// Turn tasks, waited for before the runtime shuts down.
+    pub(crate) tasks: TaskTracker,
+    pub(crate) started: Instant,
+}
+
+pub(crate) type AppState = Arc<Shared>;
+
+/// A gateway ready to serve.
+pub struct Gateway {
+    shared: Arc<Shared>,
+}
+
+impl Gateway {
+    /// Wraps the runtime and settings.
+    pub fn new(parts: GatewayParts) -> Self {
+        let metrics = Metrics::new(parts.registry.clone());
+        let lanes = Lanes::new(parts.config.max_queued_per_session);
+        Gateway {
+            shared: Arc::new(Shared {
+                runtime: parts.runtime,
+                registry: parts.registry,
+                host_config: parts.host_config,
+                model: parts.model,
+                config: parts.config,
+                metrics,
+                lanes,
+                stopping: AtomicBool::new(false),
+                abort_all: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    /// The settings in effect.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.shared.config
+    }
+
+    /// Binds the configured address.
+    pub async fn bind(&self) -> Result<TcpListener> {
+        let addr = self.shared.config.addr;
+        TcpListener::bind(addr).await.map_err(|source| GatewayError::Bind { addr: addr.to_string(), source })
+    }
+
+    /// The application: every route with its layers.
+    pub fn router(&self) -> Router {
+        router(self.shared.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then drains (see the module docs) and
+    /// shuts the runtime down.
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let shared = self.shared.clone();
+        let app = router(shared.clone());
+        let stop = CancellationToken::new();
+        let trigger = stop.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            trigger.cancel();
+        });
+        let on_stop = shared.clone();
+        let graceful = stop.clone();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            graceful.cancelled().await;
+            on_stop.stopping.store(true, Ordering::SeqCst);
+            tracing::info!("shutting down: no new connections; waiting for in-flight requests");
+        });
+        let server = std::future::IntoFuture::into_future(server);
+        tokio::pin!(server);
+        let deadline = shared.config.shutdown_timeout;
+        let result = tokio::select! {
+            r = &mut server => r,
+            () = async { stop.cancelled().await; tokio::time::sleep(deadline).await } => {
+                tracing::warn!(
+                    "in-flight requests did not finish within gateway.shutdownTimeoutMs ({} ms); aborting their turns",
+                    deadline.as_millis()
+                );
+                shared.abort_all.cancel();
+                match tokio::time::timeout(ABORT_GRACE, &mut server).await {
+                    Ok(r) => r,
+                    Err(_) => Ok(()),
+                }
+            }
+        };
+        shared.tasks.close();
+        if tokio::time::timeout(ABORT_GRACE, shared.tasks.wait()).await.is_err() {
+            shared.abort_all.cancel();
+            tracing::warn!("turns still running after the shutdown grace period; they are aborted");
+            let _ = tokio::time::timeout(ABORT_GRACE, shared.tasks.wait()).await;
+        }
+        shared.runtime.shutdown().await;
+        crate::engine_api::close(&shared).await;
+        tracing::info!("gateway stopped");
+        result.map_err(GatewayError::Serve)
+    }
+}
+
+fn router(shared: AppState) -> Router {
+    let mut app = crate::openai::routes(&shared)
+        .merge(crate::engine_api::routes())
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .route_layer(middleware::from_fn_with_state(shared.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(shared.clone(), deadline))
+        .layer(middleware::from_fn_with_state(shared.clone(), auth))
+        .layer(DefaultBodyLimit::max(shared.config.max_body_bytes))
+        .layer(Extension(BodyLimit(shared.config.max_body_bytes)));
+    if let Some(cors) = cors(&shared.config) {
+        app = app.layer(cors);
+    }
+    let request_id = HeaderName::from_static(REQUEST_ID);
+    app.layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    let id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
+                    tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path())
+                })
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+        )
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(shared)
+}
+
+fn cors(config: &GatewayConfig) -> Option<CorsLayer> {
+    if config.allowed_origins.is_empty() {
+        return None;
+    }
+    let origins: Vec<HeaderValue> =
+        config.allowed_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, HeaderName::from_static("x-clawctx-session")]),
+    )
+}
+
+/// The bearer check: both sides hashed to 32 bytes and compared in constant time, so neither
+/// the content nor the length of the token leaks through timing.
+fn token_matches(expected: &Token, presented: &str) -> bool {
+    let a = Sha256::digest(expected.expose().as_bytes());
+    let b = Sha256::digest(presented.as_bytes());
+    a.ct_eq(&b).into()
+}
+
+/// Paths served without a token: liveness and readiness probes carry no credentials.
+const PUBLIC_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+
+/// Every path but [`PUBLIC_PATHS`] needs the token, unknown ones included (no route probing).
+async fn auth(State(shared): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(token) = shared.config.token.as_ref().filter(|_| !PUBLIC_PATHS.contains(&req.uri().path())) {
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim);
+        if !presented.is_some_and(|p| token_matches(token, p)) {
+            tracing::info!("request refused: missing or invalid bearer token");
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The per-request deadline. A streamed reply is past this point once its headers are out;
+/// its turn has the same deadline inside (see `openai`).
+async fn deadline(State(shared): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = shared.config.request_timeout;
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => {
+            shared.metrics.error("timeout");
+            ApiError::timeout(limit.as_millis()).into_response()
+        }
+    }
+}
+
+async fn count_requests(State(shared): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = req.method().to_string();
+    let response = next.run(req).await;
+    let status = response.status();
+    shared.metrics.requests.get_or_create(&RequestLabels { route, method, status: status.as_u16() }).inc();
+    if status.is_server_error() {
+        shared.metrics.error("http_5xx");
+    }
+    response
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::not_found(format!("no route for {} {}", req.method(), req.uri().path()))
+}
+
+async fn healthz(State(shared): State<AppState>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "pid": std::process::id(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptimeSeconds": shared.started.elapsed().as_secs(),
+    }))
+}
+
+async fn readyz(State(shared): State<AppState>) -> Response {
+    let quarantined: Vec<String> = shared
+        .registry
+        .as_ref()
+        .map(|r| r.quarantines().into_iter().map(|q| q.engine_id).collect())
+        .unwrap_or_default();
+    let body = json!({
+        "status": if shared.stopping.load(Ordering::SeqCst) { "stopping" } else { "ready" },
+        "engine": shared.runtime.engine_id(),
+        "quarantined": quarantined,
+        "sessionsBusy": shared.lanes.active(),
+    });
+    let status = if shared.stopping.load(Ordering::SeqCst) { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    (status, Json(body)).into_response()
+}
+
+async fn metrics(State(shared): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], shared.metrics.render()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_check_accepts_only_the_exact_token() {
+        let t = Token::new("correct horse");
+        assert!(token_matches(&t, "correct horse"));
+        for wrong in ["", "correct hors", "correct horse ", "Correct horse", "correct horsf"] {
+            assert!(!token_matches(&t, wrong), "{wrong:?}");
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! `clawctx gateway status`: whether a gateway holds the state dir, and whether it answers.
+//!
+//! The lock tells whether a gateway process is alive (the OS releases it when the process
+//! dies); `/healthz` at the address its lock file records tells whether it serves. Both are
+//! reported, since a gateway can be alive and stuck.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::lock::{probe, LockState};
+
+/// What `gateway status` reports.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayStatus {
+    /// Whether a gateway holds the state dir's lock.
+    pub running: bool,
+    /// Its pid, from the lock file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Where it listens, from the lock file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// When it started (epoch ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    /// Whether `/healthz` answered 200.
+    pub healthy: bool,
+    /// `/healthz`'s body, when it answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Value>,
+    /// Why it is not healthy, when running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// Looks at the state dir's gateway.
+pub async fn status(state_dir: &Path) -> Result<GatewayStatus> {
+    let info = match probe(state_dir)? {
+        LockState::Free => {
+            return Ok(GatewayStatus {
+                running: false,
+                pid: None,
+                url: None,
+                started_at: None,
+                healthy: false,
+                health: None,
+                problem: None,
+            })
+        }
+        LockState::Held(info) => info,
+    };
+    let mut out = GatewayStatus {
+        running: true,
+        pid: info.as_ref().map(|i| i.pid),
+        url: info.as_ref().and_then(|i| i.url.clone()),
+        started_at: info.as_ref().map(|i| i.started_at),
+        healthy: false,
+        health: None,
+        problem: None,
+    };
+    let Some(url) = out.url.clone() else {
+        out.problem = Some("the gateway is starting (no address recorded yet)".into());
+        return Ok(out);
+    };
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(3)).build();
+    let answer = match client {
+        Ok(c) => c.get(format!("{url}/healthz")).send().await,
+        Err(e) => {
+            out.problem = Some(format!("cannot build an HTTP client: {e}"));
+            return Ok(out);
+        }
+    };
+    match answer {
+        Ok(r) if r.status().is_success() => {
+            out.healthy = true;
+            out.health = r.json::<Value>().await.ok();
+        }
+        Ok(r) => out.problem = Some(format!("{url}/healthz answered {}", r.status())),
+        Err(e) => out.problem = Some(format!("{url}/healthz did not answer: {e}")),
+    }
+    Ok(out)
+}

@@ -1,0 +1,212 @@
+//! A gateway on loopback for the integration tests: a runtime built from an OpenClaw-shaped
+//! config (legacy or lossless) against a mock OpenAI-compatible model server (wiremock, also on
+//! loopback) that answers from a queue, optionally after a delay, streaming or not.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clawctx_engine::ContextEngineRegistry;
+use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts, Token};
+use clawctx_protocol::SelectionSource;
+use clawctx_runtime::{select_backend, AgentRuntime};
+use serde_json::{json, Value};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// One queued model reply.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub text: String,
+    pub delay: Duration,
+}
+
+pub fn text(t: &str) -> Reply {
+    Reply { text: t.to_owned(), delay: Duration::ZERO }
+}
+
+pub fn slow(t: &str, delay: Duration) -> Reply {
+    Reply { text: t.to_owned(), delay }
+}
+
+#[derive(Clone, Default)]
+struct Queue(Arc<Mutex<VecDeque<Reply>>>);
+
+impl Respond for Queue {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+        let usage = json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110});
+        let Some(reply) = self.0.lock().unwrap().pop_front() else {
+            return ResponseTemplate::new(500).set_body_json(json!({"error": {"message": "mock script exhausted"}}));
+        };
+        let template = if stream {
+            // Two content chunks, so a streaming client sees more than one delta.
+            let (a, b) = reply.text.split_at(reply.text.len() / 2);
+            let chunks = [
+                json!({"choices": [{"index": 0, "delta": {"content": a}}]}),
+                json!({"choices": [{"index": 0, "delta": {"content": b}}]}),
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}),
+            ];
+            let mut sse: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+            sse.push_str("data: [DONE]\n\n");
+            ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream")
+        } else {
+            ResponseTemplate::new(200).set_body_json(json!({
+                "id": "chatcmpl-mock",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}],
+                "usage": usage
+            }))
+        };
+        template.set_delay(reply.delay)
+    }
+}
+
+/// The mock model server.
+pub struct MockLlm {
+    pub server: MockServer,
+    queue: Queue,
+}
+
+impl MockLlm {
+    pub async fn start() -> Self {
+        let server = MockServer::start().await;
+        let queue = Queue::default();
+        Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(queue.clone()).mount(&server).await;
+        Self { server, queue }
+    }
+
+    pub fn push(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.queue.0.lock().unwrap().extend(replies);
+    }
+
+    /// Every request body the model got.
+    pub async fn bodies(&self) -> Vec<Value> {
+        self.server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .map(|r| serde_json::from_slice(&r.body).unwrap())
+            .collect()
+    }
+
+    pub fn config(&self, engine: &str) -> Value {
+        json!({
+            "models": {"providers": {"mock": {
+                "api": "openai-completions",
+                "baseUrl": format!("{}/v1", self.server.uri()),
+                "models": [{"id": "test-model", "contextWindow": 32000, "maxTokens": 1024}],
+                "maxRetries": 0, "timeoutMs": 20000
+            }}},
+            "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},
+            "plugins": {"slots": {"contextEngine": engine}}
+        })
+    }
+}
+
+/// What to start.
+pub struct Opts {
+    pub engine: &'static str,
+    pub token: Option<&'static str>,
+    pub tweak: Box<dyn FnOnce(&mut GatewayConfig) + Send>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts { engine: "legacy", token: None, tweak: Box::new(|_| {}) }
+    }
+}
+
+/// A running gateway.
+pub struct TestGateway {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub llm: MockLlm,
+    pub runtime: AgentRuntime,
+    pub state: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    join: Option<tokio::task::JoinHandle<clawctx_gateway::Result<()>>>,
+}
+
+pub async fn start(opts: Opts) -> TestGateway {
+    let llm = MockLlm::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let config = Arc::new(llm.config(opts.engine));
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    clawctx_lossless::register(&registry).unwrap();
+    let agent_dir = state.path().join("agents").join("main");
+    let resolved = registry.resolve(Some(config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone())).await.unwrap();
+    assert_eq!(resolved.effective_id, opts.engine, "the engine under test must serve");
+    let backend = select_backend(&config, None, &|_| None).unwrap();
+    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
+        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
+        .workspace_dir(agent_dir.to_string_lossy().into_owned())
+        .build();
+    let mut settings = GatewayConfig::loopback(0);
+    settings.token = opts.token.map(Token::new);
+    (opts.tweak)(&mut settings);
+    let gateway = Gateway::new(GatewayParts {
+        runtime: runtime.clone(),
+        registry: Some(registry),
+        host_config: config,
+        model: "mock/test-model".into(),
+        config: settings,
+    });
+    let listener = gateway.bind().await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let join = tokio::spawn(gateway.serve(listener, async move {
+        let _ = rx.await;
+    }));
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    TestGateway { url, http, llm, runtime, state, stop: Some(tx), join: Some(join) }
+}
+
+impl TestGateway {
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.at(path)).send().await.unwrap()
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.http.post(self.at(path)).json(body).send().await.unwrap()
+    }
+
+    /// Signals shutdown and waits (bounded) for the serve loop to return.
+    pub async fn stop(&mut self) -> clawctx_gateway::Result<()> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let join = self.join.take().expect("stopped once");
+        tokio::time::timeout(Duration::from_secs(60), join).await.expect("the gateway stops within 60 s").unwrap()
+    }
+
+    /// Signals shutdown without waiting.
+    pub fn signal_stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Waits for a serve loop already signalled.
+    pub async fn join(&mut self) -> clawctx_gateway::Result<()> {
+        let join = self.join.take().expect("joined once");
+        tokio::time::timeout(Duration::from_secs(60), join).await.expect("the gateway stops within 60 s").unwrap()
+    }
+}
+
+/// Asserts OpenAI's error shape and returns the error object.
+pub async fn error_of(r: reqwest::Response, status: u16) -> Value {
+    assert_eq!(r.status().as_u16(), status, "status");
+    let body: Value = r.json().await.expect("an error body is JSON");
+    let e = body.get("error").cloned().unwrap_or_else(|| panic!("no `error` in {body}"));
+    for k in ["message", "type", "param", "code"] {
+        assert!(e.get(k).is_some(), "error object lacks `{k}`: {body}");
+    }
+    e
+}
