@@ -1,7 +1,7 @@
 //! `clawctx gateway` as an operator runs it: a child process on loopback against a mock model
 //! server (also on loopback), the refusal to bind off loopback without a token, the refusal of
 //! a second gateway on the same state dir (naming the first one's pid), `gateway status`, and
-//! SIGTERM: the process exits 0 and frees the state dir. A failing test prints the
+//! SIGTERM: an in-flight request completes, the process exits 0 and frees the state dir. A failing test prints the
 //! command with its output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,7 +12,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
-use wiremock::MockServer;
+use wiremock::matchers::{body_partial_json, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
 struct Run {
     cmd: String,
@@ -38,6 +39,8 @@ fn command(state: &Path, args: &[&str]) -> (Command, String) {
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_MODEL")
+        // The token of the test whose config names this variable (gateway.auth.tokenEnv).
+        .env("GW_TEST_TOKEN", "test-token-5150")
         .kill_on_drop(true);
     (cmd, format!("clawctx {}", full.join(" ")))
 }
@@ -176,4 +179,77 @@ async fn a_second_gateway_on_one_state_dir_is_refused_status_reports_and_sigterm
     let again = spawn_gateway(dir.path(), &[]).await;
     again.sigterm();
     assert_eq!(again.wait().await.0, 0);
+}
+
+/// A model that answers after `delay`, streaming or not.
+async fn slow_model(reply: &str, delay: Duration) -> MockServer {
+    let server = MockServer::start().await;
+    let sse = format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": reply}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    );
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_partial_json(json!({"stream": true})))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream").set_delay(delay))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}
+                }))
+                .set_delay(delay),
+        )
+        .mount(&server)
+        .await;
+    server
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_in_flight_request_complete_and_exits_zero() {
+    let server = slow_model("answered while draining", Duration::from_millis(2000)).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &server, json!({"gateway": {"auth": {"tokenEnv": "GW_TEST_TOKEN"}}})).await;
+    let gw = spawn_gateway(dir.path(), &[]).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/chat/completions", gw.url);
+    let request = tokio::spawn({
+        let http = http.clone();
+        async move {
+            let r = http
+                .post(url)
+                .bearer_auth("test-token-5150")
+                .header("x-clawctx-session", "agent:main:sigterm")
+                .json(&json!({"model": "m", "messages": [{"role": "user", "content": "take your time"}]}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    });
+    // Wait (bounded) until the turn is running, then stop the gateway.
+    let mut running = false;
+    for _ in 0..300 {
+        let m = http.get(format!("{}/metrics", gw.url)).bearer_auth("test-token-5150").send().await.unwrap().text().await.unwrap();
+        if m.contains("clawctx_gateway_turns_in_flight 1") {
+            running = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(running, "the turn never started");
+    gw.sigterm();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(60), request).await.unwrap().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "answered while draining");
+    let (code, rest) = gw.wait().await;
+    assert_eq!(code, 0, "{rest}");
+
+    let r = clawctx(dir.path(), &["sessions", "show", "agent:main:sigterm"]).await;
+    assert!(r.code == 0 && r.stdout.contains("answered while draining"), "the turn was stored: {r}");
 }

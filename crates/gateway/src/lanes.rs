@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api_error::ApiError;
@@ -21,10 +22,11 @@ struct Lane {
 }
 
 /// Every session's lane.
-#[derive(Default)]
 pub struct Lanes {
     lanes: Mutex<HashMap<String, Lane>>,
     max_queued: usize,
+    /// Requests waiting for a busy session now (a metric).
+    waiting: Gauge,
 }
 
 /// The right to run one request on a session; dropping it lets the next one in.
@@ -36,8 +38,8 @@ pub struct LaneGuard {
 
 impl Lanes {
     /// Lanes where at most `max_queued` requests wait behind the running one.
-    pub fn new(max_queued: usize) -> Arc<Self> {
-        Arc::new(Lanes { lanes: Mutex::new(HashMap::new()), max_queued })
+    pub fn new(max_queued: usize, waiting: Gauge) -> Arc<Self> {
+        Arc::new(Lanes { lanes: Mutex::new(HashMap::new()), max_queued, waiting })
     }
 
     /// Waits for `key`'s lane. Refused with 429 when `max_queued` requests already wait.
@@ -61,10 +63,13 @@ impl Lanes {
         };
         // Counted as a user from here: a cancelled wait must give its place back.
         let mut pending = Pending { lanes: self.clone(), key: key.to_owned(), armed: true };
-        let permit = semaphore
-            .acquire_owned()
-            .await
-            .map_err(|_| ApiError::internal("a session lane was closed"))?;
+        let permit = match semaphore.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let _waiting = Waiting::new(&self.waiting);
+                semaphore.acquire_owned().await.map_err(|_| ApiError::internal("a session lane was closed"))?
+            }
+        };
         pending.armed = false;
         Ok(LaneGuard { lanes: self.clone(), key: key.to_owned(), _permit: permit })
     }
@@ -83,6 +88,22 @@ impl Lanes {
     /// Sessions with a request running or waiting.
     pub fn active(&self) -> usize {
         self.lanes.lock().map(|l| l.len()).unwrap_or(0)
+    }
+}
+
+/// Counts a request in the waiting gauge while it waits (also when its wait is cancelled).
+struct Waiting<'a>(&'a Gauge);
+
+impl<'a> Waiting<'a> {
+    fn new(gauge: &'a Gauge) -> Self {
+        gauge.inc();
+        Waiting(gauge)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -115,14 +136,16 @@ mod tests {
 
     #[tokio::test]
     async fn one_runs_per_session_a_bounded_number_waits_and_others_run_in_parallel() {
-        let lanes = Lanes::new(1);
+        let lanes = Lanes::new(1, Gauge::default());
         let first = lanes.acquire("a").await.unwrap();
         // Another session is not held up.
         let other = tokio::time::timeout(Duration::from_secs(5), lanes.acquire("b")).await.unwrap().unwrap();
         // One may wait behind the running turn...
         let l2 = lanes.clone();
         let waiter = tokio::spawn(async move { l2.acquire("a").await.map(|_g| ()) });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        while lanes.waiting.get() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert!(!waiter.is_finished(), "the second request on a session must wait");
         // ...the next is refused with 429 naming the session.
         let err = lanes.acquire("a").await.err().expect("the queue is full");
@@ -136,7 +159,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancelled_wait_gives_its_place_back() {
-        let lanes = Lanes::new(1);
+        let lanes = Lanes::new(1, Gauge::default());
         let first = lanes.acquire("a").await.unwrap();
         let cancelled = tokio::time::timeout(Duration::from_millis(20), lanes.acquire("a")).await;
         assert!(cancelled.is_err());

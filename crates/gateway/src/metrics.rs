@@ -93,6 +93,8 @@ pub struct Metrics {
     pub errors: Family<KindLabels, Counter>,
     /// Turns running now.
     pub turns_in_flight: Gauge,
+    /// Requests waiting for a busy session's turn.
+    pub requests_waiting: Gauge,
     /// Engines quarantined in this process (set at scrape time).
     pub quarantines: Gauge,
 }
@@ -129,6 +131,8 @@ impl Metrics {
         registry.register("errors", "Errors, by kind (http_5xx, turn, engine, timeout, busy)", errors.clone());
         let turns_in_flight = Gauge::default();
         registry.register("turns_in_flight", "Turns running now", turns_in_flight.clone());
+        let requests_waiting = Gauge::default();
+        registry.register("requests_waiting", "Requests waiting for a busy session's turn", requests_waiting.clone());
         let quarantines = Gauge::default();
         registry.register("quarantined_engines", "Engines quarantined in this process (legacy serves for them)", quarantines.clone());
         Metrics {
@@ -144,6 +148,7 @@ impl Metrics {
             assemble_seconds,
             errors,
             turns_in_flight,
+            requests_waiting,
             quarantines,
         }
     }

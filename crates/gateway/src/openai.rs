@@ -1,10 +1,600 @@
-//! The OpenAI-compatible endpoint (`/v1/chat/completions`, `/v1/models`).
+//! The OpenAI-compatible endpoint: `POST /v1/chat/completions` (plain and streaming SSE) and
+//! `GET /v1/models`, so any OpenAI client gets clawctx's context management by changing its
+//! base URL.
+//!
+//! The gateway's stored session is the conversation, not the client's `messages`: the last
+//! message must be the user's, and its text is the turn's prompt, run through
+//! [`AgentRuntime::run_turn`](clawctx_runtime::AgentRuntime::run_turn) (stored, assembled and
+//! compacted by the selected engine, sent to the configured provider). Earlier messages are not
+//! replayed, so a client that re-sends its whole history each time and one that sends only the
+//! new message get the same turn; `system`/`developer` messages and sampling parameters are
+//! accepted and not used (the agent's configured system prompt and model settings apply). This
+//! is OpenClaw's own rule for its endpoint ("client history is not replayed as structured
+//! turns"). Client tools (`tools`) are refused for now rather than silently ignored.
+//!
+//! The session is the `x-clawctx-session` header (also `x-openclaw-session-key`), used
+//! verbatim; else `agent:main:openai-user:<user>` from the request's `user` field; else a fresh
+//! `agent:main:openai:<uuid>` (OpenClaw's key shapes). The response names it in the same header.
+//!
+//! A turn runs in a task of its own that holds the session's lane until the turn has ended
+//! and written the transcript. The HTTP side only watches it: when the client goes away (a
+//! dropped connection, a closed stream) or the deadline passes, the turn is aborted through
+//! its abort signal, never dropped mid-write, so the transcript stays a valid conversation and
+//! the next request on the session starts from it.
 
-use axum::Router;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clawctx_engine::AbortController;
+use clawctx_model::StreamEvent;
+use clawctx_runtime::{RuntimeError, TurnOutcome, TurnRequest};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::api_error::{ApiError, ApiJson};
+use crate::lanes::LaneGuard;
 use crate::server::AppState;
 
+/// The session header.
+pub const SESSION_HEADER: &str = "x-clawctx-session";
+/// OpenClaw's session header, accepted as an alias.
+pub const OPENCLAW_SESSION_HEADER: &str = "x-openclaw-session-key";
+/// Longest session key accepted.
+const MAX_SESSION_KEY: usize = 512;
+/// How often an idle stream sends an SSE comment: it keeps proxies from closing the stream and
+/// is how a client that went away is noticed while the model is still thinking.
+const STREAM_KEEP_ALIVE: Duration = Duration::from_millis(500);
+
+/// A chat completion request (the fields the gateway reads; every other field is accepted and
+/// not used).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct ChatCompletionRequest {
+    /// Echoed in the response; the gateway's configured model answers every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The conversation as the client has it; the last message must be the user's.
+    pub messages: Vec<ChatMessage>,
+    /// Stream `chat.completion.chunk` events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// `include_usage`: a last chunk with the usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    /// Names the session when no session header is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Client tools: not supported yet (refused with 400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Value>>,
+}
+
+/// `stream_options`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct StreamOptions {
+    /// Send a last chunk with `usage`.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// One message of the request.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct ChatMessage {
+    /// `system`, `developer`, `user`, `assistant`, `tool` or `function`.
+    pub role: String,
+    /// A string or a list of content parts (`{"type": "text", "text"}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+    /// Author name (ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A plain (non-streaming) answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChatCompletion {
+    /// `chatcmpl-<uuid>`.
+    pub id: String,
+    /// `chat.completion`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The request's model, else the gateway's.
+    pub model: String,
+    /// One choice.
+    pub choices: Vec<Choice>,
+    /// Token usage of the turn's model calls.
+    pub usage: CompletionUsage,
+}
+
+/// `choices[0]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Choice {
+    /// 0.
+    pub index: u32,
+    /// The assistant's reply.
+    pub message: AssistantReply,
+    /// `stop` (or `length` when the tool loop ran out of iterations).
+    pub finish_reason: String,
+}
+
+/// `choices[0].message`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AssistantReply {
+    /// `assistant`.
+    pub role: String,
+    /// The reply text.
+    pub content: String,
+}
+
+/// OpenAI's usage object.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CompletionUsage {
+    /// Input tokens.
+    pub prompt_tokens: u64,
+    /// Output tokens.
+    pub completion_tokens: u64,
+    /// Sum.
+    pub total_tokens: u64,
+}
+
+/// `GET /v1/models`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModelList {
+    /// `list`.
+    pub object: String,
+    /// The configured model.
+    pub data: Vec<ModelCard>,
+}
+
+/// One model.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModelCard {
+    /// `provider/model`.
+    pub id: String,
+    /// `model`.
+    pub object: String,
+    /// 0 (unknown).
+    pub created: u64,
+    /// `clawctx`.
+    pub owned_by: String,
+}
+
 /// The OpenAI-compatible routes.
-pub(crate) fn routes(_shared: &AppState) -> Router<AppState> {
-    Router::new()
+pub(crate) fn routes(shared: &AppState) -> Router<AppState> {
+    let router = Router::new().route("/v1/models", get(models));
+    if shared.config.chat_completions {
+        router.route("/v1/chat/completions", post(chat_completions))
+    } else {
+        router.route("/v1/chat/completions", post(disabled))
+    }
+}
+
+pub(crate) async fn models(State(shared): State<AppState>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list".into(),
+        data: vec![ModelCard { id: shared.model.clone(), object: "model".into(), created: 0, owned_by: "clawctx".into() }],
+    })
+}
+
+async fn disabled() -> ApiError {
+    ApiError::not_found(
+        "the chat completions endpoint is disabled (gateway.http.endpoints.chatCompletions.enabled is false)",
+    )
+}
+
+/// The session key of a request (see the module docs).
+fn session_key(headers: &HeaderMap, user: Option<&str>) -> Result<String, ApiError> {
+    let header = [SESSION_HEADER, OPENCLAW_SESSION_HEADER].into_iter().find_map(|name| {
+        headers.get(name).map(|v| (name, v.to_str().map(str::trim)))
+    });
+    let key = match header {
+        Some((name, Err(_))) => return Err(ApiError::invalid(name, format!("the {name} header must be visible ASCII"))),
+        Some((name, Ok(""))) => return Err(ApiError::invalid(name, format!("the {name} header is empty"))),
+        Some((_, Ok(k))) => k.to_owned(),
+        None => match user.map(str::trim).filter(|u| !u.is_empty()) {
+            Some(u) => format!("agent:main:openai-user:{u}"),
+            None => format!("agent:main:openai:{}", uuid::Uuid::new_v4()),
+        },
+    };
+    if key.len() > MAX_SESSION_KEY || key.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            SESSION_HEADER,
+            format!("a session key is at most {MAX_SESSION_KEY} characters without control characters"),
+        ));
+    }
+    Ok(key)
+}
+
+/// The prompt: the text of the last message, which must be the user's.
+fn prompt_of(request: &ChatCompletionRequest) -> Result<String, ApiError> {
+    if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::invalid(
+            "tools",
+            "client tools are not supported by the clawctx gateway yet; send the request without `tools`",
+        ));
+    }
+    for (i, m) in request.messages.iter().enumerate() {
+        if !matches!(m.role.as_str(), "system" | "developer" | "user" | "assistant" | "tool" | "function") {
+            return Err(ApiError::invalid(
+                format!("messages[{i}].role"),
+                format!(
+                    "`messages[{i}].role` must be one of system, developer, user, assistant, tool, function; found \"{}\"",
+                    m.role
+                ),
+            ));
+        }
+    }
+    let Some((i, last)) = request.messages.iter().enumerate().next_back() else {
+        return Err(ApiError::invalid("messages", "Missing user message in `messages`."));
+    };
+    if last.role != "user" {
+        return Err(ApiError::invalid(
+            format!("messages[{i}].role"),
+            format!(
+                "the last message must be the user's (the gateway runs one turn for it); found role \"{}\". \
+                 Tool results for client tools are not supported yet",
+                last.role
+            ),
+        ));
+    }
+    let param = format!("messages[{i}].content");
+    let text = match &last.content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::new();
+            for (j, part) in parts.iter().enumerate() {
+                match (part.get("type").and_then(Value::as_str), part.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => texts.push(t.as_str()),
+                    (Some("text"), _) => {
+                        return Err(ApiError::invalid(
+                            format!("{param}[{j}].text"),
+                            format!("`{param}[{j}].text` must be a string"),
+                        ))
+                    }
+                    (Some(kind), _) => {
+                        return Err(ApiError::invalid(
+                            format!("{param}[{j}].type"),
+                            format!("content parts of type \"{kind}\" are not supported by the clawctx gateway; send text"),
+                        ))
+                    }
+                    (None, _) => {
+                        return Err(ApiError::invalid(
+                            format!("{param}[{j}]"),
+                            format!("`{param}[{j}]` must be an object with a `type`"),
+                        ))
+                    }
+                }
+            }
+            texts.join("\n")
+        }
+        None | Some(Value::Null) => String::new(),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                param.clone(),
+                format!("`{param}` must be a string or a list of content parts; found {}", json_kind(other)),
+            ))
+        }
+    };
+    if text.trim().is_empty() {
+        return Err(ApiError::invalid(param, "Missing user message in `messages`."));
+    }
+    Ok(text)
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Aborts the turn when dropped before [`AbortOnDrop::disarm`]: the client went away (its
+/// connection or stream was dropped) or the request's deadline dropped the handler.
+struct AbortOnDrop {
+    controller: AbortController,
+    armed: bool,
+}
+
+impl AbortOnDrop {
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::info!("client went away; aborting its turn");
+            self.controller.abort("the client disconnected");
+        }
+    }
+}
+
+/// Runs the turn in a task of its own (tracked for shutdown), holding the session's lane until
+/// it has ended. The deadline and a gateway shutdown abort it through its signal.
+fn spawn_turn(
+    shared: AppState,
+    lane: LaneGuard,
+    request: TurnRequest,
+    controller: AbortController,
+) -> tokio::task::JoinHandle<Result<TurnOutcome, RuntimeError>> {
+    let tasks = shared.tasks.clone();
+    tasks.spawn(async move {
+        let _lane = lane;
+        shared.metrics.turns_in_flight.inc();
+        let started = Instant::now();
+        let signal = controller.signal();
+        let turn = shared.runtime.run_turn(request);
+        tokio::pin!(turn);
+        let deadline = tokio::time::sleep(shared.config.request_timeout);
+        tokio::pin!(deadline);
+        let mut deadline_passed = false;
+        let mut stopping = false;
+        let result = loop {
+            tokio::select! {
+                r = &mut turn => break r,
+                () = &mut deadline, if !deadline_passed => {
+                    deadline_passed = true;
+                    controller.abort(format!(
+                        "the request ran past gateway.http.requestTimeoutMs ({} ms)",
+                        shared.config.request_timeout.as_millis()
+                    ));
+                }
+                () = shared.abort_all.cancelled(), if !stopping => {
+                    stopping = true;
+                    controller.abort("the gateway is shutting down");
+                }
+            }
+        };
+        shared.metrics.turns_in_flight.dec();
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(_) if signal.is_aborted() => "aborted",
+            Err(_) => "error",
+        };
+        let (model, engine) = result.as_ref().map_or((0, 0), |o| (o.model_micros, o.engine_micros));
+        shared.metrics.turn(outcome, started.elapsed(), model, engine);
+        match &result {
+            Ok(o) => tracing::info!(
+                session = %o.session_key,
+                engine = %o.engine,
+                model_calls = o.model_calls,
+                ms = started.elapsed().as_millis() as u64,
+                "turn done"
+            ),
+            Err(e) if outcome == "aborted" => tracing::info!("turn aborted: {e}"),
+            Err(e) => {
+                shared.metrics.error("turn");
+                tracing::warn!("turn failed: {e}");
+            }
+        }
+        result
+    })
+}
+
+/// The HTTP error for a failed turn.
+fn turn_error(e: &RuntimeError, shared: &AppState) -> ApiError {
+    match e {
+        RuntimeError::Aborted(reason) if shared.abort_all.is_cancelled() => {
+            ApiError::unavailable(format!("the gateway is shutting down; the turn was aborted ({reason})"))
+        }
+        RuntimeError::Aborted(reason) if reason.contains("requestTimeoutMs") => {
+            ApiError::timeout(shared.config.request_timeout.as_millis())
+        }
+        RuntimeError::Aborted(reason) => ApiError::internal(format!("the turn was aborted: {reason}")),
+        RuntimeError::Provider(m) => ApiError::upstream(format!("the model provider failed: {m}")).with_code("upstream_error"),
+        other => ApiError::internal(format!("the turn failed: {other}")),
+    }
+}
+
+fn usage_of(o: &TurnOutcome) -> CompletionUsage {
+    let total = if o.usage.total_tokens > 0 { o.usage.total_tokens } else { o.usage.input + o.usage.output };
+    CompletionUsage { prompt_tokens: o.usage.input, completion_tokens: o.usage.output, total_tokens: total }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+pub(crate) async fn chat_completions(
+    State(shared): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    if shared.stopping.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the gateway is shutting down; retry on another gateway or after its restart"));
+    }
+    let key = session_key(&headers, request.user.as_deref())?;
+    let prompt = prompt_of(&request)?;
+    let model = request.model.clone().filter(|m| !m.trim().is_empty()).unwrap_or_else(|| shared.model.clone());
+    let lane = shared.lanes.acquire(&key).await.inspect_err(|_| shared.metrics.error("busy"))?;
+    let controller = AbortController::new();
+    let mut turn = TurnRequest::new(key.clone(), prompt);
+    turn.abort = Some(controller.signal());
+    let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
+    let session_header = HeaderValue::from_str(&key).map_err(|_| ApiError::invalid(SESSION_HEADER, "invalid session key"))?;
+
+    if request.stream == Some(true) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        turn.events = Some(tx);
+        let handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
+        let include_usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        let events = stream_events(shared, handle, rx, StreamMeta { id, model, created: unix_now(), include_usage });
+        let guard = AbortOnDrop { controller, armed: true };
+        let body = events.scan(guard, |guard, item| {
+            if matches!(item, Streamed::Done) {
+                guard.disarm();
+            }
+            futures::future::ready(Some(Ok::<Event, Infallible>(item.into_event())))
+        });
+        let mut response = Sse::new(body).keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE)).into_response();
+        response.headers_mut().insert(SESSION_HEADER, session_header);
+        return Ok(response);
+    }
+
+    let handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
+    let mut guard = AbortOnDrop { controller, armed: true };
+    let result = handle.await;
+    guard.disarm();
+    let outcome = match result {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return Err(turn_error(&e, &shared)),
+        Err(e) => return Err(ApiError::internal(format!("the turn task failed: {e}"))),
+    };
+    let body = ChatCompletion {
+        id,
+        object: "chat.completion".into(),
+        created: unix_now(),
+        model,
+        usage: usage_of(&outcome),
+        choices: vec![Choice {
+            index: 0,
+            message: AssistantReply { role: "assistant".into(), content: outcome.reply.clone() },
+            finish_reason: if outcome.tool_iterations_exhausted { "length".into() } else { "stop".into() },
+        }],
+    };
+    let mut response = (StatusCode::OK, Json(body)).into_response();
+    response.headers_mut().insert(SESSION_HEADER, session_header);
+    Ok(response)
+}
+
+struct StreamMeta {
+    id: String,
+    model: String,
+    created: u64,
+    include_usage: bool,
+}
+
+/// One SSE event of a streamed reply.
+enum Streamed {
+    Chunk(Value),
+    Error(Value),
+    Done,
+}
+
+impl Streamed {
+    fn into_event(self) -> Event {
+        match self {
+            Streamed::Chunk(v) | Streamed::Error(v) => Event::default().data(v.to_string()),
+            Streamed::Done => Event::default().data("[DONE]"),
+        }
+    }
+}
+
+/// The chunks of a streamed reply: a role delta, a content delta per text delta of the model,
+/// the finish chunk (and a usage chunk when asked), `[DONE]`. A turn that fails after the
+/// stream began ends with an `{"error": …}` event and `[DONE]`.
+fn stream_events(
+    shared: AppState,
+    handle: tokio::task::JoinHandle<Result<TurnOutcome, RuntimeError>>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
+    meta: StreamMeta,
+) -> impl futures::Stream<Item = Streamed> + Send {
+    let chunk = {
+        let (id, model, created) = (meta.id.clone(), meta.model.clone(), meta.created);
+        move |choices: Value, usage: Option<Value>| {
+            let mut c = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices});
+            if let Some(u) = usage {
+                c["usage"] = u;
+            }
+            Streamed::Chunk(c)
+        }
+    };
+    let first = chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None);
+    let deltas = {
+        let chunk = chunk.clone();
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) }).filter_map(move |e| {
+            let out = match e {
+                StreamEvent::TextDelta(t) if !t.is_empty() => {
+                    Some(chunk(json!([{"index": 0, "delta": {"content": t}, "finish_reason": null}]), None))
+                }
+                _ => None,
+            };
+            futures::future::ready(out)
+        })
+    };
+    let tail = futures::stream::once(async move {
+        let mut out = Vec::new();
+        match handle.await {
+            Ok(Ok(o)) => {
+                let finish = if o.tool_iterations_exhausted { "length" } else { "stop" };
+                out.push(chunk(json!([{"index": 0, "delta": {}, "finish_reason": finish}]), None));
+                if meta.include_usage {
+                    out.push(chunk(json!([]), serde_json::to_value(usage_of(&o)).ok()));
+                }
+            }
+            Ok(Err(e)) => out.push(Streamed::Error(json!(turn_error(&e, &shared).body()))),
+            Err(e) => out.push(Streamed::Error(json!(ApiError::internal(format!("the turn task failed: {e}")).body()))),
+        }
+        out.push(Streamed::Done);
+        futures::stream::iter(out)
+    })
+    .flatten();
+    futures::stream::once(futures::future::ready(first)).chain(deltas).chain(tail)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn req(messages: Value) -> ChatCompletionRequest {
+        serde_json::from_value(json!({"model": "m", "messages": messages})).unwrap()
+    }
+
+    #[test]
+    fn the_prompt_is_the_last_user_message_and_earlier_history_is_not_replayed() {
+        let r = req(json!([
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "text", "text": "part"}]}
+        ]));
+        assert_eq!(prompt_of(&r).unwrap(), "second\npart");
+    }
+
+    #[test]
+    fn bad_messages_name_the_field() {
+        let cases = [
+            (json!([]), "messages"),
+            (json!([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]), "messages[1].role"),
+            (json!([{"role": "robot", "content": "a"}]), "messages[0].role"),
+            (json!([{"role": "user", "content": 5}]), "messages[0].content"),
+            (json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]), "messages[0].content[0].type"),
+            (json!([{"role": "user", "content": "   "}]), "messages[0].content"),
+        ];
+        for (messages, param) in cases {
+            let e = prompt_of(&req(messages.clone())).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{messages}: {}", e.message);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        }
+        let mut r = req(json!([{"role": "user", "content": "a"}]));
+        r.tools = Some(vec![json!({"type": "function"})]);
+        assert_eq!(prompt_of(&r).unwrap_err().param.as_deref(), Some("tools"));
+    }
+
+    #[test]
+    fn session_keys_follow_openclaws_shapes() {
+        let mut h = HeaderMap::new();
+        assert_eq!(session_key(&h, Some("ann")).unwrap(), "agent:main:openai-user:ann");
+        assert!(session_key(&h, None).unwrap().starts_with("agent:main:openai:"));
+        h.insert(OPENCLAW_SESSION_HEADER, HeaderValue::from_static("agent:main:x"));
+        assert_eq!(session_key(&h, Some("ann")).unwrap(), "agent:main:x");
+        h.insert(SESSION_HEADER, HeaderValue::from_static("agent:main:mine"));
+        assert_eq!(session_key(&h, Some("ann")).unwrap(), "agent:main:mine");
+        h.insert(SESSION_HEADER, HeaderValue::from_static(""));
+        assert_eq!(session_key(&h, None).unwrap_err().param.as_deref(), Some(SESSION_HEADER));
+    }
 }

@@ -68,7 +68,6 @@ pub(crate) struct Shared {
     pub(crate) registry: Option<Arc<ContextEngineRegistry>>,
     #[allow(dead_code)]
     pub(crate) host_config: Arc<Value>,
-    #[allow(dead_code)]
     pub(crate) model: String,
     pub(crate) config: GatewayConfig,
     pub(crate) metrics: Metrics,
@@ -93,7 +92,7 @@ impl Gateway {
     /// Wraps the runtime and settings.
     pub fn new(parts: GatewayParts) -> Self {
         let metrics = Metrics::new(parts.registry.clone());
-        let lanes = Lanes::new(parts.config.max_queued_per_session);
+        let lanes = Lanes::new(parts.config.max_queued_per_session, metrics.requests_waiting.clone());
         Gateway {
             shared: Arc::new(Shared {
                 runtime: parts.runtime,
