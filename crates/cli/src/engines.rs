@@ -1,10 +1,18 @@
 //! The engines this build of clawctx knows: `legacy` (core), the bundled `lossless` plugin, and
 //! the out-of-process plugins installed in the state dir or linked with `plugins install -l`.
+//!
+//! Commands that run turns (`run`, `chat`, `gateway`) load them with [`load_for_turns`], which
+//! also attaches the persisted quarantine mirror (contract §4.4,
+//! `<state>/runtime/context-engine-quarantines.json`): a plugin quarantined during `clawctx run`
+//! stays visible to `clawctx doctor` after the run exits. Inspecting commands (`doctor`,
+//! `plugins`) load with [`load`] and never write it (doctor reads it), so looking changes
+//! nothing. The mirror is for visibility only: the next process still tries a plugin the last
+//! one quarantined.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clawctx_engine::ContextEngineRegistry;
+use clawctx_engine::{ContextEngineRegistry, HealthMirror};
 use clawctx_plugin::{LoadedPlugin, PluginOptions};
 use serde_json::Value;
 
@@ -55,4 +63,17 @@ pub async fn load(global: &GlobalArgs, config: &Value) -> anyhow::Result<Engines
         plugins,
         failed,
     })
+}
+
+/// [`load`] for a command that runs turns: the registry also mirrors its quarantines to the
+/// state dir's health mirror (after dropping the rows of processes that are gone, see
+/// `clawctx_engine::health_mirror`). A mirror that cannot be used is a warning: the run goes
+/// on, its quarantines are only not visible to other processes.
+pub async fn load_for_turns(global: &GlobalArgs, config: &Value) -> anyhow::Result<Engines> {
+    let engines = load(global, config).await?;
+    let mirror = Arc::new(HealthMirror::in_state_dir(&global.state_dir()));
+    if let Err(e) = engines.registry.attach_health_mirror(mirror) {
+        eprintln!("warning: {e}; quarantines of this run are not visible to `clawctx doctor`");
+    }
+    Ok(engines)
 }

@@ -33,6 +33,15 @@ pub enum EngineError {
     /// No engine under that id, or the default engine is unusable.
     #[error("{0}")]
     NotRegistered(String),
+    /// The persisted quarantine mirror (contract §4.4) cannot be read or written. The mirror
+    /// is best effort: callers report this (doctor names the file), never fail a run on it.
+    #[error("quarantine mirror {}: {problem}", .path.display())]
+    HealthMirror {
+        /// The mirror file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl EngineError {

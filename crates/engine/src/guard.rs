@@ -12,6 +12,13 @@
 //!
 //! The fallback (`legacy`) is built lazily, once per wrapper, from the factory captured when the
 //! wrapper was made; concurrent failures share that one factory call.
+//!
+//! `assemble` results are checked here too ([`check_assembled_messages`]), so an in-process
+//! engine meets the same rule the plugin adapter applies to plugins: a `toolResult` without a
+//! `toolCallId` would break the provider request, so it is a contract violation (quarantine and
+//! `legacy`'s answer), named by index and field. What the host can repair is not a violation:
+//! `system`-role messages are folded into the system prompt by the runtime (a deliberate
+//! deviation, see ARCHITECTURE.md), orphaned tool results are dropped by its final clamp.
 
 use std::sync::Arc;
 
@@ -27,6 +34,25 @@ use crate::registry::{owner_plugin_id, ContextEngineRegistry, Factory, FactoryCo
 
 /// The reason the canned fallback results carry.
 pub const DOWNGRADED_REASON: &str = "context engine downgraded to legacy";
+
+/// The violation text for a `toolResult` at `index` without a `toolCallId` (the same words for
+/// plugins and in-process engines).
+pub fn missing_tool_call_id(index: usize) -> String {
+    format!("assemble returned a toolResult without a toolCallId at index {index} (the provider request pairs every tool result with its call by that id)")
+}
+
+/// The checks every engine's `assemble` result gets, whatever runs it: `Err` describes the
+/// first violation. Today that is a `toolResult` whose `toolCallId` is missing or empty.
+pub fn check_assembled_messages(messages: &[AgentMessage]) -> Result<(), String> {
+    for (i, m) in messages.iter().enumerate() {
+        if let AgentMessage::ToolResult(r) = m {
+            if r.tool_call_id.trim().is_empty() {
+                return Err(missing_tool_call_id(i));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// A non-default engine behind the quarantine guard.
 pub struct GuardedEngine {
@@ -183,7 +209,11 @@ fn c_ingest_batch<'b>(e: &'b dyn ContextEngine, p: &'b IngestBatchParams, c: &'b
     e.ingest_batch(p, c)
 }
 fn c_assemble<'b>(e: &'b dyn ContextEngine, p: &'b AssembleParams, c: &'b CallContext) -> BoxFuture<'b, Result<AssembleResult, EngineError>> {
-    e.assemble(p, c)
+    Box::pin(async move {
+        let result = e.assemble(p, c).await?;
+        check_assembled_messages(&result.messages).map_err(|v| EngineError::failed(format!("contract violation: {v}")))?;
+        Ok(result)
+    })
 }
 fn c_compact<'b>(e: &'b dyn ContextEngine, p: &'b CompactParams, c: &'b CallContext) -> BoxFuture<'b, Result<CompactResult, EngineError>> {
     e.compact(p, c)

@@ -14,6 +14,7 @@ pub mod compaction;
 pub mod engine;
 pub mod error;
 pub mod guard;
+pub mod health_mirror;
 pub mod host;
 pub mod legacy;
 pub mod logical_turn;
@@ -27,6 +28,7 @@ pub use abort::{AbortController, AbortSignal};
 pub use engine::*;
 pub use error::EngineError;
 pub use guard::GuardedEngine;
+pub use health_mirror::{HealthMirror, ListedQuarantine};
 pub use legacy::LegacyEngine;
 pub use logical_turn::{LogicalTurnEngines, LogicalTurnLease, TurnRecorderState};
 pub use registry::{

@@ -1,6 +1,11 @@
 //! The engine registry: owner-scoped registration (contract §3.1), the process quarantine
 //! (§4.2) and the log sink the guard writes to.
 //!
+//! With a [`HealthMirror`] attached ([`ContextEngineRegistry::attach_health_mirror`]), every
+//! quarantine this registry records is also written to the persisted mirror (§4.4), and
+//! removed from it when it clears here, so other processes (`clawctx doctor`) can see it. The
+//! in-memory record stays the only one that decides anything: the mirror is for visibility.
+//!
 //! OpenClaw keeps one process-global registry so that every copy of the module sees the same
 //! engines; here that is [`global_registry`]. Tests and embedders that want isolation create
 //! their own [`ContextEngineRegistry`]. Registration never throws for conflicts: it returns a
@@ -17,6 +22,7 @@ use serde_json::Value;
 
 use crate::engine::ContextEngine;
 use crate::error::EngineError;
+use crate::health_mirror::HealthMirror;
 
 /// The default engine id, reserved for the core owner.
 pub const DEFAULT_ENGINE_ID: &str = "legacy";
@@ -181,6 +187,7 @@ pub struct ContextEngineRegistry {
     quarantine: Mutex<BTreeMap<String, QuarantineRecord>>,
     logger: RwLock<Arc<dyn EngineLogger>>,
     host_summarizer: RwLock<Option<Arc<dyn Summarizer>>>,
+    health_mirror: RwLock<Option<Arc<HealthMirror>>>,
     active: bool,
     default_id: String,
 }
@@ -199,6 +206,7 @@ impl ContextEngineRegistry {
             quarantine: Mutex::new(BTreeMap::new()),
             logger: RwLock::new(Arc::new(TracingLogger)),
             host_summarizer: RwLock::new(None),
+            health_mirror: RwLock::new(None),
             active: true,
             default_id: DEFAULT_ENGINE_ID.to_owned(),
         }
@@ -235,6 +243,38 @@ impl ContextEngineRegistry {
     pub fn set_host_summarizer(&self, summarizer: Option<Arc<dyn Summarizer>>) {
         let mut slot = self.host_summarizer.write().unwrap_or_else(|p| p.into_inner());
         *slot = summarizer;
+    }
+
+    /// Mirrors this registry's quarantines to `mirror` from now on (contract §4.4). This is the
+    /// mirror's activation step for the process: rows of earlier incarnations of this PID and of
+    /// processes that are no longer running are dropped ([`HealthMirror::begin`]), then the
+    /// records this registry already holds are written. Attach it in processes that run engines
+    /// (a read-only inspection like `doctor` reads the mirror instead). The error, if any, is
+    /// the mirror's: the registry works the same without it, and the mirror stays attached.
+    pub fn attach_health_mirror(&self, mirror: Arc<HealthMirror>) -> Result<(), EngineError> {
+        {
+            let mut slot = self.health_mirror.write().unwrap_or_else(|p| p.into_inner());
+            *slot = Some(mirror.clone());
+        }
+        mirror.begin()?;
+        for record in self.quarantines() {
+            mirror.record(&record)?;
+        }
+        Ok(())
+    }
+
+    /// The attached mirror, if any.
+    pub fn health_mirror(&self) -> Option<Arc<HealthMirror>> {
+        self.health_mirror.read().map(|m| m.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Runs `f` on the attached mirror; its error is logged, never returned (§4.4: best effort).
+    fn with_mirror(&self, f: impl FnOnce(&HealthMirror) -> Result<(), EngineError>) {
+        if let Some(mirror) = self.health_mirror() {
+            if let Err(e) = f(&mirror) {
+                tracing::warn!("{e}");
+            }
+        }
     }
 
     /// The summarizer offered to factories, if any.
@@ -354,29 +394,29 @@ impl ContextEngineRegistry {
     }
 
     /// Records a quarantine. First failure wins. Logs the exact line once per new record.
+    /// With a mirror attached, the new record is also persisted (§4.4).
     pub fn quarantine(&self, engine_id: &str, owner: Option<&str>, operation: &str, reason: &str) {
         let inserted = match self.quarantine.lock() {
             Ok(mut q) => {
                 if q.contains_key(engine_id) {
-                    false
+                    None
                 } else {
-                    q.insert(
-                        engine_id.to_owned(),
-                        QuarantineRecord {
-                            engine_id: engine_id.to_owned(),
-                            owner: owner.map(str::to_owned),
-                            operation: operation.to_owned(),
-                            reason: reason.to_owned(),
-                            failed_at: SystemTime::now(),
-                        },
-                    );
-                    true
+                    let record = QuarantineRecord {
+                        engine_id: engine_id.to_owned(),
+                        owner: owner.map(str::to_owned),
+                        operation: operation.to_owned(),
+                        reason: reason.to_owned(),
+                        failed_at: SystemTime::now(),
+                    };
+                    q.insert(engine_id.to_owned(), record.clone());
+                    Some(record)
                 }
             }
-            Err(_) => false,
+            Err(_) => None,
         };
-        if inserted {
+        if let Some(record) = inserted {
             self.log(LogLevel::Error, &quarantine_log_line(engine_id, owner, operation, reason, &self.default_id));
+            self.with_mirror(|m| m.record(&record));
         }
     }
 
@@ -385,10 +425,14 @@ impl ContextEngineRegistry {
         self.quarantine.lock().map(|q| q.contains_key(engine_id)).unwrap_or(false)
     }
 
-    /// Clears the quarantine of one id.
+    /// Clears the quarantine of one id (and this process's mirror row of it, when it had one).
     pub fn clear_quarantine(&self, engine_id: &str) {
-        if let Ok(mut q) = self.quarantine.lock() {
-            q.remove(engine_id);
+        let removed = match self.quarantine.lock() {
+            Ok(mut q) => q.remove(engine_id).is_some(),
+            Err(_) => false,
+        };
+        if removed {
+            self.with_mirror(|m| m.clear(Some(engine_id)));
         }
     }
 

@@ -1,16 +1,21 @@
 //! The adapter: a plugin engine instance behind the [`ContextEngine`] trait.
 //!
 //! Every trait call becomes one `engine/<method>` request. Results are **checked before
-//! use**: a result that does not deserialize into the wire type, an assembled context over
-//! `tokenBudget`, a tool result whose call is not before it, or a `system`-role message is a
-//! contract violation (`EngineError::Failed("contract violation: …")`), which the registry's
-//! guard turns into a quarantine plus the `legacy` answer. Extra fields are ignored; `null`
-//! is fine for void methods (and read as the empty result for ingest-like ones).
+//! use**: a result that does not deserialize into the wire type (a bad message is named by its
+//! index), a `toolResult` without a `toolCallId`, a tool result whose call is not before it, or
+//! an assembled context over `tokenBudget` is a contract violation
+//! (`EngineError::Failed("contract violation: …")`), which the registry's guard turns into a
+//! quarantine plus the `legacy` answer. Extra fields are ignored; `null` is fine for void
+//! methods (and read as the empty result for ingest-like ones).
 //!
-//! `system` messages: OpenClaw's message model (contract §2) has no `system` role, and the
-//! runtime pipeline would either drop such a message or send it as something it is not.
-//! Instructions belong in `systemPromptAddition`. We treat a `system` message in an assembled
-//! context as a contract violation rather than silently dropping it, so the operator sees it.
+//! `system` messages: OpenClaw's message model (contract §2) has no `system` role, but plugins
+//! written for OpenClaw return them (recalled memories first, say), and OpenClaw's provider
+//! adapters drop them. We do better, deliberately (ARCHITECTURE.md, "Cross-cutting
+//! decisions"): they pass here, and the runtime folds their text into the run's system prompt
+//! the way it adds `systemPromptAddition`, counted in the budget there and warned about once
+//! per engine. Like the addition they are not part of the messages measured against
+//! `tokenBudget`. The checks shared with in-process engines are
+//! [`clawctx_engine::guard::check_assembled_messages`].
 //!
 //! Speed: `assemble` carries the whole history both ways on every model call, so its path is
 //! kept lean. Params are serialized once, straight to the request bytes. The reply's messages
@@ -574,13 +579,40 @@ fn decode_assembled(
                 next = i + 1;
             }
             None => {
-                let m: AgentMessage = serde_json::from_str(raw).map_err(|e| invalid(&e))?;
+                let at = result.messages.len();
+                let m: AgentMessage =
+                    serde_json::from_str(raw).map_err(|e| invalid_message(at, raw, &e))?;
                 result.messages.push(m);
                 lengths.push(None);
             }
         }
     }
     Ok((result, lengths))
+}
+
+/// The violation for message `index` of an assemble result that does not decode: a
+/// `toolResult` without a usable `toolCallId` gets the words in-process engines get
+/// ([`clawctx_engine::guard::missing_tool_call_id`]); anything else names the index and
+/// what the decoder said.
+fn invalid_message(index: usize, raw: &str, err: &dyn std::fmt::Display) -> EngineError {
+    let value: Option<Value> = serde_json::from_str(raw).ok();
+    let role = value
+        .as_ref()
+        .and_then(|v| v.get("role"))
+        .and_then(Value::as_str);
+    let id = value
+        .as_ref()
+        .and_then(|v| v.get("toolCallId"))
+        .and_then(Value::as_str);
+    if role == Some("toolResult") && id.is_none_or(|id| id.trim().is_empty()) {
+        return EngineError::failed(format!(
+            "contract violation: {}",
+            clawctx_engine::guard::missing_tool_call_id(index)
+        ));
+    }
+    EngineError::failed(format!(
+        "contract violation: assemble returned an invalid result: message {index}: {err}"
+    ))
 }
 
 /// `Some(id)` when `raw` is a message reference: a bare integer, the id of a message this
@@ -620,12 +652,13 @@ fn tree(method: Method, reply: Reply) -> Result<Value, EngineError> {
 
 /// An upper bound of `messages_tokens(messages)` computed from byte lengths: tokens never
 /// outnumber the bytes they encode; images and per-message framing are added as the estimator
-/// charges them.
+/// charges them. `system` messages are left out (see [`check_assembled`]).
 /// `known[i]`, when present, is message `i`'s encoded length (measured on the wire).
 fn byte_bound(messages: &[clawctx_protocol::AgentMessage], known: &[Option<u64>]) -> u64 {
     messages
         .iter()
         .enumerate()
+        .filter(|(_, m)| !is_system(m))
         .map(|(i, m)| {
             // Serialized JSON is longer than every text the estimator counts (names, arguments,
             // text blocks), so its length bounds their bytes.
@@ -642,9 +675,17 @@ fn byte_bound(messages: &[clawctx_protocol::AgentMessage], known: &[Option<u64>]
         .fold(0u64, u64::saturating_add)
 }
 
-/// Checks an assembled context against the invariants every engine keeps: within
-/// `tokenBudget` (estimated with [`clawctx_tokens::messages_tokens`]), every tool result after
-/// its call, no `system`-role messages. `Err` is the violation's description.
+/// Whether `m` is a `system`-role message (folded into the system prompt by the runtime).
+fn is_system(m: &AgentMessage) -> bool {
+    m.role() == "system"
+}
+
+/// Checks an assembled context against the invariants every engine keeps: the checks every
+/// engine gets ([`clawctx_engine::guard::check_assembled_messages`]: no `toolResult` without
+/// a `toolCallId`), every tool result after its call, within `tokenBudget` (estimated with
+/// [`clawctx_tokens::messages_tokens`]). `system`-role messages are not counted against
+/// `tokenBudget`: the runtime moves them into the system prompt and counts them there, as it
+/// does `systemPromptAddition`. `Err` is the violation's description.
 pub fn check_assembled(params: &AssembleParams, result: &AssembleResult) -> Result<(), String> {
     check_assembled_with(params, result, &[])
 }
@@ -656,13 +697,7 @@ fn check_assembled_with(
     result: &AssembleResult,
     known_lengths: &[Option<u64>],
 ) -> Result<(), String> {
-    for (i, m) in result.messages.iter().enumerate() {
-        if m.role() == "system" {
-            return Err(format!(
-                "assemble returned a system-role message at index {i} (use systemPromptAddition for instructions)"
-            ));
-        }
-    }
+    clawctx_engine::guard::check_assembled_messages(&result.messages)?;
     let mut calls: HashSet<&str> = HashSet::new();
     for (i, m) in result.messages.iter().enumerate() {
         for c in m.tool_calls() {
@@ -682,7 +717,8 @@ fn check_assembled_with(
         if byte_bound(&result.messages, known_lengths) <= budget {
             return Ok(());
         }
-        let tokens = clawctx_tokens::messages_tokens(&result.messages);
+        let tokens =
+            clawctx_tokens::messages_tokens(result.messages.iter().filter(|m| !is_system(m)));
         if tokens > budget {
             return Err(format!(
                 "assemble returned {tokens} tokens, over the token budget of {budget}"
@@ -1217,5 +1253,76 @@ mod tests {
         assert!(err.contains("over the token budget of 5"), "{err}");
         p.token_budget = Some(10_000);
         check_assembled_with(&p, &result, &[Some(1); 4]).expect("fits");
+    }
+
+    #[test]
+    fn system_messages_pass_and_are_not_measured_against_the_budget() {
+        let p = history();
+        let memories = json!({"role": "system", "content": "memory ".repeat(400)});
+        let mut result_json = json!({"messages": [memories], "estimatedTokens": 1});
+        result_json["messages"]
+            .as_array_mut()
+            .expect("array")
+            .extend(
+                p.messages
+                    .iter()
+                    .map(|m| serde_json::to_value(m).expect("encodes")),
+            );
+        let (got, lengths) =
+            decode_assembled(&p, &request(&p), &reply(result_json)).expect("decodes");
+        assert_eq!(got.messages[0].role(), "system");
+        let rest = clawctx_tokens::messages_tokens(&p.messages);
+        assert!(clawctx_tokens::messages_tokens(&got.messages) > rest + 300);
+        let fits = AssembleParams {
+            token_budget: Some(rest),
+            ..p.clone()
+        };
+        check_assembled_with(&fits, &got, &lengths).expect("the history alone fits");
+        let tight = AssembleParams {
+            token_budget: Some(rest - 1),
+            ..p
+        };
+        let err = check_assembled_with(&tight, &got, &lengths).expect_err("over budget");
+        assert!(err.contains("over the token budget"), "{err}");
+    }
+
+    #[test]
+    fn a_tool_result_without_a_tool_call_id_is_named_by_index_and_field() {
+        let p = history();
+        let call = serde_json::to_value(&p.messages[1]).expect("encodes");
+        for bad in [
+            json!({"role": "toolResult", "toolName": "read", "content": "no id"}),
+            json!({"role": "toolResult", "toolCallId": null, "toolName": "read", "content": "null id"}),
+            json!({"role": "toolResult", "toolCallId": "", "toolName": "read", "content": "empty id"}),
+        ] {
+            let result = json!({"messages": [p.messages[0], call, bad], "estimatedTokens": 1});
+            let outcome =
+                decode_assembled(&p, &request(&p), &reply(result)).and_then(|(got, lengths)| {
+                    check_assembled_with(&p, &got, &lengths)
+                        .map_err(|e| EngineError::failed(format!("contract violation: {e}")))
+                });
+            let err = outcome.expect_err("a violation").to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "contract violation: {}",
+                    clawctx_engine::guard::missing_tool_call_id(2)
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_undecodable_message_is_named_by_its_index() {
+        let p = history();
+        let result = json!({"messages": [p.messages[0], {"role": "user", "content": 5}], "estimatedTokens": 1});
+        let err = decode_assembled(&p, &request(&p), &reply(result)).expect_err("invalid");
+        assert!(
+            err.to_string().starts_with(
+                "contract violation: assemble returned an invalid result: message 1: "
+            ),
+            "{err}"
+        );
     }
 }

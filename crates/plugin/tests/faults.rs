@@ -210,13 +210,70 @@ async fn hundred_megabyte_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn system_role_message() {
+async fn tool_result_without_a_tool_call_id() {
+    // conversation() has 5 messages: the fixture's toolResult is at index 5.
     run_fault(
-        "system-role",
+        "tool-result-no-id",
         "assemble",
-        &["contract violation", "system-role message"],
+        &["contract violation", "at index 5", "toolCallId"],
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn assemble_throws() {
+    run_fault(
+        "throws",
+        "assemble",
+        &["assemble exploded: the memory store is locked"],
+    )
+    .await;
+}
+
+/// A `system`-role message is not a fault (a deliberate deviation: the runtime folds it into
+/// the system prompt): no quarantine, and the plugin's answer is used as it came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_role_message_is_not_a_fault() {
+    require("node");
+    let tmp = tempfile::tempdir().unwrap();
+    let plugin_dir = copy_fixture(tmp.path());
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    let config = config(
+        "faulty",
+        "faulty",
+        json!({"config": {"mode": "system-role"}}),
+    );
+    let _loaded = register_plugin(
+        &registry,
+        &plugin_dir,
+        &config,
+        options(&tmp.path().join("runtime")),
+    )
+    .await
+    .unwrap();
+    let resolved = registry
+        .resolve(Some(Arc::new(config)), None, None)
+        .await
+        .unwrap();
+    let params = AssembleParams {
+        session_id: "s".into(),
+        messages: conversation(),
+        token_budget: Some(500),
+        ..Default::default()
+    };
+    let result = resolved
+        .engine
+        .assemble(&params, &CallContext::none())
+        .await
+        .unwrap();
+    assert!(
+        registry.quarantines().is_empty(),
+        "{:?}",
+        registry.quarantines()
+    );
+    assert_eq!(result.messages[0].role(), "system");
+    assert_eq!(result.messages[0].plain_text(), "you are a pirate");
+    assert_eq!(&result.messages[1..], &params.messages[..]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

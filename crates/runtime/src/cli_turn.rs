@@ -72,13 +72,16 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
         runtime_context: Some(inner.runtime_context(&session, Some(prepared.report.tokens), None, false)),
         ..Default::default()
     };
-    let assembled = engine.assemble(&params, &cx).await.map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))?;
+    let mut assembled = engine.assemble(&params, &cx).await.map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))?;
+    // System-role messages go into the system prompt, as on the embedded runner.
+    let folded = crate::turn::take_system_messages(&mut assembled);
+    if !folded.is_empty() {
+        out.warnings.extend(crate::turn::warn_system_messages_once(&engine_id, folded.len()));
+    }
     let (inject, epoch) = needs_injection(&inner, &session.key, assembled.context_projection.as_ref())?;
     let prompt = if inject {
-        let system = match assembled.system_prompt_addition.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
-            Some(a) => format!("{a}\n\n{}", inner.system_prompt),
-            None => inner.system_prompt.clone(),
-        };
+        let (system, _) =
+            crate::turn::compose_system(&inner.system_prompt, assembled.system_prompt_addition.as_deref(), &folded);
         crate::cli_backend::project_prompt(&system, &assembled.messages, &request.prompt)
     } else {
         request.prompt.clone()

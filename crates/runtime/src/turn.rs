@@ -413,11 +413,11 @@ impl EmbeddedTurn {
         let base_limit = self.budget().saturating_sub(clawctx_tokens::text_tokens(&self.rt.system_prompt) + self.specs_tokens);
         let reserved = self.history.addition_tokens;
         let mut result = self.assemble_once(include_turn, base_limit.saturating_sub(pending + reserved).max(1)).await?;
-        let mut addition = self.set_system(&result);
+        let mut addition = self.set_system(&mut result);
         self.history.addition_tokens = addition;
         if addition > reserved && estimate(&result) + pending > base_limit.saturating_sub(addition) {
             result = self.assemble_once(include_turn, base_limit.saturating_sub(pending + addition).max(1)).await?;
-            addition = self.set_system(&result);
+            addition = self.set_system(&mut result);
         }
         let limit = base_limit.saturating_sub(addition);
         let authority = result.prompt_authority.unwrap_or_default();
@@ -439,7 +439,7 @@ impl EmbeddedTurn {
             };
             self.compact_with_engine(params, "preflight").await?;
             result = self.assemble_once(include_turn, limit.saturating_sub(pending).max(1)).await?;
-            self.set_system(&result);
+            self.set_system(&mut result);
         }
         if let Some(epoch) = result.context_projection.as_ref().and_then(|p| p.epoch.clone()) {
             self.out.context_epoch = Some(epoch);
@@ -447,15 +447,21 @@ impl EmbeddedTurn {
         Ok(result.messages)
     }
 
-    /// Puts the engine's `systemPromptAddition` before the system prompt; returns its tokens.
-    fn set_system(&mut self, result: &AssembleResult) -> u64 {
-        let addition = result.system_prompt_addition.as_deref().map(str::trim).filter(|a| !a.is_empty());
-        self.system = match addition {
-            Some(a) => format!("{a}\n\n{}", self.rt.system_prompt),
-            None => self.rt.system_prompt.clone(),
-        };
+    /// Puts the engine's `systemPromptAddition`, and the text of any `system`-role messages it
+    /// returned (taken out of `result`, see [`take_system_messages`]), before the system
+    /// prompt; returns the tokens added. Both count like the addition always has: in the
+    /// system prompt the final clamp leaves room for, and in the reserve of the next assembly.
+    fn set_system(&mut self, result: &mut AssembleResult) -> u64 {
+        let folded = take_system_messages(result);
+        if !folded.is_empty() {
+            if let Some(line) = warn_system_messages_once(&self.engine().info().id, folded.len()) {
+                self.out.warnings.push(line);
+            }
+        }
+        let (system, added) = compose_system(&self.rt.system_prompt, result.system_prompt_addition.as_deref(), &folded);
+        self.system = system;
         self.fixed_tokens = clawctx_tokens::text_tokens(&self.system) + self.specs_tokens;
-        addition.map(clawctx_tokens::text_tokens).unwrap_or(0)
+        added
     }
 
     /// One `assemble` call over the prepared history (before this turn, or with it), lent to
@@ -763,6 +769,66 @@ impl EmbeddedTurn {
 /// An assembly's token estimate: the engine's, or the count of what it returned if larger.
 fn estimate(result: &AssembleResult) -> u64 {
     result.estimated_tokens.max(tokens_of(&result.messages))
+}
+
+/// Takes the `system`-role messages out of an engine's assemble result and answers their
+/// texts, in order (empty texts left out). The engine's `estimatedTokens` loses what they
+/// counted as messages: they are counted in the system prompt instead.
+///
+/// Deliberate deviation (ARCHITECTURE.md, "Cross-cutting decisions"): OpenClaw's message model
+/// has no `system` role and its provider adapters drop such messages; plugins written for it
+/// still return them (recalled memories first, say). Dropping loses what the engine meant the
+/// model to see and sending them as messages misplaces it, so every engine's are folded into
+/// the run's system prompt the way `systemPromptAddition` is.
+pub fn take_system_messages(result: &mut AssembleResult) -> Vec<String> {
+    if !result.messages.iter().any(|m| m.role() == "system") {
+        return Vec::new();
+    }
+    let mut texts = Vec::new();
+    let mut counted = 0u64;
+    result.messages.retain(|m| {
+        if m.role() != "system" {
+            return true;
+        }
+        counted += clawctx_tokens::message_tokens(m);
+        let text = m.plain_text();
+        if !text.trim().is_empty() {
+            texts.push(text.trim().to_owned());
+        }
+        false
+    });
+    result.estimated_tokens = result.estimated_tokens.saturating_sub(counted);
+    texts
+}
+
+/// The system prompt of a run: the engine's addition and the folded `system` messages (in that
+/// order, each a paragraph) before `base`. Answers the prompt and the tokens of what was added.
+pub fn compose_system(base: &str, addition: Option<&str>, folded: &[String]) -> (String, u64) {
+    let parts: Vec<&str> = addition.map(str::trim).filter(|a| !a.is_empty()).into_iter().chain(folded.iter().map(String::as_str)).collect();
+    if parts.is_empty() {
+        return (base.to_owned(), 0);
+    }
+    let added = parts.join("\n\n");
+    let tokens = clawctx_tokens::text_tokens(&added);
+    (format!("{added}\n\n{base}"), tokens)
+}
+
+/// Engines already warned about `system` messages in this process.
+static SYSTEM_MESSAGE_WARNINGS: std::sync::LazyLock<std::sync::Mutex<HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The warning about an engine's `system` messages, logged and answered the first time in this
+/// process only (a plugin that does this does it every turn).
+pub(crate) fn warn_system_messages_once(engine_id: &str, count: usize) -> Option<String> {
+    let first = SYSTEM_MESSAGE_WARNINGS.lock().unwrap_or_else(|p| p.into_inner()).insert(engine_id.to_owned());
+    if !first {
+        return None;
+    }
+    let line = format!(
+        "context engine \"{engine_id}\" returned {count} system-role message(s) from assemble: their text was added to the system prompt (OpenClaw has no system role in messages; engines should use systemPromptAddition). Said once per engine."
+    );
+    tracing::warn!("{line}");
+    Some(line)
 }
 
 pub(crate) fn tool_result(id: &str, name: &str, text: String, is_error: bool) -> AgentMessage {

@@ -5,6 +5,12 @@
 //! `--json` prints a [`DoctorReport`] (schema documented in `docs/doctor.md`; fields are only
 //! ever added). `--fix` applies the one repair the contract allows: when the selected engine
 //! cannot run on any configured agent-run host, the slot is reset to the default.
+//!
+//! Quarantines: doctor's own process only knows what failed while it resolved the engine, so
+//! it also reads the persisted health mirror (contract §4.4) that `run`, `chat` and `gateway`
+//! write, and lists what failed there: the operation, the reason, when, and whether that
+//! process is still running. Doctor only reads the mirror; a mirror that cannot be read is
+//! reported with its path.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,10 +18,11 @@ use std::sync::Arc;
 
 use clap::Args;
 use clawctx_config::{ConfigFile, ConfigProblem, Severity};
+use clawctx_engine::health_mirror::{list as list_quarantines, HealthMirror, QuarantineSource};
 use clawctx_engine::host::{cli_backend_host, embedded_host, evaluate};
 use clawctx_engine::registry::DEFAULT_ENGINE_ID;
 use clawctx_engine::resolve::SelectionReason;
-use clawctx_engine::QuarantineRecord;
+use clawctx_engine::{ContextEngineRegistry, EngineError, ListedQuarantine};
 use clawctx_model::{BreakerSnapshot, BreakerState};
 use clawctx_protocol::{ContextEngineInfo, ContextEngineOperation, HostDescriptor};
 use clawctx_runtime::setup::{
@@ -134,6 +141,60 @@ pub struct SummarizerReport {
     pub description: String,
 }
 
+/// The state dir's persisted quarantine mirror (contract §4.4).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantineMirrorReport {
+    /// `<stateDir>/runtime/context-engine-quarantines.json`.
+    pub path: PathBuf,
+    /// Whether the file exists (it is created by the first quarantine a run records).
+    pub exists: bool,
+    /// Why it cannot be read, when it cannot: other processes' quarantines are not listed
+    /// then, and runs do not write it until it is removed.
+    pub problem: Option<String>,
+}
+
+/// This process's quarantines plus the mirror's (see the module header).
+fn quarantine_report(
+    registry: &ContextEngineRegistry,
+    mirror: &HealthMirror,
+) -> (Vec<ListedQuarantine>, QuarantineMirrorReport) {
+    let own = registry.quarantines();
+    let report = |problem| QuarantineMirrorReport {
+        path: mirror.path().to_owned(),
+        exists: mirror.path().exists(),
+        problem,
+    };
+    match mirror.list(&own) {
+        Ok(listed) => (listed, report(None)),
+        Err(e) => {
+            let problem = match e {
+                EngineError::HealthMirror { problem, .. } => problem,
+                other => other.to_string(),
+            };
+            (
+                list_quarantines(&own, &[], mirror.identity()),
+                report(Some(problem)),
+            )
+        }
+    }
+}
+
+/// `3 min ago` for a past time (`just now` under a second).
+fn ago(t: std::time::SystemTime) -> String {
+    let s = std::time::SystemTime::now()
+        .duration_since(t)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    match s {
+        0 => "just now".into(),
+        1..=119 => format!("{s} s ago"),
+        120..=7199 => format!("{} min ago", s / 60),
+        7200..=172_799 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86_400),
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -156,8 +217,11 @@ pub struct DoctorReport {
     pub plugins: Vec<PluginReport>,
     /// Hosts checked.
     pub host_compatibility: Vec<HostReport>,
-    /// Quarantine records.
-    pub quarantines: Vec<QuarantineRecord>,
+    /// Quarantine records: this process's, then those the health mirror holds for other
+    /// engine ids (`run`, `chat` and `gateway` processes, running or finished).
+    pub quarantines: Vec<ListedQuarantine>,
+    /// The persisted quarantine mirror those come from.
+    pub quarantine_mirror: QuarantineMirrorReport,
     /// The summarizer each registered engine's compaction uses.
     pub summarizers: Vec<SummarizerReport>,
     /// The LLM summarizer's persisted circuit breaker, once it has recorded anything.
@@ -429,8 +493,11 @@ pub async fn build_report(
     if !loads || matches!(resolved.reason, SelectionReason::PolicyDisabled { .. }) {
         warn(&mut status);
     }
+    let (quarantines, quarantine_mirror) =
+        quarantine_report(&registry, &HealthMirror::in_state_dir(&global.state_dir()));
     if host_compatibility.iter().any(|h| !h.ok)
-        || !registry.quarantines().is_empty()
+        || !quarantines.is_empty()
+        || quarantine_mirror.problem.is_some()
         || plugins.iter().any(|p| !p.loaded)
     {
         warn(&mut status);
@@ -490,7 +557,8 @@ pub async fn build_report(
         registered_engines,
         plugins,
         host_compatibility,
-        quarantines: registry.quarantines(),
+        quarantines,
+        quarantine_mirror,
         summarizers,
         summarizer_breaker,
         outbox,
@@ -591,19 +659,32 @@ fn print_text(r: &DoctorReport) {
             );
         }
     }
-    if r.quarantines.is_empty() {
+    if r.quarantines.is_empty() && r.quarantine_mirror.problem.is_none() {
         println!("  [ok] quarantine  none");
     }
     for q in &r.quarantines {
+        let rec = &q.record;
+        let by = match (q.source, q.process_running) {
+            (QuarantineSource::Process, _) => "in this doctor run".to_owned(),
+            (QuarantineSource::Mirror, true) => format!("in process {} (running)", q.process_id),
+            (QuarantineSource::Mirror, false) => format!("in process {} (exited)", q.process_id),
+        };
         println!(
-            "  [!!] quarantine  \"{}\"{} failed during {}: {}",
-            q.engine_id,
-            q.owner
+            "  [!!] quarantine  \"{}\"{} failed during {}: {} ({by}, {})",
+            rec.engine_id,
+            rec.owner
                 .as_deref()
                 .map(|o| format!(" (owner {o})"))
                 .unwrap_or_default(),
-            q.operation,
-            q.reason
+            rec.operation,
+            rec.reason,
+            ago(rec.failed_at)
+        );
+    }
+    if let Some(problem) = &r.quarantine_mirror.problem {
+        println!(
+            "  [!!] quarantine  mirror {} {problem}: quarantines of other processes are not shown; remove the file",
+            r.quarantine_mirror.path.display()
         );
     }
     let engines: Vec<String> = r.registered_engines.iter().map(|x| x.id.clone()).collect();

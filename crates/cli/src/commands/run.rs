@@ -41,7 +41,7 @@ pub async fn build_runtime(
     model: Option<String>,
 ) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
     let config = global.load_config()?;
-    let engines = crate::engines::load(global, config.value()).await?;
+    let engines = crate::engines::load_for_turns(global, config.value()).await?;
     for (dir, err) in &engines.failed {
         eprintln!("warning: plugin at {} does not load: {err}", dir.display());
     }
