@@ -8,6 +8,7 @@ use crate::JsonMap;
 
 /// An operation the host checks requirements for before starting it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ContextEngineOperation {
     /// A model run of an agent.
     #[serde(rename = "agent-run")]
@@ -35,6 +36,7 @@ impl ContextEngineOperation {
 /// `reference-context` that are not in the type union), so this is a string newtype with
 /// constants for the known values.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct HostCapability(pub String);
 
@@ -75,6 +77,7 @@ impl From<&str> for HostCapability {
 
 /// What an engine needs from the host for one operation.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextEngineHostRequirements {
     /// Capabilities the host must advertise.
@@ -87,6 +90,7 @@ pub struct ContextEngineHostRequirements {
 
 /// `turnMaintenanceMode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum TurnMaintenanceMode {
     /// Inline: the reply waits for maintain().
@@ -98,6 +102,7 @@ pub enum TurnMaintenanceMode {
 
 /// G3 durable-turn declaration (§1.7).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptSemantics {
     /// `before-current-turn-entry-v1`.
@@ -127,6 +132,7 @@ pub const HOST_PARAM_KEYS: [&str; 6] =
 
 /// `info`: an engine's self-description.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextEngineInfo {
     /// The engine's own id (metadata; may differ from the registered slot id).
@@ -183,6 +189,7 @@ impl ContextEngineInfo {
 
 /// A host descriptor: who is calling the engine and what it can do (§5).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HostDescriptor {
     /// e.g. `openclaw-embedded`, `cli:<backendId>`.

@@ -6,6 +6,9 @@
 //! contract uses. Types that model open records (messages, runtime context, config) keep every
 //! field they do not know in an `extra` map, so a round trip through clawctx never loses data.
 //!
+//! With the `schema` feature every wire type also implements `schemars::JsonSchema` (the
+//! gateway's OpenAPI document is generated from these types).
+//!
 //! This crate holds data only: no I/O, no async, no policy. Behaviour lives in
 //! `clawctx-engine` and above.
 
@@ -14,6 +17,8 @@ pub mod lifecycle;
 pub mod message;
 pub mod runtime_context;
 pub mod runtime_settings;
+#[cfg(feature = "schema")]
+mod schema;
 pub mod transcript;
 
 pub use info::*;

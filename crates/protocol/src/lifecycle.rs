@@ -38,6 +38,7 @@ fn lenient_opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
 
 /// `ingest` params.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct IngestParams {
     /// Physical session id.
@@ -54,6 +55,7 @@ pub struct IngestParams {
 
 /// `ingest` result.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct IngestResult {
     /// False for a duplicate or a no-op.
     #[serde(default)]
@@ -62,6 +64,7 @@ pub struct IngestResult {
 
 /// `ingestBatch` params.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct IngestBatchParams {
     /// Physical session id.
@@ -78,6 +81,7 @@ pub struct IngestBatchParams {
 
 /// `ingestBatch` result.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct IngestBatchResult {
     /// How many messages were stored.
@@ -87,6 +91,7 @@ pub struct IngestBatchResult {
 
 /// `bootstrap` params.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapParams {
     /// Physical session id.
@@ -109,6 +114,7 @@ pub struct BootstrapParams {
 
 /// `bootstrap` result.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapResult {
     /// Whether anything was imported or initialized.
@@ -124,6 +130,7 @@ pub struct BootstrapResult {
 
 /// `assemble` params.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AssembleParams {
     /// Physical session id.
@@ -158,6 +165,7 @@ pub struct AssembleParams {
 
 /// `promptAuthority`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum PromptAuthority {
     /// The overflow precheck uses the assembled estimate (skipped for owning engines).
     #[default]
@@ -170,6 +178,7 @@ pub enum PromptAuthority {
 
 /// `contextProjection.mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ContextProjectionMode {
     /// Project every turn.
     #[serde(rename = "per_turn")]
@@ -181,6 +190,7 @@ pub enum ContextProjectionMode {
 
 /// `contextProjection`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ContextProjection {
     /// Projection mode.
     pub mode: ContextProjectionMode,
@@ -194,6 +204,7 @@ pub struct ContextProjection {
 
 /// `assemble` result.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AssembleResult {
     /// Exactly what the model receives, in order.
@@ -214,6 +225,7 @@ pub struct AssembleResult {
 
 /// `compact.forceReason`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ForceReason {
     /// `/compact`.
@@ -224,6 +236,7 @@ pub enum ForceReason {
 
 /// `compact.preflightCompactionTrigger`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PreflightCompactionTrigger {
     /// Token count over threshold.
@@ -234,6 +247,7 @@ pub enum PreflightCompactionTrigger {
 
 /// `compact.compactionTarget`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum CompactionTarget {
     /// Get under the budget (overflow recovery).
@@ -245,6 +259,7 @@ pub enum CompactionTarget {
 
 /// `compact` params.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CompactParams {
     /// Physical session id.
@@ -292,6 +307,7 @@ pub struct CompactParams {
 
 /// The nested `result` of a compaction.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CompactResultDetail {
     /// The summary text.
@@ -332,6 +348,7 @@ impl CompactResultDetail {
 
 /// `compact` result.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CompactResult {
     /// False when compaction failed.
     #[serde(default)]
@@ -349,6 +366,7 @@ pub struct CompactResult {
 
 /// `maintain` params.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MaintainParams {
     /// Physical session id.
@@ -371,6 +389,7 @@ pub struct MaintainParams {
 
 /// `maintain` result, also the result of `rewriteTranscriptEntries`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptRewriteResult {
     /// Whether the transcript changed.
@@ -392,6 +411,7 @@ pub type ContextEngineMaintenanceResult = TranscriptRewriteResult;
 
 /// One replacement requested through `rewriteTranscriptEntries`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptReplacement {
     /// The message entry to replace.
@@ -402,6 +422,7 @@ pub struct TranscriptReplacement {
 
 /// `rewriteTranscriptEntries` request.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptRewriteRequest {
     /// Replacements, applied on the active branch.
@@ -414,6 +435,7 @@ pub struct TranscriptRewriteRequest {
 
 /// `afterTurn` params.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AfterTurnParams {
     /// Physical session id.
@@ -452,6 +474,7 @@ pub struct AfterTurnParams {
 
 /// An immutable pointer at one transcript entry (§1.7).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptEntryAnchor {
     /// Owning agent.
@@ -479,6 +502,7 @@ pub struct TranscriptEntryAnchor {
 
 /// The admitted user entry of a durable turn.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptTurnAdmission {
     /// The entry.
@@ -492,6 +516,7 @@ pub struct TranscriptTurnAdmission {
 
 /// `commitTurn` params (G3).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CommitTurnParams {
     /// Idempotency key of this advancement.
@@ -523,6 +548,7 @@ pub struct CommitTurnParams {
 
 /// `commitTurn` status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum CommitTurnStatus {
     /// First write of this key.
@@ -533,6 +559,7 @@ pub enum CommitTurnStatus {
 
 /// `commitTurn` result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CommitTurnResult {
     /// Outcome.
     pub status: CommitTurnStatus,
@@ -540,6 +567,7 @@ pub struct CommitTurnResult {
 
 /// Subagent context mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SubagentContextMode {
     /// The child starts empty.
@@ -550,6 +578,7 @@ pub enum SubagentContextMode {
 
 /// `prepareSubagentSpawn` params.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PrepareSubagentSpawnParams {
     /// Parent routing key.
@@ -578,6 +607,7 @@ pub struct PrepareSubagentSpawnParams {
 
 /// Why a subagent ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SubagentEndReason {
     /// Deleted by the user or host.
@@ -592,6 +622,7 @@ pub enum SubagentEndReason {
 
 /// `onSubagentEnded` params.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SubagentEndedParams {
     /// The child's routing key.

@@ -17,6 +17,7 @@ use crate::JsonMap;
 
 /// Message content: a plain string or a list of blocks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum Content {
     /// `content: "hello"`.
@@ -59,6 +60,7 @@ impl Content {
 
 /// `{type: "text", text}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TextContent {
     /// The text.
     pub text: String,
@@ -76,6 +78,7 @@ impl TextContent {
 
 /// `{type: "thinking", thinking, thinkingSignature?}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ThinkingContent {
     /// The reasoning text.
@@ -90,6 +93,7 @@ pub struct ThinkingContent {
 
 /// `{type: "image", data: base64, mimeType}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageContent {
     /// Base64 image bytes.
@@ -103,6 +107,7 @@ pub struct ImageContent {
 
 /// `{type: "toolCall", id, name, arguments, thoughtSignature?}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
     /// The call id the matching `toolResult.toolCallId` refers to.
@@ -240,6 +245,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
 
 /// Token usage reported by the provider on an assistant message.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     /// Input tokens.
@@ -267,6 +273,7 @@ pub struct Usage {
 
 /// `role: "user"`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UserMessage {
     /// Text or text/image blocks.
     pub content: Content,
@@ -280,6 +287,7 @@ pub struct UserMessage {
 
 /// `role: "assistant"`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AssistantMessage {
     /// Text, thinking and tool-call blocks.
@@ -312,6 +320,7 @@ pub struct AssistantMessage {
 
 /// `role: "toolResult"`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResultMessage {
     /// The id of the `toolCall` block this answers.
@@ -337,6 +346,7 @@ pub struct ToolResultMessage {
 
 /// `role: "bashExecution"` (coding-agent custom role).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct BashExecutionMessage {
     /// The command line.
@@ -358,6 +368,7 @@ pub struct BashExecutionMessage {
 
 /// `role: "custom"` (extension-injected message).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CustomMessage {
     /// The extension's type tag.
@@ -376,6 +387,7 @@ pub struct CustomMessage {
 
 /// `role: "branchSummary"` or `role: "compactionSummary"`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SummaryMessage {
     /// The summary text.

@@ -12,6 +12,7 @@ use crate::JsonMap;
 
 /// Storage-neutral session identity.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextEngineSessionTarget {
     /// Owning agent.
@@ -47,6 +48,7 @@ pub type PromptCacheInfo = Value;
 
 /// `runtimeContext`: an open record with these known optional keys.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextEngineRuntimeContext {
     /// The runtime task working directory.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// `runtime.mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeMode {
     /// Everything as requested.
@@ -19,6 +20,7 @@ pub enum RuntimeMode {
 
 /// `contextEngineSelection.source`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SelectionSource {
     /// Chosen by config.
@@ -32,6 +34,7 @@ pub enum SelectionSource {
 
 /// Normalized fallback/degradation reason codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ReasonCode {
     /// `provider_timeout`.
@@ -50,6 +53,7 @@ pub enum ReasonCode {
 
 /// `runtime` block.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeBlock {
     /// Always `openclaw`.
@@ -64,6 +68,7 @@ pub struct RuntimeBlock {
 
 /// `model` block.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelBlock {
     /// Requested model.
@@ -78,6 +83,7 @@ pub struct ModelBlock {
 
 /// `contextEngineSelection` block.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SelectionBlock {
     /// Selected engine id, or null.
@@ -88,6 +94,7 @@ pub struct SelectionBlock {
 
 /// `executionHost` block.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ExecutionHostBlock {
     /// Host id, or null.
     pub id: Option<String>,
@@ -97,6 +104,7 @@ pub struct ExecutionHostBlock {
 
 /// `limits` block.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LimitsBlock {
     /// Prompt token budget, or null.
@@ -107,6 +115,7 @@ pub struct LimitsBlock {
 
 /// `diagnostics` block.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DiagnosticsBlock {
     /// Why a fallback is in effect, or null.
@@ -117,6 +126,7 @@ pub struct DiagnosticsBlock {
 
 /// `runtimeSettings` v1.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeSettings {
     /// Always 1.

@@ -12,6 +12,7 @@ use crate::{AgentMessage, JsonMap};
 
 /// Line 1 of a session file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionHeader {
     /// Always `session`.
@@ -37,6 +38,7 @@ pub struct SessionHeader {
 
 /// A `compaction` entry's payload.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionEntryData {
     /// The summary text.
@@ -59,6 +61,7 @@ pub struct CompactionEntryData {
 
 /// A `branch_summary` entry's payload.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct BranchSummaryEntryData {
     /// Entry the branch left from.
@@ -72,6 +75,7 @@ pub struct BranchSummaryEntryData {
 
 /// A `custom_message` entry's payload (in model context).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CustomMessageEntryData {
     /// Extension tag.
