@@ -253,7 +253,9 @@ const state = {
   engines: new Map(),
   toolRegistrations: [],
   tools: new Map(),
+  // api.on registrations: {id, hookName, handler, priority, timeoutMs, modelOverridesOnly}.
   hooks: [],
+  init: null,
   instances: new Map(),
   rollbacks: new Map(),
   controllers: new Map(),
@@ -304,8 +306,8 @@ function makeApi(init) {
     registerTool(tool, opts) {
       state.toolRegistrations.push({ tool, opts });
     },
-    on(hook, handler) {
-      state.hooks.push({ hook, handler });
+    on(hookName, handler, opts) {
+      registerHook(plugin.id, factoryContext.config, hookName, handler, opts, logger);
     },
     resolvePath(p) {
       return path.resolve(plugin.root || process.cwd(), p);
@@ -322,6 +324,175 @@ function makeApi(init) {
       return undefined;
     },
   });
+}
+
+// --- hooks (api.on) ---------------------------------------------------------------------------
+// Handlers stay here; the handshake reports them ({id, name, priority}) and the host runs them
+// with `hook/run`, naming the handlers in the order they run (docs/plugin-protocol.md, "Hooks").
+// Registration follows OpenClaw's registry: unknown names are dropped, and the operator's
+// `plugins.entries.<id>.hooks` gates apply (prompt injection, conversation access).
+const HOOK_NAMES = new Set([
+  'before_model_resolve', 'agent_turn_prepare', 'before_prompt_build', 'before_agent_start', 'before_agent_reply',
+  'model_call_started', 'model_call_ended', 'llm_input', 'llm_output', 'before_agent_finalize', 'agent_end',
+  'before_compaction', 'after_compaction', 'before_reset', 'inbound_claim', 'message_received', 'message_sending',
+  'message_sent', 'before_tool_call', 'after_tool_call', 'tool_result_persist', 'before_message_write',
+  'session_start', 'session_end', 'subagent_spawning', 'subagent_delivery_target', 'subagent_spawned',
+  'subagent_ended', 'gateway_start', 'gateway_stop', 'heartbeat_prompt_contribution', 'cron_changed',
+  'before_dispatch', 'reply_dispatch', 'before_install', 'before_agent_run', 'reply_payload_sending',
+  'resolve_exec_env', 'channel_pairing_requested', 'poll_vote_received', 'subagent_progress', 'cron_reconciled',
+  'skill_proposal_evaluate', 'skill_proposal_changed', 'skill_changed', 'deactivate',
+]);
+const PROMPT_INJECTION_HOOKS = new Set(['agent_turn_prepare', 'before_prompt_build', 'before_agent_start', 'heartbeat_prompt_contribution']);
+const CONVERSATION_HOOKS = new Set([
+  'before_model_resolve', 'before_agent_reply', 'llm_input', 'llm_output', 'before_agent_finalize', 'agent_end', 'before_agent_run',
+]);
+// What `before_agent_start` keeps when prompt injection is off: its model overrides.
+const MODEL_OVERRIDE_KEYS = ['modelOverride', 'providerOverride'];
+const MAX_HOOK_TIMEOUT_MS = 600000;
+
+function hooksConfig(config, pluginId) {
+  const entry = config && config.plugins && config.plugins.entries && config.plugins.entries[pluginId];
+  return entry && entry.hooks && typeof entry.hooks === 'object' ? entry.hooks : {};
+}
+
+function validTimeout(ms) {
+  return Number.isInteger(ms) && ms > 0 && ms <= MAX_HOOK_TIMEOUT_MS ? ms : undefined;
+}
+
+function registerHook(pluginId, config, hookName, handler, opts, logger) {
+  if (typeof handler !== 'function') {
+    logger.warn(`api.on("${hookName}") needs a handler function; ignored`);
+    return;
+  }
+  if (!HOOK_NAMES.has(hookName)) {
+    logger.warn(`unknown typed hook "${hookName}" ignored`);
+    return;
+  }
+  const gates = hooksConfig(config, pluginId);
+  let modelOverridesOnly = false;
+  if (PROMPT_INJECTION_HOOKS.has(hookName) && gates.allowPromptInjection === false) {
+    if (hookName === 'before_agent_start') {
+      modelOverridesOnly = true;
+    } else {
+      logger.warn(`typed hook "${hookName}" blocked by plugins.entries.${pluginId}.hooks.allowPromptInjection=false`);
+      return;
+    }
+  }
+  if (CONVERSATION_HOOKS.has(hookName) && gates.allowConversationAccess !== true) {
+    logger.warn(
+      `typed hook "${hookName}" blocked because non-bundled plugins must set plugins.entries.${pluginId}.hooks.allowConversationAccess=true`,
+    );
+    return;
+  }
+  const o = opts && typeof opts === 'object' ? opts : {};
+  state.hooks.push({
+    id: state.hooks.length,
+    hookName,
+    handler,
+    priority: typeof o.priority === 'number' && Number.isFinite(o.priority) ? o.priority : 0,
+    timeoutMs: validTimeout(o.timeoutMs),
+    modelOverridesOnly,
+  });
+}
+
+// Per-handler budget: plugins.entries.<id>.hooks.timeouts.<hook> > .hooks.timeoutMs > the
+// handler's own `timeoutMs` > the hook's default (sent by the host).
+function handlerTimeout(h, defaultMs) {
+  const gates = hooksConfig(state.init && state.init.factoryContext && state.init.factoryContext.config, state.plugin && state.plugin.id);
+  const perHook = gates.timeouts && typeof gates.timeouts === 'object' ? validTimeout(gates.timeouts[h.hookName]) : undefined;
+  return perHook ?? validTimeout(gates.timeoutMs) ?? h.timeoutMs ?? validTimeout(defaultMs);
+}
+
+function hookResult(h, value) {
+  if (value === undefined || value === null) return { id: h.id, value: null };
+  let v;
+  try {
+    v = cloneJson(value);
+  } catch (err) {
+    return { id: h.id, error: `its result is not JSON: ${err && err.message ? err.message : String(err)}` };
+  }
+  if (h.modelOverridesOnly && v && typeof v === 'object') {
+    v = Object.fromEntries(MODEL_OVERRIDE_KEYS.filter((k) => k in v).map((k) => [k, v[k]]));
+  }
+  return { id: h.id, value: v };
+}
+
+function hookError(h, err) {
+  return { id: h.id, error: err && typeof err.message === 'string' ? err.message : String(err) };
+}
+
+async function runAsyncHandler(h, event, ctx, deadline, defaultMs) {
+  const own = handlerTimeout(h, defaultMs);
+  const left = deadline - Date.now();
+  const ms = Math.floor(Math.min(own ?? Infinity, left));
+  if (ms <= 0) return hookError(h, new Error('not run: the time budget of the hook call was used up'));
+  let timer;
+  try {
+    const work = Promise.resolve().then(() => h.handler(event, ctx));
+    const value = Number.isFinite(ms)
+      ? await Promise.race([
+          work,
+          new Promise((_, reject) => {
+            timer = setTimeout(() => reject(new Error(`timed out after ${ms}ms`)), ms);
+          }),
+        ])
+      : await work;
+    return hookResult(h, value);
+  } catch (err) {
+    return hookError(h, err);
+  } finally {
+    if (timer) clearTimeout(timer);
+  }
+}
+
+// tool_result_persist, before_message_write: synchronous, as in OpenClaw.
+function runSyncHandler(h, event, ctx) {
+  try {
+    const out = h.handler(event, ctx);
+    if (out && typeof out.then === 'function') {
+      if (typeof out.catch === 'function') out.catch(() => {});
+      hostLog('warn', [
+        `[hooks] ${h.hookName} handler from ${state.plugin && state.plugin.id} returned a Promise; this hook is synchronous and the result was ignored.`,
+      ]);
+      return { id: h.id, value: null };
+    }
+    return hookResult(h, out);
+  } catch (err) {
+    return hookError(h, err);
+  }
+}
+
+function isTerminal(v) {
+  return v !== null && typeof v === 'object' && (v.block === true || v.cancel === true);
+}
+
+async function runHook(params) {
+  const hook = params.hook;
+  const byId = new Map(state.hooks.filter((h) => h.hookName === hook).map((h) => [h.id, h]));
+  const ids = Array.isArray(params.handlers) ? params.handlers : [...byId.keys()];
+  const list = ids.map((id) => byId.get(id)).filter(Boolean);
+  const budget = typeof params.budgetMs === 'number' && params.budgetMs > 0 ? params.budgetMs : Infinity;
+  const deadline = Date.now() + budget;
+  const event = params.event && typeof params.event === 'object' ? params.event : {};
+  const ctx = params.ctx && typeof params.ctx === 'object' ? params.ctx : {};
+  if (params.mode === 'parallel') {
+    return { results: await Promise.all(list.map((h) => runAsyncHandler(h, event, ctx, deadline, params.defaultTimeoutMs))) };
+  }
+  const results = [];
+  let current = event;
+  for (const h of list) {
+    let r;
+    if (params.mode === 'chain') {
+      r = runSyncHandler(h, Object.assign({}, current), ctx);
+      if (r.value && r.value.message && typeof r.value.message === 'object') current = Object.assign({}, current, { message: r.value.message });
+    } else {
+      const ev = params.isolate ? structuredClone(event) : event;
+      r = await runAsyncHandler(h, ev, ctx, deadline, params.defaultTimeoutMs);
+    }
+    results.push(r);
+    if (isTerminal(r.value)) break;
+  }
+  return { results };
 }
 
 function resolveTools(init) {
@@ -386,6 +557,7 @@ const handlers = {
         `plugin entry ${state.plugin.entry} exports no register(api) function (expected a default export, a "register" export, or definePluginEntry({...}))`,
       );
     }
+    state.init = params;
     await register(makeApi(params));
     const tools = resolveTools(params);
     state.messageRefs = Boolean(params.capabilities && params.capabilities.messageRefs === true);
@@ -395,6 +567,7 @@ const handlers = {
       runner: { name: 'clawctx-node-runner', version: RUNNER_VERSION, node: process.version },
       engines: [...state.engines.entries()].map(([id, f]) => engineDecl(id, f)),
       tools,
+      hooks: state.hooks.map((h) => ({ id: h.id, name: h.hookName, priority: h.priority })),
     };
   },
 
@@ -455,6 +628,10 @@ const handlers = {
     } finally {
       state.controllers.delete(id);
     }
+  },
+
+  async 'hook/run'(params) {
+    return await runHook(params);
   },
 
   async shutdown() {

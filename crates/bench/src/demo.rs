@@ -247,6 +247,7 @@ pub async fn run_demo(opts: &DemoOptions) -> Result<DemoReport> {
         let cx = ToolCallContext {
             session_id: SESSION.into(),
             session_key: Some(SESSION.into()),
+            tool_call_id: None,
         };
         let raw = tool
             .execute(

@@ -438,6 +438,7 @@ async fn grep_tool_ts(
     let cx = ToolCallContext {
         session_id: key.into(),
         session_key: Some(key.into()),
+        tool_call_id: None,
     };
     let out = tool
         .execute(args, cx)

@@ -542,6 +542,7 @@ async fn grep_figures(eut: &EngineUnderTest) -> Result<Option<GrepFigures>> {
     let cx = ToolCallContext {
         session_id: SESSION_ID.into(),
         session_key: Some(SESSION_KEY.into()),
+        tool_call_id: None,
     };
     let mut g = GrepFigures::default();
     let mut ft = Vec::new();

@@ -340,6 +340,9 @@ pub struct ToolCallContext {
     pub session_id: String,
     /// Routing key.
     pub session_key: Option<String>,
+    /// The model's id for this call (`toolCallId`, what a tool's `execute(toolCallId, ...)`
+    /// gets); `None` outside a model's tool call.
+    pub tool_call_id: Option<String>,
 }
 
 /// A context engine.

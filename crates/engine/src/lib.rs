@@ -15,6 +15,7 @@ pub mod engine;
 pub mod error;
 pub mod guard;
 pub mod health_mirror;
+pub mod hooks;
 pub mod host;
 pub mod legacy;
 pub mod logical_turn;
@@ -29,6 +30,7 @@ pub use engine::*;
 pub use error::EngineError;
 pub use guard::GuardedEngine;
 pub use health_mirror::{HealthMirror, ListedQuarantine};
+pub use hooks::{HookDispatcher, HookOutput};
 pub use legacy::LegacyEngine;
 pub use logical_turn::{LogicalTurnEngines, LogicalTurnLease, TurnRecorderState};
 pub use registry::{

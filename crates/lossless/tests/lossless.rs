@@ -403,6 +403,7 @@ async fn grep_paginates_and_scopes_by_session_and_agent() {
             clawctx_engine::ToolCallContext {
                 session_id: "s1".into(),
                 session_key: Some(KEY.into()),
+                tool_call_id: None,
             },
         )
         .await
@@ -416,6 +417,7 @@ async fn grep_paginates_and_scopes_by_session_and_agent() {
             clawctx_engine::ToolCallContext {
                 session_id: "s1".into(),
                 session_key: Some(KEY.into()),
+                tool_call_id: None,
             },
         )
         .await;

@@ -301,6 +301,10 @@ impl Server {
                         .get("sessionKey")
                         .and_then(Value::as_str)
                         .map(str::to_owned),
+                    tool_call_id: ctx
+                        .get("toolCallId")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
                 };
                 let args = params.get("arguments").cloned().unwrap_or(Value::Null);
                 Ok(match tool.execute(args, tcx).await {

@@ -186,10 +186,7 @@ impl PluginEngine {
             .unwrap_or_default()
             .into_iter()
             .map(|decl| {
-                Arc::new(PluginTool {
-                    host: host.clone(),
-                    decl,
-                }) as Arc<dyn AgentTool>
+                Arc::new(PluginTool::new(host.clone(), decl)) as Arc<dyn AgentTool>
             })
             .collect();
         Ok(Arc::new(PluginEngine {
@@ -920,6 +917,13 @@ pub struct PluginTool {
     decl: ToolDecl,
 }
 
+impl PluginTool {
+    /// The tool `decl` of the plugin behind `host`.
+    pub fn new(host: Arc<PluginHost>, decl: ToolDecl) -> Self {
+        Self { host, decl }
+    }
+}
+
 #[async_trait]
 impl AgentTool for PluginTool {
     fn name(&self) -> &str {
@@ -938,7 +942,11 @@ impl AgentTool for PluginTool {
         let params = json!({
             "name": self.decl.name,
             "arguments": arguments,
-            "context": {"sessionId": context.session_id, "sessionKey": context.session_key},
+            "context": {
+                "sessionId": context.session_id,
+                "sessionKey": context.session_key,
+                "toolCallId": context.tool_call_id,
+            },
         });
         let v = self
             .host

@@ -14,6 +14,7 @@
 
 pub mod adapter;
 pub mod error;
+pub mod hooks;
 pub mod host;
 pub mod install;
 pub mod manifest;
@@ -25,6 +26,7 @@ pub mod sdk;
 
 pub use adapter::{check_assembled, PluginEngine, PluginTool};
 pub use error::PluginError;
+pub use hooks::PluginHooks;
 pub use host::{HostOptions, PluginHost};
 pub use install::{
     apply_changes, info, install, install_with, list, plugin_dirs, uninstall, ConfigChange,
@@ -32,4 +34,4 @@ pub use install::{
 };
 pub use manifest::{load_manifest, PluginEntry, PluginManifest};
 pub use register::{load_plugins, register_plugin, LoadedPlugin, PluginOptions};
-pub use rpc::{EngineDecl, InitializeResult, ToolDecl, PROTOCOL_VERSION};
+pub use rpc::{EngineDecl, HookDecl, InitializeResult, ToolDecl, PROTOCOL_VERSION};

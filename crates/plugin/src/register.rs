@@ -19,7 +19,7 @@ use crate::error::PluginError;
 use crate::host::{HostOptions, PluginHost};
 use crate::manifest::{load_manifest, plugin_config, PluginEntry, PluginManifest};
 use crate::process::SpawnSpec;
-use crate::rpc::{EngineDecl, ToolDecl, PROTOCOL_VERSION};
+use crate::rpc::{EngineDecl, HookDecl, ToolDecl, PROTOCOL_VERSION};
 use crate::sdk;
 
 /// How to load a plugin.
@@ -70,8 +70,25 @@ pub struct LoadedPlugin {
     pub engines: Vec<EngineDecl>,
     /// Tools it registered.
     pub tools: Vec<ToolDecl>,
+    /// Hook handlers it registered (run through [`crate::hooks::PluginHooks`]).
+    pub hooks: Vec<HookDecl>,
     /// Registration outcome per engine id.
     pub outcomes: Vec<(String, RegisterOutcome)>,
+}
+
+impl LoadedPlugin {
+    /// The tools it registered, as agent tools (`tool/execute` on its process). The engine
+    /// of a plugin offers them itself; these are for a host whose selected engine is another
+    /// one, so a plugin's tools reach the model whether or not its engine is selected.
+    pub fn agent_tools(&self) -> Vec<Arc<dyn clawctx_engine::AgentTool>> {
+        self.tools
+            .iter()
+            .map(|decl| {
+                Arc::new(crate::adapter::PluginTool::new(self.host.clone(), decl.clone()))
+                    as Arc<dyn clawctx_engine::AgentTool>
+            })
+            .collect()
+    }
 }
 
 fn entry_setting<'a>(config: &'a Value, plugin_id: &str, key: &str) -> Option<&'a Value> {
@@ -239,6 +256,7 @@ pub async fn register_plugin(
                 host,
                 engines: init.engines,
                 tools: init.tools,
+                hooks: init.hooks,
                 outcomes,
             })
         }

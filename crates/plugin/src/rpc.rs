@@ -114,6 +114,20 @@ pub struct ToolDecl {
     pub parameters: Value,
 }
 
+/// A hook handler a plugin registered (`api.on(name, handler, {priority})`), as the handshake
+/// reports it; [`crate::hooks`] runs it with `hook/run`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookDecl {
+    /// The handler's id in the runner (`hook/run`'s `handlers`).
+    pub id: u64,
+    /// The hook name (`before_tool_call`, ...).
+    pub name: String,
+    /// Higher runs first; ties keep registration order.
+    #[serde(default)]
+    pub priority: f64,
+}
+
 /// The `initialize` result.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -127,6 +141,9 @@ pub struct InitializeResult {
     /// Registered tools.
     #[serde(default)]
     pub tools: Vec<ToolDecl>,
+    /// Registered hook handlers, in registration order.
+    #[serde(default)]
+    pub hooks: Vec<HookDecl>,
     /// Runner name/version, free-form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<Value>,

@@ -11,6 +11,7 @@
 //! - [`TurnRequest`] → [`TurnOutcome`]: one turn ([`turn`]); `/compact` is
 //!   [`AgentRuntime::compact`].
 //! - [`maintain`]: the per-sessionKey background maintenance lanes.
+//! - [`hooks`]: plugin hooks (`api.on`) at the points of a turn, `/compact` and `/new`.
 //! - [`subagent`]: spawn (isolated / fork) and end hooks.
 //! - [`cli_backend`]: the generic CLI backend host and context projection.
 //! - [`model`] and [`setup`]: model/backend selection and building a runtime from config.
@@ -23,6 +24,7 @@ pub mod cli_backend;
 mod cli_turn;
 pub mod error;
 mod history;
+pub mod hooks;
 pub mod maintain;
 pub mod model;
 pub mod outbox;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use clawctx_engine::compaction::CompactionSettings;
-use clawctx_engine::{AgentTool, ContextEngineRegistry, ToolCallContext};
+use clawctx_engine::{AgentTool, ContextEngineRegistry, HookDispatcher, ToolCallContext};
 use clawctx_model::{Exhaustion, ScriptedProvider, ScriptedReply, ScriptedToolCall};
 use clawctx_protocol::{AgentMessage, JsonMap};
 use clawctx_transcript::SessionFile;
@@ -218,6 +218,9 @@ pub struct ReplayOptions {
     pub state_dir: PathBuf,
     /// The config (its `plugins` part selects and configures engines).
     pub config: Value,
+    /// Plugin hook handlers fired by the replayed turns (a `tool_result_persist` handler
+    /// shrinks the recorded tool results as it would have live).
+    pub hooks: Option<Arc<dyn HookDispatcher>>,
 }
 
 /// One replayed turn.
@@ -305,6 +308,9 @@ pub async fn replay(
         .max_tool_iterations(max_calls + 1)
         .durable(false)
         .workspace_dir(agent_dir.to_string_lossy().into_owned());
+    if let Some(hooks) = options.hooks.clone() {
+        builder = builder.hooks(hooks);
+    }
     let mut names: Vec<&String> = queues.keys().collect();
     names.sort();
     for name in names {

@@ -78,6 +78,7 @@ pub struct RuntimeBuilder {
     prompt_budget: Option<u64>,
     workspace_dir: Option<String>,
     compact_timeout: Duration,
+    hooks: crate::hooks::Hooks,
 }
 
 impl RuntimeBuilder {
@@ -151,6 +152,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Plugin hooks (`api.on` handlers) fired at the points of each turn, `/compact` and
+    /// `/new` (see [`crate::hooks`]). Without it no hook fires.
+    pub fn hooks(mut self, hooks: Arc<dyn HookDispatcher>) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
     /// Builds the runtime.
     pub fn build(self) -> AgentRuntime {
         let host = match &self.backend {
@@ -182,6 +190,7 @@ impl RuntimeBuilder {
                 workspace_dir: self.workspace_dir.unwrap_or_else(|| cwd.clone()),
                 cwd,
                 compact_timeout: self.compact_timeout,
+                hooks: self.hooks,
                 files: Mutex::new(HashMap::new()),
                 histories: Mutex::new(HashMap::new()),
                 sessions: Mutex::new(HashMap::new()),
@@ -223,6 +232,8 @@ pub(crate) struct Inner {
     pub(crate) workspace_dir: String,
     pub(crate) cwd: String,
     pub(crate) compact_timeout: Duration,
+    /// Plugin hook handlers ([`crate::hooks`]).
+    pub(crate) hooks: crate::hooks::Hooks,
     files: Mutex<HashMap<PathBuf, Arc<Mutex<SessionFile>>>>,
     /// Prepared histories kept between turns, by transcript path (see [`crate::history`]).
     histories: Mutex<HashMap<PathBuf, History>>,
@@ -289,6 +300,7 @@ impl AgentRuntime {
             prompt_budget: None,
             workspace_dir: None,
             compact_timeout: DEFAULT_COMPACT_TIMEOUT,
+            hooks: None,
         }
     }
 
@@ -359,10 +371,26 @@ impl AgentRuntime {
         self.inner.session(key)
     }
 
-    /// `/new`: points `key` at a brand-new session. The old transcript stays on disk.
-    pub fn new_session(&self, key: &str) -> Result<ResolvedSession> {
+    /// `/new`: points `key` at a brand-new session. The old transcript stays on disk. Plugin
+    /// hooks see the old session end (`before_reset`, `session_end` with reason `new`); the
+    /// new one's `session_start` comes with its first turn.
+    pub async fn new_session(&self, key: &str) -> Result<ResolvedSession> {
+        let hooked = self.inner.hooks.as_ref().is_some_and(|d| d.has("before_reset") || d.has("session_end"));
+        // The session being replaced, when there is one and a plugin wants to see it end.
+        let old = if hooked && self.inner.store.get(key)?.is_some() { Some(self.inner.session(key)?) } else { None };
+        let messages: Vec<AgentMessage> = match old.as_ref().map(|o| self.inner.history(o)) {
+            Some(Ok(h)) => h.into_iter().map(|(_, m)| m).collect(),
+            Some(Err(e)) => {
+                tracing::warn!("[hooks] session_end: cannot read the ending session's context: {e}");
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
         let s = self.inner.store.new_session(key)?;
         lock(&self.inner.sessions)?.insert(key.to_owned(), s.clone());
+        if let Some(old) = &old {
+            crate::hooks::HookSite::session(&self.inner, old).session_reset(&messages, &s).await;
+        }
         Ok(s)
     }
 
@@ -794,12 +822,16 @@ impl Inner {
         params.runtime_context = Some(self.runtime_context(s, params.current_token_count, Some(trigger), false));
         let engine_id = self.engine.info().id;
         let timeout = self.compact_timeout;
+        let hooked = self.compaction_hooks_before(s).await;
         let result = match tokio::time::timeout(timeout, self.engine.compact(&params, &self.call_context(s, abort))).await {
             Ok(r) => r,
             Err(_) => Err(EngineError::failed(format!("compact timed out after {} s", timeout.as_secs_f64()))),
         }
         .map_err(|e| RuntimeError::engine(&engine_id, "compact", e))?;
         let successor = self.follow_successor(s, &result)?;
+        if let (Some(before), true) = (hooked, result.ok) {
+            self.compaction_hooks_after(successor.as_ref().unwrap_or(s), before).await;
+        }
         if result.compacted {
             let target = successor.as_ref().unwrap_or(s);
             if let Err(e) = self.store.record_compaction(&target.key) {
@@ -808,6 +840,41 @@ impl Inner {
             self.maintain(target, MaintenanceReason::Compaction).await;
         }
         Ok((result, successor))
+    }
+
+    /// `before_compaction` with the context about to be compacted. Answers the context's
+    /// length when a plugin has either compaction hook (what `after_compaction` reports the
+    /// compaction against), `None` when none has.
+    pub(crate) async fn compaction_hooks_before(self: &Arc<Self>, s: &ResolvedSession) -> Option<usize> {
+        let site = crate::hooks::HookSite::session(self, s);
+        if !site.wants("before_compaction") && !site.wants("after_compaction") {
+            return None;
+        }
+        let messages: Vec<AgentMessage> = match self.history(s) {
+            Ok(h) => h.into_iter().map(|(_, m)| m).collect(),
+            Err(e) => {
+                tracing::warn!("[hooks] before_compaction: cannot read the context: {e}");
+                Vec::new()
+            }
+        };
+        site.before_compaction(&messages, tokens_of(&messages)).await;
+        Some(messages.len())
+    }
+
+    /// `after_compaction` with the context the compaction left (`before` messages before it).
+    pub(crate) async fn compaction_hooks_after(self: &Arc<Self>, s: &ResolvedSession, before: usize) {
+        let site = crate::hooks::HookSite::session(self, s);
+        if !site.wants("after_compaction") {
+            return;
+        }
+        let messages: Vec<AgentMessage> = match self.history(s) {
+            Ok(h) => h.into_iter().map(|(_, m)| m).collect(),
+            Err(e) => {
+                tracing::warn!("[hooks] after_compaction: cannot read the context: {e}");
+                return;
+            }
+        };
+        site.after_compaction(before, &messages, tokens_of(&messages)).await;
     }
 
     /// The tools offered to the model: the engine's, then the runtime's (first name wins).

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clawctx_engine::compaction::CompactionSettings;
-use clawctx_engine::{ContextEngineRegistry, SelectionReason};
+use clawctx_engine::{AgentTool, ContextEngineRegistry, HookDispatcher, SelectionReason};
 use clawctx_model::config::EnvLookup;
 use clawctx_model::{CircuitBreaker, LlmSummarizer, ModelsConfig, SpendGuard};
 use clawctx_protocol::SelectionSource;
@@ -245,6 +245,10 @@ pub struct SetupOptions<'a> {
     pub env: EnvLookup<'a>,
     /// The agent whose directory the engine gets (`<state>/agents/<id>`).
     pub agent_id: String,
+    /// Plugin hook handlers (`clawctx_plugin::PluginHooks`), fired by every turn.
+    pub hooks: Option<Arc<dyn HookDispatcher>>,
+    /// Tools offered besides the selected engine's own (plugins' `registerTool` tools).
+    pub tools: Vec<Arc<dyn AgentTool>>,
 }
 
 /// Selects the backend, the summarizer and the engine and builds the runtime. With no model at
@@ -277,6 +281,12 @@ pub async fn runtime_from_config(opts: SetupOptions<'_>) -> Result<AgentRuntime>
         .workspace_dir(agent_dir.to_string_lossy().into_owned());
     if let Some(s) = system {
         builder = builder.system_prompt(s);
+    }
+    if let Some(hooks) = opts.hooks {
+        builder = builder.hooks(hooks);
+    }
+    for tool in opts.tools {
+        builder = builder.tool(tool);
     }
     Ok(builder.build())
 }

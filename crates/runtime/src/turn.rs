@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use clawctx_engine::compaction::should_compact;
+use clawctx_engine::hooks::{PromptBuild, ToolCallDecision};
 use clawctx_engine::pipeline::{fit_budget, sanitize, turn_limit_start, PipelineReport};
 use clawctx_engine::*;
 use clawctx_model::{Completion, CompletionRequest, EventSender, ModelError, StopReason, ToolSpec};
@@ -27,6 +28,7 @@ use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
 use crate::history::History;
+use crate::hooks::HookSite;
 use crate::maintain::MaintenanceReason;
 use crate::model::Backend;
 use crate::runtime::{check_host, now_ms, tokens_of, AgentRuntime, Inner};
@@ -121,7 +123,14 @@ impl AgentRuntime {
     pub async fn run_turn(&self, request: TurnRequest) -> Result<TurnOutcome> {
         check_host(&self.inner, ContextEngineOperation::AgentRun)?;
         match &self.inner.backend {
-            Backend::Model(_) => EmbeddedTurn::start(self.inner.clone(), request)?.run().await,
+            Backend::Model(_) => {
+                let turn = EmbeddedTurn::start(self.inner.clone(), request)?;
+                let (key, run_id, heartbeat) = (turn.session.key.clone(), turn.run_id.clone(), turn.is_heartbeat);
+                let started = std::time::Instant::now();
+                let result = turn.run().await;
+                crate::hooks::agent_end(&self.inner, &key, &run_id, heartbeat, result.as_ref().err(), started).await;
+                result
+            }
             Backend::Cli(_) => crate::cli_turn::run(self.inner.clone(), request).await,
         }
     }
@@ -182,6 +191,13 @@ struct EmbeddedTurn {
     /// The engine has the full durable-turn declaration (§1.7): it gets `commitTurn` for the
     /// accepted turn instead of afterTurn/ingest, and sees only history before the turn.
     durable: bool,
+    /// This turn's `runId` in plugin hook payloads.
+    run_id: String,
+    /// The merged `before_prompt_build` result, once it ran (first model call of the turn).
+    prompt_hook: Option<PromptBuild>,
+    /// The system prompt as the prompt hook last left it (so it is applied once per
+    /// assembled system prompt).
+    hooked_system: Option<String>,
     out: TurnOutcome,
 }
 
@@ -227,6 +243,9 @@ impl EmbeddedTurn {
             specs,
             precheck_done: false,
             durable,
+            run_id: crate::hooks::new_run_id(),
+            prompt_hook: None,
+            hooked_system: None,
         })
     }
 
@@ -249,6 +268,11 @@ impl EmbeddedTurn {
 
     fn heartbeat(&self) -> Option<bool> {
         self.is_heartbeat.then_some(true)
+    }
+
+    /// Where this turn's plugin hooks fire.
+    fn site(&self) -> HookSite<'_> {
+        HookSite { rt: &self.rt, session: &self.session, run_id: Some(&self.run_id), heartbeat: self.is_heartbeat }
     }
 
     /// Brings the history up to date with the transcript and finds where this turn's
@@ -285,13 +309,16 @@ impl EmbeddedTurn {
         // it: an engine that imports the file must not import this turn's prompt too.
         if self.rt.transcript_is_empty(&self.session)? {
             self.rt.mark_bootstrapped(&self.session)?;
+            self.site().session_start().await;
         } else {
             self.rt.ensure_bootstrapped(&self.session, &self.abort).await?;
         }
         self.history = self.rt.take_history(&self.session)?;
         self.sync_history()?;
         self.out.context_tokens_before = self.history_tokens;
-        self.persist(AgentMessage::user(self.prompt.clone()).with_timestamp(now_ms()))?;
+        let received = now_ms();
+        self.site().message_received(&self.prompt, received).await;
+        self.persist(AgentMessage::user(self.prompt.clone()).with_timestamp(received))?;
 
         let owns = self.engine().info().owns_compaction();
         let mut overflow_retried = false;
@@ -301,6 +328,7 @@ impl EmbeddedTurn {
                 return Err(self.aborted());
             }
             let (view, view_tokens) = self.build_view(iteration > 0 && owns && !self.durable).await?;
+            let (view, view_tokens) = self.prompt_hooks(view, view_tokens).await;
             self.out.prompt_tokens.push(view_tokens);
             self.out.model_calls += 1;
             let called = std::time::Instant::now();
@@ -343,6 +371,7 @@ impl EmbeddedTurn {
                 break;
             }
         }
+        self.site().llm_output(&self.prompt, &self.turn, &self.out.usage).await;
         self.finish().await
     }
 
@@ -512,6 +541,10 @@ impl EmbeddedTurn {
         binding.provider.complete(request, self.events.as_ref(), self.abort.token()).await
     }
 
+    /// Runs the model's tool calls in order. Plugin hooks: `before_tool_call` may block a call
+    /// (its reason is the tool's error result) or rewrite its arguments; `after_tool_call`
+    /// sees what the tool answered; `tool_result_persist` may rewrite the result before it is
+    /// stored (and so before the model sees it).
     async fn run_tools(&mut self, calls: &[ToolCall]) -> Result<()> {
         for call in calls {
             if self.abort.is_aborted() {
@@ -520,25 +553,88 @@ impl EmbeddedTurn {
             let tool = self.tools.iter().find(|t| t.name() == call.name).cloned();
             let (text, is_error) = match tool {
                 None => (format!("Unknown tool `{}`.", call.name), true),
-                Some(tool) => {
-                    let ctx = ToolCallContext {
-                        session_id: self.session.entry.session_id.clone(),
-                        session_key: Some(self.session.key.clone()),
-                    };
-                    let abort = self.abort.clone();
-                    tokio::select! {
-                        r = tool.execute(call.arguments.clone(), ctx) => match r {
-                            Ok(t) => (t, false),
-                            Err(e) => (e, true),
-                        },
-                        _ = abort.aborted() => return Err(self.aborted()),
+                Some(tool) => match self.site().before_tool_call(call).await {
+                    ToolCallDecision::Block(reason) => (reason, true),
+                    ToolCallDecision::Run(arguments) => {
+                        if self.abort.is_aborted() {
+                            return Err(self.aborted());
+                        }
+                        let ctx = ToolCallContext {
+                            session_id: self.session.entry.session_id.clone(),
+                            session_key: Some(self.session.key.clone()),
+                            tool_call_id: Some(call.id.clone()),
+                        };
+                        let abort = self.abort.clone();
+                        let started = std::time::Instant::now();
+                        let (text, is_error) = tokio::select! {
+                            r = tool.execute(arguments.clone(), ctx) => match r {
+                                Ok(t) => (t, false),
+                                Err(e) => (e, true),
+                            },
+                            _ = abort.aborted() => return Err(self.aborted()),
+                        };
+                        let ms = started.elapsed().as_millis() as u64;
+                        self.site().after_tool_call(call, &arguments, &text, is_error, ms).await;
+                        (text, is_error)
                     }
-                }
+                },
             };
             self.out.tool_calls += 1;
-            self.persist(tool_result(&call.id, &call.name, text, is_error))?;
+            let message = self.site().tool_result_persist(tool_result(&call.id, &call.name, text, is_error)).await;
+            self.persist(message)?;
         }
         Ok(())
+    }
+
+    /// Plugin hooks on the view of a model call. `before_prompt_build` (and the legacy
+    /// `before_agent_start`) runs once per turn, on the first view: its `messages` are what the
+    /// engine assembled before the prompt. Its result applies to every model call of the turn:
+    /// the system prompt, and the turn's user message in the view (the transcript keeps the
+    /// prompt as typed). A view that this pushes over the budget is clamped again.
+    /// `llm_input` then sees what the first call is given.
+    async fn prompt_hooks(&mut self, mut view: Vec<AgentMessage>, mut tokens: u64) -> (Vec<AgentMessage>, u64) {
+        let first = self.prompt_hook.is_none();
+        if first {
+            let site = self.site();
+            if !["before_prompt_build", "before_agent_start", "llm_input"].iter().any(|h| site.wants(h)) {
+                self.prompt_hook = Some(PromptBuild::default());
+                return (view, tokens);
+            }
+            let assembled = self.prefix.clone().unwrap_or_else(|| view[..view.len().saturating_sub(self.turn.len())].to_vec());
+            let merged = site.before_prompt_build(&self.prompt, &assembled).await;
+            self.prompt_hook = Some(merged);
+        }
+        let Some(hook) = self.prompt_hook.clone() else {
+            return (view, tokens);
+        };
+        if !hook.is_empty() {
+            if hook.changes_system() && self.hooked_system.as_deref() != Some(self.system.as_str()) {
+                self.system = hook.apply_system(&self.system);
+                self.fixed_tokens = clawctx_tokens::text_tokens(&self.system) + self.specs_tokens;
+                self.hooked_system = Some(self.system.clone());
+            }
+            if hook.changes_prompt() {
+                if let Some(AgentMessage::User(typed)) = self.turn.first().cloned() {
+                    let shown = UserMessage { content: Content::Text(hook.apply_prompt(&self.prompt)), ..typed.clone() };
+                    let typed = AgentMessage::User(typed);
+                    if let Some(pos) = view.iter().rposition(|m| *m == typed) {
+                        view[pos] = AgentMessage::User(shown);
+                        tokens = tokens_of(&view);
+                    }
+                }
+            }
+            let limit = self.message_limit().max(1);
+            if tokens > limit {
+                view = fit_budget(view, limit, &mut PipelineReport::default());
+                tokens = tokens_of(&view);
+            }
+        }
+        if first && self.site().wants("llm_input") {
+            let history = self.prefix.clone().unwrap_or_default();
+            let tools: Vec<String> = self.specs.iter().map(|s| s.name.clone()).collect();
+            self.site().llm_input(&self.system, &hook.apply_prompt(&self.prompt), &history, &tools).await;
+        }
+        (view, tokens)
     }
 
     /// afterTurn > ingestBatch > ingest. afterTurn gets the whole prepared view (this turn's
@@ -681,7 +777,14 @@ impl EmbeddedTurn {
             return None;
         }
         let keep = self.rt.keep_for(Some("threshold"), false);
-        match self.rt.builtin_compact(&self.session, keep, None, Some(&self.abort)).await {
+        let hooked = self.rt.compaction_hooks_before(&self.session).await;
+        let compacted = self.rt.builtin_compact(&self.session, keep, None, Some(&self.abort)).await;
+        if let (Some(before), Ok(o)) = (hooked, &compacted) {
+            if o.ok {
+                self.rt.compaction_hooks_after(&self.session, before).await;
+            }
+        }
+        match compacted {
             Ok(o) if o.compacted => {
                 if let Err(e) = self.rt.store.record_compaction(&self.session.key) {
                     tracing::warn!("cannot record the compaction in sessions.json: {e}");

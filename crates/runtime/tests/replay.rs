@@ -31,6 +31,7 @@ async fn run(engine: &str, turns: usize, budget: u64) -> clawctx_runtime::replay
         budget,
         state_dir: dir.path().join("state"),
         config: serde_json::json!({}),
+        hooks: None,
     };
     let mut seen = 0;
     let report = replay(registry(), rec, options, &mut |_t| seen += 1).await.unwrap();

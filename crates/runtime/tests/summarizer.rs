@@ -133,6 +133,8 @@ async fn runtime(dir: &Path, config: Value) -> AgentRuntime {
         model: None,
         env: &|_| None,
         agent_id: "main".into(),
+        hooks: None,
+        tools: Vec::new(),
     })
     .await
     .unwrap()

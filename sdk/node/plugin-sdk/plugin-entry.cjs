@@ -12,4 +12,7 @@ function definePluginEntry(entry) {
   return entry;
 }
 
-module.exports = { definePluginEntry };
+// OpenClaw's plugin-entry module re-exports this helper too; plugins import it from either.
+const { emptyPluginConfigSchema } = require('./core.cjs');
+
+module.exports = { definePluginEntry, emptyPluginConfigSchema };

@@ -2,4 +2,7 @@
 import entry from './plugin-entry.cjs';
 
 export const definePluginEntry = entry.definePluginEntry;
+export const emptyPluginConfigSchema = entry.emptyPluginConfigSchema;
+export const buildJsonPluginConfigSchema = entry.buildJsonPluginConfigSchema;
+export const buildPluginConfigSchema = entry.buildPluginConfigSchema;
 export default entry;

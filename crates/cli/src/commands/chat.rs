@@ -60,7 +60,7 @@ async fn command(runtime: &AgentRuntime, key: &str, line: &str) -> anyhow::Resul
     match cmd {
         "/quit" | "/exit" => return Ok(false),
         "/new" => {
-            let s = runtime.new_session(key)?;
+            let s = runtime.new_session(key).await?;
             println!("new session {}", s.entry.session_id);
         }
         "/status" => println!("{}", status_line(&runtime.status(key)?)),

@@ -127,11 +127,15 @@ pub async fn run(global: &GlobalArgs, args: ReplayArgs) -> anyhow::Result<ExitCo
         }
     };
     let requested = args.engine.clone();
+    let hooks = clawctx_plugin::PluginHooks::new(&engines.plugins);
     let options = ReplayOptions {
         engine: args.engine,
         budget: args.budget,
         state_dir,
         config,
+        hooks: (!hooks.is_empty()).then(|| {
+            std::sync::Arc::new(hooks) as std::sync::Arc<dyn clawctx_engine::HookDispatcher>
+        }),
     };
     let report = replay(engines.registry.clone(), recording, options, &mut on_turn).await?;
     bar.finish_and_clear();

@@ -45,6 +45,9 @@ pub async fn build_runtime(
     for (dir, err) in &engines.failed {
         eprintln!("warning: plugin at {} does not load: {err}", dir.display());
     }
+    // Plugins take part whether or not their engine is the selected one: their hooks fire
+    // and their tools are offered (the selected engine's own tools win a name clash).
+    let hooks = clawctx_plugin::PluginHooks::new(&engines.plugins);
     let runtime = runtime_from_config(SetupOptions {
         config: std::sync::Arc::new(config.value().clone()),
         state_dir: global.state_dir(),
@@ -52,6 +55,13 @@ pub async fn build_runtime(
         model,
         env: &clawctx_model::process_env,
         agent_id: "main".into(),
+        hooks: (!hooks.is_empty())
+            .then(|| std::sync::Arc::new(hooks) as std::sync::Arc<dyn clawctx_engine::HookDispatcher>),
+        tools: engines
+            .plugins
+            .iter()
+            .flat_map(|p| p.agent_tools())
+            .collect(),
     })
     .await?;
     Ok((runtime, engines))
