@@ -303,6 +303,7 @@ pub async fn replay(
     let binding = ModelBinding::new(provider, "replay", budget + max_out + budget / 4, max_out);
     let mut builder = AgentRuntime::builder(&options.state_dir, resolved.engine.clone(), Backend::Model(binding))
         .selection(resolved.effective_id.clone(), selection_source(&resolved.reason))
+        .fallback_reason(crate::setup::fallback_reason(&resolved.reason))
         .compaction(compaction)
         .prompt_budget(Some(budget))
         .max_tool_iterations(max_calls + 1)

@@ -79,6 +79,7 @@ pub struct RuntimeBuilder {
     workspace_dir: Option<String>,
     compact_timeout: Duration,
     hooks: crate::hooks::Hooks,
+    fallback_reason: Option<String>,
 }
 
 impl RuntimeBuilder {
@@ -86,6 +87,13 @@ impl RuntimeBuilder {
     pub fn selection(mut self, selected_id: impl Into<String>, source: SelectionSource) -> Self {
         self.selected_id = selected_id.into();
         self.source = source;
+        self
+    }
+
+    /// Why the configured engine is not the one serving (it failed at resolution): the runs
+    /// report `runtime.mode: "fallback"` with this reason (§6).
+    pub fn fallback_reason(mut self, reason: Option<String>) -> Self {
+        self.fallback_reason = reason;
         self
     }
 
@@ -190,6 +198,7 @@ impl RuntimeBuilder {
                 workspace_dir: self.workspace_dir.unwrap_or_else(|| cwd.clone()),
                 cwd,
                 compact_timeout: self.compact_timeout,
+                fallback_reason: self.fallback_reason,
                 hooks: self.hooks,
                 files: Mutex::new(HashMap::new()),
                 histories: Mutex::new(HashMap::new()),
@@ -232,6 +241,7 @@ pub(crate) struct Inner {
     pub(crate) workspace_dir: String,
     pub(crate) cwd: String,
     pub(crate) compact_timeout: Duration,
+    fallback_reason: Option<String>,
     /// Plugin hook handlers ([`crate::hooks`]).
     pub(crate) hooks: crate::hooks::Hooks,
     files: Mutex<HashMap<PathBuf, Arc<Mutex<SessionFile>>>>,
@@ -300,6 +310,7 @@ impl AgentRuntime {
             prompt_budget: None,
             workspace_dir: None,
             compact_timeout: DEFAULT_COMPACT_TIMEOUT,
+            fallback_reason: None,
             hooks: None,
         }
     }
@@ -503,6 +514,7 @@ impl Inner {
             harness_id: Some(self.host.id.clone()),
             // A quarantined engine's guard reports its fallback's info: the run is degraded.
             degraded_reason: (self.engine.info().id != self.selected_info_id).then(|| "runtime_unavailable".to_owned()),
+            fallback_reason: self.fallback_reason.clone(),
             ..Default::default()
         })
     }

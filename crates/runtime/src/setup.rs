@@ -222,6 +222,14 @@ pub fn compaction_settings(config: &Value) -> CompactionSettings {
     s
 }
 
+/// The `runtimeSettings` fallback reason of a resolution: the configured engine could not be
+/// used (missing, or its factory or contract failed: quarantined at resolution) and the default
+/// serves instead. A plugin switched off by policy is not a fallback: the default is what the
+/// policy asks for.
+pub fn fallback_reason(reason: &SelectionReason) -> Option<String> {
+    matches!(reason, SelectionReason::Quarantined { .. }).then(|| "runtime_unavailable".to_owned())
+}
+
 /// The `runtimeSettings` selection source for a resolution reason.
 pub fn selection_source(reason: &SelectionReason) -> SelectionSource {
     match reason {
@@ -276,6 +284,7 @@ pub async fn runtime_from_config(opts: SetupOptions<'_>) -> Result<AgentRuntime>
         .map(str::to_owned);
     let mut builder = AgentRuntime::builder(&opts.state_dir, resolved.engine.clone(), backend)
         .selection(resolved.effective_id.clone(), selection_source(&resolved.reason))
+        .fallback_reason(fallback_reason(&resolved.reason))
         .compaction(compaction_settings(&opts.config))
         .summarizer(summarizer.for_runtime())
         .workspace_dir(agent_dir.to_string_lossy().into_owned());

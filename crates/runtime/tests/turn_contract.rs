@@ -478,3 +478,19 @@ async fn an_owning_engine_with_only_ingest_gets_each_turn_message_once_through_t
     let roles: Vec<&str> = ingested.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["user", "assistant", "toolResult", "assistant", "toolResult", "assistant"]);
 }
+
+#[tokio::test]
+async fn runtime_settings_report_fallback_when_the_configured_engine_could_not_be_used_s6() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    let config = Arc::new(json!({"plugins": {"slots": {"contextEngine": "missing-engine"}}}));
+    let resolved = registry.resolve(Some(config), None, None).await.unwrap();
+    let backend = Backend::Model(ModelBinding::new(scripted(1), "m", 16_000, 256));
+    let rt = AgentRuntime::builder(dir.path(), resolved.engine, backend)
+        .selection(resolved.effective_id.clone(), clawctx_runtime::setup::selection_source(&resolved.reason))
+        .fallback_reason(clawctx_runtime::setup::fallback_reason(&resolved.reason))
+        .build();
+    let settings = rt.runtime_settings();
+    assert_eq!(settings.runtime.mode, RuntimeMode::Fallback, "§6: the default serves because the configured engine is missing");
+    assert_eq!(settings.diagnostics.fallback_reason, Some(ReasonCode::RuntimeUnavailable));
+}
