@@ -37,14 +37,14 @@ pub struct ApiError {
 }
 
 /// The JSON body of an error.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
 }
 
 /// OpenAI's error object.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ErrorDetail {
     /// What went wrong.
     pub message: String,

@@ -15,6 +15,9 @@
 //! - [`lanes`]: one turn at a time per session, with a bounded queue.
 //! - [`api_error`]: OpenAI-shaped error responses and the JSON extractor that names bad fields.
 //! - [`status`]: what `clawctx gateway status` reports.
+//! - `openai`: `/v1/chat/completions` (plain and SSE) and `/v1/models`.
+//! - `engine_api`: the engine's lifecycle methods, recall and the session list over HTTP.
+//! - [`openapi`]: the route table the router is built from and `/openapi.json` generated from it.
 //!
 //! The binary side (building the runtime from config with every engine and plugin, the
 //! signals, the lock's lifetime) is `clawctx gateway` in `crates/cli`.
@@ -27,6 +30,7 @@ pub mod lanes;
 pub mod lock;
 pub mod metrics;
 mod openai;
+pub mod openapi;
 pub mod server;
 pub mod status;
 

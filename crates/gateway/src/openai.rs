@@ -30,8 +30,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use clawctx_engine::AbortController;
 use clawctx_model::StreamEvent;
 use clawctx_runtime::{RuntimeError, TurnOutcome, TurnRequest};
@@ -55,7 +54,7 @@ const STREAM_KEEP_ALIVE: Duration = Duration::from_millis(500);
 
 /// A chat completion request (the fields the gateway reads; every other field is accepted and
 /// not used).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct ChatCompletionRequest {
     /// Echoed in the response; the gateway's configured model answers every request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,7 +76,7 @@ pub struct ChatCompletionRequest {
 }
 
 /// `stream_options`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct StreamOptions {
     /// Send a last chunk with `usage`.
     #[serde(default)]
@@ -85,7 +84,7 @@ pub struct StreamOptions {
 }
 
 /// One message of the request.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct ChatMessage {
     /// `system`, `developer`, `user`, `assistant`, `tool` or `function`.
     pub role: String,
@@ -98,7 +97,7 @@ pub struct ChatMessage {
 }
 
 /// A plain (non-streaming) answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChatCompletion {
     /// `chatcmpl-<uuid>`.
     pub id: String,
@@ -115,7 +114,7 @@ pub struct ChatCompletion {
 }
 
 /// `choices[0]`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Choice {
     /// 0.
     pub index: u32,
@@ -126,7 +125,7 @@ pub struct Choice {
 }
 
 /// `choices[0].message`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AssistantReply {
     /// `assistant`.
     pub role: String,
@@ -135,7 +134,7 @@ pub struct AssistantReply {
 }
 
 /// OpenAI's usage object.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CompletionUsage {
     /// Input tokens.
     pub prompt_tokens: u64,
@@ -146,7 +145,7 @@ pub struct CompletionUsage {
 }
 
 /// `GET /v1/models`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModelList {
     /// `list`.
     pub object: String,
@@ -155,7 +154,7 @@ pub struct ModelList {
 }
 
 /// One model.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModelCard {
     /// `provider/model`.
     pub id: String,
@@ -167,16 +166,6 @@ pub struct ModelCard {
     pub owned_by: String,
 }
 
-/// The OpenAI-compatible routes.
-pub(crate) fn routes(shared: &AppState) -> Router<AppState> {
-    let router = Router::new().route("/v1/models", get(models));
-    if shared.config.chat_completions {
-        router.route("/v1/chat/completions", post(chat_completions))
-    } else {
-        router.route("/v1/chat/completions", post(disabled))
-    }
-}
-
 pub(crate) async fn models(State(shared): State<AppState>) -> Json<ModelList> {
     Json(ModelList {
         object: "list".into(),
@@ -184,7 +173,7 @@ pub(crate) async fn models(State(shared): State<AppState>) -> Json<ModelList> {
     })
 }
 
-async fn disabled() -> ApiError {
+pub(crate) async fn disabled() -> ApiError {
     ApiError::not_found(
         "the chat completions endpoint is disabled (gateway.http.endpoints.chatCompletions.enabled is false)",
     )

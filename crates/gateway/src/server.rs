@@ -22,7 +22,6 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Extension, Json, Router};
 use clawctx_engine::ContextEngineRegistry;
 use clawctx_runtime::AgentRuntime;
@@ -66,7 +65,6 @@ pub struct GatewayParts {
 pub(crate) struct Shared {
     pub(crate) runtime: AgentRuntime,
     pub(crate) registry: Option<Arc<ContextEngineRegistry>>,
-    #[allow(dead_code)]
     pub(crate) host_config: Arc<Value>,
     pub(crate) model: String,
     pub(crate) config: GatewayConfig,
@@ -78,6 +76,8 @@ pub(crate) struct Shared {
     pub(crate) abort_all: CancellationToken,
     /// Turn tasks, waited for before the runtime shuts down.
     pub(crate) tasks: TaskTracker,
+    /// The lossless store recall reads, opened on first use.
+    pub(crate) recall: tokio::sync::OnceCell<clawctx_lossless::LosslessStore>,
     pub(crate) started: Instant,
 }
 
@@ -105,6 +105,7 @@ impl Gateway {
                 stopping: AtomicBool::new(false),
                 abort_all: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                recall: tokio::sync::OnceCell::new(),
                 started: Instant::now(),
             }),
         }
@@ -175,11 +176,7 @@ impl Gateway {
 }
 
 fn router(shared: AppState) -> Router {
-    let mut app = crate::openai::routes(&shared)
-        .merge(crate::engine_api::routes())
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    let mut app = crate::openapi::router(&shared)
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(shared.clone(), count_requests))
         .layer(middleware::from_fn_with_state(shared.clone(), deadline))
@@ -274,7 +271,7 @@ async fn not_found(req: Request) -> ApiError {
     ApiError::not_found(format!("no route for {} {}", req.method(), req.uri().path()))
 }
 
-async fn healthz(State(shared): State<AppState>) -> Json<Value> {
+pub(crate) async fn healthz(State(shared): State<AppState>) -> Json<Value> {
     Json(json!({
         "status": "ok",
         "pid": std::process::id(),
@@ -283,7 +280,7 @@ async fn healthz(State(shared): State<AppState>) -> Json<Value> {
     }))
 }
 
-async fn readyz(State(shared): State<AppState>) -> Response {
+pub(crate) async fn readyz(State(shared): State<AppState>) -> Response {
     let quarantined: Vec<String> = shared
         .registry
         .as_ref()
@@ -299,7 +296,7 @@ async fn readyz(State(shared): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn metrics(State(shared): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(shared): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], shared.metrics.render()).into_response()
 }
 
