@@ -121,6 +121,16 @@ function installCjsResolution() {
   };
 }
 
+// Node's message for an SDK module it cannot find names only the package (`Cannot find package
+// 'openclaw'`); this one names the module, as the CommonJS message does.
+function missingSdkModule(specifier, parentURL, cause) {
+  const from = parentURL && parentURL.startsWith('file:') ? fileURLToPath(parentURL) : parentURL;
+  const err = new Error(`Cannot find module '${specifier}' imported from ${from} (clawctx does not provide this OpenClaw SDK module)`);
+  err.code = 'ERR_MODULE_NOT_FOUND';
+  if (cause && cause.stack) err.stack = `${err.message}\n${cause.stack}`;
+  return err;
+}
+
 function esmSdkMap() {
   return Object.fromEntries(Object.entries(SDK_ESM).map(([k, v]) => [k, pathToFileURL(path.join(here, v)).href]));
 }
@@ -134,7 +144,13 @@ function installEsmResolution(mode) {
     nodeModule.registerHooks({
       resolve(specifier, context, nextResolve) {
         if (Object.prototype.hasOwnProperty.call(map, specifier)) return { url: map[specifier], shortCircuit: true };
-        return nextResolve(specifier, context);
+        if (!isSdkSpecifier(specifier)) return nextResolve(specifier, context);
+        try {
+          // An SDK module clawctx does not provide: the plugin's own `openclaw`, if it has one.
+          return nextResolve(specifier, context);
+        } catch (err) {
+          throw missingSdkModule(specifier, context.parentURL, err);
+        }
       },
     });
   } else if (mode === 'worker') {
@@ -204,6 +220,22 @@ function installSdkResolution(entry) {
   else if (!isTypeScript(entry) && needsEsmHooks(entry)) installEsmResolution('worker');
 }
 
+// --- loading the entry, as OpenClaw's loader does ---------------------------------------------
+// OpenClaw loads a plugin entry with jiti (`createJiti(..., {interopDefault: true, alias,
+// tryNative})`): for .js/.mjs/.cjs native loading first and jiti's own (Babel-transformed,
+// CommonJS-style) loading when that fails; TypeScript through jiti only; the
+// `openclaw/plugin-sdk/*` aliases in both. So a built ESM entry doing
+// `import { Name } from 'some-cjs-package'` (a SyntaxError for Node's loader when the package's
+// exports cannot be detected statically) loads under OpenClaw, and must here. The native
+// attempt is Node's `import()` with the SDK resolution hooks above; the fallback is jiti with
+// the SDK aliases, taken only for errors jiti's loading can fix (a module format or resolution
+// Node refuses), so a plugin's own failure is reported as itself and its top-level code does
+// not run twice.
+//
+// A failure is classified where it happens (the error object is here) and sent with the
+// `initialize` error as `data.load`: {kind, module, line, column, specifier, package,
+// exportName, stderrTail}. See crates/plugin/src/load_error.rs for the kinds and fixes.
+
 // jiti: the plugin's own (as OpenClaw loads it), else the copy vendored next to this runner.
 async function loadJiti(root, entry) {
   const candidates = [];
@@ -220,27 +252,266 @@ async function loadJiti(root, entry) {
     if (typeof createJiti === 'function') return createJiti;
   }
   throw new Error(
-    `TypeScript plugin entry ${entry} needs jiti, which was found neither in the plugin's node_modules nor next to the clawctx runner (${path.join(here, 'vendor', 'jiti')}); install jiti in the plugin (npm install jiti) or point the manifest at built JavaScript`,
+    `plugin entry ${entry} needs jiti, which was found neither in the plugin's node_modules nor next to the clawctx runner (${path.join(here, 'vendor', 'jiti')}); install jiti in the plugin (npm install jiti) or point the manifest at built JavaScript`,
   );
 }
 
-async function loadEntry(entry, root) {
-  if (isTypeScript(entry)) {
-    const createJiti = await loadJiti(root, entry);
-    const alias = Object.fromEntries(Object.entries(SDK_CJS).map(([k, v]) => [k, path.join(here, v)]));
-    const jiti = createJiti(pathToFileURL(entry).href, { interopDefault: true, alias, fsCache: false, moduleCache: true });
-    return typeof jiti.import === 'function' ? await jiti.import(entry) : jiti(entry);
-  }
-  return await import(pathToFileURL(entry).href);
+async function importWithJiti(entry, root) {
+  const createJiti = await loadJiti(root, entry);
+  const alias = Object.fromEntries(Object.entries(SDK_CJS).map(([k, v]) => [k, path.join(here, v)]));
+  const jiti = createJiti(pathToFileURL(entry).href, { interopDefault: true, alias, fsCache: false, moduleCache: true });
+  return typeof jiti.import === 'function' ? await jiti.import(entry) : jiti(entry);
 }
 
-function findRegister(mod) {
-  const candidates = [mod && mod.default, mod && mod.register, mod && mod.default && mod.default.default, mod];
-  for (const c of candidates) {
-    if (typeof c === 'function') return c;
-    if (c && typeof c === 'object' && typeof c.register === 'function') return c.register.bind(c);
+const NOT_FOUND = /Cannot find (module|package) '([^']+)'/;
+const NO_SUCH_EXPORT = /The requested module '([^']+)' does not provide an export named '([^']+)'/;
+// Errors of Node's own loader that jiti's loading does not have: a named import Node cannot
+// see in a CommonJS module, ES syntax in a file Node takes for CommonJS (and the reverse),
+// extensionless or directory imports, JSON without import attributes.
+const JITI_FIXES_CODES = new Set([
+  'ERR_REQUIRE_ESM',
+  'ERR_UNKNOWN_FILE_EXTENSION',
+  'ERR_UNSUPPORTED_DIR_IMPORT',
+  'ERR_IMPORT_ASSERTION_TYPE_MISSING',
+  'ERR_IMPORT_ATTRIBUTE_MISSING',
+]);
+const CJS_IN_ESM_SCOPE = /\b(require|module|exports|__dirname|__filename) is not defined in ES module scope/;
+
+function isPathSpecifier(spec) {
+  return spec.startsWith('./') || spec.startsWith('../') || spec.startsWith('/') || spec.startsWith('file:');
+}
+
+// Whether a SyntaxError comes from parsing or linking a module (a location header first, or
+// Node's compiler as the first frame), not from code that ran (`JSON.parse` at top level).
+function isParseError(err) {
+  if (!err || err.name !== 'SyntaxError') return false;
+  const lines = String(err.stack || '').split('\n');
+  if (!lines[0].startsWith('SyntaxError') && LOCATION.test(lines[0])) return true;
+  const frame = lines.find((l) => l.trim().startsWith('at '));
+  return frame === undefined || frame.includes('node:internal/');
+}
+
+function nativeFailureJitiMayFix(err) {
+  if (!err || typeof err !== 'object') return false;
+  const message = String(err.message || '');
+  if (isParseError(err)) {
+    // A name the clawctx SDK does not export stays an error: under jiti it would only become
+    // `undefined` at the call site.
+    const m = NO_SUCH_EXPORT.exec(message);
+    return !(m && isSdkSpecifier(m[1]));
   }
-  return undefined;
+  if (JITI_FIXES_CODES.has(err.code)) return true;
+  if (err.code === 'ERR_MODULE_NOT_FOUND') {
+    const m = NOT_FOUND.exec(message);
+    // A file Node's ES resolution did not find may be an extensionless import jiti resolves; a
+    // package that is not installed is not installed for jiti either.
+    return Boolean(m && m[1] === 'module' && isPathSpecifier(m[2]));
+  }
+  return err.name === 'ReferenceError' && CJS_IN_ESM_SCOPE.test(message);
+}
+
+function loadFailure(message, load, cause) {
+  const err = new Error(message);
+  err.clawctxKind = 'load';
+  err.clawctxLoad = load;
+  if (cause && cause.stack) err.stack = `${message}\n${cause.stack}`;
+  return err;
+}
+
+// A path from a stack frame or message: `file:///x/y.js:3:5` or `/x/y.js:3:5`.
+const LOCATION = /((?:file:\/\/)?\/[^\s():'"]+):(\d+)(?::(\d+))?/;
+
+function locate(text) {
+  const m = LOCATION.exec(String(text || ''));
+  if (!m) return {};
+  const file = m[1].startsWith('file:') ? fileURLToPath(m[1]) : m[1];
+  return { module: file, line: Number(m[2]), column: m[3] !== undefined ? Number(m[3]) : undefined };
+}
+
+// The first stack frame in the plugin's own files (not the runner, not Node's internals).
+function pluginFrame(err, root) {
+  const stack = String((err && err.stack) || '');
+  for (const line of stack.split('\n')) {
+    if (!line.trim().startsWith('at ')) continue;
+    const loc = locate(line);
+    if (loc.module && loc.module.startsWith(root + path.sep) && !loc.module.startsWith(here + path.sep)) return loc;
+  }
+  return {};
+}
+
+function packageName(spec) {
+  const parts = spec.split('/');
+  return spec.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
+}
+
+// Classifies an error thrown while importing the entry.
+function importFailure(err, entry, root) {
+  const message = String((err && err.message) || err);
+  const text = `failed to load plugin: ${message.split('\n')[0].trim()}`;
+  const missing = NOT_FOUND.exec(message);
+  if (missing && (err.code === 'ERR_MODULE_NOT_FOUND' || err.code === 'MODULE_NOT_FOUND' || /Cannot find/.test(message))) {
+    const spec = missing[2];
+    const from = /imported from (\S+?)[:,]?(?:\s|$)/.exec(message);
+    const required = (err.requireStack && err.requireStack[0]) || (/Require stack:\n- (\S+)/.exec(message) || [])[1];
+    let importer = (from && from[1]) || required;
+    if (importer && importer.startsWith('file:')) importer = fileURLToPath(importer);
+    const load = { module: importer };
+    if (isSdkSpecifier(spec)) return loadFailure(text, { ...load, kind: 'missing-sdk-module', specifier: spec }, err);
+    if (isPathSpecifier(spec) || path.isAbsolute(spec)) return loadFailure(text, { ...load, kind: 'missing-module', specifier: spec }, err);
+    return loadFailure(text, { ...load, kind: 'missing-package', specifier: spec, package: packageName(spec) }, err);
+  }
+  const noExport = NO_SUCH_EXPORT.exec(message);
+  if (noExport && isSdkSpecifier(noExport[1])) {
+    return loadFailure(text, { kind: 'missing-sdk-export', specifier: noExport[1], exportName: noExport[2], ...locate(err.stack) }, err);
+  }
+  // Babel's parse errors (jiti) name the file as ` /path:line:col` in the message; V8 names it
+  // in the first line of the stack for CommonJS and for ES link errors.
+  if (isParseError(err) || /^(?:Parse|Syntax)Error\b/.test(message)) {
+    const at = locate(message).module ? locate(message) : locate(String(err.stack || '').split('\n')[0]);
+    return loadFailure(text, { kind: 'syntax', ...at }, err);
+  }
+  return loadFailure(text, { kind: 'import-threw', ...pluginFrame(err, root) }, err);
+}
+
+async function importEntry(entry, root) {
+  if (isTypeScript(entry)) {
+    try {
+      return await importWithJiti(entry, root);
+    } catch (err) {
+      throw importFailure(err, entry, root);
+    }
+  }
+  let nativeError;
+  try {
+    return await import(pathToFileURL(entry).href);
+  } catch (err) {
+    if (!nativeFailureJitiMayFix(err)) throw importFailure(err, entry, root);
+    nativeError = err;
+  }
+  try {
+    const mod = await importWithJiti(entry, root);
+    hostLog('debug', [`loaded ${entry} through jiti: Node's own loader refused it (${String(nativeError.message).split('\n')[0]})`]);
+    return mod;
+  } catch (err) {
+    // jiti's error names the module (a parse error's file and line; V8's ES parse errors do
+    // not), and it is what stands in the way once the native refusal is worked around.
+    const failure = importFailure(err, entry, root);
+    failure.clawctxLoad.nativeError = String(nativeError.message).split('\n')[0];
+    throw failure;
+  }
+}
+
+// OpenClaw's resolvePluginModuleExport: the module with its nested `default`s unwrapped, then
+// the module itself, then the `default` and `module` members of objects met on the way (at most
+// 12 candidates): the first function is `register`; the first object with a `register` (or,
+// as older OpenClaw read it, `activate`) function is the plugin's definition.
+function resolvePluginModuleExport(mod) {
+  let unwrapped = mod;
+  const unwrappedSeen = new Set();
+  while (unwrapped && typeof unwrapped === 'object' && 'default' in unwrapped && !unwrappedSeen.has(unwrapped)) {
+    unwrappedSeen.add(unwrapped);
+    unwrapped = unwrapped.default;
+  }
+  const candidates = [unwrapped, mod];
+  const seen = new Set();
+  for (let i = 0; i < candidates.length && i < 12; i++) {
+    const c = candidates[i];
+    if (seen.has(c)) continue;
+    seen.add(c);
+    if (typeof c === 'function') return { register: c };
+    if (c && typeof c === 'object') {
+      const register = typeof c.register === 'function' ? c.register : c.activate;
+      if (typeof register === 'function') return { definition: c, register: register.bind(c) };
+      for (const key of ['default', 'module']) if (key in c) candidates.push(c[key]);
+    }
+  }
+  return {};
+}
+
+// What a module without a register function exports, in words: the members of its (default)
+// export.
+function exportedNames(mod) {
+  let shown = mod;
+  while (shown && typeof shown === 'object' && 'default' in shown && shown.default !== shown) shown = shown.default;
+  try {
+    if (shown && typeof shown === 'object') {
+      const names = Object.keys(shown);
+      return names.length > 0 ? `{ ${names.join(', ')} }` : 'nothing';
+    }
+    return shown === undefined ? 'nothing' : `a ${typeof shown}`;
+  } catch {
+    return 'nothing that can be listed';
+  }
+}
+
+// What the plugin writes to stderr while it loads (console output included: stdout is sent
+// there), kept for the load error. Node writes the same bytes to the real stderr, whose tail
+// the host keeps too; this copy is exact and travels with the error.
+const LOAD_STDERR_LIMIT = 8 * 1024;
+function captureStderr() {
+  const chunks = [];
+  let size = 0;
+  let on = true;
+  const original = process.stderr.write;
+  process.stderr.write = function writeAndKeep(chunk, ...rest) {
+    if (on) {
+      const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+      chunks.push(text);
+      size += text.length;
+      while (size > LOAD_STDERR_LIMIT && chunks.length > 1) size -= chunks.shift().length;
+    }
+    return original.call(this, chunk, ...rest);
+  };
+  const tail = () => {
+    const text = chunks.join('');
+    return text.slice(Math.max(0, text.length - LOAD_STDERR_LIMIT)).trim();
+  };
+  const stop = () => {
+    on = false;
+  };
+  return {
+    stop,
+    // For `.catch`: stops capturing, adds the tail to a load error, throws it on.
+    fail(err) {
+      stop();
+      if (err && err.clawctxLoad) err.clawctxLoad.stderrTail = tail();
+      throw err;
+    },
+  };
+}
+
+// Imports the entry and finds its register function. Throws classified load errors.
+async function loadRegister(plugin) {
+  const entry = plugin.entry;
+  const root = plugin.root || path.dirname(entry);
+  installSdkResolution(entry);
+  const mod = await importEntry(entry, root);
+  const { definition, register } = resolvePluginModuleExport(mod);
+  if (!register) {
+    throw loadFailure(`plugin export missing register/activate: ${entry} exports ${exportedNames(mod)}`, {
+      kind: 'no-register',
+      module: entry,
+    });
+  }
+  const defined = definition && typeof definition.id === 'string' ? definition.id.trim() : '';
+  if (defined && plugin.id && defined !== plugin.id) {
+    throw loadFailure(`plugin id mismatch (config uses "${plugin.id}", export uses "${defined}")`, {
+      kind: 'id-mismatch',
+      module: entry,
+    });
+  }
+  return register;
+}
+
+// Runs the plugin's register(api). A throw becomes OpenClaw's `plugin failed during register`.
+async function callRegister(register, api, plugin) {
+  try {
+    await register(api);
+  } catch (err) {
+    const root = plugin.root || path.dirname(plugin.entry);
+    const message = err && typeof err.message === 'string' ? err.message : String(err);
+    throw loadFailure(`plugin failed during register: ${message}`, { kind: 'register-threw', ...pluginFrame(err, root) }, err);
+  }
 }
 
 // --- plugin state ---------------------------------------------------------------------------
@@ -549,16 +820,11 @@ const handlers = {
   async initialize(params) {
     state.plugin = params.plugin || {};
     if (!state.plugin.entry) throw new Error('initialize: plugin.entry is missing');
-    installSdkResolution(state.plugin.entry);
-    const mod = await loadEntry(state.plugin.entry, state.plugin.root || path.dirname(state.plugin.entry));
-    const register = findRegister(mod);
-    if (!register) {
-      throw new Error(
-        `plugin entry ${state.plugin.entry} exports no register(api) function (expected a default export, a "register" export, or definePluginEntry({...}))`,
-      );
-    }
+    const loading = captureStderr();
+    const register = await loadRegister(state.plugin).catch(loading.fail);
     state.init = params;
-    await register(makeApi(params));
+    await callRegister(register, makeApi(params), state.plugin).catch(loading.fail);
+    loading.stop();
     const tools = resolveTools(params);
     state.messageRefs = Boolean(params.capabilities && params.capabilities.messageRefs === true);
     return {
@@ -797,7 +1063,7 @@ function toRpcError(err) {
   return {
     code: err && typeof err.rpcCode === 'number' ? err.rpcCode : -32000,
     message,
-    data: { name: err && err.name, kind: err && err.clawctxKind, stack: err && err.stack },
+    data: { name: err && err.name, kind: err && err.clawctxKind, stack: err && err.stack, load: err && err.clawctxLoad },
   };
 }
 

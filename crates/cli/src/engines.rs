@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clawctx_engine::{ContextEngineRegistry, HealthMirror};
-use clawctx_plugin::{LoadedPlugin, PluginOptions};
+use clawctx_plugin::{LoadedPlugin, PluginError, PluginOptions};
 use serde_json::Value;
 
 use crate::global::GlobalArgs;
@@ -33,8 +33,9 @@ pub struct Engines {
     pub registry: Arc<ContextEngineRegistry>,
     /// Plugins that loaded.
     pub plugins: Vec<LoadedPlugin>,
-    /// Plugin directories that failed to load, with the error.
-    pub failed: Vec<(PathBuf, String)>,
+    /// Plugin directories that failed to load, with the error (a load error carries its kind,
+    /// module, stderr tail and suggested fix: see `PluginError::suggested_fix`).
+    pub failed: Vec<(PathBuf, PluginError)>,
 }
 
 /// Built-in engines plus every enabled installed or linked plugin.
@@ -52,11 +53,11 @@ pub async fn load(global: &GlobalArgs, config: &Value) -> anyhow::Result<Engines
             for (dir, r) in results {
                 match r {
                     Ok(p) => plugins.push(p),
-                    Err(e) => failed.push((dir, e.to_string())),
+                    Err(e) => failed.push((dir, e)),
                 }
             }
         }
-        Err(e) => failed.push((global.state_dir().join("plugins"), e.to_string())),
+        Err(e) => failed.push((global.state_dir().join("plugins"), e)),
     }
     Ok(Engines {
         registry,

@@ -102,6 +102,11 @@ pub enum PluginError {
     /// requires (the message starts with `contract violation:`).
     #[error("{0}")]
     Contract(String),
+    /// The plugin process started but the plugin did not load: its entry (or a module it
+    /// imports) failed, its `register(api)` threw, or it exited while loading. Carries the
+    /// kind, the module at fault, its stderr tail and a suggested fix.
+    #[error("{0}")]
+    Load(Box<crate::load_error::LoadError>),
 }
 
 impl PluginError {
@@ -114,6 +119,39 @@ impl PluginError {
             file: file.into(),
             key: key.into(),
             message: message.into(),
+        }
+    }
+
+    /// What the operator can do about this error, when there is something to say: the fix of
+    /// a [`PluginError::Load`], the file and key to change for a manifest error. Shown by
+    /// `clawctx doctor` under the error.
+    pub fn suggested_fix(&self) -> Option<String> {
+        match self {
+            PluginError::Load(load) => load.fix.clone(),
+            PluginError::Manifest { file, key, message } => {
+                let dir = file
+                    .parent()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default();
+                Some(if key == "configSchema" && message.contains("requires configSchema") {
+                    format!(
+                        "add {} to {} (or the JSON Schema of the plugin's settings); OpenClaw requires it too",
+                        crate::manifest::EMPTY_CONFIG_SCHEMA,
+                        file.display()
+                    )
+                } else if message.contains("not found") {
+                    format!(
+                        "the entry file is missing: build the plugin (e.g. `npm install && npm run build`) in {dir}, or fix `{key}` in {}",
+                        file.display()
+                    )
+                } else {
+                    format!("fix `{key}` in {}", file.display())
+                })
+            }
+            PluginError::ConfigInvalid { path, .. } => Some(format!(
+                "fix {path} in the config (`clawctx config set`), or remove it to use the plugin's defaults"
+            )),
+            _ => None,
         }
     }
 

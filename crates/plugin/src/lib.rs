@@ -17,6 +17,7 @@ pub mod error;
 pub mod hooks;
 pub mod host;
 pub mod install;
+pub mod load_error;
 pub mod manifest;
 pub mod message_refs;
 pub mod process;
@@ -32,6 +33,7 @@ pub use install::{
     apply_changes, info, install, install_with, list, plugin_dirs, uninstall, ConfigChange,
     InstallOptions, InstallRecord, InstallReport, InstallSource, UninstallReport,
 };
+pub use load_error::{LoadError, LoadErrorKind};
 pub use manifest::{load_manifest, PluginEntry, PluginManifest};
 pub use register::{load_plugins, register_plugin, LoadedPlugin, PluginOptions};
 pub use rpc::{EngineDecl, HookDecl, InitializeResult, ToolDecl, PROTOCOL_VERSION};

@@ -6,6 +6,16 @@
 //! a JSON Schema that `plugins.entries.<id>.config` must satisfy). Errors name the file and
 //! the key so an operator can fix them without reading code; config errors name the failing
 //! config path. The entry must stay inside the plugin root.
+//!
+//! A plugin published for OpenClaw must load here unchanged, so the rules are OpenClaw's
+//! (`src/plugins/manifest.ts`, `src/plugins/discovery.ts`): the manifest is JSON5 of at most
+//! 256 KiB; `id` and an object `configSchema` are required (OpenClaw refuses a manifest
+//! without a schema, even an empty one, and so do we, with OpenClaw's words and the fix);
+//! the entry comes from `package.json` `openclaw.extensions` (with `openclaw.runtimeExtensions`
+//! and the built JavaScript OpenClaw infers for a TypeScript entry that was not shipped), else
+//! `index.ts|js|mjs|cjs`. clawctx's own keys (`entry`, `main`, `command`, `runtime`) come
+//! first, and `package.json` `main`, `plugin.py` and `__init__.py` last, where OpenClaw would
+//! find nothing.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -15,6 +25,17 @@ use crate::error::PluginError;
 
 /// Manifest file names, in lookup order.
 pub const MANIFEST_FILES: [&str; 2] = ["clawctx.plugin.json", "openclaw.plugin.json"];
+
+/// The largest manifest OpenClaw reads.
+pub const MAX_MANIFEST_BYTES: u64 = 256 * 1024;
+
+/// Plugin ids OpenClaw keeps for itself.
+pub const RESERVED_IDS: [&str; 1] = ["node-mcp"];
+
+/// What to add to a manifest that has no `configSchema`: the empty, strict schema (what
+/// OpenClaw's `emptyPluginConfigSchema()` describes).
+pub const EMPTY_CONFIG_SCHEMA: &str =
+    r#""configSchema": {"type": "object", "additionalProperties": false, "properties": {}}"#;
 
 /// How a plugin is started.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,6 +182,42 @@ fn read_json(path: &Path) -> Result<Value, PluginError> {
         .map_err(|e| PluginError::manifest(path, "(file)", format!("not valid JSON: {e}")))
 }
 
+/// Reads a manifest as OpenClaw does: JSON5 (comments, trailing commas), at most
+/// [`MAX_MANIFEST_BYTES`].
+fn read_manifest_file(path: &Path) -> Result<Value, PluginError> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| PluginError::manifest(path, "(file)", e.to_string()))?
+        .len();
+    if size > MAX_MANIFEST_BYTES {
+        return Err(PluginError::manifest(
+            path,
+            "(file)",
+            format!(
+                "failed to parse plugin manifest: the file has {size} bytes, more than the {MAX_MANIFEST_BYTES} a manifest may have"
+            ),
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| PluginError::manifest(path, "(file)", e.to_string()))?;
+    json5::from_str(&text).map_err(|e| {
+        let detail = match e {
+            json5::Error::Message {
+                msg,
+                location: Some(l),
+            } => format!("{msg} at line {}, column {}", l.line, l.column),
+            json5::Error::Message {
+                msg,
+                location: None,
+            } => msg,
+        };
+        PluginError::manifest(
+            path,
+            "(file)",
+            format!("failed to parse plugin manifest: {detail}"),
+        )
+    })
+}
+
 fn opt_string(v: &Value, key: &str, file: &Path) -> Result<Option<String>, PluginError> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(None),
@@ -189,13 +246,13 @@ pub fn load_manifest(dir: &Path) -> Result<PluginManifest, PluginError> {
             ),
         ));
     };
-    let raw = read_json(&manifest_path)?;
+    let raw = read_manifest_file(&manifest_path)?;
     let file = manifest_path.as_path();
     if !raw.is_object() {
         return Err(PluginError::manifest(
             file,
             "(file)",
-            "the manifest must be a JSON object",
+            "plugin manifest must be an object",
         ));
     }
     let id = match raw.get("id") {
@@ -204,11 +261,24 @@ pub fn load_manifest(dir: &Path) -> Result<PluginManifest, PluginError> {
             return Err(PluginError::manifest(
                 file,
                 "id",
-                format!("must be a non-empty string, got {other}"),
+                format!("plugin manifest requires id: a non-empty string, got {other}"),
             ))
         }
-        None => return Err(PluginError::manifest(file, "id", "is required")),
+        None => {
+            return Err(PluginError::manifest(
+                file,
+                "id",
+                "plugin manifest requires id",
+            ))
+        }
     };
+    if RESERVED_IDS.contains(&id.as_str()) {
+        return Err(PluginError::manifest(
+            file,
+            "id",
+            format!("plugin manifest id \"{id}\" is reserved by OpenClaw core"),
+        ));
+    }
     if id.contains('/') || id.contains('\\') || id == "." || id == ".." {
         return Err(PluginError::manifest(
             file,
@@ -236,8 +306,17 @@ pub fn load_manifest(dir: &Path) -> Result<PluginManifest, PluginError> {
         }
     };
     let config_schema = match raw.get("configSchema") {
-        None | Some(Value::Null) => serde_json::json!({}),
-        Some(v @ Value::Object(_)) | Some(v @ Value::Bool(_)) => v.clone(),
+        None | Some(Value::Null) => {
+            return Err(PluginError::manifest(
+                file,
+                "configSchema",
+                format!(
+                    "plugin manifest requires configSchema (OpenClaw refuses a manifest without one, even for a plugin without settings): add {EMPTY_CONFIG_SCHEMA} to {}",
+                    file.display()
+                ),
+            ))
+        }
+        Some(v @ Value::Object(_)) => v.clone(),
         Some(other) => {
             return Err(PluginError::manifest(
                 file,
@@ -316,28 +395,23 @@ fn resolve_entry(root: &Path, raw: &Value, file: &Path) -> Result<PluginEntry, P
         });
     }
     let pkg_path = root.join("package.json");
-    if pkg_path.is_file() {
-        let pkg = read_json(&pkg_path)?;
-        if let Some(ext) = pkg.get("openclaw").and_then(|o| o.get("extensions")) {
-            let first = ext
-                .as_array()
-                .and_then(|a| a.first())
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    PluginError::manifest(
-                        &pkg_path,
-                        "openclaw.extensions",
-                        "must be a non-empty array of paths",
-                    )
-                })?;
-            return file_entry(
-                root,
-                first,
-                runtime.as_deref(),
-                &pkg_path,
-                "openclaw.extensions",
-            );
+    let pkg = if pkg_path.is_file() {
+        Some(read_json(&pkg_path)?)
+    } else {
+        None
+    };
+    if let Some(pkg) = &pkg {
+        if let Some(entry) = package_extension_entry(root, pkg, &pkg_path, runtime.as_deref())? {
+            return Ok(entry);
         }
+    }
+    // OpenClaw's convention for a plugin directory without `openclaw.extensions`.
+    for candidate in ["index.ts", "index.js", "index.mjs", "index.cjs"] {
+        if root.join(candidate).is_file() {
+            return file_entry(root, candidate, runtime.as_deref(), file, "entry");
+        }
+    }
+    if let Some(pkg) = &pkg {
         if let Some(v) = pkg.get("main") {
             let s = v.as_str().ok_or_else(|| {
                 PluginError::manifest(&pkg_path, "main", format!("must be a string path, got {v}"))
@@ -345,14 +419,7 @@ fn resolve_entry(root: &Path, raw: &Value, file: &Path) -> Result<PluginEntry, P
             return file_entry(root, s, runtime.as_deref(), &pkg_path, "main");
         }
     }
-    for candidate in [
-        "index.js",
-        "index.mjs",
-        "index.cjs",
-        "index.ts",
-        "plugin.py",
-        "__init__.py",
-    ] {
+    for candidate in ["plugin.py", "__init__.py"] {
         if root.join(candidate).is_file() {
             return file_entry(root, candidate, runtime.as_deref(), file, "entry");
         }
@@ -361,6 +428,144 @@ fn resolve_entry(root: &Path, raw: &Value, file: &Path) -> Result<PluginEntry, P
         file,
         "entry",
         "no entry: set `entry` (a .js/.mjs/.cjs/.ts module or a .py module), `command`, or package.json `openclaw.extensions`/`main`",
+    ))
+}
+
+/// A `package.json` string list (`openclaw.extensions`, `openclaw.runtimeExtensions`);
+/// absent is empty.
+fn package_list(
+    openclaw: Option<&Value>,
+    key: &str,
+    pkg_path: &Path,
+) -> Result<Vec<String>, PluginError> {
+    let full = format!("openclaw.{key}");
+    match openclaw.and_then(|o| o.get(key)) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v.as_str().map(str::trim) {
+                Some(s) if !s.is_empty() => Ok(s.to_owned()),
+                _ => Err(PluginError::manifest(
+                    pkg_path,
+                    &full,
+                    format!("package.json {full}[{i}] must be a non-empty string, got {v}"),
+                )),
+            })
+            .collect(),
+        Some(other) => Err(PluginError::manifest(
+            pkg_path,
+            &full,
+            format!("package.json {full} must be an array of paths, got {other}"),
+        )),
+    }
+}
+
+/// The built JavaScript OpenClaw looks for when a TypeScript entry was not shipped
+/// (`listBuiltRuntimeEntryCandidates`): `./src/x.ts` → `./dist/x.{js,mjs,cjs}`, any other
+/// `./x.ts` → `./dist/x.*`, then `./x.{js,mjs,cjs}` beside the source.
+pub fn built_entry_candidates(entry: &str) -> Vec<String> {
+    let normalized = entry.replace('\\', "/");
+    let ext = Path::new(&normalized)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    if !matches!(ext.as_deref(), Some("ts" | "mts" | "cts")) {
+        return Vec::new();
+    }
+    let without_ext = match normalized.rfind('.') {
+        Some(dot) => normalized[..dot].to_owned(),
+        None => normalized.clone(),
+    };
+    let relative = without_ext.trim_start_matches("./");
+    let dist = match relative.strip_prefix("src/") {
+        Some(rest) => format!("./dist/{rest}"),
+        None => format!("./dist/{relative}"),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for base in [dist, without_ext] {
+        for js in ["js", "mjs", "cjs"] {
+            let candidate = format!("{base}.{js}");
+            if candidate != normalized && !out.contains(&candidate) {
+                out.push(candidate);
+            }
+        }
+    }
+    out
+}
+
+/// The entry named by `package.json` `openclaw.extensions` (OpenClaw's source of entries), or
+/// `None` when it names none. For the first entry: its `openclaw.runtimeExtensions` twin when
+/// that exists, else the entry itself, else the built JavaScript inferred for a TypeScript
+/// entry. clawctx runs one entry per plugin: a package that lists more loads its first.
+fn package_extension_entry(
+    root: &Path,
+    pkg: &Value,
+    pkg_path: &Path,
+    runtime: Option<&str>,
+) -> Result<Option<PluginEntry>, PluginError> {
+    let openclaw = pkg.get("openclaw");
+    let extensions = package_list(openclaw, "extensions", pkg_path)?;
+    let runtime_extensions = package_list(openclaw, "runtimeExtensions", pkg_path)?;
+    let Some(first) = extensions.first() else {
+        return Ok(None);
+    };
+    if !runtime_extensions.is_empty() && runtime_extensions.len() != extensions.len() {
+        return Err(PluginError::manifest(
+            pkg_path,
+            "openclaw.runtimeExtensions",
+            format!(
+                "package.json openclaw.runtimeExtensions length ({}) must match openclaw.extensions length ({})",
+                runtime_extensions.len(),
+                extensions.len()
+            ),
+        ));
+    }
+    if first.ends_with(".d.ts") {
+        return Err(PluginError::manifest(
+            pkg_path,
+            "openclaw.extensions",
+            format!("\"{first}\" is a type declaration file, not a module that can be loaded"),
+        ));
+    }
+    // The source entry must stay inside the package even when a built twin is what runs.
+    let source = Path::new(first);
+    if source.is_absolute()
+        || source
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+    {
+        return Err(PluginError::manifest(
+            pkg_path,
+            "openclaw.extensions",
+            format!("\"{first}\" escapes the plugin root"),
+        ));
+    }
+    if let Some(built) = runtime_extensions.first() {
+        if root.join(built).is_file() {
+            return file_entry(root, built, runtime, pkg_path, "openclaw.runtimeExtensions")
+                .map(Some);
+        }
+    }
+    if root.join(first).is_file() {
+        return file_entry(root, first, runtime, pkg_path, "openclaw.extensions").map(Some);
+    }
+    if let Some(built) = built_entry_candidates(first)
+        .into_iter()
+        .find(|c| root.join(c).is_file())
+    {
+        return file_entry(root, &built, runtime, pkg_path, "openclaw.extensions").map(Some);
+    }
+    let mut tried = vec![first.clone()];
+    tried.extend(runtime_extensions.first().cloned());
+    tried.extend(built_entry_candidates(first));
+    Err(PluginError::manifest(
+        pkg_path,
+        "openclaw.extensions",
+        format!(
+            "extension entry not found: \"{first}\" (looked for {}) in the plugin root",
+            tried.join(", ")
+        ),
     ))
 }
 

@@ -4,8 +4,12 @@
 //! Each registration's factory creates a fresh instance over RPC (`engine/create`) with the
 //! resolve-time factory context, so factories stay lazy and per-resolution as in OpenClaw. When
 //! the plugin fails to load, its id is still registered as an engine id (the equal-id
-//! convention of the slot) with a factory that retries the load: resolution then quarantines it
-//! with the real load error (`plugin process exited (code 1): …`) instead of "not registered".
+//! convention of the slot) with a factory that retries the load, so resolution names the real
+//! load error instead of "not registered". A load failure proper (the runner's classified
+//! error, a process that exited while loading: see [`crate::load_error`]) is also recorded at
+//! once as a quarantine with operation `load`, so `doctor` and the quarantine log say that the
+//! plugin did not load, and why, rather than that a factory failed. A timeout is not: it may
+//! pass, and the first resolve retries.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use serde_json::{json, Value};
 use crate::adapter::PluginEngine;
 use crate::error::PluginError;
 use crate::host::{HostOptions, PluginHost};
+use crate::load_error::classify;
 use crate::manifest::{load_manifest, plugin_config, PluginEntry, PluginManifest};
 use crate::process::SpawnSpec;
 use crate::rpc::{EngineDecl, HookDecl, ToolDecl, PROTOCOL_VERSION};
@@ -116,15 +121,12 @@ pub fn spawn_spec(
         .unwrap_or_else(sdk::default_runtime_dir);
     let mut env = options.env.clone();
     let (program, args) = match &manifest.entry {
-        PluginEntry::Node(entry) => {
+        PluginEntry::Node(_) => {
             let runner = sdk::install_node_runner(&runtime_dir)?;
-            let typescript = entry
-                .extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| matches!(e, "ts" | "mts" | "cts"));
-            if typescript {
-                sdk::install_node_jiti(&runtime_dir)?;
-            }
+            // TypeScript entries load through jiti, and so does a JavaScript entry Node's own
+            // loader refuses (the runner falls back as OpenClaw does): every Node plugin may
+            // need it. The runner only loads it when it does.
+            sdk::install_node_jiti(&runtime_dir)?;
             (PathBuf::from("node"), vec![runner.display().to_string()])
         }
         PluginEntry::Python(_) => {
@@ -198,12 +200,40 @@ fn register_engine(
         .map_err(|e| PluginError::Install(format!("cannot register engine \"{engine_id}\": {e}")))
 }
 
+/// The registration of a plugin that did not load: its factory starts the process again (the
+/// supervisor's backoff applies) and, when that fails too, answers the classified load error.
+fn register_retrying_engine(
+    registry: &ContextEngineRegistry,
+    host: &Arc<PluginHost>,
+    manifest: &PluginManifest,
+) -> Result<RegisterOutcome, PluginError> {
+    let host = host.clone();
+    let manifest_for_factory = manifest.clone();
+    let f = factory(move |ctx| {
+        let host = host.clone();
+        let manifest = manifest_for_factory.clone();
+        async move {
+            if let Err(e) = host.connection().await {
+                return Err(classify(e, &manifest).into());
+            }
+            PluginEngine::create(host, manifest.id.clone(), ctx).await
+        }
+    });
+    registry
+        .register_plugin_engine(&manifest.id, &manifest.id, f)
+        .map_err(|e| {
+            PluginError::Install(format!("cannot register engine \"{}\": {e}", manifest.id))
+        })
+}
+
 /// Loads the plugin in `plugin_dir`: reads the manifest, validates
 /// `plugins.entries.<id>.config` against `configSchema`, starts the process, performs the
 /// handshake, and registers every engine the plugin declared in `registry`.
 ///
 /// On a load failure (after the manifest and config were accepted) the plugin id is still
-/// registered with a factory that retries the load, and the load error is returned.
+/// registered with a factory that retries the load, and the load error is returned (a
+/// [`PluginError::Load`] when the plugin itself failed to load, which is also quarantined
+/// with operation `load`).
 pub async fn register_plugin(
     registry: &ContextEngineRegistry,
     plugin_dir: &Path,
@@ -261,8 +291,18 @@ pub async fn register_plugin(
             })
         }
         Err(err) => {
+            let err = classify(err, &manifest);
             if manifest.is_context_engine() || manifest.kinds.is_empty() {
-                let _ = register_engine(registry, &host, &manifest.id, &manifest.id);
+                let _ = register_retrying_engine(registry, &host, &manifest);
+                if matches!(err, PluginError::Load(_)) {
+                    // After the registration: registering clears the id's quarantine.
+                    registry.quarantine(
+                        &manifest.id,
+                        Some(&format!("plugin:{}", manifest.id)),
+                        "load",
+                        &err.to_string(),
+                    );
+                }
             }
             Err(err)
         }

@@ -2,8 +2,10 @@
 //! the binary (`include_str!`) and written to a runtime directory at spawn, so installing a
 //! plugin never needs an extra install step for the runner.
 //!
-//! jiti (vendored under `sdk/node/vendor/jiti`, 1.7 MB) is written only for TypeScript entries:
-//! every other plugin never pays for it.
+//! jiti (vendored under `sdk/node/vendor/jiti`, 1.7 MB) is written for every Node plugin: it
+//! loads TypeScript entries, and it is the fallback when Node's own loader refuses a
+//! JavaScript entry that OpenClaw's loader (jiti, native first) accepts. It is written once
+//! per runtime directory; the runner only loads it when an entry needs it.
 //!
 //! The directory name carries a hash of the contents, so different clawctx versions never
 //! share files; files are written with temp file + rename, so concurrent hosts never see a
@@ -133,9 +135,21 @@ pub fn install_node_runner(runtime_dir: &Path) -> Result<PathBuf, PluginError> {
     Ok(dir.join("runner.mjs"))
 }
 
-/// Writes the vendored jiti under `runtime_dir/node/vendor/jiti` (for TypeScript entries).
+/// Writes the vendored jiti under `runtime_dir/node/vendor/jiti` (for TypeScript entries and
+/// the fallback loader of JavaScript entries).
 pub fn install_node_jiti(runtime_dir: &Path) -> Result<(), PluginError> {
-    write_files(&runtime_dir.join("node"), NODE_JITI_FILES)
+    // Written (or found intact) once per directory and process: every Node plugin start asks,
+    // and comparing 1.7 MB each time would be waste.
+    static DONE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let dir = runtime_dir.join("node");
+    if DONE.lock().is_ok_and(|d| d.contains(&dir)) && dir.join(NODE_JITI_FILES[0].0).is_file() {
+        return Ok(());
+    }
+    write_files(&dir, NODE_JITI_FILES)?;
+    if let Ok(mut d) = DONE.lock() {
+        d.push(dir);
+    }
+    Ok(())
 }
 
 /// Writes the Python SDK under `runtime_dir/python` and returns that directory (for

@@ -131,9 +131,10 @@ async fn run_fault(mode: &str, operation: &str, reason_has: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_on_load() {
+    // A process that exits while loading is a load failure (#16 item 5), quarantined at once.
     run_fault(
         "crash-on-load",
-        "factory",
+        "load",
         &["plugin process exited (code 3)", "boom: crash on load"],
     )
     .await;

@@ -28,7 +28,7 @@ fn manifest_errors_name_file_and_key() {
     write(
         d,
         "openclaw.plugin.json",
-        r#"{"id": "x", "entry": "../outside.js"}"#,
+        r#"{"id": "x", "entry": "../outside.js", "configSchema": {}}"#,
     );
     let err = load_manifest(d).unwrap_err();
     assert!(
@@ -58,7 +58,7 @@ fn manifest_errors_name_file_and_key() {
     write(
         d,
         "openclaw.plugin.json",
-        r#"{"id": "x", "kind": ["context-engine"]}"#,
+        r#"{"id": "x", "kind": ["context-engine"], "configSchema": {"type": "object"}}"#,
     );
     write(
         d,

@@ -56,10 +56,57 @@ function emptyPluginConfigSchema() {
   return { type: 'object', additionalProperties: false, properties: {} };
 }
 
+/**
+ * OpenClaw's plugin config schema object from a JSON Schema: `{ safeParse, uiHints?,
+ * jsonSchema }`. `safeParse` accepts every value: the host validated
+ * `plugins.entries.<id>.config` against the manifest's `configSchema` before the plugin
+ * loaded (OpenClaw also applies the schema's defaults here; clawctx does not).
+ */
+function buildJsonPluginConfigSchema(schema, options) {
+  const opts = options || {};
+  const safeParse = typeof opts.safeParse === 'function' ? opts.safeParse : (value) => ({ success: true, data: value === undefined ? {} : value });
+  const out = { safeParse };
+  if (opts.uiHints) out.uiHints = opts.uiHints;
+  out.jsonSchema = schema;
+  return out;
+}
+
+/**
+ * The same from a Zod schema: its own `safeParse`, and its JSON Schema when the Zod version
+ * can export one.
+ */
+function buildPluginConfigSchema(schema, options) {
+  const opts = options || {};
+  const safeParse =
+    typeof opts.safeParse === 'function'
+      ? opts.safeParse
+      : (value) => (schema && typeof schema.safeParse === 'function' ? schema.safeParse(value) : { success: true, data: value });
+  let jsonSchema = { type: 'object' };
+  if (schema && typeof schema.toJSONSchema === 'function') {
+    try {
+      jsonSchema = schema.toJSONSchema({ target: 'draft-07' });
+    } catch {
+      // a schema Zod cannot export: the loose object schema
+    }
+  }
+  const out = { safeParse };
+  if (opts.uiHints) out.uiHints = opts.uiHints;
+  out.jsonSchema = jsonSchema;
+  return out;
+}
+
+/** OpenClaw's core module re-exports definePluginEntry (required lazily: plugin-entry.cjs requires this module). */
+function definePluginEntry(options) {
+  return require('./plugin-entry.cjs').definePluginEntry(options);
+}
+
 module.exports = {
   MARKER_KEY,
   buildMemorySystemPromptAddition,
   prepareMemorySystemPromptAddition,
   delegateCompactionToRuntime,
   emptyPluginConfigSchema,
+  buildJsonPluginConfigSchema,
+  buildPluginConfigSchema,
+  definePluginEntry,
 };

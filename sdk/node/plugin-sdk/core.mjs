@@ -6,4 +6,7 @@ export const buildMemorySystemPromptAddition = core.buildMemorySystemPromptAddit
 export const prepareMemorySystemPromptAddition = core.prepareMemorySystemPromptAddition;
 export const delegateCompactionToRuntime = core.delegateCompactionToRuntime;
 export const emptyPluginConfigSchema = core.emptyPluginConfigSchema;
+export const buildJsonPluginConfigSchema = core.buildJsonPluginConfigSchema;
+export const buildPluginConfigSchema = core.buildPluginConfigSchema;
+export const definePluginEntry = core.definePluginEntry;
 export default core;

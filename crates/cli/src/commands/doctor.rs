@@ -121,6 +121,12 @@ pub struct PluginReport {
     pub engines: Vec<String>,
     /// Why it did not load.
     pub error: Option<String>,
+    /// When the plugin process started but the plugin did not load: the kind of failure
+    /// (`missing-package`, `syntax`, `no-register`, `register-threw`, …), the module at fault,
+    /// what it wrote to stderr.
+    pub load_error: Option<clawctx_plugin::LoadError>,
+    /// What to do about `error`, when there is something to say.
+    pub fix: Option<String>,
 }
 
 /// The summarizer one engine's compaction uses, and why.
@@ -426,6 +432,8 @@ pub async fn build_report(
             loaded: true,
             engines: p.engines.iter().map(|e| e.id.clone()).collect(),
             error: None,
+            load_error: None,
+            fix: None,
         })
         .collect();
     plugins.extend(engines.failed.iter().map(|(dir, e)| PluginReport {
@@ -433,7 +441,12 @@ pub async fn build_report(
         dir: dir.clone(),
         loaded: false,
         engines: Vec::new(),
-        error: Some(e.clone()),
+        error: Some(e.to_string()),
+        load_error: match e {
+            clawctx_plugin::PluginError::Load(load) => Some((**load).clone()),
+            _ => None,
+        },
+        fix: e.suggested_fix(),
     }));
     let resolved = registry
         .resolve(Some(value.clone()), Some(global.agent_dir("main")), None)
@@ -567,6 +580,9 @@ pub async fn build_report(
     })
 }
 
+/// How many of a plugin's last stderr lines the text report shows (`--json` has all 8 KiB).
+const STDERR_LINES: usize = 12;
+
 fn print_text(r: &DoctorReport) {
     println!(
         "clawctx doctor: {}",
@@ -697,10 +713,24 @@ fn print_text(r: &DoctorReport) {
                 p.dir.display(),
                 p.engines.join(", ")
             ),
-            Some(e) => println!(
-                "  [!!] plugin      {id} does not load ({}): {e}",
-                p.dir.display()
-            ),
+            Some(e) => {
+                // A load error's stderr goes on lines of its own, under its summary.
+                let shown = p.load_error.as_ref().map(|l| l.summary());
+                println!(
+                    "  [!!] plugin      {id} does not load ({}): {}",
+                    p.dir.display(),
+                    shown.as_deref().unwrap_or(e)
+                );
+                if let Some(l) = p.load_error.as_ref().filter(|l| !l.stderr_tail.is_empty()) {
+                    let lines: Vec<&str> = l.stderr_tail.lines().collect();
+                    for line in &lines[lines.len().saturating_sub(STDERR_LINES)..] {
+                        println!("                  stderr | {line}");
+                    }
+                }
+                if let Some(fix) = &p.fix {
+                    println!("                  fix: {fix}");
+                }
+            }
         }
     }
     if r.config_problems.is_empty() {

@@ -169,6 +169,9 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
             for (dir, e) in &engines.failed {
                 bad = true;
                 println!("[!!] {} does not load: {e}", dir.display());
+                if let Some(fix) = e.suggested_fix() {
+                    println!("     fix: {fix}");
+                }
             }
             if engines.plugins.is_empty() && engines.failed.is_empty() {
                 println!("no plugins installed or linked");
