@@ -241,3 +241,40 @@ async fn conformance_legacy() {
 async fn conformance_test_engine() {
     conformance::run_all("test-engine", maker(|| Arc::new(TestEngine::new("test-engine")) as Arc<dyn ContextEngine>)).await;
 }
+
+/// A summarizer whose turn-prefix summaries come back empty (a prefix with nothing to keep).
+struct EmptyPrefix;
+
+#[async_trait::async_trait]
+impl clawctx_summarize::Summarizer for EmptyPrefix {
+    fn name(&self) -> &str {
+        "empty-prefix"
+    }
+    async fn summarize(
+        &self,
+        request: clawctx_summarize::SummaryRequest,
+    ) -> Result<clawctx_summarize::Summary, clawctx_summarize::SummarizeError> {
+        let text = match request.kind {
+            clawctx_summarize::SummaryKind::TurnPrefix => String::new(),
+            _ => "## Goal\nthe history".to_owned(),
+        };
+        Ok(clawctx_summarize::Summary { text, input_tokens: 1, output_tokens: 1 })
+    }
+}
+
+// §7.4 split turn: an empty prefix summary adds no empty "Turn Context (split turn)" section.
+#[tokio::test]
+async fn an_empty_turn_prefix_summary_adds_no_empty_section() {
+    let msgs = vec![
+        AgentMessage::user("first request about src/a.rs"),
+        AgentMessage::assistant("done with a"),
+        AgentMessage::user("second request"),
+        AgentMessage::assistant(format!("long analysis {}", "word ".repeat(400))),
+    ];
+    let path = path_of(&msgs);
+    let prep = prepare_compaction(&path, clawctx_tokens::message_tokens(&msgs[3])).unwrap();
+    assert!(prep.is_split_turn(), "the cut lands on the last assistant message");
+    let out = generate_summary(&prep, &EmptyPrefix, 16_384, None).await.unwrap();
+    assert!(!out.entry.summary.contains("Turn Context"), "{}", out.entry.summary);
+    assert!(out.entry.summary.starts_with("## Goal\nthe history"), "{}", out.entry.summary);
+}

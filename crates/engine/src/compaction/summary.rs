@@ -167,7 +167,8 @@ pub async fn generate_summary(
         }
     );
     let history = history.map_err(fail)?;
-    let prefix = prefix.map_err(fail)?;
+    // A prefix with nothing worth keeping (a single short request) adds no empty section.
+    let prefix = prefix.map_err(fail)?.filter(|p| !p.trim().is_empty());
     let history_text = history.or_else(|| prep.previous_summary.clone());
     let mut summary = match prefix {
         Some(p) => format!("{}{SPLIT_TURN_HEADING}{p}", history_text.as_deref().unwrap_or(NO_PRIOR_HISTORY)),
