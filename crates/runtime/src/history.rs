@@ -51,11 +51,12 @@ impl History {
     pub(crate) fn sync(&mut self, file: &SessionFile) {
         let entries = file.entries();
         let leaf = file.leaf_id();
-        let intact = self.messages.len() == self.tokens.len() && self.set_aside.is_empty();
-        if intact && self.seen == entries.len() && self.leaf.as_deref() == leaf && self.rebuilds > 0 {
+        // A history never built, or lent and never given back, is rebuilt.
+        let usable = self.rebuilds > 0 && self.messages.len() == self.tokens.len() && self.set_aside.is_empty();
+        if usable && self.seen == entries.len() && self.leaf.as_deref() == leaf {
             return;
         }
-        if intact && self.rebuilds > 0 && self.seen <= entries.len() {
+        if usable && self.seen <= entries.len() {
             let new = &entries[self.seen..];
             let mut parent = self.leaf.as_deref();
             let continues = new.iter().all(|e| {
