@@ -3,27 +3,15 @@
 //! stdout and stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::Run;
+
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-struct Run {
-    cmd: String,
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.cmd, self.code, self.stdout, self.stderr
-        )
-    }
-}
 
 fn clawctx(state: &Path, args: &[&str]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))

@@ -5,6 +5,10 @@
 //! command with its output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::Run;
+
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -14,19 +18,6 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use wiremock::matchers::{body_partial_json, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
-
-struct Run {
-    cmd: String,
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}", self.cmd, self.code, self.stdout, self.stderr)
-    }
-}
 
 fn command(state: &Path, args: &[&str]) -> (Command, String) {
     let mut full = vec!["--state-dir".to_owned(), state.display().to_string()];

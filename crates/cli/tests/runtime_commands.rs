@@ -4,28 +4,16 @@
 //! A failing test prints the command with its stdout and stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::Run;
+
 use std::path::Path;
 
 use serde_json::{json, Value};
 use wiremock::matchers::{body_partial_json, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-struct Run {
-    cmd: String,
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.cmd, self.code, self.stdout, self.stderr
-        )
-    }
-}
 
 async fn clawctx(state: &Path, args: &[&str]) -> Run {
     let config = state.join("clawctx.json");

@@ -6,6 +6,10 @@
 //! and stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::Run;
+
 use std::path::Path;
 use std::process::Stdio;
 
@@ -19,22 +23,6 @@ const REPLY: &str = "Noted.";
 const LLM_SUMMARY: &str = "## Goal\nShip the alpha deployment (written by the mock model).\n\n## Progress\n### Done\n- Found error E0042 in src/deploy_0.rs\n\n## Critical Context\n- The rollback script is scripts/rollback_alpha.sh";
 const SECRET: &str = "sk-mock-secret-5f1e";
 
-struct Run {
-    cmd: String,
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.cmd, self.code, self.stdout, self.stderr
-        )
-    }
-}
 
 /// Runs `clawctx` with `state` as state dir and its `clawctx.json`, `stdin` fed in, no
 /// `OPENAI_*` from the environment, and `MOCK_API_KEY` set to [`SECRET`].

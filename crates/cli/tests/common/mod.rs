@@ -17,3 +17,26 @@ pub fn clawctx(state: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A finished `clawctx` run; printed, it shows the command with its exit code, stdout and
+/// stderr (what a failing test should say).
+pub struct Run {
+    /// The command line, as a user would type it.
+    pub cmd: String,
+    /// Exit code (`-1` when killed by a signal).
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "$ {}\nexit: {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.cmd, self.code, self.stdout, self.stderr
+        )
+    }
+}
