@@ -1,0 +1,204 @@
+// The bridge against a fake OpenClaw `api` and a fake gateway on loopback (port 0).
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import net from 'node:net';
+import { readFileSync } from 'node:fs';
+
+import register, { createEngine, resolveConfig } from '../index.js';
+
+const TOKEN = 'secret-token-8086';
+const requests = [];
+let methods = ['ingest', 'assemble', 'compact', 'ingestBatch', 'bootstrap', 'maintain', 'afterTurn', 'commitTurn', 'onSubagentEnded'];
+let failWith = null;
+let server;
+let url;
+
+before(async () => {
+  server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      requests.push({ method: req.method, path: req.url, auth: req.headers.authorization, body: body ? JSON.parse(body) : null });
+      res.setHeader('content-type', 'application/json');
+      if (failWith) {
+        res.statusCode = failWith;
+        res.end(JSON.stringify({ error: { message: 'the engine failed', type: 'server_error' } }));
+        return;
+      }
+      if (req.url === '/v1/engine/info') {
+        res.end(JSON.stringify({ info: { id: 'lossless', name: 'Lossless', ownsCompaction: true }, methods, quarantined: [] }));
+        return;
+      }
+      const m = req.url.replace('/v1/engine/', '');
+      const results = {
+        ingest: { ingested: true },
+        assemble: { messages: [{ role: 'user', content: 'hi' }], estimatedTokens: 3 },
+        compact: { ok: true, compacted: false },
+        afterTurn: null,
+        onSubagentEnded: null,
+      };
+      res.end(JSON.stringify(m in results ? results[m] : { echo: m }));
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  url = `http://127.0.0.1:${server.address().port}`;
+});
+
+after(() => new Promise((r) => server.close(r)));
+
+function fakeApi(pluginConfig) {
+  const engines = new Map();
+  return {
+    id: 'clawctx-bridge',
+    pluginConfig,
+    registerContextEngine(id, factory) {
+      engines.set(id, factory);
+    },
+    engines,
+  };
+}
+
+test('the manifest is an OpenClaw context-engine plugin with the config keys', () => {
+  const manifest = JSON.parse(readFileSync(new URL('../openclaw.plugin.json', import.meta.url), 'utf8'));
+  assert.equal(manifest.id, 'clawctx-bridge');
+  assert.equal(manifest.kind, 'context-engine');
+  const props = manifest.configSchema.properties;
+  for (const k of ['gatewayUrl', 'token', 'tokenEnv', 'engineId', 'timeoutMs']) assert.ok(props[k], k);
+  assert.equal(props.gatewayUrl.default, 'http://127.0.0.1:18789');
+  assert.equal(props.engineId.default, 'clawctx');
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+  assert.equal(pkg.type, 'module');
+  assert.equal(pkg.dependencies, undefined, 'no runtime dependencies');
+});
+
+test('register calls registerContextEngine with the configured id (default clawctx)', async () => {
+  const api = fakeApi({});
+  register(api);
+  assert.deepEqual([...api.engines.keys()], ['clawctx']);
+  assert.equal(typeof api.engines.get('clawctx'), 'function');
+  const named = fakeApi({ engineId: 'lcm', gatewayUrl: url });
+  register(named);
+  assert.deepEqual([...named.engines.keys()], ['lcm']);
+  const engine = await named.engines.get('lcm')();
+  assert.equal(engine.info.id, 'lcm');
+  assert.equal(engine.info.ownsCompaction, true);
+  assert.match(engine.info.name, /Lossless/);
+});
+
+test('config defaults and the token from an env var', () => {
+  assert.deepEqual(resolveConfig({}, {}), { gatewayUrl: 'http://127.0.0.1:18789', token: undefined, engineId: 'clawctx', timeoutMs: 120000 });
+  assert.equal(resolveConfig({ tokenEnv: 'BRIDGE_T' }, { BRIDGE_T: 'x1' }).token, 'x1');
+  assert.equal(resolveConfig({ token: 'a', tokenEnv: 'BRIDGE_T' }, { BRIDGE_T: 'x1' }).token, 'a');
+  assert.equal(resolveConfig({ gatewayUrl: 'http://h:1/' }, {}).gatewayUrl, 'http://h:1');
+});
+
+test('every method forwards its params to POST /v1/engine/<method> with the token, results as given', async () => {
+  requests.length = 0;
+  const engine = await createEngine({ gatewayUrl: url, token: TOKEN });
+  assert.deepEqual(requests[0], { method: 'GET', path: '/v1/engine/info', auth: `Bearer ${TOKEN}`, body: null });
+  const calls = {
+    ingest: { sessionId: 's', sessionKey: 'agent:main:t', message: { role: 'user', content: 'hello' } },
+    ingestBatch: { sessionId: 's', messages: [{ role: 'user', content: 'a' }] },
+    assemble: { sessionId: 's', messages: [], tokenBudget: 1000 },
+    compact: { sessionId: 's', tokenBudget: 100, force: true },
+    afterTurn: { sessionId: 's', messages: [], prePromptMessageCount: 0 },
+    bootstrap: { sessionId: 's', sessionFile: 'f.jsonl' },
+    maintain: { sessionId: 's' },
+    commitTurn: { sessionId: 's', turnId: 't1' },
+    onSubagentEnded: { childSessionKey: 'agent:main:child', reason: 'completed' },
+  };
+  const expected = {
+    ingest: { ingested: true },
+    assemble: { messages: [{ role: 'user', content: 'hi' }], estimatedTokens: 3 },
+    compact: { ok: true, compacted: false },
+    afterTurn: null,
+    onSubagentEnded: null,
+  };
+  for (const [m, params] of Object.entries(calls)) {
+    assert.equal(typeof engine[m], 'function', m);
+    requests.length = 0;
+    const result = await engine[m](params);
+    assert.deepEqual(result, m in expected ? expected[m] : { echo: m }, m);
+    assert.equal(requests.length, 1, m);
+    assert.deepEqual(requests[0], { method: 'POST', path: `/v1/engine/${m}`, auth: `Bearer ${TOKEN}`, body: params }, m);
+  }
+  assert.equal(await engine.dispose(), undefined);
+  assert.equal(requests.length, 1, 'dispose is a no-op');
+});
+
+test('host objects do not cross: abortSignal dropped, runtimeContext functions dropped, Sets as arrays', async () => {
+  const engine = await createEngine({ gatewayUrl: url });
+  requests.length = 0;
+  const controller = new AbortController();
+  await engine.assemble({
+    sessionId: 's',
+    messages: [],
+    availableTools: new Set(['lcm_grep']),
+    abortSignal: controller.signal,
+    runtimeContext: { currentTokenCount: 7, llm: { complete: async () => ({}) }, rewriteTranscriptEntries: () => {} },
+  });
+  assert.equal(requests[0].auth, undefined, 'no token configured, no header');
+  assert.deepEqual(requests[0].body, { sessionId: 's', messages: [], availableTools: ['lcm_grep'], runtimeContext: { currentTokenCount: 7, llm: {} } });
+});
+
+test('an aborted signal aborts the call', async () => {
+  const engine = await createEngine({ gatewayUrl: url });
+  const controller = new AbortController();
+  controller.abort();
+  await assert.rejects(engine.compact({ sessionId: 's', abortSignal: controller.signal }), /aborted/);
+});
+
+test('commitTurn only when the gateway engine has it', async () => {
+  const saved = methods;
+  methods = ['ingest', 'assemble', 'compact', 'afterTurn'];
+  try {
+    const engine = await createEngine({ gatewayUrl: url });
+    assert.equal(engine.commitTurn, undefined);
+    assert.equal(engine.maintain, undefined);
+    assert.equal(typeof engine.afterTurn, 'function');
+  } finally {
+    methods = saved;
+  }
+});
+
+test('a gateway error throws naming the URL and the status, never the token', async () => {
+  const engine = await createEngine({ gatewayUrl: url, token: TOKEN });
+  failWith = 500;
+  try {
+    const err = await engine.ingest({ sessionId: 's', message: { role: 'user', content: 'x' } }).then(() => null, (e) => e);
+    assert.ok(err instanceof Error);
+    assert.ok(err.message.includes(`${url}/v1/engine/ingest`), err.message);
+    assert.match(err.message, /HTTP 500: the engine failed/);
+    assert.ok(!err.message.includes(TOKEN), err.message);
+    await assert.rejects(createEngine({ gatewayUrl: url, token: TOKEN }), (e) => e.message.includes('/v1/engine/info') && !e.message.includes(TOKEN));
+  } finally {
+    failWith = null;
+  }
+});
+
+test('a down gateway throws naming the URL and the cause, never the token', async () => {
+  // A port that was free a moment ago: nothing listens there.
+  const probe = net.createServer();
+  await new Promise((r) => probe.listen(0, '127.0.0.1', r));
+  const port = probe.address().port;
+  await new Promise((r) => probe.close(r));
+  const down = `http://127.0.0.1:${port}`;
+  const err = await createEngine({ gatewayUrl: down, token: TOKEN, timeoutMs: 5000 }).then(() => null, (e) => e);
+  assert.ok(err instanceof Error);
+  assert.ok(err.message.includes(`${down}/v1/engine/info`), err.message);
+  assert.match(err.message, /unreachable \(ECONNREFUSED\)/);
+  assert.ok(!err.message.includes(TOKEN), err.message);
+});
+
+test('a slow gateway times out', async () => {
+  const slow = http.createServer(() => {});
+  await new Promise((r) => slow.listen(0, '127.0.0.1', r));
+  try {
+    const u = `http://127.0.0.1:${slow.address().port}`;
+    await assert.rejects(createEngine({ gatewayUrl: u, timeoutMs: 200 }), /timed out after 200 ms/);
+  } finally {
+    slow.closeAllConnections();
+    await new Promise((r) => slow.close(r));
+  }
+});
