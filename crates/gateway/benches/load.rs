@@ -1,0 +1,292 @@
+//! The gateway load driver (issue #17 "Performance"): a gateway in-process on loopback over a
+//! temp state dir, against a mock OpenAI-compatible model server (a tiny axum handler, also on
+//! loopback) that answers at once; `LOAD_SESSIONS` sessions pre-filled with `LOAD_PREFILL`
+//! messages each, then driven concurrently, `LOAD_TURNS` turns each, through
+//! `POST /v1/chat/completions`. Bounded in count and in time (`LOAD_TIMEOUT_SECS`).
+//!
+//! ```sh
+//! LOAD_ENGINE=lossless cargo bench -p clawctx-gateway --bench load
+//! LOAD_ENGINE=legacy LOAD_SESSIONS=5 LOAD_TURNS=10 LOAD_PREFILL=100 cargo bench -p clawctx-gateway --bench load
+//! ```
+//!
+//! The history is pre-filled by writing each session's transcript the way the gateway's session
+//! store reads it (before the session's first turn), so `legacy` reads it as its context and
+//! `lossless` bootstraps from it on the first turn. The model's context window is set large
+//! (1,000,000 tokens) so that no compaction runs: this measures turns, not summaries.
+//!
+//! Output: plain lines `FIGURE <name> <value>`. "Added latency" is the client-measured request
+//! time minus the model server's own handling time for that request's model call; with a model
+//! that answers at once the model's time is microseconds, so it is almost the whole request
+//! (loopback HTTP both ways, the turn, the transcript writes, the engine's work).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use axum::{Json, Router};
+use clawctx_engine::ContextEngineRegistry;
+use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts};
+use clawctx_protocol::{AgentMessage, SelectionSource};
+use clawctx_runtime::{select_backend, AgentRuntime};
+use clawctx_transcript::SessionFile;
+use serde_json::{json, Value};
+
+fn env_num(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| panic!("{name} must be a whole number, got {v:?}")),
+        Err(_) => default,
+    }
+}
+
+/// The model server's own time, summed over its calls (nanoseconds), and the call count.
+#[derive(Default)]
+struct ModelTime {
+    nanos: AtomicU64,
+    calls: AtomicU64,
+}
+
+async fn start_model(time: Arc<ModelTime>) -> String {
+    let handler = move |Json(body): Json<Value>| {
+        let time = time.clone();
+        async move {
+            let t0 = Instant::now();
+            let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+            let usage = json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110});
+            let response = if stream {
+                let chunks = [
+                    json!({"choices": [{"index": 0, "delta": {"content": "ok, "}}]}),
+                    json!({"choices": [{"index": 0, "delta": {"content": "noted."}}]}),
+                    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}),
+                ];
+                let mut sse: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+                sse.push_str("data: [DONE]\n\n");
+                axum::response::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::from(sse))
+                    .expect("an SSE response")
+            } else {
+                let reply = json!({
+                    "id": "chatcmpl-load",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok, noted."}, "finish_reason": "stop"}],
+                    "usage": usage
+                });
+                axum::response::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from(reply.to_string()))
+                    .expect("a JSON response")
+            };
+            time.nanos.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            time.calls.fetch_add(1, Ordering::Relaxed);
+            response
+        }
+    };
+    let app = Router::new().route("/v1/chat/completions", post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the mock model on loopback");
+    let url = format!("http://{}", listener.local_addr().expect("mock address"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn vm_hwm_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a bench filter argument selects nothing here.
+    let engine: &'static str = match std::env::var("LOAD_ENGINE").as_deref() {
+        Ok("lossless") => "lossless",
+        Ok("legacy") | Err(_) => "legacy",
+        Ok(other) => panic!("LOAD_ENGINE must be legacy or lossless, got {other:?}"),
+    };
+    let sessions = env_num("LOAD_SESSIONS", 50);
+    let turns = env_num("LOAD_TURNS", 200);
+    let prefill = env_num("LOAD_PREFILL", 1000);
+    let timeout = Duration::from_secs(env_num("LOAD_TIMEOUT_SECS", 600));
+    let workers = env_num("LOAD_WORKERS", 2) as usize;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers.max(1)).enable_all().build().expect("a tokio runtime");
+    rt.block_on(run(engine, sessions, turns, prefill, timeout));
+}
+
+async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, timeout: Duration) {
+    println!("load: engine {engine}, {sessions} sessions x {turns} turns, {prefill} messages pre-filled, timeout {} s", timeout.as_secs());
+    let model_time = Arc::new(ModelTime::default());
+    let model_url = start_model(model_time.clone()).await;
+    let state = tempfile::tempdir().expect("a temp state dir");
+    let config = Arc::new(json!({
+        "models": {"providers": {"mock": {
+            "api": "openai-completions",
+            "baseUrl": format!("{model_url}/v1"),
+            "models": [{"id": "test-model", "contextWindow": 1_000_000, "maxTokens": 1024}],
+            "maxRetries": 0, "timeoutMs": 20000
+        }}},
+        "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},
+        "plugins": {"slots": {"contextEngine": engine}}
+    }));
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    clawctx_lossless::register(&registry).expect("register lossless");
+    let agent_dir = state.path().join("agents").join("main");
+    let resolved = registry
+        .resolve(Some(config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone()))
+        .await
+        .expect("resolve the engine");
+    assert_eq!(resolved.effective_id, engine, "the engine under load must serve");
+    let backend = select_backend(&config, None, &|_| None).expect("the mock backend");
+    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
+        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
+        .workspace_dir(agent_dir.to_string_lossy().into_owned())
+        .build();
+
+    // Pre-fill: each session's transcript, before its first turn.
+    let t_fill = Instant::now();
+    let keys: Vec<String> = (0..sessions).map(|i| format!("agent:main:load-{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let s = runtime.session(key).expect("resolve a session");
+        let mut file = if s.transcript_path.exists() {
+            SessionFile::open(&s.transcript_path).expect("open the transcript")
+        } else {
+            SessionFile::create(&s.transcript_path, &s.entry.session_id, "/").expect("create the transcript")
+        };
+        for m in 0..prefill {
+            let text = format!(
+                "session {i} message {m}: the shipment for order {} left the warehouse in bay {} at {}:{:02}",
+                1000 + m * 7 % 9973,
+                m % 17,
+                8 + m % 10,
+                m % 60
+            );
+            let msg = if m % 2 == 0 { AgentMessage::user(text) } else { AgentMessage::assistant(text) };
+            file.append_message(msg).expect("append a pre-fill message");
+        }
+    }
+    println!("FIGURE prefill_seconds {:.2}", t_fill.elapsed().as_secs_f64());
+
+    let gateway = Gateway::new(GatewayParts {
+        runtime: runtime.clone(),
+        registry: Some(registry),
+        host_config: config,
+        model: "mock/test-model".into(),
+        config: GatewayConfig::loopback(0),
+    });
+    let listener = gateway.bind().await.expect("bind the gateway on loopback");
+    let url = format!("http://{}/v1/chat/completions", listener.local_addr().expect("gateway address"));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serve = tokio::spawn(gateway.serve(listener, async move {
+        let _ = stop_rx.await;
+    }));
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(sessions as usize + 8)
+        .build()
+        .expect("an HTTP client");
+
+    let deadline = Instant::now() + timeout;
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for key in keys.clone() {
+        let http = http.clone();
+        let url = url.clone();
+        let model_time = model_time.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(turns as usize);
+            let mut added = Vec::with_capacity(turns as usize);
+            let mut errors: Vec<String> = Vec::new();
+            for t in 0..turns {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                let body = json!({"model": "mock/test-model", "messages": [{"role": "user", "content": format!("turn {t}: where did order {} go?", 1000 + t)}]});
+                // Model time for this request: the global sum's increase, only exact when this is
+                // the only request in flight; across sessions it is an approximation, and with an
+                // immediate model it is microseconds either way.
+                let m0 = model_time.nanos.load(Ordering::Relaxed);
+                let c0 = model_time.calls.load(Ordering::Relaxed);
+                let start = Instant::now();
+                let r = http.post(&url).header("x-clawctx-session", &key).json(&body).send().await;
+                let ok = match r {
+                    Ok(r) if r.status().is_success() => match r.json::<Value>().await {
+                        Ok(v) if v["choices"][0]["message"]["content"].is_string() => Ok(()),
+                        Ok(v) => Err(format!("unexpected body {v}")),
+                        Err(e) => Err(format!("body: {e}")),
+                    },
+                    Ok(r) => {
+                        let status = r.status();
+                        Err(format!("{status}: {}", r.text().await.unwrap_or_default()))
+                    }
+                    Err(e) => Err(format!("request: {e}")),
+                };
+                let elapsed = start.elapsed().as_secs_f64() * 1000.0;
+                let dm = model_time.nanos.load(Ordering::Relaxed) - m0;
+                let dc = (model_time.calls.load(Ordering::Relaxed) - c0).max(1);
+                // The mean model time per call while this request ran, as this request's share.
+                let model_ms = dm as f64 / dc as f64 / 1e6;
+                match ok {
+                    Ok(()) => {
+                        lat.push(elapsed);
+                        added.push((elapsed - model_ms).max(0.0));
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+            (lat, added, errors)
+        }));
+    }
+    let mut lat = Vec::new();
+    let mut added = Vec::new();
+    let mut errors = Vec::new();
+    for t in tasks {
+        let (l, a, e) = t.await.expect("a session driver");
+        lat.extend(l);
+        added.extend(a);
+        errors.extend(e);
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(60), serve).await;
+
+    lat.sort_by(f64::total_cmp);
+    added.sort_by(f64::total_cmp);
+    let done = lat.len() as u64;
+    let planned = sessions * turns;
+    let calls = model_time.calls.load(Ordering::Relaxed);
+    let model_mean_us = if calls > 0 { model_time.nanos.load(Ordering::Relaxed) as f64 / calls as f64 / 1000.0 } else { 0.0 };
+    for e in errors.iter().take(5) {
+        println!("error: {e}");
+    }
+    println!("FIGURE engine {engine}");
+    println!("FIGURE sessions {sessions}");
+    println!("FIGURE turns_per_session {turns}");
+    println!("FIGURE prefill_messages {prefill}");
+    println!("FIGURE turns_planned {planned}");
+    println!("FIGURE turns_ok {done}");
+    println!("FIGURE turns_not_run {}", planned - done - errors.len() as u64);
+    println!("FIGURE errors {}", errors.len());
+    println!("FIGURE wall_seconds {wall:.2}");
+    println!("FIGURE turns_per_second {:.1}", done as f64 / wall);
+    println!("FIGURE request_ms_p50 {:.2}", percentile(&lat, 50.0));
+    println!("FIGURE request_ms_p99 {:.2}", percentile(&lat, 99.0));
+    println!("FIGURE added_latency_ms_p50 {:.2}", percentile(&added, 50.0));
+    println!("FIGURE added_latency_ms_p99 {:.2}", percentile(&added, 99.0));
+    println!("FIGURE added_latency_ms_max {:.2}", added.last().copied().unwrap_or(f64::NAN));
+    println!("FIGURE model_calls {calls}");
+    println!("FIGURE model_time_us_mean {model_mean_us:.1}");
+    println!("FIGURE peak_rss_mb {:.1}", vm_hwm_kb() as f64 / 1024.0);
+    runtime.shutdown().await;
+    drop(state);
+}
