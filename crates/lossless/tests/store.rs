@@ -533,17 +533,22 @@ async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
     assert!(e.store().doctor().await.unwrap().ok);
 }
 
-/// Whether the store at `path` has an index named `name`.
-fn has_index(path: &std::path::Path, name: &str) -> bool {
+/// Whether the store at `path` has a schema object of `kind` (`index`, `table`) named `name`.
+fn has_object(path: &std::path::Path, kind: &str, name: &str) -> bool {
     rusqlite::Connection::open(path)
         .unwrap()
         .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?1",
-            [name],
+            "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
+            [kind, name],
             |r| r.get::<_, i64>(0),
         )
         .unwrap()
         == 1
+}
+
+/// Whether the store at `path` has an index named `name`.
+fn has_index(path: &std::path::Path, name: &str) -> bool {
+    has_object(path, "index", name)
 }
 
 #[tokio::test]
@@ -596,15 +601,7 @@ async fn a_version_7_database_loses_the_seq_index_and_keeps_every_message() {
 }
 
 fn has_table(path: &std::path::Path, name: &str) -> bool {
-    rusqlite::Connection::open(path)
-        .unwrap()
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-            [name],
-            |r| r.get::<_, i64>(0),
-        )
-        .unwrap()
-        == 1
+    has_object(path, "table", name)
 }
 
 #[tokio::test]
