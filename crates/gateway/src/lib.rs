@@ -15,7 +15,9 @@
 //! - [`lanes`]: one turn at a time per session, with a bounded queue.
 //! - [`api_error`]: OpenAI-shaped error responses and the JSON extractor that names bad fields.
 //! - [`status`]: what `clawctx gateway status` reports.
-//! - `openai`: `/v1/chat/completions` (plain and SSE) and `/v1/models`.
+//! - `openai`: `/v1/chat/completions` (plain and SSE) and `/v1/models`; `chat_input` reads
+//!   what a request asks of its turn (prompt or tool results, system messages, client tools,
+//!   sampling, images).
 //! - `engine_api`: the engine's lifecycle methods, recall and the session list over HTTP.
 //! - [`openapi`]: the route table the router is built from and `/openapi.json` generated from it.
 //!
@@ -23,6 +25,7 @@
 //! signals, the lock's lifetime) is `clawctx gateway` in `crates/cli`.
 
 pub mod api_error;
+mod chat_input;
 pub mod config;
 mod engine_api;
 pub mod error;

@@ -3,14 +3,20 @@
 //! base URL.
 //!
 //! The gateway's stored session is the conversation, not the client's `messages`: the last
-//! message must be the user's, and its text is the turn's prompt, run through
+//! message is the user's, and its text is the turn's prompt, run through
 //! [`AgentRuntime::run_turn`](clawctx_runtime::AgentRuntime::run_turn) (stored, assembled and
 //! compacted by the selected engine, sent to the configured provider). Earlier messages are not
 //! replayed, so a client that re-sends its whole history each time and one that sends only the
-//! new message get the same turn; `system`/`developer` messages and sampling parameters are
-//! accepted and not used (the agent's configured system prompt and model settings apply). This
-//! is OpenClaw's own rule for its endpoint ("client history is not replayed as structured
-//! turns"). Client tools (`tools`) are refused for now rather than silently ignored.
+//! new message get the same turn. This is OpenClaw's own rule for its endpoint ("client history
+//! is not replayed as structured turns"). What else a request carries (system messages,
+//! sampling, images) is read by [`crate::chat_input`].
+//!
+//! Client tools pass through: the model is offered the client's `tools` next to the engine's
+//! own (recall), which the gateway runs in its tool loop. A reply that calls a client tool ends
+//! the turn and goes back to the client as OpenAI sends it (`tool_calls`, `finish_reason:
+//! "tool_calls"`, plain or streamed); the client's next request, ending in its `tool` messages,
+//! continues the turn. The session stores the call and each result once: results it already
+//! holds (a client re-sending its history) are skipped.
 //!
 //! The session is the `x-clawctx-session` header (also `x-openclaw-session-key`), used
 //! verbatim; else `agent:main:openai-user:<user>` from the request's `user` field; else a fresh
@@ -39,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::api_error::{ApiError, ApiJson};
+use crate::chat_input::ChatInput;
 use crate::lanes::LaneGuard;
 use crate::server::AppState;
 
@@ -70,9 +77,41 @@ pub struct ChatCompletionRequest {
     /// Names the session when no session header is sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Client tools: not supported yet (refused with 400).
+    /// Client tools (`{"type": "function", "function": {name, description, parameters}}`),
+    /// offered to the model next to the engine's own; calls to them come back to the client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Value>>,
+    /// `auto`, `none`, `required` or `{"type": "function", "function": {"name"}}`, passed to
+    /// the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
+    /// Sampling temperature (0-2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling (0-1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Output token limit (capped at the model's configured `maxTokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Output token limit; wins over `max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u64>,
+    /// A stop sequence or a list of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Value>,
+    /// Sampling seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    /// Presence penalty (-2 to 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+    /// Frequency penalty (-2 to 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    /// Choices to generate: 1 only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
 }
 
 /// `stream_options`.
@@ -91,9 +130,15 @@ pub struct ChatMessage {
     /// A string or a list of content parts (`{"type": "text", "text"}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Value>,
-    /// Author name (ignored).
+    /// Author name (for a `tool` message: the tool's name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// An assistant message's tool calls (the client's copy; not replayed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 /// A plain (non-streaming) answer.
@@ -120,7 +165,8 @@ pub struct Choice {
     pub index: u32,
     /// The assistant's reply.
     pub message: AssistantReply,
-    /// `stop` (or `length` when the tool loop ran out of iterations).
+    /// `stop`, `tool_calls` (the client's tools were called), or `length` when the tool loop
+    /// ran out of iterations.
     pub finish_reason: String,
 }
 
@@ -129,8 +175,59 @@ pub struct Choice {
 pub struct AssistantReply {
     /// `assistant`.
     pub role: String,
-    /// The reply text.
-    pub content: String,
+    /// The reply text (`null` for a reply of tool calls only).
+    pub content: Option<String>,
+    /// Calls of the client's tools, for the client to run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ReplyToolCall>,
+}
+
+/// One call of a client tool, in OpenAI's shape.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplyToolCall {
+    /// The id the client's `tool` message answers with `tool_call_id`.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Name and arguments.
+    pub function: ReplyFunction,
+}
+
+/// A tool call's function.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplyFunction {
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as a JSON text.
+    pub arguments: String,
+}
+
+fn reply_tool_calls(o: &TurnOutcome) -> Vec<ReplyToolCall> {
+    o.client_tool_calls
+        .iter()
+        .map(|c| ReplyToolCall {
+            id: c.id.clone(),
+            kind: "function".into(),
+            function: ReplyFunction {
+                name: c.name.clone(),
+                arguments: match &c.arguments {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                },
+            },
+        })
+        .collect()
+}
+
+fn finish_reason(o: &TurnOutcome) -> &'static str {
+    if !o.client_tool_calls.is_empty() {
+        "tool_calls"
+    } else if o.tool_iterations_exhausted {
+        "length"
+    } else {
+        "stop"
+    }
 }
 
 /// OpenAI's usage object.
@@ -200,93 +297,6 @@ fn session_key(headers: &HeaderMap, user: Option<&str>) -> Result<String, ApiErr
         ));
     }
     Ok(key)
-}
-
-/// The prompt: the text of the last message, which must be the user's.
-fn prompt_of(request: &ChatCompletionRequest) -> Result<String, ApiError> {
-    if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::invalid(
-            "tools",
-            "client tools are not supported by the clawctx gateway yet; send the request without `tools`",
-        ));
-    }
-    for (i, m) in request.messages.iter().enumerate() {
-        if !matches!(m.role.as_str(), "system" | "developer" | "user" | "assistant" | "tool" | "function") {
-            return Err(ApiError::invalid(
-                format!("messages[{i}].role"),
-                format!(
-                    "`messages[{i}].role` must be one of system, developer, user, assistant, tool, function; found \"{}\"",
-                    m.role
-                ),
-            ));
-        }
-    }
-    let Some((i, last)) = request.messages.iter().enumerate().next_back() else {
-        return Err(ApiError::invalid("messages", "Missing user message in `messages`."));
-    };
-    if last.role != "user" {
-        return Err(ApiError::invalid(
-            format!("messages[{i}].role"),
-            format!(
-                "the last message must be the user's (the gateway runs one turn for it); found role \"{}\". \
-                 Tool results for client tools are not supported yet",
-                last.role
-            ),
-        ));
-    }
-    let param = format!("messages[{i}].content");
-    let text = match &last.content {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            let mut texts = Vec::new();
-            for (j, part) in parts.iter().enumerate() {
-                match (part.get("type").and_then(Value::as_str), part.get("text")) {
-                    (Some("text"), Some(Value::String(t))) => texts.push(t.as_str()),
-                    (Some("text"), _) => {
-                        return Err(ApiError::invalid(
-                            format!("{param}[{j}].text"),
-                            format!("`{param}[{j}].text` must be a string"),
-                        ))
-                    }
-                    (Some(kind), _) => {
-                        return Err(ApiError::invalid(
-                            format!("{param}[{j}].type"),
-                            format!("content parts of type \"{kind}\" are not supported by the clawctx gateway; send text"),
-                        ))
-                    }
-                    (None, _) => {
-                        return Err(ApiError::invalid(
-                            format!("{param}[{j}]"),
-                            format!("`{param}[{j}]` must be an object with a `type`"),
-                        ))
-                    }
-                }
-            }
-            texts.join("\n")
-        }
-        None | Some(Value::Null) => String::new(),
-        Some(other) => {
-            return Err(ApiError::invalid(
-                param.clone(),
-                format!("`{param}` must be a string or a list of content parts; found {}", json_kind(other)),
-            ))
-        }
-    };
-    if text.trim().is_empty() {
-        return Err(ApiError::invalid(param, "Missing user message in `messages`."));
-    }
-    Ok(text)
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Aborts the turn when dropped before [`AbortOnDrop::disarm`]: the client went away (its
@@ -373,8 +383,8 @@ fn spawn_turn(
     })
 }
 
-/// The HTTP error for a failed turn.
-fn turn_error(e: &RuntimeError, shared: &AppState) -> ApiError {
+/// The HTTP error for a failed turn (`input`: what the request asked, to name its fields).
+fn turn_error(e: &RuntimeError, shared: &AppState, input: &ChatInput) -> ApiError {
     match e {
         RuntimeError::Aborted(reason) if shared.abort_all.is_cancelled() => {
             ApiError::unavailable(format!("the gateway is shutting down; the turn was aborted ({reason})"))
@@ -384,6 +394,13 @@ fn turn_error(e: &RuntimeError, shared: &AppState) -> ApiError {
         }
         RuntimeError::Aborted(reason) => ApiError::internal(format!("the turn was aborted: {reason}")),
         RuntimeError::Provider(m) => ApiError::upstream(format!("the model provider failed: {m}")).with_code("upstream_error"),
+        RuntimeError::ToolResults { index, message } => {
+            let param = index.and_then(|i| input.tool_results.get(i)).map_or_else(
+                || "messages".to_owned(),
+                |(m, _)| format!("messages[{m}].tool_call_id"),
+            );
+            ApiError::invalid(param, message.clone())
+        }
         other => ApiError::internal(format!("the turn failed: {other}")),
     }
 }
@@ -406,12 +423,17 @@ pub(crate) async fn chat_completions(
         return Err(ApiError::unavailable("the gateway is shutting down; retry on another gateway or after its restart"));
     }
     let key = session_key(&headers, request.user.as_deref())?;
-    let prompt = prompt_of(&request)?;
+    let mut input = crate::chat_input::read(&request, &shared.runtime.tool_names())?;
     let model = request.model.clone().filter(|m| !m.trim().is_empty()).unwrap_or_else(|| shared.model.clone());
     let lane = shared.lanes.acquire(&key).await.inspect_err(|_| shared.metrics.error("busy"))?;
     let controller = AbortController::new();
-    let mut turn = TurnRequest::new(key.clone(), prompt);
+    let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
     turn.abort = Some(controller.signal());
+    turn.client_tools = std::mem::take(&mut input.tools);
+    turn.tool_results = input.tool_results.iter().map(|(_, r)| r.clone()).collect();
+    turn.system_extra = input.system_extra.take();
+    turn.images = std::mem::take(&mut input.images);
+    turn.model_options = std::mem::take(&mut input.options);
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
     let session_header = HeaderValue::from_str(&key).map_err(|_| ApiError::invalid(SESSION_HEADER, "invalid session key"))?;
 
@@ -420,7 +442,7 @@ pub(crate) async fn chat_completions(
         turn.events = Some(tx);
         let handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
         let include_usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        let events = stream_events(shared, handle, rx, StreamMeta { id, model, created: unix_now(), include_usage });
+        let events = stream_events(shared, handle, rx, StreamMeta { id, model, created: unix_now(), include_usage, input });
         let guard = AbortOnDrop { controller, armed: true };
         let body = events.scan(guard, |guard, item| {
             if matches!(item, Streamed::Done) {
@@ -439,7 +461,7 @@ pub(crate) async fn chat_completions(
     guard.disarm();
     let outcome = match result {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => return Err(turn_error(&e, &shared)),
+        Ok(Err(e)) => return Err(turn_error(&e, &shared, &input)),
         Err(e) => return Err(ApiError::internal(format!("the turn task failed: {e}"))),
     };
     let body = ChatCompletion {
@@ -450,8 +472,12 @@ pub(crate) async fn chat_completions(
         usage: usage_of(&outcome),
         choices: vec![Choice {
             index: 0,
-            message: AssistantReply { role: "assistant".into(), content: outcome.reply.clone() },
-            finish_reason: if outcome.tool_iterations_exhausted { "length".into() } else { "stop".into() },
+            message: AssistantReply {
+                role: "assistant".into(),
+                content: Some(outcome.reply.clone()).filter(|r| !r.is_empty() || outcome.client_tool_calls.is_empty()),
+                tool_calls: reply_tool_calls(&outcome),
+            },
+            finish_reason: finish_reason(&outcome).into(),
         }],
     };
     let mut response = (StatusCode::OK, Json(body)).into_response();
@@ -464,6 +490,7 @@ struct StreamMeta {
     model: String,
     created: u64,
     include_usage: bool,
+    input: ChatInput,
 }
 
 /// One SSE event of a streamed reply.
@@ -483,7 +510,8 @@ impl Streamed {
 }
 
 /// The chunks of a streamed reply: a role delta, a content delta per text delta of the model,
-/// the finish chunk (and a usage chunk when asked), `[DONE]`. A turn that fails after the
+/// the client tool calls the turn ended on (one delta with each call whole), the finish chunk
+/// (and a usage chunk when asked), `[DONE]`. A turn that fails after the
 /// stream began ends with an `{"error": …}` event and `[DONE]`.
 fn stream_events(
     shared: AppState,
@@ -518,13 +546,20 @@ fn stream_events(
         let mut out = Vec::new();
         match handle.await {
             Ok(Ok(o)) => {
-                let finish = if o.tool_iterations_exhausted { "length" } else { "stop" };
-                out.push(chunk(json!([{"index": 0, "delta": {}, "finish_reason": finish}]), None));
+                let calls: Vec<Value> = reply_tool_calls(&o)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| json!({"index": i, "id": c.id, "type": c.kind, "function": c.function}))
+                    .collect();
+                if !calls.is_empty() {
+                    out.push(chunk(json!([{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": null}]), None));
+                }
+                out.push(chunk(json!([{"index": 0, "delta": {}, "finish_reason": finish_reason(&o)}]), None));
                 if meta.include_usage {
                     out.push(chunk(json!([]), serde_json::to_value(usage_of(&o)).ok()));
                 }
             }
-            Ok(Err(e)) => out.push(Streamed::Error(json!(turn_error(&e, &shared).body()))),
+            Ok(Err(e)) => out.push(Streamed::Error(json!(turn_error(&e, &shared, &meta.input).body()))),
             Err(e) => out.push(Streamed::Error(json!(ApiError::internal(format!("the turn task failed: {e}")).body()))),
         }
         out.push(Streamed::Done);
@@ -538,41 +573,6 @@ fn stream_events(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-
-    fn req(messages: Value) -> ChatCompletionRequest {
-        serde_json::from_value(json!({"model": "m", "messages": messages})).unwrap()
-    }
-
-    #[test]
-    fn the_prompt_is_the_last_user_message_and_earlier_history_is_not_replayed() {
-        let r = req(json!([
-            {"role": "system", "content": "be brief"},
-            {"role": "user", "content": "first"},
-            {"role": "assistant", "content": "ok"},
-            {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "text", "text": "part"}]}
-        ]));
-        assert_eq!(prompt_of(&r).unwrap(), "second\npart");
-    }
-
-    #[test]
-    fn bad_messages_name_the_field() {
-        let cases = [
-            (json!([]), "messages"),
-            (json!([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]), "messages[1].role"),
-            (json!([{"role": "robot", "content": "a"}]), "messages[0].role"),
-            (json!([{"role": "user", "content": 5}]), "messages[0].content"),
-            (json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]), "messages[0].content[0].type"),
-            (json!([{"role": "user", "content": "   "}]), "messages[0].content"),
-        ];
-        for (messages, param) in cases {
-            let e = prompt_of(&req(messages.clone())).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some(param), "{messages}: {}", e.message);
-            assert_eq!(e.status, StatusCode::BAD_REQUEST);
-        }
-        let mut r = req(json!([{"role": "user", "content": "a"}]));
-        r.tools = Some(vec![json!({"type": "function"})]);
-        assert_eq!(prompt_of(&r).unwrap_err().param.as_deref(), Some("tools"));
-    }
 
     #[test]
     fn session_keys_follow_openclaws_shapes() {

@@ -94,6 +94,15 @@ impl AnthropicProvider {
         if let Some(t) = request.temperature {
             body.insert("temperature".into(), json!(t));
         }
+        if let Some(v) = request.sampling.top_p {
+            body.insert("top_p".into(), json!(v));
+        }
+        if !request.sampling.stop.is_empty() {
+            body.insert("stop_sequences".into(), json!(request.sampling.stop));
+        }
+        if let Some(c) = request.sampling.tool_choice.as_ref().filter(|_| !request.tools.is_empty()) {
+            body.insert("tool_choice".into(), c.anthropic());
+        }
         if stream {
             body.insert("stream".into(), Value::Bool(true));
         }

@@ -82,6 +82,25 @@ impl OpenAiProvider {
         if let Some(t) = request.temperature {
             body.insert("temperature".into(), json!(t));
         }
+        let sampling = &request.sampling;
+        if let Some(v) = sampling.top_p {
+            body.insert("top_p".into(), json!(v));
+        }
+        if !sampling.stop.is_empty() {
+            body.insert("stop".into(), json!(sampling.stop));
+        }
+        if let Some(v) = sampling.seed {
+            body.insert("seed".into(), json!(v));
+        }
+        if let Some(v) = sampling.presence_penalty {
+            body.insert("presence_penalty".into(), json!(v));
+        }
+        if let Some(v) = sampling.frequency_penalty {
+            body.insert("frequency_penalty".into(), json!(v));
+        }
+        if let Some(c) = sampling.tool_choice.as_ref().filter(|_| !request.tools.is_empty()) {
+            body.insert("tool_choice".into(), c.openai());
+        }
         if stream {
             body.insert("stream".into(), Value::Bool(true));
             body.insert("stream_options".into(), json!({"include_usage": true}));

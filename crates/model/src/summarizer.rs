@@ -250,6 +250,7 @@ impl Summarizer for LlmSummarizer {
             tools: Vec::new(),
             max_output_tokens: Some(max_tokens),
             temperature: self.temperature,
+            sampling: Default::default(),
         };
         let completion = match self
             .provider

@@ -36,6 +36,62 @@ pub struct CompletionRequest {
     pub max_output_tokens: Option<u64>,
     /// Sampling temperature, when the caller wants one.
     pub temperature: Option<f32>,
+    /// Further sampling settings and the tool choice a caller passed through (the gateway's
+    /// OpenAI clients); empty by default.
+    pub sampling: Sampling,
+}
+
+/// Sampling settings beyond the temperature, in OpenAI's terms; each provider sends what its
+/// API has (Anthropic: `top_p`, `stop_sequences`, `tool_choice`; no seed or penalties).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sampling {
+    /// Nucleus sampling.
+    pub top_p: Option<f64>,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+    /// Deterministic sampling seed (OpenAI-compatible APIs only).
+    pub seed: Option<i64>,
+    /// Presence penalty (OpenAI-compatible APIs only).
+    pub presence_penalty: Option<f64>,
+    /// Frequency penalty (OpenAI-compatible APIs only).
+    pub frequency_penalty: Option<f64>,
+    /// Which tool the model may or must call.
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// OpenAI's `tool_choice`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides (`auto`).
+    Auto,
+    /// No tool calls (`none`).
+    None,
+    /// At least one tool call (`required`; Anthropic's `any`).
+    Required,
+    /// This tool (`{"type": "function", "function": {"name"}}`).
+    Tool(String),
+}
+
+impl ToolChoice {
+    /// OpenAI's wire form.
+    pub fn openai(&self) -> Value {
+        match self {
+            ToolChoice::Auto => Value::String("auto".into()),
+            ToolChoice::None => Value::String("none".into()),
+            ToolChoice::Required => Value::String("required".into()),
+            ToolChoice::Tool(name) => serde_json::json!({"type": "function", "function": {"name": name}}),
+        }
+    }
+
+    /// Anthropic's wire form.
+    pub fn anthropic(&self) -> Value {
+        match self {
+            ToolChoice::Auto => serde_json::json!({"type": "auto"}),
+            ToolChoice::None => serde_json::json!({"type": "none"}),
+            ToolChoice::Required => serde_json::json!({"type": "any"}),
+            ToolChoice::Tool(name) => serde_json::json!({"type": "tool", "name": name}),
+        }
+    }
 }
 
 /// Why the model stopped (`stopReason` in the contract).

@@ -90,6 +90,7 @@ fn rich_request() -> CompletionRequest {
         }],
         max_output_tokens: Some(256),
         temperature: Some(0.0),
+        sampling: Default::default(),
     }
 }
 

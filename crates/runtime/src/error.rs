@@ -86,6 +86,18 @@ pub enum RuntimeError {
         expected: String,
     },
 
+    /// A caller's tool results (or tools) do not fit the session: a result for no open call,
+    /// an open call without a result, results already answered, a tool named like one of the
+    /// agent's own. `index` is the result's position in `TurnRequest::tool_results` when one
+    /// is at fault. Nothing was stored; fix the request.
+    #[error("{message}")]
+    ToolResults {
+        /// The result at fault.
+        index: Option<usize>,
+        /// What does not fit.
+        message: String,
+    },
+
     /// An internal invariant broke (a poisoned lock after a panic elsewhere). Restart the
     /// process.
     #[error("internal runtime error: {0}")]

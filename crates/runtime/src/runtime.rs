@@ -326,6 +326,12 @@ impl AgentRuntime {
         &self.inner.engine
     }
 
+    /// Names of the tools a turn offers the model and runs itself (the engine's, then the
+    /// runtime's); a caller's own tools must not reuse them.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.inner.tools().iter().map(|t| t.name().to_owned()).collect()
+    }
+
     /// The execution host descriptor.
     pub fn host(&self) -> &HostDescriptor {
         &self.inner.host
@@ -953,6 +959,7 @@ impl RuntimeServices for SessionServices {
                     tools: Vec::new(),
                     max_output_tokens: request.max_tokens.or(Some(binding.max_output_tokens)),
                     temperature: None,
+                    sampling: Default::default(),
                 },
                 None,
                 &CancellationToken::new(),

@@ -21,7 +21,7 @@ use clawctx_engine::compaction::should_compact;
 use clawctx_engine::hooks::{PromptBuild, ToolCallDecision};
 use clawctx_engine::pipeline::{fit_budget, sanitize, turn_limit_start, PipelineReport};
 use clawctx_engine::*;
-use clawctx_model::{Completion, CompletionRequest, EventSender, ModelError, StopReason, ToolSpec};
+use clawctx_model::{Completion, CompletionRequest, EventSender, ModelError, Sampling, StopReason, ToolSpec};
 use clawctx_protocol::*;
 use clawctx_transcript::{ResolvedSession, TokenCounters};
 use serde::Serialize;
@@ -46,6 +46,35 @@ pub struct TurnRequest {
     pub events: Option<EventSender>,
     /// A heartbeat run: the engine calls of this turn carry `isHeartbeat: true` (§1.2).
     pub is_heartbeat: bool,
+    /// The caller's own tools (the gateway's OpenAI clients): offered to the model next to
+    /// the runtime's, never run here. A reply that calls one ends the turn with the calls in
+    /// [`TurnOutcome::client_tool_calls`] (the runtime's own calls in the same reply are run
+    /// first); the caller answers them with [`TurnRequest::tool_results`].
+    pub client_tools: Vec<ToolSpec>,
+    /// Results of the client tool calls the session's last turn ended on. When not empty the
+    /// turn continues that one: the results are stored in place of a user message (one the
+    /// session already holds is skipped, so a caller may re-send them) and `prompt` is not
+    /// used. Every open call must be answered; nothing is stored when they do not fit.
+    pub tool_results: Vec<ToolResultMessage>,
+    /// Appended to the configured system prompt for this turn's model calls (a client's own
+    /// system messages); not stored in the transcript.
+    pub system_extra: Option<String>,
+    /// Images sent with the prompt (stored in the user message after its text).
+    pub images: Vec<ImageContent>,
+    /// The caller's settings for this turn's model calls.
+    pub model_options: ModelOptions,
+}
+
+/// A caller's settings for a turn's model calls (unset: the configured ones).
+#[derive(Clone, Debug, Default)]
+pub struct ModelOptions {
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Output token limit, at most the model's configured `maxTokens` (the context budget
+    /// leaves room for that much only).
+    pub max_output_tokens: Option<u64>,
+    /// Further sampling settings and the tool choice.
+    pub sampling: Sampling,
 }
 
 impl TurnRequest {
@@ -114,6 +143,10 @@ pub struct TurnOutcome {
     pub overflow_recovered: bool,
     /// The tool loop hit its bound before the model gave a final answer.
     pub tool_iterations_exhausted: bool,
+    /// The turn ended on these calls of the caller's tools ([`TurnRequest::client_tools`]),
+    /// stored and waiting for [`TurnRequest::tool_results`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub client_tool_calls: Vec<ToolCall>,
     /// Non-fatal problems (engine afterTurn failures and the like).
     pub warnings: Vec<String>,
 }
@@ -195,6 +228,14 @@ struct EmbeddedTurn {
     run_id: String,
     /// The merged `before_prompt_build` result, once it ran (first model call of the turn).
     prompt_hook: Option<PromptBuild>,
+    /// The configured system prompt with the caller's `system_extra`.
+    base_system: String,
+    /// Names of the caller's tools (their specs are in `specs`, after the runtime's).
+    client_names: HashSet<String>,
+    /// The caller's results continuing the last turn (see [`TurnRequest::tool_results`]).
+    tool_results: Vec<ToolResultMessage>,
+    images: Vec<ImageContent>,
+    model_options: ModelOptions,
     /// The system prompt as the prompt hook last left it (so it is applied once per
     /// assembled system prompt).
     hooked_system: Option<String>,
@@ -205,10 +246,23 @@ impl EmbeddedTurn {
     fn start(rt: Arc<Inner>, request: TurnRequest) -> Result<Self> {
         let session = rt.session(&request.session_key)?;
         let tools = rt.tools();
-        let specs: Vec<ToolSpec> = tools
+        let mut specs: Vec<ToolSpec> = tools
             .iter()
             .map(|t| ToolSpec { name: t.name().to_owned(), description: t.description().to_owned(), parameters: t.parameters() })
             .collect();
+        let client_names: HashSet<String> = request.client_tools.iter().map(|t| t.name.clone()).collect();
+        if let Some(own) = specs.iter().find(|s| client_names.contains(&s.name)) {
+            return Err(RuntimeError::ToolResults {
+                index: None,
+                message: format!("the caller's tool `{}` has the name of one of the agent's own tools; rename it", own.name),
+            });
+        }
+        specs.extend(request.client_tools);
+        let base_system = match request.system_extra.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            Some(extra) if rt.system_prompt.trim().is_empty() => extra.to_owned(),
+            Some(extra) => format!("{}\n\n{extra}", rt.system_prompt),
+            None => rt.system_prompt.clone(),
+        };
         let specs_tokens =
             if specs.is_empty() { 0 } else { clawctx_tokens::text_tokens(&serde_json::to_string(&specs).unwrap_or_default()) };
         let limits = rt.limits();
@@ -222,8 +276,13 @@ impl EmbeddedTurn {
                 token_budget: limits.prompt_budget,
                 ..Default::default()
             },
-            system: rt.system_prompt.clone(),
-            fixed_tokens: clawctx_tokens::text_tokens(&rt.system_prompt) + specs_tokens,
+            system: base_system.clone(),
+            fixed_tokens: clawctx_tokens::text_tokens(&base_system) + specs_tokens,
+            base_system,
+            client_names,
+            tool_results: request.tool_results,
+            images: request.images,
+            model_options: request.model_options,
             specs_tokens,
             rt,
             session,
@@ -314,11 +373,28 @@ impl EmbeddedTurn {
             self.rt.ensure_bootstrapped(&self.session, &self.abort).await?;
         }
         self.history = self.rt.take_history(&self.session)?;
-        self.sync_history()?;
-        self.out.context_tokens_before = self.history_tokens;
-        let received = now_ms();
-        self.site().message_received(&self.prompt, received).await;
-        self.persist(AgentMessage::user(self.prompt.clone()).with_timestamp(received))?;
+        if self.tool_results.is_empty() {
+            self.sync_history()?;
+            self.out.context_tokens_before = self.history_tokens;
+            let received = now_ms();
+            self.site().message_received(&self.prompt, received).await;
+            let mut user = AgentMessage::user(self.prompt.clone()).with_timestamp(received);
+            if let (AgentMessage::User(u), false) = (&mut user, self.images.is_empty()) {
+                let mut blocks = vec![ContentBlock::text(self.prompt.clone())];
+                blocks.extend(self.images.drain(..).map(ContentBlock::Image));
+                u.content = Content::Blocks(blocks);
+            }
+            self.persist(user)?;
+        } else {
+            // A continuation: the caller's results go where the user message would.
+            self.rt.sync_history(&self.session, &mut self.history)?;
+            let before = self.history.tokens_of(0..self.history.len());
+            for result in self.accept_tool_results()? {
+                self.persist(AgentMessage::ToolResult(result))?;
+            }
+            self.sync_history()?;
+            self.out.context_tokens_before = before;
+        }
 
         let owns = self.engine().info().owns_compaction();
         let mut overflow_retried = false;
@@ -354,13 +430,20 @@ impl EmbeddedTurn {
             }
             let usage = completion.usage();
             add_usage(&mut self.out.usage, &usage);
-            let calls: Vec<ToolCall> = completion.tool_calls().into_iter().cloned().collect();
+            let mut calls: Vec<ToolCall> = completion.tool_calls().into_iter().cloned().collect();
             self.out.reply = completion.text();
             self.persist(completion.into_agent_message())?;
             if calls.is_empty() {
                 break;
             }
+            let client: Vec<ToolCall> = calls.iter().filter(|c| self.client_names.contains(&c.name)).cloned().collect();
+            calls.retain(|c| !self.client_names.contains(&c.name));
             self.run_tools(&calls).await?;
+            if !client.is_empty() {
+                // The caller runs these; the turn ends here and its next request continues it.
+                self.out.client_tool_calls = client;
+                break;
+            }
             iteration += 1;
             if iteration >= self.rt.max_tool_iterations {
                 self.out.tool_iterations_exhausted = true;
@@ -373,6 +456,55 @@ impl EmbeddedTurn {
         }
         self.site().llm_output(&self.prompt, &self.turn, &self.out.usage).await;
         self.finish().await
+    }
+
+    /// The caller's results that continue the session: each must answer a call the session's
+    /// last assistant message left open (a result the session already holds is skipped), and
+    /// every open call needs one. Checked before anything is stored.
+    fn accept_tool_results(&self) -> Result<Vec<ToolResultMessage>> {
+        let messages = self.history.messages();
+        let answered: HashSet<&str> = messages.iter().filter_map(|m| m.tool_result_id()).collect();
+        let open: Vec<&ToolCall> = messages
+            .iter()
+            .rev()
+            .find(|m| m.role() != "toolResult")
+            .filter(|m| m.role() == "assistant")
+            .map(|m| m.tool_calls().filter(|c| !answered.contains(c.id.as_str())).collect())
+            .unwrap_or_default();
+        let mut accepted: Vec<ToolResultMessage> = Vec::new();
+        for (index, result) in self.tool_results.iter().enumerate() {
+            let id = result.tool_call_id.as_str();
+            if accepted.iter().any(|r| r.tool_call_id == id) || answered.contains(id) {
+                continue;
+            }
+            let Some(call) = open.iter().find(|c| c.id == id) else {
+                return Err(RuntimeError::ToolResults {
+                    index: Some(index),
+                    message: format!("no open tool call of this session has the id \"{id}\""),
+                });
+            };
+            let mut result = result.clone();
+            if result.tool_name.is_empty() {
+                result.tool_name = call.name.clone();
+            }
+            accepted.push(result);
+        }
+        if let Some(missing) = open.iter().find(|c| !accepted.iter().any(|r| r.tool_call_id == c.id)) {
+            return Err(RuntimeError::ToolResults {
+                index: None,
+                message: format!(
+                    "the tool call \"{}\" ({}) has no result; send a tool message for every call of the assistant's message",
+                    missing.id, missing.name
+                ),
+            });
+        }
+        if accepted.is_empty() && messages.last().is_none_or(|m| m.role() != "toolResult") {
+            return Err(RuntimeError::ToolResults {
+                index: None,
+                message: "these tool results are stored and already answered; send a new user message".into(),
+            });
+        }
+        Ok(accepted)
     }
 
     fn aborted(&mut self) -> RuntimeError {
@@ -439,7 +571,7 @@ impl EmbeddedTurn {
             self.sync_history()?;
         }
         let pending = if include_turn { 0 } else { tokens_of(&self.turn) };
-        let base_limit = self.budget().saturating_sub(clawctx_tokens::text_tokens(&self.rt.system_prompt) + self.specs_tokens);
+        let base_limit = self.budget().saturating_sub(clawctx_tokens::text_tokens(&self.base_system) + self.specs_tokens);
         let reserved = self.history.addition_tokens;
         let mut result = self.assemble_once(include_turn, base_limit.saturating_sub(pending + reserved).max(1)).await?;
         let mut addition = self.set_system(&mut result);
@@ -487,7 +619,7 @@ impl EmbeddedTurn {
                 self.out.warnings.push(line);
             }
         }
-        let (system, added) = compose_system(&self.rt.system_prompt, result.system_prompt_addition.as_deref(), &folded);
+        let (system, added) = compose_system(&self.base_system, result.system_prompt_addition.as_deref(), &folded);
         self.system = system;
         self.fixed_tokens = clawctx_tokens::text_tokens(&self.system) + self.specs_tokens;
         added
@@ -514,7 +646,7 @@ impl EmbeddedTurn {
             available_tools: Some(self.specs.iter().map(|s| s.name.clone()).collect()),
             citations_mode: None,
             model,
-            prompt: Some(self.prompt.clone()),
+            prompt: Some(self.prompt.clone()).filter(|_| self.tool_results.is_empty()),
             runtime_settings: Some(self.rt.runtime_settings()),
             runtime_context: Some(self.rt.runtime_context(&self.session, Some(current), None, false)),
         };
@@ -535,8 +667,11 @@ impl EmbeddedTurn {
             system_prompt: Some(self.system.clone()),
             messages,
             tools: self.specs.clone(),
-            max_output_tokens: Some(binding.max_output_tokens),
-            temperature: None,
+            max_output_tokens: Some(
+                self.model_options.max_output_tokens.map_or(binding.max_output_tokens, |m| m.min(binding.max_output_tokens)),
+            ),
+            temperature: self.model_options.temperature,
+            sampling: self.model_options.sampling.clone(),
         };
         binding.provider.complete(request, self.events.as_ref(), self.abort.token()).await
     }

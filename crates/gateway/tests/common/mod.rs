@@ -15,19 +15,29 @@ use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-/// One queued model reply.
+/// One queued model reply: text, and tool calls `(id, name, arguments JSON)`.
 #[derive(Clone, Debug)]
 pub struct Reply {
     pub text: String,
     pub delay: Duration,
+    pub calls: Vec<(String, String, String)>,
 }
 
 pub fn text(t: &str) -> Reply {
-    Reply { text: t.to_owned(), delay: Duration::ZERO }
+    Reply { text: t.to_owned(), delay: Duration::ZERO, calls: Vec::new() }
 }
 
 pub fn slow(t: &str, delay: Duration) -> Reply {
-    Reply { text: t.to_owned(), delay }
+    Reply { text: t.to_owned(), delay, calls: Vec::new() }
+}
+
+/// A reply calling tools (its text may be empty).
+pub fn calls(t: &str, calls: &[(&str, &str, Value)]) -> Reply {
+    Reply {
+        text: t.to_owned(),
+        delay: Duration::ZERO,
+        calls: calls.iter().map(|(id, name, args)| ((*id).to_owned(), (*name).to_owned(), args.to_string())).collect(),
+    }
 }
 
 #[derive(Clone, Default)]
@@ -41,21 +51,38 @@ impl Respond for Queue {
         let Some(reply) = self.0.lock().unwrap().pop_front() else {
             return ResponseTemplate::new(500).set_body_json(json!({"error": {"message": "mock script exhausted"}}));
         };
+        let finish = if reply.calls.is_empty() { "stop" } else { "tool_calls" };
         let template = if stream {
-            // Two content chunks, so a streaming client sees more than one delta.
+            // Two content chunks, so a streaming client sees more than one delta; each tool
+            // call in two fragments.
             let (a, b) = reply.text.split_at(reply.text.len() / 2);
-            let chunks = [
+            let mut chunks = vec![
                 json!({"choices": [{"index": 0, "delta": {"content": a}}]}),
                 json!({"choices": [{"index": 0, "delta": {"content": b}}]}),
-                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}),
             ];
+            for (i, (id, name, args)) in reply.calls.iter().enumerate() {
+                let (x, y) = args.split_at(args.len() / 2);
+                chunks.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                    {"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": x}}]}}]}));
+                chunks.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                    {"index": i, "function": {"arguments": y}}]}}]}));
+            }
+            chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage}));
             let mut sse: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
             sse.push_str("data: [DONE]\n\n");
             ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream")
         } else {
+            let mut message = json!({"role": "assistant", "content": reply.text});
+            if !reply.calls.is_empty() {
+                message["tool_calls"] = reply
+                    .calls
+                    .iter()
+                    .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+                    .collect();
+            }
             ResponseTemplate::new(200).set_body_json(json!({
                 "id": "chatcmpl-mock",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": usage
             }))
         };
