@@ -8,19 +8,30 @@
 //! runtime's engine, the same guarded instance turns use (a quarantine answers from `legacy`
 //! as it does in a turn), one call at a time per session through the same lanes as chat turns.
 //! A method the engine does not implement is 501. The engine gets no runtime services over
-//! HTTP: `legacy`'s `compact`, which delegates to the runtime's compaction, answers that the
-//! host does not offer it (the caller's transcript is not the gateway's).
+//! HTTP, with one exception: a `compact` on an engine that delegates compaction to the runtime
+//! (`legacy`) gets the runtime's services bound to the gateway's own stored session of that
+//! key, so it compacts that transcript with the runtime's summarizer; a session the gateway
+//! does not store is 404 and a `sessionId` other than the stored one 409 (the caller's own
+//! transcript is not the gateway's to compact).
+//!
+//! `prepareSubagentSpawn` answers as the plugin protocol does, `{hasRollback, rollbackId}`: the
+//! rollback stays in the gateway and `POST /v1/engine/rollback {rollbackId}` runs it (once).
+//! A rollback is dropped when `onSubagentEnded` names its child, and the oldest go past
+//! [`MAX_ROLLBACKS`] kept.
 //!
 //! Recall (`lcm_grep`, `lcm_describe`, `lcm_expand`) reads the lossless store through
 //! `clawctx_lossless`'s library API on a connection of its own, opened on first use when the
 //! engine in charge is `lossless`, scoped to the caller's session (grep) or its agent
 //! (describe, expand) as the model's recall tools are.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use axum::extract::State;
 use axum::Json;
-use clawctx_engine::{AbortController, CallContext, EngineError, Method};
+use clawctx_engine::{AbortController, CallContext, EngineError, Method, SubagentSpawnPreparation};
 use clawctx_lossless::{ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore, Scope};
 use clawctx_protocol::*;
 use schemars::JsonSchema;
@@ -40,6 +51,56 @@ pub struct EngineInfoResponse {
     pub methods: Vec<String>,
     /// Engines quarantined in this process.
     pub quarantined: Vec<String>,
+}
+
+/// `POST /v1/engine/prepareSubagentSpawn`: the plugin protocol's answer.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpawnPreparationResponse {
+    /// The engine returned a rollback (run it with `POST /v1/engine/rollback`).
+    pub has_rollback: bool,
+    /// Its id, `null` without one.
+    pub rollback_id: Option<String>,
+}
+
+/// `POST /v1/engine/rollback`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackRequest {
+    /// The `rollbackId` `prepareSubagentSpawn` answered.
+    pub rollback_id: String,
+}
+
+/// Rollbacks kept at most; past it the oldest are dropped (their spawns long launched).
+pub const MAX_ROLLBACKS: usize = 1024;
+
+/// The rollbacks of prepared spawns, by id, oldest first.
+#[derive(Default)]
+pub(crate) struct Rollbacks {
+    next: AtomicU64,
+    kept: Mutex<VecDeque<(String, String, SubagentSpawnPreparation)>>,
+}
+
+impl Rollbacks {
+    fn keep(&self, child: &str, preparation: SubagentSpawnPreparation) -> String {
+        let id = (self.next.fetch_add(1, Ordering::Relaxed) + 1).to_string();
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.push_back((id.clone(), child.to_owned(), preparation));
+        while kept.len() > MAX_ROLLBACKS {
+            kept.pop_front();
+        }
+        id
+    }
+
+    fn take(&self, id: &str) -> Option<(String, SubagentSpawnPreparation)> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let at = kept.iter().position(|(k, _, _)| k == id)?;
+        kept.remove(at).map(|(_, child, p)| (child, p))
+    }
+
+    fn forget_child(&self, child: &str) {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).retain(|(_, c, _)| c != child);
+    }
 }
 
 /// `GET /v1/sessions`.
@@ -267,7 +328,53 @@ pub(crate) async fn compact(
 ) -> Result<Json<CompactResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    call(&s, Method::Compact, key, |cx| async move { engine.compact(&p, &cx).await }).await.map(Json)
+    let services = if engine.is_runtime_compaction_delegate() { Some(runtime_compaction(&s, &key, &p)?) } else { None };
+    call(&s, Method::Compact, key, |cx| async move {
+        let cx = match services {
+            Some(services) => cx.with_services(services),
+            None => cx,
+        };
+        engine.compact(&p, &cx).await
+    })
+    .await
+    .map(Json)
+}
+
+/// The runtime's services for a delegating engine's `compact`: bound to the gateway's stored
+/// session of `key`, which the call's `sessionId` must name.
+fn runtime_compaction(
+    s: &Shared,
+    key: &str,
+    p: &CompactParams,
+) -> Result<std::sync::Arc<dyn clawctx_engine::RuntimeServices>, ApiError> {
+    let engine = s.runtime.engine_id();
+    let found = s
+        .runtime
+        .session_services(key)
+        .map_err(|e| ApiError::internal(format!("cannot read the session \"{key}\": {e}")))?;
+    let Some((stored_id, services)) = found else {
+        return Err(ApiError {
+            status: axum::http::StatusCode::NOT_FOUND,
+            ..ApiError::invalid(
+                "sessionKey",
+                format!(
+                    "the engine \"{engine}\" compacts through the runtime, which compacts only the sessions this gateway \
+                     stores; it stores no session \"{key}\" (see GET /v1/sessions)"
+                ),
+            )
+        });
+    };
+    if p.session_id.trim() != stored_id {
+        return Err(ApiError {
+            param: Some("sessionId".into()),
+            ..ApiError::conflict(format!(
+                "the gateway's session \"{key}\" is session id \"{stored_id}\", not \"{}\"; the engine \"{engine}\" \
+                 compacts the gateway's own transcript",
+                p.session_id
+            ))
+        });
+    }
+    Ok(services)
 }
 
 pub(crate) async fn maintain(
@@ -304,7 +411,61 @@ pub(crate) async fn on_subagent_ended(
 ) -> Result<Json<Value>, ApiError> {
     let key = lane_key(Some(&p.child_session_key), "")?;
     let engine = s.runtime.engine().clone();
+    let child = p.child_session_key.clone();
     call(&s, Method::OnSubagentEnded, key, |cx| async move { engine.on_subagent_ended(&p, &cx).await }).await?;
+    s.spawns.forget_child(&child);
+    Ok(Json(Value::Null))
+}
+
+pub(crate) async fn prepare_subagent_spawn(
+    State(s): State<AppState>,
+    ApiJson(p): ApiJson<PrepareSubagentSpawnParams>,
+) -> Result<Json<SpawnPreparationResponse>, ApiError> {
+    if p.parent_session_key.trim().is_empty() {
+        return Err(ApiError::invalid("parentSessionKey", "`parentSessionKey` must not be empty"));
+    }
+    let key = lane_key(Some(&p.child_session_key), "").map_err(|_| {
+        ApiError::invalid("childSessionKey", "`childSessionKey` must not be empty")
+    })?;
+    let engine = s.runtime.engine().clone();
+    let child = p.child_session_key.clone();
+    let prepared =
+        call(&s, Method::PrepareSubagentSpawn, key, |cx| async move { engine.prepare_subagent_spawn(&p, &cx).await }).await?;
+    Ok(Json(match prepared {
+        Some(preparation) => {
+            SpawnPreparationResponse { has_rollback: true, rollback_id: Some(s.spawns.keep(&child, preparation)) }
+        }
+        None => SpawnPreparationResponse { has_rollback: false, rollback_id: None },
+    }))
+}
+
+pub(crate) async fn rollback(
+    State(s): State<AppState>,
+    ApiJson(r): ApiJson<RollbackRequest>,
+) -> Result<Json<Value>, ApiError> {
+    if s.stopping.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the gateway is shutting down"));
+    }
+    let Some((child, preparation)) = s.spawns.take(&r.rollback_id) else {
+        return Err(ApiError {
+            status: axum::http::StatusCode::NOT_FOUND,
+            ..ApiError::invalid(
+                "rollbackId",
+                format!(
+                    "no rollback \"{}\" is kept: it ran already, its child ended, or prepareSubagentSpawn never answered it",
+                    r.rollback_id
+                ),
+            )
+        });
+    };
+    let _lane = s.lanes.acquire(&child).await?;
+    let started = Instant::now();
+    let result = preparation.rollback().await;
+    s.metrics.engine_call("rollback", started.elapsed(), result.is_ok());
+    let engine = s.runtime.engine_id();
+    result.map_err(|e| {
+        ApiError::internal(format!("context engine \"{engine}\" failed in the spawn rollback: {e}")).with_code("engine_error")
+    })?;
     Ok(Json(Value::Null))
 }
 

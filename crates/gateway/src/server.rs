@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     pub(crate) abort_all: CancellationToken,
     /// Turn tasks, waited for before the runtime shuts down.
     pub(crate) tasks: TaskTracker,
+    /// Rollbacks of subagent spawns prepared through the engine API.
+    pub(crate) spawns: crate::engine_api::Rollbacks,
     /// The lossless store recall reads, opened on first use.
     pub(crate) recall: tokio::sync::OnceCell<clawctx_lossless::LosslessStore>,
     pub(crate) started: Instant,
@@ -105,6 +107,7 @@ impl Gateway {
                 stopping: AtomicBool::new(false),
                 abort_all: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                spawns: Default::default(),
                 recall: tokio::sync::OnceCell::new(),
                 started: Instant::now(),
             }),

@@ -212,6 +212,8 @@ async fn the_openapi_document_lists_every_route_and_every_route_in_it_is_served(
         ("post", "/v1/engine/afterTurn"),
         ("post", "/v1/engine/commitTurn"),
         ("post", "/v1/engine/onSubagentEnded"),
+        ("post", "/v1/engine/prepareSubagentSpawn"),
+        ("post", "/v1/engine/rollback"),
         ("get", "/v1/engine/info"),
         ("post", "/v1/engine/lcm_grep"),
         ("post", "/v1/engine/lcm_describe"),

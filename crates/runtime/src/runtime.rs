@@ -326,6 +326,18 @@ impl AgentRuntime {
         &self.inner.engine
     }
 
+    /// Runtime services bound to the session this runtime stores under `key` (what the engine
+    /// gets inside a turn: the runtime's compaction, transcript rewrites, LLM completion), with
+    /// that session's id; `None` when it stores no such session. For a host that calls the
+    /// engine on a stored session's behalf outside a turn (the gateway's engine API).
+    pub fn session_services(&self, key: &str) -> Result<Option<(String, Arc<dyn RuntimeServices>)>> {
+        if self.inner.store.get(key)?.is_none() {
+            return Ok(None);
+        }
+        let s = self.inner.session(key)?;
+        Ok(Some((s.entry.session_id.clone(), self.inner.services(&s))))
+    }
+
     /// Names of the tools a turn offers the model and runs itself (the engine's, then the
     /// runtime's); a caller's own tools must not reuse them.
     pub fn tool_names(&self) -> Vec<String> {
