@@ -319,7 +319,9 @@ pub(crate) async fn assemble(
 ) -> Result<Json<AssembleResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    call(&s, Method::Assemble, key, |cx| async move { engine.assemble(&p, &cx).await }).await.map(Json)
+    let (p, r) = call(&s, Method::Assemble, key, |cx| async move { engine.assemble(&p, &cx).await.map(|r| (p, r)) }).await?;
+    crate::dashboard::engine_assembled(&s, &p, &r);
+    Ok(Json(r))
 }
 
 pub(crate) async fn compact(
@@ -497,7 +499,7 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
 }
 
 /// The recall store: opened on first use when the engine in charge is `lossless`.
-async fn store(s: &Shared) -> Result<LosslessStore, ApiError> {
+pub(crate) async fn store(s: &Shared) -> Result<LosslessStore, ApiError> {
     let engine = s.runtime.engine_id();
     if engine != clawctx_lossless::ENGINE_ID {
         return Err(ApiError::conflict(format!(

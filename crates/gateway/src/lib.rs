@@ -20,6 +20,7 @@
 //!   sampling, images).
 //! - `engine_api`: the engine's lifecycle methods, recall and the session list over HTTP.
 //! - [`openapi`]: the route table the router is built from and `/openapi.json` generated from it.
+//! - [`dashboard`]: the web dashboard at `/` (embedded assets, its JSON endpoints, live events).
 //!
 //! The binary side (building the runtime from config with every engine and plugin, the
 //! signals, the lock's lifetime) is `clawctx gateway` in `crates/cli`.
@@ -27,6 +28,7 @@
 pub mod api_error;
 mod chat_input;
 pub mod config;
+pub mod dashboard;
 mod engine_api;
 pub mod error;
 pub mod lanes;

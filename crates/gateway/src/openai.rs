@@ -429,6 +429,7 @@ pub(crate) async fn chat_completions(
     let controller = AbortController::new();
     let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
     turn.abort = Some(controller.signal());
+    turn.assembled = Some(crate::dashboard::watch_turn(&shared, &key));
     turn.client_tools = std::mem::take(&mut input.tools);
     turn.tool_results = input.tool_results.iter().map(|(_, r)| r.clone()).collect();
     turn.system_extra = input.system_extra.take();

@@ -81,6 +81,8 @@ pub(crate) struct Shared {
     /// The lossless store recall reads, opened on first use.
     pub(crate) recall: tokio::sync::OnceCell<clawctx_lossless::LosslessStore>,
     pub(crate) started: Instant,
+    /// The dashboard's last assemblies and live bus.
+    pub(crate) dashboard: crate::dashboard::Dashboard,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -110,6 +112,7 @@ impl Gateway {
                 spawns: Default::default(),
                 recall: tokio::sync::OnceCell::new(),
                 started: Instant::now(),
+                dashboard: crate::dashboard::Dashboard::default(),
             }),
         }
     }
@@ -180,6 +183,7 @@ impl Gateway {
 
 fn router(shared: AppState) -> Router {
     let mut app = crate::openapi::router(&shared)
+        .merge(crate::dashboard::router())
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(shared.clone(), count_requests))
         .layer(middleware::from_fn_with_state(shared.clone(), deadline))
@@ -231,13 +235,19 @@ const PUBLIC_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 /// Every path but [`PUBLIC_PATHS`] needs the token, unknown ones included (no route probing).
 async fn auth(State(shared): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(token) = shared.config.token.as_ref().filter(|_| !PUBLIC_PATHS.contains(&req.uri().path())) {
+        if let Some(r) = crate::dashboard::login(&req, token.expose(), &|p| token_matches(token, p)) {
+            return r;
+        }
         let presented = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim);
-        if !presented.is_some_and(|p| token_matches(token, p)) {
+        if !presented.is_some_and(|p| token_matches(token, p)) && !crate::dashboard::cookie_matches(req.headers(), token.expose()) {
+            if crate::dashboard::is_page(req.uri().path()) {
+                return crate::dashboard::login_page(false);
+            }
             tracing::info!("request refused: missing or invalid bearer token");
             return ApiError::unauthorized().into_response();
         }

@@ -61,6 +61,7 @@ pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod import;
+pub mod inspect;
 pub mod policy;
 pub mod prompt_recall;
 pub mod recall;

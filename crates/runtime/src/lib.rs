@@ -39,4 +39,4 @@ pub use maintain::{MaintenanceReason, MaintenanceScheduler};
 pub use model::{select_backend, Backend, ModelBinding};
 pub use runtime::{AgentRuntime, Limits, RuntimeBuilder, SessionStatus};
 pub use subagent::{SpawnRequest, SubagentHandle};
-pub use turn::{CompactionRecord, ModelOptions, TurnOutcome, TurnRequest};
+pub use turn::{AssembledView, CompactionRecord, ModelOptions, TurnOutcome, TurnRequest};

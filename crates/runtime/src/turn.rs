@@ -63,6 +63,22 @@ pub struct TurnRequest {
     pub images: Vec<ImageContent>,
     /// The caller's settings for this turn's model calls.
     pub model_options: ModelOptions,
+    /// Receives every `assemble` result of the turn with its budget (the gateway's dashboard
+    /// shows the last one). Nothing is copied when absent.
+    pub assembled: Option<tokio::sync::mpsc::UnboundedSender<AssembledView>>,
+}
+
+/// What one `assemble` call of a turn returned, and what it was given.
+#[derive(Clone, Debug)]
+pub struct AssembledView {
+    /// The session id the call named.
+    pub session_id: String,
+    /// The `tokenBudget` the engine got.
+    pub token_budget: u64,
+    /// Stored messages it was given.
+    pub history_messages: usize,
+    /// The engine's answer, as returned (before the host folds system messages).
+    pub result: AssembleResult,
 }
 
 /// A caller's settings for a turn's model calls (unset: the configured ones).
@@ -192,6 +208,7 @@ struct EmbeddedTurn {
     session: ResolvedSession,
     abort: AbortSignal,
     events: Option<EventSender>,
+    assembled: Option<tokio::sync::mpsc::UnboundedSender<AssembledView>>,
     prompt: String,
     is_heartbeat: bool,
     /// The session's prepared history; once synced after the prompt is persisted it also holds
@@ -288,6 +305,7 @@ impl EmbeddedTurn {
             session,
             abort: request.abort.unwrap_or_default(),
             events: request.events,
+            assembled: request.assembled,
             prompt: request.prompt,
             is_heartbeat: request.is_heartbeat,
             history: History::default(),
@@ -654,6 +672,15 @@ impl EmbeddedTurn {
         let started = std::time::Instant::now();
         let result = self.engine().assemble(&params, &self.cx()).await;
         self.out.engine_micros += started.elapsed().as_micros() as u64;
+        if let (Some(tx), Ok(r)) = (&self.assembled, &result) {
+            let view = AssembledView {
+                session_id: params.session_id.clone(),
+                token_budget: budget,
+                history_messages: params.messages.len(),
+                result: r.clone(),
+            };
+            let _ = tx.send(view);
+        }
         self.history.give_back(params.messages);
         result.map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))
     }

@@ -1,0 +1,327 @@
+// One session: the last assembled context, the transcript, the summary DAG, the compaction
+// timeline and recall search; live while a turn runs.
+import { get } from './api.js';
+import { createDag } from './dag.js';
+import { createSearch } from './search.js';
+import { ago, errorBox, fill, h, highlight, messageText, num, stackedBar, when } from './ui.js';
+
+const KIND_LABEL = { systemPromptAddition: 'System prompt addition', summary: 'Summaries', recalled: 'Recalled', raw: 'Raw tail' };
+
+export async function renderSession(main, key, params) {
+  const title = h('h1', { class: 'session-title' }, h('span', { class: 'muted' }, 'Session '), h('code', {}, key));
+  const meta = h('p', { class: 'muted', 'data-testid': 'session-meta' }, 'Loading…');
+  const context = h('section', { class: 'card', 'aria-labelledby': 'ctx-h', 'data-testid': 'context' });
+  const panels = {
+    transcript: h('section', { class: 'panel', id: 'panel-transcript', role: 'tabpanel', 'aria-labelledby': 'tab-transcript', 'data-testid': 'transcript' }),
+    dag: h('section', { class: 'panel', id: 'panel-dag', role: 'tabpanel', 'aria-labelledby': 'tab-dag', 'data-testid': 'dag' }),
+    timeline: h('section', { class: 'panel', id: 'panel-timeline', role: 'tabpanel', 'aria-labelledby': 'tab-timeline', 'data-testid': 'timeline' }),
+    search: h('section', { class: 'panel', id: 'panel-search', role: 'tabpanel', 'aria-labelledby': 'tab-search', 'data-testid': 'search' }),
+  };
+  const tabNames = { transcript: 'Transcript', dag: 'Summary DAG', timeline: 'Compactions', search: 'Recall search' };
+  const tabs = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Session views' });
+  const tabButtons = {};
+  for (const [id, label] of Object.entries(tabNames)) {
+    tabButtons[id] = h('button', { type: 'button', role: 'tab', id: `tab-${id}`, 'aria-controls': `panel-${id}`, 'data-tab': id, onclick: () => select(id, true) }, label);
+    tabs.append(tabButtons[id]);
+  }
+  tabs.addEventListener('keydown', (e) => {
+    const ids = Object.keys(tabNames);
+    const i = ids.indexOf(document.activeElement?.dataset?.tab);
+    if (i < 0) return;
+    let j = null;
+    if (e.key === 'ArrowRight') j = (i + 1) % ids.length;
+    if (e.key === 'ArrowLeft') j = (i - 1 + ids.length) % ids.length;
+    if (e.key === 'Home') j = 0;
+    if (e.key === 'End') j = ids.length - 1;
+    if (j !== null) {
+      e.preventDefault();
+      select(ids[j], true);
+    }
+  });
+  function select(id, focus) {
+    for (const [k, b] of Object.entries(tabButtons)) {
+      const on = k === id;
+      b.setAttribute('aria-selected', String(on));
+      b.tabIndex = on ? 0 : -1;
+      panels[k].hidden = !on;
+    }
+    if (focus) tabButtons[id].focus();
+  }
+
+  fill(main, h('p', {}, h('a', { href: '#/' }, '← Sessions')), title, meta, context, tabs, ...Object.values(panels));
+  select(params.get('tab') || 'transcript', false);
+
+  let summary = null;
+  const transcript = createTranscript(panels.transcript, key);
+  let dag = null;
+  const search = createSearch(panels.search, key, {
+    showInTranscript: (id, terms) => {
+      select('transcript', false);
+      transcript.load({ around: id, mark: id, terms });
+    },
+    showInDag: (id, terms) => {
+      select('dag', false);
+      dag?.reveal(id, terms);
+    },
+  });
+
+  async function loadSummary() {
+    summary = await get('/v1/dashboard/session', { key });
+    const st = summary.stats ?? {};
+    fill(
+      meta,
+      `Engine ${summary.engine} · ${num(st.messages)} messages stored · ${num(st.storedTokens)} tokens stored`,
+      st.frontierTokens !== undefined ? ` · ${num(st.frontierTokens)} tokens in the active frontier` : '',
+      ` · prompt budget ${num(summary.limits.promptBudget)}`,
+    );
+    renderContext(context, summary, { onOpen: (id) => (select('dag', false), dag?.reveal(id, [])) });
+    renderTimeline(panels.timeline, summary);
+  }
+
+  const started = performance.now();
+  const jobs = [loadSummary().catch((e) => fill(context, errorBox(e))), transcript.load(params.get('around') ? { around: params.get('around'), mark: params.get('around') } : {})];
+  const overview = await jobs[0].then(() => summary);
+  if (overview?.lossless) {
+    dag = createDag(panels.dag, key, { openMessage: (id) => (select('transcript', false), transcript.load({ around: id, mark: id })) });
+    jobs.push(dag.load());
+  } else {
+    fill(panels.dag, h('p', { class: 'muted' }, 'The summary DAG is the lossless engine\'s; this gateway runs ', h('code', {}, overview?.engine ?? '?'), '.'));
+    search.disable(`Recall search needs the lossless engine (this gateway runs ${overview?.engine ?? '?'}).`);
+  }
+  await Promise.all(jobs);
+  document.body.dataset.ready = 'session';
+  document.body.dataset.loadMs = String(Math.round(performance.now() - started));
+
+  // Live: a turn in this session updates the page as it runs.
+  const status = document.getElementById('live-status');
+  const events = new EventSource(`/v1/dashboard/events?key=${encodeURIComponent(key)}`);
+  let pending = null;
+  const refresh = (what) => {
+    clearTimeout(pending);
+    pending = setTimeout(async () => {
+      try {
+        await loadSummary();
+        if (what !== 'assembled') {
+          if (transcript.atEnd()) await transcript.load({});
+          if (dag) await dag.load();
+        }
+      } catch (e) {
+        status.textContent = `update failed: ${e.message}`;
+      }
+    }, 150);
+  };
+  events.onmessage = (m) => {
+    let e;
+    try {
+      e = JSON.parse(m.data);
+    } catch {
+      return;
+    }
+    if (e.kind === 'hello') {
+      status.textContent = 'live';
+      status.dataset.state = 'connected';
+      return;
+    }
+    if (e.kind === 'turnStarted') status.textContent = 'turn running…';
+    if (e.kind === 'assembled') status.textContent = `assembled ${num(e.data?.totalTokens)} tokens`;
+    if (e.kind === 'compaction') {
+      status.textContent = 'compaction';
+      status.dataset.event = 'compaction';
+    }
+    if (e.kind === 'turnDone') status.textContent = 'turn done';
+    if (e.kind === 'lagged') status.textContent = 'reloading (missed updates)';
+    document.body.dataset.lastEvent = e.kind;
+    refresh(e.kind);
+  };
+  events.onerror = () => {
+    status.textContent = 'live: reconnecting';
+    status.dataset.state = 'reconnecting';
+  };
+  return () => {
+    events.close();
+    clearTimeout(pending);
+    status.textContent = '';
+  };
+}
+
+function renderContext(el, s, { onOpen }) {
+  const last = s.lastAssembled;
+  const heading = h('h2', { id: 'ctx-h' }, 'Last assembled context');
+  if (!last) {
+    fill(el, heading, h('p', { class: 'muted', 'data-testid': 'ctx-none' }, 'Nothing assembled since the gateway started: the next turn (or POST /v1/engine/assemble) records it.'));
+    return;
+  }
+  const b = last.breakdown;
+  const budget = last.tokenBudget ?? s.limits.promptBudget;
+  const segs = [];
+  for (const p of b.parts) {
+    const kind = p.kind === 'summary' ? `summary d${Math.min(p.depth ?? 0, 3)}` : p.kind;
+    segs.push({ kind, tokens: p.tokens, label: p.kind === 'summary' ? `${p.id} (depth ${p.depth})` : KIND_LABEL[p.kind] });
+  }
+  const t = b.totals;
+  const legend = h(
+    'ul',
+    { class: 'legend' },
+    [
+      ['systemPromptAddition', t.systemPromptAddition, null],
+      ['summary', t.summaries, t.summaryCount],
+      ['recalled', t.recalled, t.recalledCount],
+      ['raw', t.raw, t.rawCount],
+    ].map(([k, tokens, n]) =>
+      h('li', { 'data-kind': k }, h('span', { class: `swatch seg-${k === 'summary' ? 'summary d0' : k}` }), `${KIND_LABEL[k]}: `, h('strong', { 'data-testid': `ctx-${k}-tokens` }, num(tokens)), n !== null ? ` (${num(n)})` : ''),
+    ),
+  );
+  const left = s.leftOut;
+  fill(
+    el,
+    heading,
+    h(
+      'p',
+      { class: 'figures' },
+      h('strong', { 'data-testid': 'ctx-total' }, num(b.totalTokens)),
+      ' of ',
+      h('strong', { 'data-testid': 'ctx-budget' }, num(budget)),
+      ' tokens · engine estimate ',
+      h('strong', { 'data-testid': 'ctx-estimated' }, num(b.estimatedTokens)),
+      ' · ',
+      h('strong', { 'data-testid': 'ctx-messages' }, num(b.messageCount)),
+      ' messages · ',
+      h('span', { class: 'muted' }, `${last.source === 'turn' ? 'from a turn' : 'from the engine API'}, ${ago(last.at)}; ${num(last.historyMessages)} stored messages given`),
+    ),
+    stackedBar(segs, budget, { label: `Assembled context: ${num(b.totalTokens)} of ${num(budget)} tokens` }),
+    legend,
+    left
+      ? h(
+          'p',
+          { class: 'left-out', 'data-testid': 'ctx-left-out' },
+          left.items !== undefined
+            ? [
+                'Left out: ',
+                h('strong', {}, num(left.items)),
+                ` frontier item(s), ${num(left.tokens)} tokens, standing for ${num(left.messages)} stored message(s)`,
+                left.firstSeq !== null && left.firstSeq !== undefined ? ` (seq ${num(left.firstSeq)}–${num(left.lastSeq)})` : '',
+                left.listed?.length ? [': ', left.listed.slice(0, 12).map((i, n) => [n ? ', ' : '', h('button', { type: 'button', class: 'link', onclick: () => onOpen(i.id) }, i.id)]), left.items > 12 ? ', …' : ''] : '',
+              ]
+            : ['Stored messages not in the assembled context: ', h('strong', {}, num(left.messages))],
+        )
+      : null,
+    h(
+      'details',
+      { class: 'parts' },
+      h('summary', {}, `The ${b.parts.length} parts in order`),
+      h(
+        'ol',
+        { class: 'part-list', 'data-testid': 'ctx-parts' },
+        b.parts.map((p) =>
+          h(
+            'li',
+            { class: `part part-${p.kind}`, 'data-kind': p.kind },
+            h('span', { class: `swatch seg-${p.kind === 'summary' ? `summary d${Math.min(p.depth ?? 0, 3)}` : p.kind}` }),
+            h('span', { class: 'part-kind' }, p.kind === 'summary' ? [h('button', { type: 'button', class: 'link', onclick: () => onOpen(p.id) }, p.id), ` depth ${p.depth}`] : p.kind === 'raw' ? p.role : KIND_LABEL[p.kind]),
+            h('span', { class: 'n' }, `${num(p.tokens)} tok`),
+            h('span', { class: 'preview' }, p.preview),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+function renderTimeline(el, s) {
+  const rows = s.timeline ?? [];
+  if (!rows.length) {
+    fill(el, h('h2', {}, 'Compactions'), h('p', { class: 'muted' }, s.lossless ? 'No compaction yet.' : `The transcript has ${num(s.stats?.compactions ?? 0)} compaction entr${s.stats?.compactions === 1 ? 'y' : 'ies'}.`));
+    return;
+  }
+  const max = Math.max(...rows.map((r) => r.tokensBefore), 1);
+  fill(
+    el,
+    h('h2', {}, 'Compactions'),
+    h(
+      'ol',
+      { class: 'timeline', 'data-testid': 'timeline-list' },
+      rows
+        .slice()
+        .reverse()
+        .map((r) =>
+          h(
+            'li',
+            {},
+            h('time', { datetime: new Date(r.at).toISOString() }, when(r.at)),
+            h('span', { class: `badge ${r.kind}` }, `${r.kind} → depth ${r.depth}`),
+            h('span', {}, `${num(r.summaries)} summar${r.summaries === 1 ? 'y' : 'ies'} of seq ${num(r.firstSeq)}–${num(r.lastSeq)}`),
+            h('span', { class: 'tokens' }, `${num(r.tokensBefore)} → ${num(r.tokensAfter)} tokens`),
+            h('span', { class: 'muted' }, r.summarizer),
+            h('span', { class: 'mini' }, h('span', { class: 'mini-before', style: { width: `${(100 * r.tokensBefore) / max}%` } }), h('span', { class: 'mini-after', style: { width: `${(100 * r.tokensAfter) / max}%` } })),
+          ),
+        ),
+    ),
+  );
+}
+
+/** The paged transcript with tool calls and results folded. */
+function createTranscript(el, key) {
+  let page = null;
+  const list = h('div', { class: 'messages', 'data-testid': 'messages' });
+  const info = h('span', { class: 'muted' });
+  const jump = h('input', { type: 'number', min: '0', placeholder: 'seq', 'aria-label': 'Jump to message sequence', class: 'jump' });
+  const nav = h(
+    'div',
+    { class: 'toolbar' },
+    h('button', { type: 'button', onclick: () => page && load({ from: 0 }) }, '⇤ First'),
+    h('button', { type: 'button', 'data-testid': 'older', onclick: () => page && load({ from: Math.max(0, page.fromSeq - page.limit) }) }, '← Older'),
+    h('button', { type: 'button', 'data-testid': 'newer', onclick: () => page?.nextSeq != null && load({ from: page.nextSeq }) }, 'Newer →'),
+    h('button', { type: 'button', onclick: () => load({}) }, 'Latest ⇥'),
+    h('form', { class: 'inline', onsubmit: (e) => (e.preventDefault(), jump.value !== '' && load({ from: Number(jump.value) })) }, jump, h('button', { type: 'submit' }, 'Go')),
+    info,
+  );
+  fill(el, h('h2', {}, 'Transcript'), nav, list);
+
+  async function load({ from, around, mark, terms } = {}) {
+    try {
+      page = await get('/v1/dashboard/transcript', { key, from, around, limit: 100 });
+    } catch (e) {
+      fill(list, errorBox(e));
+      return;
+    }
+    const last = page.messages.at(-1);
+    info.textContent = page.messages.length ? `seq ${num(page.fromSeq)}–${num(last.seq)} of ${num(page.total)}` : `${num(page.total)} messages`;
+    fill(list, page.messages.map((m) => renderMessage(m, terms)));
+    if (mark) {
+      const target = list.querySelector(`[data-id="${CSS.escape(mark)}"]`);
+      if (target) {
+        target.classList.add('marked');
+        target.scrollIntoView({ block: 'center' });
+        target.focus({ preventScroll: true });
+      }
+    }
+  }
+  return { load, atEnd: () => !page || page.nextSeq == null };
+}
+
+function renderMessage(m, terms) {
+  const msg = m.message ?? {};
+  const role = msg.role ?? '?';
+  const head = h(
+    'header',
+    {},
+    h('span', { class: `role role-${role}` }, role === 'toolResult' ? `tool result${msg.toolName ? ` · ${msg.toolName}` : ''}` : role),
+    h('span', { class: 'muted small' }, `#${num(m.seq)} · ${m.id} · ${num(m.tokens)} tok${msg.timestamp ? ` · ${when(msg.timestamp)}` : ''}`),
+    m.inFrontier ? h('span', { class: 'badge frontier', title: 'raw in the active frontier' }, 'raw') : m.parent ? h('span', { class: 'badge', title: 'summarized' }, `in ${m.parent}`) : null,
+  );
+  const body = h('div', { class: 'body' });
+  if (role === 'toolResult') {
+    const text = messageText(msg);
+    body.append(h('details', { class: 'fold' }, h('summary', {}, `${msg.isError ? 'error · ' : ''}${num(text.length)} characters`), h('pre', {}, highlight(text, terms))));
+  } else if (typeof msg.content === 'string') {
+    body.append(h('div', { class: 'text' }, highlight(msg.content, terms)));
+  } else {
+    for (const b of msg.content ?? []) {
+      if (b.type === 'text') body.append(h('div', { class: 'text' }, highlight(b.text ?? '', terms)));
+      else if (b.type === 'toolCall') body.append(h('details', { class: 'fold tool-call' }, h('summary', {}, `tool call · ${b.name}`), h('pre', {}, JSON.stringify(b.arguments ?? {}, null, 2))));
+      else if (b.type === 'thinking') body.append(h('details', { class: 'fold' }, h('summary', {}, 'thinking'), h('pre', {}, b.thinking ?? '')));
+      else body.append(h('div', { class: 'muted' }, `[${b.type}]`));
+    }
+  }
+  return h('article', { class: `msg msg-${role}`, 'data-id': m.id, 'data-seq': m.seq, tabindex: '-1' }, head, body);
+}

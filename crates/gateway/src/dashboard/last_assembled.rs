@@ -1,0 +1,291 @@
+//! What `assemble` last returned, per session, and how it splits into parts.
+//!
+//! Two paths update it: the turn path (`openai`: the runtime hands every `assemble` result of
+//! a turn to [`clawctx_runtime::TurnRequest::assembled`], the last one wins) and
+//! `POST /v1/engine/assemble`. The record is kept in memory only (a restart forgets it; the
+//! next turn records again) and holds at most [`MAX_SESSIONS`] sessions, the oldest dropped
+//! first.
+//!
+//! The split reads the engine's answer as the model sees it: a user-role message that opens
+//! with `<summary id="sum_N" depth="D"` is a summary (lossless renders summaries so), one that
+//! opens with `<recalled` is the lossless prompt-recall block, everything else is a raw
+//! message. Tokens are counted with the one estimator (`clawctx_tokens`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use clawctx_protocol::{AgentMessage, AssembleResult};
+use serde::Serialize;
+
+/// Sessions remembered at most.
+pub const MAX_SESSIONS: usize = 4096;
+
+/// One recorded answer of `assemble`.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// When (epoch ms).
+    pub at_ms: i64,
+    /// `turn` or `engine-api`.
+    pub source: &'static str,
+    /// The session id the call named.
+    pub session_id: String,
+    /// The budget the engine was given, when one was.
+    pub token_budget: Option<u64>,
+    /// Stored messages the engine was given.
+    pub history_messages: usize,
+    /// The answer.
+    pub result: AssembleResult,
+}
+
+/// Per-session records.
+#[derive(Default)]
+pub struct Recorder {
+    sessions: Mutex<HashMap<String, Recorded>>,
+}
+
+impl Recorder {
+    /// Keeps `r` as `key`'s last assembly.
+    pub fn record(&self, key: &str, r: Recorded) {
+        let Ok(mut map) = self.sessions.lock() else {
+            return;
+        };
+        if map.len() >= MAX_SESSIONS && !map.contains_key(key) {
+            if let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, v)| v.at_ms)
+                .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(key.to_owned(), r);
+    }
+
+    /// `key`'s last assembly.
+    pub fn last(&self, key: &str) -> Option<Recorded> {
+        self.sessions.lock().ok()?.get(key).cloned()
+    }
+
+    /// Session keys with a record, and when.
+    pub fn keys(&self) -> Vec<(String, i64)> {
+        self.sessions
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.at_ms)).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// One part of the assembled context.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Part {
+    /// `systemPromptAddition`, `summary`, `recalled` or `raw`.
+    pub kind: &'static str,
+    /// Position in the assembled messages (`systemPromptAddition`: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    /// `sum_<n>` for summaries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Summary depth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<i64>,
+    /// Message role.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Estimated tokens.
+    pub tokens: u64,
+    /// The start of its text.
+    pub preview: String,
+}
+
+/// Totals per kind.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    /// Tokens of the system prompt addition.
+    pub system_prompt_addition: u64,
+    /// Tokens of summaries.
+    pub summaries: u64,
+    /// Tokens of the recalled block.
+    pub recalled: u64,
+    /// Tokens of raw messages.
+    pub raw: u64,
+    /// Number of summaries.
+    pub summary_count: usize,
+    /// Number of raw messages.
+    pub raw_count: usize,
+    /// Number of recalled blocks.
+    pub recalled_count: usize,
+}
+
+/// The split of one answer.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Breakdown {
+    /// Parts in the order the model sees them (the addition first).
+    pub parts: Vec<Part>,
+    /// Totals per kind.
+    pub totals: Totals,
+    /// Sum of every part.
+    pub total_tokens: u64,
+    /// The engine's own `estimatedTokens` (0: the caller estimates).
+    pub estimated_tokens: u64,
+    /// Messages returned.
+    pub message_count: usize,
+}
+
+fn text_of(m: &AgentMessage) -> String {
+    clawctx_lossless::inspect::message_text(m)
+}
+
+fn preview(text: &str) -> String {
+    let t = text.trim();
+    match t.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &t[..i]),
+        None => t.to_owned(),
+    }
+}
+
+/// `<summary id="sum_12" depth="1" …>` → (`sum_12`, 1).
+fn summary_header(text: &str) -> Option<(String, i64)> {
+    let rest = text.trim_start().strip_prefix("<summary ")?;
+    let head = &rest[..rest.find('>')?];
+    let attr = |name: &str| -> Option<&str> {
+        let start = head.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = head[start..].find('"')?;
+        Some(&head[start..start + len])
+    };
+    Some((attr("id")?.to_owned(), attr("depth")?.parse().ok()?))
+}
+
+/// Splits an answer into its parts.
+pub fn breakdown(result: &AssembleResult) -> Breakdown {
+    let mut parts = Vec::new();
+    let mut totals = Totals::default();
+    if let Some(add) = result
+        .system_prompt_addition
+        .as_deref()
+        .filter(|a| !a.trim().is_empty())
+    {
+        let tokens = clawctx_tokens::text_tokens(add);
+        totals.system_prompt_addition = tokens;
+        parts.push(Part {
+            kind: "systemPromptAddition",
+            index: None,
+            id: None,
+            depth: None,
+            role: None,
+            tokens,
+            preview: preview(add),
+        });
+    }
+    for (i, m) in result.messages.iter().enumerate() {
+        let tokens = clawctx_tokens::message_tokens(m);
+        let text = text_of(m);
+        let role = m.role().to_owned();
+        let (kind, id, depth) = if role == "user" {
+            if let Some((id, depth)) = summary_header(&text) {
+                (("summary"), Some(id), Some(depth))
+            } else if text.trim_start().starts_with("<recalled") {
+                ("recalled", None, None)
+            } else {
+                ("raw", None, None)
+            }
+        } else {
+            ("raw", None, None)
+        };
+        match kind {
+            "summary" => {
+                totals.summaries += tokens;
+                totals.summary_count += 1;
+            }
+            "recalled" => {
+                totals.recalled += tokens;
+                totals.recalled_count += 1;
+            }
+            _ => {
+                totals.raw += tokens;
+                totals.raw_count += 1;
+            }
+        }
+        parts.push(Part {
+            kind,
+            index: Some(i),
+            id,
+            depth,
+            role: Some(role),
+            tokens,
+            preview: preview(&text),
+        });
+    }
+    let total_tokens = parts.iter().map(|p| p.tokens).sum();
+    Breakdown {
+        parts,
+        totals,
+        total_tokens,
+        estimated_tokens: result.estimated_tokens,
+        message_count: result.messages.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn summaries_recalled_blocks_and_raw_messages_are_told_apart() {
+        let result = AssembleResult {
+            messages: vec![
+                AgentMessage::user("<summary id=\"sum_7\" depth=\"2\" from=\"a\" to=\"b\">\nolder things\n</summary>"),
+                AgentMessage::user("<recalled note=\"x\">\nquoted\n</recalled>"),
+                AgentMessage::assistant("plain answer"),
+                AgentMessage::user("the prompt"),
+            ],
+            estimated_tokens: 42,
+            system_prompt_addition: Some("use lcm_grep".into()),
+            ..Default::default()
+        };
+        let b = breakdown(&result);
+        let kinds: Vec<&str> = b.parts.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            kinds,
+            ["systemPromptAddition", "summary", "recalled", "raw", "raw"]
+        );
+        assert_eq!(b.parts[1].id.as_deref(), Some("sum_7"));
+        assert_eq!(b.parts[1].depth, Some(2));
+        assert_eq!(b.totals.summary_count, 1);
+        assert_eq!(b.totals.raw_count, 2);
+        assert_eq!(
+            b.total_tokens,
+            b.parts.iter().map(|p| p.tokens).sum::<u64>()
+        );
+        assert_eq!(
+            b.totals.raw,
+            clawctx_tokens::message_tokens(&result.messages[2])
+                + clawctx_tokens::message_tokens(&result.messages[3])
+        );
+        assert_eq!(b.estimated_tokens, 42);
+        assert_eq!(b.message_count, 4);
+    }
+
+    #[test]
+    fn the_recorder_keeps_the_last_answer_per_session() {
+        let r = Recorder::default();
+        let rec = |n: u64| Recorded {
+            at_ms: n as i64,
+            source: "turn",
+            session_id: "s".into(),
+            token_budget: Some(n),
+            history_messages: 0,
+            result: AssembleResult::default(),
+        };
+        r.record("a", rec(1));
+        r.record("a", rec(2));
+        r.record("b", rec(3));
+        assert_eq!(r.last("a").unwrap().token_budget, Some(2));
+        assert_eq!(r.keys().len(), 2);
+        assert!(r.last("c").is_none());
+    }
+}

@@ -1,0 +1,208 @@
+//! Live updates: a broadcast bus the turn path publishes to, and the SSE stream a dashboard
+//! page listens on.
+//!
+//! A turn publishes `turnStarted`, then `assembled` for every `assemble` result (with the
+//! split's totals), then `compaction` when the session's stored history was compacted during
+//! the turn (the lossless epoch or the transcript's compaction count moved), then `turnDone`.
+//! Publishing never blocks a turn: the bus is a bounded `tokio::sync::broadcast` channel and a
+//! listener that falls behind gets a `lagged` event telling it to reload. Without listeners
+//! the turn path does nothing but record the assembly.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use clawctx_runtime::AssembledView;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+use super::last_assembled::{breakdown, Recorded};
+use crate::server::AppState;
+
+/// Events kept for a slow listener before it lags.
+const CAPACITY: usize = 256;
+
+/// One live event.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveEvent {
+    /// The session it is about.
+    pub session_key: String,
+    /// `turnStarted`, `assembled`, `compaction`, `turnDone`.
+    pub kind: &'static str,
+    /// When (epoch ms).
+    pub at_ms: i64,
+    /// Details.
+    pub data: Value,
+}
+
+/// The bus.
+pub struct Live {
+    tx: broadcast::Sender<LiveEvent>,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Live {
+            tx: broadcast::channel(CAPACITY).0,
+        }
+    }
+}
+
+impl Live {
+    /// Sends `kind` for `key` to every listener (none: dropped).
+    pub fn publish(&self, key: &str, kind: &'static str, data: Value) {
+        let _ = self.tx.send(LiveEvent {
+            session_key: key.to_owned(),
+            kind,
+            at_ms: super::now_ms(),
+            data,
+        });
+    }
+
+    /// Whether anyone listens.
+    pub fn listened(&self) -> bool {
+        self.tx.receiver_count() > 0
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<LiveEvent> {
+        self.tx.subscribe()
+    }
+}
+
+/// What says a session's stored history was compacted: the lossless conversation's epoch
+/// and summary passes, or the transcript's compaction entries.
+async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
+    if shared.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
+        let store = crate::engine_api::store(shared).await.ok()?;
+        let conv_key = clawctx_lossless::ConvKey::from_host(Some(key), key);
+        store
+            .call(move |db| {
+                db.read(|db| {
+                    let Some(conv) = db.conversation(&conv_key)? else {
+                        return Ok(None);
+                    };
+                    Ok(Some((
+                        conv.epoch,
+                        db.compaction_timeline(&conv)?.len() as i64,
+                    )))
+                })
+            })
+            .await
+            .ok()
+            .flatten()
+    } else {
+        let rt = shared.runtime.clone();
+        let key = key.to_owned();
+        tokio::task::spawn_blocking(move || rt.status(&key).ok().map(|s| (s.compactions as i64, 0)))
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// The turn path's hook: a sender for [`clawctx_runtime::TurnRequest::assembled`]. A task
+/// records every assembly it receives and, when someone listens, publishes the turn's
+/// events; the runtime drops the sender when the turn ends, which ends the task.
+pub(crate) fn watch_turn(
+    shared: &AppState,
+    key: &str,
+) -> tokio::sync::mpsc::UnboundedSender<AssembledView> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<AssembledView>();
+    let shared = shared.clone();
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        let listened = shared.dashboard.live.listened();
+        let before = if listened {
+            compaction_marker(&shared, &key).await
+        } else {
+            None
+        };
+        if listened {
+            shared
+                .dashboard
+                .live
+                .publish(&key, "turnStarted", json!({}));
+        }
+        while let Some(view) = rx.recv().await {
+            if shared.dashboard.live.listened() {
+                let b = breakdown(&view.result);
+                shared.dashboard.live.publish(
+                    &key,
+                    "assembled",
+                    json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": view.token_budget}),
+                );
+            }
+            shared.dashboard.recorder.record(
+                &key,
+                Recorded {
+                    at_ms: super::now_ms(),
+                    source: "turn",
+                    session_id: view.session_id,
+                    token_budget: Some(view.token_budget),
+                    history_messages: view.history_messages,
+                    result: view.result,
+                },
+            );
+        }
+        if listened || shared.dashboard.live.listened() {
+            let after = compaction_marker(&shared, &key).await;
+            if before.is_some() && after != before {
+                shared.dashboard.live.publish(
+                    &key,
+                    "compaction",
+                    json!({"before": before, "after": after}),
+                );
+            }
+            shared.dashboard.live.publish(&key, "turnDone", json!({}));
+        }
+    });
+    tx
+}
+
+/// `?key=` of the event stream (absent: every session).
+#[derive(Debug, Deserialize)]
+pub(crate) struct EventsQuery {
+    key: Option<String>,
+}
+
+/// `GET /v1/dashboard/events`: the bus as server-sent events, one `data:` JSON
+/// [`LiveEvent`] each (a `lagged` event when this listener fell behind). Ends when the
+/// gateway begins to shut down.
+pub(crate) async fn events(
+    State(shared): State<AppState>,
+    Query(q): Query<EventsQuery>,
+) -> impl IntoResponse {
+    let rx = shared.dashboard.live.subscribe();
+    let filter = q.key.filter(|k| !k.trim().is_empty());
+    let hello = Event::default().data(json!({"kind": "hello", "sessionKey": filter}).to_string());
+    let stream = futures::stream::unfold(
+        (rx, shared, filter),
+        |(mut rx, shared, filter)| async move {
+            loop {
+                if shared.stopping.load(Ordering::SeqCst) {
+                    return None;
+                }
+                let next = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await;
+                let event = match next {
+                    Err(_) => continue,
+                    Ok(Ok(e)) if filter.as_deref().is_none_or(|k| k == e.session_key) => {
+                        Event::default().data(serde_json::to_string(&e).unwrap_or_default())
+                    }
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
+                        Event::default().data(json!({"kind": "lagged", "missed": n}).to_string())
+                    }
+                    Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+                };
+                return Some((Ok::<Event, Infallible>(event), (rx, shared, filter)));
+            }
+        },
+    );
+    let stream = futures::StreamExt::chain(futures::stream::once(async move { Ok(hello) }), stream);
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
+}

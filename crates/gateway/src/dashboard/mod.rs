@@ -1,0 +1,772 @@
+//! The web dashboard: what the model saw, the summary DAG, recall and engine health, served
+//! by the gateway at `/`.
+//!
+//! The page is plain ES modules and CSS under `crates/gateway/assets/dashboard/`, embedded in
+//! the binary (`include_str!`): no build step, no CDN, no network fonts; a Content Security
+//! Policy keeps it to its own origin. It reads the JSON endpoints below plus the engine API's
+//! recall routes (`/v1/engine/lcm_grep`, `lcm_expand`), and listens on `/v1/dashboard/events`
+//! (SSE) for the open session's turns.
+//!
+//! - `GET /v1/dashboard/sessions`: every session with its counts, budget and last assembly.
+//! - `GET /v1/dashboard/session?key=`: one session: its last assembled context split into
+//!   parts ([`last_assembled`]), what was left out, the compaction timeline.
+//! - `GET /v1/dashboard/transcript?key=&from=&limit=&around=`: a page of the stored messages.
+//! - `GET /v1/dashboard/dag?key=`, `/dag/children?key=&id=`, `/dag/path?key=&id=`: the
+//!   summary DAG a layer at a time (lossless).
+//! - `GET /v1/dashboard/engines`: selection, engines, plugins, quarantines (the persisted
+//!   mirror and this process), host, summarizer, the config with secrets masked ([`secrets`]).
+//! - `GET /v1/dashboard/events?key=`: live events ([`live`]).
+//!
+//! Auth is the API's: open on loopback without a token; with a token every route needs it. A
+//! browser cannot send a bearer header when it follows a link, so `/?token=<token>` checks the
+//! token and answers with a redirect to `/` that sets an `HttpOnly; SameSite=Strict` cookie
+//! holding a hash of the token (never the token); the auth layer accepts that cookie as it
+//! accepts the header. A page request without either gets a short HTML page saying so.
+
+pub mod last_assembled;
+pub mod live;
+pub mod secrets;
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use clawctx_lossless::inspect::{DagNode, DagOverview, MessagePage};
+use clawctx_lossless::{ConvKey, LosslessStore};
+use clawctx_protocol::{AgentMessage, AssembleParams, AssembleResult};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::api_error::ApiError;
+use crate::server::{AppState, Shared};
+use last_assembled::{breakdown, Recorded, Recorder};
+use live::Live;
+
+pub(crate) use live::watch_turn;
+
+/// The cookie the dashboard's `/?token=` login sets.
+pub const COOKIE: &str = "clawctx_gateway";
+
+/// Transcript page size when none is asked for.
+const DEFAULT_PAGE: usize = 100;
+/// Frontier items listed by name in "left out".
+const LEFT_OUT_LISTED: usize = 50;
+
+/// The dashboard's state in the gateway.
+#[derive(Default)]
+pub struct Dashboard {
+    /// Last assembly per session.
+    pub recorder: Recorder,
+    /// Live events.
+    pub live: Live,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The engine API's `assemble` handler records its answer here.
+pub(crate) fn engine_assembled(shared: &Shared, params: &AssembleParams, result: &AssembleResult) {
+    let key = params
+        .session_key
+        .as_deref()
+        .filter(|k| !k.trim().is_empty())
+        .unwrap_or(&params.session_id)
+        .trim();
+    shared.dashboard.recorder.record(
+        key,
+        Recorded {
+            at_ms: now_ms(),
+            source: "engine-api",
+            session_id: params.session_id.clone(),
+            token_budget: params.token_budget,
+            history_messages: params.messages.len(),
+            result: result.clone(),
+        },
+    );
+    if shared.dashboard.live.listened() {
+        let b = breakdown(result);
+        shared.dashboard.live.publish(
+            key,
+            "assembled",
+            json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": params.token_budget}),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Auth: the token cookie.
+
+/// The cookie value for `token`: a hash, so the cookie jar never holds the token itself.
+fn cookie_value(token: &str) -> String {
+    let digest = Sha256::digest(format!("clawctx-dashboard:{token}").as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The dashboard cookie's value in `headers`, if any.
+fn cookie_in(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.trim().to_owned())
+}
+
+/// Whether `headers` carry the dashboard cookie of `token` (compared in constant time).
+pub(crate) fn cookie_matches(headers: &HeaderMap, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(presented) = cookie_in(headers) else {
+        return false;
+    };
+    let expected = cookie_value(token);
+    presented.len() == expected.len() && bool::from(presented.as_bytes().ct_eq(expected.as_bytes()))
+}
+
+/// Paths that are pages (HTML for a person) rather than API routes.
+pub(crate) fn is_page(path: &str) -> bool {
+    path == "/" || path == "/index.html"
+}
+
+/// `GET /?token=…`: a matching token gets a redirect to `/` with the cookie set; a wrong one
+/// the login page with 401. Other requests: `None` (the auth layer goes on).
+pub(crate) fn login(
+    req: &Request,
+    token: &str,
+    matches: &dyn Fn(&str) -> bool,
+) -> Option<Response> {
+    if !is_page(req.uri().path()) {
+        return None;
+    }
+    let presented = req
+        .uri()
+        .query()?
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| *k == "token")?
+        .1;
+    let presented = percent_decode(presented);
+    if !matches(&presented) {
+        tracing::info!("dashboard login refused: wrong token");
+        return Some(login_page(true));
+    }
+    let cookie = format!(
+        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+        cookie_value(token)
+    );
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Some(r)
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'+', _) => out.push(b' '),
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 2;
+            }
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The page a browser gets without credentials.
+pub(crate) fn login_page(wrong: bool) -> Response {
+    let why = if wrong {
+        "<p class=\"error\">That token is not the gateway's.</p>"
+    } else {
+        ""
+    };
+    let body = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
+         <title>clawctx gateway</title></head><body style=\"font-family: system-ui, sans-serif; max-width: 40em; margin: 3em auto; padding: 0 1em\">\
+         <h1>clawctx gateway</h1>{why}<p>This gateway needs its token. Open <code>/?token=&lt;gateway token&gt;</code> once: \
+         the gateway sets a cookie (HttpOnly, SameSite=Strict) and sends you to the dashboard.</p></body></html>"
+    );
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Assets.
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+                   font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// Every embedded asset: (name, content type, bytes).
+const ASSETS: &[(&str, &str, &str)] = &[
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/app.js"),
+    ),
+    (
+        "api.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/api.js"),
+    ),
+    (
+        "ui.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/ui.js"),
+    ),
+    (
+        "sessions.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/sessions.js"),
+    ),
+    (
+        "session.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/session.js"),
+    ),
+    (
+        "dag.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/dag.js"),
+    ),
+    (
+        "search.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/search.js"),
+    ),
+    (
+        "engines.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/engines.js"),
+    ),
+    (
+        "style.css",
+        "text/css; charset=utf-8",
+        include_str!("../../assets/dashboard/style.css"),
+    ),
+    (
+        "favicon.svg",
+        "image/svg+xml",
+        include_str!("../../assets/dashboard/favicon.svg"),
+    ),
+];
+
+const INDEX: &str = include_str!("../../assets/dashboard/index.html");
+
+fn page_headers(content_type: &'static str) -> [(header::HeaderName, &'static str); 4] {
+    [
+        (header::CONTENT_TYPE, content_type),
+        (header::CACHE_CONTROL, "no-cache"),
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ]
+}
+
+async fn index() -> Response {
+    (page_headers("text/html; charset=utf-8"), INDEX).into_response()
+}
+
+async fn asset(Path(name): Path<String>) -> Response {
+    match ASSETS.iter().find(|(n, _, _)| *n == name) {
+        Some((_, content_type, body)) => (page_headers(content_type), *body).into_response(),
+        None => ApiError::not_found(format!("no dashboard asset {name}")).into_response(),
+    }
+}
+
+/// The dashboard's routes (the auth layer of the whole router applies).
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(index))
+        .route("/index.html", get(index))
+        .route("/dashboard/{name}", get(asset))
+        .route("/v1/dashboard/sessions", get(sessions))
+        .route("/v1/dashboard/session", get(session))
+        .route("/v1/dashboard/transcript", get(transcript))
+        .route("/v1/dashboard/dag", get(dag))
+        .route("/v1/dashboard/dag/children", get(dag_children))
+        .route("/v1/dashboard/dag/path", get(dag_path))
+        .route("/v1/dashboard/engines", get(engines))
+        .route("/v1/dashboard/events", get(live::events))
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON endpoints.
+
+fn is_lossless(s: &Shared) -> bool {
+    s.runtime.engine_id() == clawctx_lossless::ENGINE_ID
+}
+
+async fn lossless_store(s: &Shared) -> Result<Option<LosslessStore>, ApiError> {
+    if !is_lossless(s) {
+        return Ok(None);
+    }
+    crate::engine_api::store(s).await.map(Some)
+}
+
+fn store_error(what: &str) -> impl Fn(clawctx_lossless::LosslessError) -> ApiError + '_ {
+    move |e| match e {
+        clawctx_lossless::LosslessError::NotFound(m) => {
+            ApiError::not_found(format!("{what}: not found: {m}"))
+        }
+        clawctx_lossless::LosslessError::InvalidInput(m) => {
+            ApiError::bad_request(format!("{what}: {m}"))
+        }
+        other => ApiError::internal(format!("{what} failed: {other}")),
+    }
+}
+
+fn key_param(key: Option<String>) -> Result<String, ApiError> {
+    match key.map(|k| k.trim().to_owned()) {
+        Some(k) if !k.is_empty() => Ok(k),
+        _ => Err(ApiError::invalid(
+            "key",
+            "`key` (the session key) is required",
+        )),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("a dashboard task failed: {e}")))
+}
+
+/// `GET /v1/dashboard/sessions`.
+async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let engine = s.runtime.engine_id();
+    let budget = s.runtime.limits().prompt_budget;
+    let rt = s.runtime.clone();
+    let listed = blocking(move || rt.store().list("main"))
+        .await?
+        .map_err(|e| ApiError::internal(format!("cannot list the sessions: {e}")))?;
+    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
+    for (key, entry) in &listed {
+        rows.insert(
+            key.clone(),
+            json!({"sessionKey": key, "sessionId": entry.session_id, "updatedAt": entry.updated_at, "engine": engine}),
+        );
+    }
+    if let Some(store) = lossless_store(&s).await? {
+        let (convs, passes) = store
+            .call(|db| db.read(|db| Ok((db.conversations()?, db.compaction_passes()?))))
+            .await
+            .map_err(store_error("listing the lossless conversations"))?;
+        let passes: HashMap<i64, i64> = passes.into_iter().collect();
+        for c in convs.into_iter().filter(|c| c.active) {
+            let row = rows.entry(c.session_key.clone()).or_insert_with(|| {
+                json!({"sessionKey": c.session_key, "sessionId": Value::Null, "updatedAt": Value::Null, "engine": engine})
+            });
+            row["messages"] = json!(c.msg_count);
+            row["storedTokens"] = json!(c.msg_tokens);
+            row["contextTokens"] = json!(c.frontier_tokens);
+            row["compactions"] = json!(passes.get(&c.id).copied().unwrap_or(0));
+        }
+    } else {
+        for (key, _) in &listed {
+            let rt = s.runtime.clone();
+            let k = key.clone();
+            if let Ok(Ok(status)) = blocking(move || rt.status(&k)).await {
+                if let Some(row) = rows.get_mut(key) {
+                    row["messages"] = json!(status.context_messages);
+                    row["storedTokens"] = json!(status.context_tokens);
+                    row["contextTokens"] = json!(status.context_tokens);
+                    row["compactions"] = json!(status.compactions);
+                }
+            }
+        }
+    }
+    for (key, at) in s.dashboard.recorder.keys() {
+        let row = rows.entry(key.clone()).or_insert_with(
+            || json!({"sessionKey": key, "sessionId": Value::Null, "updatedAt": Value::Null, "engine": engine}),
+        );
+        if let Some(r) = s.dashboard.recorder.last(&key) {
+            row["assembledTokens"] = json!(breakdown(&r.result).total_tokens);
+            row["assembledAt"] = json!(at);
+            row["assembledBudget"] = json!(r.token_budget);
+        }
+    }
+    let mut sessions: Vec<Value> = rows.into_values().collect();
+    for row in &mut sessions {
+        let updated = row["updatedAt"]
+            .as_i64()
+            .unwrap_or(0)
+            .max(row["assembledAt"].as_i64().unwrap_or(0));
+        row["lastActivity"] = if updated > 0 {
+            json!(updated)
+        } else {
+            Value::Null
+        };
+        row["budget"] = json!(budget);
+    }
+    sessions.sort_by_key(|r| std::cmp::Reverse(r["lastActivity"].as_i64().unwrap_or(0)));
+    Ok(Json(
+        json!({"engine": engine, "budget": budget, "sessions": sessions}),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+struct KeyQuery {
+    key: Option<String>,
+}
+
+/// `GET /v1/dashboard/session?key=`.
+async fn session(
+    State(s): State<AppState>,
+    Query(q): Query<KeyQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_param(q.key)?;
+    let limits = s.runtime.limits();
+    let last = s.dashboard.recorder.last(&key);
+    let split = last.as_ref().map(|r| breakdown(&r.result));
+    let mut out = json!({
+        "sessionKey": key,
+        "engine": s.runtime.engine_id(),
+        "lossless": is_lossless(&s),
+        "limits": {"contextWindow": limits.context_window, "maxOutputTokens": limits.max_output_tokens,
+                   "reserveTokens": limits.reserve_tokens, "promptBudget": limits.prompt_budget},
+        "lastAssembled": last.as_ref().zip(split.as_ref()).map(|(r, b)| json!({
+            "at": r.at_ms, "source": r.source, "sessionId": r.session_id, "tokenBudget": r.token_budget,
+            "historyMessages": r.history_messages, "breakdown": b,
+        })),
+    });
+    if let Some(store) = lossless_store(&s).await? {
+        let conv_key = ConvKey::from_host(Some(&key), &key);
+        let found = store
+            .call(move |db| {
+                db.read(|db| {
+                    let Some(conv) = db.conversation(&conv_key)? else {
+                        return Ok(None);
+                    };
+                    Ok(Some((
+                        db.compaction_timeline(&conv)?,
+                        db.frontier_items(&conv)?,
+                        conv,
+                    )))
+                })
+            })
+            .await
+            .map_err(store_error("reading the session"))?;
+        if let Some((timeline, frontier, conv)) = found {
+            out["stats"] = json!({"messages": conv.msg_count, "storedTokens": conv.msg_tokens,
+                                  "frontierTokens": conv.frontier_tokens, "frontierItems": conv.frontier_items,
+                                  "epoch": conv.epoch});
+            out["timeline"] = json!(timeline);
+            if let Some(b) = &split {
+                // Assembly keeps a suffix of the frontier: whatever comes before it is left out.
+                let kept = (b.totals.summary_count + b.totals.raw_count).min(frontier.len());
+                let left = &frontier[..frontier.len() - kept];
+                let tokens: i64 = left.iter().map(|i| i.tokens).sum();
+                let messages: i64 = left
+                    .iter()
+                    .map(|i| (i.last_seq - i.first_seq + 1).max(0))
+                    .sum();
+                out["leftOut"] = json!({
+                    "items": left.len(), "tokens": tokens, "messages": messages,
+                    "firstSeq": left.first().map(|i| i.first_seq), "lastSeq": left.last().map(|i| i.last_seq),
+                    "listed": left.iter().rev().take(LEFT_OUT_LISTED).collect::<Vec<_>>(),
+                });
+            }
+        }
+    } else {
+        let rt = s.runtime.clone();
+        let k = key.clone();
+        if let Ok(Ok(status)) = blocking(move || rt.status(&k)).await {
+            out["stats"] = json!({"messages": status.context_messages, "storedTokens": status.context_tokens,
+                                  "compactions": status.compactions});
+            if let Some(b) = &split {
+                out["leftOut"] =
+                    json!({"messages": status.context_messages.saturating_sub(b.totals.raw_count)});
+            }
+        }
+        out["timeline"] = json!([]);
+    }
+    Ok(Json(out))
+}
+
+#[derive(Debug, Deserialize)]
+struct TranscriptQuery {
+    key: Option<String>,
+    from: Option<i64>,
+    limit: Option<usize>,
+    around: Option<String>,
+}
+
+/// `GET /v1/dashboard/transcript`: lossless pages by sequence from the store; other engines
+/// page the session's context from the transcript.
+async fn transcript(
+    State(s): State<AppState>,
+    Query(q): Query<TranscriptQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_param(q.key)?;
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 500);
+    if let Some(store) = lossless_store(&s).await? {
+        let conv_key = ConvKey::from_host(Some(&key), &key);
+        let (from, around) = (q.from, q.around);
+        let page: MessagePage = store
+            .call(move |db| {
+                db.read(|db| {
+                    let conv = db.conversation_of(&conv_key)?;
+                    let from = match (&around, from) {
+                        (Some(id), _) => (db.message_seq(&conv, id)? - limit as i64 / 2).max(0),
+                        (None, Some(f)) => f.max(0),
+                        (None, None) => (conv.next_seq - limit as i64).max(0),
+                    };
+                    db.message_page(&conv, from, limit)
+                })
+            })
+            .await
+            .map_err(store_error("reading the transcript"))?;
+        let mut v = serde_json::to_value(&page)
+            .map_err(|e| ApiError::internal(format!("encoding the page: {e}")))?;
+        v["limit"] = json!(limit);
+        return Ok(Json(v));
+    }
+    if q.around.is_some() {
+        return Err(ApiError::invalid(
+            "around",
+            "`around` needs the lossless engine (message ids are its ids)",
+        ));
+    }
+    let rt = s.runtime.clone();
+    let k = key.clone();
+    let messages: Vec<AgentMessage> = blocking(move || rt.context(&k))
+        .await?
+        .map_err(|e| ApiError::not_found(format!("session {key}: {e}")))?;
+    let total = messages.len() as i64;
+    let from = q.from.unwrap_or(total - limit as i64).clamp(0, total);
+    let end = (from + limit as i64).min(total);
+    let page: Vec<Value> = messages[from as usize..end as usize]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            json!({"id": format!("ctx_{}", from as usize + i), "seq": from as usize + i,
+                   "tokens": clawctx_tokens::message_tokens(m), "inFrontier": true, "message": m})
+        })
+        .collect();
+    Ok(Json(
+        json!({"total": total, "fromSeq": from, "messages": page,
+                   "nextSeq": if end < total { json!(end) } else { Value::Null }, "limit": limit}),
+    ))
+}
+
+async fn conv_call<T: Send + 'static>(
+    s: &Shared,
+    key: String,
+    what: &'static str,
+    f: impl FnOnce(
+            &clawctx_lossless::store::Db,
+            &clawctx_lossless::store::ConvRow,
+        ) -> clawctx_lossless::error::Result<T>
+        + Send
+        + 'static,
+) -> Result<T, ApiError> {
+    let Some(store) = lossless_store(s).await? else {
+        return Err(ApiError::conflict(format!(
+            "the summary DAG needs the lossless engine; the engine in charge is \"{}\"",
+            s.runtime.engine_id()
+        )));
+    };
+    let conv_key = ConvKey::from_host(Some(&key), &key);
+    store
+        .call(move |db| {
+            db.read(|db| {
+                let conv = db.conversation_of(&conv_key)?;
+                f(db, &conv)
+            })
+        })
+        .await
+        .map_err(store_error(what))
+}
+
+/// `GET /v1/dashboard/dag?key=`.
+async fn dag(
+    State(s): State<AppState>,
+    Query(q): Query<KeyQuery>,
+) -> Result<Json<DagOverview>, ApiError> {
+    let key = key_param(q.key)?;
+    conv_call(&s, key, "reading the DAG", |db, conv| db.dag_overview(conv))
+        .await
+        .map(Json)
+}
+
+#[derive(Debug, Deserialize)]
+struct NodeQuery {
+    key: Option<String>,
+    id: Option<String>,
+}
+
+fn id_param(id: Option<String>) -> Result<String, ApiError> {
+    match id.map(|k| k.trim().to_owned()) {
+        Some(k) if !k.is_empty() => Ok(k),
+        _ => Err(ApiError::invalid(
+            "id",
+            "`id` (sum_<n> or msg_<n>) is required",
+        )),
+    }
+}
+
+/// `GET /v1/dashboard/dag/children?key=&id=`.
+async fn dag_children(
+    State(s): State<AppState>,
+    Query(q): Query<NodeQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let (key, id) = (key_param(q.key)?, id_param(q.id)?);
+    let of = id.clone();
+    let children: Vec<DagNode> =
+        conv_call(&s, key, "reading a node's children", move |db, conv| {
+            db.dag_children(conv, &of)
+        })
+        .await?;
+    Ok(Json(json!({"id": id, "children": children})))
+}
+
+/// `GET /v1/dashboard/dag/path?key=&id=`.
+async fn dag_path(
+    State(s): State<AppState>,
+    Query(q): Query<NodeQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let (key, id) = (key_param(q.key)?, id_param(q.id)?);
+    let of = id.clone();
+    let path: Vec<String> = conv_call(&s, key, "finding a node's path", move |db, conv| {
+        db.dag_path(conv, &of)
+    })
+    .await?;
+    Ok(Json(json!({"id": id, "path": path})))
+}
+
+/// `GET /v1/dashboard/engines`.
+async fn engines(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let engine = s.runtime.engine();
+    let settings = s.runtime.runtime_settings();
+    let in_memory = s
+        .registry
+        .as_ref()
+        .map(|r| r.quarantines())
+        .unwrap_or_default();
+    let mirror = s
+        .registry
+        .as_ref()
+        .and_then(|r| r.health_mirror())
+        .unwrap_or_else(|| {
+            std::sync::Arc::new(clawctx_engine::HealthMirror::in_state_dir(
+                s.runtime.state_dir(),
+            ))
+        });
+    let (quarantines, mirror_error) = {
+        let m = mirror.clone();
+        let mem = in_memory.clone();
+        match blocking(move || m.list(&mem)).await? {
+            Ok(list) => (serde_json::to_value(list).unwrap_or_default(), Value::Null),
+            Err(e) => (
+                serde_json::to_value(&in_memory).unwrap_or_default(),
+                json!(e.to_string()),
+            ),
+        }
+    };
+    let registered: Vec<Value> = s
+        .registry
+        .as_ref()
+        .map(|r| {
+            r.ids()
+                .into_iter()
+                .map(|id| {
+                    let reg = r.get(&id);
+                    json!({
+                        "id": id,
+                        "owner": reg.as_ref().map(|g| g.owner.clone()),
+                        "lifecycle": reg.as_ref().map(|g| format!("{:?}", g.lifecycle)),
+                        "quarantined": r.is_quarantined(&id),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let plugins = s
+        .host_config
+        .get("plugins")
+        .map(secrets::mask)
+        .unwrap_or(Value::Null);
+    let summarizer = s
+        .registry
+        .as_ref()
+        .and_then(|r| r.host_summarizer())
+        .map(|x| x.name().to_owned());
+    let mut stored_summarizers = Value::Null;
+    if let Some(store) = lossless_store(&s).await? {
+        if let Ok(names) = store.call(|db| db.read(|db| db.summarizers_used())).await {
+            stored_summarizers = json!(names);
+        }
+    }
+    let cfg = &s.config;
+    Ok(Json(json!({
+        "engine": {"info": engine.info(), "methods": engine.methods().iter().map(|m| m.name()).collect::<Vec<_>>()},
+        "selection": settings.context_engine_selection,
+        "diagnostics": settings.diagnostics,
+        "runtimeSettings": settings,
+        "registered": registered,
+        "plugins": plugins,
+        "quarantines": quarantines,
+        "quarantineMirror": {"path": mirror.path().display().to_string(), "error": mirror_error},
+        "host": s.runtime.host(),
+        "summarizer": {"host": summarizer, "stored": stored_summarizers},
+        "model": s.model,
+        "gateway": {
+            "address": cfg.addr.to_string(), "bind": cfg.bind_mode, "auth": if cfg.token.is_some() { "token" } else { "none" },
+            "maxBodyBytes": cfg.max_body_bytes, "requestTimeoutMs": cfg.request_timeout.as_millis() as u64,
+            "maxQueuedPerSession": cfg.max_queued_per_session, "chatCompletions": cfg.chat_completions,
+        },
+        "config": secrets::mask(&s.host_config),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn the_cookie_holds_a_hash_of_the_token_and_is_found_among_others() {
+        let v = cookie_value("s3cret");
+        assert_eq!(v.len(), 64);
+        assert!(!v.contains("s3cret"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("a=b; {COOKIE}={v}; c=d")).unwrap(),
+        );
+        assert!(cookie_matches(&h, "s3cret"));
+        assert!(!cookie_matches(&h, "other"));
+        assert!(!cookie_matches(&HeaderMap::new(), "s3cret"));
+    }
+
+    #[test]
+    fn query_tokens_are_percent_decoded() {
+        assert_eq!(percent_decode("a%20b+c%2Fd"), "a b c/d");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+}

@@ -1,0 +1,274 @@
+//! A gateway on loopback over a temp state dir with a pre-filled lossless session, for the
+//! dashboard's HTTP and browser tests: the session's transcript is written the way the session
+//! store reads it (a planted message early, tool calls and results along the way), then one
+//! chat turn makes `lossless` bootstrap from it, store it and compact it into a DAG.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clawctx_engine::ContextEngineRegistry;
+use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts, Token};
+use clawctx_protocol::{AgentMessage, SelectionSource};
+use clawctx_runtime::{select_backend, AgentRuntime};
+use clawctx_transcript::SessionFile;
+use serde_json::{json, Value};
+
+use super::common::{text, MockLlm};
+
+/// The planted message's distinctive words.
+pub const PLANTED: &str = "heliotrope quokka-7731";
+/// The planted message's text.
+pub const PLANTED_TEXT: &str =
+    "Remember this: the launch code for project heliotrope quokka-7731 is 4242.";
+
+/// A running gateway.
+pub struct Fixture {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub llm: MockLlm,
+    pub runtime: AgentRuntime,
+    pub registry: Arc<ContextEngineRegistry>,
+    pub state: tempfile::TempDir,
+    pub token: Option<String>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    join: Option<tokio::task::JoinHandle<clawctx_gateway::Result<()>>>,
+}
+
+/// What to start.
+pub struct Setup {
+    pub engine: &'static str,
+    pub token: Option<&'static str>,
+    /// Merged into the host config's top level.
+    pub extra_config: Value,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            engine: "lossless",
+            token: None,
+            extra_config: small_chunks(),
+        }
+    }
+}
+
+/// Lossless settings that make a few hundred messages a DAG of several layers.
+pub fn small_chunks() -> Value {
+    json!({"plugins": {"entries": {"lossless": {"config": {
+        "leafChunkTokens": 1000, "leafTargetTokens": 150, "condensedTargetTokens": 300
+    }}}}})
+}
+
+/// The `n`th pre-filled message of a session: the planted one at 3, a tool call and its result
+/// every 50, plain user and assistant lines otherwise.
+pub fn prefill_message(n: usize) -> AgentMessage {
+    let v = if n == 3 {
+        json!({"role": "user", "content": PLANTED_TEXT})
+    } else if n % 50 == 10 {
+        json!({"role": "assistant", "content": [
+            {"type": "text", "text": format!("Let me look at shipment {n}.")},
+            {"type": "toolCall", "id": format!("call_{n}"), "name": "read_manifest", "arguments": {"shipment": n}}
+        ]})
+    } else if n % 50 == 11 {
+        json!({"role": "toolResult", "toolCallId": format!("call_{}", n - 1), "toolName": "read_manifest",
+               "content": [{"type": "text", "text": format!("manifest {}: 12 pallets of copper wire, bay {}", n - 1, n % 17)}], "isError": false})
+    } else {
+        let text = format!(
+            "message {n}: the shipment for order {} left the warehouse in bay {} at {}:{:02}",
+            1000 + n * 7 % 9973,
+            n % 17,
+            8 + n % 10,
+            n % 60
+        );
+        if n % 2 == 0 {
+            json!({"role": "user", "content": text})
+        } else {
+            json!({"role": "assistant", "content": [{"type": "text", "text": text}]})
+        }
+    };
+    serde_json::from_value(v).unwrap()
+}
+
+fn merge(into: &mut Value, from: &Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+pub async fn start(setup: Setup) -> Fixture {
+    let llm = MockLlm::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let mut config = llm.config(setup.engine);
+    merge(&mut config, &setup.extra_config);
+    let config = Arc::new(config);
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    clawctx_lossless::register(&registry).unwrap();
+    let agent_dir = state.path().join("agents").join("main");
+    let resolved = registry
+        .resolve(
+            Some(config.clone()),
+            Some(agent_dir.clone()),
+            Some(agent_dir.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        resolved.effective_id, setup.engine,
+        "the engine under test must serve"
+    );
+    let backend = select_backend(&config, None, &|_| None).unwrap();
+    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
+        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
+        .workspace_dir(agent_dir.to_string_lossy().into_owned())
+        .build();
+    let mut settings = GatewayConfig::loopback(0);
+    settings.token = setup.token.map(Token::new);
+    let gateway = Gateway::new(GatewayParts {
+        runtime: runtime.clone(),
+        registry: Some(registry.clone()),
+        host_config: config,
+        model: "mock/test-model".into(),
+        config: settings,
+    });
+    let listener = gateway.bind().await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let join = tokio::spawn(gateway.serve(listener, async move {
+        let _ = rx.await;
+    }));
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    Fixture {
+        url,
+        http,
+        llm,
+        runtime,
+        registry,
+        state,
+        token: setup.token.map(str::to_owned),
+        stop: Some(tx),
+        join: Some(join),
+    }
+}
+
+impl Fixture {
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    fn auth(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.auth(self.http.get(self.at(path)))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn get_json(&self, path: &str) -> Value {
+        let r = self.get(path).await;
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert!(status.is_success(), "GET {path}: {status} {body}");
+        body
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.auth(self.http.post(self.at(path)))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> Value {
+        let r = self.post(path, body).await;
+        let status = r.status();
+        let answer: Value = r.json().await.unwrap();
+        assert!(status.is_success(), "POST {path}: {status} {answer}");
+        answer
+    }
+
+    /// Writes `n` messages into `key`'s transcript (before its first turn).
+    pub fn prefill(&self, key: &str, n: usize) {
+        let s = self.runtime.session(key).unwrap();
+        let mut file = if s.transcript_path.exists() {
+            SessionFile::open(&s.transcript_path).unwrap()
+        } else {
+            SessionFile::create(&s.transcript_path, &s.entry.session_id, "/").unwrap()
+        };
+        for m in 0..n {
+            file.append_message(prefill_message(m)).unwrap();
+        }
+    }
+
+    /// One chat turn on `key` (the model answers `reply`).
+    pub async fn turn(&self, key: &str, prompt: &str, reply: &str) -> Value {
+        self.llm.push([text(reply)]);
+        let r = self
+            .auth(self.http.post(self.at("/v1/chat/completions")))
+            .header("x-clawctx-session", key)
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": prompt}]}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert!(status.is_success(), "turn on {key}: {status} {body}");
+        body
+    }
+
+    /// A lossless session of `n` pre-filled messages, stored and compacted by one turn.
+    pub async fn lossless_session(&self, key: &str, n: usize) -> Duration {
+        let started = Instant::now();
+        self.prefill(key, n);
+        self.turn(key, "What was the launch code?", "I will look it up.")
+            .await;
+        started.elapsed()
+    }
+
+    /// The session's id (for engine API calls).
+    pub fn session_id(&self, key: &str) -> String {
+        self.runtime.session(key).unwrap().entry.session_id.clone()
+    }
+
+    /// Writes a quarantine row of another (gone) process into the persisted mirror.
+    pub fn mirror_quarantine(&self, engine: &str, operation: &str, reason: &str) {
+        let dir = self.state.path().join("runtime");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = json!({
+            "version": 1, "owner": "core:context-engine-quarantine-health", "namespace": "runtime-quarantines",
+            "quarantines": [{
+                "engineId": engine, "owner": format!("plugin:{engine}"), "operation": operation, "reason": reason,
+                "failedAtMs": 1_760_000_000_000u64, "processId": 999_999, "processToken": "gone", "processStartTime": 1
+            }]
+        });
+        std::fs::write(
+            dir.join("context-engine-quarantines.json"),
+            serde_json::to_vec_pretty(&file).unwrap(),
+        )
+        .unwrap();
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(join) = self.join.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(60), join).await;
+        }
+    }
+}
