@@ -106,20 +106,31 @@ impl Rollbacks {
 /// `GET /v1/sessions`.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct SessionList {
-    /// Newest first.
+    /// The gateway's own sessions newest first, then the conversations only the lossless store
+    /// holds (by key).
     pub sessions: Vec<SessionRow>,
 }
 
-/// One session of agent `main`.
+/// One session: a transcript of the gateway's (agent `main`: the chat completions' sessions),
+/// a conversation of the lossless store (created by turns, the engine API or the OpenClaw
+/// bridge), or both.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionRow {
-    /// `agent:main:...`.
+    /// `agent:<id>:...`.
     pub session_key: String,
-    /// The current session id.
-    pub session_id: String,
-    /// Last update (epoch ms).
-    pub updated_at: i64,
+    /// The current session id of the gateway's transcript (absent for a lossless-only one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Last update of the gateway's transcript (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<i64>,
+    /// Where it is stored: `transcript` (the gateway's sessions), `lossless` (the lossless
+    /// store's active conversation of the key).
+    pub stores: Vec<String>,
+    /// Messages the lossless store holds for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lossless_messages: Option<u64>,
 }
 
 /// Grep mode.
@@ -485,17 +496,48 @@ pub(crate) async fn info(State(s): State<AppState>) -> Json<EngineInfoResponse> 
 }
 
 pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionList>, ApiError> {
-    let rows = s
+    let listed = s
         .runtime
         .store()
         .list("main")
         .map_err(|e| ApiError::internal(format!("cannot list the sessions: {e}")))?;
-    Ok(Json(SessionList {
-        sessions: rows
-            .into_iter()
-            .map(|(key, e)| SessionRow { session_key: key, session_id: e.session_id, updated_at: e.updated_at })
-            .collect(),
-    }))
+    let mut sessions: Vec<SessionRow> = listed
+        .into_iter()
+        .map(|(key, e)| SessionRow {
+            session_key: key,
+            session_id: Some(e.session_id),
+            updated_at: Some(e.updated_at),
+            stores: vec!["transcript".into()],
+            lossless_messages: None,
+        })
+        .collect();
+    if s.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
+        let conversations = store(&s)
+            .await?
+            .conversations()
+            .await
+            .map_err(|e| ApiError::internal(format!("cannot list the lossless conversations: {e}")))?;
+        let mut lossless_only = Vec::new();
+        for c in conversations.into_iter().filter(|c| c.active) {
+            let messages = Some(u64::try_from(c.msg_count).unwrap_or(0));
+            match sessions.iter_mut().find(|r| r.session_key == c.session_key) {
+                Some(row) => {
+                    row.stores.push("lossless".into());
+                    row.lossless_messages = messages;
+                }
+                None => lossless_only.push(SessionRow {
+                    session_key: c.session_key,
+                    session_id: None,
+                    updated_at: None,
+                    stores: vec!["lossless".into()],
+                    lossless_messages: messages,
+                }),
+            }
+        }
+        lossless_only.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+        sessions.extend(lossless_only);
+    }
+    Ok(Json(SessionList { sessions }))
 }
 
 /// The recall store: opened on first use when the engine in charge is `lossless`.

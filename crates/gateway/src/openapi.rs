@@ -96,7 +96,7 @@ pub(crate) fn operations(shared: &AppState) -> Vec<Op> {
         op("post", "/v1/engine/lcm_grep", "lcmGrep", "recall", "Search the lossless store (the lcm_grep tool)", Some(schema::<engine::GrepRequest>), Some(schema::<RecallReport>), post(engine::lcm_grep)),
         op("post", "/v1/engine/lcm_describe", "lcmDescribe", "recall", "Describe a summary or message (the lcm_describe tool)", Some(schema::<engine::DescribeRequest>), Some(schema::<RecallReport>), post(engine::lcm_describe)),
         op("post", "/v1/engine/lcm_expand", "lcmExpand", "recall", "Expand a summary (the lcm_expand tool)", Some(schema::<engine::ExpandRequest>), Some(schema::<RecallReport>), post(engine::lcm_expand)),
-        op("get", "/v1/sessions", "listSessions", "engine", "Sessions of agent main, newest first", None, Some(schema::<SessionList>), get(engine::sessions)),
+        op("get", "/v1/sessions", "listSessions", "engine", "The gateway's sessions (newest first) and the lossless store's conversations", None, Some(schema::<SessionList>), get(engine::sessions)),
         op("get", "/openapi.json", "openapi", "operations", "This document", None, None, get(document_handler)),
         Op { produces: "application/openmetrics-text", ..op("get", "/metrics", "metrics", "operations", "Prometheus metrics", None, None, get(server::metrics)) },
     ];

@@ -115,3 +115,27 @@ async fn legacy_lacks_prepare_subagent_spawn_and_compacts_the_gateways_own_sessi
     assert!(sent.contains("ops/deploy"), "the summary reaches the model: {sent}");
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_session_list_holds_the_gateways_sessions_and_the_lossless_conversations_of_the_engine_api() {
+    let mut gw = start(Opts { engine: "lossless", ..Default::default() }).await;
+    ok(&gw, "/v1/engine/ingestBatch", json!({"sessionId": "b1", "sessionKey": "agent:main:bridge-only", "messages": [
+        {"role": "user", "content": "from the bridge", "timestamp": 1_000},
+        {"role": "assistant", "content": [{"type": "text", "text": "stored"}], "stopReason": "stop", "timestamp": 2_000}]})).await;
+    gw.llm.push([text("hello")]);
+    chat(&gw, "agent:main:chatted", "hi there").await;
+
+    let list: Value = gw.get("/v1/sessions").await.json().await.unwrap();
+    let rows = list["sessions"].as_array().unwrap();
+    let row = |key: &str| rows.iter().find(|r| r["sessionKey"] == key).cloned().unwrap_or_else(|| panic!("{key} not in {list}"));
+    let bridge = row("agent:main:bridge-only");
+    assert_eq!(bridge["stores"], json!(["lossless"]), "{bridge}");
+    assert_eq!(bridge["losslessMessages"], 2);
+    assert!(bridge.get("sessionId").is_none(), "{bridge}");
+    let chatted = row("agent:main:chatted");
+    assert_eq!(chatted["stores"], json!(["transcript", "lossless"]), "{chatted}");
+    assert_eq!(chatted["losslessMessages"], 2, "{chatted}");
+    assert!(chatted["sessionId"].is_string() && chatted["updatedAt"].is_i64(), "{chatted}");
+    assert_eq!(rows[0]["sessionKey"], "agent:main:chatted", "the gateway's own sessions first: {list}");
+    gw.stop().await.unwrap();
+}
