@@ -141,6 +141,8 @@ export async function renderSession(main, key, params) {
     events.close();
     clearTimeout(pending);
     status.textContent = '';
+    delete status.dataset.state;
+    delete status.dataset.event;
   };
 }
 
@@ -194,7 +196,9 @@ function renderContext(el, s, { onOpen }) {
       ? h(
           'p',
           { class: 'left-out', 'data-testid': 'ctx-left-out' },
-          left.items !== undefined
+          left.stale
+            ? `The store was compacted after this assembly (epoch ${left.epochThen} → ${left.epochNow}), so what it left out of the frontier is not known any more; the next assembly shows it.`
+            : left.items !== undefined
             ? [
                 'Left out: ',
                 h('strong', {}, num(left.items)),

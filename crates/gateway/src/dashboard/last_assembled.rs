@@ -35,6 +35,10 @@ pub struct Recorded {
     pub history_messages: usize,
     /// The answer.
     pub result: AssembleResult,
+    /// The lossless conversation's epoch when it answered (`None`: not known yet, or not
+    /// lossless). A later epoch means the store was compacted since, so what this answer left
+    /// out of the frontier can no longer be told from the frontier.
+    pub epoch: Option<i64>,
 }
 
 /// Per-session records.
@@ -59,6 +63,15 @@ impl Recorder {
             }
         }
         map.insert(key.to_owned(), r);
+    }
+
+    /// Sets the epoch of `key`'s record made at `at_ms` (a newer record is left alone).
+    pub fn set_epoch(&self, key: &str, at_ms: i64, epoch: i64) {
+        if let Ok(mut map) = self.sessions.lock() {
+            if let Some(r) = map.get_mut(key).filter(|r| r.at_ms == at_ms) {
+                r.epoch = Some(epoch);
+            }
+        }
     }
 
     /// `key`'s last assembly.
@@ -280,6 +293,7 @@ mod tests {
             token_budget: Some(n),
             history_messages: 0,
             result: AssembleResult::default(),
+            epoch: None,
         };
         r.record("a", rec(1));
         r.record("a", rec(2));
@@ -287,5 +301,13 @@ mod tests {
         assert_eq!(r.last("a").unwrap().token_budget, Some(2));
         assert_eq!(r.keys().len(), 2);
         assert!(r.last("c").is_none());
+        r.set_epoch("a", 1, 7);
+        assert_eq!(
+            r.last("a").unwrap().epoch,
+            None,
+            "an older record's epoch does not land on a newer one"
+        );
+        r.set_epoch("a", 2, 7);
+        assert_eq!(r.last("a").unwrap().epoch, Some(7));
     }
 }

@@ -137,7 +137,8 @@ pub(crate) fn watch_turn(
                     json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": view.token_budget}),
                 );
             }
-            shared.dashboard.recorder.record(
+            super::record(
+                &shared,
                 &key,
                 Recorded {
                     at_ms: super::now_ms(),
@@ -146,6 +147,7 @@ pub(crate) fn watch_turn(
                     token_budget: Some(view.token_budget),
                     history_messages: view.history_messages,
                     result: view.result,
+                    epoch: None,
                 },
             );
         }

@@ -73,14 +73,19 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// The engine API's `assemble` handler records its answer here.
-pub(crate) fn engine_assembled(shared: &Shared, params: &AssembleParams, result: &AssembleResult) {
+pub(crate) fn engine_assembled(
+    shared: &AppState,
+    params: &AssembleParams,
+    result: &AssembleResult,
+) {
     let key = params
         .session_key
         .as_deref()
         .filter(|k| !k.trim().is_empty())
         .unwrap_or(&params.session_id)
         .trim();
-    shared.dashboard.recorder.record(
+    record(
+        shared,
         key,
         Recorded {
             at_ms: now_ms(),
@@ -89,6 +94,7 @@ pub(crate) fn engine_assembled(shared: &Shared, params: &AssembleParams, result:
             token_budget: params.token_budget,
             history_messages: params.messages.len(),
             result: result.clone(),
+            epoch: None,
         },
     );
     if shared.dashboard.live.listened() {
@@ -99,6 +105,27 @@ pub(crate) fn engine_assembled(shared: &Shared, params: &AssembleParams, result:
             json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": params.token_budget}),
         );
     }
+}
+
+/// Keeps `r` as `key`'s last assembly; with `lossless`, notes the conversation's epoch of
+/// now (off the caller's path), so a later compaction marks the record's "left out" stale.
+pub(crate) fn record(shared: &AppState, key: &str, r: Recorded) {
+    let at = r.at_ms;
+    shared.dashboard.recorder.record(key, r);
+    if !is_lossless(shared) {
+        return;
+    }
+    let shared = shared.clone();
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        let Ok(store) = crate::engine_api::store(&shared).await else {
+            return;
+        };
+        let conv_key = ConvKey::from_host(Some(&key), &key);
+        if let Ok(Some(conv)) = store.call(move |db| db.conversation(&conv_key)).await {
+            shared.dashboard.recorder.set_epoch(&key, at, conv.epoch);
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,7 +502,13 @@ async fn session(
                                   "frontierTokens": conv.frontier_tokens, "frontierItems": conv.frontier_items,
                                   "epoch": conv.epoch});
             out["timeline"] = json!(timeline);
-            if let Some(b) = &split {
+            let stale = last
+                .as_ref()
+                .and_then(|r| r.epoch)
+                .filter(|e| *e != conv.epoch);
+            if let Some(then) = stale {
+                out["leftOut"] = json!({"stale": true, "epochThen": then, "epochNow": conv.epoch});
+            } else if let Some(b) = &split {
                 // Assembly keeps a suffix of the frontier: whatever comes before it is left out.
                 let kept = (b.totals.summary_count + b.totals.raw_count).min(frontier.len());
                 let left = &frontier[..frontier.len() - kept];

@@ -1,0 +1,238 @@
+// Drives the gateway dashboard in headless Chromium (the system's, through playwright-core).
+// Started by crates/gateway/tests/dashboard_browser.rs, which starts the gateway and passes:
+//   DASHBOARD_URL, DASHBOARD_TOKEN, DASHBOARD_EXPECT (JSON, see the Rust test), CHROMIUM,
+//   ARTIFACTS (screenshot directory).
+// Prints one `CHECK <name>` line per check passed and `FIGURE <name> <value>` lines; exits
+// non-zero with the reason on the first failure.
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const url = process.env.DASHBOARD_URL;
+const token = process.env.DASHBOARD_TOKEN;
+const expect = JSON.parse(process.env.DASHBOARD_EXPECT ?? '{}');
+const artifacts = process.env.ARTIFACTS;
+mkdirSync(artifacts, { recursive: true });
+const nf = new Intl.NumberFormat('en-US');
+
+function check(ok, name, detail = '') {
+  if (!ok) throw new Error(`${name} failed${detail ? `: ${detail}` : ''}`);
+  console.log(`CHECK ${name}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM,
+  headless: true,
+  args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+});
+const consoleErrors = [];
+let failed = null;
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: 'light' });
+  const page = await context.newPage();
+  page.on('console', (m) => {
+    if (m.type() === 'error') consoleErrors.push(`${m.text()} @ ${m.location()?.url ?? ''}`);
+  });
+  page.on('pageerror', (e) => consoleErrors.push(`page error: ${e.message}`));
+  page.setDefaultTimeout(30_000);
+  const sessionUrl = (key) => `${url}/#/session/${encodeURIComponent(key)}`;
+
+  // Without credentials the page says how to get in (a document, not a console error).
+  const denied = await (await fetch(`${url}/`)).text();
+  check(denied.includes('?token='), 'login page names ?token=');
+
+  // Login: /?token= sets the cookie and lands on the sessions page.
+  await page.goto(`${url}/?token=${encodeURIComponent(token)}`);
+  check(new URL(page.url()).search === '', 'the token leaves the address bar', page.url());
+  await page.waitForSelector('body[data-ready="sessions"]');
+  const cookies = await context.cookies();
+  const c = cookies.find((x) => x.name === 'clawctx_gateway');
+  check(c && c.httpOnly && c.sameSite === 'Strict' && !c.value.includes(token), 'cookie is HttpOnly, SameSite=Strict and not the token');
+
+  // Sessions page lists the pre-filled session with its message count.
+  const row = page.locator(`tr[data-session-key="${expect.key}"]`);
+  await row.waitFor();
+  const rowText = await row.innerText();
+  check(rowText.includes(nf.format(expect.storedMessages)), 'sessions page lists the session with its messages', rowText);
+  await page.fill('[data-testid="session-filter"]', 'no-such-session-xyz');
+  check((await page.locator('tr[data-session-key]').count()) === 0, 'filter hides non-matching sessions');
+  await page.fill('[data-testid="session-filter"]', expect.key.slice(-6));
+  check((await page.locator(`tr[data-session-key="${expect.key}"]`).count()) === 1, 'filter keeps the matching session');
+  await page.fill('[data-testid="session-filter"]', '');
+  await page.selectOption('[data-testid="session-sort"]', 'messages');
+  const firstKey = await page.locator('tr[data-session-key]').first().getAttribute('data-session-key');
+  check(firstKey === expect.bigKey, 'sort by messages puts the largest first', firstKey);
+  await page.screenshot({ path: join(artifacts, 'sessions.png'), fullPage: true });
+
+  // Session page: the context bar's figures are assemble's.
+  await page.goto(sessionUrl(expect.key));
+  await page.waitForSelector('body[data-ready="session"]');
+  const text = async (id) => (await page.locator(`[data-testid="${id}"]`).innerText()).trim();
+  check((await text('ctx-estimated')) === nf.format(expect.estimatedTokens), 'context bar: engine estimate matches assemble', await text('ctx-estimated'));
+  check((await text('ctx-total')) === nf.format(expect.totalTokens), 'context bar: total tokens match assemble', `${await text('ctx-total')} vs ${expect.totalTokens}`);
+  check((await text('ctx-messages')) === nf.format(expect.messageCount), 'context bar: message count matches assemble');
+  check((await text('ctx-budget')) === nf.format(expect.budget), 'context bar: budget is the call\'s');
+  check((await text('ctx-summary-tokens')) === nf.format(expect.summaryTokens), 'context bar: summary tokens match assemble');
+  check((await text('ctx-raw-tokens')) === nf.format(expect.rawTokens), 'context bar: raw tokens match assemble');
+  check((await page.locator('[data-testid="context"] .bar .seg-summary').count()) === expect.summaryCount, 'one bar segment per summary');
+  check((await text('ctx-left-out')).startsWith('Left out'), 'what was left out is named');
+  await page.screenshot({ path: join(artifacts, 'session.png'), fullPage: false });
+
+  // Transcript: tool calls and results are folded.
+  const folded = page.locator('[data-testid="messages"] details.fold');
+  check((await folded.count()) > 0 && !(await folded.first().evaluate((d) => d.open)), 'tool calls and results are folded');
+  await page.click('[data-testid="older"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="messages"] article')?.dataset.seq !== undefined);
+
+  // DAG: open nodes covering seq 3 down to the planted message.
+  await page.click('#tab-dag');
+  await page.waitForSelector('[data-testid="dag-tree"] [role="treeitem"]');
+  let opened = 0;
+  for (;;) {
+    const nodes = page.locator('[data-testid="dag-tree"] [role="treeitem"]:visible');
+    const n = await nodes.count();
+    let target = null;
+    for (let i = n - 1; i >= 0; i--) {
+      const node = nodes.nth(i);
+      const first = Number(await node.getAttribute('data-first-seq'));
+      const last = Number(await node.getAttribute('data-last-seq'));
+      if (first <= expect.plantedSeq && expect.plantedSeq <= last) {
+        target = node;
+        break;
+      }
+    }
+    check(target !== null, `a DAG node covers seq ${expect.plantedSeq} (level ${opened})`);
+    if ((await target.getAttribute('data-kind')) === 'message') {
+      const label = await target.innerText();
+      check(label.includes(expect.plantedWords), 'opening DAG nodes reaches the planted message', label);
+      break;
+    }
+    await target.locator(':scope > .node-label').click();
+    await page.waitForFunction((el) => el.getAttribute('aria-expanded') === 'true' && el.querySelector(':scope > ul [role="treeitem"]'), await target.elementHandle());
+    opened++;
+    check(opened < 12, 'the DAG is not deeper than 12');
+  }
+  check(opened >= 1, 'at least one summary was opened on the way', String(opened));
+  check((await page.locator('[data-testid="dag-tree"] .in-frontier').count()) > 0, 'the active frontier is highlighted');
+  check((await page.locator('[data-testid="dag-layers"] tr[data-depth]').count()) >= 1, 'layers by depth are listed');
+  await page.screenshot({ path: join(artifacts, 'dag.png'), fullPage: false });
+
+  // DAG by keyboard: first root, Right opens, Right goes to the first child, Left back up.
+  const root = page.locator('[data-testid="dag-tree"] > [role="treeitem"]').first();
+  await root.locator(':scope > .node-label').click(); // toggles: collapse or expand
+  await root.focus();
+  if ((await root.getAttribute('aria-expanded')) === 'true') await page.keyboard.press('ArrowLeft');
+  check((await root.getAttribute('aria-expanded')) === 'false', 'Left closes a node');
+  await page.keyboard.press('ArrowRight');
+  await page.waitForFunction((el) => el.getAttribute('aria-expanded') === 'true', await root.elementHandle());
+  await page.keyboard.press('ArrowRight');
+  const focusedLevel = await page.evaluate(() => document.activeElement?.getAttribute('aria-level'));
+  check(focusedLevel === '2', 'Right on an open node moves to its first child', focusedLevel);
+  if ((await page.evaluate(() => document.activeElement?.getAttribute('aria-expanded'))) === 'true') {
+    await page.keyboard.press('ArrowLeft');
+    check((await page.evaluate(() => document.activeElement?.getAttribute('aria-expanded'))) === 'false', 'Left closes an open child');
+  }
+  await page.keyboard.press('ArrowLeft');
+  check((await page.evaluate(() => document.activeElement?.getAttribute('aria-level'))) === '1', 'Left on a closed child moves to its parent');
+  await page.keyboard.press('ArrowDown');
+  check((await page.evaluate(() => document.activeElement?.getAttribute('role'))) === 'treeitem', 'Down moves between nodes');
+
+  // Recall search finds the planted message, highlights it, expands it, shows it.
+  await page.click('#tab-search');
+  await page.fill('[data-testid="search-query"]', expect.plantedWords.split(' ')[0]);
+  await page.keyboard.press('Enter');
+  const hit = page.locator(`[data-testid="search-results"] .hit[data-id="${expect.plantedId}"]`);
+  await hit.waitFor();
+  check((await hit.locator('mark').count()) > 0, 'search hits are highlighted');
+  check((await page.evaluate(() => document.activeElement?.classList.contains('hit'))), 'the first hit takes the focus (keyboard)');
+  await hit.focus();
+  await page.keyboard.press('Enter');
+  await hit.locator('.expanded-item').first().waitFor();
+  check((await hit.locator('.expanded-item').first().innerText()).includes(expect.plantedWords), 'lcm_expand on the hit shows the message');
+  await page.screenshot({ path: join(artifacts, 'search.png'), fullPage: false });
+  await page.keyboard.press('t');
+  const marked = page.locator(`[data-testid="messages"] article.marked[data-id="${expect.plantedId}"]`);
+  await marked.waitFor();
+  check((await marked.locator('mark').count()) > 0, 'the hit is highlighted in the transcript');
+  await page.click('#tab-search');
+  await hit.locator('[data-action="dag"]').click();
+  await page.locator(`[data-testid="dag-tree"] .node.marked[data-id="${expect.plantedId}"]`).waitFor();
+  check(true, 'the hit is revealed and marked in the DAG');
+  await page.click('#tab-search');
+  await page.selectOption('[data-testid="search-mode"]', 'regex');
+  await page.fill('[data-testid="search-query"]', 'quokka-77[0-9]+');
+  await page.evaluate(() => document.querySelector('[data-testid="search-results"]').replaceChildren());
+  await page.click('[data-testid="search-go"]');
+  await hit.waitFor();
+  check(true, 'regex mode finds it too');
+
+  // Live: a turn on the open session updates the page, including a compaction.
+  await page.click('#tab-transcript');
+  await page.waitForSelector('#live-status[data-state="connected"]');
+  const before = await text('ctx-total');
+  const turn = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'x-clawctx-session': expect.key },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: expect.livePrompt }] }),
+  });
+  check(turn.ok, 'the live turn ran', String(turn.status));
+  await page.waitForFunction(() => document.body.dataset.lastEvent === 'turnDone', null, { timeout: 30_000 });
+  await page.waitForFunction((b) => document.querySelector('[data-testid="ctx-total"]')?.textContent.trim() !== b, before, { timeout: 30_000 });
+  check(true, 'the context bar updated live from the turn');
+  check((await page.locator('#live-status').getAttribute('data-event')) === 'compaction', 'a compaction during the turn was shown live');
+  await page.click('#tab-timeline');
+  check((await page.locator('[data-testid="timeline-list"] li').count()) >= 2, 'the compaction timeline lists the compactions');
+  await page.screenshot({ path: join(artifacts, 'timeline.png'), fullPage: false });
+
+  // Engines: the quarantined plugin with its reason; secrets masked.
+  await page.goto(`${url}/#/engines`);
+  await page.waitForSelector('body[data-ready="engines"]');
+  const q = page.locator(`[data-testid="quarantines"] tr[data-engine="${expect.quarantinedEngine}"]`);
+  await q.waitFor();
+  check((await q.innerText()).includes(expect.quarantineReason), 'a quarantined plugin shows its reason');
+  const config = await page.locator('[data-testid="config"]').innerText();
+  check(!config.includes(expect.secret) && config.includes('••••'), 'secrets are masked in the config');
+  await page.screenshot({ path: join(artifacts, 'engines.png'), fullPage: true });
+
+  // Phone width: the session page still lays out (no horizontal scroll).
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(sessionUrl(expect.key));
+  await page.waitForSelector('body[data-ready="session"]');
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow <= 1, 'no horizontal scroll at phone width', String(overflow));
+  await page.screenshot({ path: join(artifacts, 'session-phone.png'), fullPage: false });
+  await page.goto(`${url}/#/`);
+  await page.waitForSelector('body[data-ready="sessions"]');
+  const overflow2 = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow2 <= 1, 'sessions page: no horizontal scroll at phone width', String(overflow2));
+  await page.screenshot({ path: join(artifacts, 'sessions-phone.png'), fullPage: false });
+  await page.setViewportSize({ width: 1280, height: 900 });
+
+  // Page load of the 10,000-message session's view (fresh page each time).
+  const loads = [];
+  for (let i = 0; i < 3; i++) {
+    const p = await context.newPage();
+    p.on('console', (m) => m.type() === 'error' && consoleErrors.push(`${m.text()}`));
+    const t0 = Date.now();
+    await p.goto(sessionUrl(expect.bigKey));
+    await p.waitForSelector('body[data-ready="session"]', { timeout: 60_000 });
+    loads.push(Date.now() - t0);
+    if (i === 0) await p.screenshot({ path: join(artifacts, 'session-10k.png'), fullPage: false });
+    await p.close();
+  }
+  loads.sort((a, b) => a - b);
+  console.log(`FIGURE page_load_10k_ms_runs ${loads.join(',')}`);
+  console.log(`FIGURE page_load_10k_ms_median ${loads[1]}`);
+
+  check(consoleErrors.length === 0, 'no console errors', consoleErrors.join(' | '));
+} catch (e) {
+  failed = e;
+} finally {
+  await browser.close();
+}
+if (failed) {
+  console.error(`FAIL ${failed.message}`);
+  if (consoleErrors.length) console.error(`console errors: ${consoleErrors.join(' | ')}`);
+  process.exit(1);
+}
+console.log('OK');
