@@ -540,6 +540,15 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
     Ok(Json(SessionList { sessions }))
 }
 
+/// The lossless store's database file: `plugins.entries.lossless.config.databasePath`, else
+/// `<state>/agents/main/lossless.db`.
+pub(crate) fn lossless_db_path(host_config: &Value, state_dir: &std::path::Path) -> std::path::PathBuf {
+    LosslessConfig::from_host_config(host_config)
+        .database_path
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| state_dir.join("agents").join("main").join("lossless.db"))
+}
+
 /// The recall store: opened on first use when the engine in charge is `lossless`.
 pub(crate) async fn store(s: &Shared) -> Result<LosslessStore, ApiError> {
     let engine = s.runtime.engine_id();
@@ -552,10 +561,7 @@ pub(crate) async fn store(s: &Shared) -> Result<LosslessStore, ApiError> {
     let state_dir = s.runtime.state_dir().to_path_buf();
     s.recall
         .get_or_try_init(|| async move {
-            let path = LosslessConfig::from_host_config(&host_config)
-                .database_path
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| state_dir.join("agents").join("main").join("lossless.db"));
+            let path = lossless_db_path(&host_config, &state_dir);
             tokio::task::spawn_blocking(move || LosslessStore::open(&path))
                 .await
                 .map_err(|e| ApiError::internal(format!("opening the lossless store failed: {e}")))?

@@ -7,11 +7,21 @@
 //! engine), engine-API calls by method with their latency (assemble among them), errors by
 //! kind, turns in flight, and the engines quarantined in this process (read from the registry
 //! at scrape time).
+//!
+//! Also where the context engine's time goes: the latency of `assemble` and of compactions, in
+//! chat turns and through the engine API alike (`source`); summarizer calls, failures and
+//! latency (every summary made in this process, by the runtime's compaction or inside the
+//! lossless engine, seen through `clawctx_summarize::observe`: process-wide, unlike the rest);
+//! and the size of the stores on disk (the lossless database with its write-ahead log, the
+//! gateway's transcripts), measured at scrape time.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use clawctx_engine::ContextEngineRegistry;
+use clawctx_runtime::TurnOutcome;
+use clawctx_summarize::observe::{self, ObserverGuard};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
@@ -45,6 +55,36 @@ pub struct OutcomeLabels {
 pub struct MethodLabels {
     /// Engine method (`assemble`, `ingest`, ...).
     pub method: String,
+}
+
+/// `source`: `turn` (a chat turn) or `engine_api`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    /// Where the call came from.
+    pub source: String,
+}
+
+/// `source` and `trigger` of a compaction.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CompactionLabels {
+    /// `turn` or `engine_api`.
+    pub source: String,
+    /// `auto`, `overflow`, `preflight` (turns) or `api`.
+    pub trigger: String,
+}
+
+/// `summarizer`: `llm` or `extractive`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SummarizerLabels {
+    /// Which summarizer.
+    pub summarizer: String,
+}
+
+/// `store`: `lossless_db` or `transcripts`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabels {
+    /// Which store.
+    pub store: String,
 }
 
 /// `kind`.
@@ -87,8 +127,22 @@ pub struct Metrics {
     pub engine_calls: Family<MethodLabels, Counter>,
     /// Engine-API call latency, by method.
     pub engine_call_seconds: Family<MethodLabels, Histogram, LatencyBuckets>,
-    /// Engine-API `assemble` latency.
-    pub assemble_seconds: Histogram,
+    /// `assemble` latency, in turns and through the engine API.
+    pub assemble_seconds: Family<SourceLabels, Histogram, LatencyBuckets>,
+    /// Compaction latency, in turns and through the engine API.
+    pub compaction_seconds: Family<CompactionLabels, Histogram, LatencyBuckets>,
+    /// Summarizer calls, by summarizer.
+    pub summarizer_calls: Family<SummarizerLabels, Counter>,
+    /// Summarizer calls that produced no summary, by summarizer.
+    pub summarizer_failures: Family<SummarizerLabels, Counter>,
+    /// Summarizer latency, by summarizer.
+    pub summarizer_seconds: Family<SummarizerLabels, Histogram, LatencyBuckets>,
+    /// Bytes on disk, by store (set at scrape time).
+    pub store_bytes: Family<StoreLabels, Gauge>,
+    /// The stores measured.
+    stores: Vec<(&'static str, PathBuf)>,
+    /// Keeps the summarizer observer for as long as the metrics live.
+    _summaries: ObserverGuard,
     /// Errors, by kind.
     pub errors: Family<KindLabels, Counter>,
     /// Turns running now.
@@ -125,8 +179,54 @@ impl Metrics {
         registry.register("engine_calls", "Engine API calls, by method", engine_calls.clone());
         let engine_call_seconds = Family::<MethodLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
         registry.register("engine_call_seconds", "Engine API call latency, by method", engine_call_seconds.clone());
-        let assemble_seconds = Histogram::new(latency_buckets());
-        registry.register("assemble_seconds", "Latency of the engine's assemble through the engine API", assemble_seconds.clone());
+        let assemble_seconds = Family::<SourceLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
+        registry.register(
+            "assemble_seconds",
+            "Latency of the engine's assemble, in chat turns (source=turn) and through the engine API (source=engine_api)",
+            assemble_seconds.clone(),
+        );
+        let compaction_seconds = Family::<CompactionLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
+        registry.register(
+            "compaction_seconds",
+            "Latency of compactions the host ran or asked for, in chat turns and through the engine API",
+            compaction_seconds.clone(),
+        );
+        let summarizer_calls = Family::<SummarizerLabels, Counter>::default();
+        registry.register("summarizer_calls", "Summaries asked of a summarizer in this process", summarizer_calls.clone());
+        let summarizer_failures = Family::<SummarizerLabels, Counter>::default();
+        registry.register(
+            "summarizer_failures",
+            "Summarizer calls that produced no summary (an LLM failure falls back to the extractive summarizer)",
+            summarizer_failures.clone(),
+        );
+        let summarizer_seconds = Family::<SummarizerLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
+        registry.register("summarizer_seconds", "Summarizer latency", summarizer_seconds.clone());
+        let store_bytes = Family::<StoreLabels, Gauge>::default();
+        registry.register(
+            "store_bytes",
+            "Bytes on disk: the lossless database with its write-ahead log (lossless_db), the gateway's transcripts (transcripts)",
+            store_bytes.clone(),
+        );
+        // The series an operator looks for exist from the start, at zero.
+        for source in ["turn", "engine_api"] {
+            assemble_seconds.get_or_create(&SourceLabels { source: source.into() });
+        }
+        for summarizer in ["llm", "extractive"] {
+            let labels = SummarizerLabels { summarizer: summarizer.into() };
+            summarizer_calls.get_or_create(&labels);
+            summarizer_failures.get_or_create(&labels);
+        }
+        let summaries = {
+            let (calls, failures, seconds) = (summarizer_calls.clone(), summarizer_failures.clone(), summarizer_seconds.clone());
+            observe::add_observer(move |c| {
+                let labels = SummarizerLabels { summarizer: c.summarizer.to_owned() };
+                calls.get_or_create(&labels).inc();
+                if !c.ok {
+                    failures.get_or_create(&labels).inc();
+                }
+                seconds.get_or_create(&labels).observe(c.took.as_secs_f64());
+            })
+        };
         let errors = Family::<KindLabels, Counter>::default();
         registry.register("errors", "Errors, by kind (http_5xx, turn, engine, timeout, busy)", errors.clone());
         let turns_in_flight = Gauge::default();
@@ -146,6 +246,13 @@ impl Metrics {
             engine_calls,
             engine_call_seconds,
             assemble_seconds,
+            compaction_seconds,
+            summarizer_calls,
+            summarizer_failures,
+            summarizer_seconds,
+            store_bytes,
+            stores: Vec::new(),
+            _summaries: summaries,
             errors,
             turns_in_flight,
             requests_waiting,
@@ -175,12 +282,38 @@ impl Metrics {
         let labels = MethodLabels { method: method.to_owned() };
         self.engine_calls.get_or_create(&labels).inc();
         self.engine_call_seconds.get_or_create(&labels).observe(took.as_secs_f64());
-        if method == "assemble" {
-            self.assemble_seconds.observe(took.as_secs_f64());
+        let source = || SourceLabels { source: "engine_api".into() };
+        match method {
+            "assemble" => self.assemble_seconds.get_or_create(&source()).observe(took.as_secs_f64()),
+            "compact" => self
+                .compaction_seconds
+                .get_or_create(&CompactionLabels { source: "engine_api".into(), trigger: "api".into() })
+                .observe(took.as_secs_f64()),
+            _ => {}
         }
         if !ok {
             self.error("engine");
         }
+    }
+
+    /// Records what a finished turn reports of its engine calls: each `assemble` and each
+    /// compaction.
+    pub fn turn_details(&self, outcome: &TurnOutcome) {
+        let turn = self.assemble_seconds.get_or_create(&SourceLabels { source: "turn".into() });
+        for micros in &outcome.assemble_micros {
+            turn.observe(Duration::from_micros(*micros).as_secs_f64());
+        }
+        for c in &outcome.compactions {
+            self.compaction_seconds
+                .get_or_create(&CompactionLabels { source: "turn".into(), trigger: c.trigger.clone() })
+                .observe(Duration::from_micros(c.micros).as_secs_f64());
+        }
+    }
+
+    /// Measures `path` (a file with its `-wal` and `-shm` companions, or a directory's files,
+    /// recursively) as `store` at each scrape.
+    pub fn watch_store(&mut self, store: &'static str, path: PathBuf) {
+        self.stores.push((store, path));
     }
 
     /// The exposition text.
@@ -188,10 +321,40 @@ impl Metrics {
         if let Some(engines) = &self.engines {
             self.quarantines.set(i64::try_from(engines.quarantines().len()).unwrap_or(i64::MAX));
         }
+        for (store, path) in &self.stores {
+            let bytes = i64::try_from(disk_bytes(path)).unwrap_or(i64::MAX);
+            self.store_bytes.get_or_create(&StoreLabels { store: (*store).to_owned() }).set(bytes);
+        }
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             tracing::warn!("encoding metrics failed: {e}");
         }
         out
     }
+}
+
+/// Bytes of `path` on disk: a file with its SQLite companions, or a directory's files.
+fn disk_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::metadata(path) else { return 0 };
+    if meta.is_file() {
+        let companions = ["-wal", "-shm"].iter().map(|suffix| {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            std::fs::metadata(PathBuf::from(p)).map(|m| m.len()).unwrap_or(0)
+        });
+        return meta.len() + companions.sum::<u64>();
+    }
+    let mut total = 0;
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(entry.path()),
+                Ok(t) if t.is_file() => total += entry.metadata().map(|m| m.len()).unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    total
 }

@@ -365,6 +365,9 @@ fn spawn_turn(
         };
         let (model, engine) = result.as_ref().map_or((0, 0), |o| (o.model_micros, o.engine_micros));
         shared.metrics.turn(outcome, started.elapsed(), model, engine);
+        if let Ok(o) = &result {
+            shared.metrics.turn_details(o);
+        }
         match &result {
             Ok(o) => tracing::info!(
                 session = %o.session_key,

@@ -95,7 +95,13 @@ pub struct Gateway {
 impl Gateway {
     /// Wraps the runtime and settings.
     pub fn new(parts: GatewayParts) -> Self {
-        let metrics = Metrics::new(parts.registry.clone());
+        let mut metrics = Metrics::new(parts.registry.clone());
+        if parts.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
+            metrics.watch_store("lossless_db", crate::engine_api::lossless_db_path(&parts.host_config, parts.runtime.state_dir()));
+        }
+        if let Ok(dir) = parts.runtime.store().sessions_dir("main") {
+            metrics.watch_store("transcripts", dir);
+        }
         let lanes = Lanes::new(parts.config.max_queued_per_session, metrics.requests_waiting.clone());
         Gateway {
             shared: Arc::new(Shared {

@@ -136,7 +136,7 @@ async fn every_lifecycle_method_and_recall_over_http_on_lossless() {
 
     let metrics = gw.get("/metrics").await.text().await.unwrap();
     assert!(metrics.contains(r#"clawctx_gateway_engine_calls_total{method="assemble"} 1"#), "{metrics}");
-    assert!(metrics.contains("clawctx_gateway_assemble_seconds_count 1"), "{metrics}");
+    assert!(metrics.contains(r#"clawctx_gateway_assemble_seconds_count{source="engine_api"} 1"#), "{metrics}");
     gw.stop().await.unwrap();
 }
 

@@ -218,6 +218,19 @@ impl Summarizer for LlmSummarizer {
     }
 
     async fn summarize(&self, request: SummaryRequest) -> Result<Summary, SummarizeError> {
+        let started = std::time::Instant::now();
+        let result = self.summarize_once(request).await;
+        clawctx_summarize::observe::report(clawctx_summarize::observe::SummaryCall {
+            summarizer: "llm",
+            took: started.elapsed(),
+            ok: result.is_ok(),
+        });
+        result
+    }
+}
+
+impl LlmSummarizer {
+    async fn summarize_once(&self, request: SummaryRequest) -> Result<Summary, SummarizeError> {
         if request.conversation.trim().is_empty()
             && request
                 .previous_summary

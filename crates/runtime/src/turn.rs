@@ -112,6 +112,8 @@ pub struct CompactionRecord {
     pub tokens_before: u64,
     /// Tokens after, when reported.
     pub tokens_after: Option<u64>,
+    /// How long it took (microseconds).
+    pub micros: u64,
 }
 
 /// What a turn did.
@@ -138,6 +140,8 @@ pub struct TurnOutcome {
     pub engine_micros: u64,
     /// Summed provider usage.
     pub usage: Usage,
+    /// Microseconds of each `assemble` call of the turn, in order.
+    pub assemble_micros: Vec<u64>,
     /// The engine in charge at the end of the turn.
     pub engine: String,
     /// The prompt token budget.
@@ -671,7 +675,9 @@ impl EmbeddedTurn {
         let engine_id = self.engine().info().id;
         let started = std::time::Instant::now();
         let result = self.engine().assemble(&params, &self.cx()).await;
-        self.out.engine_micros += started.elapsed().as_micros() as u64;
+        let took = started.elapsed().as_micros() as u64;
+        self.out.engine_micros += took;
+        self.out.assemble_micros.push(took);
         if let (Some(tx), Ok(r)) = (&self.assembled, &result) {
             let view = AssembledView {
                 session_id: params.session_id.clone(),
@@ -870,6 +876,7 @@ impl EmbeddedTurn {
         let started = std::time::Instant::now();
         let compacted = self.rt.engine_compact(&self.session, params, trigger, Some(&self.abort)).await;
         self.out.engine_micros += started.elapsed().as_micros() as u64;
+        let micros = started.elapsed().as_micros() as u64;
         let (result, successor) = compacted?;
         if let Some(next) = successor {
             self.move_to_successor(next)?;
@@ -880,6 +887,7 @@ impl EmbeddedTurn {
                 by: self.engine().info().id,
                 tokens_before: result.result.as_ref().map(|r| r.tokens_before).unwrap_or(0),
                 tokens_after: result.result.as_ref().and_then(|r| r.tokens_after),
+                micros,
             });
         }
         self.sync_history()?;
@@ -940,7 +948,9 @@ impl EmbeddedTurn {
         }
         let keep = self.rt.keep_for(Some("threshold"), false);
         let hooked = self.rt.compaction_hooks_before(&self.session).await;
+        let started = std::time::Instant::now();
         let compacted = self.rt.builtin_compact(&self.session, keep, None, Some(&self.abort)).await;
+        let micros = started.elapsed().as_micros() as u64;
         if let (Some(before), Ok(o)) = (hooked, &compacted) {
             if o.ok {
                 self.rt.compaction_hooks_after(&self.session, before).await;
@@ -957,6 +967,7 @@ impl EmbeddedTurn {
                     by: "runtime".into(),
                     tokens_before: detail.tokens_before,
                     tokens_after: detail.tokens_after,
+                    micros,
                 });
                 detail.summary
             }

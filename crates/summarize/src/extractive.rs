@@ -37,7 +37,10 @@ impl ExtractiveSummarizer {
     /// Summarizes synchronously (the [`Summarizer`] impl calls this). It cannot fail, so callers
     /// on a blocking thread or in a fallback path can use it directly.
     pub fn summarize_now(&self, request: &SummaryRequest) -> Summary {
-        summarize(request)
+        let started = std::time::Instant::now();
+        let summary = summarize(request);
+        crate::observe::report(crate::observe::SummaryCall { summarizer: "extractive", took: started.elapsed(), ok: true });
+        summary
     }
 }
 
@@ -48,7 +51,7 @@ impl Summarizer for ExtractiveSummarizer {
     }
 
     async fn summarize(&self, request: SummaryRequest) -> Result<Summary, SummarizeError> {
-        Ok(summarize(&request))
+        Ok(self.summarize_now(&request))
     }
 }
 

@@ -11,6 +11,7 @@
 mod conversation;
 mod extractive;
 mod fallback;
+pub mod observe;
 mod salience;
 mod segment;
 

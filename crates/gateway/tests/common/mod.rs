@@ -138,11 +138,14 @@ pub struct Opts {
     pub engine: &'static str,
     pub token: Option<&'static str>,
     pub tweak: Box<dyn FnOnce(&mut GatewayConfig) + Send>,
+    /// Summaries by the model (the mock), as `clawctx gateway` sets up a configured model,
+    /// instead of the extractive summarizer alone.
+    pub llm_summarizer: bool,
 }
 
 impl Default for Opts {
     fn default() -> Self {
-        Opts { engine: "legacy", token: None, tweak: Box::new(|_| {}) }
+        Opts { engine: "legacy", token: None, tweak: Box::new(|_| {}), llm_summarizer: false }
     }
 }
 
@@ -164,13 +167,21 @@ pub async fn start(opts: Opts) -> TestGateway {
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     clawctx_lossless::register(&registry).unwrap();
     let agent_dir = state.path().join("agents").join("main");
+    let backend = select_backend(&config, None, &|_| None).unwrap();
+    let summarizer = opts.llm_summarizer.then(|| {
+        let h = clawctx_runtime::setup::host_summarizer(&config, Some(&backend), &|_| None, state.path()).unwrap();
+        registry.set_host_summarizer(h.llm.clone());
+        h.for_runtime()
+    });
     let resolved = registry.resolve(Some(config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone())).await.unwrap();
     assert_eq!(resolved.effective_id, opts.engine, "the engine under test must serve");
-    let backend = select_backend(&config, None, &|_| None).unwrap();
-    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
+    let mut builder = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
         .selection(resolved.effective_id.clone(), SelectionSource::Configured)
-        .workspace_dir(agent_dir.to_string_lossy().into_owned())
-        .build();
+        .workspace_dir(agent_dir.to_string_lossy().into_owned());
+    if let Some(s) = summarizer {
+        builder = builder.summarizer(s);
+    }
+    let runtime = builder.build();
     let mut settings = GatewayConfig::loopback(0);
     settings.token = opts.token.map(Token::new);
     (opts.tweak)(&mut settings);
