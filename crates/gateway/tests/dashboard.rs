@@ -215,3 +215,306 @@ async fn a_prefilled_lossless_session_is_seen_whole() {
 fn urlenc(s: &str) -> String {
     s.replace(':', "%3A")
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_page_wants_it_once_and_the_cookie_stands_in_for_the_header() {
+    const TOKEN: &str = "page-token-77 with space";
+    let mut f = start(Setup {
+        token: Some(TOKEN),
+        ..Setup::default()
+    })
+    .await;
+    let plain = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // No credentials: the page is a 401 page saying how; the API and assets are 401 JSON.
+    let r = plain.get(f.at("/")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(r.text().await.unwrap().contains("?token="));
+    for path in [
+        "/v1/dashboard/sessions",
+        "/dashboard/app.js",
+        "/v1/dashboard/events",
+    ] {
+        let r = plain.get(f.at(path)).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "invalid_api_key",
+            "{path}"
+        );
+    }
+
+    // A wrong token: 401, no cookie.
+    let r = plain.get(f.at("/?token=nope")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().get("set-cookie").is_none());
+
+    // The right one (percent-encoded): a redirect to / setting the cookie, which is not the token.
+    let r = plain
+        .get(f.at("/?token=page-token-77%20with+space"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/");
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict")
+            && cookie.contains("Path=/"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains("page-token"),
+        "the cookie holds a hash, not the token: {cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+
+    // The cookie opens the page, its assets, the API.
+    let r = plain
+        .get(f.at("/"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("default-src 'self'") && csp.contains("connect-src 'self'"),
+        "{csp}"
+    );
+    let html = r.text().await.unwrap();
+    assert!(
+        html.contains("/dashboard/app.js")
+            && !html.contains("http://")
+            && !html.contains("https://"),
+        "no outside resource"
+    );
+    for (path, ty) in [
+        ("/dashboard/app.js", "text/javascript"),
+        ("/dashboard/style.css", "text/css"),
+        ("/dashboard/favicon.svg", "image/svg+xml"),
+    ] {
+        let r = plain
+            .get(f.at(path))
+            .header("cookie", &pair)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with(ty),
+            "{path}"
+        );
+    }
+    let r = plain
+        .get(f.at("/dashboard/nope.js"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = plain
+        .get(f.at("/v1/dashboard/sessions"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A cookie of another token does not.
+    let r = plain
+        .get(f.at("/v1/dashboard/sessions"))
+        .header("cookie", "clawctx_gateway=0000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // The bearer header still works.
+    assert_eq!(f.get("/v1/dashboard/sessions").await.status(), 200);
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engines_view_lists_mirror_quarantines_and_masks_secrets() {
+    let mut extra = dashboard_fixture::small_chunks();
+    extra["models"]["providers"]["mock"]["apiKey"] = json!("sk-live-secret-123");
+    extra["gateway"] = json!({"auth": {"tokenEnv": "SOME_VAR"}});
+    extra["plugins"]["entries"]["lossless"]["config"]["databaseUrl"] =
+        json!("postgres://lcm:hunter2@db.internal:5432/lcm");
+    let mut f = start(Setup {
+        extra_config: extra,
+        ..Setup::default()
+    })
+    .await;
+    f.mirror_quarantine(
+        "vector-memory",
+        "assemble",
+        "vector store unreachable (connection refused)",
+    );
+    f.registry
+        .quarantine("inproc-broken", None, "factory", "boom in the factory");
+
+    let e = f.get_json("/v1/dashboard/engines").await;
+    assert_eq!(e["engine"]["info"]["id"], "lossless");
+    assert_eq!(e["selection"]["selectedId"], "lossless");
+    let q = e["quarantines"].as_array().unwrap();
+    let mirrored = q
+        .iter()
+        .find(|q| q["engineId"] == "vector-memory")
+        .expect("the mirror's row is listed");
+    assert_eq!(mirrored["operation"], "assemble");
+    assert_eq!(
+        mirrored["reason"],
+        "vector store unreachable (connection refused)"
+    );
+    assert_eq!(mirrored["source"], "mirror");
+    assert_eq!(mirrored["processRunning"], false);
+    let own = q
+        .iter()
+        .find(|q| q["engineId"] == "inproc-broken")
+        .expect("this process's quarantine is listed");
+    assert_eq!(own["source"], "process");
+    assert!(e["registered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["id"] == "lossless" && r["owner"].is_string()));
+
+    let text = e["config"].to_string() + &e["plugins"].to_string();
+    assert!(
+        !text.contains("sk-live-secret-123") && !text.contains("hunter2"),
+        "a secret leaked: {text}"
+    );
+    assert_eq!(
+        e["config"]["models"]["providers"]["mock"]["apiKey"],
+        clawctx_gateway::dashboard::secrets::MASK
+    );
+    assert_eq!(e["config"]["gateway"]["auth"]["tokenEnv"], "SOME_VAR");
+    assert!(e["plugins"]["entries"]["lossless"]["config"]["databaseUrl"]
+        .as_str()
+        .unwrap()
+        .starts_with("postgres://lcm:"));
+    assert_eq!(
+        e["plugins"]["entries"]["lossless"]["config"]["leafChunkTokens"],
+        1000
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_streams_live_events_to_a_listener_of_its_session() {
+    let mut f = start(Setup::default()).await;
+    // Enough history that the first turn's afterTurn compacts it.
+    f.prefill(KEY, 600);
+    let mut events = f
+        .http
+        .get(f.at(&format!("/v1/dashboard/events?key={}", urlenc(KEY))))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    assert!(events.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut seen = String::new();
+    // The hello event first: the listener is registered.
+    while !seen.contains("\"hello\"") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), events.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    // A turn on another session is not this listener's.
+    f.turn("agent:main:other", "hello there", "hi").await;
+    f.turn(KEY, "What was the launch code?", "Looking.").await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !seen.contains("\"turnDone\"") {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk())
+            .await
+            .expect("turnDone within 20 s")
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let kinds: Vec<String> = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .inspect(|e| {
+            assert!(
+                e["kind"] == "hello" || e["sessionKey"] == KEY,
+                "another session's event: {e}"
+            )
+        })
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    for kind in ["turnStarted", "assembled", "compaction", "turnDone"] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "no {kind} event in {kinds:?}"
+        );
+    }
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_legacy_the_transcript_pages_the_context_and_the_dag_says_it_needs_lossless() {
+    let mut f = start(Setup {
+        engine: "legacy",
+        extra_config: json!({}),
+        ..Setup::default()
+    })
+    .await;
+    f.prefill(KEY, 30);
+    f.turn(KEY, "hello", "hi").await;
+    let list = f.get_json("/v1/dashboard/sessions").await;
+    let row = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["sessionKey"] == KEY)
+        .unwrap()
+        .clone();
+    assert_eq!(row["engine"], "legacy");
+    assert_eq!(row["messages"], 32);
+    assert!(row["assembledTokens"].as_u64().unwrap() > 0);
+    let page = f
+        .get_json(&format!(
+            "/v1/dashboard/transcript?key={}&from=0&limit=20",
+            urlenc(KEY)
+        ))
+        .await;
+    assert_eq!(page["total"], 32);
+    assert_eq!(page["messages"].as_array().unwrap().len(), 20);
+    assert_eq!(page["nextSeq"], 20);
+    let s = f
+        .get_json(&format!("/v1/dashboard/session?key={}", urlenc(KEY)))
+        .await;
+    assert_eq!(s["lossless"], false);
+    assert_eq!(s["lastAssembled"]["breakdown"]["totals"]["summaryCount"], 0);
+    let r = f
+        .get(&format!("/v1/dashboard/dag?key={}", urlenc(KEY)))
+        .await;
+    assert_eq!(r.status(), 409);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("lossless"));
+    f.stop().await;
+}

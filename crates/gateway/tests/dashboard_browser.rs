@@ -30,7 +30,9 @@ const SECRET: &str = "sk-test-do-not-show-5531";
 
 fn find_on_path(names: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).flat_map(|dir| names.iter().map(move |n| dir.join(n))).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
+        .find(|p| p.is_file())
 }
 
 fn chromium() -> Option<PathBuf> {
@@ -69,47 +71,125 @@ fn tokens_of(m: &Value) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_works_in_a_real_browser() {
-    let Some(chromium) = chromium() else { return missing("no chromium on PATH and no $CLAWCTX_CHROMIUM") };
+    let Some(chromium) = chromium() else {
+        return missing("no chromium on PATH and no $CLAWCTX_CHROMIUM");
+    };
     if find_on_path(&["node"]).is_none() || find_on_path(&["npm"]).is_none() {
         return missing("node or npm is not on PATH");
     }
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("browser");
+    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("browser");
     npm_ci(&browser_dir);
 
     let mut extra = dashboard_fixture::small_chunks();
     extra["models"]["providers"]["mock"]["apiKey"] = json!(SECRET);
-    let mut f = start(Setup { engine: "lossless", token: Some(TOKEN), extra_config: extra }).await;
+    let mut f = start(Setup {
+        engine: "lossless",
+        token: Some(TOKEN),
+        extra_config: extra,
+    })
+    .await;
     let t = f.lossless_session(KEY, 3000).await;
-    eprintln!("3,000-message session stored and compacted in {:.1} s", t.as_secs_f64());
+    eprintln!(
+        "3,000-message session stored and compacted in {:.1} s",
+        t.as_secs_f64()
+    );
     let t = f.lossless_session(BIG_KEY, 10_000).await;
-    eprintln!("10,000-message session stored and compacted in {:.1} s", t.as_secs_f64());
-    f.mirror_quarantine("vector-memory", "factory", "cannot reach the vector store at 127.0.0.1:6333 (connection refused)");
+    eprintln!(
+        "10,000-message session stored and compacted in {:.1} s",
+        t.as_secs_f64()
+    );
+    f.mirror_quarantine(
+        "vector-memory",
+        "factory",
+        "cannot reach the vector store at 127.0.0.1:6333 (connection refused)",
+    );
 
     // The planted message's id and sequence.
-    let page = f.get_json(&format!("/v1/dashboard/transcript?key={}&from=0&limit=5", KEY.replace(':', "%3A"))).await;
-    let planted = page["messages"].as_array().unwrap().iter().find(|m| m["message"]["content"].as_str().is_some_and(|c| c.contains(PLANTED))).expect("the planted message is stored").clone();
+    let page = f
+        .get_json(&format!(
+            "/v1/dashboard/transcript?key={}&from=0&limit=5",
+            KEY.replace(':', "%3A")
+        ))
+        .await;
+    let planted = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            m["message"]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains(PLANTED))
+        })
+        .expect("the planted message is stored")
+        .clone();
 
     // What assemble answers now: the page must show exactly this.
-    let stats = f.get_json(&format!("/v1/dashboard/session?key={}", KEY.replace(':', "%3A"))).await;
-    let dag = f.get_json(&format!("/v1/dashboard/dag?key={}", KEY.replace(':', "%3A"))).await;
+    let stats = f
+        .get_json(&format!(
+            "/v1/dashboard/session?key={}",
+            KEY.replace(':', "%3A")
+        ))
+        .await;
+    let dag = f
+        .get_json(&format!(
+            "/v1/dashboard/dag?key={}",
+            KEY.replace(':', "%3A")
+        ))
+        .await;
     let raw = dag["uncovered"]["tokens"].as_u64().unwrap();
     let budget = raw + (stats["stats"]["frontierTokens"].as_u64().unwrap() - raw) / 2;
     let sid = f.session_id(KEY);
     let assembled = f
-        .post_json("/v1/engine/assemble", &json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": budget}))
+        .post_json(
+            "/v1/engine/assemble",
+            &json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": budget}),
+        )
         .await;
     let messages = assembled["messages"].as_array().unwrap();
-    let is_summary = |m: &Value| m["content"].as_str().is_some_and(|t| t.starts_with("<summary "));
-    let summary_tokens: u64 = messages.iter().filter(|m| is_summary(m)).map(tokens_of).sum();
-    let raw_tokens: u64 = messages.iter().filter(|m| !is_summary(m)).map(tokens_of).sum();
-    let addition = assembled["systemPromptAddition"].as_str().map_or(0, clawctx_tokens::text_tokens);
+    let is_summary = |m: &Value| {
+        m["content"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("<summary "))
+    };
+    let summary_tokens: u64 = messages
+        .iter()
+        .filter(|m| is_summary(m))
+        .map(tokens_of)
+        .sum();
+    let raw_tokens: u64 = messages
+        .iter()
+        .filter(|m| !is_summary(m))
+        .map(tokens_of)
+        .sum();
+    let addition = assembled["systemPromptAddition"]
+        .as_str()
+        .map_or(0, clawctx_tokens::text_tokens);
     let summary_count = messages.iter().filter(|m| is_summary(m)).count();
-    assert!(summary_count > 0, "the 3,000-message session assembles with summaries");
+    assert!(
+        summary_count > 0,
+        "the 3,000-message session assembles with summaries"
+    );
     let stored = f.get_json("/v1/dashboard/sessions").await;
-    let stored_messages = stored["sessions"].as_array().unwrap().iter().find(|r| r["sessionKey"] == KEY).unwrap()["messages"].clone();
+    let stored_messages = stored["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["sessionKey"] == KEY)
+        .unwrap()["messages"]
+        .clone();
 
     // The live turn: a long prompt, so the engine compacts in its afterTurn.
-    let live_prompt: String = (0..900).map(|i| format!("note {i} about crate {} and dock {}; ", i * 37 % 1009, i % 23)).collect();
+    let live_prompt: String = (0..900)
+        .map(|i| {
+            format!(
+                "note {i} about crate {} and dock {}; ",
+                i * 37 % 1009,
+                i % 23
+            )
+        })
+        .collect();
     f.llm.push([common::text("Noted, all of it.")]);
 
     let expect = json!({
@@ -121,7 +201,12 @@ async fn the_dashboard_works_in_a_real_browser() {
         "quarantinedEngine": "vector-memory", "quarantineReason": "cannot reach the vector store at 127.0.0.1:6333",
         "secret": SECRET, "livePrompt": live_prompt,
     });
-    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("..").join("target").join("test-artifacts").join("dashboard");
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("..")
+        .join("target")
+        .join("test-artifacts")
+        .join("dashboard");
     let url = f.url.clone();
     let out = tokio::task::spawn_blocking(move || {
         Command::new("node")
@@ -144,6 +229,12 @@ async fn the_dashboard_works_in_a_real_browser() {
         eprintln!("{line}");
     }
     f.stop().await;
-    assert!(out.status.success(), "the browser test failed:\n{stdout}\n{stderr}");
-    assert!(stdout.lines().any(|l| l == "OK"), "the browser test did not finish:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "the browser test failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "OK"),
+        "the browser test did not finish:\n{stdout}\n{stderr}"
+    );
 }

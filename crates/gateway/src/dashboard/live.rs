@@ -83,8 +83,9 @@ async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
         store
             .call(move |db| {
                 db.read(|db| {
+                    // No conversation yet: nothing compacted (the first turn bootstraps it).
                     let Some(conv) = db.conversation(&conv_key)? else {
-                        return Ok(None);
+                        return Ok(Some((0, 0)));
                     };
                     Ok(Some((
                         conv.epoch,
