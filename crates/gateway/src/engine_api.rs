@@ -285,6 +285,9 @@ where
         return Err(engine_error(method, EngineError::NotImplemented(method), &engine_id));
     }
     let _lane = shared.lanes.acquire(&key).await?;
+    if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the gateway is shutting down; the call was not made"));
+    }
     let controller = AbortController::new();
     let mut guard = CallGuard(controller.clone(), true);
     let started = Instant::now();

@@ -209,12 +209,12 @@ impl Metrics {
         );
         // The series an operator looks for exist from the start, at zero.
         for source in ["turn", "engine_api"] {
-            assemble_seconds.get_or_create(&SourceLabels { source: source.into() });
+            let _ = assemble_seconds.get_or_create(&SourceLabels { source: source.into() });
         }
         for summarizer in ["llm", "extractive"] {
             let labels = SummarizerLabels { summarizer: summarizer.into() };
-            summarizer_calls.get_or_create(&labels);
-            summarizer_failures.get_or_create(&labels);
+            let _ = summarizer_calls.get_or_create(&labels);
+            let _ = summarizer_failures.get_or_create(&labels);
         }
         let summaries = {
             let (calls, failures, seconds) = (summarizer_calls.clone(), summarizer_failures.clone(), summarizer_seconds.clone());

@@ -427,8 +427,21 @@ pub(crate) async fn chat_completions(
     }
     let key = session_key(&headers, request.user.as_deref())?;
     let mut input = crate::chat_input::read(&request, &shared.runtime.tool_names())?;
+    if !input.tool_results.is_empty() && matches!(shared.runtime.store().get(&key), Ok(None)) {
+        return Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            ..ApiError::invalid(
+                SESSION_HEADER,
+                format!("tool results continue a session's turn, and there is no session \"{key}\"; name it with the {SESSION_HEADER} header (or `user`)"),
+            )
+        });
+    }
     let model = request.model.clone().filter(|m| !m.trim().is_empty()).unwrap_or_else(|| shared.model.clone());
     let lane = shared.lanes.acquire(&key).await.inspect_err(|_| shared.metrics.error("busy"))?;
+    if shared.stopping.load(Ordering::SeqCst) {
+        // It waited for the session's lane while the gateway began to stop: not run, not stored.
+        return Err(ApiError::unavailable("the gateway is shutting down; the request was not run; retry after its restart"));
+    }
     let controller = AbortController::new();
     let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
     turn.abort = Some(controller.signal());
