@@ -508,6 +508,19 @@ async fn on_legacy_the_transcript_pages_the_context_and_the_dag_says_it_needs_lo
         .await;
     assert_eq!(s["lossless"], false);
     assert_eq!(s["lastAssembled"]["breakdown"]["totals"]["summaryCount"], 0);
+    assert_eq!(s["timeline"], json!([]), "no compaction yet");
+    // A manual compaction through the runtime is a timeline entry with its tokens.
+    f.runtime.compact(KEY, None).await.unwrap();
+    let s = f
+        .get_json(&format!("/v1/dashboard/session?key={}", urlenc(KEY)))
+        .await;
+    let timeline = s["timeline"].as_array().unwrap();
+    assert_eq!(timeline.len(), 1, "{timeline:?}");
+    assert_eq!(timeline[0]["kind"], "compaction");
+    assert!(timeline[0]["tokensBefore"].as_u64().unwrap() > 0);
+    assert!(timeline[0]["tokensAfter"].as_u64().unwrap() > 0, "the summary's tokens");
+    assert!(timeline[0]["at"].as_str().unwrap().contains('T'), "an ISO timestamp");
+    assert_eq!(s["stats"]["compactions"], 1);
     let r = f
         .get(&format!("/v1/dashboard/dag?key={}", urlenc(KEY)))
         .await;

@@ -234,7 +234,7 @@ function renderContext(el, s, { onOpen }) {
 function renderTimeline(el, s) {
   const rows = s.timeline ?? [];
   if (!rows.length) {
-    fill(el, h('h2', {}, 'Compactions'), h('p', { class: 'muted' }, s.lossless ? 'No compaction yet.' : `The transcript has ${num(s.stats?.compactions ?? 0)} compaction entr${s.stats?.compactions === 1 ? 'y' : 'ies'}.`));
+    fill(el, h('h2', {}, 'Compactions'), h('p', { class: 'muted' }, 'No compaction yet.'));
     return;
   }
   const max = Math.max(...rows.map((r) => r.tokensBefore), 1);
@@ -252,8 +252,8 @@ function renderTimeline(el, s) {
             'li',
             {},
             h('time', { datetime: new Date(r.at).toISOString() }, when(r.at)),
-            h('span', { class: `badge ${r.kind}` }, `${r.kind} → depth ${r.depth}`),
-            h('span', {}, `${num(r.summaries)} summar${r.summaries === 1 ? 'y' : 'ies'} of seq ${num(r.firstSeq)}–${num(r.lastSeq)}`),
+            h('span', { class: `badge ${r.kind}` }, r.depth === null || r.depth === undefined ? r.kind : `${r.kind} → depth ${r.depth}`),
+            h('span', {}, r.firstSeq === null || r.firstSeq === undefined ? 'summary of the transcript before it' : `${num(r.summaries)} summar${r.summaries === 1 ? 'y' : 'ies'} of seq ${num(r.firstSeq)}–${num(r.lastSeq)}`),
             h('span', { class: 'tokens' }, `${num(r.tokensBefore)} → ${num(r.tokensAfter)} tokens`),
             h('span', { class: 'muted' }, r.summarizer),
             h('span', { class: 'mini' }, h('span', { class: 'mini-before', style: { width: `${(100 * r.tokensBefore) / max}%` } }), h('span', { class: 'mini-after', style: { width: `${(100 * r.tokensAfter) / max}%` } })),

@@ -535,9 +535,47 @@ async fn session(
                     json!({"messages": status.context_messages.saturating_sub(b.totals.raw_count)});
             }
         }
-        out["timeline"] = json!([]);
+        let rt = s.runtime.clone();
+        let k = key.clone();
+        let summarizer = s
+            .registry
+            .as_ref()
+            .and_then(|r| r.host_summarizer())
+            .map(|x| x.name().to_owned());
+        out["timeline"] = blocking(move || transcript_compactions(&rt, &k, summarizer.as_deref()))
+            .await?
+            .map_err(|e| ApiError::internal(format!("reading the compactions of {key}: {e}")))?;
     }
     Ok(Json(out))
+}
+
+/// The compaction entries on a session transcript's active branch, oldest first, in the
+/// timeline's shape (`at` is the entry's ISO timestamp).
+fn transcript_compactions(
+    rt: &clawctx_runtime::AgentRuntime,
+    key: &str,
+    summarizer: Option<&str>,
+) -> Result<Value, String> {
+    let session = rt.session(key).map_err(|e| e.to_string())?;
+    if !session.transcript_path.exists() {
+        return Ok(json!([]));
+    }
+    let file = clawctx_transcript::SessionFile::open(&session.transcript_path)
+        .map_err(|e| e.to_string())?;
+    let rows: Vec<Value> = file
+        .active_path()
+        .into_iter()
+        .filter_map(|e| match &e.kind {
+            clawctx_protocol::transcript::EntryKind::Compaction(c) => Some(json!({
+                "at": e.timestamp, "kind": "compaction", "depth": Value::Null, "summaries": 1,
+                "tokensBefore": c.tokens_before, "tokensAfter": clawctx_tokens::text_tokens(&c.summary),
+                "firstSeq": Value::Null, "lastSeq": Value::Null,
+                "summarizer": if c.from_hook == Some(true) { "a plugin hook" } else { summarizer.unwrap_or("runtime") },
+            })),
+            _ => None,
+        })
+        .collect();
+    Ok(Value::Array(rows))
 }
 
 #[derive(Debug, Deserialize)]
