@@ -13,7 +13,8 @@ export const DEFAULTS = Object.freeze({
 });
 
 // Lifecycle methods forwarded when the gateway's engine implements them. `ingest`, `assemble`
-// and `compact` are always present (the contract requires them).
+// and `compact` are always present (the contract requires them). `prepareSubagentSpawn` too,
+// its rollback run by the gateway (`POST /v1/engine/rollback`).
 const REQUIRED = ['ingest', 'assemble', 'compact'];
 const OPTIONAL = ['ingestBatch', 'bootstrap', 'maintain', 'afterTurn', 'commitTurn', 'onSubagentEnded'];
 
@@ -135,6 +136,19 @@ export async function createEngine(rawConfig, options = {}) {
   };
   for (const m of [...REQUIRED, ...OPTIONAL.filter((o) => methods.includes(o))]) {
     engine[m] = (params) => client.call(m, params);
+  }
+  if (methods.includes('prepareSubagentSpawn')) {
+    // The rollback stays in the gateway: the preparation's rollback asks it to run it.
+    engine.prepareSubagentSpawn = async (params) => {
+      const reply = await client.call('prepareSubagentSpawn', params);
+      if (!reply || reply.hasRollback !== true || typeof reply.rollbackId !== 'string') return undefined;
+      const rollbackId = reply.rollbackId;
+      return {
+        rollback: async () => {
+          await client.call('rollback', { rollbackId });
+        },
+      };
+    };
   }
   return engine;
 }

@@ -37,6 +37,9 @@ before(async () => {
         compact: { ok: true, compacted: false },
         afterTurn: null,
         onSubagentEnded: null,
+        prepareSubagentSpawn:
+          body && JSON.parse(body).contextMode === 'fork' ? { hasRollback: true, rollbackId: '7' } : { hasRollback: false, rollbackId: null },
+        rollback: null,
       };
       res.end(JSON.stringify(m in results ? results[m] : { echo: m }));
     });
@@ -147,6 +150,26 @@ test('an aborted signal aborts the call', async () => {
   const controller = new AbortController();
   controller.abort();
   await assert.rejects(engine.compact({ sessionId: 's', abortSignal: controller.signal }), /aborted/);
+});
+
+test('prepareSubagentSpawn returns a rollback the gateway runs, or nothing', async () => {
+  const saved = methods;
+  methods = [...saved, 'prepareSubagentSpawn'];
+  try {
+    const engine = await createEngine({ gatewayUrl: url, token: TOKEN });
+    requests.length = 0;
+    const params = { parentSessionKey: 'agent:main:p', childSessionKey: 'agent:main:subagent:c', contextMode: 'fork' };
+    const prepared = await engine.prepareSubagentSpawn(params);
+    assert.deepEqual(requests[0].body, params);
+    assert.equal(requests[0].path, '/v1/engine/prepareSubagentSpawn');
+    assert.equal(await prepared.rollback(), undefined);
+    assert.deepEqual(requests[1], { method: 'POST', path: '/v1/engine/rollback', auth: `Bearer ${TOKEN}`, body: { rollbackId: '7' } });
+    assert.equal(await engine.prepareSubagentSpawn({ ...params, contextMode: 'isolated' }), undefined);
+  } finally {
+    methods = saved;
+  }
+  const without = await createEngine({ gatewayUrl: url });
+  assert.equal(without.prepareSubagentSpawn, undefined, 'only when the gateway engine has it');
 });
 
 test('commitTurn only when the gateway engine has it', async () => {
