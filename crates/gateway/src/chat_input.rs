@@ -26,6 +26,9 @@ use serde_json::Value;
 use crate::api_error::ApiError;
 use crate::openai::ChatCompletionRequest;
 
+/// Images one prompt may carry (OpenClaw's `maxImageParts`).
+const MAX_IMAGE_PARTS: usize = 8;
+
 /// Roles a request's messages may have.
 const ROLES: [&str; 6] = [
     "system",
@@ -99,6 +102,12 @@ pub(crate) fn read(
             let (text, images) = user_content(message.content.as_ref(), &param)?;
             if text.trim().is_empty() {
                 return Err(ApiError::invalid(param, "Missing user message in `messages`."));
+            }
+            if images.len() > MAX_IMAGE_PARTS {
+                return Err(ApiError::invalid(
+                    param,
+                    format!("at most {MAX_IMAGE_PARTS} images per message; found {}", images.len()),
+                ));
             }
             input.prompt = text;
             input.images = images;
@@ -544,6 +553,12 @@ mod tests {
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:text/plain;base64,QQ=="}}]}]}),
                 "messages[0].content[0].image_url.url",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": std::iter::once(json!({"type": "text", "text": "x"}))
+                    .chain(std::iter::repeat_n(json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,QQ=="}}), 9))
+                    .collect::<Vec<_>>()}]}),
+                "messages[0].content",
             ),
             (
                 json!({"messages": [{"role": "tool", "content": "r"}]}),
