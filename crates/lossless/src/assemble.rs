@@ -220,11 +220,12 @@ impl Db {
         }
         let mut truncated = false;
         if let Some(conv_id) = conv_id {
+            // The walk reads only what packing needs; a message's stored columns are read (by
+            // its key) only when it is not decoded already, which on consecutive turns is the
+            // newest message or two.
             let mut st = self.conn.prepare_cached(
-                "SELECT f.kind, f.item_id, f.tokens, m.role, m.n_calls, m.text,
-                        CASE WHEN m.skel IS NULL THEN m.skeleton
-                             ELSE (SELECT k.json FROM skeletons k WHERE k.id = m.skel) END, m.ts,
-                        s.depth, s.from_ts, s.to_ts, s.text, m.payload
+                "SELECT f.kind, f.item_id, f.tokens, m.role, m.n_calls,
+                        s.depth, s.from_ts, s.to_ts, s.text
                  FROM frontier f
                  LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id
                  LEFT JOIN summaries s ON f.kind = 1 AND s.id = f.item_id
@@ -240,11 +241,7 @@ impl Db {
                     let cached = self.decoded.borrow_mut().get(id);
                     let stored = match cached {
                         Some(m) => Stored::Decoded(m),
-                        None => Stored::Raw {
-                            text: self.stored_text(r, 5, 12)?,
-                            skeleton: r.get(6)?,
-                            ts: r.get(7)?,
-                        },
+                        None => self.stored_columns(id)?,
                     };
                     Item::Message {
                         id,
@@ -256,10 +253,10 @@ impl Db {
                 } else {
                     Item::Summary {
                         id: r.get(1)?,
-                        depth: r.get(8)?,
-                        from_ts: r.get(9)?,
-                        to_ts: r.get(10)?,
-                        text: r.get(11)?,
+                        depth: r.get(5)?,
+                        from_ts: r.get(6)?,
+                        to_ts: r.get(7)?,
+                        text: r.get(8)?,
                         tokens,
                     }
                 };
@@ -294,7 +291,11 @@ impl Db {
                 out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
             if prompt_kept || r.prompt_follows {
                 if let Some(block) = self.recalled_block(r, &shown)? {
-                    let at = if r.prompt_follows { out.messages.len() } else { out.messages.len() - 1 };
+                    let at = if r.prompt_follows {
+                        out.messages.len()
+                    } else {
+                        out.messages.len() - 1
+                    };
                     out.messages.insert(at, block.message);
                     out.tokens += block.tokens;
                     out.recalled = block.quoted;
@@ -318,6 +319,28 @@ impl Db {
         }
         debug_assert!(out.live <= n_live);
         Ok(out)
+    }
+
+    /// The stored columns of message `id`, for decoding.
+    fn stored_columns(&self, id: i64) -> Result<Stored> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT m.text,
+                    CASE WHEN m.skel IS NULL THEN m.skeleton
+                         ELSE (SELECT k.json FROM skeletons k WHERE k.id = m.skel) END,
+                    m.ts, m.payload
+             FROM messages m WHERE m.id = ?1",
+        )?;
+        let mut rows = st.query(params![id])?;
+        let r = rows.next()?.ok_or_else(|| {
+            crate::error::LosslessError::Corrupt(format!(
+                "frontier names message {id}, which is not stored"
+            ))
+        })?;
+        Ok(Stored::Raw {
+            text: self.stored_text(r, 0, 3)?,
+            skeleton: r.get(1)?,
+            ts: r.get(2)?,
+        })
     }
 }
 
