@@ -44,6 +44,9 @@ async fn a_prefilled_lossless_session_is_seen_whole() {
         .get_json(&format!("/v1/dashboard/session?key={}", urlenc(KEY)))
         .await;
     assert_eq!(before["lastAssembled"]["source"], "turn");
+    // The turn assembled before its afterTurn compacted: what it left out is not told from
+    // today's frontier.
+    assert_eq!(before["leftOut"]["stale"], true, "{}", before["leftOut"]);
     // The raw tail and half the summaries: assembly has to leave the older half out.
     let dag = f
         .get_json(&format!("/v1/dashboard/dag?key={}", urlenc(KEY)))

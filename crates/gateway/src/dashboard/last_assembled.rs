@@ -35,8 +35,7 @@ pub struct Recorded {
     pub history_messages: usize,
     /// The answer.
     pub result: AssembleResult,
-    /// The lossless conversation's epoch when it answered (`None`: not known yet, or not
-    /// lossless). A later epoch means the store was compacted since, so what this answer left
+    /// The lossless conversation's epoch when it answered (`None`: not lossless). A later epoch means the store was compacted since, so what this answer left
     /// out of the frontier can no longer be told from the frontier.
     pub epoch: Option<i64>,
 }
@@ -63,15 +62,6 @@ impl Recorder {
             }
         }
         map.insert(key.to_owned(), r);
-    }
-
-    /// Sets the epoch of `key`'s record made at `at_ms` (a newer record is left alone).
-    pub fn set_epoch(&self, key: &str, at_ms: i64, epoch: i64) {
-        if let Ok(mut map) = self.sessions.lock() {
-            if let Some(r) = map.get_mut(key).filter(|r| r.at_ms == at_ms) {
-                r.epoch = Some(epoch);
-            }
-        }
     }
 
     /// `key`'s last assembly.
@@ -301,13 +291,5 @@ mod tests {
         assert_eq!(r.last("a").unwrap().token_budget, Some(2));
         assert_eq!(r.keys().len(), 2);
         assert!(r.last("c").is_none());
-        r.set_epoch("a", 1, 7);
-        assert_eq!(
-            r.last("a").unwrap().epoch,
-            None,
-            "an older record's epoch does not land on a newer one"
-        );
-        r.set_epoch("a", 2, 7);
-        assert_eq!(r.last("a").unwrap().epoch, Some(7));
     }
 }

@@ -107,25 +107,20 @@ pub(crate) fn engine_assembled(
     }
 }
 
-/// Keeps `r` as `key`'s last assembly; with `lossless`, notes the conversation's epoch of
-/// now (off the caller's path), so a later compaction marks the record's "left out" stale.
-pub(crate) fn record(shared: &AppState, key: &str, r: Recorded) {
-    let at = r.at_ms;
-    shared.dashboard.recorder.record(key, r);
-    if !is_lossless(shared) {
-        return;
+/// Keeps `r` as `key`'s last assembly, with the lossless conversation's epoch it was made at
+/// (lossless names it in `contextProjection.epoch` as `<conversation>:<epoch>`), so a later
+/// compaction marks the record's "left out" stale. Costs the turn nothing more than the copy.
+pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
+    if r.epoch.is_none() && is_lossless(shared) {
+        r.epoch = r
+            .result
+            .context_projection
+            .as_ref()
+            .and_then(|p| p.epoch.as_deref())
+            .and_then(|e| e.rsplit_once(':'))
+            .and_then(|(_, n)| n.parse().ok());
     }
-    let shared = shared.clone();
-    let key = key.to_owned();
-    tokio::spawn(async move {
-        let Ok(store) = crate::engine_api::store(&shared).await else {
-            return;
-        };
-        let conv_key = ConvKey::from_host(Some(&key), &key);
-        if let Ok(Some(conv)) = store.call(move |db| db.conversation(&conv_key)).await {
-            shared.dashboard.recorder.set_epoch(&key, at, conv.epoch);
-        }
-    });
+    shared.dashboard.recorder.record(key, r);
 }
 
 // ---------------------------------------------------------------------------------------------
