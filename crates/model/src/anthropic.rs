@@ -651,3 +651,41 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod sampling_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{Sampling, ToolChoice, ToolSpec};
+
+    #[test]
+    fn sampling_and_tool_choice_in_anthropics_terms() {
+        let p = AnthropicProvider::new("a", "http://127.0.0.1:9", None, HttpSettings::default()).unwrap();
+        let request = CompletionRequest {
+            model: "m".into(),
+            messages: vec![AgentMessage::user("hi")],
+            tools: vec![ToolSpec { name: "get_weather".into(), description: String::new(), parameters: json!({"type": "object"}) }],
+            sampling: Sampling {
+                top_p: Some(0.5),
+                stop: vec!["END".into()],
+                seed: Some(3),
+                presence_penalty: Some(0.1),
+                frequency_penalty: None,
+                tool_choice: Some(ToolChoice::Required),
+            },
+            ..Default::default()
+        };
+        let body = p.request_body(&request, false);
+        assert_eq!(body["top_p"], 0.5);
+        assert_eq!(body["stop_sequences"], json!(["END"]));
+        assert_eq!(body["tool_choice"], json!({"type": "any"}));
+        assert!(body.get("seed").is_none() && body.get("presence_penalty").is_none(), "Anthropic has neither: {body}");
+        let named = CompletionRequest {
+            sampling: Sampling { tool_choice: Some(ToolChoice::Tool("get_weather".into())), ..Default::default() },
+            ..request.clone()
+        };
+        assert_eq!(p.request_body(&named, false)["tool_choice"], json!({"type": "tool", "name": "get_weather"}));
+        let no_tools = CompletionRequest { tools: Vec::new(), ..named };
+        assert!(p.request_body(&no_tools, false).get("tool_choice").is_none(), "no tool_choice without tools");
+    }
+}

@@ -647,3 +647,41 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod sampling_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{Sampling, ToolChoice, ToolSpec};
+
+    #[test]
+    fn sampling_and_tool_choice_in_openais_terms() {
+        let p = OpenAiProvider::new("o", "http://127.0.0.1:9/v1", None, HttpSettings::default()).unwrap();
+        let request = CompletionRequest {
+            model: "m".into(),
+            messages: vec![AgentMessage::user("hi")],
+            tools: vec![ToolSpec { name: "f".into(), description: String::new(), parameters: json!({"type": "object"}) }],
+            temperature: Some(0.5),
+            sampling: Sampling {
+                top_p: Some(0.25),
+                stop: vec!["a".into(), "b".into()],
+                seed: Some(9),
+                presence_penalty: Some(0.5),
+                frequency_penalty: Some(-0.5),
+                tool_choice: Some(ToolChoice::Tool("f".into())),
+            },
+            ..Default::default()
+        };
+        let body = p.request_body(&request, false);
+        assert_eq!(
+            (&body["temperature"], &body["top_p"], &body["stop"], &body["seed"]),
+            (&json!(0.5), &json!(0.25), &json!(["a", "b"]), &json!(9))
+        );
+        assert_eq!((&body["presence_penalty"], &body["frequency_penalty"]), (&json!(0.5), &json!(-0.5)));
+        assert_eq!(body["tool_choice"], json!({"type": "function", "function": {"name": "f"}}));
+        let plain = p.request_body(&CompletionRequest { model: "m".into(), ..Default::default() }, false);
+        for k in ["top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "tool_choice"] {
+            assert!(plain.get(k).is_none(), "{k} only when set: {plain}");
+        }
+    }
+}
