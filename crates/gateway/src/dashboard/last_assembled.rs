@@ -12,7 +12,7 @@
 //! message. Tokens are counted with the one estimator (`clawctx_tokens`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use clawctx_protocol::{AgentMessage, AssembleResult};
 use serde::Serialize;
@@ -35,20 +35,30 @@ pub struct Recorded {
     pub history_messages: usize,
     /// The answer.
     pub result: AssembleResult,
-    /// The lossless conversation's epoch when it answered (`None`: not lossless). A later epoch means the store was compacted since, so what this answer left
-    /// out of the frontier can no longer be told from the frontier.
+    /// The lossless conversation's epoch when it answered (`None`: not lossless). A later
+    /// epoch means the store was compacted since, so what this answer left out of the frontier
+    /// can no longer be told from the frontier.
     pub epoch: Option<i64>,
+    /// The split, computed once (off the request path, see `dashboard::record`).
+    pub split: OnceLock<Breakdown>,
+}
+
+impl Recorded {
+    /// The answer split into its parts (computed on first use, then kept).
+    pub fn breakdown(&self) -> &Breakdown {
+        self.split.get_or_init(|| breakdown(&self.result))
+    }
 }
 
 /// Per-session records.
 #[derive(Default)]
 pub struct Recorder {
-    sessions: Mutex<HashMap<String, Recorded>>,
+    sessions: Mutex<HashMap<String, Arc<Recorded>>>,
 }
 
 impl Recorder {
     /// Keeps `r` as `key`'s last assembly.
-    pub fn record(&self, key: &str, r: Recorded) {
+    pub fn record(&self, key: &str, r: Arc<Recorded>) {
         let Ok(mut map) = self.sessions.lock() else {
             return;
         };
@@ -65,7 +75,7 @@ impl Recorder {
     }
 
     /// `key`'s last assembly.
-    pub fn last(&self, key: &str) -> Option<Recorded> {
+    pub fn last(&self, key: &str) -> Option<Arc<Recorded>> {
         self.sessions.lock().ok()?.get(key).cloned()
     }
 
@@ -284,10 +294,11 @@ mod tests {
             history_messages: 0,
             result: AssembleResult::default(),
             epoch: None,
+            split: OnceLock::new(),
         };
-        r.record("a", rec(1));
-        r.record("a", rec(2));
-        r.record("b", rec(3));
+        r.record("a", Arc::new(rec(1)));
+        r.record("a", Arc::new(rec(2)));
+        r.record("b", Arc::new(rec(3)));
         assert_eq!(r.last("a").unwrap().token_budget, Some(2));
         assert_eq!(r.keys().len(), 2);
         assert!(r.last("c").is_none());

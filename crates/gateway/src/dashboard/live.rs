@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-use super::last_assembled::{breakdown, Recorded};
+use super::last_assembled::Recorded;
 use crate::server::AppState;
 
 /// Events kept for a slow listener before it lags.
@@ -130,14 +130,6 @@ pub(crate) fn watch_turn(
                 .publish(&key, "turnStarted", json!({}));
         }
         while let Some(view) = rx.recv().await {
-            if shared.dashboard.live.listened() {
-                let b = breakdown(&view.result);
-                shared.dashboard.live.publish(
-                    &key,
-                    "assembled",
-                    json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": view.token_budget}),
-                );
-            }
             super::record(
                 &shared,
                 &key,
@@ -149,6 +141,7 @@ pub(crate) fn watch_turn(
                     history_messages: view.history_messages,
                     result: view.result,
                     epoch: None,
+                    split: Default::default(),
                 },
             );
         }

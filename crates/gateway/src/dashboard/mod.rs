@@ -43,7 +43,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api_error::ApiError;
 use crate::server::{AppState, Shared};
-use last_assembled::{breakdown, Recorded, Recorder};
+use last_assembled::{Recorded, Recorder};
 use live::Live;
 
 pub(crate) use live::watch_turn;
@@ -95,16 +95,9 @@ pub(crate) fn engine_assembled(
             history_messages: params.messages.len(),
             result: result.clone(),
             epoch: None,
+            split: Default::default(),
         },
     );
-    if shared.dashboard.live.listened() {
-        let b = breakdown(result);
-        shared.dashboard.live.publish(
-            key,
-            "assembled",
-            json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": params.token_budget}),
-        );
-    }
 }
 
 /// Keeps `r` as `key`'s last assembly, with the lossless conversation's epoch it was made at
@@ -120,7 +113,21 @@ pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
             .and_then(|e| e.rsplit_once(':'))
             .and_then(|(_, n)| n.parse().ok());
     }
-    shared.dashboard.recorder.record(key, r);
+    let r = std::sync::Arc::new(r);
+    shared.dashboard.recorder.record(key, r.clone());
+    // Split it now, off the caller's path, so page views find it ready; listeners hear of it.
+    let shared = shared.clone();
+    let key = key.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let b = r.breakdown();
+        if shared.dashboard.live.listened() {
+            shared.dashboard.live.publish(
+                &key,
+                "assembled",
+                json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": r.token_budget}),
+            );
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,7 +433,7 @@ async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
             || json!({"sessionKey": key, "sessionId": Value::Null, "updatedAt": Value::Null, "engine": engine}),
         );
         if let Some(r) = s.dashboard.recorder.last(&key) {
-            row["assembledTokens"] = json!(breakdown(&r.result).total_tokens);
+            row["assembledTokens"] = json!(r.breakdown().total_tokens);
             row["assembledAt"] = json!(at);
             row["assembledBudget"] = json!(r.token_budget);
         }
@@ -463,7 +470,7 @@ async fn session(
     let key = key_param(q.key)?;
     let limits = s.runtime.limits();
     let last = s.dashboard.recorder.last(&key);
-    let split = last.as_ref().map(|r| breakdown(&r.result));
+    let split = last.as_ref().map(|r| r.breakdown());
     let mut out = json!({
         "sessionKey": key,
         "engine": s.runtime.engine_id(),
