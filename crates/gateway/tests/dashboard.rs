@@ -447,10 +447,18 @@ async fn a_turn_streams_live_events_to_a_listener_of_its_session() {
     f.turn("agent:main:other", "hello there", "hi").await;
     f.turn(KEY, "What was the launch code?", "Looking.").await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !seen.contains("\"turnDone\"") {
+    while ![
+        "\"turnStarted\"",
+        "\"assembled\"",
+        "\"compaction\"",
+        "\"turnDone\"",
+    ]
+    .iter()
+    .all(|k| seen.contains(k))
+    {
         let chunk = tokio::time::timeout_at(deadline, events.chunk())
             .await
-            .expect("turnDone within 20 s")
+            .expect("the turn's events within 20 s")
             .unwrap()
             .unwrap();
         seen.push_str(&String::from_utf8_lossy(&chunk));
@@ -521,8 +529,14 @@ async fn on_legacy_the_transcript_pages_the_context_and_the_dag_says_it_needs_lo
     assert_eq!(timeline.len(), 1, "{timeline:?}");
     assert_eq!(timeline[0]["kind"], "compaction");
     assert!(timeline[0]["tokensBefore"].as_u64().unwrap() > 0);
-    assert!(timeline[0]["tokensAfter"].as_u64().unwrap() > 0, "the summary's tokens");
-    assert!(timeline[0]["at"].as_str().unwrap().contains('T'), "an ISO timestamp");
+    assert!(
+        timeline[0]["tokensAfter"].as_u64().unwrap() > 0,
+        "the summary's tokens"
+    );
+    assert!(
+        timeline[0]["at"].as_str().unwrap().contains('T'),
+        "an ISO timestamp"
+    );
     assert_eq!(s["stats"]["compactions"], 1);
     let r = f
         .get(&format!("/v1/dashboard/dag?key={}", urlenc(KEY)))

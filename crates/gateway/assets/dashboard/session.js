@@ -131,6 +131,7 @@ export async function renderSession(main, key, params) {
     if (e.kind === 'turnDone') status.textContent = 'turn done';
     if (e.kind === 'lagged') status.textContent = 'reloading (missed updates)';
     document.body.dataset.lastEvent = e.kind;
+    document.body.dataset.events = `${document.body.dataset.events ?? ''} ${e.kind}`.trim();
     refresh(e.kind);
   };
   events.onerror = () => {
@@ -143,6 +144,8 @@ export async function renderSession(main, key, params) {
     status.textContent = '';
     delete status.dataset.state;
     delete status.dataset.event;
+    delete document.body.dataset.events;
+    delete document.body.dataset.lastEvent;
   };
 }
 

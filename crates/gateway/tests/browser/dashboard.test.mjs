@@ -176,7 +176,7 @@ try {
     body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: expect.livePrompt }] }),
   });
   check(turn.ok, 'the live turn ran', String(turn.status));
-  await page.waitForFunction(() => document.body.dataset.lastEvent === 'turnDone', null, { timeout: 30_000 });
+  await page.waitForFunction(() => (document.body.dataset.events ?? '').split(' ').includes('turnDone'), null, { timeout: 30_000 });
   await page.waitForFunction((b) => document.querySelector('[data-testid="ctx-total"]')?.textContent.trim() !== b, before, { timeout: 30_000 });
   check(true, 'the context bar updated live from the turn');
   check((await page.locator('#live-status').getAttribute('data-event')) === 'compaction', 'a compaction during the turn was shown live');
