@@ -481,7 +481,19 @@ async fn a_turn_streams_live_events_to_a_listener_of_its_session() {
             "no {kind} event in {kinds:?}"
         );
     }
+    // An open event stream does not hold up shutdown: it ends when the gateway stops.
+    let started = std::time::Instant::now();
     f.stop().await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "shutdown waited {:?} for the event stream",
+        started.elapsed()
+    );
+    let rest = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while let Ok(Some(_)) = events.chunk().await {}
+    })
+    .await;
+    assert!(rest.is_ok(), "the event stream ends at shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
