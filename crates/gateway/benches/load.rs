@@ -14,10 +14,17 @@
 //! `lossless` bootstraps from it on the first turn. The model's context window is set large
 //! (1,000,000 tokens) so that no compaction runs: this measures turns, not summaries.
 //!
+//! `LOAD_THINK_MS` (default 0) is each session's pause between a reply and its next turn. At 0
+//! the driver is a closed loop that saturates the machine, so by Little's law each turn waits
+//! for the other sessions' turns (latency ≈ sessions / throughput); with a pause the sessions
+//! offer a steady rate below capacity, as agents whose model takes time do, and the latency is
+//! what one turn costs under that load.
+//!
 //! Output: plain lines `FIGURE <name> <value>`. "Added latency" is the client-measured request
-//! time minus the model server's own handling time for that request's model call; with a model
-//! that answers at once the model's time is microseconds, so it is almost the whole request
-//! (loopback HTTP both ways, the turn, the transcript writes, the engine's work).
+//! time minus the model server's own time for that request (from its request head arriving,
+//! reading and parsing the body, to its answer; matched by the turn's unique prompt): loopback
+//! HTTP both ways, the turn, the transcript writes, the engine's work. The mock model, the
+//! driver and the gateway share the machine's cores.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use clawctx_engine::ContextEngineRegistry;
 use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts};
 use clawctx_protocol::{AgentMessage, SelectionSource};
@@ -45,13 +52,31 @@ fn env_num(name: &str, default: u64) -> u64 {
 struct ModelTime {
     nanos: AtomicU64,
     calls: AtomicU64,
+    /// Each request's model time by its last user message (unique per session and turn), so a
+    /// driver subtracts exactly its own model call even while others run.
+    by_prompt: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+/// The text of the last user message in a chat completions request body.
+fn last_user_text(body: &Value) -> Option<String> {
+    let messages = body.get("messages")?.as_array()?;
+    let m = messages.iter().rev().find(|m| m["role"] == "user")?;
+    match &m["content"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => parts.iter().find_map(|p| p["text"].as_str().map(str::to_owned)),
+        _ => None,
+    }
 }
 
 async fn start_model(time: Arc<ModelTime>) -> String {
-    let handler = move |Json(body): Json<Value>| {
+    // The model's own time starts when its request's head has arrived: reading and parsing the
+    // body (the whole assembled context) is work the model server does, not the gateway.
+    let handler = move |request: axum::extract::Request| {
         let time = time.clone();
         async move {
             let t0 = Instant::now();
+            let bytes = axum::body::to_bytes(request.into_body(), usize::MAX).await.unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
             let usage = json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110});
             let response = if stream {
@@ -77,8 +102,12 @@ async fn start_model(time: Arc<ModelTime>) -> String {
                     .body(axum::body::Body::from(reply.to_string()))
                     .expect("a JSON response")
             };
-            time.nanos.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let nanos = t0.elapsed().as_nanos() as u64;
+            time.nanos.fetch_add(nanos, Ordering::Relaxed);
             time.calls.fetch_add(1, Ordering::Relaxed);
+            if let (Some(prompt), Ok(mut map)) = (last_user_text(&body), time.by_prompt.lock()) {
+                *map.entry(prompt).or_default() += nanos;
+            }
             response
         }
     };
@@ -120,12 +149,17 @@ fn main() {
     let prefill = env_num("LOAD_PREFILL", 1000);
     let timeout = Duration::from_secs(env_num("LOAD_TIMEOUT_SECS", 600));
     let workers = env_num("LOAD_WORKERS", 2) as usize;
+    let think = Duration::from_millis(env_num("LOAD_THINK_MS", 0));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers.max(1)).enable_all().build().expect("a tokio runtime");
-    rt.block_on(run(engine, sessions, turns, prefill, timeout));
+    rt.block_on(run(engine, sessions, turns, prefill, timeout, think));
 }
 
-async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, timeout: Duration) {
-    println!("load: engine {engine}, {sessions} sessions x {turns} turns, {prefill} messages pre-filled, timeout {} s", timeout.as_secs());
+async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, timeout: Duration, think: Duration) {
+    println!(
+        "load: engine {engine}, {sessions} sessions x {turns} turns, {prefill} messages pre-filled, think {} ms, timeout {} s",
+        think.as_millis(),
+        timeout.as_secs()
+    );
     let model_time = Arc::new(ModelTime::default());
     let model_url = start_model(model_time.clone()).await;
     let state = tempfile::tempdir().expect("a temp state dir");
@@ -211,12 +245,11 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
                 if Instant::now() >= deadline {
                     break;
                 }
-                let body = json!({"model": "mock/test-model", "messages": [{"role": "user", "content": format!("turn {t}: where did order {} go?", 1000 + t)}]});
-                // Model time for this request: the global sum's increase, only exact when this is
-                // the only request in flight; across sessions it is an approximation, and with an
-                // immediate model it is microseconds either way.
-                let m0 = model_time.nanos.load(Ordering::Relaxed);
-                let c0 = model_time.calls.load(Ordering::Relaxed);
+                if t > 0 && !think.is_zero() {
+                    tokio::time::sleep(think).await;
+                }
+                let prompt = format!("{key} turn {t}: where did order {} go?", 1000 + t);
+                let body = json!({"model": "mock/test-model", "messages": [{"role": "user", "content": prompt}]});
                 let start = Instant::now();
                 let r = http.post(&url).header("x-clawctx-session", &key).json(&body).send().await;
                 let ok = match r {
@@ -232,10 +265,9 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
                     Err(e) => Err(format!("request: {e}")),
                 };
                 let elapsed = start.elapsed().as_secs_f64() * 1000.0;
-                let dm = model_time.nanos.load(Ordering::Relaxed) - m0;
-                let dc = (model_time.calls.load(Ordering::Relaxed) - c0).max(1);
-                // The mean model time per call while this request ran, as this request's share.
-                let model_ms = dm as f64 / dc as f64 / 1e6;
+                // This request's own model time (its prompt is unique).
+                let model_ns = model_time.by_prompt.lock().ok().and_then(|mut m| m.remove(&prompt)).unwrap_or(0);
+                let model_ms = model_ns as f64 / 1e6;
                 match ok {
                     Ok(()) => {
                         lat.push(elapsed);
@@ -273,6 +305,7 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
     println!("FIGURE sessions {sessions}");
     println!("FIGURE turns_per_session {turns}");
     println!("FIGURE prefill_messages {prefill}");
+    println!("FIGURE think_ms {}", think.as_millis());
     println!("FIGURE turns_planned {planned}");
     println!("FIGURE turns_ok {done}");
     println!("FIGURE turns_not_run {}", planned - done - errors.len() as u64);

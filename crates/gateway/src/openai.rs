@@ -472,9 +472,16 @@ pub(crate) async fn chat_completions(
         return Ok(response);
     }
 
-    let handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
+    // Answered once the reply is in the transcript and the engine has the turn: the session's
+    // counters and maintenance finish on the session's lane after the response.
+    let (answered_tx, mut answered) = tokio::sync::mpsc::unbounded_channel();
+    turn.answered = Some(answered_tx);
+    let mut handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
     let mut guard = AbortOnDrop { controller, armed: true };
-    let result = handle.await;
+    let result = tokio::select! {
+        Some(early) = answered.recv() => Ok(Ok(early)),
+        r = &mut handle => r,
+    };
     guard.disarm();
     let outcome = match result {
         Ok(Ok(o)) => o,

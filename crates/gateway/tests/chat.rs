@@ -99,8 +99,8 @@ async fn plain_completions_store_one_turn_per_request_even_when_the_client_resen
     assert_eq!(models["object"], "list");
     assert_eq!(models["data"][0]["id"], "mock/test-model");
 
-    let metrics = gw.get("/metrics").await.text().await.unwrap();
-    assert!(metrics.contains(r#"clawctx_gateway_turns_total{outcome="ok"} 2"#), "{metrics}");
+    // Turn metrics are recorded when the turn's bookkeeping ends, just after its response.
+    wait_for_metric(&gw, r#"clawctx_gateway_turns_total{outcome="ok"} 2"#).await;
     gw.stop().await.unwrap();
 }
 
@@ -116,6 +116,16 @@ async fn the_user_field_names_the_session_and_lossless_serves_turns() {
     let r = gw.post("/v1/chat/completions", &body).await;
     let reply: Value = r.json().await.unwrap();
     assert_eq!(reply["choices"][0]["message"]["content"], "it was 4417");
+    // Read your writes: the answer a client was just given is already searchable (the
+    // response waits for the engine's commit, not for the session's bookkeeping after it).
+    let grep = gw
+        .post("/v1/engine/lcm_grep", &json!({"sessionKey": "agent:main:openai-user:bob", "query": "4417"}))
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
+    let snippets: Vec<&str> = grep["hits"].as_array().map_or(Vec::new(), |h| h.iter().filter_map(|h| h["snippet"].as_str()).collect());
+    assert!(snippets.iter().any(|s| s.contains("it was 4417")), "the last answer must be found at once: {grep}");
     let stored = gw.runtime.context("agent:main:openai-user:bob").unwrap();
     assert_eq!(stored.len(), 4, "{:?}", roles_and_texts(&stored));
     assert_eq!(gw.runtime.engine_id(), "lossless");

@@ -20,6 +20,20 @@ async fn chat(gw: &TestGateway, key: &str, prompt: &str) {
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
 }
 
+/// The exposition once `ready` holds for it. A chat response is sent once the engine has the
+/// turn; the turn's metrics are recorded when its bookkeeping ends, a moment later.
+async fn metrics_once(gw: &TestGateway, ready: impl Fn(&str) -> bool) -> String {
+    let mut m = String::new();
+    for _ in 0..300 {
+        m = gw.get("/metrics").await.text().await.unwrap();
+        if ready(&m) {
+            return m;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    m
+}
+
 /// The value of the sample `name` (with its labels) in the exposition, if present.
 fn sample(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
@@ -34,7 +48,7 @@ async fn assemble_latency_and_store_sizes_for_turns_and_engine_api_calls_on_loss
     let r = gw.post("/v1/engine/assemble", &json!({"sessionId": "x", "sessionKey": "agent:main:m1", "messages": [], "tokenBudget": 1000})).await;
     assert_eq!(r.status(), 200);
 
-    let m = gw.get("/metrics").await.text().await.unwrap();
+    let m = metrics_once(&gw, |m| sample(m, r#"clawctx_gateway_assemble_seconds_count{source="turn"}"#).is_some_and(|n| n >= 2.0)).await;
     let turn = sample(&m, r#"clawctx_gateway_assemble_seconds_count{source="turn"}"#).unwrap_or_else(|| panic!("{m}"));
     assert!(turn >= 2.0, "every turn assembles at least once: {turn}");
     assert_eq!(sample(&m, r#"clawctx_gateway_assemble_seconds_count{source="engine_api"}"#), Some(1.0), "{m}");
@@ -59,7 +73,7 @@ async fn compaction_latency_and_summarizer_calls_and_failures_in_a_turn_and_thro
     gw.llm.push([text("noted the first"), text("the summary of the first turn"), text("noted the second")]);
     chat(&gw, "agent:main:big", &format!("remember alpha-7: {}", big("alpha"))).await;
     chat(&gw, "agent:main:big", &format!("remember beta-9: {}", big("beta"))).await;
-    let m = gw.get("/metrics").await.text().await.unwrap();
+    let m = metrics_once(&gw, |m| m.contains(r#"clawctx_gateway_compaction_seconds_count{source="turn""#)).await;
     let in_turn: Vec<&str> = m.lines().filter(|l| l.starts_with("clawctx_gateway_compaction_seconds_count{source=\"turn\"")).collect();
     assert!(!in_turn.is_empty(), "a compaction in a turn is timed:\n{m}");
     let llm_calls = sample(&m, r#"clawctx_gateway_summarizer_calls_total{summarizer="llm"}"#).unwrap_or_else(|| panic!("{m}"));

@@ -66,6 +66,13 @@ pub struct TurnRequest {
     /// Receives every `assemble` result of the turn with its budget (the gateway's dashboard
     /// shows the last one). Nothing is copied when absent.
     pub assembled: Option<tokio::sync::mpsc::UnboundedSender<AssembledView>>,
+    /// Receives the turn's outcome once its answer is in the transcript and the engine has the
+    /// turn (afterTurn or commitTurn done), before the session's counters are written and
+    /// maintenance runs; the turn's future still resolves after those, with the complete
+    /// outcome. A server answers its client from this so that bookkeeping is not on the
+    /// client's wait (the session's next turn still waits for it). Not sent when the turn
+    /// fails before its answer.
+    pub answered: Option<tokio::sync::mpsc::UnboundedSender<TurnOutcome>>,
 }
 
 /// What one `assemble` call of a turn returned, and what it was given.
@@ -213,6 +220,7 @@ struct EmbeddedTurn {
     abort: AbortSignal,
     events: Option<EventSender>,
     assembled: Option<tokio::sync::mpsc::UnboundedSender<AssembledView>>,
+    answered: Option<tokio::sync::mpsc::UnboundedSender<TurnOutcome>>,
     prompt: String,
     is_heartbeat: bool,
     /// The session's prepared history; once synced after the prompt is persisted it also holds
@@ -310,6 +318,7 @@ impl EmbeddedTurn {
             abort: request.abort.unwrap_or_default(),
             events: request.events,
             assembled: request.assembled,
+            answered: request.answered,
             prompt: request.prompt,
             is_heartbeat: request.is_heartbeat,
             history: History::default(),
@@ -997,6 +1006,14 @@ impl EmbeddedTurn {
             context_tokens = self.history.tokens_of(0..self.history.len());
         }
         self.out.context_tokens_after = context_tokens;
+        if let Some(tx) = self.answered.take() {
+            // The answer is in the transcript and the engine has the turn (what the caller is
+            // told is kept, and searchable); only the counters and maintenance remain.
+            let mut early = self.out.clone();
+            early.engine = self.engine().info().id;
+            early.messages = self.turn.clone();
+            let _ = tx.send(early);
+        }
         let counters = TokenCounters {
             input: Some(self.out.usage.input),
             output: Some(self.out.usage.output),
