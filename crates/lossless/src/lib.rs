@@ -13,7 +13,8 @@
 //! (grep/describe/expand), [`tools`] (the agent tools), [`retention`] (large payloads after
 //! summarization), [`doctor`] (integrity and size), [`import`] (OpenClaw JSONL), [`session`]
 //! (`/new` and forks), [`policy`] (ignored / read-only session globs), [`config`], [`engine`]
-//! (the `ContextEngine`, factory and registration), [`api`] (async library API for the CLI).
+//! (the `ContextEngine`, factory and registration), [`api`] (async library API for the CLI),
+//! [`inspect`] (read-only views for the gateway's dashboard: the DAG, message pages, timeline).
 //!
 //! # Configuration (`plugins.entries.lossless.config`)
 //!
