@@ -496,6 +496,43 @@ impl Db {
 
 /// The text a preview shows: text blocks, tool calls by name, tool results' text.
 pub fn message_text(m: &clawctx_protocol::AgentMessage) -> String {
+    use clawctx_protocol::{AgentMessage, Content, ContentBlock};
+    let content = match m {
+        AgentMessage::User(u) => &u.content,
+        AgentMessage::Assistant(a) => &a.content,
+        AgentMessage::ToolResult(t) => &t.content,
+        AgentMessage::Custom(c) => &c.content,
+        // Rare kinds: read `content` from the wire shape.
+        _ => return wire_content_text(m),
+    };
+    let mut out = String::new();
+    match content {
+        Content::Text(t) => out.push_str(t),
+        Content::Blocks(blocks) => {
+            for b in blocks {
+                let piece = match b {
+                    ContentBlock::Text(t) => Some(std::borrow::Cow::Borrowed(t.text.as_str())),
+                    ContentBlock::ToolCall(c) => Some(format!("[tool call {}]", c.name).into()),
+                    ContentBlock::Thinking(_) => None,
+                    ContentBlock::Image(_) => Some("[image]".into()),
+                    ContentBlock::Unknown(map) => {
+                        map.get("type").and_then(|t| t.as_str()).map(|t| format!("[{t}]").into())
+                    }
+                };
+                if let Some(p) = piece {
+                    if !out.is_empty() {
+                        out.push(' ');
+                    }
+                    out.push_str(&p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// [`message_text`] of a message's serialized `content` (kinds without a typed one).
+fn wire_content_text(m: &clawctx_protocol::AgentMessage) -> String {
     let v = serde_json::to_value(m).unwrap_or_default();
     let mut out = String::new();
     match v.get("content") {
@@ -504,13 +541,9 @@ pub fn message_text(m: &clawctx_protocol::AgentMessage) -> String {
             for b in blocks {
                 let piece = match b.get("type").and_then(|t| t.as_str()) {
                     Some("text") => b.get("text").and_then(|t| t.as_str()).map(str::to_owned),
-                    Some("toolCall") => b
-                        .get("name")
-                        .and_then(|t| t.as_str())
-                        .map(|n| format!("[tool call {n}]")),
-                    Some("thinking") => None,
+                    Some("toolCall") => b.get("name").and_then(|t| t.as_str()).map(|n| format!("[tool call {n}]")),
+                    Some("thinking") | None => None,
                     Some(other) => Some(format!("[{other}]")),
-                    None => None,
                 };
                 if let Some(p) = piece {
                     if !out.is_empty() {

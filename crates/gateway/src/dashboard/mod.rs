@@ -115,7 +115,8 @@ pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
     }
     let r = std::sync::Arc::new(r);
     shared.dashboard.recorder.record(key, r.clone());
-    // Split it now, off the caller's path, so page views find it ready; listeners hear of it.
+    // Split it off the caller's path, then keep only the split (tokens and a preview a part):
+    // a record must not hold a whole context per session for the life of the process.
     let shared = shared.clone();
     let key = key.to_owned();
     tokio::task::spawn_blocking(move || {
@@ -127,6 +128,7 @@ pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
                 json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": r.token_budget}),
             );
         }
+        shared.dashboard.recorder.slim(&key, &r);
     });
 }
 

@@ -21,9 +21,9 @@ use super::FxMap;
 /// Messages a generation holds at most: enough that a gateway's busy conversations (say 50
 /// of 1,000 messages each, assembled in turn) stay decoded between their turns, rather than
 /// each assembly pushing out the one the next conversation needs.
-pub const GENERATION_MESSAGES: usize = 32_768;
+pub const GENERATION_MESSAGES: usize = 65_536;
 /// Approximate bytes (texts and skeletons) a generation holds at most.
-pub const GENERATION_BYTES: usize = 32 << 20;
+pub const GENERATION_BYTES: usize = 64 << 20;
 
 /// See the module header.
 #[derive(Default)]
