@@ -1,6 +1,8 @@
 //! The library API behind `clawctx lcm grep|describe|expand|status|doctor|import`: async
 //! methods on [`LosslessStore`] returning serializable reports. Synchronous callers can use
-//! [`LosslessStore::call_blocking`] with the same [`Db`](crate::store::Db) methods.
+//! [`LosslessStore::call_read_blocking`] (reads) and [`LosslessStore::call_blocking`] (writes)
+//! with the same [`Db`](crate::store::Db) methods. Every read here runs on the store's read
+//! thread, off the path of turns (see [`crate::store`]).
 
 use std::path::PathBuf;
 
@@ -13,36 +15,35 @@ use crate::store::{ConvKey, ConvRow, LosslessStore};
 impl LosslessStore {
     /// Searches history (see [`GrepQuery`]).
     pub async fn grep(&self, query: GrepQuery) -> Result<GrepReport> {
-        self.call(move |db| db.read(|db| db.grep(&query))).await
+        self.call_read(move |db| db.grep(&query)).await
     }
 
     /// Describes `sum_<n>` or `msg_<n>` (unscoped: operator view).
     pub async fn describe(&self, id: &str) -> Result<DescribeReport> {
         let id = id.to_owned();
-        self.call(move |db| db.read(|db| db.describe(&id, None)))
-            .await
+        self.call_read(move |db| db.describe(&id, None)).await
     }
 
     /// Expands `sum_<n>` into its children (or shows `msg_<n>`) within `max_tokens`.
     pub async fn expand(&self, id: &str, max_tokens: u64) -> Result<ExpandReport> {
         let id = id.to_owned();
-        self.call(move |db| db.read(|db| db.expand(&id, max_tokens, None)))
+        self.call_read(move |db| db.expand(&id, max_tokens, None))
             .await
     }
 
     /// Size, counts, growth.
     pub async fn status(&self) -> Result<StatusReport> {
-        self.call(|db| db.read(|db| db.status())).await
+        self.call_read(|db| db.status()).await
     }
 
     /// Integrity checks.
     pub async fn doctor(&self) -> Result<DoctorReport> {
-        self.call(|db| db.read(|db| db.doctor())).await
+        self.call_read(|db| db.doctor()).await
     }
 
     /// Every conversation row.
     pub async fn conversations(&self) -> Result<Vec<ConvRow>> {
-        self.call(|db| db.conversations()).await
+        self.call_read(|db| db.conversations()).await
     }
 
     /// Imports an OpenClaw JSONL session file into `key`'s conversation; `apply = false` only

@@ -3,8 +3,9 @@
 //! Variants say what the caller should do: `Refused` (the file is not ours or is damaged: pick
 //! another path, never retry on the same file), `Busy` (another process holds the lock past the
 //! bounded wait: retry later), `NotFound` (bad id from a user or the model), `InvalidInput`
-//! (bad arguments: fix the call), `Closed` (the store worker is gone: reopen), and `Sqlite` /
-//! `Io` for everything else (a real failure: the guard falls back to `legacy`).
+//! (bad arguments: fix the call), `Closed` (the store worker is gone: reopen), `Panicked` (a
+//! bug in one job: that call failed, the store keeps serving), and `Sqlite` / `Io` for
+//! everything else (a real failure: the guard falls back to `legacy`).
 
 use clawctx_engine::EngineError;
 
@@ -31,9 +32,19 @@ pub enum LosslessError {
     /// The caller's arguments are invalid (bad regex, bad id syntax, ...).
     #[error("invalid input: {0}")]
     InvalidInput(String),
-    /// The store worker thread has stopped (disposed or panicked): reopen the store.
+    /// The store was closed: reopen it.
     #[error("lossless store is closed")]
     Closed,
+    /// A store job panicked (a bug): its transaction was rolled back and the store's
+    /// in-memory state rebuilt, so the store keeps serving other calls; this call failed and
+    /// will likely fail the same way again.
+    #[error("lossless store job {job} panicked: {message} (rolled back; the store keeps serving)")]
+    Panicked {
+        /// The job: the function that sent it (e.g. `clawctx_lossless::api::grep`).
+        job: String,
+        /// The panic's message.
+        message: String,
+    },
     /// Any other SQLite failure.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),

@@ -4,7 +4,9 @@
 //!
 //! Every query is bounded by an index (`summaries_conv`, `summary_children` and its
 //! `summary_children_child` index, `messages_seq`) and by its page size, so a 10,000-message
-//! conversation costs what is shown, not what is stored. Nothing here writes.
+//! conversation costs what is shown, not what is stored. Nothing here writes: callers run these
+//! views with [`crate::store::LosslessStore::call_read`], on the store's read thread, off the
+//! path of turns.
 
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;

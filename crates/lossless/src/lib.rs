@@ -7,7 +7,7 @@
 //! that fit the token budget, plus stored messages that match the prompt; recall tools
 //! (`lcm_grep`, `lcm_describe`, `lcm_expand`) reach everything that was summarized away.
 //!
-//! Module map: [`store`] (the SQLite file, its worker and checkpoint threads, schema and
+//! Module map: [`store`] (the SQLite file, its store, read and checkpoint threads, schema and
 //! message codec), [`compaction`], [`assemble`], [`prompt_recall`] (stored messages matching
 //! the prompt, quoted in the context), [`search`] (ranked any-term search), [`recall`]
 //! (grep/describe/expand), [`tools`] (the agent tools), [`retention`] (large payloads after

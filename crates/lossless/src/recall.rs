@@ -198,7 +198,7 @@ fn role_label(code: i64, skeleton: Option<&str>) -> String {
 /// Rows a regex scan hands to its matching thread at a time.
 const SCAN_BATCH: usize = 256;
 
-/// A message row of a regex scan, as read by the store thread; its text is in its batch.
+/// A message row of a regex scan, as read by the scanning thread; its text is in its batch.
 struct ScanRow {
     id: i64,
     conv_id: i64,

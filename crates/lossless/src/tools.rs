@@ -1,7 +1,8 @@
 //! The recall tools the engine offers the model: `lcm_grep`, `lcm_describe`, `lcm_expand`.
 //!
 //! Each is a thin adapter: parse the JSON arguments, scope the query to the calling session
-//! (or its agent, never other agents), run the library operation on the store thread, and
+//! (or its agent, never other agents), run the library operation on the store's read thread
+//! (off the path of other sessions' turns, see [`crate::store`]), and
 //! return compact JSON capped at [`MAX_TOOL_OUTPUT_CHARS`]. Bad arguments come back as tool
 //! errors the model can read and fix, never as turn failures.
 
@@ -125,7 +126,7 @@ impl AgentTool for GrepTool {
         };
         let report = self
             .store
-            .call(move |db| db.read(|db| db.grep(&q)))
+            .call_read(move |db| db.grep(&q))
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)
@@ -157,7 +158,7 @@ impl AgentTool for DescribeTool {
         let agent = key_of(&cx).agent_id;
         let report = self
             .store
-            .call(move |db| db.read(|db| db.describe(&id, Some(&agent))))
+            .call_read(move |db| db.describe(&id, Some(&agent)))
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)
@@ -203,7 +204,7 @@ impl AgentTool for ExpandTool {
         let agent = key_of(&cx).agent_id;
         let report = self
             .store
-            .call(move |db| db.read(|db| db.expand(&id, max, Some(&agent))))
+            .call_read(move |db| db.expand(&id, max, Some(&agent)))
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)

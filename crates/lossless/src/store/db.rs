@@ -1,6 +1,8 @@
-//! The synchronous database layer the store thread runs: conversations, idempotent ingest and
-//! running totals. Compaction, assembly, recall and doctor add their own `impl Db` blocks in
-//! their modules; all of them run on the store thread.
+//! The synchronous database layer the store's threads run: conversations, idempotent ingest
+//! and running totals. Compaction, assembly, recall and doctor add their own `impl Db` blocks
+//! in their modules. The store thread's `Db` writes; the read thread has a `Db` of its own over
+//! a read-only connection, whose jobs get it by shared reference (see [`super`]), and
+//! [`Db::recover_after_panic`] puts either back in order after a job panicked.
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
@@ -111,10 +113,14 @@ pub enum TurnCommit {
     Duplicate,
 }
 
-/// The store thread's state: the connection.
+/// A store thread's state: the connection and what it keeps in memory.
 pub struct Db {
     pub(crate) conn: Connection,
     pub(crate) busy_ms: u64,
+    /// The database file (to open the connection again, see [`Self::recover_after_panic`]).
+    path: std::path::PathBuf,
+    /// The read thread's: a read-only connection.
+    read_only: bool,
     checkpointer: Option<Checkpointer>,
     /// Message texts of at least this many bytes are stored once per content in `payloads`.
     large_payload_bytes: usize,
@@ -207,10 +213,17 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl Db {
-    pub(crate) fn new(conn: Connection, busy_ms: u64, checkpointer: Option<Checkpointer>) -> Self {
+    pub(crate) fn new(
+        conn: Connection,
+        path: &std::path::Path,
+        busy_ms: u64,
+        checkpointer: Option<Checkpointer>,
+    ) -> Self {
         Self {
             conn,
             busy_ms,
+            path: path.to_path_buf(),
+            read_only: false,
             checkpointer,
             large_payload_bytes: DEFAULT_LARGE_PAYLOAD_BYTES,
             skeletons: Skeletons::default(),
@@ -219,6 +232,73 @@ impl Db {
             pending: Default::default(),
             deferred: Default::default(),
         }
+    }
+
+    /// The read thread's state over `conn`, a read-only connection (see
+    /// [`super::schema::open_reader`]).
+    pub(crate) fn new_reader(conn: Connection, path: &std::path::Path, busy_ms: u64) -> Self {
+        Self {
+            read_only: true,
+            ..Self::new(conn, path, busy_ms, None)
+        }
+    }
+
+    /// Puts this state back in order after a job panicked in the middle of it, before the
+    /// thread takes its next job: the open transaction (and savepoints) rolled back, and
+    /// everything kept in memory that the job may have left half-updated dropped, so it is
+    /// rebuilt from the file: the decoded and term-row caches, the shared-skeleton ids, the
+    /// pending full-text index (temporary tables emptied, bookkeeping reset) and the terms
+    /// waiting in `deferred`. The messages those indexes held are above the file's index
+    /// boundary, so the next full-text query indexes them from their text
+    /// ([`pending_fts::sync`] from the boundary on): nothing acknowledged is lost or hidden.
+    /// When the connection cannot be rolled back or emptied, a new one replaces it.
+    pub(crate) fn recover_after_panic(&mut self) {
+        self.decoded.get_mut().clear();
+        self.term_rows.get_mut().clear();
+        self.skeletons = Skeletons::default();
+        self.deferred.get_mut().clear();
+        self.pending.set(PendingFts::default());
+        if let Err(e) = self.reset_connection() {
+            tracing::error!(
+                "lossless: cannot roll the connection back after a panic ({e}); opening a new one"
+            );
+            if let Err(e) = self.reopen() {
+                tracing::error!(
+                    "lossless: cannot open a new connection ({e}); the next jobs may fail"
+                );
+            }
+        }
+    }
+
+    /// Ends any transaction and empties the pending index's temporary tables.
+    fn reset_connection(&mut self) -> Result<()> {
+        if !self.conn.is_autocommit() {
+            self.conn.execute_batch("ROLLBACK")?;
+        }
+        self.conn.flush_prepared_statement_cache();
+        self.conn.execute_batch(
+            "DELETE FROM temp.pending_terms;
+             INSERT INTO temp.pending_fts(pending_fts) VALUES('delete-all');",
+        )?;
+        Ok(())
+    }
+
+    /// Replaces the connection with a new one to the same file (the old one is closed, which
+    /// rolls back whatever it had open; its temporary tables go with it).
+    pub(crate) fn reopen(&mut self) -> Result<()> {
+        let conn = if self.read_only {
+            super::schema::open_reader(&self.path, self.busy_ms)?
+        } else {
+            let c = super::schema::open(&self.path, self.busy_ms)?;
+            if self.checkpointer.is_some() {
+                c.execute_batch("PRAGMA wal_autocheckpoint = 0;")
+                    .map_err(|e| self.err(e))?;
+            }
+            c
+        };
+        drop(std::mem::replace(&mut self.conn, conn));
+        self.pending.set(PendingFts::default());
+        Ok(())
     }
 
     /// Texts of at least `n` bytes go to the deduplicated `payloads` table (`0` = never).
@@ -912,4 +992,109 @@ pub(crate) fn get_or_create_conv(c: &Connection, key: &ConvKey) -> Result<ConvRo
     )?;
     get_conv(c, key)?
         .ok_or_else(|| LosslessError::Corrupt("conversation vanished after insert".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::recall::{GrepQuery, Scope};
+    use clawctx_protocol::AgentMessage;
+
+    fn key() -> ConvKey {
+        ConvKey::from_host(Some("agent:main:t"), "s")
+    }
+
+    fn encoded(word: &str, t: i64) -> Encoded {
+        super::super::codec::encode(
+            &AgentMessage::user(format!("note {word} here")).with_timestamp(t),
+        )
+        .unwrap()
+    }
+
+    fn open(path: &std::path::Path) -> Db {
+        Db::new(
+            super::super::schema::open(path, 1_000).unwrap(),
+            path,
+            1_000,
+            None,
+        )
+    }
+
+    fn found(db: &Db, word: &str) -> usize {
+        let q = GrepQuery::new(word, Scope::Session(key()));
+        db.read(|db| db.grep(&q)).unwrap().hits.len()
+    }
+
+    /// A panic inside a large batch's ingest transaction, while an earlier batch's terms wait
+    /// in memory (taken out of `deferred` by the transaction): after the recovery the waiting
+    /// messages are found (indexed from their text), also once the pending index moved to the
+    /// file's; the rolled-back batch is not there.
+    #[test]
+    fn a_panic_inside_an_ingest_loses_no_waiting_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = open(&dir.path().join("p.db"));
+        let first: Vec<Encoded> = (0..70).map(|i| encoded(&format!("first{i}x"), i)).collect();
+        db.ingest(&key(), &first).unwrap();
+        assert_eq!(db.deferred_rows(), 70, "the batch's terms wait in memory");
+        let second: Vec<Encoded> = (0..70)
+            .map(|i| encoded(&format!("second{i}x"), 100 + i))
+            .collect();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            db.append(&key(), second.len(), |app| {
+                app.push(&second[0])?;
+                panic!("boom inside the transaction")
+            })
+        }));
+        assert!(panicked.is_err());
+        db.recover_after_panic();
+        assert!(db.conn.is_autocommit());
+        for w in ["first0x", "first69x"] {
+            assert_eq!(found(&db, w), 1, "{w}");
+        }
+        assert_eq!(found(&db, "second0x"), 0, "rolled back");
+        db.flush_pending();
+        let upto: i64 = db
+            .conn
+            .query_row("SELECT upto FROM fts_state", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(upto, 70, "the file's index holds them now");
+        for w in ["first0x", "first69x"] {
+            assert_eq!(found(&db, w), 1, "{w}");
+        }
+        db.ingest(&key(), &second).unwrap();
+        assert_eq!(found(&db, "second69x"), 1);
+    }
+
+    /// A connection replaced mid-transaction: what the transaction wrote is gone, the new
+    /// connection writes, and the messages the old one had in its (temporary) pending index
+    /// are found through the new one.
+    #[test]
+    fn a_reopened_connection_drops_the_open_transaction_and_finds_every_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = open(&dir.path().join("r.db"));
+        for t in 0..3 {
+            db.ingest(&key(), &[encoded(&format!("turn{t}x"), t)])
+                .unwrap();
+        }
+        assert_eq!(found(&db, "turn1x"), 1);
+        db.conn
+            .execute_batch(
+                "BEGIN IMMEDIATE; INSERT INTO conversations(agent_id, session_key, active, created_at) VALUES('main', 'ghost', 1, 0);",
+            )
+            .unwrap();
+        db.reopen().unwrap();
+        assert!(db.conn.is_autocommit());
+        let ghost = db
+            .conversation(&ConvKey::from_host(Some("ghost"), "ghost"))
+            .unwrap();
+        assert!(ghost.is_none(), "the open transaction was rolled back");
+        for w in ["turn0x", "turn2x"] {
+            assert_eq!(found(&db, w), 1, "{w}");
+        }
+        db.ingest(&key(), &[encoded("later", 10)]).unwrap();
+        assert_eq!(found(&db, "later"), 1);
+        assert_eq!(db.conversation(&key()).unwrap().unwrap().msg_count, 4);
+    }
 }

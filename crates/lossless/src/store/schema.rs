@@ -354,6 +354,28 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Opens a read-only connection to the store at `path`, which an open store thread's
+/// connection ([`open`]) checked and migrated: the read thread's (see [`super`]). It writes
+/// only its temporary tables (its own pending full-text index).
+pub(crate) fn open_reader(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
+    let sqlite = |e| LosslessError::from_sqlite(e, busy_timeout_ms);
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite)?;
+    conn.busy_timeout(Duration::from_millis(busy_timeout_ms))
+        .map_err(sqlite)?;
+    super::pack::register(&conn).map_err(sqlite)?;
+    conn.execute_batch(
+        "PRAGMA temp_store = MEMORY; PRAGMA cache_size = -4096; PRAGMA mmap_size = 2147483648;",
+    )
+    .map_err(sqlite)?;
+    conn.execute_batch(super::pending_fts::CREATE_TEMP)
+        .map_err(sqlite)?;
+    Ok(conn)
+}
+
 /// Refills a (new, empty) contentless full-text table from the texts of `source`.
 fn reindex(conn: &Connection, fts: &str, source: &str) -> Result<()> {
     let mut read = conn.prepare(&format!("SELECT id, text FROM {source} ORDER BY id"))?;
