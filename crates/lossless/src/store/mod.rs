@@ -34,10 +34,11 @@
 //! drops the state it may have left half-updated (`Db::recover_after_panic`): the decoded and
 //! term-row caches, the shared-skeleton ids, the pending full-text index (its temporary tables
 //! emptied, its bookkeeping reset) and the large batches' waiting terms. Nothing acknowledged
-//! is lost or hidden by that: every message is in `messages`, and the ones that were only in
-//! memory's indexes are above the boundary, so the next full-text query indexes them from
-//! their text. When the connection cannot even be rolled back, it is replaced by a new one.
+//! is lost or hidden by that: every message is in `messages`, and the ones indexed only in
+//! memory are above the boundary, so the next full-text query indexes them from their text. When the connection cannot even be rolled back, it is replaced by a new one.
 //! The work the store thread does between jobs is contained the same way.
+//! (Containment needs panics to unwind, Rust's default; a build with `panic = "abort"` would
+//! lose it.)
 
 mod checkpoint;
 pub mod codec;
