@@ -638,7 +638,7 @@ pub(crate) async fn lcm_describe(
     let agent = ConvKey::from_host(Some(&r.session_key), &r.session_key).agent_id;
     let started = Instant::now();
     let id = r.id;
-    let result = store.call(move |db| db.read(|db| db.describe(&id, Some(&agent)))).await;
+    let result = store.call_read(move |db| db.describe(&id, Some(&agent))).await;
     s.metrics.engine_call("lcm_describe", started.elapsed(), result.is_ok());
     report(result, "lcm_describe")
 }
@@ -656,7 +656,7 @@ pub(crate) async fn lcm_expand(
         .max(1);
     let started = Instant::now();
     let id = r.id;
-    let result = store.call(move |db| db.read(|db| db.expand(&id, max, Some(&agent)))).await;
+    let result = store.call_read(move |db| db.expand(&id, max, Some(&agent))).await;
     s.metrics.engine_call("lcm_expand", started.elapsed(), result.is_ok());
     report(result, "lcm_expand")
 }

@@ -81,17 +81,15 @@ async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
         let store = crate::engine_api::store(shared).await.ok()?;
         let conv_key = clawctx_lossless::ConvKey::from_host(Some(key), key);
         store
-            .call(move |db| {
-                db.read(|db| {
-                    // No conversation yet: nothing compacted (the first turn bootstraps it).
-                    let Some(conv) = db.conversation(&conv_key)? else {
-                        return Ok(Some((0, 0)));
-                    };
-                    Ok(Some((
-                        conv.epoch,
-                        db.compaction_timeline(&conv)?.len() as i64,
-                    )))
-                })
+            .call_read(move |db| {
+                // No conversation yet: nothing compacted (the first turn bootstraps it).
+                let Some(conv) = db.conversation(&conv_key)? else {
+                    return Ok(Some((0, 0)));
+                };
+                Ok(Some((
+                    conv.epoch,
+                    db.compaction_timeline(&conv)?.len() as i64,
+                )))
             })
             .await
             .ok()

@@ -403,7 +403,7 @@ async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
     }
     if let Some(store) = lossless_store(&s).await? {
         let (convs, passes) = store
-            .call(|db| db.read(|db| Ok((db.conversations()?, db.compaction_passes()?))))
+            .call_read(|db| Ok((db.conversations()?, db.compaction_passes()?)))
             .await
             .map_err(store_error("listing the lossless conversations"))?;
         let passes: HashMap<i64, i64> = passes.into_iter().collect();
@@ -487,17 +487,15 @@ async fn session(
     if let Some(store) = lossless_store(&s).await? {
         let conv_key = ConvKey::from_host(Some(&key), &key);
         let found = store
-            .call(move |db| {
-                db.read(|db| {
-                    let Some(conv) = db.conversation(&conv_key)? else {
-                        return Ok(None);
-                    };
-                    Ok(Some((
-                        db.compaction_timeline(&conv)?,
-                        db.frontier_items(&conv)?,
-                        conv,
-                    )))
-                })
+            .call_read(move |db| {
+                let Some(conv) = db.conversation(&conv_key)? else {
+                    return Ok(None);
+                };
+                Ok(Some((
+                    db.compaction_timeline(&conv)?,
+                    db.frontier_items(&conv)?,
+                    conv,
+                )))
             })
             .await
             .map_err(store_error("reading the session"))?;
@@ -602,16 +600,14 @@ async fn transcript(
         let conv_key = ConvKey::from_host(Some(&key), &key);
         let (from, around) = (q.from, q.around);
         let page: MessagePage = store
-            .call(move |db| {
-                db.read(|db| {
-                    let conv = db.conversation_of(&conv_key)?;
-                    let from = match (&around, from) {
-                        (Some(id), _) => (db.message_seq(&conv, id)? - limit as i64 / 2).max(0),
-                        (None, Some(f)) => f.max(0),
-                        (None, None) => (conv.next_seq - limit as i64).max(0),
-                    };
-                    db.message_page(&conv, from, limit)
-                })
+            .call_read(move |db| {
+                let conv = db.conversation_of(&conv_key)?;
+                let from = match (&around, from) {
+                    (Some(id), _) => (db.message_seq(&conv, id)? - limit as i64 / 2).max(0),
+                    (None, Some(f)) => f.max(0),
+                    (None, None) => (conv.next_seq - limit as i64).max(0),
+                };
+                db.message_page(&conv, from, limit)
             })
             .await
             .map_err(store_error("reading the transcript"))?;
@@ -667,11 +663,9 @@ async fn conv_call<T: Send + 'static>(
     };
     let conv_key = ConvKey::from_host(Some(&key), &key);
     store
-        .call(move |db| {
-            db.read(|db| {
-                let conv = db.conversation_of(&conv_key)?;
-                f(db, &conv)
-            })
+        .call_read(move |db| {
+            let conv = db.conversation_of(&conv_key)?;
+            f(db, &conv)
         })
         .await
         .map_err(store_error(what))
@@ -792,7 +786,7 @@ async fn engines(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         .map(|x| x.name().to_owned());
     let mut stored_summarizers = Value::Null;
     if let Some(store) = lossless_store(&s).await? {
-        if let Ok(names) = store.call(|db| db.read(|db| db.summarizers_used())).await {
+        if let Ok(names) = store.call_read(|db| db.summarizers_used()).await {
             stored_summarizers = json!(names);
         }
     }
