@@ -14,7 +14,8 @@
 //! `lossless` bootstraps from it on the first turn. The model's context window is set large
 //! (1,000,000 tokens) so that no compaction runs: this measures turns, not summaries.
 //!
-//! `LOAD_THINK_MS` (default 0) is each session's pause between a reply and its next turn. At 0
+//! `LOAD_THINK_MS` (default 0) is each session's mean pause between a reply and its next turn
+//! (sessions start spread over one pause, and each pause is 0.5–1.5× the mean). At 0
 //! the driver is a closed loop that saturates the machine, so by Little's law each turn waits
 //! for the other sessions' turns (latency ≈ sessions / throughput); with a pause the sessions
 //! offer a steady rate below capacity, as agents whose model takes time do, and the latency is
@@ -233,11 +234,23 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
     let deadline = Instant::now() + timeout;
     let t0 = Instant::now();
     let mut tasks = Vec::new();
-    for key in keys.clone() {
+    for (i, key) in keys.clone().into_iter().enumerate() {
         let http = http.clone();
         let url = url.clone();
         let model_time = model_time.clone();
         tasks.push(tokio::spawn(async move {
+            // Paced sessions start spread over one pause and pause 0.5–1.5× `think` (a fixed
+            // pseudo-random sequence per session), so they do not arrive in lockstep waves.
+            let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ (i as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let mut jitter = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                0.5 + (rng >> 11) as f64 / (1u64 << 53) as f64
+            };
+            if !think.is_zero() {
+                tokio::time::sleep(think.mul_f64(i as f64 / sessions as f64)).await;
+            }
             let mut lat = Vec::with_capacity(turns as usize);
             let mut added = Vec::with_capacity(turns as usize);
             let mut errors: Vec<String> = Vec::new();
@@ -246,7 +259,7 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
                     break;
                 }
                 if t > 0 && !think.is_zero() {
-                    tokio::time::sleep(think).await;
+                    tokio::time::sleep(think.mul_f64(jitter())).await;
                 }
                 let prompt = format!("{key} turn {t}: where did order {} go?", 1000 + t);
                 let body = json!({"model": "mock/test-model", "messages": [{"role": "user", "content": prompt}]});

@@ -113,23 +113,21 @@ pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
             .and_then(|e| e.rsplit_once(':'))
             .and_then(|(_, n)| n.parse().ok());
     }
+    // Split it here and keep only the split (tokens and a preview a part): a record must not
+    // hold a whole context per session for the life of the process. Inline, not on the
+    // blocking pool: under load, queued splits would each hold a whole context meanwhile.
+    // (The turn path calls this from its watcher task, not from the turn itself.)
     let r = std::sync::Arc::new(r);
+    let b = r.breakdown();
+    if shared.dashboard.live.listened() {
+        shared.dashboard.live.publish(
+            key,
+            "assembled",
+            json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": r.token_budget}),
+        );
+    }
     shared.dashboard.recorder.record(key, r.clone());
-    // Split it off the caller's path, then keep only the split (tokens and a preview a part):
-    // a record must not hold a whole context per session for the life of the process.
-    let shared = shared.clone();
-    let key = key.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let b = r.breakdown();
-        if shared.dashboard.live.listened() {
-            shared.dashboard.live.publish(
-                &key,
-                "assembled",
-                json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": r.token_budget}),
-            );
-        }
-        shared.dashboard.recorder.slim(&key, &r);
-    });
+    shared.dashboard.recorder.slim(key, &r);
 }
 
 // ---------------------------------------------------------------------------------------------
