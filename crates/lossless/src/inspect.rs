@@ -504,8 +504,8 @@ pub fn message_text(m: &clawctx_protocol::AgentMessage) -> String {
         AgentMessage::Assistant(a) => &a.content,
         AgentMessage::ToolResult(t) => &t.content,
         AgentMessage::Custom(c) => &c.content,
-        // Rare kinds: read `content` from the wire shape.
-        _ => return wire_content_text(m),
+        // Kinds without content blocks (bash runs, summaries, unknown roles): their text.
+        _ => return m.plain_text(),
     };
     let mut out = String::new();
     match content {
@@ -529,33 +529,6 @@ pub fn message_text(m: &clawctx_protocol::AgentMessage) -> String {
                 }
             }
         }
-    }
-    out
-}
-
-/// [`message_text`] of a message's serialized `content` (kinds without a typed one).
-fn wire_content_text(m: &clawctx_protocol::AgentMessage) -> String {
-    let v = serde_json::to_value(m).unwrap_or_default();
-    let mut out = String::new();
-    match v.get("content") {
-        Some(serde_json::Value::String(s)) => out.push_str(s),
-        Some(serde_json::Value::Array(blocks)) => {
-            for b in blocks {
-                let piece = match b.get("type").and_then(|t| t.as_str()) {
-                    Some("text") => b.get("text").and_then(|t| t.as_str()).map(str::to_owned),
-                    Some("toolCall") => b.get("name").and_then(|t| t.as_str()).map(|n| format!("[tool call {n}]")),
-                    Some("thinking") | None => None,
-                    Some(other) => Some(format!("[{other}]")),
-                };
-                if let Some(p) = piece {
-                    if !out.is_empty() {
-                        out.push(' ');
-                    }
-                    out.push_str(&p);
-                }
-            }
-        }
-        _ => {}
     }
     out
 }
