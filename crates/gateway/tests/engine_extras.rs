@@ -19,18 +19,6 @@ async fn ok(gw: &TestGateway, path: &str, body: Value) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-async fn chat(gw: &TestGateway, key: &str, prompt: &str) {
-    let r = gw
-        .http
-        .post(gw.at("/v1/chat/completions"))
-        .header("x-clawctx-session", key)
-        .json(&json!({"messages": [{"role": "user", "content": prompt}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-}
-
 #[tokio::test]
 async fn prepare_subagent_spawn_keeps_its_rollback_until_run_once_or_the_child_ends() {
     let mut gw = start(Opts { engine: "lossless", ..Default::default() }).await;
@@ -89,7 +77,7 @@ async fn legacy_lacks_prepare_subagent_spawn_and_compacts_the_gateways_own_sessi
     let key = "agent:main:long";
     gw.llm.push([text("first answer"), text("second answer"), text("third answer")]);
     for prompt in ["the deploy key lives in vault path ops/deploy", "rotate it every 90 days", "who owns it? team Falcon"] {
-        chat(&gw, key, prompt).await;
+        gw.chat(key, prompt).await;
     }
     let sessions: Value = gw.get("/v1/sessions").await.json().await.unwrap();
     let row = sessions["sessions"].as_array().unwrap().iter().find(|r| r["sessionKey"] == key).cloned().unwrap();
@@ -110,7 +98,7 @@ async fn legacy_lacks_prepare_subagent_spawn_and_compacts_the_gateways_own_sessi
 
     // The next turn runs on the compacted session.
     gw.llm.push([text("Falcon")]);
-    chat(&gw, key, "who owns the deploy key?").await;
+    gw.chat(key, "who owns the deploy key?").await;
     let sent = gw.llm.bodies().await.last().unwrap()["messages"].to_string();
     assert!(sent.contains("ops/deploy"), "the summary reaches the model: {sent}");
     gw.stop().await.unwrap();
@@ -123,7 +111,7 @@ async fn the_session_list_holds_the_gateways_sessions_and_the_lossless_conversat
         {"role": "user", "content": "from the bridge", "timestamp": 1_000},
         {"role": "assistant", "content": [{"type": "text", "text": "stored"}], "stopReason": "stop", "timestamp": 2_000}]})).await;
     gw.llm.push([text("hello")]);
-    chat(&gw, "agent:main:chatted", "hi there").await;
+    gw.chat("agent:main:chatted", "hi there").await;
 
     let list: Value = gw.get("/v1/sessions").await.json().await.unwrap();
     let rows = list["sessions"].as_array().unwrap();

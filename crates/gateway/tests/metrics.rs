@@ -8,18 +8,6 @@ mod common;
 use common::{start, text, Opts, TestGateway};
 use serde_json::{json, Value};
 
-async fn chat(gw: &TestGateway, key: &str, prompt: &str) {
-    let r = gw
-        .http
-        .post(gw.at("/v1/chat/completions"))
-        .header("x-clawctx-session", key)
-        .json(&json!({"messages": [{"role": "user", "content": prompt}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-}
-
 /// The exposition once `ready` holds for it. A chat response is sent once the engine has the
 /// turn; the turn's metrics are recorded when its bookkeeping ends, a moment later.
 async fn metrics_once(gw: &TestGateway, ready: impl Fn(&str) -> bool) -> String {
@@ -43,8 +31,8 @@ fn sample(metrics: &str, name: &str) -> Option<f64> {
 async fn assemble_latency_and_store_sizes_for_turns_and_engine_api_calls_on_lossless() {
     let mut gw = start(Opts { engine: "lossless", ..Default::default() }).await;
     gw.llm.push([text("one"), text("two")]);
-    chat(&gw, "agent:main:m1", "first").await;
-    chat(&gw, "agent:main:m1", "second").await;
+    gw.chat("agent:main:m1", "first").await;
+    gw.chat("agent:main:m1", "second").await;
     let r = gw.post("/v1/engine/assemble", &json!({"sessionId": "x", "sessionKey": "agent:main:m1", "messages": [], "tokenBudget": 1000})).await;
     assert_eq!(r.status(), 200);
 
@@ -71,8 +59,8 @@ async fn compaction_latency_and_summarizer_calls_and_failures_in_a_turn_and_thro
     let words = (gw.runtime.limits().prompt_budget * 6 / 10) as usize;
     let big = |word: &str| format!("{word} ").repeat(words);
     gw.llm.push([text("noted the first"), text("the summary of the first turn"), text("noted the second")]);
-    chat(&gw, "agent:main:big", &format!("remember alpha-7: {}", big("alpha"))).await;
-    chat(&gw, "agent:main:big", &format!("remember beta-9: {}", big("beta"))).await;
+    gw.chat("agent:main:big", &format!("remember alpha-7: {}", big("alpha"))).await;
+    gw.chat("agent:main:big", &format!("remember beta-9: {}", big("beta"))).await;
     let m = metrics_once(&gw, |m| m.contains(r#"clawctx_gateway_compaction_seconds_count{source="turn""#)).await;
     let in_turn: Vec<&str> = m.lines().filter(|l| l.starts_with("clawctx_gateway_compaction_seconds_count{source=\"turn\"")).collect();
     assert!(!in_turn.is_empty(), "a compaction in a turn is timed:\n{m}");

@@ -215,6 +215,21 @@ impl TestGateway {
         self.http.post(self.at(path)).json(body).send().await.unwrap()
     }
 
+    /// One chat completion with `prompt` in session `key` (`x-clawctx-session`), which must
+    /// succeed.
+    pub async fn chat(&self, key: &str, prompt: &str) {
+        let r = self
+            .http
+            .post(self.at("/v1/chat/completions"))
+            .header("x-clawctx-session", key)
+            .json(&json!({"messages": [{"role": "user", "content": prompt}]}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        assert_eq!(status, 200, "chat in {key}: {}", r.text().await.unwrap_or_default());
+    }
+
     /// Signals shutdown and waits (bounded) for the serve loop to return.
     pub async fn stop(&mut self) -> clawctx_gateway::Result<()> {
         if let Some(tx) = self.stop.take() {
