@@ -89,7 +89,7 @@ impl Recorder {
             messages: Vec::new(),
             estimated_tokens: r.result.estimated_tokens,
             system_prompt_addition: r.result.system_prompt_addition.clone(),
-            prompt_authority: r.result.prompt_authority.clone(),
+            prompt_authority: r.result.prompt_authority,
             context_projection: r.result.context_projection.clone(),
         };
         *slot = Arc::new(Recorded {
