@@ -65,6 +65,19 @@ pub fn render_summary(
     ))
 }
 
+/// The summary id and depth a block made by [`render_summary`] opens with
+/// (`<summary id="sum_12" depth="1" …>` → (`sum_12`, 1)); `None` for any other text.
+pub fn parse_summary_header(text: &str) -> Option<(String, i64)> {
+    let rest = text.trim_start().strip_prefix("<summary ")?;
+    let head = &rest[..rest.find('>')?];
+    let attr = |name: &str| -> Option<&str> {
+        let start = head.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = head[start..].find('"')?;
+        Some(&head[start..start + len])
+    };
+    Some((attr("id")?.to_owned(), attr("depth")?.parse().ok()?))
+}
+
 enum Item {
     Live(AgentMessage, u64),
     Message {
@@ -397,5 +410,18 @@ pub(crate) fn shrink_to_fit(msgs: &mut Vec<AgentMessage>, budget: u64) {
     let total: u64 = msgs.iter().map(message_tokens).sum();
     if total > budget {
         msgs.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_header_parser_reads_what_render_summary_writes() {
+        let m = render_summary(12, 1, Some(0), Some(60_000), "facts");
+        assert_eq!(parse_summary_header(&m.plain_text()), Some(("sum_12".to_owned(), 1)));
+        assert_eq!(parse_summary_header("<recalled>x</recalled>"), None);
+        assert_eq!(parse_summary_header("plain"), None);
     }
 }

@@ -160,7 +160,8 @@ pub struct CompactionEvent {
     pub summarizer: String,
 }
 
-fn preview(text: &str) -> String {
+/// The start of `text`, at most [`PREVIEW_CHARS`] characters, `…` when cut.
+pub fn preview(text: &str) -> String {
     let t = text.trim();
     match t.char_indices().nth(PREVIEW_CHARS) {
         Some((i, _)) => format!("{}…", &t[..i]),

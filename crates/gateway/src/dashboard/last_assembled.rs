@@ -14,7 +14,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use clawctx_protocol::{AgentMessage, AssembleResult};
+use clawctx_lossless::{assemble, inspect};
+use clawctx_protocol::AssembleResult;
 use serde::Serialize;
 
 /// Sessions remembered at most.
@@ -178,30 +179,6 @@ pub struct Breakdown {
     pub message_count: usize,
 }
 
-fn text_of(m: &AgentMessage) -> String {
-    clawctx_lossless::inspect::message_text(m)
-}
-
-fn preview(text: &str) -> String {
-    let t = text.trim();
-    match t.char_indices().nth(200) {
-        Some((i, _)) => format!("{}…", &t[..i]),
-        None => t.to_owned(),
-    }
-}
-
-/// `<summary id="sum_12" depth="1" …>` → (`sum_12`, 1).
-fn summary_header(text: &str) -> Option<(String, i64)> {
-    let rest = text.trim_start().strip_prefix("<summary ")?;
-    let head = &rest[..rest.find('>')?];
-    let attr = |name: &str| -> Option<&str> {
-        let start = head.find(&format!("{name}=\""))? + name.len() + 2;
-        let len = head[start..].find('"')?;
-        Some(&head[start..start + len])
-    };
-    Some((attr("id")?.to_owned(), attr("depth")?.parse().ok()?))
-}
-
 /// Splits an answer into its parts.
 pub fn breakdown(result: &AssembleResult) -> Breakdown {
     let mut parts = Vec::new();
@@ -220,15 +197,15 @@ pub fn breakdown(result: &AssembleResult) -> Breakdown {
             depth: None,
             role: None,
             tokens,
-            preview: preview(add),
+            preview: inspect::preview(add),
         });
     }
     for (i, m) in result.messages.iter().enumerate() {
         let tokens = clawctx_tokens::message_tokens(m);
-        let text = text_of(m);
+        let text = inspect::message_text(m);
         let role = m.role().to_owned();
         let (kind, id, depth) = if role == "user" {
-            if let Some((id, depth)) = summary_header(&text) {
+            if let Some((id, depth)) = assemble::parse_summary_header(&text) {
                 (("summary"), Some(id), Some(depth))
             } else if text.trim_start().starts_with("<recalled") {
                 ("recalled", None, None)
@@ -259,7 +236,7 @@ pub fn breakdown(result: &AssembleResult) -> Breakdown {
             depth,
             role: Some(role),
             tokens,
-            preview: preview(&text),
+            preview: inspect::preview(&text),
         });
     }
     let total_tokens = parts.iter().map(|p| p.tokens).sum();
@@ -276,6 +253,7 @@ pub fn breakdown(result: &AssembleResult) -> Breakdown {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use clawctx_protocol::AgentMessage;
 
     #[test]
     fn summaries_recalled_blocks_and_raw_messages_are_told_apart() {
