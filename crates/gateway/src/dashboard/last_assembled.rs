@@ -34,7 +34,7 @@ pub struct Recorded {
     pub token_budget: Option<u64>,
     /// Stored messages the engine was given.
     pub history_messages: usize,
-    /// The answer.
+    /// The answer (its messages dropped once split: see `dashboard::record`).
     pub result: AssembleResult,
     /// The lossless conversation's epoch when it answered (`None`: not lossless). A later
     /// epoch means the store was compacted since, so what this answer left out of the frontier
@@ -74,35 +74,6 @@ impl Recorder {
             }
         }
         map.insert(key.to_owned(), r);
-    }
-
-    /// Replaces `key`'s record `r`, if it is still the last one, by its split alone (the
-    /// messages dropped). A newer record is left as it is.
-    pub fn slim(&self, key: &str, r: &Arc<Recorded>) {
-        let split = r.breakdown().clone();
-        let Ok(mut map) = self.sessions.lock() else {
-            return;
-        };
-        let Some(slot) = map.get_mut(key).filter(|cur| Arc::ptr_eq(cur, r)) else {
-            return;
-        };
-        let result = AssembleResult {
-            messages: Vec::new(),
-            estimated_tokens: r.result.estimated_tokens,
-            system_prompt_addition: r.result.system_prompt_addition.clone(),
-            prompt_authority: r.result.prompt_authority,
-            context_projection: r.result.context_projection.clone(),
-        };
-        *slot = Arc::new(Recorded {
-            at_ms: r.at_ms,
-            source: r.source,
-            session_id: r.session_id.clone(),
-            token_budget: r.token_budget,
-            history_messages: r.history_messages,
-            result,
-            epoch: r.epoch,
-            split: OnceLock::from(split),
-        });
     }
 
     /// `key`'s last assembly.

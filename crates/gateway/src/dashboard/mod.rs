@@ -117,7 +117,6 @@ pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
     // hold a whole context per session for the life of the process. Inline, not on the
     // blocking pool: under load, queued splits would each hold a whole context meanwhile.
     // (The turn path calls this from its watcher task, not from the turn itself.)
-    let r = std::sync::Arc::new(r);
     let b = r.breakdown();
     if shared.dashboard.live.listened() {
         shared.dashboard.live.publish(
@@ -126,8 +125,8 @@ pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
             json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": r.token_budget}),
         );
     }
-    shared.dashboard.recorder.record(key, r.clone());
-    shared.dashboard.recorder.slim(key, &r);
+    r.result.messages = Vec::new();
+    shared.dashboard.recorder.record(key, std::sync::Arc::new(r));
 }
 
 // ---------------------------------------------------------------------------------------------
