@@ -8,7 +8,8 @@
 //! - [`host`]: an in-memory host transcript with the runtime's built-in compaction, standing in
 //!   for the real runtime where a test needs a host but not files;
 //! - [`conformance`]: the one engine conformance suite, run against `legacy`, `lossless` and
-//!   plugin engines alike.
+//!   plugin engines alike;
+//! - [`pg`]: the PostgreSQL test server (`CLAWCTX_TEST_PG_URL`) and a fresh database per test.
 //!
 //! Panicking is how a test fails, so this crate may `unwrap`/`expect` freely.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -17,4 +18,5 @@ pub mod conformance;
 pub mod host;
 pub mod logs;
 pub mod messages;
+pub mod pg;
 pub mod test_engine;
