@@ -4,8 +4,10 @@
 //! another path, never retry on the same file), `Busy` (another process holds the lock past the
 //! bounded wait: retry later), `NotFound` (bad id from a user or the model), `InvalidInput`
 //! (bad arguments: fix the call), `Closed` (the store worker is gone: reopen), `Panicked` (a
-//! bug in one job: that call failed, the store keeps serving), and `Sqlite` / `Io` for
-//! everything else (a real failure: the guard falls back to `legacy`).
+//! bug in one job: that call failed, the store keeps serving), `Unreachable` (the PostgreSQL
+//! server cannot be reached or refuses the login: fix the URL or start the server), and
+//! `Sqlite` / `Postgres` / `Io` for everything else (a real failure: the guard falls back to
+//! `legacy`).
 
 use clawctx_engine::EngineError;
 
@@ -54,6 +56,30 @@ pub enum LosslessError {
     /// A stored payload could not be decoded (the row is damaged).
     #[error("corrupt stored record: {0}")]
     Corrupt(String),
+    /// The PostgreSQL database could not be reached (or refused the login) at start.
+    #[error("cannot reach the PostgreSQL database at {target}: {reason}")]
+    Unreachable {
+        /// The database's URL without its password (`PgTarget::redacted`).
+        target: String,
+        /// Why, e.g. `connection refused` or the server's
+        /// `password authentication failed for user "..."`.
+        reason: String,
+    },
+    /// Any other PostgreSQL failure (never contains the password).
+    #[error("postgres: {0}")]
+    Postgres(String),
+}
+
+impl From<tokio_postgres::Error> for LosslessError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        LosslessError::Postgres(crate::pg::connect::describe_pg_error(&e))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for LosslessError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        LosslessError::Postgres(crate::pg::connect::describe_pool_error(&e))
+    }
 }
 
 impl LosslessError {

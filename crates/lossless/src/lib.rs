@@ -63,6 +63,7 @@ pub mod error;
 pub mod ids;
 pub mod import;
 pub mod inspect;
+pub mod pg;
 pub mod policy;
 pub mod prompt_recall;
 pub mod recall;
