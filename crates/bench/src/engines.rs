@@ -104,11 +104,11 @@ pub async fn open_engine(
                 .map_err(|e| BenchError::engine(id, "open", e))?
                 .map_err(|e| BenchError::engine(id, "open", e))?
                 .with_summarizer(summarizer);
-            let store = engine.store().clone();
+            let store = engine.store().cloned();
             Ok(EngineUnderTest {
                 id: id.to_owned(),
                 engine: Arc::new(engine),
-                store: Some(store),
+                store,
                 database_path: Some(path),
                 owns_compaction: true,
             })

@@ -75,7 +75,7 @@ fn end_to_end(
             };
             engine.ingest_batch(&p, &cx).await.unwrap();
         }
-        common::settle(engine.store()).await;
+        common::settle(engine.store().unwrap()).await;
     });
     println!(
         "engine ingest_batch, {label}, 100/batch: {:6.1} µs/msg",
@@ -294,7 +294,7 @@ fn main() {
         per_turn[per_turn.len() * 99 / 100]
     );
     println!("    CPU µs/msg by thread: {}", cpu_since(&cpu, n));
-    let st = rt.block_on(engine.store().status()).unwrap();
+    let st = rt.block_on(engine.store().unwrap().status()).unwrap();
     let raw: usize = fresh.iter().map(|m| m.plain_text().len()).sum();
     println!(
         "  database {:.2}x the raw text bytes",

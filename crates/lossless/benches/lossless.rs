@@ -86,12 +86,12 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                     for b in &batches {
                         e.ingest_batch(b, &cx()).await.unwrap();
                     }
-                    settle(e.store()).await;
+                    settle(e.store().unwrap()).await;
                 });
                 total += t0.elapsed();
                 // Closed before the next sample starts: closing checkpoints the log into the
                 // file, tens of MB that would otherwise be written during the next sample.
-                e.store().close_blocking();
+                e.store().unwrap().close_blocking();
             }
             total
         })
@@ -111,12 +111,12 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                     for b in &batches {
                         e.ingest_batch(b, &cx()).await.unwrap();
                     }
-                    settle(e.store()).await;
+                    settle(e.store().unwrap()).await;
                 });
                 total += t0.elapsed();
                 // Closed before the next sample starts: closing checkpoints the log into the
                 // file, tens of MB that would otherwise be written during the next sample.
-                e.store().close_blocking();
+                e.store().unwrap().close_blocking();
             }
             total
         })
@@ -136,11 +136,11 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                 for ch in dec.chunks(100) {
                     e.ingest_batch(&batch(ch), &cx()).await.unwrap();
                 }
-                settle(e.store()).await;
+                settle(e.store().unwrap()).await;
                 per_decile.push(t0.elapsed().as_secs_f64() * 1e6 / dec.len() as f64);
             }
         });
-        let st = rt.block_on(e.store().status()).unwrap();
+        let st = rt.block_on(e.store().unwrap().status()).unwrap();
         println!(
             "FIGURE ingest µs/message by 1k decile: {:?}",
             per_decile
@@ -187,7 +187,7 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                 is_heartbeat: None,
             };
             e.ingest_batch(&ingest, &cx()).await.unwrap();
-            let conv = e.store().conversations().await.unwrap();
+            let conv = e.store().unwrap().conversations().await.unwrap();
             if conv[0].frontier_tokens as u64 > e.config().threshold_tokens(128_000) {
                 let key = ConvKey::from_host(Some(KEY), "s");
                 let r = e
@@ -210,7 +210,7 @@ fn ten_thousand(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         }
     });
     let loop_s = t_loop.elapsed().as_secs_f64();
-    let st = rt.block_on(e.store().status()).unwrap();
+    let st = rt.block_on(e.store().unwrap().status()).unwrap();
     engine_us.sort_by(|a, b| a.total_cmp(b));
     per_summary.sort_by(|a, b| a.total_cmp(b));
     println!(
@@ -304,7 +304,7 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
             for b in &batches {
                 ge.ingest_batch(b, &cx()).await.unwrap();
             }
-            settle(ge.store()).await;
+            settle(ge.store().unwrap()).await;
             ingest_only += t.elapsed();
             tenth += t.elapsed();
             made += chunk.len();
@@ -344,14 +344,14 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
             ..GrepQuery::new(q, Scope::Session(key.clone()))
         };
         g.bench_function(format!("{name}_{n}"), |b| {
-            b.iter(|| rt.block_on(ge.store().grep(gq.clone())).unwrap())
+            b.iter(|| rt.block_on(ge.store().unwrap().grep(gq.clone())).unwrap())
         });
         let gq = GrepQuery {
             sort: GrepSort::Recency,
             ..gq
         };
         g.bench_function(format!("{name}_recency_{n}"), |b| {
-            b.iter(|| rt.block_on(ge.store().grep(gq.clone())).unwrap())
+            b.iter(|| rt.block_on(ge.store().unwrap().grep(gq.clone())).unwrap())
         });
     }
     let aq = GrepQuery {
@@ -363,7 +363,7 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         )
     };
     g.bench_function(format!("any_term_question_{n}"), |b| {
-        b.iter(|| rt.block_on(ge.store().grep(aq.clone())).unwrap())
+        b.iter(|| rt.block_on(ge.store().unwrap().grep(aq.clone())).unwrap())
     });
     let rq = GrepQuery {
         mode: GrepMode::Regex,
@@ -371,7 +371,7 @@ fn at_scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         ..GrepQuery::new(r"t\d+ user asked", Scope::Session(key.clone()))
     };
     g.bench_function(format!("regex_{n}"), |b| {
-        b.iter(|| rt.block_on(ge.store().grep(rq.clone())).unwrap())
+        b.iter(|| rt.block_on(ge.store().unwrap().grep(rq.clone())).unwrap())
     });
     g.finish();
 

@@ -15,7 +15,7 @@ use clawctx_tokens::{message_tokens, truncate_middle};
 use rusqlite::params;
 
 use crate::error::Result;
-use crate::prompt_recall::PromptRecall;
+use crate::prompt_recall::{PromptRecall, RecalledBlock};
 use crate::store::codec::{self, role};
 use crate::store::decoded::DecodedCache;
 use crate::store::Db;
@@ -78,7 +78,8 @@ pub fn parse_summary_header(text: &str) -> Option<(String, i64)> {
     Some((attr("id")?.to_owned(), attr("depth")?.parse().ok()?))
 }
 
-enum Item {
+/// One item of the newest-first walk: a live host message, a stored message or a summary.
+pub(crate) enum Item {
     Live(AgentMessage, u64),
     Message {
         id: i64,
@@ -119,7 +120,7 @@ impl Item {
         }
     }
     /// The message the model sees; stored messages decoded here are kept in `cache`.
-    fn into_message(self, cache: &mut DecodedCache) -> Result<AgentMessage> {
+    fn into_message(self, cache: &mut Option<&mut DecodedCache>) -> Result<AgentMessage> {
         Ok(match self {
             Item::Live(m, _) => m,
             Item::Message {
@@ -128,8 +129,10 @@ impl Item {
                 Stored::Decoded(m) => m,
                 Stored::Raw { text, skeleton, ts } => {
                     let m = codec::decode(role, &text, skeleton.as_deref(), ts)?;
-                    let bytes = text.len() + skeleton.map_or(0, |s| s.len());
-                    cache.insert(id, m.clone(), bytes);
+                    if let Some(cache) = cache {
+                        let bytes = text.len() + skeleton.map_or(0, |s| s.len());
+                        cache.insert(id, m.clone(), bytes);
+                    }
                     m
                 }
             },
@@ -149,7 +152,7 @@ impl Item {
 /// [`DecodedCache`]) or its stored columns. (Held briefly, a few hundred per assembly: boxing
 /// the decoded variant would only add an allocation each.)
 #[allow(clippy::large_enum_variant)]
-enum Stored {
+pub(crate) enum Stored {
     Decoded(AgentMessage),
     Raw {
         text: String,
@@ -158,18 +161,63 @@ enum Stored {
     },
 }
 
-/// Groups newest-first items into units and keeps them while they fit.
-struct Packer {
+/// Groups newest-first items into units and keeps them while they fit: the part of assembly
+/// every backend shares. A backend makes one with [`Packer::new`] (which takes the live
+/// messages and the recall reserve), pushes its frontier items newest-first until
+/// [`Packer::done`], and finishes with [`Packer::finish`]; only reading the frontier and the
+/// recall search differ between backends.
+pub(crate) struct Packer<'r> {
     budget: u64,
     used: u64,
     pending: Vec<Item>,
     kept: Vec<Vec<Item>>,
     oversized: Option<Vec<Item>>,
     done: bool,
+    recall: Option<&'r PromptRecall>,
+    n_live: usize,
+    has_conv: bool,
 }
 
-impl Packer {
-    fn push(&mut self, item: Item) {
+impl<'r> Packer<'r> {
+    /// A packer for `budget` tokens, holding the host's `live` messages (see [`Db::assemble`]);
+    /// `has_conv`: a stored conversation follows (recall needs one).
+    pub(crate) fn new(
+        live: Vec<AgentMessage>,
+        budget: u64,
+        recall: Option<&'r PromptRecall>,
+        has_conv: bool,
+    ) -> Self {
+        let recall = recall.filter(|r| {
+            r.reserve > 0
+                && r.reserve < budget
+                && has_conv
+                && (r.prompt_follows || matches!(live.last(), Some(AgentMessage::User(_))))
+        });
+        let mut p = Packer {
+            budget: budget - recall.map_or(0, |r| r.reserve),
+            used: 0,
+            pending: Vec::new(),
+            kept: Vec::new(),
+            oversized: None,
+            done: false,
+            recall,
+            n_live: live.len(),
+            has_conv,
+        };
+        for m in live.into_iter().rev() {
+            let t = message_tokens(&m);
+            p.push(Item::Live(m, t));
+        }
+        p
+    }
+
+    /// Whether the walk is over: a unit did not fit.
+    pub(crate) fn done(&self) -> bool {
+        self.done
+    }
+
+    /// Adds the next older item.
+    pub(crate) fn push(&mut self, item: Item) {
         if self.done {
             return;
         }
@@ -197,6 +245,87 @@ impl Packer {
             self.done = true;
         }
     }
+
+    /// The kept units in order, decoded (stored messages decoded here go into `cache`, when
+    /// the backend keeps one), and the recall the block is still wanted for with the ids of
+    /// the stored messages shown (which the block must not quote again).
+    pub(crate) fn finish(
+        mut self,
+        full_budget: u64,
+        mut cache: Option<&mut DecodedCache>,
+    ) -> Result<Packed<'r>> {
+        let mut out = Assembled {
+            // Only the stored history counts as truncated, not the live messages alone.
+            truncated: self.done && self.has_conv,
+            ..Default::default()
+        };
+        let oversized = self.oversized.take();
+        let mut units = std::mem::take(&mut self.kept);
+        units.reverse();
+        let mut shown = std::collections::HashSet::new();
+        for unit in units {
+            for item in unit {
+                match &item {
+                    Item::Summary { .. } => out.summaries += 1,
+                    Item::Live(..) => out.live += 1,
+                    Item::Message { id, .. } => {
+                        shown.insert(*id);
+                    }
+                }
+                out.tokens += item.tokens();
+                out.messages.push(item.into_message(&mut cache)?);
+            }
+        }
+        debug_assert!(out.live <= self.n_live);
+        if let Some(unit) = oversized {
+            // Nothing fit: shorten the newest unit instead of returning nothing.
+            let mut msgs = unit
+                .into_iter()
+                .map(|item| item.into_message(&mut cache))
+                .collect::<Result<Vec<_>>>()?;
+            shrink_to_fit(&mut msgs, full_budget);
+            let t: u64 = msgs.iter().map(message_tokens).sum();
+            if t <= full_budget && !msgs.is_empty() {
+                out.tokens = t;
+                out.messages = msgs;
+            }
+            return Ok(Packed { out, recall: None, shown });
+        }
+        let recall = self.recall.filter(|r| {
+            let prompt_kept =
+                out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
+            prompt_kept || r.prompt_follows
+        });
+        Ok(Packed { out, recall, shown })
+    }
+}
+
+/// A packed context waiting for its recall block (see [`Packer::finish`]).
+pub(crate) struct Packed<'r> {
+    /// The context so far.
+    pub(crate) out: Assembled,
+    /// The recall to search for, when the block is wanted.
+    pub(crate) recall: Option<&'r PromptRecall>,
+    /// Stored messages already in the context.
+    pub(crate) shown: std::collections::HashSet<i64>,
+}
+
+impl Packed<'_> {
+    /// The context with `block` (the search's result for [`Packed::recall`]) in place: right
+    /// before the prompt, or last when the prompt follows the context.
+    pub(crate) fn with_recall(mut self, block: Option<RecalledBlock>) -> Assembled {
+        if let (Some(r), Some(block)) = (self.recall, block) {
+            let at = if r.prompt_follows {
+                self.out.messages.len()
+            } else {
+                self.out.messages.len().saturating_sub(1)
+            };
+            self.out.messages.insert(at, block.message);
+            self.out.tokens += block.tokens;
+            self.out.recalled = block.quoted;
+        }
+        self.out
+    }
 }
 
 impl Db {
@@ -212,26 +341,7 @@ impl Db {
         budget: u64,
         recall: Option<&PromptRecall>,
     ) -> Result<Assembled> {
-        let recall = recall.filter(|r| {
-            r.reserve > 0
-                && r.reserve < budget
-                && conv_id.is_some()
-                && (r.prompt_follows || matches!(live.last(), Some(AgentMessage::User(_))))
-        });
-        let mut p = Packer {
-            budget: budget - recall.map_or(0, |r| r.reserve),
-            used: 0,
-            pending: Vec::new(),
-            kept: Vec::new(),
-            oversized: None,
-            done: false,
-        };
-        let n_live = live.len();
-        for m in live.into_iter().rev() {
-            let t = message_tokens(&m);
-            p.push(Item::Live(m, t));
-        }
-        let mut truncated = false;
+        let mut p = Packer::new(live, budget, recall, conv_id.is_some());
         if let Some(conv_id) = conv_id {
             // The walk reads only what packing needs; a message's stored columns are read (by
             // its key) only when it is not decoded already, which on consecutive turns is the
@@ -245,7 +355,7 @@ impl Db {
                  WHERE f.conv_id = ?1 ORDER BY f.ord DESC",
             )?;
             let mut rows = st.query(params![conv_id])?;
-            while !p.done {
+            while !p.done() {
                 let Some(r) = rows.next()? else { break };
                 let kind: i64 = r.get(0)?;
                 let tokens = r.get::<_, i64>(2)? as u64;
@@ -275,63 +385,13 @@ impl Db {
                 };
                 p.push(item);
             }
-            truncated = p.done;
         }
-        let mut out = Assembled {
-            truncated,
-            ..Default::default()
+        let packed = p.finish(budget, Some(&mut self.decoded.borrow_mut()))?;
+        let block = match packed.recall {
+            Some(r) => self.recalled_block(r, &packed.shown)?,
+            None => None,
         };
-        let oversized = p.oversized.take();
-        let mut units = std::mem::take(&mut p.kept);
-        units.reverse();
-        let mut shown = std::collections::HashSet::new();
-        for unit in units {
-            for item in unit {
-                match &item {
-                    Item::Summary { .. } => out.summaries += 1,
-                    Item::Live(..) => out.live += 1,
-                    Item::Message { id, .. } => {
-                        shown.insert(*id);
-                    }
-                }
-                out.tokens += item.tokens();
-                out.messages
-                    .push(item.into_message(&mut self.decoded.borrow_mut())?);
-            }
-        }
-        if let (Some(r), None) = (recall, &oversized) {
-            let prompt_kept =
-                out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
-            if prompt_kept || r.prompt_follows {
-                if let Some(block) = self.recalled_block(r, &shown)? {
-                    let at = if r.prompt_follows {
-                        out.messages.len()
-                    } else {
-                        out.messages.len() - 1
-                    };
-                    out.messages.insert(at, block.message);
-                    out.tokens += block.tokens;
-                    out.recalled = block.quoted;
-                }
-            }
-        }
-        if let Some(unit) = oversized {
-            // Nothing fit: shorten the newest unit instead of returning nothing.
-            let mut cache = self.decoded.borrow_mut();
-            let mut msgs = unit
-                .into_iter()
-                .map(|item| item.into_message(&mut cache))
-                .collect::<Result<Vec<_>>>()?;
-            drop(cache);
-            shrink_to_fit(&mut msgs, budget);
-            let t: u64 = msgs.iter().map(message_tokens).sum();
-            if t <= budget && !msgs.is_empty() {
-                out.tokens = t;
-                out.messages = msgs;
-            }
-        }
-        debug_assert!(out.live <= n_live);
-        Ok(out)
+        Ok(packed.with_recall(block))
     }
 
     /// The stored columns of message `id`, for decoding.

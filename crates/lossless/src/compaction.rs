@@ -88,50 +88,52 @@ impl CompactionReport {
 }
 
 #[derive(Clone, Debug)]
-struct FItem {
-    ord: i64,
-    kind: i64,
-    id: i64,
-    tokens: u64,
-    role: i64,
-    seq_lo: i64,
-    seq_hi: i64,
-    ts_lo: Option<i64>,
-    ts_hi: Option<i64>,
-    depth: i64,
+/// One frontier item as compaction planning sees it (a message's seq and time twice, a
+/// summary's span).
+pub(crate) struct FItem {
+    pub(crate) ord: i64,
+    pub(crate) kind: i64,
+    pub(crate) id: i64,
+    pub(crate) tokens: u64,
+    pub(crate) role: i64,
+    pub(crate) seq_lo: i64,
+    pub(crate) seq_hi: i64,
+    pub(crate) ts_lo: Option<i64>,
+    pub(crate) ts_hi: Option<i64>,
+    pub(crate) depth: i64,
 }
 
 /// One planned summary: a contiguous frontier range and its summarizer input.
 #[derive(Clone, Debug)]
 pub(crate) struct Chunk {
-    conv_id: i64,
-    depth: i64,
-    first_ord: i64,
-    items: Vec<(i64, i64)>,
-    item_tokens: Vec<u64>,
-    source_tokens: u64,
-    seq_lo: i64,
-    seq_hi: i64,
-    ts_lo: Option<i64>,
-    ts_hi: Option<i64>,
-    max_tokens: u64,
-    input: String,
+    pub(crate) conv_id: i64,
+    pub(crate) depth: i64,
+    pub(crate) first_ord: i64,
+    pub(crate) items: Vec<(i64, i64)>,
+    pub(crate) item_tokens: Vec<u64>,
+    pub(crate) source_tokens: u64,
+    pub(crate) seq_lo: i64,
+    pub(crate) seq_hi: i64,
+    pub(crate) ts_lo: Option<i64>,
+    pub(crate) ts_hi: Option<i64>,
+    pub(crate) max_tokens: u64,
+    pub(crate) input: String,
 }
 
 /// The summary produced for a chunk.
 pub(crate) struct Produced {
-    chunk: Chunk,
-    text: String,
-    summarizer: String,
+    pub(crate) chunk: Chunk,
+    pub(crate) text: String,
+    pub(crate) summarizer: String,
 }
 
 /// Persisted guard state of one conversation.
 #[derive(Clone, Debug, Default)]
-struct Guard {
-    window_start_ms: i64,
-    calls_in_window: i64,
-    consecutive_failures: i64,
-    breaker_open_until_ms: i64,
+pub(crate) struct Guard {
+    pub(crate) window_start_ms: i64,
+    pub(crate) calls_in_window: i64,
+    pub(crate) consecutive_failures: i64,
+    pub(crate) breaker_open_until_ms: i64,
 }
 
 fn leaf_target(cfg: &LosslessConfig, source: u64) -> u64 {
@@ -148,7 +150,7 @@ fn condensed_target(cfg: &LosslessConfig, source: u64) -> u64 {
 const RENDER_OVERHEAD: u64 = 40;
 
 impl Db {
-    fn load_frontier(&self, conv_id: i64) -> Result<Vec<FItem>> {
+    pub(crate) fn load_frontier(&self, conv_id: i64) -> Result<Vec<FItem>> {
         let mut st = self.conn.prepare_cached(
             "SELECT f.ord, f.kind, f.item_id, f.tokens, m.role, m.seq, m.ts, s.depth, s.first_seq, s.last_seq, s.from_ts, s.to_ts
              FROM frontier f
@@ -192,7 +194,8 @@ impl Db {
     }
 
     /// Plans the next round for `conv_id`: the chunks to summarize (empty = done), and a
-    /// reason when empty.
+    /// reason when empty. The decisions are [`early_stop`] and [`choose_ranges`], shared with
+    /// every backend; this reads what they need from the SQLite file.
     pub(crate) fn plan_round(
         &self,
         conv_id: i64,
@@ -205,166 +208,17 @@ impl Db {
             return Ok((Vec::new(), "no conversation".into()));
         };
         let total = conv.frontier_tokens.max(0) as u64;
-        let threshold = cfg.threshold_tokens(opts.budget);
-        let goal = cfg.low_water_tokens(opts.budget);
-        let force_now = opts.force && first_round;
-        if first_round && !opts.force && total <= threshold {
-            return Ok((
-                Vec::new(),
-                format!("below threshold ({total} <= {threshold} tokens)"),
-            ));
-        }
-        if !force_now && total <= goal {
-            return Ok((
-                Vec::new(),
-                format!("at or below low-water mark ({total} <= {goal} tokens)"),
-            ));
+        if let Some(reason) = early_stop(total, cfg, opts, first_round) {
+            return Ok((Vec::new(), reason));
         }
         let items = self.load_frontier(conv_id)?;
-        // Fresh tail: the newest `freshTailCount` raw messages, extended back so it never
-        // starts with a tool result.
-        let mut b = items.len();
-        let mut raw_seen = 0usize;
-        while b > 0 && raw_seen < cfg.fresh_tail_count {
-            b -= 1;
-            if items[b].kind == 0 {
-                raw_seen += 1;
-            }
-        }
-        while b > 0 && b < items.len() && items[b].kind == 0 && items[b].role == role::TOOL_RESULT {
-            b -= 1;
-        }
-        let eligible = &items[..b];
-
-        // Leaf chunks.
-        let mut ranges: Vec<(usize, usize)> = Vec::new();
-        let mut i = 0;
-        while i < eligible.len() {
-            if eligible[i].kind != 0 {
-                i += 1;
-                continue;
-            }
-            let s = i;
-            while i < eligible.len() && eligible[i].kind == 0 {
-                i += 1;
-            }
-            let e = i;
-            let mut start = s;
-            let mut acc = 0u64;
-            for j in s..e {
-                if j > start
-                    && acc + eligible[j].tokens > cfg.leaf_chunk_tokens
-                    && eligible[j].role != role::TOOL_RESULT
-                {
-                    ranges.push((start, j));
-                    start = j;
-                    acc = 0;
-                }
-                acc += eligible[j].tokens;
-            }
-            if start < e {
-                let n = e - start;
-                if opts.force || n >= cfg.leaf_min_fanout || acc >= cfg.leaf_chunk_tokens / 2 {
-                    ranges.push((start, e));
-                }
-            }
-        }
-        let mut projected = total;
-        let mut chosen = Vec::new();
-        for (s, e) in ranges {
-            if exclude.contains(&eligible[s].ord) {
-                continue;
-            }
-            if !force_now && projected <= goal {
-                break;
-            }
-            let src: u64 = eligible[s..e].iter().map(|x| x.tokens).sum();
-            let est = leaf_target(cfg, src) + RENDER_OVERHEAD;
-            projected = projected.saturating_sub(src.saturating_sub(est));
-            chosen.push((s, e, 0i64));
-        }
-
+        let chosen = choose_ranges(&items, total, cfg, opts, first_round, exclude);
         if chosen.is_empty() {
-            // Condensed chunks: shallowest depth with a qualifying run.
-            let prefix: u64 = eligible
-                .iter()
-                .filter(|x| x.kind == 1)
-                .map(|x| x.tokens)
-                .sum();
-            let routine_due = prefix > cfg.prefix_target_tokens(opts.budget) || projected > goal;
-            let phases: [(usize, bool); 2] = [
-                (cfg.condensed_min_fanout, true),
-                (cfg.condensed_min_fanout_hard, false),
-            ];
-            for (fanout, routine) in phases {
-                if routine && !routine_due {
-                    continue;
-                }
-                if !routine && projected <= threshold {
-                    continue;
-                }
-                let mut depths: Vec<i64> = eligible
-                    .iter()
-                    .filter(|x| x.kind == 1)
-                    .map(|x| x.depth)
-                    .collect();
-                depths.sort_unstable();
-                depths.dedup();
-                for d in depths {
-                    if routine
-                        && cfg.incremental_max_depth >= 0
-                        && d + 1 > cfg.incremental_max_depth
-                    {
-                        continue;
-                    }
-                    let mut i = 0;
-                    while i < eligible.len() {
-                        if !(eligible[i].kind == 1 && eligible[i].depth == d) {
-                            i += 1;
-                            continue;
-                        }
-                        let s = i;
-                        while i < eligible.len() && eligible[i].kind == 1 && eligible[i].depth == d
-                        {
-                            i += 1;
-                        }
-                        let e = i;
-                        let mut start = s;
-                        let mut acc = 0u64;
-                        for j in s..=e {
-                            let boundary = j == e
-                                || (acc + eligible[j].tokens > cfg.leaf_chunk_tokens
-                                    && j - start >= fanout);
-                            if boundary {
-                                if j - start >= fanout && !exclude.contains(&eligible[start].ord) {
-                                    chosen.push((start, j, d + 1));
-                                }
-                                start = j;
-                                acc = 0;
-                            }
-                            if j < e {
-                                acc += eligible[j].tokens;
-                            }
-                        }
-                    }
-                    if !chosen.is_empty() {
-                        break;
-                    }
-                }
-                if !chosen.is_empty() {
-                    break;
-                }
-            }
-        }
-        if chosen.is_empty() {
-            return Ok((
-                Vec::new(),
-                "nothing eligible (fresh tail, fanout or depth limits)".into(),
-            ));
+            return Ok((Vec::new(), NOTHING_ELIGIBLE.into()));
         }
         let mut chunks = Vec::with_capacity(chosen.len());
         for (s, e, depth) in chosen {
-            chunks.push(self.build_chunk(conv_id, &eligible[s..e], depth, cfg)?);
+            chunks.push(self.build_chunk(conv_id, &items[s..e], depth, cfg)?);
         }
         Ok((chunks, String::new()))
     }
@@ -376,7 +230,6 @@ impl Db {
         depth: i64,
         cfg: &LosslessConfig,
     ) -> Result<Chunk> {
-        let source_tokens: u64 = items.iter().map(|x| x.tokens).sum();
         let input = if depth == 0 {
             let mut st = self
                 .conn
@@ -394,36 +247,13 @@ impl Db {
             let mut st = self
                 .conn
                 .prepare_cached("SELECT text, from_ts, to_ts FROM summaries WHERE id = ?1")?;
-            let mut out = String::new();
+            let mut sources = Vec::with_capacity(items.len());
             for it in items {
-                let (text, f, t): (String, Option<i64>, Option<i64>) =
-                    st.query_row([it.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                if !out.is_empty() {
-                    out.push_str("\n\n");
-                }
-                out.push_str(&format!("[{} - {}]\n{text}", fmt_ts(f), fmt_ts(t)));
+                sources.push(st.query_row([it.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?);
             }
-            out
+            condensed_input(&sources)
         };
-        let max_tokens = if depth == 0 {
-            leaf_target(cfg, source_tokens)
-        } else {
-            condensed_target(cfg, source_tokens)
-        };
-        Ok(Chunk {
-            conv_id,
-            depth,
-            first_ord: items[0].ord,
-            items: items.iter().map(|x| (x.kind, x.id)).collect(),
-            item_tokens: items.iter().map(|x| x.tokens).collect(),
-            source_tokens,
-            seq_lo: items.iter().map(|x| x.seq_lo).min().unwrap_or(0),
-            seq_hi: items.iter().map(|x| x.seq_hi).max().unwrap_or(0),
-            ts_lo: items.iter().filter_map(|x| x.ts_lo).min(),
-            ts_hi: items.iter().filter_map(|x| x.ts_hi).max(),
-            max_tokens,
-            input,
-        })
+        Ok(make_chunk(conv_id, items, depth, cfg, input))
     }
 
     /// Commits the round's summaries in one transaction. A chunk whose range changed since it
@@ -505,7 +335,7 @@ impl Db {
         Ok(committed)
     }
 
-    fn guard_load(&self, conv_id: i64) -> Result<Guard> {
+    pub(crate) fn guard_load(&self, conv_id: i64) -> Result<Guard> {
         use rusqlite::OptionalExtension;
         Ok(self
             .conn
@@ -524,7 +354,7 @@ impl Db {
             .unwrap_or_default())
     }
 
-    fn guard_store(&mut self, conv_id: i64, g: &Guard, new_failures: i64) -> Result<()> {
+    pub(crate) fn guard_store(&mut self, conv_id: i64, g: &Guard, new_failures: i64) -> Result<()> {
         self.tx(|c| {
             c.prepare_cached(
                 "INSERT INTO guard_state(conv_id, window_start_ms, calls_in_window, consecutive_failures, breaker_open_until_ms, total_failures)
@@ -542,6 +372,227 @@ impl Db {
             ])?;
             Ok(())
         })
+    }
+}
+
+/// Why a compaction round need not run, from the frontier's total alone: below the threshold
+/// (first round, not forced) or at the low-water mark. `None`: plan the round.
+pub(crate) fn early_stop(
+    total: u64,
+    cfg: &LosslessConfig,
+    opts: &CompactionOptions,
+    first_round: bool,
+) -> Option<String> {
+    let threshold = cfg.threshold_tokens(opts.budget);
+    let goal = cfg.low_water_tokens(opts.budget);
+    if first_round && !opts.force && total <= threshold {
+        return Some(format!("below threshold ({total} <= {threshold} tokens)"));
+    }
+    if !(opts.force && first_round) && total <= goal {
+        return Some(format!("at or below low-water mark ({total} <= {goal} tokens)"));
+    }
+    None
+}
+
+/// Why a round planned nothing although the frontier is over its goal.
+pub(crate) const NOTHING_ELIGIBLE: &str = "nothing eligible (fresh tail, fanout or depth limits)";
+
+/// The ranges of `items` (the whole frontier, oldest first, totalling `total` tokens) that the
+/// round summarizes, as `(start, end, depth of the new summary)`: leaf chunks when any are due,
+/// else condensed ones (see the module header). Ranges starting at an ordinal in `exclude`
+/// (their summary failed earlier in this compaction) are skipped. Written once for every
+/// backend: only reading `items` differs.
+pub(crate) fn choose_ranges(
+    items: &[FItem],
+    total: u64,
+    cfg: &LosslessConfig,
+    opts: &CompactionOptions,
+    first_round: bool,
+    exclude: &HashSet<i64>,
+) -> Vec<(usize, usize, i64)> {
+    let threshold = cfg.threshold_tokens(opts.budget);
+    let goal = cfg.low_water_tokens(opts.budget);
+    let force_now = opts.force && first_round;
+    // Fresh tail: the newest `freshTailCount` raw messages, extended back so it never
+    // starts with a tool result.
+    let mut b = items.len();
+    let mut raw_seen = 0usize;
+    while b > 0 && raw_seen < cfg.fresh_tail_count {
+        b -= 1;
+        if items[b].kind == 0 {
+            raw_seen += 1;
+        }
+    }
+    while b > 0 && b < items.len() && items[b].kind == 0 && items[b].role == role::TOOL_RESULT {
+        b -= 1;
+    }
+    let eligible = &items[..b];
+
+    // Leaf chunks.
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < eligible.len() {
+        if eligible[i].kind != 0 {
+            i += 1;
+            continue;
+        }
+        let s = i;
+        while i < eligible.len() && eligible[i].kind == 0 {
+            i += 1;
+        }
+        let e = i;
+        let mut start = s;
+        let mut acc = 0u64;
+        for j in s..e {
+            if j > start
+                && acc + eligible[j].tokens > cfg.leaf_chunk_tokens
+                && eligible[j].role != role::TOOL_RESULT
+            {
+                ranges.push((start, j));
+                start = j;
+                acc = 0;
+            }
+            acc += eligible[j].tokens;
+        }
+        if start < e {
+            let n = e - start;
+            if opts.force || n >= cfg.leaf_min_fanout || acc >= cfg.leaf_chunk_tokens / 2 {
+                ranges.push((start, e));
+            }
+        }
+    }
+    let mut projected = total;
+    let mut chosen = Vec::new();
+    for (s, e) in ranges {
+        if exclude.contains(&eligible[s].ord) {
+            continue;
+        }
+        if !force_now && projected <= goal {
+            break;
+        }
+        let src: u64 = eligible[s..e].iter().map(|x| x.tokens).sum();
+        let est = leaf_target(cfg, src) + RENDER_OVERHEAD;
+        projected = projected.saturating_sub(src.saturating_sub(est));
+        chosen.push((s, e, 0i64));
+    }
+
+    if chosen.is_empty() {
+        // Condensed chunks: shallowest depth with a qualifying run.
+        let prefix: u64 = eligible
+            .iter()
+            .filter(|x| x.kind == 1)
+            .map(|x| x.tokens)
+            .sum();
+        let routine_due = prefix > cfg.prefix_target_tokens(opts.budget) || projected > goal;
+        let phases: [(usize, bool); 2] = [
+            (cfg.condensed_min_fanout, true),
+            (cfg.condensed_min_fanout_hard, false),
+        ];
+        for (fanout, routine) in phases {
+            if routine && !routine_due {
+                continue;
+            }
+            if !routine && projected <= threshold {
+                continue;
+            }
+            let mut depths: Vec<i64> = eligible
+                .iter()
+                .filter(|x| x.kind == 1)
+                .map(|x| x.depth)
+                .collect();
+            depths.sort_unstable();
+            depths.dedup();
+            for d in depths {
+                if routine
+                    && cfg.incremental_max_depth >= 0
+                    && d + 1 > cfg.incremental_max_depth
+                {
+                    continue;
+                }
+                let mut i = 0;
+                while i < eligible.len() {
+                    if !(eligible[i].kind == 1 && eligible[i].depth == d) {
+                        i += 1;
+                        continue;
+                    }
+                    let s = i;
+                    while i < eligible.len() && eligible[i].kind == 1 && eligible[i].depth == d
+                    {
+                        i += 1;
+                    }
+                    let e = i;
+                    let mut start = s;
+                    let mut acc = 0u64;
+                    for j in s..=e {
+                        let boundary = j == e
+                            || (acc + eligible[j].tokens > cfg.leaf_chunk_tokens
+                                && j - start >= fanout);
+                        if boundary {
+                            if j - start >= fanout && !exclude.contains(&eligible[start].ord) {
+                                chosen.push((start, j, d + 1));
+                            }
+                            start = j;
+                            acc = 0;
+                        }
+                        if j < e {
+                            acc += eligible[j].tokens;
+                        }
+                    }
+                }
+                if !chosen.is_empty() {
+                    break;
+                }
+            }
+            if !chosen.is_empty() {
+                break;
+            }
+        }
+    }
+    chosen
+}
+
+/// The summarizer input of a condensed chunk: its summaries' texts `(text, from_ts, to_ts)`,
+/// each headed by its time span.
+pub(crate) fn condensed_input(sources: &[(String, Option<i64>, Option<i64>)]) -> String {
+    let mut out = String::new();
+    for (text, f, t) in sources {
+        if !out.is_empty() {
+            out.push_str("\n\n");
+        }
+        out.push_str(&format!("[{} - {}]\n{text}", fmt_ts(*f), fmt_ts(*t)));
+    }
+    out
+}
+
+/// The chunk summarizing `items` (a contiguous frontier range of `conv_id`) into a summary of
+/// `depth`, with its summarizer `input` ([`serialize_conversation`] of the messages, or
+/// [`condensed_input`]).
+pub(crate) fn make_chunk(
+    conv_id: i64,
+    items: &[FItem],
+    depth: i64,
+    cfg: &LosslessConfig,
+    input: String,
+) -> Chunk {
+    let source_tokens: u64 = items.iter().map(|x| x.tokens).sum();
+    let max_tokens = if depth == 0 {
+        leaf_target(cfg, source_tokens)
+    } else {
+        condensed_target(cfg, source_tokens)
+    };
+    Chunk {
+        conv_id,
+        depth,
+        first_ord: items.first().map_or(0, |x| x.ord),
+        items: items.iter().map(|x| (x.kind, x.id)).collect(),
+        item_tokens: items.iter().map(|x| x.tokens).collect(),
+        source_tokens,
+        seq_lo: items.iter().map(|x| x.seq_lo).min().unwrap_or(0),
+        seq_hi: items.iter().map(|x| x.seq_hi).max().unwrap_or(0),
+        ts_lo: items.iter().filter_map(|x| x.ts_lo).min(),
+        ts_hi: items.iter().filter_map(|x| x.ts_hi).max(),
+        max_tokens,
+        input,
     }
 }
 
@@ -666,23 +717,86 @@ async fn summarize_chunk(
     (outcome, summarizer_us, v0.elapsed().as_micros() as u64)
 }
 
+/// What a compaction needs from a backend: its three store steps. The rounds, the guard and
+/// the summaries ([`compact_conversation`]) are the same on every backend.
+#[async_trait::async_trait]
+pub(crate) trait CompactionSteps: Send + Sync {
+    /// The conversation's frontier tokens (0 when it is gone).
+    async fn frontier_tokens(&self, conv_id: i64) -> Result<i64>;
+    /// Plans a round (see [`Db::plan_round`]) and reads the conversation's guard state.
+    async fn plan_round(
+        &self,
+        conv_id: i64,
+        cfg: Arc<LosslessConfig>,
+        opts: CompactionOptions,
+        first_round: bool,
+        exclude: HashSet<i64>,
+    ) -> Result<(Vec<Chunk>, String, Guard)>;
+    /// Commits a round's summaries in one transaction (a chunk whose range changed since it
+    /// was planned is skipped) and stores the guard state; returns how many were committed.
+    async fn commit_round(
+        &self,
+        conv_id: i64,
+        produced: Vec<Produced>,
+        guard: Guard,
+        failures: i64,
+    ) -> Result<usize>;
+}
+
+#[async_trait::async_trait]
+impl CompactionSteps for LosslessStore {
+    async fn frontier_tokens(&self, conv_id: i64) -> Result<i64> {
+        self.call(move |db| {
+            Ok(db
+                .conversation_by_id(conv_id)?
+                .map(|c| c.frontier_tokens)
+                .unwrap_or(0))
+        })
+        .await
+    }
+
+    async fn plan_round(
+        &self,
+        conv_id: i64,
+        cfg: Arc<LosslessConfig>,
+        opts: CompactionOptions,
+        first_round: bool,
+        exclude: HashSet<i64>,
+    ) -> Result<(Vec<Chunk>, String, Guard)> {
+        self.call(move |db| {
+            let (chunks, reason) = db.plan_round(conv_id, &cfg, &opts, first_round, &exclude)?;
+            let guard = db.guard_load(conv_id)?;
+            Ok((chunks, reason, guard))
+        })
+        .await
+    }
+
+    async fn commit_round(
+        &self,
+        conv_id: i64,
+        produced: Vec<Produced>,
+        guard: Guard,
+        failures: i64,
+    ) -> Result<usize> {
+        self.call(move |db| {
+            let n = db.commit_round(produced)?;
+            db.guard_store(conv_id, &guard, failures)?;
+            Ok(n)
+        })
+        .await
+    }
+}
+
 /// Runs one compaction of conversation `conv_id`.
-pub async fn compact_conversation(
-    store: &LosslessStore,
+pub(crate) async fn compact_conversation(
+    store: &dyn CompactionSteps,
     summarizer: Arc<dyn Summarizer>,
     cfg: Arc<LosslessConfig>,
     conv_id: i64,
     opts: CompactionOptions,
 ) -> Result<CompactionReport> {
     let mut report = CompactionReport::default();
-    let before = store
-        .call(move |db| {
-            Ok(db
-                .conversation_by_id(conv_id)?
-                .map(|c| c.frontier_tokens)
-                .unwrap_or(0))
-        })
-        .await?;
+    let before = store.frontier_tokens(conv_id).await?;
     report.tokens_before = before.max(0) as u64;
     let mut exclude: HashSet<i64> = HashSet::new();
     let custom = opts
@@ -691,13 +805,8 @@ pub async fn compact_conversation(
         .or_else(|| cfg.custom_instructions.clone());
     for round in 0..cfg.max_compaction_rounds {
         let t0 = Instant::now();
-        let (c2, o2, ex) = (cfg.clone(), opts.clone(), exclude.clone());
         let (chunks, reason, guard) = store
-            .call(move |db| {
-                let (chunks, reason) = db.plan_round(conv_id, &c2, &o2, round == 0, &ex)?;
-                let guard = db.guard_load(conv_id)?;
-                Ok((chunks, reason, guard))
-            })
+            .plan_round(conv_id, cfg.clone(), opts.clone(), round == 0, exclude.clone())
             .await?;
         report.engine_micros += t0.elapsed().as_micros() as u64;
         if chunks.is_empty() {
@@ -777,11 +886,7 @@ pub async fn compact_conversation(
         }
         let t1 = Instant::now();
         let committed = store
-            .call(move |db| {
-                let n = db.commit_round(produced)?;
-                db.guard_store(conv_id, &guard, failures)?;
-                Ok(n)
-            })
+            .commit_round(conv_id, produced, guard, failures)
             .await?;
         report.engine_micros += t1.elapsed().as_micros() as u64;
         if committed == 0 && failures == 0 {
@@ -789,14 +894,7 @@ pub async fn compact_conversation(
             break;
         }
     }
-    let after = store
-        .call(move |db| {
-            Ok(db
-                .conversation_by_id(conv_id)?
-                .map(|c| c.frontier_tokens)
-                .unwrap_or(0))
-        })
-        .await?;
+    let after = store.frontier_tokens(conv_id).await?;
     report.tokens_after = after.max(0) as u64;
     if report.reason.is_empty() {
         report.reason = if report.created() > 0 {

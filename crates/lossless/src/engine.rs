@@ -9,9 +9,8 @@
 //! `bootstrap` imports the session transcript into an empty conversation; `prepareSubagentSpawn`
 //! gives a forked child the parent's summaries. One compaction per conversation runs at a time.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use clawctx_engine::registry::{
@@ -24,26 +23,23 @@ use clawctx_protocol::*;
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 
 use crate::assemble::SYSTEM_PROMPT_ADDITION;
-use crate::compaction::{compact_conversation, CompactionOptions, CompactionReport};
+use crate::backend::{AssembleRequest, Backend};
+use crate::compaction::{CompactionOptions, CompactionReport};
 use crate::config::LosslessConfig;
 use crate::error::{LosslessError, Result};
 use crate::policy::{SessionMode, SessionPolicy};
-use crate::prompt_recall::PromptRecall;
-use crate::recall::Scope;
 use crate::session::CarryReport;
-use crate::store::codec::{self, Encoded};
-use crate::store::{ConvKey, ConvRow, Db, EncodeQueue, IngestOutcome, LosslessStore, TurnCommit};
+use crate::store::{ConvKey, ConvRow, LosslessStore, TurnCommit};
 
 /// The engine id (registered slot id and `info.id`).
 pub const ENGINE_ID: &str = "lossless";
 
 /// The lossless engine.
 pub struct LosslessEngine {
-    store: LosslessStore,
+    store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
     policy: SessionPolicy,
     summarizer: Arc<dyn Summarizer>,
-    locks: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for LosslessEngine {
@@ -56,23 +52,27 @@ impl std::fmt::Debug for LosslessEngine {
 }
 
 impl LosslessEngine {
-    /// An engine over an open store, with the extractive summarizer.
+    /// An engine over an open SQLite store, with the extractive summarizer.
     pub fn new(store: LosslessStore, cfg: LosslessConfig) -> Result<Self> {
-        let policy = SessionPolicy::new(
-            &cfg.ignore_session_patterns,
-            &cfg.read_only_session_patterns,
-        )?;
         let large = cfg.large_payload_bytes;
         store.call_blocking(move |db| {
             db.set_large_payload_bytes(large);
             Ok(())
         })?;
+        Self::over(Arc::new(store), cfg)
+    }
+
+    /// An engine over any open backend, with the extractive summarizer.
+    pub fn over(store: Arc<dyn Backend>, cfg: LosslessConfig) -> Result<Self> {
+        let policy = SessionPolicy::new(
+            &cfg.ignore_session_patterns,
+            &cfg.read_only_session_patterns,
+        )?;
         Ok(Self {
             store,
             cfg: Arc::new(cfg),
             policy,
             summarizer: Arc::new(ExtractiveSummarizer),
-            locks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -89,8 +89,13 @@ impl LosslessEngine {
         self
     }
 
-    /// The store.
-    pub fn store(&self) -> &LosslessStore {
+    /// The SQLite store, when the engine runs on one.
+    pub fn store(&self) -> Option<&LosslessStore> {
+        self.store.as_sqlite()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.store
     }
 
@@ -113,90 +118,6 @@ impl LosslessEngine {
             .unwrap_or(self.cfg.default_token_budget)
     }
 
-    /// Stores `msgs` in one transaction. Small batches are encoded on the store thread; larger
-    /// ones go through an [`EncodeQueue`]: encoder threads encode chunks while the store
-    /// thread inserts the ones ready (and encodes chunks itself rather than wait), so token
-    /// counting and the codec run alongside SQLite instead of before it.
-    async fn store_messages(
-        &self,
-        key: &ConvKey,
-        msgs: Vec<AgentMessage>,
-    ) -> Result<IngestOutcome> {
-        if msgs.is_empty() {
-            return Ok(IngestOutcome::default());
-        }
-        let (k, kq) = (key.clone(), key.clone());
-        self.store_encoded(
-            msgs,
-            move |db, enc| db.ingest(&k, enc),
-            move |db, queue| db.ingest_queue(&kq, queue),
-        )
-        .await
-    }
-
-    /// `commitTurn`'s write: `msgs` stored like [`Self::store_messages`] and
-    /// `advancement_key` recorded, in one transaction (`Db::commit_turn`). An empty turn still
-    /// records its key.
-    async fn store_turn(
-        &self,
-        key: &ConvKey,
-        advancement_key: &str,
-        msgs: Vec<AgentMessage>,
-    ) -> Result<TurnCommit> {
-        let (k, kq) = (key.clone(), key.clone());
-        let (a, aq) = (advancement_key.to_owned(), advancement_key.to_owned());
-        self.store_encoded(
-            msgs,
-            move |db, enc| db.commit_turn(&k, &a, enc),
-            move |db, queue| db.commit_turn_queue(&kq, &aq, queue),
-        )
-        .await
-    }
-
-    /// Encodes `msgs` and hands them to one store job: `small` gets a small batch encoded on
-    /// the store thread, `streamed` a larger one's [`EncodeQueue`] (see
-    /// [`Self::store_messages`]).
-    async fn store_encoded<R: Send + 'static>(
-        &self,
-        msgs: Vec<AgentMessage>,
-        small: impl FnOnce(&mut Db, &[Encoded]) -> Result<R> + Send + 'static,
-        streamed: impl FnOnce(&mut Db, &EncodeQueue) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
-        /// Below this many messages the extra thread hop costs more than the overlap saves.
-        const STREAM_MIN: usize = 16;
-        /// Messages per chunk.
-        const CHUNK: usize = 8;
-        if msgs.len() < STREAM_MIN {
-            return self
-                .store
-                .call(move |db| {
-                    let enc = msgs.iter().map(codec::encode).collect::<Result<Vec<_>>>()?;
-                    small(db, &enc)
-                })
-                .await;
-        }
-        let queue = Arc::new(EncodeQueue::new(msgs, CHUNK));
-        // The store thread is one of the busy threads, so one encoder fewer than the cores
-        // keeps every core busy without making the store thread share one; more than the
-        // chunks would only idle.
-        let encoders = encoder_threads().min(queue.chunks().saturating_sub(1));
-        let mut handles = Vec::with_capacity(encoders);
-        for _ in 0..encoders {
-            let q = queue.clone();
-            handles.push(tokio::task::spawn_blocking(move || q.run_encoder()));
-        }
-        let q = queue.clone();
-        let stored = self.store.call(move |db| streamed(db, &q)).await;
-        // The store job abandons the queue when it ends, and a job that never ran (a closed
-        // store) drops its closure, whose queue handle is then the last but ours; abandon
-        // here as well so no encoder waits on a store that is gone.
-        queue.abandon();
-        for h in handles {
-            let _ = h.await;
-        }
-        stored
-    }
-
     /// Threshold compaction after a turn was stored (`afterTurn`, `commitTurn`): compacts the
     /// conversation of `key` when its frontier is over the threshold of `budget`. `conv` is
     /// the conversation as the storing transaction left it; `None` (a turn without new
@@ -209,20 +130,16 @@ impl LosslessEngine {
     ) -> Result<()> {
         let conv = match conv {
             Some(conv) => conv,
-            None => {
-                let k = key.clone();
-                match self.store.call(move |db| db.conversation(&k)).await? {
-                    Some(conv) => conv,
-                    None => return Ok(()),
-                }
-            }
+            None => match self.store.conversation(key).await? {
+                Some(conv) => conv,
+                None => return Ok(()),
+            },
         };
         if (conv.frontier_tokens.max(0) as u64) <= self.cfg.threshold_tokens(budget) {
             return Ok(());
         }
-        let lock = self.lock_for(conv.id);
         // A compaction already running for this conversation will cover this turn too.
-        let Ok(_g) = lock.try_lock() else {
+        let Some(_lock) = self.store.lock_compaction(conv.id, false).await? else {
             return Ok(());
         };
         let opts = CompactionOptions {
@@ -230,21 +147,12 @@ impl LosslessEngine {
             force: false,
             custom_instructions: None,
         };
-        let report = compact_conversation(
-            &self.store,
-            self.summarizer.clone(),
-            self.cfg.clone(),
-            conv.id,
-            opts,
-        )
-        .await?;
+        let report = self
+            .store
+            .compact(conv.id, self.summarizer.clone(), self.cfg.clone(), opts)
+            .await?;
         tracing::debug!(?report, "lossless: threshold compaction");
         Ok(())
-    }
-
-    fn lock_for(&self, conv_id: i64) -> Arc<tokio::sync::Mutex<()>> {
-        let mut g = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        g.entry(conv_id).or_default().clone()
     }
 
     /// Compacts the active conversation of `key` (waits for a running compaction of the same
@@ -254,21 +162,14 @@ impl LosslessEngine {
         key: &ConvKey,
         opts: CompactionOptions,
     ) -> Result<Option<CompactionReport>> {
-        let k = key.clone();
-        let Some(conv) = self.store.call(move |db| db.conversation(&k)).await? else {
+        let Some(conv) = self.store.conversation(key).await? else {
             return Ok(None);
         };
-        let lock = self.lock_for(conv.id);
-        let _g = lock.lock().await;
-        compact_conversation(
-            &self.store,
-            self.summarizer.clone(),
-            self.cfg.clone(),
-            conv.id,
-            opts,
-        )
-        .await
-        .map(Some)
+        let _lock = self.store.lock_compaction(conv.id, true).await?;
+        self.store
+            .compact(conv.id, self.summarizer.clone(), self.cfg.clone(), opts)
+            .await
+            .map(Some)
     }
 
     /// `/new` or `/reset`: summaries of depth ≥ `newSessionRetainDepth` carry over from the
@@ -285,9 +186,7 @@ impl LosslessEngine {
             return Ok(CarryReport::default());
         }
         let depth = self.cfg.new_session_retain_depth;
-        self.store
-            .call(move |db| db.carry_summaries(&from, &to, depth))
-            .await
+        self.store.carry_summaries(&from, &to, depth).await
     }
 
     /// The recall tools (also returned by [`ContextEngine::tools`]).
@@ -377,7 +276,8 @@ impl ContextEngine for LosslessEngine {
             return Ok(IngestResult { ingested: false });
         }
         let stored = self
-            .store_messages(&key, vec![params.message.clone()])
+            .store
+            .ingest(&key, vec![params.message.clone()])
             .await?
             .stored;
         Ok(IngestResult {
@@ -395,7 +295,8 @@ impl ContextEngine for LosslessEngine {
             return Ok(IngestBatchResult { ingested_count: 0 });
         }
         let stored = self
-            .store_messages(&key, params.messages.clone())
+            .store
+            .ingest(&key, params.messages.clone())
             .await?
             .stored;
         Ok(IngestBatchResult {
@@ -414,55 +315,21 @@ impl ContextEngine for LosslessEngine {
         // Live candidates: the host's newest messages, checked newest-first against the store.
         let window = (self.cfg.fresh_tail_count + 16).min(params.messages.len());
         let recent: Vec<AgentMessage> = params.messages[params.messages.len() - window..].to_vec();
-        let all_live = mode == SessionMode::Ignored;
-        let k = key.clone();
-        let reserve = self.cfg.prompt_recall_reserve(budget);
-        let max_recalled = self.cfg.prompt_recall_max_messages;
-        let prompt = params.prompt.clone();
-        let (conv, assembled) = self
-            .store
-            .call(move |db| {
-                db.read(|db| {
-                    let conv = if all_live { None } else { db.conversation(&k)? };
-                    let Some(conv) = conv else {
-                        return Ok((None, None));
-                    };
-                    let mut first_live = recent.len();
-                    while first_live > 0 {
-                        let (ts, hash) = codec::identity(&recent[first_live - 1])?;
-                        if db.has_message(conv.id, ts, hash)? {
-                            break;
-                        }
-                        first_live -= 1;
-                    }
-                    let live = recent[first_live..].to_vec();
-                    // Recall for a new user prompt (the host's `prompt`, else its text); a
-                    // prompt the host appends after the context (every host message already
-                    // stored) gets the block last.
-                    let prompt = prompt.filter(|p| !p.trim().is_empty());
-                    let recall_for = match live.last() {
-                        Some(last @ AgentMessage::User(_)) => {
-                            Some((prompt.unwrap_or_else(|| last.plain_text()), false))
-                        }
-                        None => prompt.map(|p| (p, true)),
-                        _ => None,
-                    };
-                    let recall = match recall_for {
-                        Some((text, prompt_follows)) if reserve > 0 => Some(PromptRecall {
-                            terms: crate::search::prompt_terms(&text),
-                            convs: db.scope_conversations(&Scope::Session(k.clone()))?,
-                            reserve,
-                            max_messages: max_recalled,
-                            prompt_follows,
-                        }),
-                        _ => None,
-                    };
-                    let out = db.assemble(Some(conv.id), live, budget, recall.as_ref())?;
-                    Ok((Some(conv), Some(out)))
+        let stored = if mode == SessionMode::Ignored {
+            None
+        } else {
+            self.store
+                .assemble(AssembleRequest {
+                    key,
+                    recent,
+                    budget,
+                    prompt: params.prompt.clone(),
+                    recall_reserve: self.cfg.prompt_recall_reserve(budget),
+                    recall_max_messages: self.cfg.prompt_recall_max_messages,
                 })
-            })
-            .await?;
-        let (Some(conv), Some(out)) = (conv, assembled) else {
+                .await?
+        };
+        let Some((conv, out)) = stored else {
             // No stored conversation (or an ignored session): the host's messages, clamped.
             let mut report = Default::default();
             let messages =
@@ -540,7 +407,8 @@ impl ContextEngine for LosslessEngine {
         }
         let start = (params.pre_prompt_message_count as usize).min(params.messages.len());
         let outcome = self
-            .store_messages(&key, params.messages[start..].to_vec())
+            .store
+            .ingest(&key, params.messages[start..].to_vec())
             .await?;
         let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
         self.compact_over_threshold(&key, outcome.conv, budget)
@@ -578,7 +446,8 @@ impl ContextEngine for LosslessEngine {
             });
         }
         let written = self
-            .store_turn(&key, &params.advancement_key, params.messages.clone())
+            .store
+            .commit_turn(&key, &params.advancement_key, params.messages.clone())
             .await?;
         let TurnCommit::Committed(outcome) = written else {
             return Ok(CommitTurnResult {
@@ -618,22 +487,11 @@ impl ContextEngine for LosslessEngine {
                 ..Default::default()
             });
         }
-        let k = key.clone();
         let imported = self
             .store
-            .call(move |db| {
-                if db
-                    .conversation(&k)?
-                    .map(|c| c.msg_count > 0)
-                    .unwrap_or(false)
-                {
-                    return Ok(None);
-                }
-                let (msgs, mut report) = crate::import::read_openclaw_jsonl(&path)?;
-                db.import_messages(&k, &msgs, true, &mut report)?;
-                Ok(Some(report.new_messages as u64))
-            })
-            .await?;
+            .import_jsonl(&key, path, true, true)
+            .await?
+            .map(|report| report.new_messages as u64);
         Ok(match imported {
             Some(n) => BootstrapResult {
                 bootstrapped: true,
@@ -655,10 +513,7 @@ impl ContextEngine for LosslessEngine {
     ) -> Result<TranscriptRewriteResult, EngineError> {
         if let Some(days) = self.cfg.payload_retention_days {
             let cutoff = crate::store::now_ms() - (days * 86_400_000.0) as i64;
-            let report = self
-                .store
-                .call(move |db| db.expire_payloads(cutoff, true))
-                .await?;
+            let report = self.store.expire_payloads(cutoff, true).await?;
             if report.payloads_expired > 0 {
                 tracing::info!(
                     "lossless: retention removed {} payloads ({} bytes, {} messages)",
@@ -687,14 +542,11 @@ impl ContextEngine for LosslessEngine {
         if self.mode(&to) != SessionMode::Normal {
             return Ok(None);
         }
-        let (f, t) = (from.clone(), to.clone());
-        self.store
-            .call(move |db| db.carry_summaries(&f, &t, 0))
-            .await?;
+        self.store.carry_summaries(&from, &to, 0).await?;
         let store = self.store.clone();
         Ok(Some(SubagentSpawnPreparation::new(move || async move {
             store
-                .call(move |db| db.archive(&to))
+                .archive(&to)
                 .await
                 .map(|_| ())
                 .map_err(EngineError::from)
@@ -712,7 +564,7 @@ impl ContextEngine for LosslessEngine {
     async fn dispose(&self) -> Result<(), EngineError> {
         // Waits for the connection to close, so a host that exits after `dispose` leaves the
         // log checkpointed and the newest messages' index in the file.
-        self.store.close_wait().await;
+        self.store.close().await;
         Ok(())
     }
 }
@@ -762,20 +614,4 @@ pub fn lossless_factory() -> Factory {
 /// Registers the engine as plugin `lossless` (owner `plugin:lossless`, slot id `lossless`).
 pub fn register(registry: &ContextEngineRegistry) -> Result<RegisterOutcome, EngineError> {
     registry.register_plugin_engine(ENGINE_ID, ENGINE_ID, lossless_factory())
-}
-
-/// The chunks a streamed batch of `n` messages is encoded in: the first ones small, so the
-/// store starts inserting after a few messages are encoded instead of a whole chunk (it waits
-/// idle until then), then `chunk` at a time.
-/// Encoder threads for a large ingest batch: one fewer than the cores this process may use
-/// (the store thread takes the last), at least one, at most three (beyond that the store
-/// thread is the bottleneck).
-fn encoder_threads() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get().saturating_sub(1))
-            .unwrap_or(1)
-            .clamp(1, 3)
-    })
 }

@@ -55,6 +55,7 @@
 
 pub mod api;
 pub mod assemble;
+pub mod backend;
 pub mod compaction;
 pub mod config;
 pub mod doctor;
@@ -73,6 +74,7 @@ pub mod session;
 pub mod store;
 pub mod tools;
 
+pub use backend::{AssembleRequest, Backend, BackendKind};
 pub use compaction::{CompactionOptions, CompactionReport};
 pub use config::LosslessConfig;
 pub use doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};

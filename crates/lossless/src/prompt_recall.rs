@@ -67,7 +67,7 @@ impl Db {
         r: &PromptRecall,
         exclude: &HashSet<i64>,
     ) -> Result<Option<RecalledBlock>> {
-        if r.terms.is_empty() || r.max_messages == 0 || r.reserve == 0 {
+        if !wanted(r) {
             return Ok(None);
         }
         let ranked = self.ranked_messages(
@@ -77,54 +77,70 @@ impl Db {
             exclude,
             crate::search::PROMPT_TERM_WINDOW,
         )?;
-        if ranked.is_empty() {
-            return Ok(None);
-        }
-        let frame = text_tokens(OPEN) + text_tokens(CLOSE) + clawctx_tokens::MESSAGE_OVERHEAD_TOKENS;
-        let mut left = r.reserve.saturating_sub(frame);
         let mut st = self
             .conn
             .prepare_cached("SELECT role, ts, text FROM message_rows WHERE id = ?1")?;
-        // Best first while they fit (a large tool output is skipped, smaller ones still go in).
-        let mut chosen: Vec<(i64, String)> = Vec::new();
-        for hit in ranked {
-            if hit.tokens > left {
-                continue;
-            }
-            let (role, ts, text): (i64, Option<i64>, String) =
-                st.query_row([hit.id], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)))?;
-            let entry = format!(
-                "<message id=\"{}\" role=\"{}\" at=\"{}\">\n{}\n</message>\n",
-                crate::ids::message_id(hit.id),
-                codec::role_name(role).unwrap_or("other"),
-                crate::assemble::fmt_minute(ts),
-                text.replace("</recalled", "&lt;/recalled")
-            );
-            let cost = text_tokens(&entry);
-            if cost <= left {
-                left -= cost;
-                chosen.push((hit.id, entry));
-            }
+        block_of(r, ranked, |id| {
+            Ok(st.query_row([id], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)))?)
+        })
+    }
+}
+
+/// Whether `r` can produce a block at all (terms, room and messages allowed).
+pub(crate) fn wanted(r: &PromptRecall) -> bool {
+    !(r.terms.is_empty() || r.max_messages == 0 || r.reserve == 0)
+}
+
+/// The block quoting the best of `ranked` (best first, from [`crate::search`]) that fit `r`'s
+/// reserve; `message` reads a message's `(role, ts, text)`. Shared by every backend.
+pub(crate) fn block_of(
+    r: &PromptRecall,
+    ranked: Vec<crate::search::RankedMessage>,
+    mut message: impl FnMut(i64) -> Result<(i64, Option<i64>, String)>,
+) -> Result<Option<RecalledBlock>> {
+    if ranked.is_empty() {
+        return Ok(None);
+    }
+    let frame = text_tokens(OPEN) + text_tokens(CLOSE) + clawctx_tokens::MESSAGE_OVERHEAD_TOKENS;
+    let mut left = r.reserve.saturating_sub(frame);
+    // Best first while they fit (a large tool output is skipped, smaller ones still go in).
+    let mut chosen: Vec<(i64, String)> = Vec::new();
+    for hit in ranked {
+        if hit.tokens > left {
+            continue;
         }
-        chosen.sort_by_key(|(id, _)| *id);
-        // Token counts of concatenated pieces can differ by a token at each seam: check the
-        // whole and drop the longest entry until it fits.
-        loop {
-            if chosen.is_empty() {
-                return Ok(None);
-            }
-            let message = render(&chosen);
-            let tokens = message_tokens(&message);
-            if tokens <= r.reserve {
-                return Ok(Some(RecalledBlock {
-                    message,
-                    tokens,
-                    quoted: chosen.len(),
-                }));
-            }
-            if let Some((i, _)) = chosen.iter().enumerate().max_by_key(|(_, (_, e))| e.len()) {
-                chosen.remove(i);
-            }
+        let (role, ts, text) = message(hit.id)?;
+        let entry = format!(
+            "<message id=\"{}\" role=\"{}\" at=\"{}\">\n{}\n</message>\n",
+            crate::ids::message_id(hit.id),
+            codec::role_name(role).unwrap_or("other"),
+            crate::assemble::fmt_minute(ts),
+            text.replace("</recalled", "&lt;/recalled")
+        );
+        let cost = text_tokens(&entry);
+        if cost <= left {
+            left -= cost;
+            chosen.push((hit.id, entry));
+        }
+    }
+    chosen.sort_by_key(|(id, _)| *id);
+    // Token counts of concatenated pieces can differ by a token at each seam: check the
+    // whole and drop the longest entry until it fits.
+    loop {
+        if chosen.is_empty() {
+            return Ok(None);
+        }
+        let message = render(&chosen);
+        let tokens = message_tokens(&message);
+        if tokens <= r.reserve {
+            return Ok(Some(RecalledBlock {
+                message,
+                tokens,
+                quoted: chosen.len(),
+            }));
+        }
+        if let Some((i, _)) = chosen.iter().enumerate().max_by_key(|(_, (_, e))| e.len()) {
+            chosen.remove(i);
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The recall tools the engine offers the model: `lcm_grep`, `lcm_describe`, `lcm_expand`.
 //!
 //! Each is a thin adapter: parse the JSON arguments, scope the query to the calling session
-//! (or its agent, never other agents), run the library operation on the store's read thread
-//! (off the path of other sessions' turns, see [`crate::store`]), and
+//! (or its agent, never other agents), run the library operation through the backend (on
+//! SQLite, on the store's read thread, off the path of other sessions' turns, see
+//! [`crate::store`]), and
 //! return compact JSON capped at [`MAX_TOOL_OUTPUT_CHARS`]. Bad arguments come back as tool
 //! errors the model can read and fix, never as turn failures.
 
@@ -14,7 +15,8 @@ use serde_json::{json, Value};
 
 use crate::config::LosslessConfig;
 use crate::recall::{GrepMode, GrepQuery, GrepSort, GrepTarget, Scope};
-use crate::store::{ConvKey, LosslessStore};
+use crate::backend::Backend;
+use crate::store::ConvKey;
 
 /// Longest tool output returned to the model.
 pub const MAX_TOOL_OUTPUT_CHARS: usize = 40_000;
@@ -42,7 +44,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
 }
 
 /// The three recall tools over `store`.
-pub fn recall_tools(store: LosslessStore, cfg: Arc<LosslessConfig>) -> Vec<Arc<dyn AgentTool>> {
+pub fn recall_tools(store: Arc<dyn Backend>, cfg: Arc<LosslessConfig>) -> Vec<Arc<dyn AgentTool>> {
     vec![
         Arc::new(GrepTool {
             store: store.clone(),
@@ -57,7 +59,7 @@ pub fn recall_tools(store: LosslessStore, cfg: Arc<LosslessConfig>) -> Vec<Arc<d
 
 /// `lcm_grep`.
 pub struct GrepTool {
-    store: LosslessStore,
+    store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
 }
 
@@ -126,7 +128,7 @@ impl AgentTool for GrepTool {
         };
         let report = self
             .store
-            .call_read(move |db| db.grep(&q))
+            .grep(q)
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)
@@ -135,7 +137,7 @@ impl AgentTool for GrepTool {
 
 /// `lcm_describe`.
 pub struct DescribeTool {
-    store: LosslessStore,
+    store: Arc<dyn Backend>,
 }
 
 #[async_trait]
@@ -158,7 +160,7 @@ impl AgentTool for DescribeTool {
         let agent = key_of(&cx).agent_id;
         let report = self
             .store
-            .call_read(move |db| db.describe(&id, Some(&agent)))
+            .describe(&id, Some(&agent))
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)
@@ -167,7 +169,7 @@ impl AgentTool for DescribeTool {
 
 /// `lcm_expand`.
 pub struct ExpandTool {
-    store: LosslessStore,
+    store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
 }
 
@@ -204,7 +206,7 @@ impl AgentTool for ExpandTool {
         let agent = key_of(&cx).agent_id;
         let report = self
             .store
-            .call_read(move |db| db.expand(&id, max, Some(&agent)))
+            .expand(&id, max, Some(&agent))
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)

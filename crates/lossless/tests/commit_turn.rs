@@ -78,7 +78,7 @@ fn commit_in(
 
 /// Message rows in the whole file.
 async fn message_rows(e: &LosslessEngine) -> i64 {
-    e.store()
+    e.store().unwrap()
         .call(|db| db.tx(|c| Ok(c.query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?)))
         .await
         .unwrap()
@@ -86,7 +86,7 @@ async fn message_rows(e: &LosslessEngine) -> i64 {
 
 /// The advancement keys recorded, sorted.
 async fn recorded_keys(e: &LosslessEngine) -> Vec<String> {
-    e.store()
+    e.store().unwrap()
         .call(|db| {
             db.tx(|c| {
                 let mut st = c.prepare("SELECT advancement_key FROM turn_commits ORDER BY 1")?;
@@ -105,7 +105,7 @@ async fn status_of(e: &LosslessEngine, p: &CommitTurnParams) -> CommitTurnStatus
 }
 
 async fn assert_doctor_ok(e: &LosslessEngine) {
-    let report = e.store().doctor().await.unwrap();
+    let report = e.store().unwrap().doctor().await.unwrap();
     assert!(report.ok, "doctor after commits: {:?}", report.issues);
 }
 
@@ -331,6 +331,7 @@ async fn a_failed_commit_records_no_key_and_the_retry_commits() {
             // The retried turn is found by search (the full-text state survived the rollback).
             let hits = e
                 .store()
+                .unwrap()
                 .grep(GrepQuery::new(
                     format!("nd{t}x0"),
                     Scope::Session(ConvKey::from_host(Some(&session), "f")),
@@ -394,7 +395,7 @@ async fn committed_turns_over_the_threshold_compact_like_after_turn() {
             });
             assert_eq!(status_of(&e, &p).await, CommitTurnStatus::Committed);
         }
-        let report = e.store().doctor().await.unwrap();
+        let report = e.store().unwrap().doctor().await.unwrap();
         assert!(report.ok, "doctor: {:?}", report.issues);
         report.status.summaries
     };
@@ -431,7 +432,7 @@ async fn sessions_the_engine_never_writes_answer_committed_and_store_nothing() {
     }
     assert_eq!(message_rows(&e).await, 0, "nothing stored");
     assert!(recorded_keys(&e).await.is_empty(), "no key recorded");
-    assert!(e.store().conversations().await.unwrap().is_empty());
+    assert!(e.store().unwrap().conversations().await.unwrap().is_empty());
 
     let off = tempfile::tempdir().unwrap();
     let disabled = engine(

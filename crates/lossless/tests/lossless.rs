@@ -50,11 +50,11 @@ async fn ingest_is_idempotent() {
         is_heartbeat: None,
     };
     assert_eq!(e.ingest_batch(&b, &cx()).await.unwrap().ingested_count, 0);
-    let convs = e.store().conversations().await.unwrap();
+    let convs = e.store().unwrap().conversations().await.unwrap();
     assert_eq!(convs.len(), 1);
     assert_eq!(convs[0].msg_count, history.len() as i64);
     // Round trip: describe returns the original message.
-    let r = e.store().describe("msg_1").await.unwrap();
+    let r = e.store().unwrap().describe("msg_1").await.unwrap();
     match r {
         DescribeReport::Message(info) => assert_eq!(info.message, m),
         other => panic!("{other:?}"),
@@ -163,7 +163,7 @@ async fn compaction_builds_dag_doctor_passes_and_epoch_changes() {
         serde_json::to_string(&after.messages).unwrap(),
         serde_json::to_string(&again.messages).unwrap()
     );
-    let doc = e.store().doctor().await.unwrap();
+    let doc = e.store().unwrap().doctor().await.unwrap();
     assert!(doc.ok, "{:#?}", doc.issues);
     assert!(doc.status.summaries > 0);
     // The fresh tail stays raw: the newest 8 messages are the last 8 assembled.
@@ -182,8 +182,8 @@ async fn doctor_detects_broken_coverage() {
         history.extend(turn(&mut rng, t, false, 5));
     }
     ingest_all(&e, &history).await;
-    assert!(e.store().doctor().await.unwrap().ok);
-    e.store()
+    assert!(e.store().unwrap().doctor().await.unwrap().ok);
+    e.store().unwrap()
         .call(|db| {
             db.tx(|c| {
                 c.execute("DELETE FROM frontier WHERE ord = 3", [])?;
@@ -192,7 +192,7 @@ async fn doctor_detects_broken_coverage() {
         })
         .await
         .unwrap();
-    let doc = e.store().doctor().await.unwrap();
+    let doc = e.store().unwrap().doctor().await.unwrap();
     assert!(!doc.ok);
     assert!(doc.issues.iter().any(|i| i.code == "uncovered"));
     assert!(doc.issues.iter().any(|i| i.code == "totals"));
@@ -214,7 +214,7 @@ async fn failing_summarizer_leaves_raw_range_and_next_compaction_retries() {
         history.extend(turn(&mut rng, t, false, 30));
     }
     ingest_all(&e, &history).await;
-    let frontier_before = e.store().call(|db| db.frontier(1)).await.unwrap();
+    let frontier_before = e.store().unwrap().call(|db| db.frontier(1)).await.unwrap();
     let r = e
         .compact(&compact_params(true, 8_000), &cx())
         .await
@@ -222,10 +222,10 @@ async fn failing_summarizer_leaves_raw_range_and_next_compaction_retries() {
     assert!(r.ok && !r.compacted, "{r:?}");
     let first_calls = fake.calls();
     assert!(first_calls > 0);
-    let st = e.store().status().await.unwrap();
+    let st = e.store().unwrap().status().await.unwrap();
     assert_eq!(st.summaries, 0, "a failed summary never becomes a node");
     assert_eq!(
-        e.store().call(|db| db.frontier(1)).await.unwrap(),
+        e.store().unwrap().call(|db| db.frontier(1)).await.unwrap(),
         frontier_before,
         "raw range stays active"
     );
@@ -239,7 +239,7 @@ async fn failing_summarizer_leaves_raw_range_and_next_compaction_retries() {
         .unwrap();
     assert!(r.compacted, "{r:?}");
     assert!(ok.calls() > 0);
-    assert!(e.store().doctor().await.unwrap().ok);
+    assert!(e.store().unwrap().doctor().await.unwrap().ok);
 }
 
 #[tokio::test]
@@ -276,9 +276,9 @@ async fn invalid_summaries_are_rejected_and_breaker_falls_back_to_extractive() {
         extractive > 0,
         "the open breaker routes to the extractive summarizer"
     );
-    let st = e.store().status().await.unwrap();
+    let st = e.store().unwrap().status().await.unwrap();
     assert!(st.summaries > 0);
-    let doc = e.store().doctor().await.unwrap();
+    let doc = e.store().unwrap().doctor().await.unwrap();
     assert!(doc.ok, "{:#?}", doc.issues);
 }
 
@@ -342,11 +342,12 @@ async fn fts_syntax_from_the_model_never_errors() {
         "-foo",
         "foo*",
     ] {
-        let r = e.store().grep(GrepQuery::new(q, Scope::All)).await;
+        let r = e.store().unwrap().grep(GrepQuery::new(q, Scope::All)).await;
         assert!(r.is_ok(), "{q}: {r:?}");
     }
     let r = e
         .store()
+        .unwrap()
         .grep(GrepQuery::new("foo\" OR (", Scope::All))
         .await
         .unwrap();
@@ -355,7 +356,7 @@ async fn fts_syntax_from_the_model_never_errors() {
     let mut rq = GrepQuery::new("(unclosed", Scope::All);
     rq.mode = GrepMode::Regex;
     assert!(matches!(
-        e.store().grep(rq).await,
+        e.store().unwrap().grep(rq).await,
         Err(LosslessError::InvalidInput(_))
     ));
 }
@@ -378,15 +379,16 @@ async fn grep_paginates_and_scopes_by_session_and_agent() {
     let mut q = GrepQuery::new("needle", Scope::Session(key()));
     q.limit = 10;
     q.sort = GrepSort::Recency;
-    let p1 = e.store().grep(q.clone()).await.unwrap();
+    let p1 = e.store().unwrap().grep(q.clone()).await.unwrap();
     assert_eq!(p1.hits.len(), 10);
     assert_eq!(p1.next_offset, Some(10));
     q.offset = 20;
-    let p3 = e.store().grep(q.clone()).await.unwrap();
+    let p3 = e.store().unwrap().grep(q.clone()).await.unwrap();
     assert_eq!(p3.hits.len(), 5);
     assert_eq!(p3.next_offset, None);
     let agent = e
         .store()
+        .unwrap()
         .grep(GrepQuery {
             limit: 100,
             ..GrepQuery::new("needle", Scope::Agent("main".into()))
@@ -531,7 +533,7 @@ async fn ignored_and_read_only_session_globs() {
         is_heartbeat: None,
     };
     assert!(!e.ingest(&ro, &cx()).await.unwrap().ingested);
-    let convs = e.store().conversations().await.unwrap();
+    let convs = e.store().unwrap().conversations().await.unwrap();
     assert_eq!(convs.len(), 1, "ignored session created nothing");
     assert_eq!(convs[0].msg_count, 1, "read-only session not written");
     // Read-only assemble serves the stored history plus the live prompt.
@@ -595,14 +597,14 @@ async fn reset_carries_deep_summaries_only() {
             .await
             .unwrap();
     }
-    let st = e.store().status().await.unwrap();
+    let st = e.store().unwrap().status().await.unwrap();
     assert!(st.max_depth >= 1, "{st:?}");
-    let old_frontier = e.store().call(|db| db.frontier(1)).await.unwrap();
+    let old_frontier = e.store().unwrap().call(|db| db.frontier(1)).await.unwrap();
     let deep: Vec<String> = {
         let mut v = Vec::new();
         for (id, _) in &old_frontier {
             if id.starts_with("sum_") {
-                if let DescribeReport::Summary(s) = e.store().describe(id).await.unwrap() {
+                if let DescribeReport::Summary(s) = e.store().unwrap().describe(id).await.unwrap() {
                     if s.depth >= 1 {
                         v.push(id.clone());
                     }
@@ -621,6 +623,7 @@ async fn reset_carries_deep_summaries_only() {
     assert_eq!(rep.archived_conversation, Some(1));
     let new_frontier: Vec<String> = e
         .store()
+        .unwrap()
         .call(move |db| db.frontier(rep.conversation_id))
         .await
         .unwrap()
@@ -631,13 +634,14 @@ async fn reset_carries_deep_summaries_only() {
     // Old messages are still searchable from the session.
     let g = e
         .store()
+        .unwrap()
         .grep(GrepQuery::new("nd0x0", Scope::Session(key())))
         .await
         .unwrap();
     assert!(!g.hits.is_empty());
     // New turns go to the new conversation; doctor is happy with both.
     ingest_all(&e, &turn(&mut rng, 99, true, 5)).await;
-    let doc = e.store().doctor().await.unwrap();
+    let doc = e.store().unwrap().doctor().await.unwrap();
     assert!(doc.ok, "{:#?}", doc.issues);
     let a = e
         .assemble(&assemble_params(vec![], 100_000), &cx())
@@ -677,13 +681,13 @@ async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
         }
         t += 1;
     }
-    let st = e.store().status().await.unwrap();
+    let st = e.store().unwrap().status().await.unwrap();
     assert_eq!(st.messages as usize, history.len());
     assert!(st.summaries > 20, "{st:?}");
-    let doc = e.store().doctor().await.unwrap();
+    let doc = e.store().unwrap().doctor().await.unwrap();
     assert!(doc.ok, "{:#?}", &doc.issues[..doc.issues.len().min(5)]);
     // Walk the DAG from the frontier with expand: every message exactly once.
-    let frontier = e.store().call(|db| db.frontier(1)).await.unwrap();
+    let frontier = e.store().unwrap().call(|db| db.frontier(1)).await.unwrap();
     let mut stack: Vec<String> = frontier.into_iter().map(|x| x.0).collect();
     let mut seen = HashSet::new();
     while let Some(id) = stack.pop() {
@@ -691,7 +695,7 @@ async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
             assert!(seen.insert(id), "message reached twice");
             continue;
         }
-        let r = e.store().expand(&id, u64::MAX).await.unwrap();
+        let r = e.store().unwrap().expand(&id, u64::MAX).await.unwrap();
         assert!(!r.truncated);
         stack.extend(r.items.into_iter().map(|i| i.id));
     }
@@ -701,6 +705,7 @@ async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
         let needle = format!("nd{turn_no}x9");
         let g = e
             .store()
+            .unwrap()
             .grep(GrepQuery {
                 target: GrepTarget::Messages,
                 ..GrepQuery::new(&needle, Scope::Session(key()))
@@ -708,7 +713,7 @@ async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
             .await
             .unwrap();
         assert_eq!(g.hits.len(), 1, "{needle}");
-        match e.store().describe(&g.hits[0].id).await.unwrap() {
+        match e.store().unwrap().describe(&g.hits[0].id).await.unwrap() {
             DescribeReport::Message(m) => assert!(m.message.plain_text().starts_with(&needle)),
             other => panic!("{other:?}"),
         }
@@ -736,19 +741,22 @@ async fn import_openclaw_jsonl_is_idempotent() {
     .unwrap();
     let dry = e
         .store()
+        .unwrap()
         .import_openclaw_jsonl(&path, key(), false)
         .await
         .unwrap();
     assert_eq!((dry.messages, dry.new_messages, dry.applied), (2, 2, false));
-    assert!(e.store().conversations().await.unwrap().is_empty());
+    assert!(e.store().unwrap().conversations().await.unwrap().is_empty());
     let r = e
         .store()
+        .unwrap()
         .import_openclaw_jsonl(&path, key(), true)
         .await
         .unwrap();
     assert_eq!(r.new_messages, 2);
     let r = e
         .store()
+        .unwrap()
         .import_openclaw_jsonl(&path, key(), true)
         .await
         .unwrap();
@@ -802,11 +810,11 @@ async fn regex_grep_reads_every_kind_of_stored_text() {
         AgentMessage::user("nothing to see here").with_timestamp(5),
     ];
     ingest_all(&e, &msgs).await;
-    let st = e.store().status().await.unwrap();
+    let st = e.store().unwrap().status().await.unwrap();
     assert_eq!(st.payloads, 1, "the tool output is stored as a payload");
     let mut q = GrepQuery::new(r"ticket-\d{3}", Scope::Session(key()));
     q.mode = GrepMode::Regex;
-    let r = e.store().grep(q).await.unwrap();
+    let r = e.store().unwrap().grep(q).await.unwrap();
     let got: Vec<(&str, &str)> = r
         .hits
         .iter()
@@ -832,7 +840,7 @@ async fn regex_grep_reads_every_kind_of_stored_text() {
     }
     let mut none = GrepQuery::new(r"ticket-9\d\d", Scope::Session(key()));
     none.mode = GrepMode::Regex;
-    assert!(e.store().grep(none).await.unwrap().hits.is_empty());
+    assert!(e.store().unwrap().grep(none).await.unwrap().hits.is_empty());
 }
 
 /// A regex scan over many batches of rows: hits come newest first across batch boundaries,
@@ -872,7 +880,7 @@ async fn regex_grep_pages_and_bounds_a_long_scan() {
         q
     };
     let stamps = |r: &GrepReport| r.hits.iter().map(|h| h.ts.unwrap()).collect::<Vec<_>>();
-    let first = e.store().grep(query(0, 50_000)).await.unwrap();
+    let first = e.store().unwrap().grep(query(0, 50_000)).await.unwrap();
     assert_eq!(
         stamps(&first),
         matching[..20],
@@ -880,11 +888,11 @@ async fn regex_grep_pages_and_bounds_a_long_scan() {
     );
     assert!(!first.scan_truncated);
     assert_eq!(first.next_offset, Some(20));
-    let second = e.store().grep(query(20, 50_000)).await.unwrap();
+    let second = e.store().unwrap().grep(query(20, 50_000)).await.unwrap();
     assert_eq!(stamps(&second), matching[20..40], "the next page");
     // The other conversation's 300 rows are the newest: a bound of 400 rows reaches only the
     // newest 100 of this one, 14 of them matching.
-    let bounded = e.store().grep(query(0, 400)).await.unwrap();
+    let bounded = e.store().unwrap().grep(query(0, 400)).await.unwrap();
     assert!(
         bounded.scan_truncated,
         "the bound ended the scan short of a page"

@@ -47,7 +47,7 @@ async fn any_term_search_ranks_rows_sharing_more_rare_words_first() {
     );
     q.mode = GrepMode::AnyTerm;
     q.target = GrepTarget::Messages;
-    let r = e.store().grep(q.clone()).await.unwrap();
+    let r = e.store().unwrap().grep(q.clone()).await.unwrap();
     assert_eq!(
         r.hits.first().map(|h| h.id.as_str()),
         Some("msg_1"),
@@ -64,7 +64,7 @@ async fn any_term_search_ranks_rows_sharing_more_rare_words_first() {
 
     // The AND mode finds nothing for the whole question (no row has every word).
     q.mode = GrepMode::FullText;
-    assert!(e.store().grep(q).await.unwrap().hits.is_empty());
+    assert!(e.store().unwrap().grep(q).await.unwrap().hits.is_empty());
 }
 
 #[tokio::test]
@@ -90,6 +90,7 @@ async fn full_text_relevance_prefers_the_shorter_of_two_matching_rows() {
     e.ingest_batch(&b, &cx()).await.unwrap();
     let r = e
         .store()
+        .unwrap()
         .grep(GrepQuery::new("quokka", Scope::Session(key())))
         .await
         .unwrap();

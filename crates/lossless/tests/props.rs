@@ -89,7 +89,7 @@ fn run(seed: u64, turns: usize, sizes: Vec<usize>, compact_every: usize, budgets
             assert_eq!(r.estimated_tokens, sum);
             assert_pairs_intact(&r.messages);
         }
-        let doc = e.store().doctor().await.unwrap();
+        let doc = e.store().unwrap().doctor().await.unwrap();
         assert!(doc.ok, "{:#?}", doc.issues);
         Ok::<(), TestCaseError>(())
     })

@@ -88,6 +88,7 @@ fn write_v1_database(path: &std::path::Path, msgs: &[AgentMessage]) {
 async fn assert_migrated(e: &LosslessEngine) {
     let version: i32 = e
         .store()
+        .unwrap()
         .call(|db| db.tx(|c| Ok(c.query_row("PRAGMA user_version", [], |r| r.get(0))?)))
         .await
         .unwrap();
@@ -112,6 +113,7 @@ async fn a_version_1_database_migrates_and_stays_searchable_and_idempotent() {
     for (q, want) in [("zanzibar deployments", "msg_1"), ("pelican", "msg_3")] {
         let hits = e
             .store()
+            .unwrap()
             .grep(GrepQuery::new(q, Scope::Session(key())))
             .await
             .unwrap()
@@ -130,7 +132,7 @@ async fn a_version_1_database_migrates_and_stays_searchable_and_idempotent() {
     let new = AgentMessage::user("a new message after the upgrade").with_timestamp(30);
     let r = e.ingest_batch(&batch(vec![new]), &cx()).await.unwrap();
     assert_eq!(r.ingested_count, 1);
-    let report = e.store().doctor().await.unwrap();
+    let report = e.store().unwrap().doctor().await.unwrap();
     assert!(report.ok, "doctor after migration: {:?}", report.issues);
 }
 
@@ -212,6 +214,7 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
     assert_migrated(&e).await;
     let automerge: i64 = e
         .store()
+        .unwrap()
         .call(|db| {
             db.tx(|c| {
                 Ok(c.query_row(
@@ -226,7 +229,7 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
     assert_eq!(automerge, 16, "v6 sets the message index's merge width");
     // Old rows (inline canonical skeletons, compressed texts) read back exactly.
     for (i, m) in old.iter().enumerate() {
-        match e.store().describe(&format!("msg_{}", i + 1)).await.unwrap() {
+        match e.store().unwrap().describe(&format!("msg_{}", i + 1)).await.unwrap() {
             DescribeReport::Message(info) => assert_eq!(&info.message, m, "msg_{}", i + 1),
             other => panic!("{other:?}"),
         }
@@ -234,6 +237,7 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
     // The rebuilt index finds old rows.
     let hits = e
         .store()
+        .unwrap()
         .grep(GrepQuery::new("nd4x9", Scope::Session(key())))
         .await
         .unwrap()
@@ -254,6 +258,7 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
     assert_eq!(r.ingested_count as usize, new.len());
     let (shared, referencing): (i64, i64) = e
         .store()
+        .unwrap()
         .call(|db| {
             db.tx(|c| {
                 Ok(c.query_row(
@@ -270,7 +275,7 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
     assert_eq!(referencing, 6, "every new plain reply references it");
     for (i, m) in new.iter().enumerate() {
         let id = format!("msg_{}", old.len() + i + 1);
-        match e.store().describe(&id).await.unwrap() {
+        match e.store().unwrap().describe(&id).await.unwrap() {
             DescribeReport::Message(info) => assert_eq!(&info.message, m, "{id}"),
             other => panic!("{other:?}"),
         }
@@ -287,7 +292,7 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
     );
     let again = e.ingest_batch(&batch(all), &cx()).await.unwrap();
     assert_eq!(again.ingested_count, 0);
-    let report = e.store().doctor().await.unwrap();
+    let report = e.store().unwrap().doctor().await.unwrap();
     assert!(report.ok, "doctor after migration: {:?}", report.issues);
 }
 
@@ -310,12 +315,12 @@ async fn a_large_batch_streams_in_order_and_skips_duplicates() {
     assert_eq!(r.ingested_count as usize, msgs.len() + 1);
     // Stored in input order: message n is the n-th distinct input.
     for (i, m) in msgs.iter().enumerate().step_by(17) {
-        match e.store().describe(&format!("msg_{}", i + 1)).await.unwrap() {
+        match e.store().unwrap().describe(&format!("msg_{}", i + 1)).await.unwrap() {
             DescribeReport::Message(info) => assert_eq!(&info.message, m, "msg_{}", i + 1),
             other => panic!("msg_{} is not a message: {other:?}", i + 1),
         }
     }
-    assert!(e.store().doctor().await.unwrap().ok);
+    assert!(e.store().unwrap().doctor().await.unwrap().ok);
 }
 
 fn fails_on_m4(m: &AgentMessage) -> clawctx_lossless::error::Result<codec::Encoded> {
@@ -409,7 +414,7 @@ async fn megabytes_written_are_checkpointed_and_survive_reopening() {
             n += msgs.len();
             e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
         }
-        e.store().close();
+        e.store().unwrap().close();
     }
     // The close is asynchronous (the store thread finishes its queue): wait for the log to
     // be folded into the file, which the last connection does when it closes.
@@ -425,9 +430,9 @@ async fn megabytes_written_are_checkpointed_and_survive_reopening() {
         "the log should be checkpointed and removed on close"
     );
     let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
-    let convs = e.store().conversations().await.unwrap();
+    let convs = e.store().unwrap().conversations().await.unwrap();
     assert_eq!(convs[0].msg_count as usize, n);
-    assert!(e.store().doctor().await.unwrap().ok);
+    assert!(e.store().unwrap().doctor().await.unwrap().ok);
 }
 
 /// The `CREATE` statements of the two full-text tables.
@@ -460,7 +465,7 @@ async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
         e.compact(&compact_params(true, 8_000), &cx())
             .await
             .unwrap();
-        e.store().close_wait().await;
+        e.store().unwrap().close_wait().await;
         let c = rusqlite::Connection::open(&path).unwrap();
         let text: String = c
             .query_row("SELECT text FROM summaries ORDER BY id LIMIT 1", [], |r| {
@@ -492,6 +497,7 @@ async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
     let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
     let (version, tables, upto, newest) = e
         .store()
+        .unwrap()
         .call(|db| {
             db.tx(|c| {
                 let v: i32 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -524,13 +530,13 @@ async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
     ] {
         let mut query = GrepQuery::new(q, Scope::Session(key()));
         query.target = target;
-        let hits = e.store().grep(query).await.unwrap().hits;
+        let hits = e.store().unwrap().grep(query).await.unwrap().hits;
         assert!(
             hits.iter().any(|h| h.id.starts_with(&want)),
             "{q:?} should find {want} in the rebuilt index, got {hits:?}"
         );
     }
-    assert!(e.store().doctor().await.unwrap().ok);
+    assert!(e.store().unwrap().doctor().await.unwrap().ok);
 }
 
 /// Whether the store at `path` has a schema object of `kind` (`index`, `table`) named `name`.
@@ -563,7 +569,7 @@ async fn a_version_7_database_loses_the_seq_index_and_keeps_every_message() {
     {
         let e = engine(&dir, small_cfg());
         e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
-        e.store().close_wait().await;
+        e.store().unwrap().close_wait().await;
     }
     assert!(
         !has_index(&path, "messages_seq"),
@@ -591,9 +597,9 @@ async fn a_version_7_database_loses_the_seq_index_and_keeps_every_message() {
         .await
         .unwrap();
     assert!(more.ingested_count > 0);
-    let report = e.store().doctor().await.unwrap();
+    let report = e.store().unwrap().doctor().await.unwrap();
     assert!(report.ok, "doctor after migration: {:?}", report.issues);
-    e.store().close_wait().await;
+    e.store().unwrap().close_wait().await;
     assert!(
         !has_index(&path, "messages_seq"),
         "the migration dropped the seq index"
@@ -616,7 +622,7 @@ async fn a_version_8_database_gains_turn_commits_and_keeps_every_message() {
     {
         let e = engine(&dir, small_cfg());
         e.ingest_batch(&batch(msgs.clone()), &cx()).await.unwrap();
-        e.store().close_wait().await;
+        e.store().unwrap().close_wait().await;
     }
     // Back into v8's shape: the same tables without `turn_commits`.
     rusqlite::Connection::open(&path)
@@ -654,13 +660,13 @@ async fn a_version_8_database_gains_turn_commits_and_keeps_every_message() {
         CommitTurnStatus::Duplicate,
         "§1.7: and knows a committed key again"
     );
-    let conv = e.store().conversations().await.unwrap();
+    let conv = e.store().unwrap().conversations().await.unwrap();
     assert_eq!(
         conv[0].msg_count as usize,
         msgs.len() + turn_msgs.len(),
         "the old messages and the committed turn, each once"
     );
-    let report = e.store().doctor().await.unwrap();
+    let report = e.store().unwrap().doctor().await.unwrap();
     assert!(report.ok, "doctor after migration: {:?}", report.issues);
 }
 
@@ -675,14 +681,14 @@ async fn doctor_reports_two_messages_sharing_a_seq() {
             AgentMessage::assistant("second").with_timestamp(2),
         ];
         e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
-        e.store().close_wait().await;
+        e.store().unwrap().close_wait().await;
     }
     rusqlite::Connection::open(&path)
         .unwrap()
         .execute_batch("UPDATE messages SET seq = 0")
         .unwrap();
     let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
-    let report = e.store().doctor().await.unwrap();
+    let report = e.store().unwrap().doctor().await.unwrap();
     assert!(
         report.issues.iter().any(|i| i.code == "duplicate-seq"),
         "doctor missed the shared seq: {:?}",
@@ -785,6 +791,7 @@ async fn identical_large_outputs_are_stored_once_and_read_back_whole() {
 
     let (payloads, refs, inline_bytes): (i64, i64, i64) = e
         .store()
+        .unwrap()
         .call(|db| {
             db.tx(|c| {
                 Ok(c.query_row(
@@ -808,13 +815,14 @@ async fn identical_large_outputs_are_stored_once_and_read_back_whole() {
     );
 
     for id in ["msg_2", "msg_4"] {
-        match e.store().describe(id).await.unwrap() {
+        match e.store().unwrap().describe(id).await.unwrap() {
             DescribeReport::Message(info) => assert_eq!(info.message.plain_text(), body, "{id}"),
             other => panic!("{id}: {other:?}"),
         }
     }
     let hits = e
         .store()
+        .unwrap()
         .grep(GrepQuery::new("platypusmarker", Scope::Session(key())))
         .await
         .unwrap()
@@ -833,7 +841,7 @@ async fn identical_large_outputs_are_stored_once_and_read_back_whole() {
         .filter(|m| m.plain_text() == body)
         .count();
     assert_eq!(n, 2, "assembly must show both results whole");
-    assert!(e.store().doctor().await.unwrap().ok);
+    assert!(e.store().unwrap().doctor().await.unwrap().ok);
 }
 
 #[tokio::test]
@@ -858,6 +866,7 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
     let cutoff = i64::MAX;
     let dry = e
         .store()
+        .unwrap()
         .call(move |db| db.expire_payloads(cutoff, false))
         .await
         .unwrap();
@@ -873,6 +882,7 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
     assert!(dry.dry_run);
     let report = e
         .store()
+        .unwrap()
         .call(move |db| db.expire_payloads(cutoff, true))
         .await
         .unwrap();
@@ -884,7 +894,7 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
     assert!(report.bytes_freed as usize >= old_body.len());
 
     let text_of = |id: &'static str| {
-        let store = e.store().clone();
+        let store = e.store().unwrap().clone();
         async move {
             match store.describe(id).await.unwrap() {
                 DescribeReport::Message(info) => info.message.plain_text(),
@@ -895,9 +905,9 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
     let old = text_of("msg_3").await;
     assert!(old.contains("removed by the retention policy"), "{old}");
     assert!(!old.contains("wombatmarker"));
-    let newest = e.store().conversations().await.unwrap()[0].msg_count;
+    let newest = e.store().unwrap().conversations().await.unwrap()[0].msg_count;
     let last = format!("msg_{newest}");
-    let new_text = match e.store().describe(&last).await.unwrap() {
+    let new_text = match e.store().unwrap().describe(&last).await.unwrap() {
         DescribeReport::Message(info) => info.message.plain_text(),
         other => panic!("{other:?}"),
     };
@@ -909,6 +919,7 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
     // Still found by a word of the original, still recognized when re-delivered.
     let hits = e
         .store()
+        .unwrap()
         .grep(GrepQuery::new("wombatmarker", Scope::Session(key())))
         .await
         .unwrap()
@@ -916,7 +927,7 @@ async fn retention_replaces_only_summarized_payloads_and_keeps_them_findable() {
     assert!(hits.iter().any(|h| h.id == "msg_3"), "{hits:?}");
     let again = e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
     assert_eq!(again.ingested_count, 0);
-    let doctor = e.store().doctor().await.unwrap();
+    let doctor = e.store().unwrap().doctor().await.unwrap();
     assert!(doctor.ok, "{:?}", doctor.issues);
 }
 
@@ -934,6 +945,7 @@ async fn long_texts_are_stored_compressed_and_read_back_exactly() {
     e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
     let (kinds, stored): (Vec<String>, i64) = e
         .store()
+        .unwrap()
         .call(|db| {
             db.tx(|c| {
                 let kinds = c
@@ -960,13 +972,14 @@ async fn long_texts_are_stored_compressed_and_read_back_exactly() {
         long.len()
     );
     for (id, want) in [("msg_1", &long), ("msg_2", &short)] {
-        match e.store().describe(id).await.unwrap() {
+        match e.store().unwrap().describe(id).await.unwrap() {
             DescribeReport::Message(info) => assert_eq!(&info.message.plain_text(), want),
             other => panic!("{other:?}"),
         }
     }
     let hits = e
         .store()
+        .unwrap()
         .grep(GrepQuery::new("aardvark", Scope::Session(key())))
         .await
         .unwrap()
@@ -1004,7 +1017,7 @@ async fn the_log_stays_bounded_when_every_turn_commits_a_little() {
         wal < 48 << 20,
         "the write-ahead log grew to {wal} bytes (137 MB without checkpoints)"
     );
-    assert_eq!(e.store().conversations().await.unwrap()[0].msg_count, 3_000);
+    assert_eq!(e.store().unwrap().conversations().await.unwrap()[0].msg_count, 3_000);
 }
 
 /// A term's cached newest rows are brought up to date by later messages, and always equal

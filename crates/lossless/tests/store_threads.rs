@@ -70,7 +70,7 @@ fn texts(msgs: &[AgentMessage]) -> Vec<String> {
 async fn a_panicking_job_fails_its_caller_only_and_the_store_keeps_every_message() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&dir, LosslessConfig::default());
-    let store = e.store().clone();
+    let store = e.store().unwrap().clone();
 
     // Acknowledged: small turns (the pending index) and a large batch (its terms wait in memory).
     let mut history = Vec::new();
@@ -229,7 +229,7 @@ async fn a_panicking_job_fails_its_caller_only_and_the_store_keeps_every_message
 async fn a_long_read_never_holds_up_another_sessions_turn() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&dir, LosslessConfig::default());
-    let store = e.store().clone();
+    let store = e.store().unwrap().clone();
     let mut other_history = Vec::new();
     for t in 0..3 {
         let a = msg(&format!("first{t}x"), t);

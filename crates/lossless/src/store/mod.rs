@@ -82,6 +82,8 @@ struct Inner {
     /// Says when the worker has closed the connection (taken by the first waiter).
     closed: Mutex<Option<mpsc::Receiver<()>>>,
     path: PathBuf,
+    /// One compaction at a time per conversation (see `Backend::lock_compaction`).
+    compactions: Mutex<FxMap<i64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Where jobs go: both `None` once closed.
@@ -192,8 +194,19 @@ impl LosslessStore {
                 }),
                 closed: Mutex::new(Some(closed_rx)),
                 path,
+                compactions: Mutex::new(FxMap::default()),
             }),
         })
+    }
+
+    /// The compaction lock of conversation `conv_id` in this process.
+    pub(crate) fn compaction_mutex(&self, conv_id: i64) -> Arc<tokio::sync::Mutex<()>> {
+        let mut g = self
+            .inner
+            .compactions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        g.entry(conv_id).or_default().clone()
     }
 
     /// The database file.
