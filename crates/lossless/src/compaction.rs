@@ -884,6 +884,9 @@ pub(crate) async fn compact_conversation(
                 report.condensed_created += 1;
             }
         }
+        // Committed oldest range first whatever order the summaries came back in, so
+        // summary ids follow the history on every run and every backend.
+        produced.sort_by_key(|p| p.chunk.first_ord);
         let t1 = Instant::now();
         let committed = store
             .commit_round(conv_id, produced, guard, failures)

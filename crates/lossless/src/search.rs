@@ -109,17 +109,26 @@ pub struct RankedMessage {
 
 /// Corpus size and mean message length (tokens), over the whole store: the index is shared
 /// by every conversation.
-struct Corpus {
+pub(crate) struct Corpus {
     n: f64,
     avg_len: f64,
 }
 
 impl Corpus {
-    fn idf(&self, df: f64) -> f64 {
+    /// The corpus of `n_docs` messages totalling `n_tokens` tokens.
+    pub(crate) fn from_totals(n_docs: i64, n_tokens: i64) -> Self {
+        let n = n_docs.max(1) as f64;
+        Corpus {
+            n,
+            avg_len: (n_tokens as f64 / n).max(1.0),
+        }
+    }
+
+    pub(crate) fn idf(&self, df: f64) -> f64 {
         ((self.n - df + 0.5) / (df + 0.5) + 1.0).ln()
     }
     /// BM25's length factor for a row of `len` tokens (every term at frequency 1).
-    fn norm(&self, len: f64) -> f64 {
+    pub(crate) fn norm(&self, len: f64) -> f64 {
         (K1 + 1.0) / (1.0 + K1 * (1.0 - B + B * len / self.avg_len))
     }
 }
@@ -131,59 +140,26 @@ impl Db {
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
-        let n = n_docs.max(1) as f64;
-        Ok(Corpus {
-            n,
-            avg_len: (n_tokens as f64 / n).max(1.0),
-        })
+        Ok(Corpus::from_totals(n_docs, n_tokens))
     }
 
-    /// Scores candidates `(id, sum of matched terms' IDF, terms matched)`: best by IDF first,
-    /// then BM25's length factor from the stored token counts, conversations outside `convs`
-    /// dropped. Best first; ties go to the newer message.
+    /// [`finish_ranking`] reading candidates' rows from the file.
     fn finish_ranking(
         &self,
         corpus: &Corpus,
-        mut cands: Vec<(i64, f64, usize)>,
+        cands: Vec<(i64, f64, usize)>,
         convs: &[i64],
         k: usize,
         pool: usize,
     ) -> Result<Vec<RankedMessage>> {
-        // The length factor changes a score by a bounded ratio, so the best rows by IDF alone
-        // are a safe pool to apply it to.
-        cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
-        let in_scope: HashSet<i64> = convs.iter().copied().collect();
         let mut row = self
             .conn
             .prepare_cached("SELECT conv_id, tokens FROM messages WHERE id = ?1")?;
-        let mut out = Vec::with_capacity(pool.min(cands.len()));
-        let mut looked = 0usize;
-        for (id, idf_sum, matched) in cands {
-            // Out-of-scope rows do not count against the pool, up to a bound.
-            if looked >= pool && (out.len() >= k || looked >= pool * 8) {
-                break;
-            }
-            looked += 1;
-            let Some((conv_id, tokens)) = row
+        finish_ranking(corpus, cands, convs, k, pool, |id| {
+            Ok(row
                 .query_row([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
-                .optional()?
-            else {
-                continue;
-            };
-            if !in_scope.contains(&conv_id) {
-                continue;
-            }
-            out.push(RankedMessage {
-                id,
-                conv_id,
-                score: idf_sum * corpus.norm(tokens.max(1) as f64),
-                matched,
-                tokens: tokens.max(0) as u64,
-            });
-        }
-        out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.id.cmp(&a.id)));
-        out.truncate(k);
-        Ok(out)
+                .optional()?)
+        })
     }
 
     /// The `k` best messages of conversations `convs` for `terms` (see the module docs),
@@ -202,27 +178,14 @@ impl Db {
         }
         self.sync_pending_index()?;
         let corpus = self.corpus()?;
-        let mut acc: FastMap<i64, (f64, usize)> = FastMap::default();
+        let mut term_rows = Vec::with_capacity(terms.len().min(MAX_TERMS));
         for t in terms.iter().take(MAX_TERMS) {
-            let Some(rows) = self.term_rows(t, window.max(1))? else {
-                continue;
-            };
-            if rows.is_empty() {
-                continue;
-            }
-            let idf = corpus.idf(rows.len() as f64);
-            for id in rows {
-                let e = acc.entry(id).or_insert((0.0, 0));
-                e.0 += idf;
-                e.1 += 1;
+            if let Some(rows) = self.term_rows(t, window.max(1))? {
+                term_rows.push(rows);
             }
         }
-        let cands = acc
-            .into_iter()
-            .filter(|(id, _)| !exclude.contains(id))
-            .map(|(id, (s, m))| (id, s, m))
-            .collect();
-        self.finish_ranking(&corpus, cands, convs, k, (k * 8).max(200))
+        let cands = score_terms(&corpus, &term_rows, exclude);
+        self.finish_ranking(&corpus, cands, convs, k, ranking_pool(k))
     }
 
     /// Ranks `rows`, each known to contain every one of `terms` (an AND query's newest
@@ -269,4 +232,85 @@ impl Db {
         let cands = rows.into_iter().map(|id| (id, idf_sum, matched)).collect();
         self.finish_ranking(&corpus, cands, convs, k, pool)
     }
+}
+
+/// Accumulates per-term matches into candidates `(id, sum of matched terms' IDF, terms
+/// matched)`: `term_rows` holds, per query term, the newest matching ids (at most the
+/// window), whose count is the term's document frequency. Ids in `exclude` are dropped.
+pub(crate) fn score_terms(
+    corpus: &Corpus,
+    term_rows: &[Vec<i64>],
+    exclude: &HashSet<i64>,
+) -> Vec<(i64, f64, usize)> {
+    let mut acc: FastMap<i64, (f64, usize)> = FastMap::default();
+    for rows in term_rows.iter().filter(|r| !r.is_empty()) {
+        let idf = corpus.idf(rows.len() as f64);
+        for id in rows {
+            let e = acc.entry(*id).or_insert((0.0, 0));
+            e.0 += idf;
+            e.1 += 1;
+        }
+    }
+    acc.into_iter()
+        .filter(|(id, _)| !exclude.contains(id))
+        .map(|(id, (s, m))| (id, s, m))
+        .collect()
+}
+
+/// The order candidates are looked at in: best IDF sum first, ties to the newer message.
+pub(crate) fn sort_candidates(cands: &mut [(i64, f64, usize)]) {
+    cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+}
+
+/// How many of the sorted candidates [`finish_ranking`] may look at, at most.
+pub(crate) fn lookup_bound(pool: usize) -> usize {
+    pool * 8
+}
+
+/// The candidates [`finish_ranking`] applies the length factor to for `k` results.
+pub(crate) fn ranking_pool(k: usize) -> usize {
+    (k * 8).max(200)
+}
+
+/// Scores candidates `(id, sum of matched terms' IDF, terms matched)`: best by IDF first,
+/// then BM25's length factor from the stored token counts (`row` reads a message's
+/// `(conv_id, tokens)`), conversations outside `convs` dropped. Best first; ties go to the
+/// newer message. Shared by every backend.
+pub(crate) fn finish_ranking(
+    corpus: &Corpus,
+    mut cands: Vec<(i64, f64, usize)>,
+    convs: &[i64],
+    k: usize,
+    pool: usize,
+    mut row: impl FnMut(i64) -> Result<Option<(i64, i64)>>,
+) -> Result<Vec<RankedMessage>> {
+    // The length factor changes a score by a bounded ratio, so the best rows by IDF alone
+    // are a safe pool to apply it to.
+    sort_candidates(&mut cands);
+    let in_scope: HashSet<i64> = convs.iter().copied().collect();
+    let mut out = Vec::with_capacity(pool.min(cands.len()));
+    let mut looked = 0usize;
+    for (id, idf_sum, matched) in cands {
+        // Out-of-scope rows do not count against the pool, up to a bound.
+        if looked >= pool && (out.len() >= k || looked >= lookup_bound(pool)) {
+            break;
+        }
+        looked += 1;
+        let Some((conv_id, tokens)) = row(id)? else {
+            continue;
+        };
+        if !in_scope.contains(&conv_id) {
+            continue;
+        }
+        out.push(RankedMessage {
+            id,
+            conv_id,
+            score: idf_sum * corpus.norm(tokens.max(1) as f64),
+            matched,
+            tokens: tokens.max(0) as u64,
+        });
+    }
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.id.cmp(&a.id)));
+    out.truncate(k);
+    Ok(out)
 }

@@ -16,4 +16,11 @@
 //! throwaway server, `scripts/pg-throwaway` does the same by hand).
 
 pub mod connect;
+mod doctor;
+mod read;
+mod recall;
 pub mod schema;
+mod store;
+mod write;
+
+pub use store::{PgStore, DEFAULT_POOL_SIZE};

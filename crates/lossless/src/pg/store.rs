@@ -1,0 +1,342 @@
+//! [`PgStore`]: the lossless store in a PostgreSQL database, and its [`Backend`]
+//! implementation.
+//!
+//! Every call checks a connection out of the pool and runs its statements there; a write is
+//! one transaction. There is no cache and no index of our own in the process: what one node
+//! acknowledged, every node's next read sees (PostgreSQL's read-committed snapshots start at
+//! each statement). What SQLite gets from its single writer, PostgreSQL gets from row locks:
+//!
+//! - every write to a conversation (ingest, `commitTurn`, a compaction's commit, a carry)
+//!   first locks the conversation's row (`SELECT … FOR UPDATE`), so sequence numbers and
+//!   frontier ordinals are handed out by one transaction at a time, on every node, and the
+//!   duplicate check of an ingest cannot race a concurrent re-send;
+//! - `commitTurn`'s key is a primary key: the second of two concurrent commits of one key waits
+//!   for the first and then finds it;
+//! - one compaction per conversation across nodes: a session-level advisory lock held on a
+//!   connection of its own for the compaction's length ([`PgStore::lock_compaction`]); a node
+//!   that dies mid-compaction loses its connection and with it the lock, and its uncommitted
+//!   round with it.
+//!
+//! Full text: each row's `terms` is a `tsvector` of exactly the terms the SQLite store indexes
+//! ([`crate::store::terms::index_terms`], made in Rust, so both backends find the same rows)
+//! with a GIN index; searches ask for those terms with a `tsquery` of quoted lexemes (no
+//! parsing on the server side). Regex search uses `pg_trgm`'s index.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clawctx_protocol::AgentMessage;
+use clawctx_summarize::Summarizer;
+use deadpool_postgres::Pool;
+use tokio_postgres::Row;
+
+use super::connect::PgTarget;
+use crate::assemble::Assembled;
+use crate::backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
+use crate::compaction::{CompactionOptions, CompactionReport};
+use crate::config::LosslessConfig;
+use crate::doctor::{DoctorReport, StatusReport};
+use crate::error::{LosslessError, Result};
+use crate::import::ImportReport;
+use crate::recall::{DescribeReport, ExpandReport, GrepQuery, GrepReport};
+use crate::retention::RetentionReport;
+use crate::session::CarryReport;
+use crate::store::{ConvKey, ConvRow, IngestOutcome, TurnCommit};
+
+/// Connections a store keeps at most when the configuration names no number.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// A lossless store in a PostgreSQL database. Cheap to clone (the pool is shared).
+#[derive(Clone)]
+pub struct PgStore {
+    pub(crate) pool: Pool,
+    pub(crate) target: Arc<PgTarget>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("target", &self.target.redacted())
+            .finish()
+    }
+}
+
+/// The columns of [`ConvRow`], in [`conv_row`]'s order.
+pub(crate) const CONV_COLS: &str = "id, agent_id, session_key, active, next_seq, next_ord, msg_count, msg_tokens, raw_bytes, frontier_tokens, frontier_items, epoch";
+
+/// A conversation row read with [`CONV_COLS`].
+pub(crate) fn conv_row(r: &Row) -> Result<ConvRow> {
+    Ok(ConvRow {
+        id: r.try_get(0)?,
+        agent_id: r.try_get(1)?,
+        session_key: r.try_get(2)?,
+        active: r.try_get(3)?,
+        next_seq: r.try_get(4)?,
+        next_ord: r.try_get(5)?,
+        msg_count: r.try_get(6)?,
+        msg_tokens: r.try_get(7)?,
+        raw_bytes: r.try_get(8)?,
+        frontier_tokens: r.try_get(9)?,
+        frontier_items: r.try_get(10)?,
+        epoch: r.try_get(11)?,
+    })
+}
+
+impl PgStore {
+    /// Connects to `target` (failing at once, naming host and port, when it cannot) and
+    /// brings its schema up to date.
+    pub async fn open(target: PgTarget, pool_size: usize) -> Result<Self> {
+        let pool = super::schema::open(&target, pool_size).await?;
+        Ok(Self {
+            pool,
+            target: Arc::new(target),
+        })
+    }
+
+    /// [`Self::open`] from a connection string.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open(PgTarget::parse(url)?, DEFAULT_POOL_SIZE).await
+    }
+
+    /// The database, as it may be shown (no password).
+    pub fn target(&self) -> &PgTarget {
+        &self.target
+    }
+
+    /// A pooled connection.
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// The active conversation of `key`, read on `c`.
+    pub(crate) async fn conversation_on(
+        c: &impl deadpool_postgres::GenericClient,
+        key: &ConvKey,
+    ) -> Result<Option<ConvRow>> {
+        let row = c
+            .query_opt(
+                &format!(
+                    "SELECT {CONV_COLS} FROM conversations WHERE agent_id = $1 AND session_key = $2 AND active"
+                ),
+                &[&key.agent_id, &key.session_key],
+            )
+            .await?;
+        row.as_ref().map(conv_row).transpose()
+    }
+
+    /// Conversation `id`, read on `c`.
+    pub(crate) async fn conversation_by_id_on(
+        c: &impl deadpool_postgres::GenericClient,
+        id: i64,
+    ) -> Result<Option<ConvRow>> {
+        let row = c
+            .query_opt(
+                &format!("SELECT {CONV_COLS} FROM conversations WHERE id = $1"),
+                &[&id],
+            )
+            .await?;
+        row.as_ref().map(conv_row).transpose()
+    }
+
+    /// The active conversation of `key`, created when absent, locked for the rest of the
+    /// transaction `tx` (see the module header).
+    pub(crate) async fn lock_conversation(
+        tx: &deadpool_postgres::Transaction<'_>,
+        key: &ConvKey,
+    ) -> Result<ConvRow> {
+        let select = format!(
+            "SELECT {CONV_COLS} FROM conversations WHERE agent_id = $1 AND session_key = $2 AND active FOR UPDATE"
+        );
+        if let Some(r) = tx
+            .query_opt(&select, &[&key.agent_id, &key.session_key])
+            .await?
+        {
+            return conv_row(&r);
+        }
+        // Created only when absent, so ids are not spent on conflicts: conversation ids stay
+        // dense, as SQLite's are. Two nodes creating it at once: one insert wins, the other
+        // does nothing and reads the winner's row.
+        tx.execute(
+            "INSERT INTO conversations(agent_id, session_key, active, created_at) VALUES($1, $2, true, $3)
+             ON CONFLICT (agent_id, session_key) WHERE active DO NOTHING",
+            &[&key.agent_id, &key.session_key, &crate::store::now_ms()],
+        )
+        .await?;
+        match tx
+            .query_opt(&select, &[&key.agent_id, &key.session_key])
+            .await?
+        {
+            Some(r) => conv_row(&r),
+            // Archived between our insert and our read by another node's `/new`.
+            None => Err(LosslessError::Postgres(format!(
+                "conversation {}/{} was archived while being written; retry",
+                key.agent_id, key.session_key
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for PgStore {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Postgres
+    }
+
+    fn location(&self) -> String {
+        self.target.redacted()
+    }
+
+    async fn conversation(&self, key: &ConvKey) -> Result<Option<ConvRow>> {
+        let c = self.client().await?;
+        Self::conversation_on(&c, key).await
+    }
+
+    async fn conversations(&self) -> Result<Vec<ConvRow>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(&format!("SELECT {CONV_COLS} FROM conversations ORDER BY id"), &[])
+            .await?;
+        rows.iter().map(conv_row).collect()
+    }
+
+    async fn ingest(&self, key: &ConvKey, msgs: Vec<AgentMessage>) -> Result<IngestOutcome> {
+        if msgs.is_empty() {
+            return Ok(IngestOutcome::default());
+        }
+        self.append(key, None, msgs)
+            .await
+            .map(Option::unwrap_or_default)
+    }
+
+    async fn commit_turn(
+        &self,
+        key: &ConvKey,
+        advancement_key: &str,
+        msgs: Vec<AgentMessage>,
+    ) -> Result<TurnCommit> {
+        Ok(self
+            .append(key, Some(advancement_key), msgs)
+            .await?
+            .map_or(TurnCommit::Duplicate, TurnCommit::Committed))
+    }
+
+    async fn assemble(&self, req: AssembleRequest) -> Result<Option<(ConvRow, Assembled)>> {
+        self.assemble_context(req).await
+    }
+
+    async fn lock_compaction(&self, conv_id: i64, wait: bool) -> Result<Option<CompactionLock>> {
+        self.compaction_lock(conv_id, wait).await
+    }
+
+    async fn compact(
+        &self,
+        conv_id: i64,
+        summarizer: Arc<dyn Summarizer>,
+        cfg: Arc<LosslessConfig>,
+        opts: CompactionOptions,
+    ) -> Result<CompactionReport> {
+        crate::compaction::compact_conversation(self, summarizer, cfg, conv_id, opts).await
+    }
+
+    async fn carry_summaries(
+        &self,
+        from: &ConvKey,
+        to: &ConvKey,
+        min_depth: i64,
+    ) -> Result<CarryReport> {
+        self.carry(from, to, min_depth).await
+    }
+
+    async fn archive(&self, key: &ConvKey) -> Result<bool> {
+        let c = self.client().await?;
+        let n = c
+            .execute(
+                "UPDATE conversations SET active = false WHERE agent_id = $1 AND session_key = $2 AND active",
+                &[&key.agent_id, &key.session_key],
+            )
+            .await?;
+        Ok(n > 0)
+    }
+
+    async fn expire_payloads(&self, cutoff_ms: i64, apply: bool) -> Result<RetentionReport> {
+        self.expire(cutoff_ms, apply).await
+    }
+
+    async fn import_jsonl(
+        &self,
+        key: &ConvKey,
+        path: PathBuf,
+        apply: bool,
+        only_into_empty: bool,
+    ) -> Result<Option<ImportReport>> {
+        if only_into_empty
+            && self
+                .conversation(key)
+                .await?
+                .is_some_and(|c| c.msg_count > 0)
+        {
+            return Ok(None);
+        }
+        let (msgs, mut report) =
+            tokio::task::spawn_blocking(move || crate::import::read_openclaw_jsonl(&path))
+                .await??;
+        if apply {
+            let outcome = self.ingest(key, msgs).await?;
+            report.new_messages = outcome.stored.iter().filter(|s| **s).count();
+            report.applied = true;
+        } else {
+            report.new_messages = msgs_not_stored(self, key, &msgs).await?;
+        }
+        Ok(Some(report))
+    }
+
+    async fn grep(&self, query: GrepQuery) -> Result<GrepReport> {
+        self.grep_history(query).await
+    }
+
+    async fn describe(&self, id: &str, agent: Option<&str>) -> Result<DescribeReport> {
+        self.describe_item(id, agent).await
+    }
+
+    async fn expand(
+        &self,
+        id: &str,
+        max_tokens: u64,
+        agent: Option<&str>,
+    ) -> Result<ExpandReport> {
+        self.expand_item(id, max_tokens, agent).await
+    }
+
+    async fn status(&self) -> Result<StatusReport> {
+        self.status_report().await
+    }
+
+    async fn doctor(&self) -> Result<DoctorReport> {
+        self.doctor_report().await
+    }
+
+    async fn close(&self) {
+        self.pool.close();
+    }
+}
+
+/// How many of `msgs` `key`'s conversation does not hold yet (an import's dry run).
+async fn msgs_not_stored(store: &PgStore, key: &ConvKey, msgs: &[AgentMessage]) -> Result<usize> {
+    let Some(conv) = store.conversation(key).await? else {
+        return Ok(msgs.len());
+    };
+    let c = store.client().await?;
+    let mut ids = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        ids.push(crate::store::codec::identity(m)?);
+    }
+    let stored = super::write::stored_identities(&c, conv.id, &ids).await?;
+    // Counted as the SQLite store counts: once per hash.
+    let mut seen = std::collections::HashSet::new();
+    Ok(ids
+        .into_iter()
+        .filter(|(_, h)| seen.insert(*h))
+        .filter(|(ts, h)| !stored.contains(&(ts.unwrap_or(0), *h)))
+        .count())
+}

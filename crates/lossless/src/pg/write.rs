@@ -1,0 +1,575 @@
+//! Writes to the PostgreSQL store: ingest and `commitTurn`, the compaction's steps and its
+//! cross-node lock, `/new` carries.
+//!
+//! Each write is one transaction that starts by locking its conversation's row (see
+//! [`super::store`]), so what SQLite's single writer guarantees holds across nodes: a batch's
+//! duplicate check and its sequence numbers see every committed message, and a compaction's
+//! commit sees the frontier as it is.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clawctx_protocol::AgentMessage;
+use clawctx_tokens::{message_tokens, text_tokens};
+use deadpool_postgres::GenericClient;
+
+use super::store::PgStore;
+use crate::assemble::render_summary;
+use crate::backend::CompactionLock;
+use crate::compaction::{
+    choose_ranges, condensed_input, early_stop, make_chunk, Chunk, CompactionOptions,
+    CompactionSteps, FItem, Guard, Produced, NOTHING_ELIGIBLE,
+};
+use crate::config::LosslessConfig;
+use crate::error::{LosslessError, Result};
+use crate::session::CarryReport;
+use crate::store::codec::{self, Encoded};
+use crate::store::terms::index_terms;
+use crate::store::{now_ms, ConvKey, IngestOutcome};
+
+/// Advisory-lock key space of compactions: `(COMPACTION_LOCK_CLASS, conversation id)` as the
+/// two-integer form of `pg_advisory_lock`, apart from the schema migration's lock.
+const COMPACTION_LOCK_CLASS: i32 = 0x636c_7363;
+
+/// The identities `(ifnull(ts, 0), hash)` of `ids` that conversation `conv_id` holds.
+pub(crate) async fn stored_identities(
+    c: &impl GenericClient,
+    conv_id: i64,
+    ids: &[(Option<i64>, i64)],
+) -> Result<HashSet<(i64, i64)>> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let ts: Vec<i64> = ids.iter().map(|(t, _)| t.unwrap_or(0)).collect();
+    let hashes: Vec<i64> = ids.iter().map(|(_, h)| *h).collect();
+    let rows = c
+        .query(
+            "SELECT t.ts, t.h FROM unnest($2::bigint[], $3::bigint[]) AS t(ts, h)
+             WHERE EXISTS (SELECT 1 FROM messages m
+                           WHERE m.conv_id = $1 AND coalesce(m.ts, 0) = t.ts AND m.hash = t.h)",
+            &[&conv_id, &ts, &hashes],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+/// Encodes `msgs` off the async runtime when there are many (token counting and the codec
+/// cost tens of microseconds a message).
+async fn encode_all(msgs: Vec<AgentMessage>) -> Result<Vec<Encoded>> {
+    if msgs.len() < 16 {
+        return msgs.iter().map(codec::encode).collect();
+    }
+    tokio::task::spawn_blocking(move || msgs.iter().map(codec::encode).collect()).await?
+}
+
+impl PgStore {
+    /// Stores `msgs` in `key`'s conversation in one transaction, skipping those it holds
+    /// already; with `turn`, records that advancement key in the same transaction, and writes
+    /// nothing (`None`) when it was recorded before.
+    pub(crate) async fn append(
+        &self,
+        key: &ConvKey,
+        turn: Option<&str>,
+        msgs: Vec<AgentMessage>,
+    ) -> Result<Option<IngestOutcome>> {
+        let encoded = encode_all(msgs).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let mut conv = Self::lock_conversation(&tx, key).await?;
+        if let Some(turn) = turn {
+            let fresh = tx
+                .execute(
+                    "INSERT INTO turn_commits(advancement_key, conv_id, committed_at) VALUES($1, $2, $3)
+                     ON CONFLICT (advancement_key) DO NOTHING",
+                    &[&turn, &conv.id, &now_ms()],
+                )
+                .await?;
+            if fresh == 0 {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+        }
+        let ids: Vec<(Option<i64>, i64)> = encoded.iter().map(|e| (e.ts, e.hash)).collect();
+        let held = stored_identities(&tx, conv.id, &ids).await?;
+        // In order, skipping what the conversation holds and repeats within the batch.
+        let mut seen = HashSet::with_capacity(encoded.len());
+        let stored: Vec<bool> = encoded
+            .iter()
+            .map(|e| {
+                let id = (e.ts.unwrap_or(0), e.hash);
+                !held.contains(&id) && seen.insert(id)
+            })
+            .collect();
+        let new: Vec<&Encoded> = encoded
+            .iter()
+            .zip(&stored)
+            .filter_map(|(e, s)| s.then_some(e))
+            .collect();
+        let mut bytes = 0u64;
+        if !new.is_empty() {
+            let n = new.len() as i64;
+            let seqs: Vec<i64> = (0..n).map(|i| conv.next_seq + i).collect();
+            let roles: Vec<i16> = new.iter().map(|e| e.role as i16).collect();
+            let tokens: Vec<i64> = new.iter().map(|e| e.tokens as i64).collect();
+            let ts: Vec<Option<i64>> = new.iter().map(|e| e.ts).collect();
+            let hashes: Vec<i64> = new.iter().map(|e| e.hash).collect();
+            let calls: Vec<i32> = new.iter().map(|e| e.n_calls as i32).collect();
+            let call_ids: Vec<Option<&str>> =
+                new.iter().map(|e| e.tool_call_id.as_deref()).collect();
+            let skeletons: Vec<Option<&str>> =
+                new.iter().map(|e| e.skeleton.as_deref()).collect();
+            let texts: Vec<&str> = new.iter().map(|e| e.text.as_str()).collect();
+            let terms: Vec<&str> = new.iter().map(|e| e.fts.as_str()).collect();
+            // The messages and their frontier items in one statement; ordinals follow the
+            // sequence numbers one for one.
+            tx.execute(
+                "WITH ins AS (
+                   INSERT INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text, terms)
+                   SELECT $1, t.seq, t.role, t.tokens, t.ts, t.hash, t.calls, t.call_id, t.skeleton, t.text,
+                          array_to_tsvector(string_to_array(t.terms, ' '))
+                   FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::int[],
+                               $8::text[], $9::text[], $10::text[], $11::text[])
+                        AS t(seq, role, tokens, ts, hash, calls, call_id, skeleton, text, terms)
+                   ORDER BY t.seq
+                   RETURNING id, seq, tokens)
+                 INSERT INTO frontier(conv_id, ord, kind, item_id, tokens)
+                 SELECT $1, $12 + (seq - $13), 0, id, tokens FROM ins",
+                &[
+                    &conv.id, &seqs, &roles, &tokens, &ts, &hashes, &calls, &call_ids,
+                    &skeletons, &texts, &terms, &conv.next_ord, &conv.next_seq,
+                ],
+            )
+            .await?;
+            let added_tokens: i64 = tokens.iter().sum();
+            let raw: i64 = new.iter().map(|e| e.text.len() as i64).sum();
+            bytes = new
+                .iter()
+                .map(|e| (e.text.len() + e.fts.len() + e.skeleton.as_ref().map_or(0, String::len)) as u64)
+                .sum();
+            conv.next_seq += n;
+            conv.next_ord += n;
+            conv.msg_count += n;
+            conv.msg_tokens += added_tokens;
+            conv.raw_bytes += raw;
+            conv.frontier_tokens += added_tokens;
+            conv.frontier_items += n;
+            tx.execute(
+                "UPDATE conversations SET next_seq = $2, next_ord = $3, msg_count = $4, msg_tokens = $5,
+                 raw_bytes = $6, frontier_tokens = $7, frontier_items = $8 WHERE id = $1",
+                &[
+                    &conv.id,
+                    &conv.next_seq,
+                    &conv.next_ord,
+                    &conv.msg_count,
+                    &conv.msg_tokens,
+                    &conv.raw_bytes,
+                    &conv.frontier_tokens,
+                    &conv.frontier_items,
+                ],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Some(IngestOutcome {
+            stored,
+            conv: Some(conv),
+            bytes,
+        }))
+    }
+
+    /// The compaction lock of `conv_id` across every node (see [`super::store`]): a
+    /// session-level advisory lock on a connection of its own, released when the returned
+    /// guard drops (the connection is then closed, not returned to the pool, so the lock
+    /// cannot outlive the guard).
+    pub(crate) async fn compaction_lock(
+        &self,
+        conv_id: i64,
+        wait: bool,
+    ) -> Result<Option<CompactionLock>> {
+        let client = self.client().await?;
+        // The two-integer form takes 32-bit halves: a conversation id past 2^31 wraps, which
+        // can only make two conversations share a lock (they then compact one at a time).
+        let key = conv_id as i32;
+        if wait {
+            client
+                .execute(
+                    "SELECT pg_advisory_lock($1, $2)",
+                    &[&COMPACTION_LOCK_CLASS, &key],
+                )
+                .await?;
+        } else {
+            let got: bool = client
+                .query_one(
+                    "SELECT pg_try_advisory_lock($1, $2)",
+                    &[&COMPACTION_LOCK_CLASS, &key],
+                )
+                .await?
+                .try_get(0)?;
+            if !got {
+                return Ok(None);
+            }
+        }
+        Ok(Some(Box::new(HeldLock(Some(client)))))
+    }
+
+    /// `/new` and forks (see [`crate::store::Db::carry_summaries`], which this mirrors).
+    pub(crate) async fn carry(
+        &self,
+        from: &ConvKey,
+        to: &ConvKey,
+        min_depth: i64,
+    ) -> Result<CarryReport> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let mut report = CarryReport::default();
+        let Some(src) = Self::conversation_on(&tx, from).await? else {
+            let conv = Self::lock_conversation(&tx, to).await?;
+            tx.commit().await?;
+            report.conversation_id = conv.id;
+            return Ok(report);
+        };
+        let mut items: Vec<(i64, i64)> = Vec::new();
+        if min_depth >= 0 {
+            let depth = min_depth as i32;
+            let rows = tx
+                .query(
+                    "SELECT f.item_id, f.tokens FROM frontier f JOIN summaries s ON s.id = f.item_id
+                     WHERE f.conv_id = $1 AND f.kind = 1 AND s.depth >= $2 ORDER BY f.ord",
+                    &[&src.id, &depth],
+                )
+                .await?;
+            for r in &rows {
+                items.push((r.try_get(0)?, r.try_get(1)?));
+            }
+        }
+        if from == to {
+            tx.execute(
+                "UPDATE conversations SET active = false WHERE id = $1",
+                &[&src.id],
+            )
+            .await?;
+            report.archived_conversation = Some(src.id);
+        }
+        let dst = Self::lock_conversation(&tx, to).await?;
+        report.conversation_id = dst.id;
+        if !items.is_empty() {
+            let min_ord: i64 = tx
+                .query_one(
+                    "SELECT coalesce(min(ord), 0) FROM frontier WHERE conv_id = $1",
+                    &[&dst.id],
+                )
+                .await?
+                .try_get(0)?;
+            let start = min_ord.min(0) - items.len() as i64;
+            let ords: Vec<i64> = (0..items.len() as i64).map(|i| start + i).collect();
+            let sids: Vec<i64> = items.iter().map(|x| x.0).collect();
+            let toks: Vec<i64> = items.iter().map(|x| x.1).collect();
+            tx.execute(
+                "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens)
+                 SELECT $1, t.ord, 1, t.sid, t.tokens FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS t(ord, sid, tokens)",
+                &[&dst.id, &ords, &sids, &toks],
+            )
+            .await?;
+            let tokens: i64 = toks.iter().sum();
+            tx.execute(
+                "UPDATE conversations SET frontier_tokens = frontier_tokens + $2, frontier_items = frontier_items + $3,
+                 epoch = epoch + 1 WHERE id = $1",
+                &[&dst.id, &tokens, &(items.len() as i64)],
+            )
+            .await?;
+            report.carried_summaries = items.len();
+            report.carried_tokens = tokens as u64;
+        }
+        tx.commit().await?;
+        Ok(report)
+    }
+
+    /// The frontier of `conv_id` as compaction planning reads it, oldest first.
+    async fn load_frontier(c: &impl GenericClient, conv_id: i64) -> Result<Vec<FItem>> {
+        let rows = c
+            .query(
+                "SELECT f.ord, f.kind::bigint, f.item_id, f.tokens, m.role::bigint, m.seq, m.ts,
+                        s.depth::bigint, s.first_seq, s.last_seq, s.from_ts, s.to_ts
+                 FROM frontier f
+                 LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id
+                 LEFT JOIN summaries s ON f.kind = 1 AND s.id = f.item_id
+                 WHERE f.conv_id = $1 ORDER BY f.ord",
+                &[&conv_id],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let kind: i64 = r.try_get(1)?;
+            let tokens = r.try_get::<_, i64>(3)?.max(0) as u64;
+            out.push(if kind == 0 {
+                let seq: i64 = r.try_get(5)?;
+                let ts: Option<i64> = r.try_get(6)?;
+                FItem {
+                    ord: r.try_get(0)?,
+                    kind,
+                    id: r.try_get(2)?,
+                    tokens,
+                    role: r.try_get(4)?,
+                    seq_lo: seq,
+                    seq_hi: seq,
+                    ts_lo: ts,
+                    ts_hi: ts,
+                    depth: -1,
+                }
+            } else {
+                FItem {
+                    ord: r.try_get(0)?,
+                    kind,
+                    id: r.try_get(2)?,
+                    tokens,
+                    role: -1,
+                    seq_lo: r.try_get(8)?,
+                    seq_hi: r.try_get(9)?,
+                    ts_lo: r.try_get(10)?,
+                    ts_hi: r.try_get(11)?,
+                    depth: r.try_get(7)?,
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// The summarizer input of a chunk over `items` of `depth`.
+    async fn chunk_input(c: &impl GenericClient, items: &[FItem], depth: i64) -> Result<String> {
+        let ids: Vec<i64> = items.iter().map(|x| x.id).collect();
+        if depth == 0 {
+            let rows = c
+                .query(
+                    "SELECT m.role::bigint, m.text, m.skeleton, m.ts FROM unnest($1::bigint[]) WITH ORDINALITY AS t(id, n)
+                     JOIN messages m ON m.id = t.id ORDER BY t.n",
+                    &[&ids],
+                )
+                .await?;
+            if rows.len() != ids.len() {
+                return Err(LosslessError::Corrupt(
+                    "the frontier names a message that is not stored".into(),
+                ));
+            }
+            let mut msgs = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let text: String = r.try_get(1)?;
+                let skeleton: Option<String> = r.try_get(2)?;
+                msgs.push(codec::decode(r.try_get(0)?, &text, skeleton.as_deref(), r.try_get(3)?)?);
+            }
+            Ok(clawctx_summarize::serialize_conversation(&msgs))
+        } else {
+            let rows = c
+                .query(
+                    "SELECT s.text, s.from_ts, s.to_ts FROM unnest($1::bigint[]) WITH ORDINALITY AS t(id, n)
+                     JOIN summaries s ON s.id = t.id ORDER BY t.n",
+                    &[&ids],
+                )
+                .await?;
+            let mut sources = Vec::with_capacity(rows.len());
+            for r in &rows {
+                sources.push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
+            }
+            Ok(condensed_input(&sources))
+        }
+    }
+}
+
+/// A held compaction lock: the connection holding the advisory lock, closed on drop.
+struct HeldLock(Option<deadpool_postgres::Object>);
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        if let Some(obj) = self.0.take() {
+            // Detached from the pool and dropped: the connection closes and the server
+            // releases the session's advisory lock.
+            drop(deadpool_postgres::Object::take(obj));
+        }
+    }
+}
+
+#[async_trait]
+impl CompactionSteps for PgStore {
+    async fn frontier_tokens(&self, conv_id: i64) -> Result<i64> {
+        let c = self.client().await?;
+        Ok(Self::conversation_by_id_on(&c, conv_id)
+            .await?
+            .map_or(0, |c| c.frontier_tokens))
+    }
+
+    async fn plan_round(
+        &self,
+        conv_id: i64,
+        cfg: Arc<LosslessConfig>,
+        opts: CompactionOptions,
+        first_round: bool,
+        exclude: HashSet<i64>,
+    ) -> Result<(Vec<Chunk>, String, Guard)> {
+        let mut client = self.client().await?;
+        // One snapshot for the whole plan: the frontier and the texts agree.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let guard = guard_load(&tx, conv_id).await?;
+        let Some(conv) = Self::conversation_by_id_on(&tx, conv_id).await? else {
+            return Ok((Vec::new(), "no conversation".into(), guard));
+        };
+        let total = conv.frontier_tokens.max(0) as u64;
+        if let Some(reason) = early_stop(total, &cfg, &opts, first_round) {
+            return Ok((Vec::new(), reason, guard));
+        }
+        let items = Self::load_frontier(&tx, conv_id).await?;
+        let chosen = choose_ranges(&items, total, &cfg, &opts, first_round, &exclude);
+        if chosen.is_empty() {
+            return Ok((Vec::new(), NOTHING_ELIGIBLE.into(), guard));
+        }
+        let mut chunks = Vec::with_capacity(chosen.len());
+        for (s, e, depth) in chosen {
+            let input = Self::chunk_input(&tx, &items[s..e], depth).await?;
+            chunks.push(make_chunk(conv_id, &items[s..e], depth, &cfg, input));
+        }
+        tx.commit().await?;
+        Ok((chunks, String::new(), guard))
+    }
+
+    async fn commit_round(
+        &self,
+        conv_id: i64,
+        produced: Vec<Produced>,
+        guard: Guard,
+        failures: i64,
+    ) -> Result<usize> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // The conversation's row lock orders this commit after any ingest in flight.
+        tx.execute(
+            "SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE",
+            &[&conv_id],
+        )
+        .await?;
+        let mut committed = 0;
+        for p in produced {
+            let ch = &p.chunk;
+            let rows = tx
+                .query(
+                    "SELECT ord, kind::bigint, item_id FROM frontier WHERE conv_id = $1 AND ord >= $2 ORDER BY ord LIMIT $3",
+                    &[&ch.conv_id, &ch.first_ord, &(ch.items.len() as i64)],
+                )
+                .await?;
+            let mut now: Vec<(i64, i64, i64)> = Vec::with_capacity(rows.len());
+            for r in &rows {
+                now.push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
+            }
+            let same = now.len() == ch.items.len()
+                && now.first().map(|r| r.0) == Some(ch.first_ord)
+                && now.iter().zip(&ch.items).all(|(r, it)| (r.1, r.2) == *it);
+            if !same {
+                tracing::warn!("lossless: frontier changed under a planned chunk; skipping it");
+                continue;
+            }
+            let last_ord = now.last().map_or(ch.first_ord, |r| r.0);
+            let depth = ch.depth as i32;
+            let sid: i64 = tx
+                .query_one(
+                    "INSERT INTO summaries(conv_id, depth, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts,
+                                           summarizer, created_at, text, terms)
+                     VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, array_to_tsvector(string_to_array($12, ' ')))
+                     RETURNING id",
+                    &[
+                        &ch.conv_id,
+                        &depth,
+                        &(text_tokens(&p.text) as i64),
+                        &(ch.source_tokens as i64),
+                        &ch.seq_lo,
+                        &ch.seq_hi,
+                        &ch.ts_lo,
+                        &ch.ts_hi,
+                        &p.summarizer,
+                        &now_ms(),
+                        &p.text,
+                        &index_terms(&p.text),
+                    ],
+                )
+                .await?
+                .try_get(0)?;
+            let ords: Vec<i32> = (0..ch.items.len() as i32).collect();
+            let kinds: Vec<i16> = ch.items.iter().map(|(k, _)| *k as i16).collect();
+            let children: Vec<i64> = ch.items.iter().map(|(_, id)| *id).collect();
+            tx.execute(
+                "INSERT INTO summary_children(summary_id, ord, kind, child_id)
+                 SELECT $1, t.ord, t.kind, t.child FROM unnest($2::int[], $3::smallint[], $4::bigint[]) AS t(ord, kind, child)",
+                &[&sid, &ords, &kinds, &children],
+            )
+            .await?;
+            let rendered = render_summary(sid, ch.depth, ch.ts_lo, ch.ts_hi, &p.text);
+            let item_tokens = message_tokens(&rendered) as i64;
+            tx.execute(
+                "DELETE FROM frontier WHERE conv_id = $1 AND ord BETWEEN $2 AND $3",
+                &[&ch.conv_id, &ch.first_ord, &last_ord],
+            )
+            .await?;
+            tx.execute(
+                "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens) VALUES($1, $2, 1, $3, $4)",
+                &[&ch.conv_id, &ch.first_ord, &sid, &item_tokens],
+            )
+            .await?;
+            let removed: i64 = ch.item_tokens.iter().sum::<u64>() as i64;
+            tx.execute(
+                "UPDATE conversations SET frontier_tokens = frontier_tokens - $2 + $3,
+                 frontier_items = frontier_items - $4 + 1 WHERE id = $1",
+                &[&ch.conv_id, &removed, &item_tokens, &(ch.items.len() as i64)],
+            )
+            .await?;
+            committed += 1;
+        }
+        if committed > 0 {
+            tx.execute(
+                "UPDATE conversations SET epoch = epoch + 1 WHERE id = $1",
+                &[&conv_id],
+            )
+            .await?;
+        }
+        tx.execute(
+            "INSERT INTO guard_state(conv_id, window_start_ms, calls_in_window, consecutive_failures, breaker_open_until_ms, total_failures)
+             VALUES($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (conv_id) DO UPDATE SET window_start_ms = $2, calls_in_window = $3, consecutive_failures = $4,
+               breaker_open_until_ms = $5, total_failures = guard_state.total_failures + $6",
+            &[
+                &conv_id,
+                &guard.window_start_ms,
+                &guard.calls_in_window,
+                &guard.consecutive_failures,
+                &guard.breaker_open_until_ms,
+                &failures,
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(committed)
+    }
+}
+
+/// The persisted guard state of `conv_id` (defaults when none).
+async fn guard_load(c: &impl GenericClient, conv_id: i64) -> Result<Guard> {
+    let row = c
+        .query_opt(
+            "SELECT window_start_ms, calls_in_window, consecutive_failures, breaker_open_until_ms
+             FROM guard_state WHERE conv_id = $1",
+            &[&conv_id],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => Guard {
+            window_start_ms: r.try_get(0)?,
+            calls_in_window: r.try_get(1)?,
+            consecutive_failures: r.try_get(2)?,
+            breaker_open_until_ms: r.try_get(3)?,
+        },
+        None => Guard::default(),
+    })
+}
