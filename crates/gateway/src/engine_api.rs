@@ -26,13 +26,17 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::State;
 use axum::Json;
 use clawctx_engine::{AbortController, CallContext, EngineError, Method, SubagentSpawnPreparation};
-use clawctx_lossless::{ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore, Scope};
+use clawctx_lossless::pg::{connect::PgTarget, PgStore};
+use clawctx_lossless::{
+    Backend, ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore, Scope,
+    StoreLocation,
+};
 use clawctx_protocol::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -543,17 +547,21 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
     Ok(Json(SessionList { sessions }))
 }
 
-/// The lossless store's database file: `plugins.entries.lossless.config.databasePath`, else
-/// `<state>/agents/main/lossless.db`.
-pub(crate) fn lossless_db_path(host_config: &Value, state_dir: &std::path::Path) -> std::path::PathBuf {
-    LosslessConfig::from_host_config(host_config)
-        .database_path
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| state_dir.join("agents").join("main").join("lossless.db"))
+/// The lossless store's database file when it is SQLite: `database` (a path) or
+/// `databasePath` of `plugins.entries.lossless.config`, else `<state>/agents/main/lossless.db`;
+/// `None` when the store is in PostgreSQL.
+pub(crate) fn lossless_db_path(host_config: &Value, state_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    match LosslessConfig::from_host_config(host_config).store_location() {
+        Ok(StoreLocation::Sqlite(path)) => {
+            Some(path.unwrap_or_else(|| state_dir.join("agents").join("main").join("lossless.db")))
+        }
+        Ok(StoreLocation::Postgres(_)) | Err(_) => None,
+    }
 }
 
-/// The recall store: opened on first use when the engine in charge is `lossless`.
-pub(crate) async fn store(s: &Shared) -> Result<LosslessStore, ApiError> {
+/// The recall store: opened on first use when the engine in charge is `lossless`, on the
+/// backend its config names (a SQLite file, or the PostgreSQL database the engine uses).
+pub(crate) async fn store(s: &Shared) -> Result<Arc<dyn Backend>, ApiError> {
     let engine = s.runtime.engine_id();
     if engine != clawctx_lossless::ENGINE_ID {
         return Err(ApiError::conflict(format!(
@@ -564,11 +572,31 @@ pub(crate) async fn store(s: &Shared) -> Result<LosslessStore, ApiError> {
     let state_dir = s.runtime.state_dir().to_path_buf();
     s.recall
         .get_or_try_init(|| async move {
-            let path = lossless_db_path(&host_config, &state_dir);
-            tokio::task::spawn_blocking(move || LosslessStore::open(&path))
-                .await
-                .map_err(|e| ApiError::internal(format!("opening the lossless store failed: {e}")))?
-                .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))
+            let cfg = LosslessConfig::from_host_config(&host_config);
+            let location = cfg
+                .store_location()
+                .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?;
+            let opened: Arc<dyn Backend> = match location {
+                StoreLocation::Postgres(url) => {
+                    let target = PgTarget::parse(&url)
+                        .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?;
+                    Arc::new(
+                        PgStore::open(target, cfg.pool_size.min(4))
+                            .await
+                            .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?,
+                    )
+                }
+                StoreLocation::Sqlite(path) => {
+                    let path = path.unwrap_or_else(|| state_dir.join("agents").join("main").join("lossless.db"));
+                    Arc::new(
+                        tokio::task::spawn_blocking(move || LosslessStore::open(&path))
+                            .await
+                            .map_err(|e| ApiError::internal(format!("opening the lossless store failed: {e}")))?
+                            .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?,
+                    )
+                }
+            };
+            Ok(opened)
         })
         .await
         .cloned()
@@ -638,7 +666,7 @@ pub(crate) async fn lcm_describe(
     let agent = ConvKey::from_host(Some(&r.session_key), &r.session_key).agent_id;
     let started = Instant::now();
     let id = r.id;
-    let result = store.call_read(move |db| db.describe(&id, Some(&agent))).await;
+    let result = store.describe(&id, Some(&agent)).await;
     s.metrics.engine_call("lcm_describe", started.elapsed(), result.is_ok());
     report(result, "lcm_describe")
 }
@@ -656,7 +684,7 @@ pub(crate) async fn lcm_expand(
         .max(1);
     let started = Instant::now();
     let id = r.id;
-    let result = store.call_read(move |db| db.expand(&id, max, Some(&agent))).await;
+    let result = store.expand(&id, max, Some(&agent)).await;
     s.metrics.engine_call("lcm_expand", started.elapsed(), result.is_ok());
     report(result, "lcm_expand")
 }
@@ -664,6 +692,6 @@ pub(crate) async fn lcm_expand(
 /// Closes what the engine API opened (the recall store), waiting for it to flush.
 pub(crate) async fn close(shared: &Shared) {
     if let Some(store) = shared.recall.get() {
-        store.close_wait().await;
+        store.close().await;
     }
 }

@@ -79,7 +79,7 @@ pub(crate) struct Shared {
     /// Rollbacks of subagent spawns prepared through the engine API.
     pub(crate) spawns: crate::engine_api::Rollbacks,
     /// The lossless store recall reads, opened on first use.
-    pub(crate) recall: tokio::sync::OnceCell<clawctx_lossless::LosslessStore>,
+    pub(crate) recall: tokio::sync::OnceCell<std::sync::Arc<dyn clawctx_lossless::Backend>>,
     pub(crate) started: Instant,
     /// The dashboard's last assemblies and live bus.
     pub(crate) dashboard: crate::dashboard::Dashboard,
@@ -97,7 +97,9 @@ impl Gateway {
     pub fn new(parts: GatewayParts) -> Self {
         let mut metrics = Metrics::new(parts.registry.clone());
         if parts.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
-            metrics.watch_store("lossless_db", crate::engine_api::lossless_db_path(&parts.host_config, parts.runtime.state_dir()));
+            if let Some(path) = crate::engine_api::lossless_db_path(&parts.host_config, parts.runtime.state_dir()) {
+                metrics.watch_store("lossless_db", path);
+            }
         }
         if let Ok(dir) = parts.runtime.store().sessions_dir("main") {
             metrics.watch_store("transcripts", dir);

@@ -16,6 +16,14 @@ pub struct LosslessConfig {
     /// SQLite file; default `<agentDir>/lossless.db`, else `$CLAWCTX_STATE_DIR/lossless.db`.
     #[serde(alias = "dbPath")]
     pub database_path: Option<String>,
+    /// The store: a PostgreSQL URL (`postgres://…`) or a SQLite file path (then the same as
+    /// `databasePath`). Shown only redacted (see [`DatabaseUrl`]).
+    pub database: Option<DatabaseUrl>,
+    /// The name of an environment variable holding the store's URL or path, so the password
+    /// need not be written in the config; it wins over `database` and `databasePath`.
+    pub database_env: Option<String>,
+    /// Connections a PostgreSQL store keeps at most.
+    pub pool_size: usize,
     /// Compact when frontier tokens exceed this fraction of the token budget.
     pub context_threshold: f64,
     /// Compaction continues until frontier tokens are at or below this fraction of the budget.
@@ -123,11 +131,64 @@ impl Default for LosslessConfig {
             prompt_recall_max_messages: 40,
             large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
             payload_retention_days: None,
+            database: None,
+            database_env: None,
+            pool_size: crate::pg::DEFAULT_POOL_SIZE,
         }
     }
 }
 
+/// A database URL or path from the config. Its `Debug` form hides a URL's password, so the
+/// config can be logged; the value itself is kept as given.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DatabaseUrl(pub String);
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !crate::pg::connect::is_postgres_url(&self.0) {
+            return write!(f, "{:?}", self.0);
+        }
+        match crate::pg::connect::PgTarget::parse(&self.0) {
+            Ok(t) => write!(f, "{:?}", t.redacted()),
+            Err(_) => f.write_str("\"postgres://(not a valid URL)\""),
+        }
+    }
+}
+
+/// Where the configured store is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreLocation {
+    /// A SQLite file (`None`: the default path, which depends on the host).
+    Sqlite(Option<std::path::PathBuf>),
+    /// A PostgreSQL database, by its URL (which holds the password: never print it; show
+    /// [`crate::pg::connect::PgTarget::redacted`]).
+    Postgres(String),
+}
+
 impl LosslessConfig {
+    /// Where the store is: `databaseEnv`'s variable, else `database`, else `databasePath`,
+    /// else the default SQLite file. An error names a `databaseEnv` variable that is not set.
+    pub fn store_location(&self) -> crate::error::Result<StoreLocation> {
+        let given = match &self.database_env {
+            Some(var) if !var.trim().is_empty() => match std::env::var(var.trim()) {
+                Ok(v) if !v.trim().is_empty() => Some(v),
+                _ => {
+                    return Err(crate::error::LosslessError::InvalidInput(format!(
+                        "plugins.entries.lossless.config.databaseEnv names the environment variable {}, which is not set",
+                        var.trim()
+                    )))
+                }
+            },
+            _ => self.database.as_ref().map(|d| d.0.clone()),
+        };
+        Ok(match given {
+            Some(v) if crate::pg::connect::is_postgres_url(&v) => StoreLocation::Postgres(v),
+            Some(v) if !v.trim().is_empty() => StoreLocation::Sqlite(Some(v.into())),
+            _ => StoreLocation::Sqlite(self.database_path.clone().map(Into::into)),
+        })
+    }
+
     /// Reads `plugins.entries.lossless.config` from a whole host config (defaults when absent).
     pub fn from_host_config(root: &Value) -> Self {
         root.pointer("/plugins/entries/lossless/config")
@@ -181,6 +242,7 @@ impl LosslessConfig {
         self.payload_retention_days = self
             .payload_retention_days
             .filter(|d| d.is_finite() && *d >= 0.0);
+        self.pool_size = self.pool_size.clamp(1, 256);
     }
 
     /// Tokens kept for prompt recall at `budget` (0 = off). Fixed for a budget, whatever the
@@ -219,5 +281,32 @@ fn clamp_f(v: f64, lo: f64, hi: f64, dflt: f64) -> f64 {
         v.clamp(lo, hi)
     } else {
         dflt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_store_is_chosen_by_url_env_or_path() {
+        let cfg = LosslessConfig::from_value(&serde_json::json!({"databasePath": "/data/a.db"}));
+        assert_eq!(cfg.store_location().unwrap(), StoreLocation::Sqlite(Some("/data/a.db".into())));
+        let cfg = LosslessConfig::from_value(&serde_json::json!({
+            "databasePath": "/data/a.db", "database": "postgres://u:secret-pw@db.example:6543/lcm"
+        }));
+        assert_eq!(
+            cfg.store_location().unwrap(),
+            StoreLocation::Postgres("postgres://u:secret-pw@db.example:6543/lcm".into())
+        );
+        // The password never shows in the config's debug form (logs).
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("secret-pw"), "{shown}");
+        assert!(shown.contains("db.example:6543"), "{shown}");
+        let cfg = LosslessConfig::from_value(&serde_json::json!({"databaseEnv": "CLAWCTX_TEST_UNSET_VAR_4242"}));
+        let err = cfg.store_location().unwrap_err().to_string();
+        assert!(err.contains("CLAWCTX_TEST_UNSET_VAR_4242") && err.contains("not set"), "{err}");
+        assert_eq!(LosslessConfig::default().store_location().unwrap(), StoreLocation::Sqlite(None));
     }
 }

@@ -25,7 +25,9 @@ use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 use crate::assemble::SYSTEM_PROMPT_ADDITION;
 use crate::backend::{AssembleRequest, Backend};
 use crate::compaction::{CompactionOptions, CompactionReport};
-use crate::config::LosslessConfig;
+use crate::config::{LosslessConfig, StoreLocation};
+use crate::pg::connect::PgTarget;
+use crate::pg::PgStore;
 use crate::error::{LosslessError, Result};
 use crate::policy::{SessionMode, SessionPolicy};
 use crate::session::CarryReport;
@@ -584,8 +586,9 @@ pub fn default_database_path(ctx: &FactoryContext) -> PathBuf {
     state.join("lossless.db")
 }
 
-/// The factory: reads `plugins.entries.lossless.config`, opens the store off the runtime, and
-/// summarizes with the host's summarizer ([`FactoryContext::host_summarizer`]) when there is one.
+/// The factory: reads `plugins.entries.lossless.config`, opens the store (SQLite off the
+/// runtime, or connects to PostgreSQL, see [`LosslessConfig::store_location`]), and summarizes
+/// with the host's summarizer ([`FactoryContext::host_summarizer`]) when there is one.
 pub fn lossless_factory() -> Factory {
     factory(|ctx: FactoryContext| async move {
         let cfg = ctx
@@ -593,14 +596,20 @@ pub fn lossless_factory() -> Factory {
             .as_deref()
             .map(LosslessConfig::from_host_config)
             .unwrap_or_default();
-        let path = cfg
-            .database_path
-            .clone()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| default_database_path(&ctx));
-        let engine = tokio::task::spawn_blocking(move || LosslessEngine::open(&path, cfg))
-            .await
-            .map_err(|e| EngineError::failed(format!("lossless: open task failed: {e}")))??;
+        let engine = match cfg.store_location()? {
+            StoreLocation::Postgres(url) => {
+                let target = PgTarget::parse(&url)?;
+                tracing::info!("lossless: store in PostgreSQL at {}", target.redacted());
+                let store = PgStore::open(target, cfg.pool_size).await?;
+                LosslessEngine::over(Arc::new(store), cfg)?
+            }
+            StoreLocation::Sqlite(path) => {
+                let path = path.unwrap_or_else(|| default_database_path(&ctx));
+                tokio::task::spawn_blocking(move || LosslessEngine::open(&path, cfg))
+                    .await
+                    .map_err(|e| EngineError::failed(format!("lossless: open task failed: {e}")))??
+            }
+        };
         // The host's model summarizes when it offers one; the compaction's own guard and
         // breaker fall back to the extractive summarizer when it keeps failing.
         let engine = match ctx.host_summarizer {

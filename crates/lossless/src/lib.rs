@@ -22,6 +22,9 @@
 //! |---|---|---|
 //! | `enabled` | `true` | store anything at all |
 //! | `databasePath` (`dbPath`) | `<agentDir>/lossless.db`, else `$CLAWCTX_STATE_DIR/lossless.db` | SQLite file |
+//! | `database` | none | the store: a `postgres://` URL (PostgreSQL, shared by several gateways) or a SQLite path |
+//! | `databaseEnv` | none | name of an environment variable holding that URL (keeps the password out of the config) |
+//! | `poolSize` | `16` | PostgreSQL connections at most |
 //! | `contextThreshold` | `0.75` | compact when frontier tokens > threshold × budget |
 //! | `lowWaterRatio` | `0.5` | compaction goes down to this fraction of the budget |
 //! | `defaultTokenBudget` | `128000` | budget when the host gives none |
@@ -76,7 +79,7 @@ pub mod tools;
 
 pub use backend::{AssembleRequest, Backend, BackendKind};
 pub use compaction::{CompactionOptions, CompactionReport};
-pub use config::LosslessConfig;
+pub use config::{DatabaseUrl, LosslessConfig, StoreLocation};
 pub use doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};
 pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
 pub use error::LosslessError;

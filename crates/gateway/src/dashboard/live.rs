@@ -78,8 +78,13 @@ impl Live {
 /// and summary passes, or the transcript's compaction entries.
 async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
     if shared.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
-        let store = crate::engine_api::store(shared).await.ok()?;
+        let backend = crate::engine_api::store(shared).await.ok()?;
         let conv_key = clawctx_lossless::ConvKey::from_host(Some(key), key);
+        let Some(store) = backend.as_sqlite().cloned() else {
+            // PostgreSQL: the conversation's epoch moves with every compaction.
+            let conv = backend.conversation(&conv_key).await.ok()?;
+            return Some(conv.map_or((0, 0), |c| (c.epoch, 0)));
+        };
         store
             .call_read(move |db| {
                 // No conversation yet: nothing compacted (the first turn bootstraps it).

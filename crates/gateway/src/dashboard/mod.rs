@@ -350,7 +350,11 @@ async fn lossless_store(s: &Shared) -> Result<Option<LosslessStore>, ApiError> {
     if !is_lossless(s) {
         return Ok(None);
     }
-    crate::engine_api::store(s).await.map(Some)
+    // The dashboard's views read the SQLite store's tables directly (`clawctx_lossless::inspect`);
+    // on PostgreSQL they show what the transcript has, as for other engines.
+    crate::engine_api::store(s)
+        .await
+        .map(|b| b.as_sqlite().cloned())
 }
 
 fn store_error(what: &str) -> impl Fn(clawctx_lossless::LosslessError) -> ApiError + '_ {
