@@ -57,6 +57,19 @@ impl std::fmt::Debug for TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// The first column of the first row of `sql` (e.g. a `count(*)`) read as a 64-bit
+    /// integer, on a fresh connection to this database (for tests that check the store's
+    /// tables directly). Panics with the statement and the server's message on failure.
+    pub fn scalar(&self, sql: &str) -> i64 {
+        let owned = sql.to_owned();
+        on_fresh_thread(self.url.clone(), move |client| {
+            client.query_one(owned.as_str(), &[]).map(|row| row.get::<_, i64>(0))
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {}", describe(&e)))
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let sql = format!(
