@@ -171,3 +171,60 @@ async fn concurrent_resends_store_each_message_once() {
     assert_eq!(conv.next_seq, h.len() as i64);
     assert_eq!(conv.frontier_items, h.len() as i64);
 }
+
+/// Ends every other connection to the test database, as a server restart or a network cut
+/// would.
+fn cut_connections(db: &TestDatabase) -> i64 {
+    db.scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
+    )
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_retried_and_loses_nothing() {
+    let Some(db) = test_database("reconnect") else {
+        return;
+    };
+    let store = Arc::new(PgStore::open_url(&db.url).await.unwrap());
+    let key = ConvKey::from_host(Some(KEY), "s1");
+    let h = history(30);
+    store.ingest(&key, h[..10].to_vec()).await.unwrap();
+    assert!(cut_connections(&db) > 0, "the pool's connections must have been cut");
+    // The next calls run on new connections.
+    let out = store.ingest(&key, h[10..20].to_vec()).await.unwrap();
+    assert!(out.stored.iter().all(|s| *s));
+    let req = AssembleRequest {
+        key: key.clone(),
+        recent: Vec::new(),
+        budget: 100_000,
+        prompt: None,
+        recall_reserve: 0,
+        recall_max_messages: 0,
+    };
+    let (_, assembled) = store.assemble(req).await.unwrap().unwrap();
+    assert_eq!(assembled.messages.len(), 20);
+
+    // Cut while a large batch is being written: the call either stores all of it or fails
+    // with a clear error and stores none of it; a re-send then stores what is missing.
+    let big: Vec<AgentMessage> = (0..3_000)
+        .map(|i| AgentMessage::user(format!("bulk {i} of the batch")).with_timestamp(2_000_000 + i))
+        .collect();
+    let (s2, k2, b2) = (store.clone(), key.clone(), big.clone());
+    let writing = tokio::spawn(async move { s2.ingest(&k2, b2).await });
+    tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+    cut_connections(&db);
+    let conv = |db: &TestDatabase| db.scalar("SELECT count(*) FROM messages");
+    match writing.await.unwrap() {
+        Ok(out) => assert_eq!(out.stored.len(), big.len()),
+        Err(e) => {
+            let shown = e.to_string();
+            assert!(shown.contains("connection"), "a clear error: {shown}");
+            assert_eq!(conv(&db), 20, "a failed batch leaves nothing behind");
+        }
+    }
+    store.ingest(&key, big.clone()).await.unwrap();
+    assert_eq!(conv(&db), 20 + big.len() as i64, "every message once");
+    let row = store.conversation(&key).await.unwrap().unwrap();
+    assert_eq!(row.msg_count, 20 + big.len() as i64, "the totals match the rows");
+}

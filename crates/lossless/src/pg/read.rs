@@ -68,7 +68,7 @@ impl PgStore {
     /// See [`crate::backend::Backend::assemble`].
     pub(crate) async fn assemble_context(
         &self,
-        req: AssembleRequest,
+        req: &AssembleRequest,
     ) -> Result<Option<(ConvRow, Assembled)>> {
         let mut client = self.client().await?;
         let tx = client
@@ -95,7 +95,7 @@ impl PgStore {
         } else {
             Vec::new()
         };
-        let recall = recall_for(&req, &live, || Ok(convs))?;
+        let recall = recall_for(req, &live, || Ok(convs))?;
         let mut p = Packer::new(live, req.budget, recall.as_ref(), true);
         let portal = tx
             .bind(

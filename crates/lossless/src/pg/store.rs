@@ -109,6 +109,28 @@ impl PgStore {
         Ok(self.pool.get().await?)
     }
 
+    /// Runs `op`, and once more on a new connection when its connection broke
+    /// ([`LosslessError::ConnectionLost`]: the server restarted, the connection was
+    /// terminated). Only for operations a second run cannot get wrong: reads, and writes that
+    /// are idempotent (ingest by message identity, `commitTurn` by key, a compaction round by
+    /// its frontier check), whose first run the server rolled back or committed whole.
+    pub(crate) async fn retrying<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        match op().await {
+            Err(LosslessError::ConnectionLost(why)) => {
+                tracing::warn!(
+                    "lossless: lost the connection to {} ({why}); retrying on a new one",
+                    self.target.redacted()
+                );
+                op().await
+            }
+            other => other,
+        }
+    }
+
     /// The active conversation of `key`, read on `c`.
     pub(crate) async fn conversation_on(
         c: &impl deadpool_postgres::GenericClient,
@@ -188,16 +210,22 @@ impl Backend for PgStore {
     }
 
     async fn conversation(&self, key: &ConvKey) -> Result<Option<ConvRow>> {
-        let c = self.client().await?;
-        Self::conversation_on(&c, key).await
+        self.retrying(|| async {
+            let c = self.client().await?;
+            Self::conversation_on(&c, key).await
+        })
+        .await
     }
 
     async fn conversations(&self) -> Result<Vec<ConvRow>> {
-        let c = self.client().await?;
-        let rows = c
-            .query(&format!("SELECT {CONV_COLS} FROM conversations ORDER BY id"), &[])
-            .await?;
-        rows.iter().map(conv_row).collect()
+        self.retrying(|| async {
+            let c = self.client().await?;
+            let rows = c
+                .query(&format!("SELECT {CONV_COLS} FROM conversations ORDER BY id"), &[])
+                .await?;
+            rows.iter().map(conv_row).collect()
+        })
+        .await
     }
 
     async fn ingest(&self, key: &ConvKey, msgs: Vec<AgentMessage>) -> Result<IngestOutcome> {
@@ -222,7 +250,7 @@ impl Backend for PgStore {
     }
 
     async fn assemble(&self, req: AssembleRequest) -> Result<Option<(ConvRow, Assembled)>> {
-        self.assemble_context(req).await
+        self.retrying(|| self.assemble_context(&req)).await
     }
 
     async fn lock_compaction(&self, conv_id: i64, wait: bool) -> Result<Option<CompactionLock>> {
@@ -245,6 +273,7 @@ impl Backend for PgStore {
         to: &ConvKey,
         min_depth: i64,
     ) -> Result<CarryReport> {
+        // Not retried: a carry that committed before its connection broke would carry twice.
         self.carry(from, to, min_depth).await
     }
 

@@ -76,6 +76,16 @@ impl PgStore {
         msgs: Vec<AgentMessage>,
     ) -> Result<Option<IngestOutcome>> {
         let encoded = encode_all(msgs).await?;
+        self.retrying(|| self.write_encoded(key, turn, &encoded)).await
+    }
+
+    /// [`Self::append`]'s transaction, for messages already encoded.
+    async fn write_encoded(
+        &self,
+        key: &ConvKey,
+        turn: Option<&str>,
+        encoded: &[Encoded],
+    ) -> Result<Option<IngestOutcome>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let mut conv = Self::lock_conversation(&tx, key).await?;
