@@ -14,7 +14,8 @@
 //! summarization), [`doctor`] (integrity and size), [`import`] (OpenClaw JSONL), [`session`]
 //! (`/new` and forks), [`policy`] (ignored / read-only session globs), [`config`], [`engine`]
 //! (the `ContextEngine`, factory and registration), [`api`] (async library API for the CLI),
-//! [`inspect`] (read-only views for the gateway's dashboard: the DAG, message pages, timeline).
+//! [`inspect`] (read-only views for the gateway's dashboard: the DAG, message pages, timeline),
+//! [`migrate`] (copying a SQLite store into PostgreSQL).
 //!
 //! # Configuration (`plugins.entries.lossless.config`)
 //!
@@ -67,6 +68,7 @@ pub mod error;
 pub mod ids;
 pub mod import;
 pub mod inspect;
+pub mod migrate;
 pub mod pg;
 pub mod policy;
 pub mod prompt_recall;
