@@ -9,6 +9,8 @@
 //!   engine at each budget and scores, per question, whether the evidence is in the assembled
 //!   context, whether the engine's recall search finds it, and whether the answer is in context.
 //! - [`demo`]: `clawctx demo` — the lossless engine's main job, offline, in one command.
+//! - [`stores`]: `clawctx bench stores` — the lossless store on SQLite and PostgreSQL side by
+//!   side: ingest, assembly, search and size at each store size.
 //!
 //! The pieces the instruments share: [`host::BenchHost`] (a transcript plus the runtime's
 //! built-in compaction), [`engines`] (opening an engine with a chosen summarizer),
@@ -23,6 +25,7 @@ pub mod locomo;
 pub mod rng;
 pub mod runner;
 pub mod stats;
+pub mod stores;
 pub mod summarizer;
 pub mod workload;
 

@@ -9,6 +9,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use clawctx_bench::engines::parse_engine_list;
 use clawctx_bench::runner::{render_table, run_bench, BenchOptions, WorkloadSource};
+use clawctx_bench::stores::{render_store_table, run_store_bench, StoreBenchOptions};
+use clawctx_lossless::BackendKind;
 use clawctx_bench::workload::{write_jsonl, WorkloadKind, WorkloadSpec};
 
 /// `clawctx bench`.
@@ -25,6 +27,35 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Write a deterministic workload (OpenClaw session JSONL) to a file, streamed.
     Generate(GenerateArgs),
+    /// The lossless store on SQLite and PostgreSQL side by side: ingest, assembly, search and
+    /// size at each store size.
+    Stores(StoresArgs),
+}
+
+/// `clawctx bench stores`.
+#[derive(Debug, Args)]
+struct StoresArgs {
+    /// Backends, comma-separated: sqlite, postgres.
+    #[arg(long, default_value = "sqlite,postgres")]
+    backends: String,
+    /// Store sizes in messages, comma-separated.
+    #[arg(long, default_value = "10000,100000")]
+    messages: String,
+    /// The PostgreSQL server (a database is created on it for each run and dropped after).
+    #[arg(long, value_name = "URL", conflicts_with = "pg_url_env")]
+    pg_url: Option<String>,
+    /// The environment variable holding that URL (keeps the password off the command line).
+    #[arg(long, value_name = "VAR")]
+    pg_url_env: Option<String>,
+    /// chat, tools or mixed.
+    #[arg(long, default_value = "mixed")]
+    kind: WorkloadKind,
+    /// Per-turn ingests, assemblies and searches measured (each).
+    #[arg(long, default_value_t = 200)]
+    samples: usize,
+    /// Print the rows as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `clawctx bench generate`.
@@ -80,8 +111,52 @@ struct RunArgs {
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         Some(BenchCommand::Generate(g)) => generate(g),
+        Some(BenchCommand::Stores(s)) => stores(s).await,
         None => bench(args.run).await,
     }
+}
+
+async fn stores(a: StoresArgs) -> anyhow::Result<ExitCode> {
+    let mut opts = StoreBenchOptions::default();
+    opts.backends = a
+        .backends
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s {
+            "sqlite" => Ok(BackendKind::Sqlite),
+            "postgres" | "postgresql" => Ok(BackendKind::Postgres),
+            other => Err(anyhow::anyhow!("--backends: unknown backend `{other}` (sqlite, postgres)")),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    opts.sizes = a
+        .messages
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .replace('_', "")
+                .parse::<u64>()
+                .with_context(|| format!("--messages: `{s}` is not a number of messages"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    opts.pg_url = match (&a.pg_url, &a.pg_url_env) {
+        (Some(url), _) => Some(url.clone()),
+        (None, Some(var)) => Some(
+            std::env::var(var).with_context(|| format!("--pg-url-env: the variable {var} is not set"))?,
+        ),
+        (None, None) => None,
+    };
+    opts.kind = a.kind;
+    opts.turns = a.samples;
+    opts.assembles = a.samples;
+    opts.greps = a.samples;
+    let rows = run_store_bench(&opts).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", render_store_table(&rows));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn generate(g: GenerateArgs) -> anyhow::Result<ExitCode> {

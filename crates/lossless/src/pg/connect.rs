@@ -49,6 +49,13 @@ impl PgTarget {
         Ok(PgTarget { config })
     }
 
+    /// The same server and credentials, database `dbname`.
+    pub fn with_dbname(&self, dbname: &str) -> PgTarget {
+        let mut config = self.config.clone();
+        config.dbname(dbname);
+        PgTarget { config }
+    }
+
     /// The parsed configuration (it holds the password: never print it).
     pub fn config(&self) -> &tokio_postgres::Config {
         &self.config

@@ -104,6 +104,22 @@ impl PgStore {
         &self.target
     }
 
+    /// Bytes the store's tables take on disk, with their indexes and TOAST (the database's
+    /// own catalog, which every database has, not counted).
+    pub async fn relation_bytes(&self) -> Result<u64> {
+        let c = self.client().await?;
+        let bytes: i64 = c
+            .query_one(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = current_schema() AND c.relkind = 'r'",
+                &[],
+            )
+            .await?
+            .try_get(0)?;
+        Ok(bytes.max(0) as u64)
+    }
+
     /// A pooled connection.
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
         Ok(self.pool.get().await?)
