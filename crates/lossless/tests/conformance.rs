@@ -22,3 +22,33 @@ async fn conformance_lossless() {
     )
     .await;
 }
+
+/// The same suite on the PostgreSQL store, a fresh database per check (skips without
+/// `CLAWCTX_TEST_PG_URL`, except under `CI=true`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_lossless_on_postgres() {
+    use clawctx_lossless::pg::PgStore;
+    use clawctx_test_support::pg::{test_url, test_database};
+    if test_url().is_none() {
+        return;
+    }
+    // The databases live until the suite ends.
+    let databases = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let held = databases.clone();
+    conformance::run_all(
+        "lossless (PostgreSQL)",
+        maker(move || {
+            let db = test_database("conformance").unwrap();
+            let url = db.url.clone();
+            held.lock().unwrap().push(db);
+            let store = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(PgStore::open_url(&url))
+            })
+            .unwrap();
+            Arc::new(LosslessEngine::over(Arc::new(store), LosslessConfig::default()).unwrap())
+                as Arc<dyn ContextEngine>
+        }),
+    )
+    .await;
+    drop(databases);
+}
