@@ -1,15 +1,32 @@
-//! `clawctx lcm grep|describe|expand|status|doctor|import`: the lossless store from the shell,
-//! the same operations the model gets as recall tools.
+//! `clawctx lcm grep|describe|expand|status|doctor|import|prune|migrate`: the lossless store
+//! from the shell, the same operations the model gets as recall tools.
 //!
-//! The database is the one the `lossless` engine uses: `--db PATH`, else
-//! `plugins.entries.lossless.config.databasePath`, else `<state dir>/agents/main/lossless.db`.
+//! The store is the one the `lossless` engine uses: `--db PATH|URL` (alias `--database`),
+//! else the engine's config (`plugins.entries.lossless.config`: `databaseEnv`, `database`,
+//! `databasePath`), else `<state dir>/agents/main/lossless.db`. A `postgres://` URL selects the
+//! PostgreSQL store, and `--db env:NAME` reads the path or URL from environment variable
+//! `NAME` (so the password stays out of the shell history and the process list). A URL is
+//! only ever shown without its password.
+//!
+//! `lcm migrate --to URL` copies the SQLite store (`--db PATH`, else the config's
+//! `databasePath`, else the default file, even when the config names PostgreSQL already) into
+//! an empty PostgreSQL database (see `clawctx_lossless::migrate`): a dry run unless `--apply`;
+//! `--to env:NAME` reads the URL from the environment. Opening the target creates the store's
+//! schema there when it has none (as any start on PostgreSQL does); a dry run writes no rows.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use clawctx_lossless::{ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessStore, Scope};
+use clawctx_lossless::migrate::MigrateReport;
+use clawctx_lossless::pg::connect::{is_postgres_url, PgTarget};
+use clawctx_lossless::pg::PgStore;
+use clawctx_lossless::{
+    Backend, ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore,
+    Scope, StoreLocation,
+};
 use serde::Serialize;
 
 use crate::global::GlobalArgs;
@@ -17,8 +34,9 @@ use crate::global::GlobalArgs;
 /// `lcm` arguments.
 #[derive(Debug, Args)]
 pub struct LcmArgs {
-    /// The lossless database (default: the lossless engine's database for agent `main`).
-    #[arg(long, global = true, value_name = "PATH")]
+    /// The lossless store: a SQLite file, a `postgres://` URL, or `env:NAME` to read either
+    /// from environment variable NAME (default: the lossless engine's store for agent `main`).
+    #[arg(long, global = true, value_name = "PATH|URL", visible_alias = "database")]
     db: Option<PathBuf>,
     /// Print JSON (grep prints one line per hit without it; the other reports are JSON).
     #[arg(long, global = true)]
@@ -100,20 +118,82 @@ enum LcmAction {
         #[arg(long)]
         apply: bool,
     },
+    /// Copy the SQLite store into an empty PostgreSQL database: every conversation, message,
+    /// summary and DAG link with its id, counts checked before commit (dry run by default).
+    Migrate {
+        /// The target database: a `postgres://` URL, or `env:NAME` to read it from environment
+        /// variable NAME.
+        #[arg(long, value_name = "URL")]
+        to: String,
+        /// Write (in one transaction; a failure leaves the target as it was).
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
-fn database_path(global: &GlobalArgs, explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+/// The store the commands run on.
+enum StoreArg {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database (the URL holds the password: never print it).
+    Postgres(String),
+}
+
+/// `value`, or for `env:NAME` the value of environment variable NAME; `flag` names the
+/// option in errors.
+fn from_env(value: &str, flag: &str) -> anyhow::Result<String> {
+    let Some(name) = value.strip_prefix("env:") else {
+        return Ok(value.to_string());
+    };
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+        _ => anyhow::bail!("{flag} env:{name}: the environment variable {name} is not set"),
+    }
+}
+
+/// The selected store. With `sqlite_source` (`lcm migrate`'s source) a config that names a
+/// PostgreSQL database (the one being migrated to, typically) selects its SQLite file instead:
+/// `databasePath`, else the default.
+fn store_arg(
+    global: &GlobalArgs,
+    explicit: Option<PathBuf>,
+    sqlite_source: bool,
+) -> anyhow::Result<StoreArg> {
     if let Some(p) = explicit {
-        return Ok(p);
+        return Ok(match p.to_str() {
+            Some(s) if s.starts_with("env:") || is_postgres_url(s) => {
+                let v = from_env(s, "--db")?;
+                if is_postgres_url(&v) {
+                    StoreArg::Postgres(v)
+                } else {
+                    StoreArg::Sqlite(PathBuf::from(v))
+                }
+            }
+            _ => StoreArg::Sqlite(p),
+        });
     }
     let config = global.load_config()?;
-    if let Some(p) = config
-        .get("plugins.entries.lossless.config.databasePath")?
-        .and_then(|v| v.as_str())
-    {
-        return Ok(PathBuf::from(p));
-    }
-    Ok(global.agent_dir("main").join("lossless.db"))
+    let cfg = LosslessConfig::from_host_config(config.value());
+    let location = match cfg.store_location() {
+        Ok(StoreLocation::Postgres(_)) | Err(_) if sqlite_source => {
+            StoreLocation::Sqlite(cfg.database_path.clone().map(Into::into))
+        }
+        other => other?,
+    };
+    Ok(match location {
+        StoreLocation::Postgres(url) => StoreArg::Postgres(url),
+        StoreLocation::Sqlite(Some(p)) => StoreArg::Sqlite(p),
+        StoreLocation::Sqlite(None) => StoreArg::Sqlite(global.agent_dir("main").join("lossless.db")),
+    })
+}
+
+/// Opens the PostgreSQL store at `url`; errors name it without its password.
+async fn open_pg(url: &str) -> anyhow::Result<PgStore> {
+    let target = PgTarget::parse(url)?;
+    let shown = target.redacted();
+    PgStore::open(target, 4)
+        .await
+        .with_context(|| format!("opening the PostgreSQL store {shown}"))
 }
 
 /// Writes to stdout; a closed pipe (`clawctx lcm grep x | head`) ends quietly.
@@ -179,23 +259,96 @@ fn backup(db: &std::path::Path) -> anyhow::Result<Option<PathBuf>> {
     Ok(Some(target))
 }
 
-/// Runs `lcm`.
-pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode> {
-    let db = database_path(global, args.db)?;
-    if !db.exists() && !matches!(args.action, LcmAction::Import { apply: true, .. }) {
+/// Prints a migration report as a table (or JSON).
+fn print_migration(report: &MigrateReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print(report);
+    }
+    let mut text = format!(
+        "{} {} -> {}\n{:<18} {:>10} {:>10}  verified\n",
+        if report.dry_run { "dry run:" } else { "migrated" },
+        report.source,
+        report.target,
+        "table",
+        "read",
+        "written"
+    );
+    for t in &report.tables {
+        let verified = if report.dry_run {
+            "-"
+        } else if t.verified {
+            "yes"
+        } else {
+            "NO"
+        };
+        text.push_str(&format!(
+            "{:<18} {:>10} {:>10}  {verified}\n",
+            t.table, t.read, t.written
+        ));
+    }
+    if report.messages_copied_verbatim > 0 {
+        text.push_str(&format!(
+            "{} messages did not decode and were copied as stored (see `lcm doctor`)\n",
+            report.messages_copied_verbatim
+        ));
+    }
+    if !report.next_ids.is_empty() {
+        let next: Vec<String> = report
+            .next_ids
+            .iter()
+            .map(|(t, n)| format!("{t} {n}"))
+            .collect();
+        text.push_str(&format!("next ids: {}\n", next.join(", ")));
+    }
+    emit(text.trim_end())
+}
+
+/// `lcm migrate`: the selected SQLite store into the empty database `to`.
+async fn migrate(store: StoreArg, to: &str, apply: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let StoreArg::Sqlite(db) = store else {
         anyhow::bail!(
-            "no lossless database at {} (select the engine with `clawctx config set plugins.slots.contextEngine lossless` and run a conversation, or pass --db)",
-            db.display()
+            "lcm migrate copies a SQLite store: the selected store is PostgreSQL already (pass the SQLite file with --db PATH)"
         );
+    };
+    if !db.exists() {
+        anyhow::bail!("no lossless database at {} (pass --db PATH)", db.display());
     }
-    let mut backup_path = None;
-    if let LcmAction::Import { apply: true, .. } | LcmAction::Prune { apply: true, .. } =
-        &args.action
-    {
-        backup_path = backup(&db)?;
+    let url = from_env(to, "--to")?;
+    if !is_postgres_url(&url) {
+        anyhow::bail!("--to must be a postgres:// URL (or env:NAME holding one)");
     }
-    let store = LosslessStore::open(&db).with_context(|| format!("opening {}", db.display()))?;
-    match args.action {
+    let target = open_pg(&url).await?;
+    let source = LosslessStore::open(&db).with_context(|| format!("opening {}", db.display()))?;
+    let out = clawctx_lossless::migrate::sqlite_to_postgres(&source, &target, apply).await;
+    source.close_wait().await;
+    target.close().await;
+    let report = out.with_context(|| {
+        format!(
+            "migrating {} to {}",
+            db.display(),
+            target.target().redacted()
+        )
+    })?;
+    print_migration(&report, json)?;
+    if !apply {
+        eprintln!("dry run: nothing was written (use --apply)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The commands on a PostgreSQL store (through the `Backend` trait, as the engine uses it).
+async fn run_pg(url: &str, json: bool, action: LcmAction) -> anyhow::Result<ExitCode> {
+    let pg = open_pg(url).await?;
+    let store: Arc<dyn Backend> = Arc::new(pg);
+    let code = run_backend(store.as_ref(), json, action).await;
+    store.close().await;
+    code
+}
+
+/// The commands both backends answer the same way; import and prune on PostgreSQL (SQLite's
+/// back the file up first and run in [`run`]).
+async fn run_backend(store: &dyn Backend, json: bool, action: LcmAction) -> anyhow::Result<ExitCode> {
+    match action {
         LcmAction::Grep {
             pattern,
             mode,
@@ -225,23 +378,92 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
             q.limit = limit;
             q.offset = offset;
             let report = store.grep(q).await?;
-            if args.json {
+            if json {
                 print(&report)?;
             } else {
                 print_grep(&report)?;
             }
         }
-        LcmAction::Describe { id } => print(&store.describe(&id).await?)?,
-        LcmAction::Expand { id, max_tokens } => print(&store.expand(&id, max_tokens).await?)?,
+        LcmAction::Describe { id } => print(&store.describe(&id, None).await?)?,
+        LcmAction::Expand { id, max_tokens } => {
+            print(&store.expand(&id, max_tokens, None).await?)?
+        }
         LcmAction::Status => print(&store.status().await?)?,
         LcmAction::Doctor => {
             let report = store.doctor().await?;
             print(&report)?;
             if !report.ok {
-                store.close_blocking();
                 return Ok(ExitCode::from(1));
             }
         }
+        LcmAction::Import {
+            file,
+            session,
+            apply,
+        } => {
+            let key = ConvKey::from_host(Some(&session), &session);
+            let report = store.import_jsonl(&key, file, apply, false).await?;
+            print(&report)?;
+            if !apply {
+                eprintln!("dry run: nothing was written (use --apply)");
+            }
+        }
+        LcmAction::Prune {
+            older_than_days,
+            apply,
+        } => {
+            let report = store
+                .expire_payloads(prune_cutoff(older_than_days)?, apply)
+                .await?;
+            print(&report)?;
+            if !apply {
+                eprintln!("dry run: nothing was written (use --apply)");
+            }
+        }
+        LcmAction::Migrate { .. } => {
+            anyhow::bail!("lcm migrate copies a SQLite store (pass the SQLite file with --db PATH)")
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The retention cutoff (epoch ms) of `prune --older-than-days`.
+fn prune_cutoff(older_than_days: f64) -> anyhow::Result<i64> {
+    if !older_than_days.is_finite() || older_than_days < 0.0 {
+        anyhow::bail!("--older-than-days must be a non-negative number, got {older_than_days}");
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    Ok(now_ms - (older_than_days * 86_400_000.0) as i64)
+}
+
+/// Runs `lcm`.
+pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode> {
+    let migrating = matches!(args.action, LcmAction::Migrate { .. });
+    let store = store_arg(global, args.db, migrating)?;
+    if let LcmAction::Migrate { to, apply } = &args.action {
+        return migrate(store, to, *apply, args.json).await;
+    }
+    let db = match store {
+        StoreArg::Postgres(url) => return run_pg(&url, args.json, args.action).await,
+        StoreArg::Sqlite(db) => db,
+    };
+    if !db.exists() && !matches!(args.action, LcmAction::Import { apply: true, .. }) {
+        anyhow::bail!(
+            "no lossless database at {} (select the engine with `clawctx config set plugins.slots.contextEngine lossless` and run a conversation, or pass --db)",
+            db.display()
+        );
+    }
+    let mut backup_path = None;
+    if let LcmAction::Import { apply: true, .. } | LcmAction::Prune { apply: true, .. } =
+        &args.action
+    {
+        backup_path = backup(&db)?;
+    }
+    let store = LosslessStore::open(&db).with_context(|| format!("opening {}", db.display()))?;
+    let code = match args.action {
         LcmAction::Import {
             file,
             session,
@@ -256,21 +478,13 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
             if !apply {
                 eprintln!("dry run: nothing was written (use --apply)");
             }
+            ExitCode::SUCCESS
         }
         LcmAction::Prune {
             older_than_days,
             apply,
         } => {
-            if !older_than_days.is_finite() || older_than_days < 0.0 {
-                anyhow::bail!(
-                    "--older-than-days must be a non-negative number, got {older_than_days}"
-                );
-            }
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0);
-            let cutoff = now_ms - (older_than_days * 86_400_000.0) as i64;
+            let cutoff = prune_cutoff(older_than_days)?;
             let report = store
                 .call(move |db| db.expire_payloads(cutoff, apply))
                 .await?;
@@ -281,8 +495,10 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
             if !apply {
                 eprintln!("dry run: nothing was written (use --apply)");
             }
+            ExitCode::SUCCESS
         }
-    }
-    store.close_blocking();
-    Ok(ExitCode::SUCCESS)
+        action => run_backend(&store, args.json, action).await?,
+    };
+    store.close_wait().await;
+    Ok(code)
 }
