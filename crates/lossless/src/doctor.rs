@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::store::codec::role;
-use crate::store::Db;
+use crate::store::{ConvRow, Db};
 
 /// One problem found.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -219,18 +219,9 @@ impl Db {
                 summary_conv.insert(r.get(0)?, (r.get(1)?, r.get(2)?));
             }
         }
-        let mut referenced: HashSet<i64> = HashSet::new();
-        for kids in children.values() {
-            for (k, id) in kids {
-                if *k == 1 {
-                    referenced.insert(*id);
-                }
-            }
-        }
         let convs = self.conversations()?;
         for conv in &convs {
             // Messages of this conversation, by id: (seq, role).
-            let mut msgs: HashMap<i64, (i64, i64)> = HashMap::new();
             let mut by_seq: Vec<(i64, i64, i64)> = Vec::new();
             {
                 let mut st = self.conn.prepare_cached(
@@ -239,18 +230,7 @@ impl Db {
                 let mut rows = st.query([conv.id])?;
                 while let Some(r) = rows.next()? {
                     let (id, seq, ro): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
-                    msgs.insert(id, (seq, ro));
                     by_seq.push((id, seq, ro));
-                }
-            }
-            // `seq` is unique within a conversation (no index enforces it since schema v8).
-            for w in by_seq.windows(2) {
-                if w[0].1 == w[1].1 {
-                    issues.push(DoctorIssue {
-                        conversation_id: conv.id,
-                        code: "duplicate-seq".into(),
-                        detail: format!("msg_{} and msg_{} share seq {}", w[0].0, w[1].0, w[1].1),
-                    });
                 }
             }
             let mut frontier: Vec<(i64, i64, i64)> = Vec::new();
@@ -263,125 +243,7 @@ impl Db {
                     frontier.push((r.get(0)?, r.get(1)?, r.get(2)?));
                 }
             }
-            let ft: i64 = frontier.iter().map(|f| f.2).sum();
-            if ft != conv.frontier_tokens || frontier.len() as i64 != conv.frontier_items {
-                issues.push(DoctorIssue {
-                    conversation_id: conv.id,
-                    code: "totals".into(),
-                    detail: format!(
-                        "running totals say {} tokens / {} items, frontier has {ft} / {}",
-                        conv.frontier_tokens,
-                        conv.frontier_items,
-                        frontier.len()
-                    ),
-                });
-            }
-            if msgs.len() as i64 != conv.msg_count {
-                issues.push(DoctorIssue {
-                    conversation_id: conv.id,
-                    code: "totals".into(),
-                    detail: format!("msg_count {} but {} rows", conv.msg_count, msgs.len()),
-                });
-            }
-            // Coverage: message id -> (count, covering leaf or 0 for raw).
-            let mut cover: HashMap<i64, (u32, i64)> = HashMap::new();
-            let mut prev_raw: Option<i64> = None;
-            for (kind, id, _) in &frontier {
-                if *kind == 0 {
-                    let e = cover.entry(*id).or_insert((0, 0));
-                    e.0 += 1;
-                    e.1 = 0;
-                    if let (Some((_, ro)), Some(prev)) = (msgs.get(id), prev_raw) {
-                        let _ = (ro, prev);
-                    }
-                    prev_raw = Some(*id);
-                } else {
-                    prev_raw = None;
-                    let mut stack = vec![(*id, 0i64)];
-                    let mut guard = 0usize;
-                    while let Some((sid, leaf)) = stack.pop() {
-                        guard += 1;
-                        if guard > 10_000_000 {
-                            break;
-                        }
-                        let Some(kids) = children.get(&sid) else {
-                            issues.push(DoctorIssue {
-                                conversation_id: conv.id,
-                                code: "childless-summary".into(),
-                                detail: format!("sum_{sid} has no children"),
-                            });
-                            continue;
-                        };
-                        let _ = leaf;
-                        for (k, cid) in kids {
-                            if *k == 0 {
-                                if msgs.contains_key(cid) {
-                                    let e = cover.entry(*cid).or_insert((0, 0));
-                                    e.0 += 1;
-                                    e.1 = sid;
-                                }
-                            } else {
-                                stack.push((*cid, sid));
-                            }
-                        }
-                    }
-                }
-            }
-            for (id, seq, _) in &by_seq {
-                match cover.get(id).map(|c| c.0).unwrap_or(0) {
-                    1 => {}
-                    0 => issues.push(DoctorIssue {
-                        conversation_id: conv.id,
-                        code: "uncovered".into(),
-                        detail: format!("msg_{id} (seq {seq}) is not covered by the frontier"),
-                    }),
-                    n => issues.push(DoctorIssue {
-                        conversation_id: conv.id,
-                        code: "double-covered".into(),
-                        detail: format!("msg_{id} (seq {seq}) is covered {n} times"),
-                    }),
-                }
-            }
-            // Tool pairs: a result and the message before it (its call group) share coverage.
-            for w in by_seq.windows(2) {
-                let (prev, cur) = (w[0], w[1]);
-                if cur.2 != role::TOOL_RESULT {
-                    continue;
-                }
-                let a = cover.get(&prev.0).map(|c| c.1);
-                let b = cover.get(&cur.0).map(|c| c.1);
-                if a != b {
-                    issues.push(DoctorIssue {
-                        conversation_id: conv.id,
-                        code: "tool-pair-split".into(),
-                        detail: format!(
-                            "msg_{} (tool result) is separated from msg_{} before it",
-                            cur.0, prev.0
-                        ),
-                    });
-                }
-            }
-            // Raw tool results in the frontier must follow their call group directly.
-            let mut last: Option<(i64, i64)> = None;
-            for (kind, id, _) in &frontier {
-                if *kind == 0 {
-                    if let Some((seq, ro)) = msgs.get(id) {
-                        if *ro == role::TOOL_RESULT {
-                            let ok = matches!(last, Some((k, pseq)) if k == 0 && pseq == seq - 1);
-                            if !ok {
-                                issues.push(DoctorIssue {
-                                    conversation_id: conv.id,
-                                    code: "tool-result-first".into(),
-                                    detail: format!("msg_{id} (tool result) does not follow its call in the frontier"),
-                                });
-                            }
-                        }
-                        last = Some((0, *seq));
-                    }
-                } else {
-                    last = Some((1, -1));
-                }
-            }
+            check_conversation(conv, &by_seq, &frontier, &children, &mut issues);
         }
         // Orphans: summaries in no frontier and child of no summary.
         let in_frontier: HashSet<i64> = {
@@ -393,35 +255,17 @@ impl Db {
                 .collect::<rusqlite::Result<HashSet<_>>>()?;
             v
         };
-        for (sid, (conv_id, _)) in &summary_conv {
-            if !in_frontier.contains(sid) && !referenced.contains(sid) {
-                issues.push(DoctorIssue {
-                    conversation_id: *conv_id,
-                    code: "orphan-summary".into(),
-                    detail: format!(
-                        "sum_{sid} is neither in a frontier nor a child of another summary"
-                    ),
-                });
-            }
-        }
-        for (sid, kids) in &children {
-            for (k, cid) in kids {
-                let exists = if *k == 1 {
-                    summary_conv.contains_key(cid)
-                } else {
-                    self.conn
-                        .prepare_cached("SELECT 1 FROM messages WHERE id = ?1")?
-                        .exists(params![cid])?
-                };
-                if !exists {
-                    issues.push(DoctorIssue {
-                        conversation_id: summary_conv.get(sid).map(|s| s.0).unwrap_or(0),
-                        code: "dangling-child".into(),
-                        detail: format!("sum_{sid} points at a missing child {cid}"),
-                    });
-                }
-            }
-        }
+        let mut exists = self
+            .conn
+            .prepare_cached("SELECT 1 FROM messages WHERE id = ?1")?;
+        check_dag(
+            &children,
+            &summary_conv,
+            &in_frontier,
+            |cid| Ok(exists.exists(params![cid])?),
+            &mut issues,
+        )?;
+
         // Deduplicated payloads: reference counts match, no message points at a missing one.
         {
             let mut st = self.conn.prepare(
@@ -457,7 +301,7 @@ impl Db {
                 });
             }
         }
-        issues.sort_by(|a, b| (a.conversation_id, &a.code).cmp(&(b.conversation_id, &b.code)));
+        sort_issues(&mut issues);
         Ok(DoctorReport {
             ok: issues.is_empty(),
             sqlite_check,
@@ -466,4 +310,246 @@ impl Db {
             status: self.status()?,
         })
     }
+}
+
+/// A summary's children `(kind, id)` in order, by summary id.
+pub(crate) type Children = HashMap<i64, Vec<(i64, i64)>>;
+
+/// The checks of one conversation (see the module docs): `by_seq` its messages `(id, seq,
+/// role)` in seq order, `frontier` its frontier `(kind, item id, tokens)` in order,
+/// `children` every summary's children. Shared by every backend.
+pub(crate) fn check_conversation(
+    conv: &ConvRow,
+    by_seq: &[(i64, i64, i64)],
+    frontier: &[(i64, i64, i64)],
+    children: &Children,
+    issues: &mut Vec<DoctorIssue>,
+) {
+    let msgs: HashMap<i64, (i64, i64)> = by_seq
+        .iter()
+        .map(|&(id, seq, ro)| (id, (seq, ro)))
+        .collect();
+    // Raw frontier items are messages of this conversation.
+    for (kind, id, _) in frontier {
+        if *kind == 0 && !msgs.contains_key(id) {
+            issues.push(DoctorIssue {
+                conversation_id: conv.id,
+                code: "missing-item".into(),
+                detail: format!(
+                    "the frontier names msg_{id}, which is not a message of this conversation"
+                ),
+            });
+        }
+    }
+    // `seq` is unique within a conversation (no index enforces it since schema v8).
+    for w in by_seq.windows(2) {
+        if w[0].1 == w[1].1 {
+            issues.push(DoctorIssue {
+                conversation_id: conv.id,
+                code: "duplicate-seq".into(),
+                detail: format!("msg_{} and msg_{} share seq {}", w[0].0, w[1].0, w[1].1),
+            });
+        }
+    }
+    let ft: i64 = frontier.iter().map(|f| f.2).sum();
+    if ft != conv.frontier_tokens || frontier.len() as i64 != conv.frontier_items {
+        issues.push(DoctorIssue {
+            conversation_id: conv.id,
+            code: "totals".into(),
+            detail: format!(
+                "running totals say {} tokens / {} items, frontier has {ft} / {}",
+                conv.frontier_tokens,
+                conv.frontier_items,
+                frontier.len()
+            ),
+        });
+    }
+    if msgs.len() as i64 != conv.msg_count {
+        issues.push(DoctorIssue {
+            conversation_id: conv.id,
+            code: "totals".into(),
+            detail: format!("msg_count {} but {} rows", conv.msg_count, msgs.len()),
+        });
+    }
+    // Coverage: message id -> (count, covering leaf or 0 for raw).
+    let mut cover: HashMap<i64, (u32, i64)> = HashMap::new();
+    let mut prev_raw: Option<i64> = None;
+    for (kind, id, _) in frontier {
+        if *kind == 0 {
+            let e = cover.entry(*id).or_insert((0, 0));
+            e.0 += 1;
+            e.1 = 0;
+            if let (Some((_, ro)), Some(prev)) = (msgs.get(id), prev_raw) {
+                let _ = (ro, prev);
+            }
+            prev_raw = Some(*id);
+        } else {
+            prev_raw = None;
+            let mut stack = vec![(*id, 0i64)];
+            let mut guard = 0usize;
+            while let Some((sid, leaf)) = stack.pop() {
+                guard += 1;
+                if guard > 10_000_000 {
+                    break;
+                }
+                let Some(kids) = children.get(&sid) else {
+                    issues.push(DoctorIssue {
+                        conversation_id: conv.id,
+                        code: "childless-summary".into(),
+                        detail: format!("sum_{sid} has no children"),
+                    });
+                    continue;
+                };
+                let _ = leaf;
+                for (k, cid) in kids {
+                    if *k == 0 {
+                        if msgs.contains_key(cid) {
+                            let e = cover.entry(*cid).or_insert((0, 0));
+                            e.0 += 1;
+                            e.1 = sid;
+                        }
+                    } else {
+                        stack.push((*cid, sid));
+                    }
+                }
+            }
+        }
+    }
+    for (id, seq, _) in by_seq {
+        match cover.get(id).map(|c| c.0).unwrap_or(0) {
+            1 => {}
+            0 => issues.push(DoctorIssue {
+                conversation_id: conv.id,
+                code: "uncovered".into(),
+                detail: format!("msg_{id} (seq {seq}) is not covered by the frontier"),
+            }),
+            n => issues.push(DoctorIssue {
+                conversation_id: conv.id,
+                code: "double-covered".into(),
+                detail: format!("msg_{id} (seq {seq}) is covered {n} times"),
+            }),
+        }
+    }
+    // Tool pairs: a result and the message before it (its call group) share coverage.
+    for w in by_seq.windows(2) {
+        let (prev, cur) = (w[0], w[1]);
+        if cur.2 != role::TOOL_RESULT {
+            continue;
+        }
+        let a = cover.get(&prev.0).map(|c| c.1);
+        let b = cover.get(&cur.0).map(|c| c.1);
+        if a != b {
+            issues.push(DoctorIssue {
+                conversation_id: conv.id,
+                code: "tool-pair-split".into(),
+                detail: format!(
+                    "msg_{} (tool result) is separated from msg_{} before it",
+                    cur.0, prev.0
+                ),
+            });
+        }
+    }
+    // Raw tool results in the frontier must follow their call group directly.
+    let mut last: Option<(i64, i64)> = None;
+    for (kind, id, _) in frontier {
+        if *kind == 0 {
+            if let Some((seq, ro)) = msgs.get(id) {
+                if *ro == role::TOOL_RESULT {
+                    let ok = matches!(last, Some((k, pseq)) if k == 0 && pseq == seq - 1);
+                    if !ok {
+                        issues.push(DoctorIssue {
+                            conversation_id: conv.id,
+                            code: "tool-result-first".into(),
+                            detail: format!(
+                                "msg_{id} (tool result) does not follow its call in the frontier"
+                            ),
+                        });
+                    }
+                }
+                last = Some((0, *seq));
+            }
+        } else {
+            last = Some((1, -1));
+        }
+    }
+}
+
+/// The DAG checks over the whole store: orphan summaries (in no frontier, child of no
+/// summary), children that do not exist (`message_exists` tells about message ids) and
+/// depths that do not follow the DAG (a leaf's children are messages, a condensed summary's
+/// are summaries one level shallower). `summary_conv`: every summary's `(conversation,
+/// depth)`; `in_frontier`: the summaries in some frontier. Shared by every backend.
+pub(crate) fn check_dag(
+    children: &Children,
+    summary_conv: &HashMap<i64, (i64, i64)>,
+    in_frontier: &HashSet<i64>,
+    mut message_exists: impl FnMut(i64) -> Result<bool>,
+    issues: &mut Vec<DoctorIssue>,
+) -> Result<()> {
+    let mut referenced: HashSet<i64> = HashSet::new();
+    for kids in children.values() {
+        for (k, id) in kids {
+            if *k == 1 {
+                referenced.insert(*id);
+            }
+        }
+    }
+    for (sid, (conv_id, _)) in summary_conv {
+        if !in_frontier.contains(sid) && !referenced.contains(sid) {
+            issues.push(DoctorIssue {
+                conversation_id: *conv_id,
+                code: "orphan-summary".into(),
+                detail: format!(
+                    "sum_{sid} is neither in a frontier nor a child of another summary"
+                ),
+            });
+        }
+    }
+    for (sid, kids) in children {
+        for (k, cid) in kids {
+            let exists = if *k == 1 {
+                summary_conv.contains_key(cid)
+            } else {
+                message_exists(*cid)?
+            };
+            if !exists {
+                issues.push(DoctorIssue {
+                    conversation_id: summary_conv.get(sid).map(|s| s.0).unwrap_or(0),
+                    code: "dangling-child".into(),
+                    detail: format!("sum_{sid} points at a missing child {cid}"),
+                });
+            }
+        }
+    }
+    for (sid, kids) in children {
+        let Some(&(conv_id, depth)) = summary_conv.get(sid) else {
+            continue;
+        };
+        for (k, cid) in kids {
+            let fits = match (*k, summary_conv.get(cid)) {
+                (0, _) => depth == 0,
+                (_, Some(&(_, d))) => d == depth - 1,
+                // A missing child is reported above.
+                (_, None) => true,
+            };
+            if !fits {
+                let child = if *k == 0 {
+                    crate::ids::message_id(*cid)
+                } else {
+                    crate::ids::summary_id(*cid)
+                };
+                issues.push(DoctorIssue {
+                    conversation_id: conv_id,
+                    code: "depth-mismatch".into(),
+                    detail: format!("sum_{sid} (depth {depth}) has child {child} of another level"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Issues in report order: by conversation, then code. Shared by every backend.
+pub(crate) fn sort_issues(issues: &mut [DoctorIssue]) {
+    issues.sort_by(|a, b| (a.conversation_id, &a.code).cmp(&(b.conversation_id, &b.code)));
 }

@@ -150,7 +150,10 @@ pub fn sanitize_fts_query(q: &str) -> Option<String> {
     crate::store::terms::fts_and_query(q, 16)
 }
 
-fn snippet(text: &str, needles: &[String], re: Option<&regex::Regex>) -> String {
+/// The text around the first match of `re` (regex mode) or of the first needle found
+/// (full-text modes: the lowercased text searched for each needle), on one line, with `…`
+/// where it was cut. Shared by every backend.
+pub(crate) fn snippet(text: &str, needles: &[String], re: Option<&regex::Regex>) -> String {
     const RADIUS: usize = 120;
     let pos = if let Some(re) = re {
         re.find(text).map(|m| m.start())
@@ -183,7 +186,9 @@ fn snippet(text: &str, needles: &[String], re: Option<&regex::Regex>) -> String 
     s
 }
 
-fn role_label(code: i64, skeleton: Option<&str>) -> String {
+/// The role name of a stored role code; a message of another role keeps its name in its
+/// skeleton. Shared by every backend.
+pub(crate) fn role_label(code: i64, skeleton: Option<&str>) -> String {
     match code {
         0 => "user".into(),
         1 => "assistant".into(),
@@ -263,6 +268,179 @@ fn match_rows(
         }
     }
     Ok(found)
+}
+
+/// A hit as ordered before paging: `(score, tiebreak, hit)`. The score is lower-is-better
+/// (BM25 negated; 0 in regex mode); the tiebreak is the message id for message hits and the
+/// summary's end timestamp (0 when unknown) for summary hits, as the SQLite store has always
+/// ordered them.
+pub(crate) type RankedHit = (f64, i64, GrepHit);
+
+/// A grep hit for a message (score: lower is better, as FTS5's `bm25()`). Shared by every
+/// backend.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn message_hit_of(
+    id: i64,
+    conv_id: i64,
+    role: i64,
+    skeleton: Option<&str>,
+    ts: Option<i64>,
+    text: &str,
+    score: Option<f64>,
+    needles: &[String],
+) -> RankedHit {
+    (
+        score.unwrap_or(0.0),
+        id,
+        GrepHit {
+            id: ids::message_id(id),
+            conversation_id: conv_id,
+            role: role_label(role, skeleton),
+            depth: None,
+            ts,
+            snippet: snippet(text, needles, None),
+            score,
+        },
+    )
+}
+
+/// A grep hit for a summary: full-text (`score` its BM25, `needles` its terms) or regex (`re`,
+/// no score). Shared by every backend.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn summary_hit_of(
+    id: i64,
+    conv_id: i64,
+    depth: i64,
+    to_ts: Option<i64>,
+    text: &str,
+    score: Option<f64>,
+    needles: &[String],
+    re: Option<&regex::Regex>,
+) -> RankedHit {
+    (
+        score.unwrap_or(0.0),
+        to_ts.unwrap_or(0),
+        GrepHit {
+            id: ids::summary_id(id),
+            conversation_id: conv_id,
+            role: "summary".into(),
+            depth: Some(depth),
+            ts: to_ts,
+            snippet: snippet(text, needles, re),
+            score,
+        },
+    )
+}
+
+/// The words a full-text query's snippets look for: the terms of its FTS query, as quoted
+/// there. Shared by every backend.
+pub(crate) fn fts_needles(fts: &str) -> Vec<String> {
+    fts.split('"')
+        .filter(|t| !t.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Orders a full-text page's hits, messages' first then summaries' as found: by score
+/// (stable, lower first) or newest first (by timestamp, then the tiebreak). Shared by every
+/// backend.
+pub(crate) fn order_hits(hits: &mut [RankedHit], sort: GrepSort) {
+    match sort {
+        GrepSort::Relevance => hits.sort_by(|a, b| a.0.total_cmp(&b.0)),
+        GrepSort::Recency => hits.sort_by(|a, b| b.2.ts.cmp(&a.2.ts).then(b.1.cmp(&a.1))),
+    }
+}
+
+/// The page `offset..offset + limit` of the ordered `hits` into `report`, with the next
+/// page's offset when there are more (`hits` holds up to one more than the page). Shared by
+/// every backend.
+pub(crate) fn page_hits(
+    report: &mut GrepReport,
+    hits: Vec<RankedHit>,
+    offset: usize,
+    limit: usize,
+) {
+    let more = hits.len() > offset + limit;
+    report.hits = hits
+        .into_iter()
+        .skip(offset)
+        .take(limit)
+        .map(|h| h.2)
+        .collect();
+    if more {
+        report.next_offset = Some(offset + limit);
+    }
+}
+
+/// The regex of a regex-mode query: at most 500 characters, compiled with the size limit
+/// every backend uses (linear-time matching, bounded memory).
+pub(crate) fn grep_regex(pattern: &str) -> Result<regex::Regex> {
+    if pattern.len() > 500 {
+        return Err(LosslessError::InvalidInput(
+            "regex longer than 500 characters".into(),
+        ));
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| LosslessError::InvalidInput(format!("regex: {e}")))
+}
+
+/// The empty report every grep starts from.
+pub(crate) fn empty_report() -> GrepReport {
+    GrepReport {
+        fts_query: None,
+        hits: Vec::new(),
+        next_offset: None,
+        scan_truncated: false,
+    }
+}
+
+/// The FTS query of an any-term search over `terms` (each term's own query, ORed). Shared by
+/// every backend.
+pub(crate) fn any_term_fts(terms: &[String]) -> String {
+    terms
+        .iter()
+        .map(|t| crate::store::terms::fts_term(t))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+/// `lcm_expand`'s cap: the items (children, or the message itself) in order while their
+/// tokens fit `max_tokens`; a first item alone over the cap is shortened in the middle.
+/// `items` is read lazily, so what is past the cap is never fetched. Shared by every backend.
+pub(crate) fn cap_expansion(
+    id: String,
+    total: usize,
+    items: impl IntoIterator<Item = Result<ExpandedItem>>,
+    max_tokens: u64,
+) -> Result<ExpandReport> {
+    let mut report = ExpandReport {
+        id,
+        items: Vec::new(),
+        tokens: 0,
+        omitted: 0,
+        truncated: false,
+    };
+    for (i, item) in items.into_iter().enumerate() {
+        let mut item = item?;
+        let t = text_tokens(&item.text);
+        if report.tokens + t > max_tokens {
+            if report.items.is_empty() {
+                item.text = truncate_middle(&item.text, max_tokens);
+                report.tokens += text_tokens(&item.text);
+                report.items.push(item);
+                report.omitted = total - i - 1;
+            } else {
+                report.omitted = total - i;
+            }
+            report.truncated = true;
+            break;
+        }
+        report.tokens += t;
+        report.items.push(item);
+    }
+    Ok(report)
 }
 
 /// A summary's metadata and links.
@@ -498,18 +676,15 @@ impl Db {
                     x.get::<_, Option<String>>(4)?,
                 ))
             })?;
-        Ok((
-            score.unwrap_or(0.0),
+        Ok(message_hit_of(
             id,
-            GrepHit {
-                id: ids::message_id(id),
-                conversation_id: conv_id,
-                role: role_label(role, sk.as_deref()),
-                depth: None,
-                ts,
-                snippet: snippet(&text, needles, None),
-                score,
-            },
+            conv_id,
+            role,
+            sk.as_deref(),
+            ts,
+            &text,
+            score,
+            needles,
         ))
     }
 
@@ -535,19 +710,15 @@ impl Db {
         while let Some(r) = rows.next()? {
             let text: String = r.get(4)?;
             let score: f64 = r.get(5)?;
-            let ts: Option<i64> = r.get(3)?;
-            out.push((
-                score,
-                ts.unwrap_or(0),
-                GrepHit {
-                    id: ids::summary_id(r.get(0)?),
-                    conversation_id: r.get(1)?,
-                    role: "summary".into(),
-                    depth: Some(r.get(2)?),
-                    ts,
-                    snippet: snippet(&text, needles, None),
-                    score: Some(score),
-                },
+            out.push(summary_hit_of(
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                &text,
+                Some(score),
+                needles,
+                None,
             ));
         }
         Ok(out)
@@ -611,12 +782,7 @@ impl Db {
     pub fn grep(&self, q: &GrepQuery) -> Result<GrepReport> {
         let limit = q.limit.clamp(1, 200);
         let convs = self.scope_conversations(&q.scope)?;
-        let mut report = GrepReport {
-            fts_query: None,
-            hits: Vec::new(),
-            next_offset: None,
-            scan_truncated: false,
-        };
+        let mut report = empty_report();
         if convs.is_empty() {
             return Ok(report);
         }
@@ -632,11 +798,7 @@ impl Db {
                 let Some(fts) = sanitize_fts_query(&q.pattern) else {
                     return Ok(report);
                 };
-                let needles: Vec<String> = fts
-                    .split('"')
-                    .filter(|t| !t.trim().is_empty())
-                    .map(str::to_owned)
-                    .collect();
+                let needles = fts_needles(&fts);
                 if q.target != GrepTarget::Summaries {
                     match q.sort {
                         // FTS drives the loop (CROSS JOIN fixes the join order) newest-first
@@ -678,12 +840,7 @@ impl Db {
                     };
                     hits.extend(self.summary_hits(&fts, &in_list, order, want, &needles)?);
                 }
-                match q.sort {
-                    GrepSort::Relevance => hits.sort_by(|a, b| a.0.total_cmp(&b.0)),
-                    GrepSort::Recency => {
-                        hits.sort_by(|a, b| b.2.ts.cmp(&a.2.ts).then(b.1.cmp(&a.1)))
-                    }
-                }
+                order_hits(&mut hits, q.sort);
                 report.fts_query = Some(fts);
             }
             GrepMode::AnyTerm => {
@@ -691,11 +848,7 @@ impl Db {
                 if terms.is_empty() {
                     return Ok(report);
                 }
-                let fts = terms
-                    .iter()
-                    .map(|t| crate::store::terms::fts_term(t))
-                    .collect::<Vec<_>>()
-                    .join(" OR ");
+                let fts = any_term_fts(&terms);
                 if q.target != GrepTarget::Summaries {
                     let ranked = self.ranked_messages(
                         &terms,
@@ -711,19 +864,11 @@ impl Db {
                 if q.target != GrepTarget::Messages {
                     hits.extend(self.summary_hits(&fts, &in_list, "score", want, &terms)?);
                 }
-                hits.sort_by(|a, b| a.0.total_cmp(&b.0));
+                order_hits(&mut hits, GrepSort::Relevance);
                 report.fts_query = Some(fts);
             }
             GrepMode::Regex => {
-                if q.pattern.len() > 500 {
-                    return Err(LosslessError::InvalidInput(
-                        "regex longer than 500 characters".into(),
-                    ));
-                }
-                let re = regex::RegexBuilder::new(&q.pattern)
-                    .size_limit(1 << 20)
-                    .build()
-                    .map_err(|e| LosslessError::InvalidInput(format!("regex: {e}")))?;
+                let re = grep_regex(&q.pattern)?;
                 if q.target != GrepTarget::Summaries {
                     let max_scan = (q.max_scan_rows as i64).max(1);
                     let (found, truncated) =
@@ -758,19 +903,15 @@ impl Db {
                     while let Some(r) = rows.next()? {
                         let text: String = r.get(4)?;
                         if re.is_match(&text) {
-                            let ts: Option<i64> = r.get(3)?;
-                            hits.push((
-                                0.0,
-                                ts.unwrap_or(0),
-                                GrepHit {
-                                    id: ids::summary_id(r.get(0)?),
-                                    conversation_id: r.get(1)?,
-                                    role: "summary".into(),
-                                    depth: Some(r.get(2)?),
-                                    ts,
-                                    snippet: snippet(&text, &[], Some(&re)),
-                                    score: None,
-                                },
+                            hits.push(summary_hit_of(
+                                r.get(0)?,
+                                r.get(1)?,
+                                r.get(2)?,
+                                r.get(3)?,
+                                &text,
+                                None,
+                                &[],
+                                Some(&re),
                             ));
                             if hits.len() >= want {
                                 break;
@@ -780,16 +921,7 @@ impl Db {
                 }
             }
         }
-        let more = hits.len() > q.offset + limit;
-        report.hits = hits
-            .into_iter()
-            .skip(q.offset)
-            .take(limit)
-            .map(|h| h.2)
-            .collect();
-        if more {
-            report.next_offset = Some(q.offset + limit);
-        }
+        page_hits(&mut report, hits, q.offset, limit);
         Ok(report)
     }
 
@@ -958,33 +1090,13 @@ impl Db {
                 vec![rid]
             }
         };
-        let mut report = ExpandReport {
-            id: rid.to_string(),
-            items: Vec::new(),
-            tokens: 0,
-            omitted: 0,
-            truncated: false,
-        };
         let total = children.len();
-        for (i, child) in children.into_iter().enumerate() {
-            let mut item = self.expand_item(child)?;
-            let t = text_tokens(&item.text);
-            if report.tokens + t > max_tokens {
-                if report.items.is_empty() {
-                    item.text = truncate_middle(&item.text, max_tokens);
-                    report.tokens += text_tokens(&item.text);
-                    report.items.push(item);
-                    report.omitted = total - i - 1;
-                } else {
-                    report.omitted = total - i;
-                }
-                report.truncated = true;
-                break;
-            }
-            report.tokens += t;
-            report.items.push(item);
-        }
-        Ok(report)
+        cap_expansion(
+            rid.to_string(),
+            total,
+            children.into_iter().map(|c| self.expand_item(c)),
+            max_tokens,
+        )
     }
 
     fn expand_item(&self, id: RecordId) -> Result<ExpandedItem> {

@@ -46,8 +46,8 @@ pub fn placeholder(bytes: i64, hash: &[u8]) -> String {
     )
 }
 
-/// Replaces every large text slot of `m` by `text`.
-fn replace_large_slots(m: &mut AgentMessage, text: &str) {
+/// Replaces every large text slot of `m` by `text`. Shared by every backend.
+pub(crate) fn replace_large_slots(m: &mut AgentMessage, text: &str) {
     for slot in crate::assemble::text_slots(m) {
         if slot.len() >= KEEP_SLOT_BYTES {
             *slot = text.to_owned();

@@ -314,3 +314,87 @@ pub(crate) fn finish_ranking(
     out.truncate(k);
     Ok(out)
 }
+
+/// FTS5's `bm25()` of one row of a full-text index in which every row holds each of its terms
+/// once (as [`crate::store::terms::index_terms`] makes them), computed as SQLite does it, so a
+/// backend without FTS5 ranks summaries exactly as the SQLite store's `summaries_fts` does:
+/// `n_rows` rows in the index, `n_tokens` terms in all of them, `phrase_rows[i]` the rows
+/// holding phrase `i` of the query, `present[i]` whether this row holds it, `row_len` its
+/// terms. Lower is better (negated, as FTS5 returns it).
+pub(crate) fn fts5_bm25(
+    n_rows: i64,
+    n_tokens: i64,
+    phrase_rows: &[i64],
+    present: &[bool],
+    row_len: i64,
+) -> f64 {
+    let avgdl = n_tokens as f64 / n_rows as f64;
+    let d = row_len as f64;
+    let mut score = 0.0;
+    for (hits, here) in phrase_rows.iter().zip(present) {
+        let mut idf = (((n_rows - hits) as f64 + 0.5) / (*hits as f64 + 0.5)).ln();
+        if idf <= 0.0 {
+            idf = 1e-6;
+        }
+        let f = if *here { 1.0 } else { 0.0 };
+        score += idf * ((f * (K1 + 1.0)) / (f + K1 * (1.0 - B + B * d / avgdl)));
+    }
+    -score
+}
+
+#[cfg(test)]
+mod fts5_tests {
+    use super::*;
+
+    /// The same scores as SQLite's own `bm25()` on an index like `summaries_fts`.
+    #[test]
+    fn fts5_bm25_is_sqlites() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        c.execute_batch(
+            "CREATE VIRTUAL TABLE t USING fts5(text, content='', contentless_delete=1, tokenize='ascii')",
+        )
+        .unwrap();
+        let docs = [
+            "deploy server latenc",
+            "deploy cach chang improv after",
+            "user ask about migrat schema version",
+            "deploy",
+            "build fail becaus config parser reject valu",
+            "日本語 cafe e0425 deploy schema",
+        ];
+        let terms: Vec<Vec<&str>> = docs.iter().map(|d| d.split(' ').collect()).collect();
+        for (i, d) in docs.iter().enumerate() {
+            c.execute("INSERT INTO t(rowid, text) VALUES(?1, ?2)", rusqlite::params![i as i64 + 1, d])
+                .unwrap();
+        }
+        let n_tokens: i64 = terms.iter().map(|t| t.len() as i64).sum();
+        for (query, phrases, or) in [
+            ("\"deploy\"", vec!["deploy"], false),
+            ("\"deploy\" \"schema\"", vec!["deploy", "schema"], false),
+            ("\"deploy\" OR \"schema\" OR \"日本語\"", vec!["deploy", "schema", "日本語"], true),
+            ("\"deploy\" \"deploy\"", vec!["deploy", "deploy"], false),
+            ("\"ask\" OR \"valu\"", vec!["ask", "valu"], true),
+        ] {
+            let mut st = c
+                .prepare("SELECT rowid, bm25(t) FROM t WHERE t MATCH ?1 ORDER BY rowid")
+                .unwrap();
+            let got: Vec<(i64, f64)> = st
+                .query_map([query], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert!(!got.is_empty(), "{query}");
+            let hits: Vec<i64> = phrases
+                .iter()
+                .map(|p| terms.iter().filter(|t| t.contains(p)).count() as i64)
+                .collect();
+            for (rowid, score) in got {
+                let row = &terms[rowid as usize - 1];
+                let present: Vec<bool> = phrases.iter().map(|p| row.contains(p)).collect();
+                assert!(or || present.iter().all(|p| *p));
+                let ours = fts5_bm25(docs.len() as i64, n_tokens, &hits, &present, row.len() as i64);
+                assert_eq!(ours.to_bits(), score.to_bits(), "{query} row {rowid}: {ours} vs {score}");
+            }
+        }
+    }
+}
