@@ -1,8 +1,10 @@
 //! `commitTurn` (contract §1.7, durable admitted turns): one atomic, idempotent write keyed by
-//! `advancementKey`, against real SQLite files. The host retries a failed commit from its
-//! outbox, possibly after a restart, so the same key may arrive again at any time.
+//! `advancementKey`, on both backends (a SQLite file and a fresh PostgreSQL database, see
+//! [`on_both_backends!`]). The host retries a failed commit from its outbox, possibly after a
+//! restart, so the same key may arrive again at any time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -76,28 +78,16 @@ fn commit_in(
     }
 }
 
-/// Message rows in the whole file.
-async fn message_rows(e: &LosslessEngine) -> i64 {
-    e.store().unwrap()
-        .call(|db| db.tx(|c| Ok(c.query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?)))
-        .await
-        .unwrap()
+/// Message rows in the whole store.
+async fn message_rows(store: &TestStore, e: &LosslessEngine) -> i64 {
+    store.count(e, "SELECT count(*) FROM messages").await
 }
 
 /// The advancement keys recorded, sorted.
-async fn recorded_keys(e: &LosslessEngine) -> Vec<String> {
-    e.store().unwrap()
-        .call(|db| {
-            db.tx(|c| {
-                let mut st = c.prepare("SELECT advancement_key FROM turn_commits ORDER BY 1")?;
-                let keys = st
-                    .query_map([], |r| r.get(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(keys)
-            })
-        })
+async fn recorded_keys(store: &TestStore, e: &LosslessEngine) -> Vec<String> {
+    store
+        .texts(e, "SELECT advancement_key FROM turn_commits ORDER BY 1")
         .await
-        .unwrap()
 }
 
 async fn status_of(e: &LosslessEngine, p: &CommitTurnParams) -> CommitTurnStatus {
@@ -105,14 +95,13 @@ async fn status_of(e: &LosslessEngine, p: &CommitTurnParams) -> CommitTurnStatus
 }
 
 async fn assert_doctor_ok(e: &LosslessEngine) {
-    let report = e.store().unwrap().doctor().await.unwrap();
+    let report = e.backend().doctor().await.unwrap();
     assert!(report.ok, "doctor after commits: {:?}", report.issues);
 }
 
-#[tokio::test]
-async fn info_declares_full_durable_turn_semantics_and_lists_commit_turn() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn info_declares_full_durable_turn_semantics_and_lists_commit_turn(store) {
+    let e = store.engine(small_cfg()).await;
     let semantics = e.info().transcript_semantics.unwrap_or_default();
     assert!(
         semantics.is_full(),
@@ -144,12 +133,19 @@ async fn info_declares_full_durable_turn_semantics_and_lists_commit_turn() {
         "§1.7: the wire form of the declaration"
     );
 }
+}
 
-#[tokio::test]
-async fn first_commit_answers_committed_and_stores_the_turn_once() {
+on_both_backends! {
+async fn first_commit_answers_committed_and_stores_the_turn_once(first_store) {
     for large in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(&dir, small_cfg());
+        let second;
+        let store = if large {
+            second = first_store.another();
+            &second
+        } else {
+            first_store
+        };
+        let e = store.engine(small_cfg()).await;
         let msgs = turn_messages(1, large);
         assert_eq!(
             status_of(&e, &commit("adv-1", msgs.clone())).await,
@@ -157,11 +153,11 @@ async fn first_commit_answers_committed_and_stores_the_turn_once() {
             "§1.7: the first write of a key answers committed (large turn: {large})"
         );
         assert_eq!(
-            message_rows(&e).await,
+            message_rows(store, &e).await,
             msgs.len() as i64,
             "every message of the turn is stored once (large turn: {large})"
         );
-        assert_eq!(recorded_keys(&e).await, vec!["adv-1".to_owned()]);
+        assert_eq!(recorded_keys(store, &e).await, vec!["adv-1".to_owned()]);
         // The stored turn is what assembly serves: the messages, in order.
         let a = e
             .assemble(&assemble_params(Vec::new(), 100_000), &cx())
@@ -182,18 +178,25 @@ async fn first_commit_answers_committed_and_stores_the_turn_once() {
         assert_doctor_ok(&e).await;
     }
 }
+}
 
-#[tokio::test]
-async fn the_same_key_again_is_a_duplicate_and_stores_nothing() {
+on_both_backends! {
+async fn the_same_key_again_is_a_duplicate_and_stores_nothing(first_store) {
     for large in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(&dir, small_cfg());
+        let second;
+        let store = if large {
+            second = first_store.another();
+            &second
+        } else {
+            first_store
+        };
+        let e = store.engine(small_cfg()).await;
         let msgs = turn_messages(2, large);
         assert_eq!(
             status_of(&e, &commit("adv-2", msgs.clone())).await,
             CommitTurnStatus::Committed
         );
-        let rows = message_rows(&e).await;
+        let rows = message_rows(store, &e).await;
         assert_eq!(
             status_of(&e, &commit("adv-2", msgs.clone())).await,
             CommitTurnStatus::Duplicate,
@@ -208,18 +211,18 @@ async fn the_same_key_again_is_a_duplicate_and_stores_nothing() {
             CommitTurnStatus::Duplicate,
             "§1.7: the key decides, whatever the retry carries"
         );
-        assert_eq!(message_rows(&e).await, rows, "a duplicate stores nothing");
-        assert_eq!(recorded_keys(&e).await, vec!["adv-2".to_owned()]);
+        assert_eq!(message_rows(store, &e).await, rows, "a duplicate stores nothing");
+        assert_eq!(recorded_keys(store, &e).await, vec!["adv-2".to_owned()]);
         assert_doctor_ok(&e).await;
     }
 }
+}
 
-#[tokio::test]
-async fn the_same_key_after_a_restart_is_a_duplicate() {
-    let dir = tempfile::tempdir().unwrap();
+on_both_backends! {
+async fn the_same_key_after_a_restart_is_a_duplicate(store) {
     let msgs = turn_messages(3, false);
     {
-        let e = engine(&dir, small_cfg());
+        let e = store.engine(small_cfg()).await;
         assert_eq!(
             status_of(&e, &commit("adv-3", msgs.clone())).await,
             CommitTurnStatus::Committed
@@ -227,24 +230,24 @@ async fn the_same_key_after_a_restart_is_a_duplicate() {
         e.dispose().await.unwrap();
     }
     // A new process: the host's outbox retries the commit it never saw acknowledged.
-    let e = engine(&dir, small_cfg());
+    let e = store.engine(small_cfg()).await;
     assert_eq!(
         status_of(&e, &commit("adv-3", msgs.clone())).await,
         CommitTurnStatus::Duplicate,
-        "§1.7: the committed key survives a restart (it is in the file, not in memory)"
+        "§1.7: the committed key survives a restart (it is in the store, not in memory)"
     );
-    assert_eq!(message_rows(&e).await, msgs.len() as i64, "stored once");
+    assert_eq!(message_rows(store, &e).await, msgs.len() as i64, "stored once");
     assert_eq!(
         status_of(&e, &commit("adv-4", turn_messages(4, false))).await,
         CommitTurnStatus::Committed,
         "a new key after the restart commits"
     );
 }
+}
 
-#[tokio::test]
-async fn different_keys_with_overlapping_messages_store_each_message_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn different_keys_with_overlapping_messages_store_each_message_once(store) {
+    let e = store.engine(small_cfg()).await;
     let first = turn_messages(5, false);
     let second = turn_messages(6, true);
     // The second commit repeats the first turn's messages before its own.
@@ -259,12 +262,12 @@ async fn different_keys_with_overlapping_messages_store_each_message_once() {
         "§1.7: a new key commits even when its messages overlap a committed turn"
     );
     assert_eq!(
-        message_rows(&e).await,
+        message_rows(store, &e).await,
         (first.len() + second.len()) as i64,
         "each message is stored once (ingest is idempotent by identity)"
     );
     assert_eq!(
-        recorded_keys(&e).await,
+        recorded_keys(store, &e).await,
         vec!["adv-5".to_owned(), "adv-6".to_owned()]
     );
     let a = e
@@ -277,11 +280,15 @@ async fn different_keys_with_overlapping_messages_store_each_message_once() {
     );
     assert_doctor_ok(&e).await;
 }
+}
 
+// SQLite-only: failures injected with SQLite triggers and SQLite's file lock, from a rusqlite
+// connection.
 #[tokio::test]
 async fn a_failed_commit_records_no_key_and_the_retry_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("lcm.db");
+    let store = TestStore::sqlite();
+    let store = &store;
+    let path = store.sqlite_path();
     let e = LosslessEngine::open(
         &path,
         LosslessConfig {
@@ -307,17 +314,17 @@ async fn a_failed_commit_records_no_key_and_the_retry_commits() {
             let session = format!("agent:main:fail:{t}");
             let msgs = turn_messages(t, large);
             let p = commit_in("f", &session, &format!("adv-{t}"), msgs.clone());
-            let rows = message_rows(&e).await;
+            let rows = message_rows(store, &e).await;
             other.execute_batch(injection).unwrap();
             let err = e.commit_turn(&p, &cx()).await.unwrap_err();
             assert!(err.to_string().contains("injected failure"), "{err}");
             assert_eq!(
-                message_rows(&e).await,
+                message_rows(store, &e).await,
                 rows,
                 "§1.7: a failed commit writes nothing (large turn: {large}, {injection})"
             );
             assert!(
-                !recorded_keys(&e).await.contains(&p.advancement_key),
+                !recorded_keys(store, &e).await.contains(&p.advancement_key),
                 "§1.7: a failed commit records no key, or the outbox's retry would be \
                  acknowledged as a duplicate of a turn that was never stored ({injection})"
             );
@@ -327,11 +334,10 @@ async fn a_failed_commit_records_no_key_and_the_retry_commits() {
                 CommitTurnStatus::Committed,
                 "§1.7: the retry of a failed commit commits (large turn: {large}, {injection})"
             );
-            assert_eq!(message_rows(&e).await, rows + msgs.len() as i64);
+            assert_eq!(message_rows(store, &e).await, rows + msgs.len() as i64);
             // The retried turn is found by search (the full-text state survived the rollback).
             let hits = e
-                .store()
-                .unwrap()
+                .backend()
                 .grep(GrepQuery::new(
                     format!("nd{t}x0"),
                     Scope::Session(ConvKey::from_host(Some(&session), "f")),
@@ -351,17 +357,17 @@ async fn a_failed_commit_records_no_key_and_the_retry_commits() {
     let err = e.commit_turn(&p, &cx()).await.unwrap_err();
     assert!(err.to_string().contains("locked"), "{err}");
     other.execute_batch("ROLLBACK").unwrap();
-    assert!(!recorded_keys(&e).await.contains(&p.advancement_key));
+    assert!(!recorded_keys(store, &e).await.contains(&p.advancement_key));
     assert_eq!(status_of(&e, &p).await, CommitTurnStatus::Committed);
     assert_doctor_ok(&e).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_connections_committing_one_key_store_it_once() {
-    let dir = tempfile::tempdir().unwrap();
-    // Two engines over one file (two processes, or a retry racing the first attempt).
-    let a = Arc::new(engine(&dir, small_cfg()));
-    let b = Arc::new(engine(&dir, small_cfg()));
+on_both_backends! {
+[flavor = "multi_thread", worker_threads = 2]
+async fn two_connections_committing_one_key_store_it_once(store) {
+    // Two engines over one store (two processes, or a retry racing the first attempt).
+    let a = Arc::new(store.engine(small_cfg()).await);
+    let b = Arc::new(store.engine(small_cfg()).await);
     for t in 0..8 {
         let msgs = turn_messages(40 + t, t % 2 == 1);
         let p = commit(&format!("adv-race-{t}"), msgs);
@@ -377,15 +383,15 @@ async fn two_connections_committing_one_key_store_it_once() {
             "§1.7: of two commits of one key exactly one writes"
         );
     }
-    assert_eq!(recorded_keys(&a).await.len(), 8);
+    assert_eq!(recorded_keys(store, &a).await.len(), 8);
     assert_doctor_ok(&a).await;
 }
+}
 
-#[tokio::test]
-async fn committed_turns_over_the_threshold_compact_like_after_turn() {
-    let run = |budget: u64| async move {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn committed_turns_over_the_threshold_compact_like_after_turn(store) {
+    async fn run(store: &TestStore, budget: u64) -> u64 {
+        let e = store.engine(small_cfg()).await;
         for t in 0..40 {
             let mut p = commit(&format!("adv-{t}"), turn_messages(100 + t, t % 4 == 0));
             // commitTurn has no tokenBudget of its own: the runtime's goes in runtimeContext.
@@ -395,30 +401,30 @@ async fn committed_turns_over_the_threshold_compact_like_after_turn() {
             });
             assert_eq!(status_of(&e, &p).await, CommitTurnStatus::Committed);
         }
-        let report = e.store().unwrap().doctor().await.unwrap();
+        let report = e.backend().doctor().await.unwrap();
         assert!(report.ok, "doctor: {:?}", report.issues);
         report.status.summaries
-    };
+    }
     assert!(
-        run(4_000).await > 0,
+        run(store, 4_000).await > 0,
         "a committed turn that leaves the frontier over the threshold compacts, as afterTurn does"
     );
     assert_eq!(
-        run(1_000_000).await,
+        run(&store.another(), 1_000_000).await,
         0,
         "under the threshold of runtimeContext.tokenBudget nothing is compacted"
     );
 }
+}
 
-#[tokio::test]
-async fn sessions_the_engine_never_writes_answer_committed_and_store_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+on_both_backends! {
+async fn sessions_the_engine_never_writes_answer_committed_and_store_nothing(store) {
     let cfg = LosslessConfig {
         ignore_session_patterns: vec!["agent:*:cron:*".into()],
         read_only_session_patterns: vec!["agent:*:subagent:**".into()],
         ..small_cfg()
     };
-    let e = engine(&dir, cfg);
+    let e = store.engine(cfg).await;
     for key in ["agent:main:cron:nightly", "agent:main:subagent:a:b"] {
         let p = commit_in("x", key, "adv-policy", turn_messages(50, false));
         for _ in 0..2 {
@@ -430,33 +436,32 @@ async fn sessions_the_engine_never_writes_answer_committed_and_store_nothing() {
             );
         }
     }
-    assert_eq!(message_rows(&e).await, 0, "nothing stored");
-    assert!(recorded_keys(&e).await.is_empty(), "no key recorded");
-    assert!(e.store().unwrap().conversations().await.unwrap().is_empty());
+    assert_eq!(message_rows(store, &e).await, 0, "nothing stored");
+    assert!(recorded_keys(store, &e).await.is_empty(), "no key recorded");
+    assert!(e.backend().conversations().await.unwrap().is_empty());
 
-    let off = tempfile::tempdir().unwrap();
-    let disabled = engine(
-        &off,
-        LosslessConfig {
+    let off = store.another();
+    let disabled = off
+        .engine(LosslessConfig {
             enabled: false,
             ..small_cfg()
-        },
-    );
+        })
+        .await;
     assert_eq!(
         status_of(&disabled, &commit("adv-off", turn_messages(51, false))).await,
         CommitTurnStatus::Committed
     );
     assert_eq!(
-        message_rows(&disabled).await,
+        message_rows(&off, &disabled).await,
         0,
         "a disabled engine stores nothing"
     );
 }
+}
 
-#[tokio::test]
-async fn an_empty_turn_records_its_key_and_a_blank_key_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn an_empty_turn_records_its_key_and_a_blank_key_is_refused(store) {
+    let e = store.engine(small_cfg()).await;
     assert_eq!(
         status_of(&e, &commit("adv-empty", Vec::new())).await,
         CommitTurnStatus::Committed
@@ -471,5 +476,6 @@ async fn an_empty_turn_records_its_key_and_a_blank_key_is_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("advancementKey"), "{err}");
-    assert_eq!(message_rows(&e).await, 0, "a refused commit stores nothing");
+    assert_eq!(message_rows(store, &e).await, 0, "a refused commit stores nothing");
+}
 }

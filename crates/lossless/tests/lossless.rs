@@ -1,6 +1,8 @@
-//! Integration tests of the lossless engine against real SQLite files.
+//! Integration tests of the lossless engine, each on both backends (a SQLite file and a fresh
+//! PostgreSQL database, see [`on_both_backends!`]) except the few about the SQLite file itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::collections::HashSet;
@@ -16,10 +18,9 @@ fn key() -> ConvKey {
     ConvKey::from_host(Some(KEY), "s1")
 }
 
-#[tokio::test]
-async fn ingest_is_idempotent() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn ingest_is_idempotent(store) {
+    let e = store.engine(small_cfg()).await;
     let m = AgentMessage::user("hello there").with_timestamp(1);
     let p = IngestParams {
         session_id: "s1".into(),
@@ -50,21 +51,21 @@ async fn ingest_is_idempotent() {
         is_heartbeat: None,
     };
     assert_eq!(e.ingest_batch(&b, &cx()).await.unwrap().ingested_count, 0);
-    let convs = e.store().unwrap().conversations().await.unwrap();
+    let convs = e.backend().conversations().await.unwrap();
     assert_eq!(convs.len(), 1);
     assert_eq!(convs[0].msg_count, history.len() as i64);
     // Round trip: describe returns the original message.
-    let r = e.store().unwrap().describe("msg_1").await.unwrap();
+    let r = e.backend().describe("msg_1", None).await.unwrap();
     match r {
         DescribeReport::Message(info) => assert_eq!(info.message, m),
         other => panic!("{other:?}"),
     }
 }
+}
 
-#[tokio::test]
-async fn assemble_fits_budget_keeps_pairs_and_includes_live_prompt() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn assemble_fits_budget_keeps_pairs_and_includes_live_prompt(store) {
+    let e = store.engine(small_cfg()).await;
     let mut rng = Lcg(7);
     let mut history = Vec::new();
     for t in 0..40 {
@@ -119,11 +120,11 @@ async fn assemble_fits_budget_keeps_pairs_and_includes_live_prompt() {
     assert!(sum <= 500 && !r.messages.is_empty(), "{sum}");
     assert!(r.messages[0].plain_text().contains("tokens omitted"));
 }
+}
 
-#[tokio::test]
-async fn compaction_builds_dag_doctor_passes_and_epoch_changes() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn compaction_builds_dag_doctor_passes_and_epoch_changes(store) {
+    let e = store.engine(small_cfg()).await;
     let mut rng = Lcg(3);
     let mut history = Vec::new();
     for t in 0..60 {
@@ -163,58 +164,50 @@ async fn compaction_builds_dag_doctor_passes_and_epoch_changes() {
         serde_json::to_string(&after.messages).unwrap(),
         serde_json::to_string(&again.messages).unwrap()
     );
-    let doc = e.store().unwrap().doctor().await.unwrap();
+    let doc = e.backend().doctor().await.unwrap();
     assert!(doc.ok, "{:#?}", doc.issues);
     assert!(doc.status.summaries > 0);
     // The fresh tail stays raw: the newest 8 messages are the last 8 assembled.
     let n = after.messages.len();
     assert_eq!(&after.messages[n - 8..], &history[history.len() - 8..]);
 }
+}
 
-#[tokio::test]
-async fn doctor_detects_broken_coverage() {
+on_both_backends! {
+async fn doctor_detects_broken_coverage(store) {
     // Guard against a doctor that always says ok: damage the frontier by hand.
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+    let e = store.engine(small_cfg()).await;
     let mut rng = Lcg(5);
     let mut history = Vec::new();
     for t in 0..10 {
         history.extend(turn(&mut rng, t, false, 5));
     }
     ingest_all(&e, &history).await;
-    assert!(e.store().unwrap().doctor().await.unwrap().ok);
-    e.store().unwrap()
-        .call(|db| {
-            db.tx(|c| {
-                c.execute("DELETE FROM frontier WHERE ord = 3", [])?;
-                Ok(())
-            })
-        })
-        .await
-        .unwrap();
-    let doc = e.store().unwrap().doctor().await.unwrap();
+    assert!(e.backend().doctor().await.unwrap().ok);
+    store.execute(&e, "DELETE FROM frontier WHERE ord = 3").await;
+    let doc = e.backend().doctor().await.unwrap();
     assert!(!doc.ok);
-    assert!(doc.issues.iter().any(|i| i.code == "uncovered"));
-    assert!(doc.issues.iter().any(|i| i.code == "totals"));
+    assert!(doc.issues.iter().any(|i| i.code == "uncovered"), "{:#?}", doc.issues);
+    assert!(doc.issues.iter().any(|i| i.code == "totals"), "{:#?}", doc.issues);
+}
 }
 
-#[tokio::test]
-async fn failing_summarizer_leaves_raw_range_and_next_compaction_retries() {
-    let dir = tempfile::tempdir().unwrap();
+on_both_backends! {
+async fn failing_summarizer_leaves_raw_range_and_next_compaction_retries(store) {
     let cfg = LosslessConfig {
         min_salient_retention: 0.0,
         circuit_breaker_threshold: 100,
         ..small_cfg()
     };
     let fake = FakeSummarizer::new(1_000_000);
-    let e = engine(&dir, cfg.clone()).with_summarizer(fake.clone());
+    let e = store.engine(cfg.clone()).await.with_summarizer(fake.clone());
     let mut rng = Lcg(9);
     let mut history = Vec::new();
     for t in 0..30 {
         history.extend(turn(&mut rng, t, false, 30));
     }
     ingest_all(&e, &history).await;
-    let frontier_before = e.store().unwrap().call(|db| db.frontier(1)).await.unwrap();
+    let frontier_before = store.frontier(&e, 1).await;
     let r = e
         .compact(&compact_params(true, 8_000), &cx())
         .await
@@ -222,29 +215,29 @@ async fn failing_summarizer_leaves_raw_range_and_next_compaction_retries() {
     assert!(r.ok && !r.compacted, "{r:?}");
     let first_calls = fake.calls();
     assert!(first_calls > 0);
-    let st = e.store().unwrap().status().await.unwrap();
+    let st = e.backend().status().await.unwrap();
     assert_eq!(st.summaries, 0, "a failed summary never becomes a node");
     assert_eq!(
-        e.store().unwrap().call(|db| db.frontier(1)).await.unwrap(),
+        store.frontier(&e, 1).await,
         frontier_before,
         "raw range stays active"
     );
     // Next compaction retries; with a working summarizer it succeeds.
     drop(e);
     let ok = FakeSummarizer::new(0);
-    let e = engine(&dir, cfg).with_summarizer(ok.clone());
+    let e = store.engine(cfg).await.with_summarizer(ok.clone());
     let r = e
         .compact(&compact_params(true, 8_000), &cx())
         .await
         .unwrap();
     assert!(r.compacted, "{r:?}");
     assert!(ok.calls() > 0);
-    assert!(e.store().unwrap().doctor().await.unwrap().ok);
+    assert!(e.backend().doctor().await.unwrap().ok);
+}
 }
 
-#[tokio::test]
-async fn invalid_summaries_are_rejected_and_breaker_falls_back_to_extractive() {
-    let dir = tempfile::tempdir().unwrap();
+on_both_backends! {
+async fn invalid_summaries_are_rejected_and_breaker_falls_back_to_extractive(store) {
     // Default retention threshold: the 10% head loses most salient terms of later messages.
     let cfg = LosslessConfig {
         circuit_breaker_threshold: 1,
@@ -253,7 +246,7 @@ async fn invalid_summaries_are_rejected_and_breaker_falls_back_to_extractive() {
     // Always fails: the first round opens the breaker (threshold 1); after that the extractive
     // summarizer is the last resort.
     let fake = FakeSummarizer::new(usize::MAX / 2);
-    let e = engine(&dir, cfg).with_summarizer(fake.clone());
+    let e = store.engine(cfg).await.with_summarizer(fake.clone());
     let mut rng = Lcg(11);
     let mut history = Vec::new();
     for t in 0..30 {
@@ -276,10 +269,11 @@ async fn invalid_summaries_are_rejected_and_breaker_falls_back_to_extractive() {
         extractive > 0,
         "the open breaker routes to the extractive summarizer"
     );
-    let st = e.store().unwrap().status().await.unwrap();
+    let st = e.backend().status().await.unwrap();
     assert!(st.summaries > 0);
-    let doc = e.store().unwrap().doctor().await.unwrap();
+    let doc = e.backend().doctor().await.unwrap();
     assert!(doc.ok, "{:#?}", doc.issues);
+}
 }
 
 #[test]
@@ -319,10 +313,9 @@ fn validation_rules() {
     .is_none());
 }
 
-#[tokio::test]
-async fn fts_syntax_from_the_model_never_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn fts_syntax_from_the_model_never_errors(store) {
+    let e = store.engine(small_cfg()).await;
     ingest_all(
         &e,
         &[AgentMessage::user("foo or bar (baz)").with_timestamp(1)],
@@ -342,12 +335,11 @@ async fn fts_syntax_from_the_model_never_errors() {
         "-foo",
         "foo*",
     ] {
-        let r = e.store().unwrap().grep(GrepQuery::new(q, Scope::All)).await;
+        let r = e.backend().grep(GrepQuery::new(q, Scope::All)).await;
         assert!(r.is_ok(), "{q}: {r:?}");
     }
     let r = e
-        .store()
-        .unwrap()
+        .backend()
         .grep(GrepQuery::new("foo\" OR (", Scope::All))
         .await
         .unwrap();
@@ -355,16 +347,14 @@ async fn fts_syntax_from_the_model_never_errors() {
     assert_eq!(r.hits[0].id, "msg_1");
     let mut rq = GrepQuery::new("(unclosed", Scope::All);
     rq.mode = GrepMode::Regex;
-    assert!(matches!(
-        e.store().unwrap().grep(rq).await,
-        Err(LosslessError::InvalidInput(_))
-    ));
+    let r = e.backend().grep(rq).await;
+    assert!(matches!(r, Err(LosslessError::InvalidInput(_))), "{r:?}");
+}
 }
 
-#[tokio::test]
-async fn grep_paginates_and_scopes_by_session_and_agent() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+on_both_backends! {
+async fn grep_paginates_and_scopes_by_session_and_agent(store) {
+    let e = store.engine(small_cfg()).await;
     let msgs: Vec<AgentMessage> = (0..25)
         .map(|i| AgentMessage::user(format!("needle item {i}")).with_timestamp(i))
         .collect();
@@ -379,16 +369,15 @@ async fn grep_paginates_and_scopes_by_session_and_agent() {
     let mut q = GrepQuery::new("needle", Scope::Session(key()));
     q.limit = 10;
     q.sort = GrepSort::Recency;
-    let p1 = e.store().unwrap().grep(q.clone()).await.unwrap();
+    let p1 = e.backend().grep(q.clone()).await.unwrap();
     assert_eq!(p1.hits.len(), 10);
     assert_eq!(p1.next_offset, Some(10));
     q.offset = 20;
-    let p3 = e.store().unwrap().grep(q.clone()).await.unwrap();
+    let p3 = e.backend().grep(q.clone()).await.unwrap();
     assert_eq!(p3.hits.len(), 5);
     assert_eq!(p3.next_offset, None);
     let agent = e
-        .store()
-        .unwrap()
+        .backend()
         .grep(GrepQuery {
             limit: 100,
             ..GrepQuery::new("needle", Scope::Agent("main".into()))
@@ -428,7 +417,9 @@ async fn grep_paginates_and_scopes_by_session_and_agent() {
         "describe across agents must fail: {cross:?}"
     );
 }
+}
 
+// SQLite-only: about foreign and damaged SQLite files (their bytes and WAL).
 #[tokio::test]
 async fn foreign_and_corrupt_files_are_refused_untouched() {
     let dir = tempfile::tempdir().unwrap();
@@ -473,6 +464,7 @@ async fn foreign_and_corrupt_files_are_refused_untouched() {
     assert_eq!(std::fs::read(&good).unwrap(), bytes);
 }
 
+// SQLite-only: SQLite's file lock and busy timeout, taken by a rusqlite connection.
 #[tokio::test]
 async fn locked_database_gives_a_clear_busy_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -499,12 +491,11 @@ async fn locked_database_gives_a_clear_busy_error() {
     assert!(e.ingest(&p, &cx()).await.unwrap().ingested);
 }
 
-#[tokio::test]
-async fn ignored_and_read_only_session_globs() {
-    let dir = tempfile::tempdir().unwrap();
+on_both_backends! {
+async fn ignored_and_read_only_session_globs(store) {
     // Seed a read-only session's history with a normal engine first.
     {
-        let e = engine(&dir, small_cfg());
+        let e = store.engine(small_cfg()).await;
         let p = IngestBatchParams {
             session_id: "r".into(),
             session_key: Some("agent:main:subagent:a:b".into()),
@@ -518,7 +509,7 @@ async fn ignored_and_read_only_session_globs() {
         read_only_session_patterns: vec!["agent:*:subagent:**".into()],
         ..small_cfg()
     };
-    let e = engine(&dir, cfg);
+    let e = store.engine(cfg).await;
     let cron = IngestParams {
         session_id: "c".into(),
         session_key: Some("agent:main:cron:nightly".into()),
@@ -533,7 +524,7 @@ async fn ignored_and_read_only_session_globs() {
         is_heartbeat: None,
     };
     assert!(!e.ingest(&ro, &cx()).await.unwrap().ingested);
-    let convs = e.store().unwrap().conversations().await.unwrap();
+    let convs = e.backend().conversations().await.unwrap();
     assert_eq!(convs.len(), 1, "ignored session created nothing");
     assert_eq!(convs[0].msg_count, 1, "read-only session not written");
     // Read-only assemble serves the stored history plus the live prompt.
@@ -571,10 +562,10 @@ async fn ignored_and_read_only_session_globs() {
         .unwrap();
     assert!(!c.compacted);
 }
+}
 
-#[tokio::test]
-async fn reset_carries_deep_summaries_only() {
-    let dir = tempfile::tempdir().unwrap();
+on_both_backends! {
+async fn reset_carries_deep_summaries_only(store) {
     let cfg = LosslessConfig {
         fresh_tail_count: 4,
         leaf_chunk_tokens: 300,
@@ -585,7 +576,7 @@ async fn reset_carries_deep_summaries_only() {
         max_compaction_rounds: 16,
         ..small_cfg()
     };
-    let e = engine(&dir, cfg);
+    let e = store.engine(cfg).await;
     let mut rng = Lcg(21);
     let mut history = Vec::new();
     for t in 0..40 {
@@ -597,14 +588,14 @@ async fn reset_carries_deep_summaries_only() {
             .await
             .unwrap();
     }
-    let st = e.store().unwrap().status().await.unwrap();
+    let st = e.backend().status().await.unwrap();
     assert!(st.max_depth >= 1, "{st:?}");
-    let old_frontier = e.store().unwrap().call(|db| db.frontier(1)).await.unwrap();
+    let old_frontier = store.frontier(&e, 1).await;
     let deep: Vec<String> = {
         let mut v = Vec::new();
         for (id, _) in &old_frontier {
             if id.starts_with("sum_") {
-                if let DescribeReport::Summary(s) = e.store().unwrap().describe(id).await.unwrap() {
+                if let DescribeReport::Summary(s) = e.backend().describe(id, None).await.unwrap() {
                     if s.depth >= 1 {
                         v.push(id.clone());
                     }
@@ -621,27 +612,23 @@ async fn reset_carries_deep_summaries_only() {
     let rep = e.on_session_reset(KEY, KEY).await.unwrap();
     assert_eq!(rep.carried_summaries, deep.len());
     assert_eq!(rep.archived_conversation, Some(1));
-    let new_frontier: Vec<String> = e
-        .store()
-        .unwrap()
-        .call(move |db| db.frontier(rep.conversation_id))
+    let new_frontier: Vec<String> = store
+        .frontier(&e, rep.conversation_id)
         .await
-        .unwrap()
         .into_iter()
         .map(|x| x.0)
         .collect();
     assert_eq!(new_frontier, deep);
     // Old messages are still searchable from the session.
     let g = e
-        .store()
-        .unwrap()
+        .backend()
         .grep(GrepQuery::new("nd0x0", Scope::Session(key())))
         .await
         .unwrap();
     assert!(!g.hits.is_empty());
     // New turns go to the new conversation; doctor is happy with both.
     ingest_all(&e, &turn(&mut rng, 99, true, 5)).await;
-    let doc = e.store().unwrap().doctor().await.unwrap();
+    let doc = e.backend().doctor().await.unwrap();
     assert!(doc.ok, "{:#?}", doc.issues);
     let a = e
         .assemble(&assemble_params(vec![], 100_000), &cx())
@@ -649,16 +636,16 @@ async fn reset_carries_deep_summaries_only() {
         .unwrap();
     assert_eq!(a.messages.len(), deep.len() + 4);
 }
+}
 
-#[tokio::test]
-async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
-    let dir = tempfile::tempdir().unwrap();
+on_both_backends! {
+async fn ten_thousand_messages_stay_retrievable_through_many_compactions(store) {
     let cfg = LosslessConfig {
         fresh_tail_count: 16,
         leaf_chunk_tokens: 2_000,
         ..Default::default()
     };
-    let e = engine(&dir, cfg);
+    let e = store.engine(cfg).await;
     let mut rng = Lcg(42);
     let mut history: Vec<AgentMessage> = Vec::new();
     let budget = 12_000;
@@ -681,13 +668,13 @@ async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
         }
         t += 1;
     }
-    let st = e.store().unwrap().status().await.unwrap();
+    let st = e.backend().status().await.unwrap();
     assert_eq!(st.messages as usize, history.len());
     assert!(st.summaries > 20, "{st:?}");
-    let doc = e.store().unwrap().doctor().await.unwrap();
+    let doc = e.backend().doctor().await.unwrap();
     assert!(doc.ok, "{:#?}", &doc.issues[..doc.issues.len().min(5)]);
     // Walk the DAG from the frontier with expand: every message exactly once.
-    let frontier = e.store().unwrap().call(|db| db.frontier(1)).await.unwrap();
+    let frontier = store.frontier(&e, 1).await;
     let mut stack: Vec<String> = frontier.into_iter().map(|x| x.0).collect();
     let mut seen = HashSet::new();
     while let Some(id) = stack.pop() {
@@ -695,7 +682,7 @@ async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
             assert!(seen.insert(id), "message reached twice");
             continue;
         }
-        let r = e.store().unwrap().expand(&id, u64::MAX).await.unwrap();
+        let r = e.backend().expand(&id, u64::MAX, None).await.unwrap();
         assert!(!r.truncated);
         stack.extend(r.items.into_iter().map(|i| i.id));
     }
@@ -704,8 +691,7 @@ async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
     for turn_no in (0..t).step_by(97) {
         let needle = format!("nd{turn_no}x9");
         let g = e
-            .store()
-            .unwrap()
+            .backend()
             .grep(GrepQuery {
                 target: GrepTarget::Messages,
                 ..GrepQuery::new(&needle, Scope::Session(key()))
@@ -713,18 +699,18 @@ async fn ten_thousand_messages_stay_retrievable_through_many_compactions() {
             .await
             .unwrap();
         assert_eq!(g.hits.len(), 1, "{needle}");
-        match e.store().unwrap().describe(&g.hits[0].id).await.unwrap() {
+        match e.backend().describe(&g.hits[0].id, None).await.unwrap() {
             DescribeReport::Message(m) => assert!(m.message.plain_text().starts_with(&needle)),
             other => panic!("{other:?}"),
         }
     }
 }
+}
 
-#[tokio::test]
-async fn import_openclaw_jsonl_is_idempotent() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
-    let path = dir.path().join("s.jsonl");
+on_both_backends! {
+async fn import_openclaw_jsonl_is_idempotent(store) {
+    let e = store.engine(small_cfg()).await;
+    let path = store.dir.path().join("s.jsonl");
     let lines = [
         serde_json::json!({"type":"session","id":"sess-1","version":3}),
         serde_json::json!({"type":"message","id":"a","parentId":null,"message":{"role":"user","content":"first","timestamp":1}}),
@@ -739,39 +725,35 @@ async fn import_openclaw_jsonl_is_idempotent() {
             .collect::<String>(),
     )
     .unwrap();
-    let dry = e
-        .store()
-        .unwrap()
-        .import_openclaw_jsonl(&path, key(), false)
-        .await
-        .unwrap();
+    let import = |apply: bool| {
+        let (e, path) = (&e, path.clone());
+        async move {
+            e.backend()
+                .import_jsonl(&key(), path, apply, false)
+                .await
+                .unwrap()
+                .expect("an import that may write into a non-empty conversation reports")
+        }
+    };
+    let dry = import(false).await;
     assert_eq!((dry.messages, dry.new_messages, dry.applied), (2, 2, false));
-    assert!(e.store().unwrap().conversations().await.unwrap().is_empty());
-    let r = e
-        .store()
-        .unwrap()
-        .import_openclaw_jsonl(&path, key(), true)
-        .await
-        .unwrap();
+    assert!(e.backend().conversations().await.unwrap().is_empty());
+    let r = import(true).await;
     assert_eq!(r.new_messages, 2);
-    let r = e
-        .store()
-        .unwrap()
-        .import_openclaw_jsonl(&path, key(), true)
-        .await
-        .unwrap();
+    let r = import(true).await;
     assert_eq!(r.new_messages, 0);
 }
+}
 
-#[tokio::test]
-async fn registers_as_plugin_engine_with_config() {
+on_both_backends! {
+async fn registers_as_plugin_engine_with_config(store) {
     let reg = clawctx_engine::ContextEngineRegistry::with_legacy();
     assert_eq!(register(&reg).unwrap(), clawctx_engine::RegisterOutcome::Ok);
     let r = reg.get("lossless").unwrap();
     assert_eq!(r.owner, "plugin:lossless");
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("x.db");
-    let cfg = serde_json::json!({"plugins": {"entries": {"lossless": {"config": {"databasePath": db, "freshTailCount": 5}}}}});
+    let mut config = store.location_config();
+    config["freshTailCount"] = 5.into();
+    let cfg = serde_json::json!({"plugins": {"entries": {"lossless": {"config": config}}}});
     let ctx = clawctx_engine::FactoryContext {
         config: Some(Arc::new(cfg)),
         ..Default::default()
@@ -780,18 +762,30 @@ async fn registers_as_plugin_engine_with_config() {
     let info = engine.info();
     assert_eq!(info.id, "lossless");
     assert_eq!(info.owns_compaction, Some(true));
-    assert!(db.exists());
     assert_eq!(engine.tools().len(), 3);
+    // The engine writes to the configured store.
+    let p = IngestParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        message: AgentMessage::user("through the factory").with_timestamp(1),
+        is_heartbeat: None,
+    };
+    assert!(engine.ingest(&p, &cx()).await.unwrap().ingested);
+    engine.dispose().await.unwrap();
+    let e = store.engine(small_cfg()).await;
+    let convs = e.backend().conversations().await.unwrap();
+    assert_eq!(convs.len(), 1, "the factory's engine used the configured store");
+    assert_eq!(convs[0].msg_count, 1);
+}
 }
 
+on_both_backends! {
 /// `lcm_grep` in regex mode reads every kind of stored text: short (kept as TEXT), chat-sized
 /// (an LZ4 frame), a large tool output (a zstd frame in `payloads`), and a message of a role the
 /// store does not name (its role kept in the skeleton); hits come newest first, each labelled
 /// with its role and a snippet around the match.
-#[tokio::test]
-async fn regex_grep_reads_every_kind_of_stored_text() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+async fn regex_grep_reads_every_kind_of_stored_text(store) {
+    let e = store.engine(small_cfg()).await;
     let filler = "the build failed because the parser rejected the value ".repeat(12);
     let system: AgentMessage = serde_json::from_value(serde_json::json!({
         "role": "system", "content": "policy note, see ticket-404", "timestamp": 4
@@ -810,11 +804,14 @@ async fn regex_grep_reads_every_kind_of_stored_text() {
         AgentMessage::user("nothing to see here").with_timestamp(5),
     ];
     ingest_all(&e, &msgs).await;
-    let st = e.store().unwrap().status().await.unwrap();
-    assert_eq!(st.payloads, 1, "the tool output is stored as a payload");
+    if store.is_sqlite() {
+        // SQLite's layout: a large tool output goes to `payloads` (PostgreSQL keeps it inline).
+        let st = e.backend().status().await.unwrap();
+        assert_eq!(st.payloads, 1, "the tool output is stored as a payload");
+    }
     let mut q = GrepQuery::new(r"ticket-\d{3}", Scope::Session(key()));
     q.mode = GrepMode::Regex;
-    let r = e.store().unwrap().grep(q).await.unwrap();
+    let r = e.backend().grep(q).await.unwrap();
     let got: Vec<(&str, &str)> = r
         .hits
         .iter()
@@ -840,16 +837,16 @@ async fn regex_grep_reads_every_kind_of_stored_text() {
     }
     let mut none = GrepQuery::new(r"ticket-9\d\d", Scope::Session(key()));
     none.mode = GrepMode::Regex;
-    assert!(e.store().unwrap().grep(none).await.unwrap().hits.is_empty());
+    assert!(e.backend().grep(none).await.unwrap().hits.is_empty());
+}
 }
 
+on_both_backends! {
 /// A regex scan over many batches of rows: hits come newest first across batch boundaries,
 /// pages follow on, the scan bound stops it (and says so), and rows of another conversation
 /// count against that bound but are never hits.
-#[tokio::test]
-async fn regex_grep_pages_and_bounds_a_long_scan() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, small_cfg());
+async fn regex_grep_pages_and_bounds_a_long_scan(store) {
+    let e = store.engine(small_cfg()).await;
     let msgs: Vec<AgentMessage> = (0..1200)
         .map(|i| {
             let text = if i % 7 == 0 {
@@ -880,7 +877,7 @@ async fn regex_grep_pages_and_bounds_a_long_scan() {
         q
     };
     let stamps = |r: &GrepReport| r.hits.iter().map(|h| h.ts.unwrap()).collect::<Vec<_>>();
-    let first = e.store().unwrap().grep(query(0, 50_000)).await.unwrap();
+    let first = e.backend().grep(query(0, 50_000)).await.unwrap();
     assert_eq!(
         stamps(&first),
         matching[..20],
@@ -888,15 +885,16 @@ async fn regex_grep_pages_and_bounds_a_long_scan() {
     );
     assert!(!first.scan_truncated);
     assert_eq!(first.next_offset, Some(20));
-    let second = e.store().unwrap().grep(query(20, 50_000)).await.unwrap();
+    let second = e.backend().grep(query(20, 50_000)).await.unwrap();
     assert_eq!(stamps(&second), matching[20..40], "the next page");
     // The other conversation's 300 rows are the newest: a bound of 400 rows reaches only the
     // newest 100 of this one, 14 of them matching.
-    let bounded = e.store().unwrap().grep(query(0, 400)).await.unwrap();
+    let bounded = e.backend().grep(query(0, 400)).await.unwrap();
     assert!(
         bounded.scan_truncated,
         "the bound ended the scan short of a page"
     );
     let newest_hundred: Vec<i64> = matching.iter().copied().filter(|&i| i >= 1100).collect();
     assert_eq!(stamps(&bounded), newest_hundred);
+}
 }

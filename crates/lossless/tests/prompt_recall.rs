@@ -1,7 +1,9 @@
 //! Ranked any-term search and prompt recall: old messages that answer the current prompt come
-//! back verbatim, ranked by shared rare words, within the budget.
+//! back verbatim, ranked by shared rare words, within the budget. Each test runs on both
+//! backends (see [`on_both_backends!`]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use clawctx_engine::ContextEngine;
@@ -36,10 +38,9 @@ async fn chat_with_early_facts(e: &LosslessEngine) -> Vec<AgentMessage> {
     history
 }
 
-#[tokio::test]
-async fn any_term_search_ranks_rows_sharing_more_rare_words_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, LosslessConfig::default());
+on_both_backends! {
+async fn any_term_search_ranks_rows_sharing_more_rare_words_first(store) {
+    let e = store.engine(LosslessConfig::default()).await;
     chat_with_early_facts(&e).await;
     let mut q = GrepQuery::new(
         "What is the name of the greyhound Marguerite adopted?",
@@ -47,7 +48,7 @@ async fn any_term_search_ranks_rows_sharing_more_rare_words_first() {
     );
     q.mode = GrepMode::AnyTerm;
     q.target = GrepTarget::Messages;
-    let r = e.store().unwrap().grep(q.clone()).await.unwrap();
+    let r = e.backend().grep(q.clone()).await.unwrap();
     assert_eq!(
         r.hits.first().map(|h| h.id.as_str()),
         Some("msg_1"),
@@ -64,15 +65,15 @@ async fn any_term_search_ranks_rows_sharing_more_rare_words_first() {
 
     // The AND mode finds nothing for the whole question (no row has every word).
     q.mode = GrepMode::FullText;
-    assert!(e.store().unwrap().grep(q).await.unwrap().hits.is_empty());
+    assert!(e.backend().grep(q).await.unwrap().hits.is_empty());
+}
 }
 
-#[tokio::test]
-async fn full_text_relevance_prefers_the_shorter_of_two_matching_rows() {
+on_both_backends! {
+async fn full_text_relevance_prefers_the_shorter_of_two_matching_rows(store) {
     // BM25 length normalization: with a broken bm25() every score is 0 and the newer, longer
     // row would come first (ties go newest first).
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, LosslessConfig::default());
+    let e = store.engine(LosslessConfig::default()).await;
     let mut rng = Lcg(5);
     let mut msgs = vec![AgentMessage::user("the quokka smiled").with_timestamp(1)];
     for t in 0..50 {
@@ -89,8 +90,7 @@ async fn full_text_relevance_prefers_the_shorter_of_two_matching_rows() {
     };
     e.ingest_batch(&b, &cx()).await.unwrap();
     let r = e
-        .store()
-        .unwrap()
+        .backend()
         .grep(GrepQuery::new("quokka", Scope::Session(key())))
         .await
         .unwrap();
@@ -98,15 +98,15 @@ async fn full_text_relevance_prefers_the_shorter_of_two_matching_rows() {
     assert_eq!(r.hits[0].id, "msg_1", "{:?}", r.hits);
     assert!(r.hits[0].score.unwrap() < 0.0, "bm25 must not be zero: {:?}", r.hits);
 }
+}
 
-#[tokio::test]
-async fn assembly_quotes_old_matching_messages_before_the_prompt_within_budget() {
-    let dir = tempfile::tempdir().unwrap();
+on_both_backends! {
+async fn assembly_quotes_old_matching_messages_before_the_prompt_within_budget(store) {
     let cfg = LosslessConfig {
         fresh_tail_count: 8,
         ..Default::default()
     };
-    let e = engine(&dir, cfg);
+    let e = store.engine(cfg).await;
     let history = chat_with_early_facts(&e).await;
     let budget = 2_000;
     let question = "What did Marguerite name her greyhound?";
@@ -134,14 +134,14 @@ async fn assembly_quotes_old_matching_messages_before_the_prompt_within_budget()
     );
 
     // Without recall the same budget shows nothing of it (it is 300 messages back).
-    let e2 = engine(
-        &tempfile::tempdir().unwrap(),
-        LosslessConfig {
+    let other_store = store.another();
+    let e2 = other_store
+        .engine(LosslessConfig {
             fresh_tail_count: 8,
             prompt_recall_share: 0.0,
             ..Default::default()
-        },
-    );
+        })
+        .await;
     chat_with_early_facts(&e2).await;
     let out2 = e2.assemble(&p, &cx()).await.unwrap();
     let whole2: String = out2.messages.iter().map(|m| m.plain_text()).collect();
@@ -160,11 +160,11 @@ async fn assembly_quotes_old_matching_messages_before_the_prompt_within_budget()
     };
     assert_eq!(prefix(&out.messages), prefix(&out3.messages));
 }
+}
 
-#[tokio::test]
-async fn no_recall_block_when_the_newest_message_is_not_a_user_prompt() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&dir, LosslessConfig::default());
+on_both_backends! {
+async fn no_recall_block_when_the_newest_message_is_not_a_user_prompt(store) {
+    let e = store.engine(LosslessConfig::default()).await;
     let mut history = chat_with_early_facts(&e).await;
     history.push(
         AgentMessage::tool_call("c1", "read", serde_json::json!({"path": "greyhound.txt"}))
@@ -177,17 +177,17 @@ async fn no_recall_block_when_the_newest_message_is_not_a_user_prompt() {
         "tool-loop continuations get no recall block"
     );
 }
+}
 
-#[tokio::test]
-async fn a_prompt_the_host_appends_after_the_context_gets_the_recalled_block_last() {
+on_both_backends! {
+async fn a_prompt_the_host_appends_after_the_context_gets_the_recalled_block_last(store) {
     // Durable turns (§1.7) assemble the history before the current turn: every host message is
     // stored and the prompt is only `params.prompt`; the host appends it after the context.
-    let dir = tempfile::tempdir().unwrap();
     let cfg = LosslessConfig {
         fresh_tail_count: 8,
         ..Default::default()
     };
-    let e = engine(&dir, cfg);
+    let e = store.engine(cfg).await;
     let history = chat_with_early_facts(&e).await;
     let budget = 2_000;
     let question = "What did Marguerite name her greyhound?";
@@ -199,4 +199,5 @@ async fn a_prompt_the_host_appends_after_the_context_gets_the_recalled_block_las
     assert!(block.starts_with("<recalled"), "the recalled block ends the context, right before where the prompt goes: {block}");
     assert!(block.contains("My sister Marguerite adopted a greyhound called Biscuit last spring."), "{block}");
     assert!(!out.messages.iter().any(|m| m.plain_text() == question), "the host appends the prompt, not the engine");
+}
 }

@@ -1,6 +1,6 @@
 //! Property tests: over random conversations with tool calls, random compactions and random
 //! budgets, assembly is never over budget, reports its estimate exactly, keeps tool pairs
-//! intact, and doctor stays clean.
+//! intact, and doctor stays clean; on both backends (a fresh PostgreSQL database per case).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -12,20 +12,30 @@ use clawctx_tokens::message_tokens;
 use common::*;
 use proptest::prelude::*;
 
-fn run(seed: u64, turns: usize, sizes: Vec<usize>, compact_every: usize, budgets: Vec<u64>) {
+/// One case on `store` (`None`: no PostgreSQL server, skip).
+fn run(
+    store: Option<TestStore>,
+    seed: u64,
+    turns: usize,
+    sizes: Vec<usize>,
+    compact_every: usize,
+    budgets: Vec<u64>,
+) {
+    let Some(store) = store else {
+        return;
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async move {
-        let dir = tempfile::tempdir().unwrap();
+    rt.block_on(async {
         let cfg = LosslessConfig {
             fresh_tail_count: 3,
             leaf_chunk_tokens: 300,
             leaf_min_fanout: 2,
             ..Default::default()
         };
-        let e = engine(&dir, cfg);
+        let e = store.engine(cfg).await;
         let mut rng = Lcg(seed);
         let mut history: Vec<AgentMessage> = Vec::new();
         for t in 0..turns {
@@ -85,31 +95,38 @@ fn run(seed: u64, turns: usize, sizes: Vec<usize>, compact_every: usize, budgets
                 .await
                 .unwrap();
             let sum: u64 = r.messages.iter().map(message_tokens).sum();
-            prop_assert_le(sum, b);
+            assert!(sum <= b, "{}: assembled {sum} tokens over budget {b}", store.name());
             assert_eq!(r.estimated_tokens, sum);
             assert_pairs_intact(&r.messages);
         }
-        let doc = e.store().unwrap().doctor().await.unwrap();
-        assert!(doc.ok, "{:#?}", doc.issues);
+        let doc = e.backend().doctor().await.unwrap();
+        assert!(doc.ok, "{}: {:#?}", store.name(), doc.issues);
         Ok::<(), TestCaseError>(())
     })
     .unwrap();
 }
 
-fn prop_assert_le(a: u64, b: u64) {
-    assert!(a <= b, "assembled {a} tokens over budget {b}");
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]
-    fn never_over_budget_and_pairs_intact(
+    fn never_over_budget_and_pairs_intact_on_sqlite(
         seed in any::<u64>(),
         turns in 1usize..40,
         sizes in proptest::collection::vec(1usize..120, 1..5),
         compact_every in 0usize..6,
         budgets in proptest::collection::vec(1u64..6_000, 1..6),
     ) {
-        run(seed, turns, sizes, compact_every, budgets);
+        run(Some(TestStore::sqlite()), seed, turns, sizes, compact_every, budgets);
+    }
+
+    #[test]
+    fn never_over_budget_and_pairs_intact_on_postgres(
+        seed in any::<u64>(),
+        turns in 1usize..40,
+        sizes in proptest::collection::vec(1usize..120, 1..5),
+        compact_every in 0usize..6,
+        budgets in proptest::collection::vec(1u64..6_000, 1..6),
+    ) {
+        run(TestStore::postgres("props"), seed, turns, sizes, compact_every, budgets);
     }
 }

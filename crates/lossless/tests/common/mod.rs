@@ -1,6 +1,7 @@
 //! Shared helpers for the lossless integration tests: engines over temp files, message
-//! builders, deterministic workloads and fake summarizers.
-#![allow(dead_code)]
+//! builders, deterministic workloads and fake summarizers, and [`TestStore`] with
+//! [`on_both_backends!`] to run one test body on SQLite and on PostgreSQL.
+#![allow(dead_code, unused_macros)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,6 +21,202 @@ pub fn cx() -> CallContext {
 
 pub fn engine(dir: &tempfile::TempDir, cfg: LosslessConfig) -> LosslessEngine {
     LosslessEngine::open(dir.path().join("lcm.db"), cfg).unwrap()
+}
+
+/// One test's store on one backend: a SQLite file in a temp dir, or a fresh PostgreSQL
+/// database (dropped with this value). Either way [`TestStore::dir`] is a scratch dir for the
+/// test's other files. [`TestStore::engine`] opens a new engine on the same store each call
+/// (a restart, or a second process/node).
+pub struct TestStore {
+    /// Scratch files; the SQLite store is `lcm.db` in it.
+    pub dir: tempfile::TempDir,
+    db: Option<clawctx_test_support::pg::TestDatabase>,
+}
+
+impl TestStore {
+    pub fn sqlite() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            db: None,
+        }
+    }
+
+    /// A store in a fresh PostgreSQL database, or `None` (the test skips) without a server
+    /// (`CLAWCTX_TEST_PG_URL`; under `CI=true` a missing server panics).
+    pub fn postgres(hint: &str) -> Option<Self> {
+        let db = clawctx_test_support::pg::test_database(hint)?;
+        Some(Self {
+            dir: tempfile::tempdir().unwrap(),
+            db: Some(db),
+        })
+    }
+
+    /// Another fresh, empty store on the same backend (for a test that needs a second one).
+    pub fn another(&self) -> TestStore {
+        if self.is_sqlite() {
+            TestStore::sqlite()
+        } else {
+            TestStore::postgres("another").expect("the server that made this store")
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        if self.db.is_some() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        self.db.is_none()
+    }
+
+    /// The SQLite file (meaningful on SQLite only).
+    pub fn sqlite_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("lcm.db")
+    }
+
+    /// A new engine on this store.
+    pub async fn engine(&self, cfg: LosslessConfig) -> LosslessEngine {
+        match &self.db {
+            None => LosslessEngine::open(self.sqlite_path(), cfg).unwrap(),
+            Some(db) => {
+                let store = clawctx_lossless::pg::PgStore::open_url(&db.url)
+                    .await
+                    .unwrap();
+                LosslessEngine::over(Arc::new(store), cfg).unwrap()
+            }
+        }
+    }
+
+    /// The plugin config keys that put the store here (`databasePath` or `database`).
+    pub fn location_config(&self) -> serde_json::Value {
+        match &self.db {
+            None => json!({"databasePath": self.sqlite_path()}),
+            Some(db) => json!({"database": db.url}),
+        }
+    }
+
+    /// A PostgreSQL connection to the test database (for direct checks).
+    async fn pg(&self) -> Option<tokio_postgres::Client> {
+        let db = self.db.as_ref()?;
+        let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        Some(client)
+    }
+
+    /// Runs `sql` (valid on both databases) directly against the store's tables.
+    pub async fn execute(&self, e: &LosslessEngine, sql: &str) {
+        if let Some(c) = self.pg().await {
+            c.batch_execute(sql).await.unwrap();
+            return;
+        }
+        let sql = sql.to_owned();
+        e.store()
+            .unwrap()
+            .call(move |db| {
+                db.tx(|c| {
+                    c.execute_batch(&sql)?;
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+    }
+
+    /// The first column of the first row of `sql` (a `count(*)`), read directly.
+    pub async fn count(&self, e: &LosslessEngine, sql: &str) -> i64 {
+        if let Some(c) = self.pg().await {
+            return c.query_one(sql, &[]).await.unwrap().get(0);
+        }
+        let sql = sql.to_owned();
+        e.store()
+            .unwrap()
+            .call(move |db| db.tx(|c| Ok(c.query_row(&sql, [], |r| r.get(0))?)))
+            .await
+            .unwrap()
+    }
+
+    /// The first column of every row of `sql`, as text, read directly.
+    pub async fn texts(&self, e: &LosslessEngine, sql: &str) -> Vec<String> {
+        if let Some(c) = self.pg().await {
+            let rows = c.query(sql, &[]).await.unwrap();
+            return rows.iter().map(|r| r.get(0)).collect();
+        }
+        let sql = sql.to_owned();
+        e.store()
+            .unwrap()
+            .call(move |db| {
+                db.tx(|c| {
+                    let mut st = c.prepare(&sql)?;
+                    let v = st
+                        .query_map([], |r| r.get(0))?
+                        .collect::<rusqlite::Result<Vec<String>>>()?;
+                    Ok(v)
+                })
+            })
+            .await
+            .unwrap()
+    }
+
+    /// The frontier of conversation `conv_id`: `(id, tokens)` in order, read directly.
+    pub async fn frontier(&self, e: &LosslessEngine, conv_id: i64) -> Vec<(String, u64)> {
+        if let Some(c) = self.pg().await {
+            let rows = c
+                .query(
+                    "SELECT kind, item_id, tokens FROM frontier WHERE conv_id = $1 ORDER BY ord",
+                    &[&conv_id],
+                )
+                .await
+                .unwrap();
+            return rows
+                .iter()
+                .map(|r| {
+                    let (kind, id, tokens): (i16, i64, i64) = (r.get(0), r.get(1), r.get(2));
+                    let id = if kind == 0 {
+                        format!("msg_{id}")
+                    } else {
+                        format!("sum_{id}")
+                    };
+                    (id, tokens as u64)
+                })
+                .collect();
+        }
+        e.store()
+            .unwrap()
+            .call(move |db| db.frontier(conv_id))
+            .await
+            .unwrap()
+    }
+}
+
+/// Defines a test on both backends from one body: `async fn $name(store: &TestStore)` and
+/// `mod $name { sqlite, postgres }`, so a failure's test name says the backend (the
+/// PostgreSQL one skips without a server). An optional `[flavor = …]` goes to `tokio::test`.
+macro_rules! on_both_backends {
+    ($(#[$meta:meta])* $([$($tokio:tt)*])? async fn $name:ident($store:ident) $body:block) => {
+        $(#[$meta])*
+        async fn $name($store: &TestStore) $body
+
+        mod $name {
+            use super::*;
+
+            #[tokio::test$(($($tokio)*))?]
+            async fn sqlite() {
+                super::$name(&TestStore::sqlite()).await;
+            }
+
+            #[tokio::test$(($($tokio)*))?]
+            async fn postgres() {
+                if let Some(store) = TestStore::postgres(stringify!($name)) {
+                    super::$name(&store).await;
+                }
+            }
+        }
+    };
 }
 
 /// A small config so tests compact quickly.
