@@ -553,3 +553,134 @@ pub(crate) fn check_dag(
 pub(crate) fn sort_issues(issues: &mut [DoctorIssue]) {
     issues.sort_by(|a, b| (a.conversation_id, &a.code).cmp(&(b.conversation_id, &b.code)));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv(msgs: i64, items: i64, tokens: i64) -> ConvRow {
+        ConvRow {
+            id: 1,
+            agent_id: "a".into(),
+            session_key: "k".into(),
+            active: true,
+            next_seq: msgs,
+            next_ord: items,
+            msg_count: msgs,
+            msg_tokens: tokens,
+            raw_bytes: 0,
+            frontier_tokens: tokens,
+            frontier_items: items,
+            epoch: 0,
+        }
+    }
+
+    fn codes(issues: &[DoctorIssue]) -> Vec<&str> {
+        issues.iter().map(|i| i.code.as_str()).collect()
+    }
+
+    #[test]
+    fn a_sound_conversation_has_no_issues() {
+        // msg 1 (user), 2 (assistant call), 3 (tool result) under sum 10; msg 4 raw.
+        let by_seq = [
+            (1, 0, role::USER),
+            (2, 1, role::ASSISTANT),
+            (3, 2, role::TOOL_RESULT),
+            (4, 3, role::USER),
+        ];
+        let frontier = [(1, 10, 7), (0, 4, 3)];
+        let children: Children = [(10, vec![(0, 1), (0, 2), (0, 3)])].into_iter().collect();
+        let mut issues = Vec::new();
+        check_conversation(&conv(4, 2, 10), &by_seq, &frontier, &children, &mut issues);
+        assert!(issues.is_empty(), "{issues:?}");
+        let summaries = [(10, (1, 0))].into_iter().collect();
+        let in_frontier = [10].into_iter().collect();
+        check_dag(
+            &children,
+            &summaries,
+            &in_frontier,
+            |_| Ok(true),
+            &mut issues,
+        )
+        .unwrap();
+        assert!(issues.is_empty(), "{issues:?}");
+    }
+
+    #[test]
+    fn broken_conversations_are_reported() {
+        let by_seq = [
+            (1, 0, role::USER),
+            (2, 0, role::USER),
+            (3, 1, role::TOOL_RESULT),
+        ];
+        // msg 1 twice, msg 2 never, msg 9 not a message, sum 11 without children.
+        let frontier = [(0, 1, 1), (0, 1, 1), (0, 9, 1), (1, 11, 1), (0, 3, 1)];
+        let mut issues = Vec::new();
+        check_conversation(
+            &conv(5, 1, 1),
+            &by_seq,
+            &frontier,
+            &Children::new(),
+            &mut issues,
+        );
+        sort_issues(&mut issues);
+        let got = codes(&issues);
+        for code in [
+            "duplicate-seq",
+            "totals",
+            "double-covered",
+            "uncovered",
+            "missing-item",
+            "childless-summary",
+        ] {
+            assert!(got.contains(&code), "{code} missing from {got:?}");
+        }
+    }
+
+    #[test]
+    fn the_dag_is_checked_for_orphans_missing_children_and_depths() {
+        // sum 1 (leaf) fine; sum 2 depth 1 over a message (wrong level) and a missing summary;
+        // sum 3 depth 2 over sum 1 (depth 0: skips a level); sum 4 orphan.
+        let children: Children = [
+            (1, vec![(0, 100)]),
+            (2, vec![(0, 100), (1, 77)]),
+            (3, vec![(1, 1)]),
+            (4, vec![(0, 101)]),
+        ]
+        .into_iter()
+        .collect();
+        let summaries = [(1, (1, 0)), (2, (1, 1)), (3, (1, 2)), (4, (1, 0))]
+            .into_iter()
+            .collect();
+        let in_frontier = [2, 3].into_iter().collect();
+        let mut issues = Vec::new();
+        check_dag(
+            &children,
+            &summaries,
+            &in_frontier,
+            |id| Ok(id == 100),
+            &mut issues,
+        )
+        .unwrap();
+        sort_issues(&mut issues);
+        let got = codes(&issues);
+        assert_eq!(
+            got.iter().filter(|c| **c == "depth-mismatch").count(),
+            2,
+            "{issues:?}"
+        );
+        assert_eq!(
+            got.iter().filter(|c| **c == "dangling-child").count(),
+            2,
+            "{issues:?}"
+        );
+        assert_eq!(
+            got.iter().filter(|c| **c == "orphan-summary").count(),
+            1,
+            "{issues:?}"
+        );
+        let mut sorted = got.clone();
+        sorted.sort();
+        assert_eq!(got, sorted, "one conversation: by code");
+    }
+}

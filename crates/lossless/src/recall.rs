@@ -1157,3 +1157,148 @@ impl Db {
             .collect::<rusqlite::Result<_>>()?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(id: &str, ts: Option<i64>) -> GrepHit {
+        GrepHit {
+            id: id.into(),
+            conversation_id: 1,
+            role: "user".into(),
+            depth: None,
+            ts,
+            snippet: String::new(),
+            score: None,
+        }
+    }
+
+    fn ids_of(hits: &[RankedHit]) -> Vec<&str> {
+        hits.iter().map(|h| h.2.id.as_str()).collect()
+    }
+
+    #[test]
+    fn hits_order_by_score_stably_or_newest_first() {
+        let mut hits = vec![
+            (-2.0, 5, hit("msg_5", Some(50))),
+            (-3.0, 7, hit("msg_7", Some(70))),
+            (-2.0, 90, hit("sum_1", Some(90))),
+            (-3.0, 0, hit("sum_2", None)),
+        ];
+        order_hits(&mut hits, GrepSort::Relevance);
+        // Ties keep their order: messages' before summaries'.
+        assert_eq!(ids_of(&hits), ["msg_7", "sum_2", "msg_5", "sum_1"]);
+        order_hits(&mut hits, GrepSort::Recency);
+        assert_eq!(ids_of(&hits), ["sum_1", "msg_7", "msg_5", "sum_2"]);
+        // Equal timestamps: the larger tiebreak first.
+        let mut same = vec![(0.0, 3, hit("a", Some(1))), (0.0, 9, hit("b", Some(1)))];
+        order_hits(&mut same, GrepSort::Recency);
+        assert_eq!(ids_of(&same), ["b", "a"]);
+    }
+
+    #[test]
+    fn a_page_says_whether_more_follow() {
+        let hits = |n: usize| -> Vec<RankedHit> {
+            (0..n)
+                .map(|i| (0.0, i as i64, hit(&format!("msg_{i}"), None)))
+                .collect()
+        };
+        let mut r = empty_report();
+        page_hits(&mut r, hits(6), 2, 3);
+        assert_eq!(
+            r.hits.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(),
+            ["msg_2", "msg_3", "msg_4"]
+        );
+        assert_eq!(r.next_offset, Some(5));
+        let mut r = empty_report();
+        page_hits(&mut r, hits(5), 2, 3);
+        assert_eq!(r.hits.len(), 3);
+        assert_eq!(r.next_offset, None);
+        let mut r = empty_report();
+        page_hits(&mut r, hits(1), 4, 3);
+        assert!(r.hits.is_empty() && r.next_offset.is_none());
+    }
+
+    #[test]
+    fn snippets_centre_on_the_match_and_roles_are_named() {
+        let text = format!("{} needle here\nand more", "x".repeat(300));
+        let s = snippet(&text, &["needle".into()], None);
+        assert!(
+            s.starts_with('…') && s.contains("needle here and more"),
+            "{s}"
+        );
+        let re = regex::Regex::new("ne+dle").unwrap();
+        assert_eq!(snippet(&text, &[], Some(&re)), s);
+        assert_eq!(snippet("short", &["absent".into()], None), "short");
+        assert_eq!(role_label(0, None), "user");
+        assert_eq!(role_label(2, None), "toolResult");
+        assert_eq!(role_label(3, Some(r#"{"role":"system"}"#)), "system");
+        assert_eq!(role_label(3, Some("not json")), "other");
+    }
+
+    #[test]
+    fn hits_carry_their_tiebreaks() {
+        let m = message_hit_of(12, 3, 1, None, Some(40), "text", Some(-1.5), &[]);
+        assert_eq!(
+            (m.0, m.1, m.2.id.as_str(), m.2.role.as_str()),
+            (-1.5, 12, "msg_12", "assistant")
+        );
+        let s = summary_hit_of(4, 3, 1, Some(99), "text", None, &[], None);
+        assert_eq!(
+            (s.0, s.1, s.2.id.as_str(), s.2.depth),
+            (0.0, 99, "sum_4", Some(1))
+        );
+        let s = summary_hit_of(4, 3, 1, None, "text", None, &[], None);
+        assert_eq!(s.1, 0);
+    }
+
+    #[test]
+    fn queries_make_needles_and_regexes_are_bounded() {
+        assert_eq!(fts_needles("\"deploy\" \"server\""), ["deploy", "server"]);
+        assert_eq!(
+            any_term_fts(&["deploys".into(), "cache".into()]),
+            "\"deploy\" OR \"cach\""
+        );
+        assert!(grep_regex(&"a".repeat(501)).is_err());
+        let e = grep_regex("(").unwrap_err().to_string();
+        assert!(e.contains("regex"), "{e}");
+        assert!(grep_regex("a+b").is_ok());
+    }
+
+    #[test]
+    fn expansion_stops_at_the_cap() {
+        let item = |i: usize, words: usize| -> Result<ExpandedItem> {
+            Ok(ExpandedItem {
+                id: format!("msg_{i}"),
+                role: "user".into(),
+                depth: None,
+                ts: None,
+                text: "word ".repeat(words),
+            })
+        };
+        let r = cap_expansion("sum_1".into(), 3, (0..3).map(|i| item(i, 10)), 1_000).unwrap();
+        assert_eq!((r.items.len(), r.omitted, r.truncated), (3, 0, false));
+        assert_eq!(
+            r.tokens,
+            (0..3)
+                .map(|_| text_tokens(&"word ".repeat(10)))
+                .sum::<u64>()
+        );
+        let one = text_tokens(&"word ".repeat(10));
+        let r = cap_expansion("sum_1".into(), 3, (0..3).map(|i| item(i, 10)), one + 1).unwrap();
+        assert_eq!((r.items.len(), r.omitted, r.truncated), (1, 2, true));
+        // A first item alone over the cap is shortened, not dropped.
+        let r = cap_expansion("sum_1".into(), 2, (0..2).map(|i| item(i, 500)), 20).unwrap();
+        assert_eq!((r.items.len(), r.omitted, r.truncated), (1, 1, true));
+        assert!(r.tokens <= 20 + 8, "{}", r.tokens);
+        // Items past the cap are never read.
+        let mut read = 0;
+        let items = (0..5).map(|i| {
+            read += 1;
+            item(i, 10)
+        });
+        cap_expansion("sum_1".into(), 5, items, one).unwrap();
+        assert_eq!(read, 2);
+    }
+}

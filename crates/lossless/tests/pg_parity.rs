@@ -29,7 +29,12 @@ const THIRD_KEY: &str = "agent:main:test:direct:3";
 async fn both(
     hint: &str,
     cfg: LosslessConfig,
-) -> Option<(tempfile::TempDir, LosslessEngine, TestDatabase, LosslessEngine)> {
+) -> Option<(
+    tempfile::TempDir,
+    LosslessEngine,
+    TestDatabase,
+    LosslessEngine,
+)> {
     let db = test_database(hint)?;
     let dir = tempfile::tempdir().unwrap();
     let sqlite = engine(&dir, cfg.clone());
@@ -47,7 +52,11 @@ fn in_ci() -> bool {
 fn same_report(a: &GrepReport, b: &GrepReport, what: &str) {
     assert_eq!(a.fts_query, b.fts_query, "{what}: FTS query");
     let ids = |r: &GrepReport| r.hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
-    assert_eq!(ids(a), ids(b), "{what}: hit ids (SQLite left, PostgreSQL right)");
+    assert_eq!(
+        ids(a),
+        ids(b),
+        "{what}: hit ids (SQLite left, PostgreSQL right)"
+    );
     for (x, y) in a.hits.iter().zip(&b.hits) {
         assert_eq!(
             (x.conversation_id, &x.role, x.depth, x.ts, &x.snippet),
@@ -119,8 +128,12 @@ fn history(seed: u64, turns: usize) -> Vec<AgentMessage> {
                 AgentMessage::tool_call(&id, "read", json!({"path": "big.log"})).with_timestamp(ts),
             );
             msgs.push(
-                AgentMessage::tool_result(&id, "read", format!("log{t} {}", words(&mut rng, 2_000)))
-                    .with_timestamp(ts + 1),
+                AgentMessage::tool_result(
+                    &id,
+                    "read",
+                    format!("log{t} {}", words(&mut rng, 2_000)),
+                )
+                .with_timestamp(ts + 1),
             );
         }
         h.extend(msgs);
@@ -145,7 +158,9 @@ async fn play(e: &LosslessEngine, key: &str, h: &[AgentMessage]) {
             .unwrap();
         pre = end;
     }
-    e.after_turn(&after_turn_for(key, h, pre), &cx()).await.unwrap();
+    e.after_turn(&after_turn_for(key, h, pre), &cx())
+        .await
+        .unwrap();
     let force = CompactParams {
         session_key: Some(key.into()),
         ..compact_params(true, 8_000)
@@ -153,7 +168,13 @@ async fn play(e: &LosslessEngine, key: &str, h: &[AgentMessage]) {
     e.compact(&force, &cx()).await.unwrap();
 }
 
-fn query(pattern: &str, mode: GrepMode, target: GrepTarget, sort: GrepSort, scope: Scope) -> GrepQuery {
+fn query(
+    pattern: &str,
+    mode: GrepMode,
+    target: GrepTarget,
+    sort: GrepSort,
+    scope: Scope,
+) -> GrepQuery {
     GrepQuery {
         mode,
         target,
@@ -180,7 +201,10 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
     let status_a = sqlite.backend().status().await.unwrap();
     let status_b = pg.backend().status().await.unwrap();
     assert!(status_a.summaries > 0, "the scenario must have summaries");
-    assert!(status_a.max_depth >= 1, "the scenario must have condensed summaries");
+    assert!(
+        status_a.max_depth >= 1,
+        "the scenario must have condensed summaries"
+    );
     let counts = |s: &StatusReport| {
         (
             s.conversations,
@@ -257,17 +281,42 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
     ];
     let mut total = 0;
     for scope in &scopes {
-        for target in [GrepTarget::Both, GrepTarget::Messages, GrepTarget::Summaries] {
+        for target in [
+            GrepTarget::Both,
+            GrepTarget::Messages,
+            GrepTarget::Summaries,
+        ] {
             for sort in [GrepSort::Relevance, GrepSort::Recency] {
                 for p in full_text {
-                    total += same_grep(&sqlite, &pg, query(p, GrepMode::FullText, target, sort, scope.clone())).await;
+                    total += same_grep(
+                        &sqlite,
+                        &pg,
+                        query(p, GrepMode::FullText, target, sort, scope.clone()),
+                    )
+                    .await;
                 }
             }
             for p in any_term {
-                total += same_grep(&sqlite, &pg, query(p, GrepMode::AnyTerm, target, GrepSort::Relevance, scope.clone())).await;
+                total += same_grep(
+                    &sqlite,
+                    &pg,
+                    query(
+                        p,
+                        GrepMode::AnyTerm,
+                        target,
+                        GrepSort::Relevance,
+                        scope.clone(),
+                    ),
+                )
+                .await;
             }
             for p in regexes {
-                total += same_grep(&sqlite, &pg, query(p, GrepMode::Regex, target, GrepSort::Recency, scope.clone())).await;
+                total += same_grep(
+                    &sqlite,
+                    &pg,
+                    query(p, GrepMode::Regex, target, GrepSort::Recency, scope.clone()),
+                )
+                .await;
             }
         }
     }
@@ -314,23 +363,34 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
 
     // Describe and expand: every summary, a spread of messages; scoped and not.
     let n_msgs = status_a.messages as i64;
-    let mut ids: Vec<String> = (1..=status_a.summaries as i64).map(|i| format!("sum_{i}")).collect();
+    let mut ids: Vec<String> = (1..=status_a.summaries as i64)
+        .map(|i| format!("sum_{i}"))
+        .collect();
     ids.extend((1..=n_msgs).step_by(7).map(|i| format!("msg_{i}")));
-    ids.extend(["msg_0".into(), format!("msg_{}", n_msgs + 1), "sum_999999".into(), "bogus".into()]);
+    ids.extend([
+        "msg_0".into(),
+        format!("msg_{}", n_msgs + 1),
+        "sum_999999".into(),
+        "bogus".into(),
+    ]);
     for id in &ids {
         for agent in [None, Some("main"), Some("other")] {
             let da = sqlite.backend().describe(id, agent).await;
             let db = pg.backend().describe(id, agent).await;
             match (&da, &db) {
                 (Ok(x), Ok(y)) => assert_eq!(js(x), js(y), "describe {id} as {agent:?}"),
-                (Err(x), Err(y)) => assert_eq!(x.to_string(), y.to_string(), "describe {id} as {agent:?}"),
+                (Err(x), Err(y)) => {
+                    assert_eq!(x.to_string(), y.to_string(), "describe {id} as {agent:?}")
+                }
                 _ => panic!("describe {id} as {agent:?}: SQLite {da:?}, PostgreSQL {db:?}"),
             }
             for cap in [5u64, 300, 100_000] {
                 let ea = sqlite.backend().expand(id, cap, agent).await;
                 let eb = pg.backend().expand(id, cap, agent).await;
                 match (&ea, &eb) {
-                    (Ok(x), Ok(y)) => assert_eq!(js(x), js(y), "expand {id} cap {cap} as {agent:?}"),
+                    (Ok(x), Ok(y)) => {
+                        assert_eq!(js(x), js(y), "expand {id} cap {cap} as {agent:?}")
+                    }
                     (Err(x), Err(y)) => assert_eq!(x.to_string(), y.to_string(), "expand {id}"),
                     _ => panic!("expand {id} as {agent:?}: SQLite {ea:?}, PostgreSQL {eb:?}"),
                 }
@@ -340,12 +400,31 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
 
     // Retention: the same payloads expire, the same messages change, doctor stays clean.
     let cutoff = i64::MAX;
-    let ra = sqlite.backend().expire_payloads(cutoff, false).await.unwrap();
+    let ra = sqlite
+        .backend()
+        .expire_payloads(cutoff, false)
+        .await
+        .unwrap();
     let rb = pg.backend().expire_payloads(cutoff, false).await.unwrap();
-    assert!(ra.payloads_expired > 0, "some payloads must be summarized: {ra:?}");
-    let shape = |r: &RetentionReport| (r.dry_run, r.candidates, r.payloads_expired, r.payloads_in_context, r.messages_rewritten);
+    assert!(
+        ra.payloads_expired > 0,
+        "some payloads must be summarized: {ra:?}"
+    );
+    let shape = |r: &RetentionReport| {
+        (
+            r.dry_run,
+            r.candidates,
+            r.payloads_expired,
+            r.payloads_in_context,
+            r.messages_rewritten,
+        )
+    };
     assert_eq!(shape(&ra), shape(&rb), "retention dry run");
-    let ra = sqlite.backend().expire_payloads(cutoff, true).await.unwrap();
+    let ra = sqlite
+        .backend()
+        .expire_payloads(cutoff, true)
+        .await
+        .unwrap();
     let rb = pg.backend().expire_payloads(cutoff, true).await.unwrap();
     assert_eq!(shape(&ra), shape(&rb), "retention");
     for id in (1..=n_msgs).map(|i| format!("msg_{i}")) {
@@ -354,7 +433,18 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
         assert_eq!(js(&x), js(&y), "describe {id} after retention");
     }
     for p in ["log16", "deploy"] {
-        same_grep(&sqlite, &pg, query(p, GrepMode::FullText, GrepTarget::Both, GrepSort::Relevance, Scope::All)).await;
+        same_grep(
+            &sqlite,
+            &pg,
+            query(
+                p,
+                GrepMode::FullText,
+                GrepTarget::Both,
+                GrepSort::Relevance,
+                Scope::All,
+            ),
+        )
+        .await;
     }
     assert!(pg.backend().doctor().await.unwrap().ok);
     let again = pg.backend().expire_payloads(cutoff, true).await.unwrap();
@@ -449,7 +539,8 @@ async fn locomo_questions_find_the_same_turns_on_both_backends() {
                 (GrepMode::FullText, GrepSort::Relevance, Scope::All),
                 (GrepMode::FullText, GrepSort::Recency, session.clone()),
             ] {
-                hits += same_grep(&sqlite, &pg, query(q, mode, GrepTarget::Both, sort, scope)).await;
+                hits +=
+                    same_grep(&sqlite, &pg, query(q, mode, GrepTarget::Both, sort, scope)).await;
                 compared += 1;
             }
             // The question's longest word, as a regex.
@@ -458,7 +549,18 @@ async fn locomo_questions_find_the_same_turns_on_both_backends() {
                 .max_by_key(|w| w.len())
                 .filter(|w| w.len() > 3)
             {
-                hits += same_grep(&sqlite, &pg, query(w, GrepMode::Regex, GrepTarget::Both, GrepSort::Recency, Scope::All)).await;
+                hits += same_grep(
+                    &sqlite,
+                    &pg,
+                    query(
+                        w,
+                        GrepMode::Regex,
+                        GrepTarget::Both,
+                        GrepSort::Recency,
+                        Scope::All,
+                    ),
+                )
+                .await;
                 compared += 1;
             }
         }
@@ -468,4 +570,61 @@ async fn locomo_questions_find_the_same_turns_on_both_backends() {
         started.elapsed()
     );
     assert!(hits > 100, "the questions must find turns ({hits} hits)");
+}
+
+#[tokio::test]
+async fn doctor_finds_the_same_damage_on_both_backends() {
+    let Some((dir, sqlite, db, pg)) = both("doctor", small_cfg()).await else {
+        return;
+    };
+    for e in [&sqlite, &pg] {
+        play(e, KEY, &history(9, 30)).await;
+    }
+    assert!(sqlite.backend().doctor().await.unwrap().ok);
+    assert!(pg.backend().doctor().await.unwrap().ok);
+    let newest_leaf = db.scalar("SELECT max(id) FROM summaries WHERE depth = 0");
+    let deepest = db.scalar("SELECT max(id) FROM summaries WHERE depth > 0");
+    let damage = [
+        "UPDATE conversations SET msg_count = msg_count + 1 WHERE id = 1".to_owned(),
+        format!("DELETE FROM summary_children WHERE summary_id = {newest_leaf}"),
+        format!("UPDATE summaries SET depth = depth + 5 WHERE id = {deepest}"),
+        format!("INSERT INTO summary_children(summary_id, ord, kind, child_id) VALUES({deepest}, 999, 1, 987654)"),
+    ];
+    let file = rusqlite::Connection::open(dir.path().join("lcm.db")).unwrap();
+    for sql in &damage {
+        file.execute(sql, []).unwrap();
+        db.scalar(&format!(
+            "WITH d AS ({sql} RETURNING 1) SELECT count(*) FROM d"
+        ));
+    }
+    let a = sqlite.backend().doctor().await.unwrap();
+    let b = pg.backend().doctor().await.unwrap();
+    assert!(!a.ok && !b.ok);
+    let issues = |r: &DoctorReport| {
+        let mut v: Vec<(i64, String, String)> = r
+            .issues
+            .iter()
+            .map(|i| (i.conversation_id, i.code.clone(), i.detail.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        issues(&a),
+        issues(&b),
+        "the same issues on SQLite (left) and PostgreSQL (right)"
+    );
+    let codes: Vec<String> = issues(&b).into_iter().map(|i| i.1).collect();
+    for code in [
+        "totals",
+        "childless-summary",
+        "uncovered",
+        "depth-mismatch",
+        "dangling-child",
+    ] {
+        assert!(
+            codes.iter().any(|c| c == code),
+            "{code} not found in {codes:?}"
+        );
+    }
 }

@@ -123,33 +123,33 @@ pub(crate) fn required_literals(pattern: &str) -> Vec<String> {
                 i = close + 1;
                 continue;
             }
-            '?' | '*' | '{' => {
-                if last_is_atom {
-                    cur.pop();
-                }
-                end_run(&mut cur, &mut runs);
-                last_is_atom = false;
-                if c == '{' {
-                    match chars[i..].iter().position(|&x| x == '}') {
-                        Some(p) => i += p,
-                        None => return Vec::new(),
+            '?' | '*' | '{' | '+' => {
+                // The whole chain of quantifiers (`+?`, `+*`, `{2}?`…): the atom is certainly
+                // there only when every one of them is `+`.
+                let mut only_plus = true;
+                while let Some(&q) = chars.get(i) {
+                    match q {
+                        '+' => i += 1,
+                        '?' | '*' => {
+                            only_plus = false;
+                            i += 1;
+                        }
+                        '{' => {
+                            only_plus = false;
+                            match chars[i..].iter().position(|&x| x == '}') {
+                                Some(p) => i += p + 1,
+                                None => return Vec::new(),
+                            }
+                        }
+                        _ => break,
                     }
                 }
-                i += 1;
-                // A lazy quantifier's `?`.
-                if chars.get(i) == Some(&'?') {
-                    i += 1;
+                if last_is_atom && !only_plus {
+                    cur.pop();
                 }
-                continue;
-            }
-            '+' => {
-                // The atom is there at least once; what follows need not be next to it.
+                // What follows a repeated atom need not be next to it.
                 end_run(&mut cur, &mut runs);
                 last_is_atom = false;
-                i += 1;
-                if chars.get(i) == Some(&'?') {
-                    i += 1;
-                }
                 continue;
             }
             '.' | '^' | '$' | ')' | ']' | '}' => {
@@ -1004,6 +1004,9 @@ mod tests {
             ("[]x]abc", vec!["abc"]),
             ("e\\d+ warn", vec!["e", " warn"]),
             ("a*?bc", vec!["bc"]),
+            ("xb+?c", vec!["x", "c"]),
+            ("xb+*c", vec!["x", "c"]),
+            ("xb++c", vec!["xb", "c"]),
             ("café \\$5", vec!["café $5"]),
         ] {
             assert_eq!(required_literals(pattern), runs, "{pattern:?}");
@@ -1061,6 +1064,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Random patterns over random texts: whenever the regex matches, the text holds every
+    /// literal run (the prefilter never drops a row the regex would match).
+    #[test]
+    fn the_prefilter_is_sound_on_random_patterns() {
+        let pieces = [
+            "a", "b", "c", "ab", "ba", "abc", ".", "*", "+", "?", "(a|b)", "[ab]", "[^a]", "\\.",
+            "x{2}", "{1,2}", "^", "$", "\\b", "(?:ab)?", "|", "\\d", "1", " ", "(?i)", "a*?",
+            "\\$", "[]a]", "(c)+", "é",
+        ];
+        let alphabet: Vec<char> = "abcx. 1$éAB]".chars().collect();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut checked = 0;
+        for _ in 0..4_000 {
+            let pattern: String = (0..1 + next(6))
+                .map(|_| pieces[next(pieces.len())])
+                .collect();
+            let Ok(re) = regex::Regex::new(&pattern) else {
+                continue;
+            };
+            let runs = required_literals(&pattern);
+            for _ in 0..40 {
+                let text: String = (0..next(12))
+                    .map(|_| alphabet[next(alphabet.len())])
+                    .collect();
+                if re.is_match(&text) {
+                    checked += 1;
+                    for r in &runs {
+                        assert!(
+                            text.contains(r.as_str()),
+                            "{pattern:?} matches {text:?} without {r:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(checked > 1_000, "{checked}");
     }
 
     #[test]
