@@ -399,6 +399,17 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
     }
 
     // Retention: the same payloads expire, the same messages change, doctor stays clean.
+    // Stored just now: an hour-old cutoff expires nothing on either store (PostgreSQL has no
+    // storage time; its estimate is never older than the conversation).
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 3_600_000;
+    for e in [&sqlite, &pg] {
+        let r = e.backend().expire_payloads(hour_ago, false).await.unwrap();
+        assert_eq!(r.candidates, 0, "{r:?}");
+    }
     let cutoff = i64::MAX;
     let ra = sqlite
         .backend()

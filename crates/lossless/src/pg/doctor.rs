@@ -263,18 +263,22 @@ impl PgStore {
     /// [`crate::retention`]).
     ///
     /// SQLite keeps a large text once per content in `payloads`, with the time it was first
-    /// stored; PostgreSQL keeps every text inline in its message. So here a "payload" is a
-    /// distinct large text (at least [`crate::store::DEFAULT_LARGE_PAYLOAD_BYTES`] bytes, the
-    /// SQLite store's default threshold: `PgStore` carries no configuration of its own) among
-    /// the messages, keyed by its content hash; its age is its oldest message's timestamp (or,
-    /// without one, its conversation's creation time). The rules are SQLite's: a payload older
-    /// than `cutoff_ms` is expired unless one of its messages is raw in a frontier; each of its
-    /// messages gets its large text slots replaced by the placeholder, keeps its identity hash,
-    /// its place in the DAG and its full-text terms, and its conversation's `msg_tokens` drops
-    /// by the tokens saved. `bytesFreed` counts every copy removed (SQLite's counts the one
-    /// stored copy). One transaction; conversations' rows are locked as writes lock them.
+    /// stored; PostgreSQL keeps every text inline in its message and records no storage time.
+    /// So here a "payload" is a distinct large text (at least
+    /// [`crate::store::DEFAULT_LARGE_PAYLOAD_BYTES`] bytes, the SQLite store's default
+    /// threshold: `PgStore` carries no configuration of its own) among the messages, keyed by
+    /// the same content hash (the first 16 bytes of its SHA-256), and its age is the newest of
+    /// its first message's timestamp and its conversation's creation time (no message is
+    /// stored before its conversation exists: the best estimate of when SQLite would have
+    /// stored it; a host's clock or an import of old sessions can make it earlier than that).
+    /// The rules are SQLite's: a payload older than `cutoff_ms` is expired unless one of its
+    /// messages is raw in a frontier; each of its messages gets its large text slots replaced
+    /// by the placeholder, keeps its identity hash, its place in the DAG and its full-text
+    /// terms, and its conversation's `msg_tokens` drops by the tokens saved. `bytesFreed`
+    /// counts every copy removed (SQLite's counts the one stored copy). One transaction;
+    /// conversations' rows are locked as writes lock them. Texts are read one payload at a
+    /// time (the hashes are computed by the server), so memory stays small at any store size.
     pub(crate) async fn expire(&self, cutoff_ms: i64, apply: bool) -> Result<RetentionReport> {
-        use sha2::{Digest, Sha256};
         let large = crate::store::DEFAULT_LARGE_PAYLOAD_BYTES as i64;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
@@ -284,8 +288,10 @@ impl PgStore {
         };
         let rows = tx
             .query(
-                "SELECT m.id, m.conv_id, m.role::bigint, m.skeleton, m.ts, m.tokens, m.text,
-                        coalesce(m.ts, c.created_at),
+                "SELECT m.id, m.conv_id, m.role::bigint, m.skeleton, m.ts, m.tokens,
+                        octet_length(m.text)::bigint,
+                        substring(sha256(convert_to(m.text, 'UTF8')) from 1 for 16),
+                        greatest(coalesce(m.ts, c.created_at), c.created_at),
                         EXISTS(SELECT 1 FROM frontier f WHERE f.conv_id = m.conv_id AND f.kind = 0 AND f.item_id = m.id)
                  FROM messages m JOIN conversations c ON c.id = m.conv_id
                  WHERE octet_length(m.text) >= $1::bigint
@@ -302,13 +308,17 @@ impl PgStore {
             tokens: i64,
             raw_in_frontier: bool,
         }
+        struct Payload {
+            age: i64,
+            bytes: i64,
+            refs: Vec<Referrer>,
+        }
         // Payloads in order of first storage, each with its messages.
         let mut order: Vec<Vec<u8>> = Vec::new();
-        let mut payloads: HashMap<Vec<u8>, (i64, String, Vec<Referrer>)> = HashMap::new();
+        let mut payloads: HashMap<Vec<u8>, Payload> = HashMap::new();
         for r in &rows {
-            let text: String = r.try_get(6)?;
-            let hash = Sha256::digest(text.as_bytes())[..16].to_vec();
-            let age: i64 = r.try_get(7)?;
+            let hash: Vec<u8> = r.try_get(7)?;
+            let age: i64 = r.try_get(8)?;
             let referrer = Referrer {
                 id: r.try_get(0)?,
                 conv_id: r.try_get(1)?,
@@ -316,45 +326,55 @@ impl PgStore {
                 skeleton: r.try_get(3)?,
                 ts: r.try_get(4)?,
                 tokens: r.try_get(5)?,
-                raw_in_frontier: r.try_get(8)?,
+                raw_in_frontier: r.try_get(9)?,
             };
             match payloads.get_mut(&hash) {
-                Some(p) => {
-                    p.0 = p.0.min(age);
-                    p.2.push(referrer);
-                }
+                // Stored when its first message was.
+                Some(p) => p.refs.push(referrer),
                 None => {
                     order.push(hash.clone());
-                    payloads.insert(hash, (age, text, vec![referrer]));
+                    let bytes = r.try_get(6)?;
+                    payloads.insert(
+                        hash,
+                        Payload {
+                            age,
+                            bytes,
+                            refs: vec![referrer],
+                        },
+                    );
                 }
             }
         }
         for hash in order {
-            let Some((age, text, refs)) = payloads.remove(&hash) else {
+            let Some(p) = payloads.remove(&hash) else {
                 continue;
             };
-            if age >= cutoff_ms {
+            if p.age >= cutoff_ms {
                 continue;
             }
             report.candidates += 1;
-            if refs.iter().any(|r| r.raw_in_frontier) {
+            if p.refs.iter().any(|r| r.raw_in_frontier) {
                 report.payloads_in_context += 1;
                 continue;
             }
             report.payloads_expired += 1;
-            report.messages_rewritten += refs.len();
-            report.bytes_freed += (text.len() * refs.len()) as u64;
+            report.messages_rewritten += p.refs.len();
+            report.bytes_freed += p.bytes.max(0) as u64 * p.refs.len() as u64;
             if !apply {
                 continue;
             }
-            let stub = placeholder(text.len() as i64, &hash);
-            for r in refs {
+            let stub = placeholder(p.bytes, &hash);
+            for r in p.refs {
                 // The conversation's row first, as every write to a conversation does.
                 tx.execute(
                     "SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE",
                     &[&r.conv_id],
                 )
                 .await?;
+                let text: String = tx
+                    .query_one("SELECT text FROM messages WHERE id = $1", &[&r.id])
+                    .await?
+                    .try_get(0)?;
                 let mut m = codec::decode(r.role, &text, r.skeleton.as_deref(), r.ts)?;
                 replace_large_slots(&mut m, &stub);
                 let e = codec::encode(&m)?;
