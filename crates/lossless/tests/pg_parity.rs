@@ -120,6 +120,17 @@ fn history(seed: u64, turns: usize) -> Vec<AgentMessage> {
                 .with_timestamp(ts),
             );
         }
+        if t % 5 == 1 {
+            // A role the store does not name (its name lives in the skeleton).
+            let ts = 1_700_000_000_000i64 + (t as i64) * 60_000 + 7;
+            let m: AgentMessage = serde_json::from_value(json!({
+                "role": "system",
+                "content": format!("system note {t}: deploy policy changed, retry timeout"),
+                "timestamp": ts,
+            }))
+            .unwrap();
+            msgs.push(m);
+        }
         if t % 11 == 5 {
             // A large tool output (a payload on SQLite).
             let id = format!("big_{seed}_{t}");
@@ -320,6 +331,22 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
             }
         }
     }
+    let sys = pg
+        .backend()
+        .grep(query(
+            "system note",
+            GrepMode::Regex,
+            GrepTarget::Messages,
+            GrepSort::Recency,
+            Scope::All,
+        ))
+        .await
+        .unwrap();
+    assert!(
+        sys.hits.iter().any(|h| h.role == "system"),
+        "{:?}",
+        sys.hits
+    );
     assert!(total > 500, "the battery must find things ({total} hits)");
 
     // Paging, and the regex scan bound.
