@@ -666,3 +666,78 @@ async fn doctor_finds_the_same_damage_on_both_backends() {
         );
     }
 }
+
+/// Past the search windows (`RELEVANCE_WINDOW` matches, `TERM_WINDOW` rows per term): both
+/// stores cut at the same rows, so a common word's hits still agree.
+#[tokio::test]
+async fn search_windows_cut_at_the_same_rows_on_both_backends() {
+    let Some((_dir, sqlite, _db, pg)) = both("windows", small_cfg()).await else {
+        return;
+    };
+    let keys = [KEY, OTHER_KEY, THIRD_KEY];
+    let mut rng = Lcg(11);
+    let batches: Vec<Vec<AgentMessage>> = (0..keys.len())
+        .map(|k| {
+            (0..1_700)
+                .map(|i| {
+                    let ts = 1_700_000_000_000i64 + (k * 10_000 + i) as i64 * 1_000;
+                    let text = format!(
+                        "the common w{} {} {}",
+                        i % 97,
+                        words(&mut rng, 6),
+                        if i % 13 == 0 { "rare" } else { "" }
+                    );
+                    if i % 2 == 0 {
+                        AgentMessage::user(text).with_timestamp(ts)
+                    } else {
+                        AgentMessage::assistant(text).with_timestamp(ts)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    for e in [&sqlite, &pg] {
+        // Small and large batches (the SQLite store indexes them in different places).
+        for (key, batch) in keys.iter().zip(&batches) {
+            for chunk in batch.chunks(if *key == KEY { 7 } else { 600 }) {
+                let p = IngestBatchParams {
+                    session_id: "s1".into(),
+                    session_key: Some((*key).into()),
+                    messages: chunk.to_vec(),
+                    is_heartbeat: None,
+                };
+                e.ingest_batch(&p, &cx()).await.unwrap();
+            }
+        }
+    }
+    let session = |k: &str| Scope::Session(ConvKey::from_host(Some(k), "s1"));
+    for scope in [
+        Scope::All,
+        session(KEY),
+        session(THIRD_KEY),
+        Scope::Agent("main".into()),
+    ] {
+        for (p, mode, sort) in [
+            ("the common", GrepMode::FullText, GrepSort::Relevance),
+            ("common w5", GrepMode::FullText, GrepSort::Relevance),
+            ("common", GrepMode::FullText, GrepSort::Recency),
+            (
+                "the common rare w7 deploy",
+                GrepMode::AnyTerm,
+                GrepSort::Relevance,
+            ),
+            ("common rare", GrepMode::AnyTerm, GrepSort::Relevance),
+            ("rare", GrepMode::Regex, GrepSort::Recency),
+        ] {
+            for offset in [0, 40] {
+                let q = GrepQuery {
+                    limit: 50,
+                    offset,
+                    max_scan_rows: 3_000,
+                    ..query(p, mode, GrepTarget::Messages, sort, scope.clone())
+                };
+                same_grep(&sqlite, &pg, q).await;
+            }
+        }
+    }
+}
