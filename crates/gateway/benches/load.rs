@@ -14,6 +14,16 @@
 //! `lossless` bootstraps from it on the first turn. The model's context window is set large
 //! (1,000,000 tokens) so that no compaction runs: this measures turns, not summaries.
 //!
+//! `LOAD_GATEWAYS=N` (default 1) runs N gateways, each with its own state dir and runtime, and
+//! sends turn `t` of session `i` to gateway `(i + t) % N`, so every session is served by every
+//! node. With `LOAD_PG=1` the lossless store is a PostgreSQL database all of them share (a fresh
+//! one on the server of `CLAWCTX_TEST_PG_URL`, dropped afterwards): several gateways on one
+//! store, as issue #19 measures them.
+//!
+//! ```sh
+//! LOAD_ENGINE=lossless LOAD_PG=1 LOAD_GATEWAYS=2 LOAD_SESSIONS=20 LOAD_TURNS=50 cargo bench -p clawctx-gateway --bench load
+//! ```
+//!
 //! `LOAD_THINK_MS` (default 0) is each session's mean pause between a reply and its next turn
 //! (sessions start spread over one pause, and each pause is 0.5–1.5× the mean). At 0
 //! the driver is a closed loop that saturates the machine, so by Little's law each turn waits
@@ -151,20 +161,50 @@ fn main() {
     let timeout = Duration::from_secs(env_num("LOAD_TIMEOUT_SECS", 600));
     let workers = env_num("LOAD_WORKERS", 2) as usize;
     let think = Duration::from_millis(env_num("LOAD_THINK_MS", 0));
+    let nodes = env_num("LOAD_GATEWAYS", 1).max(1) as usize;
+    let pg = std::env::var("LOAD_PG").is_ok_and(|v| v == "1");
+    assert!(!pg || engine == "lossless", "LOAD_PG=1 needs LOAD_ENGINE=lossless");
+    // A fresh database on the test server, created before the runtime starts (it blocks).
+    let database = pg.then(|| {
+        clawctx_test_support::pg::test_database("load")
+            .expect("LOAD_PG=1 needs CLAWCTX_TEST_PG_URL (scripts/pg-throwaway start DIR)")
+    });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers.max(1)).enable_all().build().expect("a tokio runtime");
-    rt.block_on(run(engine, sessions, turns, prefill, timeout, think));
+    let db_url = database.as_ref().map(|d| d.url.clone());
+    rt.block_on(run(engine, sessions, turns, prefill, timeout, think, nodes, db_url));
+    drop(rt);
+    drop(database);
 }
 
-async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, timeout: Duration, think: Duration) {
+/// One gateway of the run.
+struct Node {
+    runtime: AgentRuntime,
+    url: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serve: tokio::task::JoinHandle<clawctx_gateway::Result<()>>,
+    _state: tempfile::TempDir,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    engine: &'static str,
+    sessions: u64,
+    turns: u64,
+    prefill: u64,
+    timeout: Duration,
+    think: Duration,
+    nodes: usize,
+    db_url: Option<String>,
+) {
     println!(
-        "load: engine {engine}, {sessions} sessions x {turns} turns, {prefill} messages pre-filled, think {} ms, timeout {} s",
+        "load: engine {engine}, {sessions} sessions x {turns} turns, {prefill} messages pre-filled, think {} ms, timeout {} s, {nodes} gateway(s), store {}",
         think.as_millis(),
-        timeout.as_secs()
+        timeout.as_secs(),
+        if db_url.is_some() { "PostgreSQL" } else { "SQLite" }
     );
     let model_time = Arc::new(ModelTime::default());
     let model_url = start_model(model_time.clone()).await;
-    let state = tempfile::tempdir().expect("a temp state dir");
-    let config = Arc::new(json!({
+    let mut config = json!({
         "models": {"providers": {"mock": {
             "api": "openai-completions",
             "baseUrl": format!("{model_url}/v1"),
@@ -173,58 +213,19 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
         }}},
         "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},
         "plugins": {"slots": {"contextEngine": engine}}
-    }));
-    let registry = Arc::new(ContextEngineRegistry::with_legacy());
-    clawctx_lossless::register(&registry).expect("register lossless");
-    let agent_dir = state.path().join("agents").join("main");
-    let resolved = registry
-        .resolve(Some(config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone()))
-        .await
-        .expect("resolve the engine");
-    assert_eq!(resolved.effective_id, engine, "the engine under load must serve");
-    let backend = select_backend(&config, None, &|_| None).expect("the mock backend");
-    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
-        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
-        .workspace_dir(agent_dir.to_string_lossy().into_owned())
-        .build();
-
-    // Pre-fill: each session's transcript, before its first turn.
-    let t_fill = Instant::now();
+    });
+    if let Some(url) = &db_url {
+        config["plugins"]["entries"] = json!({"lossless": {"config": {"database": url}}});
+    }
+    let config = Arc::new(config);
     let keys: Vec<String> = (0..sessions).map(|i| format!("agent:main:load-{i}")).collect();
-    for (i, key) in keys.iter().enumerate() {
-        let s = runtime.session(key).expect("resolve a session");
-        let mut file = if s.transcript_path.exists() {
-            SessionFile::open(&s.transcript_path).expect("open the transcript")
-        } else {
-            SessionFile::create(&s.transcript_path, &s.entry.session_id, "/").expect("create the transcript")
-        };
-        for m in 0..prefill {
-            let text = format!(
-                "session {i} message {m}: the shipment for order {} left the warehouse in bay {} at {}:{:02}",
-                1000 + m * 7 % 9973,
-                m % 17,
-                8 + m % 10,
-                m % 60
-            );
-            let msg = if m % 2 == 0 { AgentMessage::user(text) } else { AgentMessage::assistant(text) };
-            file.append_message(msg).expect("append a pre-fill message");
-        }
+    let t_fill = Instant::now();
+    let mut gateways = Vec::with_capacity(nodes);
+    for _ in 0..nodes {
+        gateways.push(start_node(engine, &config, &keys, prefill).await);
     }
     println!("FIGURE prefill_seconds {:.2}", t_fill.elapsed().as_secs_f64());
-
-    let gateway = Gateway::new(GatewayParts {
-        runtime: runtime.clone(),
-        registry: Some(registry),
-        host_config: config,
-        model: "mock/test-model".into(),
-        config: GatewayConfig::loopback(0),
-    });
-    let listener = gateway.bind().await.expect("bind the gateway on loopback");
-    let url = format!("http://{}/v1/chat/completions", listener.local_addr().expect("gateway address"));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serve = tokio::spawn(gateway.serve(listener, async move {
-        let _ = stop_rx.await;
-    }));
+    let urls: Vec<String> = gateways.iter().map(|n| n.url.clone()).collect();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(sessions as usize + 8)
@@ -236,7 +237,7 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
     let mut tasks = Vec::new();
     for (i, key) in keys.clone().into_iter().enumerate() {
         let http = http.clone();
-        let url = url.clone();
+        let urls = urls.clone();
         let model_time = model_time.clone();
         tasks.push(tokio::spawn(async move {
             // Paced sessions start spread over one pause and pause 0.5–1.5× `think` (a fixed
@@ -264,7 +265,8 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
                 let prompt = format!("{key} turn {t}: where did order {} go?", 1000 + t);
                 let body = json!({"model": "mock/test-model", "messages": [{"role": "user", "content": prompt}]});
                 let start = Instant::now();
-                let r = http.post(&url).header("x-clawctx-session", &key).json(&body).send().await;
+                let url = &urls[(i + t as usize) % urls.len()];
+                let r = http.post(url).header("x-clawctx-session", &key).json(&body).send().await;
                 let ok = match r {
                     Ok(r) if r.status().is_success() => match r.json::<Value>().await {
                         Ok(v) if v["choices"][0]["message"]["content"].is_string() => Ok(()),
@@ -302,8 +304,12 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
         errors.extend(e);
     }
     let wall = t0.elapsed().as_secs_f64();
-    let _ = stop_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(60), serve).await;
+    let mut runtimes = Vec::new();
+    for n in gateways {
+        let _ = n.stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(60), n.serve).await;
+        runtimes.push((n.runtime, n._state));
+    }
 
     lat.sort_by(f64::total_cmp);
     added.sort_by(f64::total_cmp);
@@ -315,6 +321,8 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
         println!("error: {e}");
     }
     println!("FIGURE engine {engine}");
+    println!("FIGURE gateways {nodes}");
+    println!("FIGURE store {}", if db_url.is_some() { "postgres" } else { "sqlite" });
     println!("FIGURE sessions {sessions}");
     println!("FIGURE turns_per_session {turns}");
     println!("FIGURE prefill_messages {prefill}");
@@ -333,6 +341,61 @@ async fn run(engine: &'static str, sessions: u64, turns: u64, prefill: u64, time
     println!("FIGURE model_calls {calls}");
     println!("FIGURE model_time_us_mean {model_mean_us:.1}");
     println!("FIGURE peak_rss_mb {:.1}", vm_hwm_kb() as f64 / 1024.0);
-    runtime.shutdown().await;
-    drop(state);
+    for (runtime, state) in runtimes {
+        runtime.shutdown().await;
+        drop(state);
+    }
+}
+
+/// Starts one gateway: its state dir, engine, runtime and pre-filled transcripts.
+async fn start_node(engine: &'static str, config: &Arc<Value>, keys: &[String], prefill: u64) -> Node {
+    let state = tempfile::tempdir().expect("a temp state dir");
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    clawctx_lossless::register(&registry).expect("register lossless");
+    let agent_dir = state.path().join("agents").join("main");
+    let resolved = registry
+        .resolve(Some(config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone()))
+        .await
+        .expect("resolve the engine");
+    assert_eq!(resolved.effective_id, engine, "the engine under load must serve");
+    let backend = select_backend(config, None, &|_| None).expect("the mock backend");
+    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
+        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
+        .workspace_dir(agent_dir.to_string_lossy().into_owned())
+        .build();
+    // Pre-fill: each session's transcript, before its first turn (the same messages on every
+    // node, so their identities are the same in a shared store).
+    for (i, key) in keys.iter().enumerate() {
+        let s = runtime.session(key).expect("resolve a session");
+        let mut file = if s.transcript_path.exists() {
+            SessionFile::open(&s.transcript_path).expect("open the transcript")
+        } else {
+            SessionFile::create(&s.transcript_path, &s.entry.session_id, "/").expect("create the transcript")
+        };
+        for m in 0..prefill {
+            let text = format!(
+                "session {i} message {m}: the shipment for order {} left the warehouse in bay {} at {}:{:02}",
+                1000 + m * 7 % 9973,
+                m % 17,
+                8 + m % 10,
+                m % 60
+            );
+            let msg = if m % 2 == 0 { AgentMessage::user(text) } else { AgentMessage::assistant(text) };
+            file.append_message(msg).expect("append a pre-fill message");
+        }
+    }
+    let gateway = Gateway::new(GatewayParts {
+        runtime: runtime.clone(),
+        registry: Some(registry),
+        host_config: config.clone(),
+        model: "mock/test-model".into(),
+        config: GatewayConfig::loopback(0),
+    });
+    let listener = gateway.bind().await.expect("bind the gateway on loopback");
+    let url = format!("http://{}/v1/chat/completions", listener.local_addr().expect("gateway address"));
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serve = tokio::spawn(gateway.serve(listener, async move {
+        let _ = stop_rx.await;
+    }));
+    Node { runtime, url, stop, serve, _state: state }
 }
