@@ -282,31 +282,42 @@ async fn different_keys_with_overlapping_messages_store_each_message_once(store)
 }
 }
 
-// SQLite-only: failures injected with SQLite triggers and SQLite's file lock, from a rusqlite
-// connection.
-#[tokio::test]
-async fn a_failed_commit_records_no_key_and_the_retry_commits() {
-    let store = TestStore::sqlite();
-    let store = &store;
-    let path = store.sqlite_path();
-    let e = LosslessEngine::open(
-        &path,
-        LosslessConfig {
+on_both_backends! {
+async fn a_failed_commit_records_no_key_and_the_retry_commits(store) {
+    let e = store
+        .engine(LosslessConfig {
             busy_timeout_ms: 100,
             ..small_cfg()
-        },
-    )
-    .unwrap();
-    // Failures injected into the store's own transaction from another connection: while a
-    // message is inserted (some of the turn written already), and when the key is recorded
-    // (the whole turn written already). Both must roll everything back.
-    let injections = [
-        "CREATE TRIGGER inject BEFORE INSERT ON messages WHEN NEW.seq >= 2
-         BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
-        "CREATE TRIGGER inject AFTER INSERT ON turn_commits
-         BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
-    ];
-    let other = rusqlite::Connection::open(&path).unwrap();
+        })
+        .await;
+    // Failures injected into the store's own transaction by triggers: while a message is
+    // inserted (some of the turn written already), and when the key is recorded (the whole
+    // turn written already). Both must roll everything back.
+    let injections = if store.is_sqlite() {
+        [
+            "CREATE TRIGGER inject BEFORE INSERT ON messages WHEN NEW.seq >= 2
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+            "CREATE TRIGGER inject AFTER INSERT ON turn_commits
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        ]
+    } else {
+        [
+            "CREATE FUNCTION inject() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
+             CREATE TRIGGER inject BEFORE INSERT ON messages FOR EACH ROW
+             WHEN (NEW.seq >= 2) EXECUTE FUNCTION inject();",
+            "CREATE FUNCTION inject() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
+             CREATE TRIGGER inject AFTER INSERT ON turn_commits FOR EACH ROW
+             EXECUTE FUNCTION inject();",
+        ]
+    };
+    let remove = if store.is_sqlite() {
+        "DROP TRIGGER inject"
+    } else {
+        "DROP TRIGGER IF EXISTS inject ON messages; DROP TRIGGER IF EXISTS inject ON turn_commits;
+         DROP FUNCTION inject()"
+    };
     let mut t = 10;
     for injection in injections {
         for large in [false, true] {
@@ -315,7 +326,7 @@ async fn a_failed_commit_records_no_key_and_the_retry_commits() {
             let msgs = turn_messages(t, large);
             let p = commit_in("f", &session, &format!("adv-{t}"), msgs.clone());
             let rows = message_rows(store, &e).await;
-            other.execute_batch(injection).unwrap();
+            store.execute(&e, injection).await;
             let err = e.commit_turn(&p, &cx()).await.unwrap_err();
             assert!(err.to_string().contains("injected failure"), "{err}");
             assert_eq!(
@@ -328,7 +339,7 @@ async fn a_failed_commit_records_no_key_and_the_retry_commits() {
                 "§1.7: a failed commit records no key, or the outbox's retry would be \
                  acknowledged as a duplicate of a turn that was never stored ({injection})"
             );
-            other.execute_batch("DROP TRIGGER inject").unwrap();
+            store.execute(&e, remove).await;
             assert_eq!(
                 status_of(&e, &p).await,
                 CommitTurnStatus::Committed,
@@ -351,15 +362,20 @@ async fn a_failed_commit_records_no_key_and_the_retry_commits() {
             );
         }
     }
-    // The write lock held elsewhere past the busy timeout: the commit fails before writing.
-    let p = commit("adv-locked", turn_messages(30, false));
-    other.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let err = e.commit_turn(&p, &cx()).await.unwrap_err();
-    assert!(err.to_string().contains("locked"), "{err}");
-    other.execute_batch("ROLLBACK").unwrap();
-    assert!(!recorded_keys(store, &e).await.contains(&p.advancement_key));
-    assert_eq!(status_of(&e, &p).await, CommitTurnStatus::Committed);
+    // SQLite-only: SQLite's file lock held by another connection past the busy timeout (a
+    // PostgreSQL writer waits for row locks instead): the commit fails before writing.
+    if store.is_sqlite() {
+        let p = commit("adv-locked", turn_messages(30, false));
+        let other = rusqlite::Connection::open(store.sqlite_path()).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let err = e.commit_turn(&p, &cx()).await.unwrap_err();
+        assert!(err.to_string().contains("locked"), "{err}");
+        other.execute_batch("ROLLBACK").unwrap();
+        assert!(!recorded_keys(store, &e).await.contains(&p.advancement_key));
+        assert_eq!(status_of(&e, &p).await, CommitTurnStatus::Committed);
+    }
     assert_doctor_ok(&e).await;
+}
 }
 
 on_both_backends! {
