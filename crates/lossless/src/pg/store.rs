@@ -141,6 +141,10 @@ impl PgStore {
                     "lossless: lost the connection to {} ({why}); retrying on a new one",
                     self.target.redacted()
                 );
+                // The pool's idle connections were most likely cut too (a restart, a network
+                // cut), and one whose end has not been noticed yet passes the pool's check:
+                // drop them all, so the retry really runs on a new connection.
+                self.pool.retain(|_, _| false);
                 op().await
             }
             other => other,
