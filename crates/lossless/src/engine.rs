@@ -600,7 +600,9 @@ pub fn lossless_factory() -> Factory {
             StoreLocation::Postgres(url) => {
                 let target = PgTarget::parse(&url)?;
                 tracing::info!("lossless: store in PostgreSQL at {}", target.redacted());
-                let store = PgStore::open(target, cfg.pool_size).await?;
+                let store = PgStore::open(target, cfg.pool_size)
+                    .await?
+                    .with_large_payload_bytes(cfg.large_payload_bytes);
                 LosslessEngine::over(Arc::new(store), cfg)?
             }
             StoreLocation::Sqlite(path) => {

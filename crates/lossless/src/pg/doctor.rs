@@ -264,9 +264,8 @@ impl PgStore {
     ///
     /// SQLite keeps a large text once per content in `payloads`, with the time it was first
     /// stored; PostgreSQL keeps every text inline in its message and records no storage time.
-    /// So here a "payload" is a distinct large text (at least
-    /// [`crate::store::DEFAULT_LARGE_PAYLOAD_BYTES`] bytes, the SQLite store's default
-    /// threshold: `PgStore` carries no configuration of its own) among the messages, keyed by
+    /// So here a "payload" is a distinct large text (at least the configured
+    /// `largePayloadBytes`, [`PgStore::with_large_payload_bytes`]) among the messages, keyed by
     /// the same content hash (the first 16 bytes of its SHA-256), and its age is the newest of
     /// its first message's timestamp and its conversation's creation time (no message is
     /// stored before its conversation exists: the best estimate of when SQLite would have
@@ -279,7 +278,7 @@ impl PgStore {
     /// conversations' rows are locked as writes lock them. Texts are read one payload at a
     /// time (the hashes are computed by the server), so memory stays small at any store size.
     pub(crate) async fn expire(&self, cutoff_ms: i64, apply: bool) -> Result<RetentionReport> {
-        let large = crate::store::DEFAULT_LARGE_PAYLOAD_BYTES as i64;
+        let large = i64::try_from(self.large_payload_bytes).unwrap_or(i64::MAX);
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let mut report = RetentionReport {

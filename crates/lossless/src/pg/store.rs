@@ -52,6 +52,8 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 pub struct PgStore {
     pub(crate) pool: Pool,
     pub(crate) target: Arc<PgTarget>,
+    /// Texts this large count as payloads for retention (`largePayloadBytes`).
+    pub(crate) large_payload_bytes: usize,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -91,7 +93,15 @@ impl PgStore {
         Ok(Self {
             pool,
             target: Arc::new(target),
+            large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
         })
+    }
+
+    /// Texts of at least `bytes` count as large payloads for retention (`largePayloadBytes`;
+    /// `0`: none). PostgreSQL stores every text in its message row either way.
+    pub fn with_large_payload_bytes(mut self, bytes: usize) -> Self {
+        self.large_payload_bytes = if bytes == 0 { usize::MAX } else { bytes };
+        self
     }
 
     /// [`Self::open`] from a connection string.
