@@ -177,33 +177,43 @@ fn lcm_migrate_dry_run_apply_refusal_and_commands_on_postgres() {
     assert_ne!(code, 0);
     assert!(err.contains("postgres:// URL"), "{err}");
 
-    // The lcm commands on the PostgreSQL store, by URL and by variable. Describe works on
-    // every backend; status and doctor answer when the PostgreSQL store implements them.
+    // The lcm commands on the PostgreSQL store, by URL (`--database`) and by variable.
     let (code, out, err) = clawctx(
         dir.path(),
         &env,
         &["lcm", "--db", "env:LCM_TARGET_URL", "describe", "msg_3"],
     );
     no_secret(&out, &err);
-    if code == 0 {
-        assert!(out.contains("ORD-7001"), "{out}");
-    } else {
-        assert!(err.contains("not yet"), "{err}");
-    }
-    for cmd in ["status", "doctor"] {
-        let (code, out, err) = clawctx(dir.path(), &[], &["lcm", cmd, "--database", &db.url]);
-        no_secret(&out, &err);
-        if code == 0 {
-            let v: Value = serde_json::from_str(&out).unwrap();
-            eprintln!("{cmd} on PostgreSQL: {v:#}");
-            if cmd == "doctor" {
-                assert_eq!(v["ok"], true, "{v:#}");
-            }
-        } else {
-            // Until the PostgreSQL store implements it (see `git log`).
-            assert!(err.contains("not yet"), "lcm {cmd} on PostgreSQL: {err}");
-        }
-    }
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("ORD-7001"), "{out}");
+    let (code, out, err) = clawctx(
+        dir.path(),
+        &[],
+        &["lcm", "grep", "ORD-7007", "--database", &db.url],
+    );
+    no_secret(&out, &err);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.lines().next().is_some_and(|l| l.contains("ORD-7007")),
+        "{out}"
+    );
+    let (code, out, err) = clawctx(dir.path(), &[], &["lcm", "status", "--database", &db.url]);
+    no_secret(&out, &err);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let status: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (
+            status["messages"].as_i64(),
+            status["conversations"].as_i64()
+        ),
+        (Some(50), Some(1)),
+        "{status:#}"
+    );
+    let (code, out, err) = clawctx(dir.path(), &[], &["lcm", "doctor", "--database", &db.url]);
+    no_secret(&out, &err);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let doctor: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doctor["ok"], true, "{doctor:#}");
     // migrate from a PostgreSQL store is refused.
     let (code, out, err) = clawctx(
         dir.path(),

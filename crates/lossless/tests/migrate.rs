@@ -306,6 +306,32 @@ async fn a_sqlite_store_moves_to_postgres_whole() {
         pg_scalar(&c, "SELECT sum(summary_id * 1000003 + ord * 31 + kind * 7 + child_id)::bigint FROM summary_children").await
     );
 
+    // The copied store is whole by the doctor's checks, and its status counts what SQLite's do.
+    let doctor = pg_engine.backend().doctor().await.unwrap();
+    assert!(doctor.ok, "{doctor:#?}");
+    let (sa, sb) = (
+        sqlite.backend().status().await.unwrap(),
+        pg_engine.backend().status().await.unwrap(),
+    );
+    assert_eq!(
+        (
+            sa.conversations,
+            sa.messages,
+            sa.summaries,
+            sa.max_depth,
+            sa.message_tokens,
+            sa.frontier_tokens
+        ),
+        (
+            sb.conversations,
+            sb.messages,
+            sb.summaries,
+            sb.max_depth,
+            sb.message_tokens,
+            sb.frontier_tokens
+        )
+    );
+
     // The same context on both stores, with a prompt that recalls an archived message.
     let mut host = h2.clone();
     host.push(AgentMessage::user("what did nd5x0 ask about?"));
