@@ -183,6 +183,11 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
         }
     }
     let batched = started.elapsed().as_secs_f64() * 1e6 / filled.max(1) as f64;
+    if let Some((admin, name)) = &opened.cleanup {
+        // Planner statistics, as autovacuum keeps them on a store in use (a table filled a
+        // moment ago has none, and the planner then walks the whole table for a rare term).
+        admin_sql(&admin.with_dbname(name), "ANALYZE").await?;
+    }
 
     // Per-turn ingest.
     let mut turn_times = Vec::with_capacity(opts.turns);
@@ -250,8 +255,9 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
     drop(store);
     drop(opened.store);
     drop(opened.pg);
-    if let Some((admin, name)) = opened.cleanup {
-        // Give the pool's connections a moment to go, then drop the database.
+    if let Some((admin, name)) = opened.cleanup.filter(|_| std::env::var_os("CLAWCTX_BENCH_KEEP_DB").is_none()) {
+        // Give the pool's connections a moment to go, then drop the database (kept with
+        // `CLAWCTX_BENCH_KEEP_DB=1`, to look inside).
         tokio::time::sleep(Duration::from_millis(100)).await;
         admin_sql(&admin, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
     }

@@ -3,7 +3,7 @@
 //!
 //! Assembly reads in one repeatable-read, read-only transaction, so the conversation row,
 //! the frontier and the recall search see one snapshot, as SQLite's read transaction does.
-//! The frontier is read newest first through a portal a page at a time and the walk stops
+//! The frontier is read newest first a page at a time (each page a query with its own LIMIT) and the walk stops
 //! where the packer does (the budget is full), so a long frontier costs what is shown, not
 //! what is stored. Nothing is cached between calls: another node's write is seen by the next
 //! assembly.
@@ -24,8 +24,8 @@ use crate::search::{
 use crate::store::terms::{normalize, words};
 use crate::store::ConvRow;
 
-/// Frontier rows read per page of the walk.
-const PAGE: i32 = 64;
+/// Frontier rows read per page of the walk (a context of 32k tokens of chat is about 100).
+const PAGE: i64 = 128;
 
 /// The `tsquery` matching rows that hold every term of `word` (one search word, as
 /// [`crate::store::terms::fts_term`] makes FTS5's), each a quoted lexeme: nothing in `word` is
@@ -56,12 +56,12 @@ impl PgStore {
         agent_id: &str,
         session_key: &str,
     ) -> Result<Vec<i64>> {
-        let rows = c
-            .query(
+        let st = c
+            .prepare_cached(
                 "SELECT id FROM conversations WHERE agent_id = $1 AND session_key = $2 ORDER BY id",
-                &[&agent_id, &session_key],
             )
             .await?;
+        let rows = c.query(&st, &[&agent_id, &session_key]).await?;
         rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
     }
 
@@ -97,52 +97,56 @@ impl PgStore {
         };
         let recall = recall_for(req, &live, || Ok(convs))?;
         let mut p = Packer::new(live, req.budget, recall.as_ref(), true);
-        let portal = tx
-            .bind(
-                "SELECT f.kind::bigint, f.item_id, f.tokens, m.role::bigint, m.n_calls::bigint, m.text, m.skeleton, m.ts,
-                        s.depth::bigint, s.from_ts, s.to_ts, s.text
+        // Page by page, newest first, each page a query of its own with its LIMIT: planned for
+        // the rows it returns (a portal over the whole frontier is planned for all of them, and
+        // joined every message's text before the first row came back).
+        let page = tx
+            .prepare_cached(
+                "SELECT f.ord, f.kind::bigint, f.item_id, f.tokens, m.role::bigint, m.n_calls::bigint, m.text,
+                        m.skeleton, m.ts, s.depth::bigint, s.from_ts, s.to_ts, s.text
                  FROM frontier f
                  LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id
                  LEFT JOIN summaries s ON f.kind = 1 AND s.id = f.item_id
-                 WHERE f.conv_id = $1 ORDER BY f.ord DESC",
-                &[&conv.id],
+                 WHERE f.conv_id = $1 AND f.ord < $2 ORDER BY f.ord DESC LIMIT $3",
             )
             .await?;
+        let mut before = i64::MAX;
         'walk: while !p.done() {
-            let rows = tx.query_portal(&portal, PAGE).await?;
+            let rows = tx.query(&page, &[&conv.id, &before, &PAGE]).await?;
             let last_page = rows.len() < PAGE as usize;
             for r in &rows {
                 if p.done() {
                     break 'walk;
                 }
-                let kind: i64 = r.try_get(0)?;
-                let tokens = r.try_get::<_, i64>(2)?.max(0) as u64;
+                before = r.try_get(0)?;
+                let kind: i64 = r.try_get(1)?;
+                let tokens = r.try_get::<_, i64>(3)?.max(0) as u64;
                 let item = if kind == 0 {
-                    let text: Option<String> = r.try_get(5)?;
+                    let text: Option<String> = r.try_get(6)?;
                     let Some(text) = text else {
                         return Err(crate::error::LosslessError::Corrupt(format!(
                             "frontier names message {}, which is not stored",
-                            r.try_get::<_, i64>(1)?
+                            r.try_get::<_, i64>(2)?
                         )));
                     };
                     Item::Message {
-                        id: r.try_get(1)?,
-                        role: r.try_get(3)?,
-                        n_calls: r.try_get(4)?,
+                        id: r.try_get(2)?,
+                        role: r.try_get(4)?,
+                        n_calls: r.try_get(5)?,
                         tokens,
                         stored: Stored::Raw {
                             text,
-                            skeleton: r.try_get(6)?,
-                            ts: r.try_get(7)?,
+                            skeleton: r.try_get(7)?,
+                            ts: r.try_get(8)?,
                         },
                     }
                 } else {
                     Item::Summary {
-                        id: r.try_get(1)?,
-                        depth: r.try_get(8)?,
-                        from_ts: r.try_get(9)?,
-                        to_ts: r.try_get(10)?,
-                        text: r.try_get(11)?,
+                        id: r.try_get(2)?,
+                        depth: r.try_get(9)?,
+                        from_ts: r.try_get(10)?,
+                        to_ts: r.try_get(11)?,
+                        text: r.try_get(12)?,
                         tokens,
                     }
                 };
@@ -198,12 +202,12 @@ impl PgStore {
 
     /// The corpus the ranking normalizes by: every message of the store.
     pub(crate) async fn corpus(c: &impl GenericClient) -> Result<Corpus> {
-        let r = c
-            .query_one(
+        let st = c
+            .prepare_cached(
                 "SELECT coalesce(sum(msg_count), 0)::bigint, coalesce(sum(msg_tokens), 0)::bigint FROM conversations",
-                &[],
             )
             .await?;
+        let r = c.query_one(&st, &[]).await?;
         Ok(Corpus::from_totals(r.try_get(0)?, r.try_get(1)?))
     }
 
@@ -263,12 +267,10 @@ impl PgStore {
             .take(lookup_bound(pool).max(pool))
             .map(|c| c.0)
             .collect();
-        let rows = c
-            .query(
-                "SELECT id, conv_id, tokens FROM messages WHERE id = ANY($1)",
-                &[&ids],
-            )
+        let st = c
+            .prepare_cached("SELECT id, conv_id, tokens FROM messages WHERE id = ANY($1)")
             .await?;
+        let rows = c.query(&st, &[&ids]).await?;
         let mut found = std::collections::HashMap::with_capacity(rows.len());
         for r in &rows {
             found.insert(r.try_get::<_, i64>(0)?, (r.try_get(1)?, r.try_get(2)?));

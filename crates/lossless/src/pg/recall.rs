@@ -15,7 +15,8 @@
 //! - regex: newest first within the newest `max_scan_rows` messages, every match confirmed by
 //!   the same Rust `regex` the SQLite store uses. When the pattern has literal runs every match
 //!   must contain ([`required_literals`]), the server first keeps only the rows holding them
-//!   (`LIKE`, served by the trigram index); that filter is necessary, never sufficient, so no
+//!   (`LIKE`; served by the trigram index for summaries, a filter on the bounded scan for
+//!   messages); that filter is necessary, never sufficient, so no
 //!   row Rust would match is dropped. `scan_truncated` means what it means on SQLite: the
 //!   bound was reached with fewer hits than asked for.
 //!

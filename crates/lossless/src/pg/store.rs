@@ -166,14 +166,12 @@ impl PgStore {
         c: &impl deadpool_postgres::GenericClient,
         key: &ConvKey,
     ) -> Result<Option<ConvRow>> {
-        let row = c
-            .query_opt(
-                &format!(
-                    "SELECT {CONV_COLS} FROM conversations WHERE agent_id = $1 AND session_key = $2 AND active"
-                ),
-                &[&key.agent_id, &key.session_key],
-            )
+        let st = c
+            .prepare_cached(&format!(
+                "SELECT {CONV_COLS} FROM conversations WHERE agent_id = $1 AND session_key = $2 AND active"
+            ))
             .await?;
+        let row = c.query_opt(&st, &[&key.agent_id, &key.session_key]).await?;
         row.as_ref().map(conv_row).transpose()
     }
 
@@ -182,12 +180,10 @@ impl PgStore {
         c: &impl deadpool_postgres::GenericClient,
         id: i64,
     ) -> Result<Option<ConvRow>> {
-        let row = c
-            .query_opt(
-                &format!("SELECT {CONV_COLS} FROM conversations WHERE id = $1"),
-                &[&id],
-            )
+        let st = c
+            .prepare_cached(&format!("SELECT {CONV_COLS} FROM conversations WHERE id = $1"))
             .await?;
+        let row = c.query_opt(&st, &[&id]).await?;
         row.as_ref().map(conv_row).transpose()
     }
 
@@ -200,6 +196,7 @@ impl PgStore {
         let select = format!(
             "SELECT {CONV_COLS} FROM conversations WHERE agent_id = $1 AND session_key = $2 AND active FOR UPDATE"
         );
+        let select = tx.prepare_cached(&select).await?;
         if let Some(r) = tx
             .query_opt(&select, &[&key.agent_id, &key.session_key])
             .await?

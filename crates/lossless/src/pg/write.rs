@@ -43,14 +43,14 @@ pub(crate) async fn stored_identities(
     }
     let ts: Vec<i64> = ids.iter().map(|(t, _)| t.unwrap_or(0)).collect();
     let hashes: Vec<i64> = ids.iter().map(|(_, h)| *h).collect();
-    let rows = c
-        .query(
+    let st = c
+        .prepare_cached(
             "SELECT t.ts, t.h FROM unnest($2::bigint[], $3::bigint[]) AS t(ts, h)
              WHERE EXISTS (SELECT 1 FROM messages m
                            WHERE m.conv_id = $1 AND coalesce(m.ts, 0) = t.ts AND m.hash = t.h)",
-            &[&conv_id, &ts, &hashes],
         )
         .await?;
+    let rows = c.query(&st, &[&conv_id, &ts, &hashes]).await?;
     rows.iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect()
@@ -90,13 +90,13 @@ impl PgStore {
         let tx = client.transaction().await?;
         let mut conv = Self::lock_conversation(&tx, key).await?;
         if let Some(turn) = turn {
-            let fresh = tx
-                .execute(
+            let record = tx
+                .prepare_cached(
                     "INSERT INTO turn_commits(advancement_key, conv_id, committed_at) VALUES($1, $2, $3)
                      ON CONFLICT (advancement_key) DO NOTHING",
-                    &[&turn, &conv.id, &now_ms()],
                 )
                 .await?;
+            let fresh = tx.execute(&record, &[&turn, &conv.id, &now_ms()]).await?;
             if fresh == 0 {
                 tx.rollback().await?;
                 return Ok(None);
@@ -135,18 +135,23 @@ impl PgStore {
             let terms: Vec<&str> = new.iter().map(|e| e.fts.as_str()).collect();
             // The messages and their frontier items in one statement; ordinals follow the
             // sequence numbers one for one.
+            let insert = tx
+                .prepare_cached(
+                    "WITH ins AS (
+                       INSERT INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text, terms)
+                       SELECT $1, t.seq, t.role, t.tokens, t.ts, t.hash, t.calls, t.call_id, t.skeleton, t.text,
+                              array_to_tsvector(string_to_array(t.terms, ' '))
+                       FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::int[],
+                                   $8::text[], $9::text[], $10::text[], $11::text[])
+                            AS t(seq, role, tokens, ts, hash, calls, call_id, skeleton, text, terms)
+                       ORDER BY t.seq
+                       RETURNING id, seq, tokens)
+                     INSERT INTO frontier(conv_id, ord, kind, item_id, tokens)
+                     SELECT $1, $12 + (seq - $13), 0, id, tokens FROM ins",
+                )
+                .await?;
             tx.execute(
-                "WITH ins AS (
-                   INSERT INTO messages(conv_id, seq, role, tokens, ts, hash, n_calls, tool_call_id, skeleton, text, terms)
-                   SELECT $1, t.seq, t.role, t.tokens, t.ts, t.hash, t.calls, t.call_id, t.skeleton, t.text,
-                          array_to_tsvector(string_to_array(t.terms, ' '))
-                   FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::int[],
-                               $8::text[], $9::text[], $10::text[], $11::text[])
-                        AS t(seq, role, tokens, ts, hash, calls, call_id, skeleton, text, terms)
-                   ORDER BY t.seq
-                   RETURNING id, seq, tokens)
-                 INSERT INTO frontier(conv_id, ord, kind, item_id, tokens)
-                 SELECT $1, $12 + (seq - $13), 0, id, tokens FROM ins",
+                &insert,
                 &[
                     &conv.id, &seqs, &roles, &tokens, &ts, &hashes, &calls, &call_ids,
                     &skeletons, &texts, &terms, &conv.next_ord, &conv.next_seq,
@@ -166,9 +171,14 @@ impl PgStore {
             conv.raw_bytes += raw;
             conv.frontier_tokens += added_tokens;
             conv.frontier_items += n;
+            let update = tx
+                .prepare_cached(
+                    "UPDATE conversations SET next_seq = $2, next_ord = $3, msg_count = $4, msg_tokens = $5,
+                     raw_bytes = $6, frontier_tokens = $7, frontier_items = $8 WHERE id = $1",
+                )
+                .await?;
             tx.execute(
-                "UPDATE conversations SET next_seq = $2, next_ord = $3, msg_count = $4, msg_tokens = $5,
-                 raw_bytes = $6, frontier_tokens = $7, frontier_items = $8 WHERE id = $1",
+                &update,
                 &[
                     &conv.id,
                     &conv.next_seq,
