@@ -103,6 +103,25 @@ pub(crate) struct FItem {
     pub(crate) depth: i64,
 }
 
+impl FItem {
+    /// A raw message at ordinal `ord` of the frontier.
+    pub(crate) fn message(ord: i64, id: i64, tokens: u64, role: i64, seq: i64, ts: Option<i64>) -> Self {
+        FItem { ord, kind: 0, id, tokens, role, seq_lo: seq, seq_hi: seq, ts_lo: ts, ts_hi: ts, depth: -1 }
+    }
+
+    /// A summary at ordinal `ord` of the frontier, covering `seq` and `ts` spans.
+    pub(crate) fn summary(
+        ord: i64,
+        id: i64,
+        tokens: u64,
+        depth: i64,
+        seq: (i64, i64),
+        ts: (Option<i64>, Option<i64>),
+    ) -> Self {
+        FItem { ord, kind: 1, id, tokens, role: -1, seq_lo: seq.0, seq_hi: seq.1, ts_lo: ts.0, ts_hi: ts.1, depth }
+    }
+}
+
 /// One planned summary: a contiguous frontier range and its summarizer input.
 #[derive(Clone, Debug)]
 pub(crate) struct Chunk {
@@ -159,35 +178,12 @@ impl Db {
              WHERE f.conv_id = ?1 ORDER BY f.ord",
         )?;
         let rows = st.query_map([conv_id], |r| {
-            let kind: i64 = r.get(1)?;
+            let (ord, kind, id) = (r.get(0)?, r.get::<_, i64>(1)?, r.get(2)?);
+            let tokens = r.get::<_, i64>(3)?.max(0) as u64;
             Ok(if kind == 0 {
-                let seq: i64 = r.get(5)?;
-                let ts: Option<i64> = r.get(6)?;
-                FItem {
-                    ord: r.get(0)?,
-                    kind,
-                    id: r.get(2)?,
-                    tokens: r.get::<_, i64>(3)? as u64,
-                    role: r.get(4)?,
-                    seq_lo: seq,
-                    seq_hi: seq,
-                    ts_lo: ts,
-                    ts_hi: ts,
-                    depth: -1,
-                }
+                FItem::message(ord, id, tokens, r.get(4)?, r.get(5)?, r.get(6)?)
             } else {
-                FItem {
-                    ord: r.get(0)?,
-                    kind,
-                    id: r.get(2)?,
-                    tokens: r.get::<_, i64>(3)? as u64,
-                    role: -1,
-                    seq_lo: r.get(8)?,
-                    seq_hi: r.get(9)?,
-                    ts_lo: r.get(10)?,
-                    ts_hi: r.get(11)?,
-                    depth: r.get(7)?,
-                }
+                FItem::summary(ord, id, tokens, r.get(7)?, (r.get(8)?, r.get(9)?), (r.get(10)?, r.get(11)?))
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)

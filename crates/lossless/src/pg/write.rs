@@ -322,36 +322,19 @@ impl PgStore {
             .await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
-            let kind: i64 = r.try_get(1)?;
+            let (ord, kind, id) = (r.try_get(0)?, r.try_get::<_, i64>(1)?, r.try_get(2)?);
             let tokens = r.try_get::<_, i64>(3)?.max(0) as u64;
             out.push(if kind == 0 {
-                let seq: i64 = r.try_get(5)?;
-                let ts: Option<i64> = r.try_get(6)?;
-                FItem {
-                    ord: r.try_get(0)?,
-                    kind,
-                    id: r.try_get(2)?,
-                    tokens,
-                    role: r.try_get(4)?,
-                    seq_lo: seq,
-                    seq_hi: seq,
-                    ts_lo: ts,
-                    ts_hi: ts,
-                    depth: -1,
-                }
+                FItem::message(ord, id, tokens, r.try_get(4)?, r.try_get(5)?, r.try_get(6)?)
             } else {
-                FItem {
-                    ord: r.try_get(0)?,
-                    kind,
-                    id: r.try_get(2)?,
+                FItem::summary(
+                    ord,
+                    id,
                     tokens,
-                    role: -1,
-                    seq_lo: r.try_get(8)?,
-                    seq_hi: r.try_get(9)?,
-                    ts_lo: r.try_get(10)?,
-                    ts_hi: r.try_get(11)?,
-                    depth: r.try_get(7)?,
-                }
+                    r.try_get(7)?,
+                    (r.try_get(8)?, r.try_get(9)?),
+                    (r.try_get(10)?, r.try_get(11)?),
+                )
             });
         }
         Ok(out)
