@@ -14,8 +14,9 @@ use clawctx_engine::EngineError;
 /// An error of the lossless engine or its store.
 #[derive(Debug, thiserror::Error)]
 pub enum LosslessError {
-    /// The database file is foreign, corrupt or from a newer version. It was not modified.
-    #[error("refusing to open {path}: {reason} (the file was not modified)")]
+    /// The database (a SQLite file or a PostgreSQL database) is foreign, corrupt or from a newer
+    /// version. It was not modified.
+    #[error("refusing to open {path}: {reason} (nothing was modified)")]
     Refused {
         /// The path as given.
         path: String,
