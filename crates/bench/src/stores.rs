@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use clawctx_lossless::pg::connect::PgTarget;
 use clawctx_lossless::pg::PgStore;
 use clawctx_lossless::{
-    AssembleRequest, Backend, BackendKind, ConvKey, GrepQuery, LosslessConfig, LosslessStore, Scope,
+    AssembleRequest, Backend, BackendKind, ConvKey, Durability, GrepQuery, LosslessConfig, LosslessStore,
+    Scope,
 };
 use clawctx_protocol::AgentMessage;
 
@@ -45,6 +46,8 @@ pub struct StoreBenchOptions {
     pub greps: usize,
     /// Token budget of each assembly.
     pub budget: u64,
+    /// The SQLite store's `durability`.
+    pub durability: Durability,
 }
 
 impl Default for StoreBenchOptions {
@@ -59,6 +62,7 @@ impl Default for StoreBenchOptions {
             assembles: 200,
             greps: 100,
             budget: 32_000,
+            durability: Durability::Normal,
         }
     }
 }
@@ -104,7 +108,10 @@ async fn open(kind: BackendKind, opts: &StoreBenchOptions, run: usize) -> Result
             let dir = crate::temp_dir().map_err(|e| BenchError::io("temporary directory", e))?;
             let path = dir.path().join("lossless.db");
             let p = path.clone();
-            let store = tokio::task::spawn_blocking(move || LosslessStore::open(&p))
+            let durability = opts.durability;
+            let store = tokio::task::spawn_blocking(move || {
+                LosslessStore::open_durable(&p, clawctx_lossless::store::DEFAULT_BUSY_TIMEOUT_MS, durability)
+            })
                 .await
                 .map_err(|e| BenchError::engine("sqlite", "open", e))?
                 .map_err(|e| BenchError::engine("sqlite", "open", e))?;

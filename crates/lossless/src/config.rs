@@ -24,6 +24,8 @@ pub struct LosslessConfig {
     pub database_env: Option<String>,
     /// Connections a PostgreSQL store keeps at most.
     pub pool_size: usize,
+    /// What an acknowledged write survives on the SQLite store (see [`Durability`]).
+    pub durability: Durability,
     /// Compact when frontier tokens exceed this fraction of the token budget.
     pub context_threshold: f64,
     /// Compaction continues until frontier tokens are at or below this fraction of the budget.
@@ -134,6 +136,7 @@ impl Default for LosslessConfig {
             database: None,
             database_env: None,
             pool_size: crate::pg::DEFAULT_POOL_SIZE,
+            durability: Durability::Normal,
         }
     }
 }
@@ -152,6 +155,32 @@ impl std::fmt::Debug for DatabaseUrl {
         match crate::pg::connect::PgTarget::parse(&self.0) {
             Ok(t) => write!(f, "{:?}", t.redacted()),
             Err(_) => f.write_str("\"postgres://(not a valid URL)\""),
+        }
+    }
+}
+
+/// What an acknowledged write survives on the SQLite store (`durability`). The store runs in
+/// WAL mode either way; a process crash (SIGKILL, a panic, OOM) loses nothing acknowledged in
+/// both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// `PRAGMA synchronous = NORMAL`: the log is synced at checkpoints, not at every commit, so
+    /// an operating-system crash or a power cut can lose the last commits before the newest
+    /// checkpoint (never corrupt the store). The default: one `fsync` less per turn.
+    #[default]
+    Normal,
+    /// `PRAGMA synchronous = FULL`: every commit syncs the log before it is acknowledged, so an
+    /// acknowledged write also survives an OS crash or power cut.
+    Full,
+}
+
+impl Durability {
+    /// The `PRAGMA synchronous` value.
+    pub fn synchronous(self) -> &'static str {
+        match self {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
         }
     }
 }

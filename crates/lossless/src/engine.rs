@@ -80,7 +80,7 @@ impl LosslessEngine {
 
     /// Opens the store at `path` (blocking) and builds an engine.
     pub fn open(path: impl AsRef<Path>, cfg: LosslessConfig) -> Result<Self> {
-        let store = LosslessStore::open_with(path, cfg.busy_timeout_ms)?;
+        let store = LosslessStore::open_durable(path, cfg.busy_timeout_ms, cfg.durability)?;
         Self::new(store, cfg)
     }
 

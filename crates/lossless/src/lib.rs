@@ -26,6 +26,7 @@
 //! | `database` | none | the store: a `postgres://` URL (PostgreSQL, shared by several gateways) or a SQLite path |
 //! | `databaseEnv` | none | name of an environment variable holding that URL (keeps the password out of the config) |
 //! | `poolSize` | `16` | PostgreSQL connections at most |
+//! | `durability` | `normal` | SQLite: `normal` (a commit is synced at the next checkpoint: an OS crash or power cut can lose the last ones) or `full` (every commit synced before it is acknowledged); see `BENCHMARKS.md` §11 for the cost |
 //! | `contextThreshold` | `0.75` | compact when frontier tokens > threshold × budget |
 //! | `lowWaterRatio` | `0.5` | compaction goes down to this fraction of the budget |
 //! | `defaultTokenBudget` | `128000` | budget when the host gives none |
@@ -81,7 +82,7 @@ pub mod tools;
 
 pub use backend::{AssembleRequest, Backend, BackendKind};
 pub use compaction::{CompactionOptions, CompactionReport};
-pub use config::{DatabaseUrl, LosslessConfig, StoreLocation};
+pub use config::{DatabaseUrl, Durability, LosslessConfig, StoreLocation};
 pub use doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};
 pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
 pub use error::LosslessError;

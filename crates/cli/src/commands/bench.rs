@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use clawctx_bench::engines::parse_engine_list;
 use clawctx_bench::runner::{render_table, run_bench, BenchOptions, WorkloadSource};
 use clawctx_bench::stores::{render_store_table, run_store_bench, StoreBenchOptions};
-use clawctx_lossless::BackendKind;
+use clawctx_lossless::{BackendKind, Durability};
 use clawctx_bench::workload::{write_jsonl, WorkloadKind, WorkloadSpec};
 
 /// `clawctx bench`.
@@ -53,6 +53,9 @@ struct StoresArgs {
     /// Per-turn ingests, assemblies and searches measured (each).
     #[arg(long, default_value_t = 200)]
     samples: usize,
+    /// The SQLite store's durability: normal or full.
+    #[arg(long, default_value = "normal")]
+    durability: String,
     /// Print the rows as JSON.
     #[arg(long)]
     json: bool,
@@ -145,6 +148,11 @@ async fn stores(a: StoresArgs) -> anyhow::Result<ExitCode> {
             std::env::var(var).with_context(|| format!("--pg-url-env: the variable {var} is not set"))?,
         ),
         (None, None) => None,
+    };
+    opts.durability = match a.durability.as_str() {
+        "normal" => Durability::Normal,
+        "full" => Durability::Full,
+        other => anyhow::bail!("--durability: `{other}` is neither normal nor full"),
     };
     opts.kind = a.kind;
     opts.turns = a.samples;

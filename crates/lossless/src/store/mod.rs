@@ -115,8 +115,20 @@ impl LosslessStore {
 
     /// [`Self::open`] with an explicit busy timeout.
     pub fn open_with(path: impl AsRef<Path>, busy_timeout_ms: u64) -> Result<Self> {
+        Self::open_durable(path, busy_timeout_ms, crate::config::Durability::default())
+    }
+
+    /// [`Self::open_with`] with an explicit [`Durability`](crate::config::Durability) (the
+    /// writing connection's `PRAGMA synchronous`).
+    pub fn open_durable(
+        path: impl AsRef<Path>,
+        busy_timeout_ms: u64,
+        durability: crate::config::Durability,
+    ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let conn = schema::open(&path, busy_timeout_ms)?;
+        conn.execute_batch(&format!("PRAGMA synchronous = {};", durability.synchronous()))
+            .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms))?;
         let checkpointer = checkpoint::Checkpointer::spawn(&path, busy_timeout_ms);
         if checkpointer.is_some() {
             conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")
@@ -421,5 +433,31 @@ mod tests {
         );
         assert_eq!(job_name("store::a_test::{{closure}}"), "store::a_test");
         assert_eq!(job_name("{{closure}}"), "{{closure}}");
+    }
+}
+
+#[cfg(test)]
+mod durability_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::config::{Durability, LosslessConfig};
+
+    fn synchronous(store: &LosslessStore) -> i64 {
+        store
+            .call_blocking(|db| Ok(db.conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))?))
+            .unwrap()
+    }
+
+    #[test]
+    fn durability_full_syncs_every_commit_and_normal_is_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LosslessConfig::from_value(&serde_json::json!({}));
+        assert_eq!(cfg.durability, Durability::Normal);
+        let normal = LosslessStore::open(dir.path().join("n.db")).unwrap();
+        assert_eq!(synchronous(&normal), 1, "NORMAL");
+        let cfg = LosslessConfig::from_value(&serde_json::json!({"durability": "full"}));
+        assert_eq!(cfg.durability, Durability::Full);
+        let e = crate::LosslessEngine::open(dir.path().join("f.db"), cfg).unwrap();
+        assert_eq!(synchronous(e.store().unwrap()), 2, "FULL");
     }
 }
