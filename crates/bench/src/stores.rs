@@ -191,9 +191,10 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
     }
     let batched = started.elapsed().as_secs_f64() * 1e6 / filled.max(1) as f64;
     if let Some((admin, name)) = &opened.cleanup {
-        // Planner statistics, as autovacuum keeps them on a store in use (a table filled a
-        // moment ago has none, and the planner then walks the whole table for a rare term).
-        admin_sql(&admin.with_dbname(name), "ANALYZE").await?;
+        // Vacuumed and with planner statistics, as autovacuum keeps a store in use (a table
+        // filled a moment ago has no statistics, so the planner walks the whole table for a
+        // rare term, and autovacuum would start on it in the middle of the measurement).
+        admin_sql(&admin.with_dbname(name), "VACUUM ANALYZE").await?;
     }
 
     // Per-turn ingest.

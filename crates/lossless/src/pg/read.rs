@@ -252,7 +252,9 @@ impl PgStore {
         Self::finish_ranking(c, &corpus, cands, convs, k, ranking_pool(k)).await
     }
 
-    /// [`finish_ranking`] with the rows of the candidates it may look at read in one query.
+    /// [`finish_ranking`] with the rows of the candidates it may look at read by id: the first
+    /// `pool` of them, and the rest of its bound only when fewer than `k` of those are in
+    /// scope (the only case in which it looks further).
     pub(crate) async fn finish_ranking(
         c: &impl GenericClient,
         corpus: &Corpus,
@@ -262,18 +264,24 @@ impl PgStore {
         pool: usize,
     ) -> Result<Vec<RankedMessage>> {
         sort_candidates(&mut cands);
-        let ids: Vec<i64> = cands
-            .iter()
-            .take(lookup_bound(pool).max(pool))
-            .map(|c| c.0)
-            .collect();
+        let bound = lookup_bound(pool).max(pool).min(cands.len());
+        let first = pool.min(bound);
         let st = c
             .prepare_cached("SELECT id, conv_id, tokens FROM messages WHERE id = ANY($1)")
             .await?;
-        let rows = c.query(&st, &[&ids]).await?;
-        let mut found = std::collections::HashMap::with_capacity(rows.len());
-        for r in &rows {
-            found.insert(r.try_get::<_, i64>(0)?, (r.try_get(1)?, r.try_get(2)?));
+        let mut found = std::collections::HashMap::with_capacity(first);
+        let read = |ids: Vec<i64>| {
+            let st = &st;
+            async move { c.query(st, &[&ids]).await }
+        };
+        for r in &read(cands[..first].iter().map(|c| c.0).collect()).await? {
+            found.insert(r.try_get::<_, i64>(0)?, (r.try_get::<_, i64>(1)?, r.try_get::<_, i64>(2)?));
+        }
+        let in_scope = found.values().filter(|(conv, _)| convs.contains(conv)).count();
+        if in_scope < k && bound > first {
+            for r in &read(cands[first..bound].iter().map(|c| c.0).collect()).await? {
+                found.insert(r.try_get::<_, i64>(0)?, (r.try_get::<_, i64>(1)?, r.try_get::<_, i64>(2)?));
+            }
         }
         finish_ranking(corpus, cands, convs, k, pool, |id| Ok(found.get(&id).copied()))
     }
