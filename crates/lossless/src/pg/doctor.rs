@@ -44,12 +44,7 @@ impl PgStore {
     /// Size, counts, growth (see the module docs for the fields PostgreSQL has no figure for).
     pub(crate) async fn status_report(&self) -> Result<StatusReport> {
         let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
+        let tx = Self::snapshot(&mut client).await?;
         let s = Self::status_on(&tx).await?;
         tx.commit().await?;
         Ok(s)
@@ -137,12 +132,7 @@ impl PgStore {
     /// Integrity checks (see the module docs), in one snapshot.
     pub(crate) async fn doctor_report(&self) -> Result<DoctorReport> {
         let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
+        let tx = Self::snapshot(&mut client).await?;
         let mut issues = Vec::new();
         let schema = tx
             .query_opt(

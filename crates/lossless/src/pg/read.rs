@@ -71,12 +71,7 @@ impl PgStore {
         req: &AssembleRequest,
     ) -> Result<Option<(ConvRow, Assembled)>> {
         let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
+        let tx = Self::snapshot(&mut client).await?;
         let Some(conv) = Self::conversation_on(&tx, &req.key).await? else {
             return Ok(None);
         };

@@ -314,16 +314,6 @@ impl PgStore {
         rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
     }
 
-    /// A read snapshot for one recall call.
-    async fn snapshot(client: &mut deadpool_postgres::Object) -> Result<Transaction<'_>> {
-        Ok(client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?)
-    }
-
     /// `lcm_grep` (see [`crate::store::Db::grep`], whose answers these are).
     pub(crate) async fn grep_history(&self, q: GrepQuery) -> Result<GrepReport> {
         let mut client = self.client().await?;

@@ -130,6 +130,19 @@ impl PgStore {
         Ok(bytes.max(0) as u64)
     }
 
+    /// A read-only, repeatable-read transaction on `client`: one snapshot for a call that
+    /// reads several times (assembly, a compaction's plan, recall, status, doctor).
+    pub(crate) async fn snapshot(
+        client: &mut deadpool_postgres::Object,
+    ) -> Result<deadpool_postgres::Transaction<'_>> {
+        Ok(client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?)
+    }
+
     /// A pooled connection.
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
         Ok(self.pool.get().await?)

@@ -412,12 +412,7 @@ impl CompactionSteps for PgStore {
     ) -> Result<(Vec<Chunk>, String, Guard)> {
         let mut client = self.client().await?;
         // One snapshot for the whole plan: the frontier and the texts agree.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
+        let tx = Self::snapshot(&mut client).await?;
         let guard = guard_load(&tx, conv_id).await?;
         let Some(conv) = Self::conversation_by_id_on(&tx, conv_id).await? else {
             return Ok((Vec::new(), "no conversation".into(), guard));
