@@ -71,9 +71,10 @@ pub enum BackendKind {
 /// A held compaction lock of one conversation; dropping it releases the lock.
 pub type CompactionLock = Box<dyn Send + Sync>;
 
-/// The operations of a lossless store (see the module header).
+/// The operations of a lossless store (see the module header). The dashboard's read-only
+/// views are its supertrait [`crate::inspect::Inspect`].
 #[async_trait]
-pub trait Backend: Send + Sync + std::fmt::Debug {
+pub trait Backend: crate::inspect::Inspect + Send + Sync + std::fmt::Debug {
     /// Which database this is.
     fn kind(&self) -> BackendKind;
     /// Where it is, fit for logs and errors: a file path, or a connection string without

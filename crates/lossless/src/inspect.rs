@@ -1,20 +1,32 @@
 //! Read-only views of one conversation for the gateway's dashboard: the summary DAG a layer at
 //! a time (roots, then the children of one node on demand), a page of stored messages by
-//! sequence, the path from a record up to its root, and the compaction timeline.
+//! sequence, the path from a record up to its root, the compaction timeline, the frontier with
+//! its spans, and per-conversation counts for the sessions list.
 //!
-//! Every query is bounded by an index (`summaries_conv`, `summary_children` and its
-//! `summary_children_child` index, `messages_seq`) and by its page size, so a 10,000-message
-//! conversation costs what is shown, not what is stored. Nothing here writes: callers run these
-//! views with [`crate::store::LosslessStore::call_read`], on the store's read thread, off the
-//! path of turns.
+//! The dashboard must show the same thing whichever database holds the store, so the views
+//! are one trait, [`Inspect`], that every [`crate::Backend`] implements (it is a supertrait of
+//! it): `store/inspect.rs` reads SQLite, `pg/inspect.rs` PostgreSQL. Each backend only runs SQL
+//! and hands back rows ([`SummaryRow`], [`MessageRow`], [`SummaryStamp`], frontier pairs);
+//! everything else is here, written once: building nodes and their previews, marking what is
+//! in the frontier, the paging rules ([`PageAt`], [`page_of`]), grouping summaries into
+//! compaction passes ([`timeline_of`]), the path's order, and the errors with their wording.
+//!
+//! Every query is bounded by an index (summaries by conversation, `summary_children` both
+//! ways, messages by `(conv_id, seq)`) and by its page size, so a 10,000-message conversation
+//! costs what is shown, not what is stored. A view that reads several times reads one snapshot
+//! (SQLite's read transaction on the store's read thread, PostgreSQL's repeatable-read
+//! transaction), so its parts agree. Nothing here writes, and nothing runs on the path of
+//! turns.
 
-use rusqlite::{params, OptionalExtension};
+use std::collections::HashSet;
+
+use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::error::{LosslessError, Result};
 use crate::ids::{self, RecordId};
 use crate::store::codec;
-use crate::store::{ConvKey, ConvRow, Db};
+use crate::store::{ConvKey, ConvRow};
 
 /// Characters of text a node carries as its preview.
 pub const PREVIEW_CHARS: usize = 240;
@@ -169,38 +181,218 @@ pub fn preview(text: &str) -> String {
     }
 }
 
-const SUMMARY_NODE_COLS: &str = "s.id, s.depth, s.tokens, s.source_tokens, s.first_seq, s.last_seq, s.from_ts, s.to_ts, s.summarizer, \
-     substr(s.text, 1, 1000), \
-     (SELECT count(*) FROM summary_children c WHERE c.summary_id = s.id)";
+/// A conversation with its compaction passes (the sessions list).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationStats {
+    /// The conversation, archived ones included.
+    pub conversation: ConvRow,
+    /// Compaction passes that wrote its summaries (see [`timeline_of`]).
+    pub compactions: i64,
+}
 
-fn summary_node(r: &rusqlite::Row<'_>) -> rusqlite::Result<DagNode> {
-    let text: String = r.get(9)?;
-    Ok(DagNode {
-        id: ids::summary_id(r.get(0)?),
-        kind: "summary",
-        depth: Some(r.get(1)?),
-        role: None,
-        tokens: r.get(2)?,
-        source_tokens: r.get(3)?,
-        first_seq: r.get(4)?,
-        last_seq: r.get(5)?,
-        from_ts: r.get(6)?,
-        to_ts: r.get(7)?,
-        summarizer: Some(r.get(8)?),
-        in_frontier: false,
-        child_count: r.get(10)?,
-        preview: preview(&text),
+/// What the session view shows of a conversation, read in one snapshot.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    /// The conversation.
+    pub conversation: ConvRow,
+    /// Its compaction passes, oldest first.
+    pub timeline: Vec<CompactionEvent>,
+    /// Its active frontier in order.
+    pub frontier: Vec<FrontierItem>,
+}
+
+/// Where a page of stored messages starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PageAt {
+    /// At this sequence (negative: 0).
+    From(i64),
+    /// Centred on this message (`msg_<n>`).
+    Around(String),
+    /// The newest page.
+    Newest,
+}
+
+/// Messages a page holds at most.
+pub const MAX_PAGE: usize = 500;
+
+/// The dashboard's read-only views of a lossless store (see the module header). Every
+/// [`crate::Backend`] implements it; the views of one backend and the other are the same for
+/// the same data (`tests/inspect_parity.rs`).
+#[async_trait]
+pub trait Inspect: Send + Sync {
+    /// Every conversation, archived ones included, with its compaction passes, in id order.
+    async fn conversation_stats(&self) -> Result<Vec<ConversationStats>>;
+    /// The active conversation of `key` with its timeline and frontier; `None` when the store
+    /// has no conversation for it.
+    async fn session_view(&self, key: &ConvKey) -> Result<Option<SessionView>>;
+    /// Layers, roots and the raw tail of the DAG of `key`'s active conversation.
+    async fn dag_overview(&self, key: &ConvKey) -> Result<DagOverview>;
+    /// The children of summary `id` (summaries, or the messages of a leaf) in order.
+    async fn dag_children(&self, key: &ConvKey, id: &str) -> Result<Vec<DagNode>>;
+    /// The summaries from `id` up to its root, root first (`id` itself last).
+    async fn dag_path(&self, key: &ConvKey, id: &str) -> Result<Vec<String>>;
+    /// A page of at most `limit` (1 to [`MAX_PAGE`]) stored messages starting `at`.
+    async fn message_page(&self, key: &ConvKey, at: PageAt, limit: usize) -> Result<MessagePage>;
+    /// Every summarizer that wrote a stored summary, with how many, most first.
+    async fn summarizers_used(&self) -> Result<Vec<(String, i64)>>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What both backends share: rows in, views out.
+
+/// Characters of a summary's text a backend reads for its preview (more than
+/// [`PREVIEW_CHARS`], so leading whitespace trimmed away still leaves enough).
+pub(crate) const SUMMARY_HEAD_CHARS: i64 = 1000;
+
+/// Levels [`path_from`]'s walk climbs at most: a DAG of depth d has d + 1 levels; the bound only
+/// guards against a corrupt cycle.
+pub(crate) const PATH_MAX_HOPS: usize = 256;
+
+/// `NotFound` for a session key without a conversation.
+pub(crate) fn no_conversation(key: &ConvKey) -> LosslessError {
+    LosslessError::NotFound(format!("no lossless conversation for {}", key.session_key))
+}
+
+/// `NotFound` for an id that is not in `conv`.
+pub(crate) fn not_in(id: &str, conv: &ConvRow) -> LosslessError {
+    LosslessError::NotFound(format!("{id} in {}", conv.session_key))
+}
+
+/// The summary row id of `id`, or `InvalidInput` when it names a message (only summaries have
+/// children) or nothing.
+pub(crate) fn summary_of(id: &str) -> Result<i64> {
+    match ids::parse(id)? {
+        RecordId::Summary(sid) => Ok(sid),
+        RecordId::Message(_) => Err(LosslessError::InvalidInput(format!(
+            "{id} is a message; only summaries have children"
+        ))),
+    }
+}
+
+/// `id` as a frontier/`summary_children` item: `(kind, row id)`, kind 0 = message, 1 = summary.
+pub(crate) fn item_of(id: &str) -> Result<(i64, i64)> {
+    Ok(match ids::parse(id)? {
+        RecordId::Message(m) => (0, m),
+        RecordId::Summary(s) => (1, s),
     })
 }
 
+/// The message row id of `id`, or `InvalidInput` when it is not a message id.
+pub(crate) fn message_of(id: &str) -> Result<i64> {
+    match ids::parse(id)? {
+        RecordId::Message(mid) => Ok(mid),
+        RecordId::Summary(_) => Err(LosslessError::InvalidInput(format!(
+            "{id} is not a message id"
+        ))),
+    }
+}
+
+/// A summary as a backend reads it for a node.
+#[derive(Clone, Debug)]
+pub(crate) struct SummaryRow {
+    pub id: i64,
+    pub depth: i64,
+    pub tokens: i64,
+    pub source_tokens: i64,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub from_ts: Option<i64>,
+    pub to_ts: Option<i64>,
+    pub summarizer: String,
+    /// The first [`SUMMARY_HEAD_CHARS`] characters of its text.
+    pub head: String,
+    /// Its direct children (summaries or messages).
+    pub child_count: i64,
+}
+
+impl SummaryRow {
+    /// The DAG node (not yet marked for the frontier).
+    pub(crate) fn into_node(self) -> DagNode {
+        DagNode {
+            id: ids::summary_id(self.id),
+            kind: "summary",
+            depth: Some(self.depth),
+            role: None,
+            tokens: self.tokens,
+            source_tokens: self.source_tokens,
+            first_seq: self.first_seq,
+            last_seq: self.last_seq,
+            from_ts: self.from_ts,
+            to_ts: self.to_ts,
+            summarizer: Some(self.summarizer),
+            in_frontier: false,
+            child_count: self.child_count,
+            preview: preview(&self.head),
+        }
+    }
+}
+
+/// A stored message as a backend reads it: the codec's columns.
+#[derive(Clone, Debug)]
+pub(crate) struct MessageRow {
+    pub id: i64,
+    pub seq: i64,
+    pub role: i64,
+    pub tokens: i64,
+    pub ts: Option<i64>,
+    pub skeleton: Option<String>,
+    pub text: String,
+}
+
+impl MessageRow {
+    fn decode(&self) -> Result<clawctx_protocol::AgentMessage> {
+        codec::decode(self.role, &self.text, self.skeleton.as_deref(), self.ts)
+    }
+
+    /// The DAG node (not yet marked for the frontier).
+    pub(crate) fn into_node(self) -> Result<DagNode> {
+        let message = self.decode()?;
+        Ok(DagNode {
+            id: ids::message_id(self.id),
+            kind: "message",
+            depth: None,
+            role: Some(message.role().to_owned()),
+            tokens: self.tokens,
+            source_tokens: self.tokens,
+            first_seq: self.seq,
+            last_seq: self.seq,
+            from_ts: self.ts,
+            to_ts: self.ts,
+            summarizer: None,
+            in_frontier: false,
+            child_count: 0,
+            preview: preview(&message_text(&message)),
+        })
+    }
+}
+
 /// The ids in a conversation's active frontier: messages, summaries.
-struct Frontier {
-    messages: std::collections::HashSet<i64>,
-    summaries: std::collections::HashSet<i64>,
+#[derive(Debug, Default)]
+pub(crate) struct Frontier {
+    messages: HashSet<i64>,
+    summaries: HashSet<i64>,
+}
+
+impl FromIterator<(i64, i64)> for Frontier {
+    /// From `(kind, item id)` pairs (kind 0 = message, 1 = summary).
+    fn from_iter<I: IntoIterator<Item = (i64, i64)>>(items: I) -> Self {
+        let mut f = Frontier::default();
+        for (kind, id) in items {
+            if kind == 0 {
+                f.messages.insert(id);
+            } else {
+                f.summaries.insert(id);
+            }
+        }
+        f
+    }
 }
 
 impl Frontier {
-    fn mark(&self, nodes: &mut [DagNode]) {
+    /// Sets `in_frontier` on each node.
+    pub(crate) fn mark(&self, nodes: &mut [DagNode]) {
         for n in nodes {
             n.in_frontier = match ids::parse(&n.id) {
                 Ok(RecordId::Summary(id)) => self.summaries.contains(&id),
@@ -211,290 +403,186 @@ impl Frontier {
     }
 }
 
-impl Db {
-    fn frontier_of(&self, conv_id: i64) -> Result<Frontier> {
-        let mut f = Frontier {
-            messages: Default::default(),
-            summaries: Default::default(),
-        };
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT kind, item_id FROM frontier WHERE conv_id = ?1")?;
-        let rows = st.query_map([conv_id], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-        })?;
-        for row in rows {
-            let (kind, id) = row?;
-            if kind == 0 {
-                f.messages.insert(id);
-            } else {
-                f.summaries.insert(id);
+/// The children of a summary: its summary children, then its message children, each in their
+/// order under it, marked for the frontier.
+pub(crate) fn children_of(
+    summaries: Vec<SummaryRow>,
+    messages: Vec<MessageRow>,
+    frontier: &Frontier,
+) -> Result<Vec<DagNode>> {
+    let mut out: Vec<DagNode> = summaries.into_iter().map(SummaryRow::into_node).collect();
+    for m in messages {
+        out.push(m.into_node()?);
+    }
+    frontier.mark(&mut out);
+    Ok(out)
+}
+
+/// The roots of a DAG in message order, marked for the frontier.
+pub(crate) fn roots_of(roots: Vec<SummaryRow>, frontier: &Frontier) -> Vec<DagNode> {
+    let mut out: Vec<DagNode> = roots.into_iter().map(SummaryRow::into_node).collect();
+    frontier.mark(&mut out);
+    out
+}
+
+/// The first sequence the raw tail can start at: messages after the last one a summary
+/// covers (summaries cover a prefix in order).
+pub(crate) fn uncovered_from(covered_to: Option<i64>) -> i64 {
+    covered_to.map_or(0, |s| s + 1)
+}
+
+/// The path of `id` given the summaries above it, nearest first: root first, `id` last.
+pub(crate) fn path_from(id: &str, parents: Vec<i64>) -> Vec<String> {
+    let mut path = vec![id.trim().to_owned()];
+    path.extend(parents.into_iter().map(ids::summary_id));
+    path.reverse();
+    path
+}
+
+impl PageAt {
+    /// The message id a page is centred on, when it is: its row id (`InvalidInput` when `at`
+    /// names no message).
+    pub(crate) fn around(&self) -> Result<Option<(i64, &str)>> {
+        match self {
+            PageAt::Around(id) => Ok(Some((message_of(id)?, id.as_str()))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Where a page of `limit` starts in `conv`; `around_seq`: the sequence of the message of
+    /// [`PageAt::Around`].
+    pub(crate) fn start(&self, conv: &ConvRow, around_seq: Option<i64>, limit: usize) -> i64 {
+        let limit = page_limit(limit) as i64;
+        match self {
+            PageAt::Around(_) => (around_seq.unwrap_or(0) - limit / 2).max(0),
+            PageAt::From(f) => (*f).max(0),
+            PageAt::Newest => (conv.next_seq - limit).max(0),
+        }
+    }
+}
+
+/// A page size within 1 and [`MAX_PAGE`].
+pub fn page_limit(limit: usize) -> usize {
+    limit.clamp(1, MAX_PAGE)
+}
+
+/// A page from up to `limit + 1` rows read from `from_seq` on, in sequence order, each with
+/// the leaf summary covering it (the extra row only tells where the next page starts).
+pub(crate) fn page_of(
+    conv: &ConvRow,
+    from_seq: i64,
+    limit: usize,
+    rows: Vec<(MessageRow, Option<i64>)>,
+    frontier: &Frontier,
+) -> Result<MessagePage> {
+    let limit = page_limit(limit);
+    let mut messages = Vec::with_capacity(rows.len().min(limit));
+    let mut next_seq = None;
+    for (i, (row, parent)) in rows.into_iter().enumerate() {
+        if i == limit {
+            next_seq = Some(row.seq);
+            break;
+        }
+        messages.push(StoredMessage {
+            id: ids::message_id(row.id),
+            seq: row.seq,
+            tokens: row.tokens,
+            in_frontier: frontier.messages.contains(&row.id),
+            parent: parent.map(ids::summary_id),
+            message: row.decode()?,
+        });
+    }
+    Ok(MessagePage {
+        total: conv.msg_count,
+        from_seq,
+        messages,
+        next_seq,
+    })
+}
+
+/// A summary as the timeline reads it.
+#[derive(Clone, Debug)]
+pub(crate) struct SummaryStamp {
+    pub created_at: i64,
+    pub depth: i64,
+    pub source_tokens: i64,
+    pub tokens: i64,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub summarizer: String,
+}
+
+/// Compaction passes from a conversation's summaries in `(created_at, depth, id)` order:
+/// summaries written together (same time, same depth) are one event, its summarizers listed
+/// once each in the order they first wrote.
+pub(crate) fn timeline_of(stamps: Vec<SummaryStamp>) -> Vec<CompactionEvent> {
+    let mut out: Vec<CompactionEvent> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for s in stamps {
+        match out.last_mut() {
+            Some(e) if e.at == s.created_at && e.depth == s.depth => {
+                e.summaries += 1;
+                e.tokens_before += s.source_tokens;
+                e.tokens_after += s.tokens;
+                e.first_seq = e.first_seq.min(s.first_seq);
+                e.last_seq = e.last_seq.max(s.last_seq);
+                if !names.contains(&s.summarizer) {
+                    e.summarizer.push(',');
+                    e.summarizer.push_str(&s.summarizer);
+                    names.push(s.summarizer);
+                }
+            }
+            _ => {
+                out.push(CompactionEvent {
+                    at: s.created_at,
+                    kind: if s.depth == 0 { "leaf" } else { "condensed" },
+                    depth: s.depth,
+                    summaries: 1,
+                    tokens_before: s.source_tokens,
+                    tokens_after: s.tokens,
+                    first_seq: s.first_seq,
+                    last_seq: s.last_seq,
+                    summarizer: s.summarizer.clone(),
+                });
+                names.clear();
+                names.push(s.summarizer);
             }
         }
-        Ok(f)
     }
+    out
+}
 
-    /// The active conversation of a session key, or `NotFound` naming it.
-    pub fn conversation_of(&self, key: &ConvKey) -> Result<ConvRow> {
-        self.conversation(key)?.ok_or_else(|| {
-            LosslessError::NotFound(format!("no lossless conversation for {}", key.session_key))
-        })
-    }
-
-    /// Layers, roots and the raw tail of `conv`'s DAG.
-    pub fn dag_overview(&self, conv: &ConvRow) -> Result<DagOverview> {
-        let layers = self
-            .conn
-            .prepare_cached(
-                "SELECT s.depth, count(*), sum(s.tokens), sum(s.source_tokens),
-                        (SELECT count(*) FROM frontier f JOIN summaries t ON t.id = f.item_id
-                         WHERE f.conv_id = s.conv_id AND f.kind = 1 AND t.depth = s.depth)
-                 FROM summaries s WHERE s.conv_id = ?1 GROUP BY s.depth ORDER BY s.depth DESC",
-            )?
-            .query_map([conv.id], |r| {
-                Ok(DagLayer {
-                    depth: r.get(0)?,
-                    count: r.get(1)?,
-                    tokens: r.get(2)?,
-                    source_tokens: r.get(3)?,
-                    in_frontier: r.get(4)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let mut roots = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {SUMMARY_NODE_COLS} FROM summaries s WHERE s.conv_id = ?1
-                 AND NOT EXISTS(SELECT 1 FROM summary_children c WHERE c.kind = 1 AND c.child_id = s.id)
-                 ORDER BY s.first_seq"
-            ))?
-            .query_map([conv.id], summary_node)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        self.frontier_of(conv.id)?.mark(&mut roots);
-        // Messages after the last one a summary covers (summaries cover a prefix in order).
-        let covered_to: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT max(last_seq) FROM summaries WHERE conv_id = ?1")?
-            .query_row([conv.id], |r| r.get(0))?;
-        let from = covered_to.map_or(0, |s| s + 1);
-        let uncovered = self
-            .conn
-            .prepare_cached(
-                "SELECT count(*), ifnull(sum(tokens), 0), min(seq), max(seq) FROM messages WHERE conv_id = ?1 AND seq >= ?2",
-            )?
-            .query_row(params![conv.id, from], |r| {
-                Ok(UncoveredRange { count: r.get(0)?, tokens: r.get(1)?, first_seq: r.get(2)?, last_seq: r.get(3)? })
-            })?;
-        Ok(DagOverview {
-            conversation: conv.clone(),
-            layers,
-            roots,
-            uncovered,
-        })
-    }
-
-    /// The children of summary `id` (summaries, or the messages of a leaf), in order; `conv`
-    /// scopes the lookup.
-    pub fn dag_children(&self, conv: &ConvRow, id: &str) -> Result<Vec<DagNode>> {
-        let RecordId::Summary(sid) = ids::parse(id)? else {
-            return Err(LosslessError::InvalidInput(format!(
-                "{id} is a message; only summaries have children"
-            )));
-        };
-        let owner: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT conv_id FROM summaries WHERE id = ?1")?
-            .query_row([sid], |r| r.get(0))
-            .optional()?;
-        if owner != Some(conv.id) {
-            return Err(LosslessError::NotFound(format!(
-                "{id} in {}",
-                conv.session_key
-            )));
-        }
-        let mut out = Vec::new();
-        let mut summaries = self.conn.prepare_cached(&format!(
-            "SELECT {SUMMARY_NODE_COLS} FROM summary_children c JOIN summaries s ON s.id = c.child_id
-             WHERE c.summary_id = ?1 AND c.kind = 1 ORDER BY c.ord"
-        ))?;
-        out.extend(
-            summaries
-                .query_map([sid], summary_node)?
-                .collect::<rusqlite::Result<Vec<_>>>()?,
-        );
-        let mut messages = self.conn.prepare_cached(
-            "SELECT m.id, m.seq, m.role, m.tokens, m.ts, m.skeleton, m.text
-             FROM summary_children c JOIN message_rows m ON m.id = c.child_id
-             WHERE c.summary_id = ?1 AND c.kind = 0 ORDER BY c.ord",
-        )?;
-        let rows = messages
-            .query_map([sid], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, Option<i64>>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, String>(6)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        for (mid, seq, role, tokens, ts, skeleton, text) in rows {
-            let message = codec::decode(role, &text, skeleton.as_deref(), ts)?;
-            out.push(DagNode {
-                id: ids::message_id(mid),
-                kind: "message",
-                depth: None,
-                role: Some(message.role().to_owned()),
-                tokens,
-                source_tokens: tokens,
-                first_seq: seq,
-                last_seq: seq,
-                from_ts: ts,
-                to_ts: ts,
-                summarizer: None,
-                in_frontier: false,
-                child_count: 0,
-                preview: preview(&message_text(&message)),
-            });
-        }
-        self.frontier_of(conv.id)?.mark(&mut out);
-        Ok(out)
-    }
-
-    /// The summaries from `id` up to its root, root first (`id` itself last).
-    pub fn dag_path(&self, conv: &ConvRow, id: &str) -> Result<Vec<String>> {
-        let (mut kind, mut item) = match ids::parse(id)? {
-            RecordId::Message(m) => (0, m),
-            RecordId::Summary(s) => (1, s),
-        };
-        let owner: Option<i64> = if kind == 0 {
-            self.conn
-                .prepare_cached("SELECT conv_id FROM messages WHERE id = ?1")?
-                .query_row([item], |r| r.get(0))
-                .optional()?
+/// A frontier row as the view shows it: `(kind, item id, tokens, first seq, last seq)`, the
+/// sequences `-1` when the item's row is gone.
+pub(crate) fn frontier_item(
+    kind: i64,
+    id: i64,
+    tokens: i64,
+    first_seq: Option<i64>,
+    last_seq: Option<i64>,
+) -> FrontierItem {
+    FrontierItem {
+        id: if kind == 0 {
+            ids::message_id(id)
         } else {
-            self.conn
-                .prepare_cached("SELECT conv_id FROM summaries WHERE id = ?1")?
-                .query_row([item], |r| r.get(0))
-                .optional()?
-        };
-        if owner != Some(conv.id) {
-            return Err(LosslessError::NotFound(format!(
-                "{id} in {}",
-                conv.session_key
-            )));
-        }
-        let mut path = vec![id.trim().to_owned()];
-        let mut parent = self.conn.prepare_cached(
-            "SELECT summary_id FROM summary_children WHERE kind = ?1 AND child_id = ?2 ORDER BY summary_id LIMIT 1",
-        )?;
-        // A DAG of depth d has d + 1 levels; the bound only guards against a corrupt cycle.
-        for _ in 0..256 {
-            let Some(p) = parent
-                .query_row(params![kind, item], |r| r.get::<_, i64>(0))
-                .optional()?
-            else {
-                break;
-            };
-            path.push(ids::summary_id(p));
-            (kind, item) = (1, p);
-        }
-        path.reverse();
-        Ok(path)
+            ids::summary_id(id)
+        },
+        tokens,
+        first_seq: first_seq.unwrap_or(-1),
+        last_seq: last_seq.unwrap_or(-1),
     }
+}
 
-    /// Stored messages from sequence `from_seq` on, at most `limit`.
-    pub fn message_page(&self, conv: &ConvRow, from_seq: i64, limit: usize) -> Result<MessagePage> {
-        let limit = limit.clamp(1, 500);
-        let rows = self
-            .conn
-            .prepare_cached(
-                "SELECT m.id, m.seq, m.role, m.tokens, m.ts, m.skeleton, m.text,
-                        (SELECT c.summary_id FROM summary_children c WHERE c.kind = 0 AND c.child_id = m.id LIMIT 1)
-                 FROM message_rows m WHERE m.conv_id = ?1 AND m.seq >= ?2 ORDER BY m.seq LIMIT ?3",
-            )?
-            .query_map(params![conv.id, from_seq, limit as i64 + 1], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, Option<i64>>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, String>(6)?,
-                    r.get::<_, Option<i64>>(7)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let frontier = self.frontier_of(conv.id)?;
-        let mut messages = Vec::with_capacity(rows.len().min(limit));
-        let mut next_seq = None;
-        for (i, (mid, seq, role, tokens, ts, skeleton, text, parent)) in
-            rows.into_iter().enumerate()
-        {
-            if i == limit {
-                next_seq = Some(seq);
-                break;
-            }
-            messages.push(StoredMessage {
-                id: ids::message_id(mid),
-                seq,
-                tokens,
-                in_frontier: frontier.messages.contains(&mid),
-                parent: parent.map(ids::summary_id),
-                message: codec::decode(role, &text, skeleton.as_deref(), ts)?,
-            });
-        }
-        Ok(MessagePage {
-            total: conv.msg_count,
-            from_seq,
-            messages,
-            next_seq,
+/// Conversations with their pass counts (`(conversation row id, passes)`).
+pub(crate) fn stats_of(convs: Vec<ConvRow>, passes: Vec<(i64, i64)>) -> Vec<ConversationStats> {
+    let passes: std::collections::HashMap<i64, i64> = passes.into_iter().collect();
+    convs
+        .into_iter()
+        .map(|c| ConversationStats {
+            compactions: passes.get(&c.id).copied().unwrap_or(0),
+            conversation: c,
         })
-    }
-
-    /// The sequence of message `id` in `conv`.
-    pub fn message_seq(&self, conv: &ConvRow, id: &str) -> Result<i64> {
-        let RecordId::Message(mid) = ids::parse(id)? else {
-            return Err(LosslessError::InvalidInput(format!(
-                "{id} is not a message id"
-            )));
-        };
-        self.conn
-            .prepare_cached("SELECT seq FROM messages WHERE id = ?1 AND conv_id = ?2")?
-            .query_row(params![mid, conv.id], |r| r.get(0))
-            .optional()?
-            .ok_or_else(|| LosslessError::NotFound(format!("{id} in {}", conv.session_key)))
-    }
-
-    /// Every compaction pass of `conv`, oldest first: summaries written together (same time,
-    /// same depth) are one event.
-    pub fn compaction_timeline(&self, conv: &ConvRow) -> Result<Vec<CompactionEvent>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT created_at, depth, count(*), sum(source_tokens), sum(tokens), min(first_seq), max(last_seq),
-                        group_concat(DISTINCT summarizer)
-                 FROM summaries WHERE conv_id = ?1 GROUP BY created_at, depth ORDER BY created_at, depth",
-            )?
-            .query_map([conv.id], |r| {
-                let depth: i64 = r.get(1)?;
-                Ok(CompactionEvent {
-                    at: r.get(0)?,
-                    kind: if depth == 0 { "leaf" } else { "condensed" },
-                    depth,
-                    summaries: r.get(2)?,
-                    tokens_before: r.get(3)?,
-                    tokens_after: r.get(4)?,
-                    first_seq: r.get(5)?,
-                    last_seq: r.get(6)?,
-                    summarizer: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?)
-    }
+        .collect()
 }
 
 /// The text a preview shows: text blocks, tool calls by name, tool results' text.
@@ -518,9 +606,10 @@ pub fn message_text(m: &clawctx_protocol::AgentMessage) -> String {
                     ContentBlock::ToolCall(c) => Some(format!("[tool call {}]", c.name).into()),
                     ContentBlock::Thinking(_) => None,
                     ContentBlock::Image(_) => Some("[image]".into()),
-                    ContentBlock::Unknown(map) => {
-                        map.get("type").and_then(|t| t.as_str()).map(|t| format!("[{t}]").into())
-                    }
+                    ContentBlock::Unknown(map) => map
+                        .get("type")
+                        .and_then(|t| t.as_str())
+                        .map(|t| format!("[{t}]").into()),
                 };
                 if let Some(p) = piece {
                     if !out.is_empty() {
@@ -546,58 +635,4 @@ pub struct FrontierItem {
     pub first_seq: i64,
     /// Last message sequence it stands for.
     pub last_seq: i64,
-}
-
-impl Db {
-    /// `conv`'s active frontier in order, with sequence ranges.
-    pub fn frontier_items(&self, conv: &ConvRow) -> Result<Vec<FrontierItem>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT f.kind, f.item_id, f.tokens,
-                        CASE WHEN f.kind = 0 THEN m.seq ELSE s.first_seq END,
-                        CASE WHEN f.kind = 0 THEN m.seq ELSE s.last_seq END
-                 FROM frontier f
-                 LEFT JOIN messages m ON f.kind = 0 AND m.id = f.item_id
-                 LEFT JOIN summaries s ON f.kind = 1 AND s.id = f.item_id
-                 WHERE f.conv_id = ?1 ORDER BY f.ord",
-            )?
-            .query_map([conv.id], |r| {
-                let kind: i64 = r.get(0)?;
-                let id: i64 = r.get(1)?;
-                Ok(FrontierItem {
-                    id: if kind == 0 {
-                        ids::message_id(id)
-                    } else {
-                        ids::summary_id(id)
-                    },
-                    tokens: r.get(2)?,
-                    first_seq: r.get::<_, Option<i64>>(3)?.unwrap_or(-1),
-                    last_seq: r.get::<_, Option<i64>>(4)?.unwrap_or(-1),
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?)
-    }
-
-    /// Compaction passes per conversation (`(conversation row, passes)`).
-    pub fn compaction_passes(&self) -> Result<Vec<(i64, i64)>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT conv_id, count(*) FROM (SELECT conv_id FROM summaries GROUP BY conv_id, created_at, depth) GROUP BY conv_id",
-            )?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<Vec<_>>>()?)
-    }
-}
-
-impl Db {
-    /// Every summarizer that wrote a stored summary, with how many.
-    pub fn summarizers_used(&self) -> Result<Vec<(String, i64)>> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT summarizer, count(*) FROM summaries GROUP BY summarizer ORDER BY count(*) DESC")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<Vec<_>>>()?)
-    }
 }

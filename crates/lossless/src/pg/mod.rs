@@ -17,6 +17,7 @@
 
 pub mod connect;
 mod doctor;
+mod inspect;
 mod read;
 mod recall;
 pub mod schema;

@@ -45,6 +45,7 @@ pub mod codec;
 mod db;
 pub mod decoded;
 pub mod encode_queue;
+mod inspect;
 pub mod pack;
 pub mod pending_fts;
 pub mod schema;
