@@ -636,3 +636,100 @@ pub struct FrontierItem {
     /// Last message sequence it stands for.
     pub last_seq: i64,
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn stamp(at: i64, depth: i64, seqs: (i64, i64), by: &str) -> SummaryStamp {
+        SummaryStamp {
+            created_at: at,
+            depth,
+            source_tokens: 100,
+            tokens: 10,
+            first_seq: seqs.0,
+            last_seq: seqs.1,
+            summarizer: by.into(),
+        }
+    }
+
+    #[test]
+    fn summaries_of_one_time_and_depth_are_one_pass_naming_each_summarizer_once() {
+        let t = timeline_of(vec![
+            stamp(5, 0, (0, 9), "llm"),
+            stamp(5, 0, (10, 19), "extractive"),
+            stamp(5, 0, (20, 29), "llm"),
+            stamp(5, 1, (0, 29), "llm"),
+            stamp(9, 0, (30, 39), "llm"),
+        ]);
+        let got: Vec<_> = t
+            .iter()
+            .map(|e| {
+                (
+                    e.at,
+                    e.kind,
+                    e.summaries,
+                    e.tokens_before,
+                    e.first_seq,
+                    e.last_seq,
+                    e.summarizer.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (5, "leaf", 3, 300, 0, 29, "llm,extractive"),
+                (5, "condensed", 1, 100, 0, 29, "llm"),
+                (9, "leaf", 1, 100, 30, 39, "llm"),
+            ]
+        );
+    }
+
+    #[test]
+    fn pages_start_where_asked_within_the_conversation() {
+        let conv = ConvRow {
+            id: 1,
+            agent_id: "main".into(),
+            session_key: "k".into(),
+            active: true,
+            next_seq: 100,
+            next_ord: 0,
+            msg_count: 100,
+            msg_tokens: 0,
+            raw_bytes: 0,
+            frontier_tokens: 0,
+            frontier_items: 0,
+            epoch: 0,
+        };
+        assert_eq!(PageAt::Newest.start(&conv, None, 30), 70);
+        assert_eq!(
+            PageAt::Newest.start(&conv, None, 10_000),
+            0,
+            "clamped to 500"
+        );
+        assert_eq!(PageAt::From(-3).start(&conv, None, 10), 0);
+        let around = PageAt::Around("msg_7".into());
+        assert_eq!(around.around().unwrap().map(|(id, _)| id), Some(7));
+        assert_eq!(around.start(&conv, Some(50), 10), 45);
+        assert_eq!(around.start(&conv, Some(2), 10), 0);
+        assert!(matches!(
+            PageAt::Around("sum_7".into()).around(),
+            Err(LosslessError::InvalidInput(m)) if m.contains("not a message id")
+        ));
+    }
+
+    #[test]
+    fn a_path_is_root_first_and_previews_are_cut_with_an_ellipsis() {
+        assert_eq!(
+            path_from(" msg_3 ", vec![7, 9]),
+            ["sum_9", "sum_7", "msg_3"]
+        );
+        let long = "é".repeat(PREVIEW_CHARS + 5);
+        let p = preview(&format!("  {long}  "));
+        assert_eq!(p.chars().count(), PREVIEW_CHARS + 1);
+        assert!(p.ends_with('…'));
+        assert_eq!(preview("  short  "), "short");
+    }
+}
