@@ -9,7 +9,8 @@
 //!   for the real runtime where a test needs a host but not files;
 //! - [`conformance`]: the one engine conformance suite, run against `legacy`, `lossless` and
 //!   plugin engines alike;
-//! - [`pg`]: the PostgreSQL test server (`CLAWCTX_TEST_PG_URL`) and a fresh database per test.
+//! - [`pg`]: the PostgreSQL test server (`CLAWCTX_TEST_PG_URL`) and a fresh database per test;
+//! - [`small_fs`]: a tiny `tmpfs` mounted by the test (out-of-space and read-only state dirs).
 //!
 //! Panicking is how a test fails, so this crate may `unwrap`/`expect` freely.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -19,4 +20,5 @@ pub mod host;
 pub mod logs;
 pub mod messages;
 pub mod pg;
+pub mod small_fs;
 pub mod test_engine;

@@ -283,6 +283,11 @@ impl Db {
         Ok(())
     }
 
+    /// The database file.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// Replaces the connection with a new one to the same file (the old one is closed, which
     /// rolls back whatever it had open; its temporary tables go with it).
     pub(crate) fn reopen(&mut self) -> Result<()> {
@@ -350,8 +355,12 @@ impl Db {
                 return Err(e);
             }
         };
-        tx.commit()
-            .map_err(|e| LosslessError::from_sqlite(e, self.busy_ms))?;
+        if let Err(e) = tx.commit() {
+            // The commit failed (e.g. the disk is full) and was rolled back: as above, rows a
+            // cache saw are gone and their ids will be given out again.
+            self.term_rows.get_mut().clear();
+            return Err(LosslessError::from_sqlite(e, self.busy_ms));
+        }
         if let Some(c) = &mut self.checkpointer {
             if c.committed() {
                 // Waits (busy timeout) for the checkpoint thread, then copies what is left;

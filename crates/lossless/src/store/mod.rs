@@ -127,9 +127,14 @@ impl LosslessStore {
         durability: crate::config::Durability,
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let conn = schema::open(&path, busy_timeout_ms)?;
-        conn.execute_batch(&format!("PRAGMA synchronous = {};", durability.synchronous()))
-            .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms))?;
+        // A full or read-only disk says so here, naming the file, rather than as a bare
+        // "unable to open database file".
+        let conn = schema::open(&path, busy_timeout_ms).map_err(|e| e.on_file(&path))?;
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous = {};",
+            durability.synchronous()
+        ))
+        .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms).on_file(&path))?;
         let checkpointer = checkpoint::Checkpointer::spawn(&path, busy_timeout_ms);
         if checkpointer.is_some() {
             conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")
@@ -347,7 +352,8 @@ fn run_job<R>(db: &mut Db, job: &'static str, f: impl FnOnce(&mut Db) -> Result<
     // Unwind safety: what `f` may leave half-done is the connection's transaction and `Db`'s
     // in-memory state, and `recover_after_panic` resets both; what `f` captured is dropped.
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(db))) {
-        Ok(out) => out,
+        // A full or read-only disk is named with the file (see `LosslessError::on_file`).
+        Ok(out) => out.map_err(|e| e.on_file(db.path())),
         Err(payload) => {
             let job = job_name(job);
             let message = panic_message(payload.as_ref());

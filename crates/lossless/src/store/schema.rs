@@ -300,10 +300,13 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     )?;
     conn.busy_timeout(Duration::from_millis(busy_timeout_ms))?;
     super::pack::register(&conn)?;
-    let map = |e: rusqlite::Error| match LosslessError::from_sqlite(e, busy_timeout_ms) {
-        LosslessError::Sqlite(e) => refuse(format!("unreadable database: {e}")),
-        other => other,
-    };
+    // A disk that is full or cannot be written is not a damaged file: it is said as such
+    // (`on_file`), not as a refusal, which would tell the user never to retry this file.
+    let map =
+        |e: rusqlite::Error| match LosslessError::from_sqlite(e, busy_timeout_ms).on_file(path) {
+            LosslessError::Sqlite(e) => refuse(format!("unreadable database: {e}")),
+            other => other,
+        };
     let app_id: i32 = conn
         .query_row("PRAGMA application_id", [], |r| r.get(0))
         .map_err(map)?;
