@@ -3,19 +3,35 @@
 //! the last assembly matching the engine API's `assemble`, transcript paging, the DAG's
 //! children and paths down to a planted message), quarantines from the persisted mirror,
 //! secrets masked in the config, live events over SSE.
+//!
+//! The views of a lossless session and its live events run twice: with the store in a SQLite
+//! file and in PostgreSQL (`*_on_postgres`, a fresh database per test; they skip without
+//! `CLAWCTX_TEST_PG_URL`, except under `CI=true`, where they fail).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod dashboard_fixture;
 
-use dashboard_fixture::{start, Setup, PLANTED};
+use dashboard_fixture::{on_postgres, start, Setup, PLANTED};
 use serde_json::{json, Value};
 
 const KEY: &str = "agent:main:dash";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefilled_lossless_session_is_seen_whole() {
-    let mut f = start(Setup::default()).await;
+    seen_whole(Setup::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefilled_lossless_session_is_seen_whole_on_postgres() {
+    let Some((_db, setup)) = on_postgres("dashboard_whole") else {
+        return;
+    };
+    seen_whole(setup).await;
+}
+
+async fn seen_whole(setup: Setup) {
+    let mut f = start(setup).await;
     f.lossless_session(KEY, 600).await;
 
     // Sessions: listed with its counts.
@@ -212,6 +228,21 @@ async fn a_prefilled_lossless_session_is_seen_whole() {
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["param"], "key");
+    let r = f
+        .get(&format!(
+            "/v1/dashboard/transcript?key={}&around=sum_1",
+            urlenc(KEY)
+        ))
+        .await;
+    assert_eq!(r.status(), 400, "a page is centred on a message");
+
+    // The summarizers the store's summaries name.
+    let e = f.get_json("/v1/dashboard/engines").await;
+    let stored = e["summarizer"]["stored"].as_array().unwrap();
+    assert!(
+        stored.iter().any(|s| s[1].as_i64().unwrap() > 0),
+        "{stored:?}"
+    );
     f.stop().await;
 }
 
@@ -419,7 +450,19 @@ async fn the_engines_view_lists_mirror_quarantines_and_masks_secrets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_streams_live_events_to_a_listener_of_its_session() {
-    let mut f = start(Setup::default()).await;
+    live_events(Setup::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_streams_live_events_to_a_listener_of_its_session_on_postgres() {
+    let Some((_db, setup)) = on_postgres("dashboard_live") else {
+        return;
+    };
+    live_events(setup).await;
+}
+
+async fn live_events(setup: Setup) {
+    let mut f = start(setup).await;
     // Enough history that the first turn's afterTurn compacts it.
     f.prefill(KEY, 600);
     let mut events = f

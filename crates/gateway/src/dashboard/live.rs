@@ -80,25 +80,9 @@ async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
     if shared.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
         let backend = crate::engine_api::store(shared).await.ok()?;
         let conv_key = clawctx_lossless::ConvKey::from_host(Some(key), key);
-        let Some(store) = backend.as_sqlite().cloned() else {
-            // PostgreSQL: the conversation's epoch moves with every compaction.
-            let conv = backend.conversation(&conv_key).await.ok()?;
-            return Some(conv.map_or((0, 0), |c| (c.epoch, 0)));
-        };
-        store
-            .call_read(move |db| {
-                // No conversation yet: nothing compacted (the first turn bootstraps it).
-                let Some(conv) = db.conversation(&conv_key)? else {
-                    return Ok(Some((0, 0)));
-                };
-                Ok(Some((
-                    conv.epoch,
-                    db.compaction_timeline(&conv)?.len() as i64,
-                )))
-            })
-            .await
-            .ok()
-            .flatten()
+        // No conversation yet: nothing compacted (the first turn bootstraps it).
+        let view = backend.session_view(&conv_key).await.ok()?;
+        Some(view.map_or((0, 0), |v| (v.conversation.epoch, v.timeline.len() as i64)))
     } else {
         let rt = shared.runtime.clone();
         let key = key.to_owned();

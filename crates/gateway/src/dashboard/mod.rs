@@ -17,6 +17,12 @@
 //!   mirror and this process), host, summarizer, the config with secrets masked ([`secrets`]).
 //! - `GET /v1/dashboard/events?key=`: live events ([`live`]).
 //!
+//! Under the lossless engine the sessions' counts, the session view's stats, timeline and
+//! frontier, the transcript pages and the DAG come from the store through
+//! [`clawctx_lossless::inspect::Inspect`], which every lossless backend implements, so the
+//! dashboard shows the same on SQLite and on PostgreSQL; other engines' sessions are read from
+//! their transcripts.
+//!
 //! Auth is the API's: open on loopback without a token; with a token every route needs it. A
 //! browser cannot send a bearer header when it follows a link, so `/?token=<token>` checks the
 //! token and answers with a redirect to `/` that sets an `HttpOnly; SameSite=Strict` cookie
@@ -27,15 +33,16 @@ pub mod last_assembled;
 pub mod live;
 pub mod secrets;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use clawctx_lossless::inspect::{DagNode, DagOverview, MessagePage};
-use clawctx_lossless::{ConvKey, LosslessStore};
+use clawctx_lossless::inspect::{DagNode, DagOverview, MessagePage, PageAt};
+use clawctx_lossless::{Backend, ConvKey};
 use clawctx_protocol::{AgentMessage, AssembleParams, AssembleResult};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -126,7 +133,10 @@ pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
         );
     }
     r.result.messages = Vec::new();
-    shared.dashboard.recorder.record(key, std::sync::Arc::new(r));
+    shared
+        .dashboard
+        .recorder
+        .record(key, std::sync::Arc::new(r));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -346,15 +356,13 @@ fn is_lossless(s: &Shared) -> bool {
     s.runtime.engine_id() == clawctx_lossless::ENGINE_ID
 }
 
-async fn lossless_store(s: &Shared) -> Result<Option<LosslessStore>, ApiError> {
+/// The lossless store, on whichever backend the engine's config names; `None` under another
+/// engine.
+async fn lossless_store(s: &Shared) -> Result<Option<Arc<dyn Backend>>, ApiError> {
     if !is_lossless(s) {
         return Ok(None);
     }
-    // The dashboard's views read the SQLite store's tables directly (`clawctx_lossless::inspect`);
-    // on PostgreSQL they show what the transcript has, as for other engines.
-    crate::engine_api::store(s)
-        .await
-        .map(|b| b.as_sqlite().cloned())
+    crate::engine_api::store(s).await.map(Some)
 }
 
 fn store_error(what: &str) -> impl Fn(clawctx_lossless::LosslessError) -> ApiError + '_ {
@@ -403,19 +411,19 @@ async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         );
     }
     if let Some(store) = lossless_store(&s).await? {
-        let (convs, passes) = store
-            .call_read(|db| Ok((db.conversations()?, db.compaction_passes()?)))
+        let convs = store
+            .conversation_stats()
             .await
             .map_err(store_error("listing the lossless conversations"))?;
-        let passes: HashMap<i64, i64> = passes.into_iter().collect();
-        for c in convs.into_iter().filter(|c| c.active) {
+        for stats in convs.into_iter().filter(|c| c.conversation.active) {
+            let c = stats.conversation;
             let row = rows.entry(c.session_key.clone()).or_insert_with(|| {
                 json!({"sessionKey": c.session_key, "sessionId": Value::Null, "updatedAt": Value::Null, "engine": engine})
             });
             row["messages"] = json!(c.msg_count);
             row["storedTokens"] = json!(c.msg_tokens);
             row["contextTokens"] = json!(c.frontier_tokens);
-            row["compactions"] = json!(passes.get(&c.id).copied().unwrap_or(0));
+            row["compactions"] = json!(stats.compactions);
         }
     } else {
         for (key, _) in &listed {
@@ -488,19 +496,11 @@ async fn session(
     if let Some(store) = lossless_store(&s).await? {
         let conv_key = ConvKey::from_host(Some(&key), &key);
         let found = store
-            .call_read(move |db| {
-                let Some(conv) = db.conversation(&conv_key)? else {
-                    return Ok(None);
-                };
-                Ok(Some((
-                    db.compaction_timeline(&conv)?,
-                    db.frontier_items(&conv)?,
-                    conv,
-                )))
-            })
+            .session_view(&conv_key)
             .await
             .map_err(store_error("reading the session"))?;
-        if let Some((timeline, frontier, conv)) = found {
+        if let Some(view) = found {
+            let (timeline, frontier, conv) = (view.timeline, view.frontier, view.conversation);
             out["stats"] = json!({"messages": conv.msg_count, "storedTokens": conv.msg_tokens,
                                   "frontierTokens": conv.frontier_tokens, "frontierItems": conv.frontier_items,
                                   "epoch": conv.epoch});
@@ -599,17 +599,13 @@ async fn transcript(
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, 500);
     if let Some(store) = lossless_store(&s).await? {
         let conv_key = ConvKey::from_host(Some(&key), &key);
-        let (from, around) = (q.from, q.around);
+        let at = match (q.around, q.from) {
+            (Some(id), _) => PageAt::Around(id),
+            (None, Some(f)) => PageAt::From(f),
+            (None, None) => PageAt::Newest,
+        };
         let page: MessagePage = store
-            .call_read(move |db| {
-                let conv = db.conversation_of(&conv_key)?;
-                let from = match (&around, from) {
-                    (Some(id), _) => (db.message_seq(&conv, id)? - limit as i64 / 2).max(0),
-                    (None, Some(f)) => f.max(0),
-                    (None, None) => (conv.next_seq - limit as i64).max(0),
-                };
-                db.message_page(&conv, from, limit)
-            })
+            .message_page(&conv_key, at, limit)
             .await
             .map_err(store_error("reading the transcript"))?;
         let mut v = serde_json::to_value(&page)
@@ -645,31 +641,14 @@ async fn transcript(
     ))
 }
 
-async fn conv_call<T: Send + 'static>(
-    s: &Shared,
-    key: String,
-    what: &'static str,
-    f: impl FnOnce(
-            &clawctx_lossless::store::Db,
-            &clawctx_lossless::store::ConvRow,
-        ) -> clawctx_lossless::error::Result<T>
-        + Send
-        + 'static,
-) -> Result<T, ApiError> {
-    let Some(store) = lossless_store(s).await? else {
-        return Err(ApiError::conflict(format!(
+/// The lossless store for a DAG view, or a conflict naming the engine in charge.
+async fn dag_store(s: &Shared) -> Result<Arc<dyn Backend>, ApiError> {
+    lossless_store(s).await?.ok_or_else(|| {
+        ApiError::conflict(format!(
             "the summary DAG needs the lossless engine; the engine in charge is \"{}\"",
             s.runtime.engine_id()
-        )));
-    };
-    let conv_key = ConvKey::from_host(Some(&key), &key);
-    store
-        .call_read(move |db| {
-            let conv = db.conversation_of(&conv_key)?;
-            f(db, &conv)
-        })
-        .await
-        .map_err(store_error(what))
+        ))
+    })
 }
 
 /// `GET /v1/dashboard/dag?key=`.
@@ -678,9 +657,12 @@ async fn dag(
     Query(q): Query<KeyQuery>,
 ) -> Result<Json<DagOverview>, ApiError> {
     let key = key_param(q.key)?;
-    conv_call(&s, key, "reading the DAG", |db, conv| db.dag_overview(conv))
+    dag_store(&s)
+        .await?
+        .dag_overview(&ConvKey::from_host(Some(&key), &key))
         .await
         .map(Json)
+        .map_err(store_error("reading the DAG"))
 }
 
 #[derive(Debug, Deserialize)]
@@ -705,12 +687,11 @@ async fn dag_children(
     Query(q): Query<NodeQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let (key, id) = (key_param(q.key)?, id_param(q.id)?);
-    let of = id.clone();
-    let children: Vec<DagNode> =
-        conv_call(&s, key, "reading a node's children", move |db, conv| {
-            db.dag_children(conv, &of)
-        })
-        .await?;
+    let children: Vec<DagNode> = dag_store(&s)
+        .await?
+        .dag_children(&ConvKey::from_host(Some(&key), &key), &id)
+        .await
+        .map_err(store_error("reading a node's children"))?;
     Ok(Json(json!({"id": id, "children": children})))
 }
 
@@ -720,11 +701,11 @@ async fn dag_path(
     Query(q): Query<NodeQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let (key, id) = (key_param(q.key)?, id_param(q.id)?);
-    let of = id.clone();
-    let path: Vec<String> = conv_call(&s, key, "finding a node's path", move |db, conv| {
-        db.dag_path(conv, &of)
-    })
-    .await?;
+    let path: Vec<String> = dag_store(&s)
+        .await?
+        .dag_path(&ConvKey::from_host(Some(&key), &key), &id)
+        .await
+        .map_err(store_error("finding a node's path"))?;
     Ok(Json(json!({"id": id, "path": path})))
 }
 
@@ -787,7 +768,7 @@ async fn engines(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         .map(|x| x.name().to_owned());
     let mut stored_summarizers = Value::Null;
     if let Some(store) = lossless_store(&s).await? {
-        if let Ok(names) = store.call_read(|db| db.summarizers_used()).await {
+        if let Ok(names) = store.summarizers_used().await {
             stored_summarizers = json!(names);
         }
     }

@@ -60,6 +60,23 @@ pub fn small_chunks() -> Value {
     }}}}})
 }
 
+/// The default setup with the lossless store in a fresh PostgreSQL database
+/// (`plugins.entries.lossless.config.database`; the database is dropped with the returned
+/// value), or `None` when no server is configured (`CLAWCTX_TEST_PG_URL`): the test skips,
+/// except under `CI=true`, where a missing server fails it.
+pub fn on_postgres(hint: &str) -> Option<(clawctx_test_support::pg::TestDatabase, Setup)> {
+    let db = clawctx_test_support::pg::test_database(hint)?;
+    let mut extra = small_chunks();
+    extra["plugins"]["entries"]["lossless"]["config"]["database"] = json!(db.url);
+    Some((
+        db,
+        Setup {
+            extra_config: extra,
+            ..Setup::default()
+        },
+    ))
+}
+
 /// The `n`th pre-filled message of a session: the planted one at 3, a tool call and its result
 /// every 50, plain user and assistant lines otherwise.
 pub fn prefill_message(n: usize) -> AgentMessage {
