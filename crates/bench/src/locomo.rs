@@ -116,12 +116,17 @@ pub fn normalize_evidence(raw: &str) -> Vec<String> {
 /// Loads a LoCoMo JSON file (a list of samples).
 pub fn load(path: &Path) -> Result<Vec<Conversation>> {
     let text = std::fs::read_to_string(path).map_err(|e| BenchError::io(path, e))?;
+    parse(path, &text)
+}
+
+/// Parses the text of a LoCoMo JSON file (as read from `path`, which errors name).
+pub fn parse(path: &Path, text: &str) -> Result<Vec<Conversation>> {
     let fmt = |m: String| BenchError::Format {
         path: path.to_owned(),
         line: 0,
         message: m,
     };
-    let v: Value = serde_json::from_str(&text).map_err(|e| fmt(e.to_string()))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| fmt(e.to_string()))?;
     let Value::Array(samples) = v else {
         return Err(fmt("expected a JSON array of samples".into()));
     };

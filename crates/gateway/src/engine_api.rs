@@ -242,12 +242,23 @@ pub struct ExpandRequest {
 pub struct RecallReport(pub serde_json::Map<String, Value>);
 
 /// The session a call belongs to: its lane key.
-fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<String, ApiError> {
+pub(crate) fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<String, ApiError> {
     let key = session_key.filter(|k| !k.trim().is_empty()).unwrap_or(session_id).trim();
     if key.is_empty() {
         return Err(ApiError::invalid("sessionId", "`sessionId` (or `sessionKey`) must not be empty"));
     }
     Ok(key.to_owned())
+}
+
+/// A commit's `advancementKey` is what the engine is idempotent by: a blank one is the
+/// client's mistake, refused here as a 400. Left to the engine it would be a failed call, and
+/// the guard quarantines an engine that fails, so one bad request would take the configured
+/// engine away from every session of the gateway.
+pub(crate) fn check_advancement_key(p: &CommitTurnParams) -> Result<(), ApiError> {
+    if p.advancement_key.trim().is_empty() {
+        return Err(ApiError::invalid("advancementKey", "`advancementKey` must not be empty: it is what makes a retried commit a duplicate"));
+    }
+    Ok(())
 }
 
 /// Aborts the engine call when the client goes away before it has answered.
@@ -421,6 +432,7 @@ pub(crate) async fn commit_turn(
     ApiJson(p): ApiJson<CommitTurnParams>,
 ) -> Result<Json<CommitTurnResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
+    check_advancement_key(&p)?;
     let engine = s.runtime.engine().clone();
     call(&s, Method::CommitTurn, key, |cx| async move { engine.commit_turn(&p, &cx).await }).await.map(Json)
 }

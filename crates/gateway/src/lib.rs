@@ -31,6 +31,8 @@ pub mod config;
 pub mod dashboard;
 mod engine_api;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lanes;
 pub mod lock;
 pub mod metrics;

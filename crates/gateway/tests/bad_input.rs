@@ -89,3 +89,43 @@ async fn the_engine_api_names_malformed_json_and_refuses_oversized_bodies() {
     assert_eq!(sessions["sessions"], json!([]), "nothing was stored: {sessions}");
     gw.stop().await.unwrap();
 }
+
+/// Found by scripts/schemathesis: a commit with a blank `advancementKey` reached the engine,
+/// which refused it, and the guard quarantined the engine for the process, so every later
+/// `commitTurn` of every session got 501 from `legacy`. The gateway now refuses it as the
+/// client's mistake, and the engine stays in charge.
+#[tokio::test]
+async fn a_commit_without_an_advancement_key_is_a_400_and_does_not_quarantine_the_engine() {
+    let mut gw = start(Opts { engine: "lossless", ..Default::default() }).await;
+    let commit = |key: &str| {
+        let anchor = |entry: &str| clawctx_protocol::TranscriptEntryAnchor {
+            agent_id: "main".into(),
+            session_id: "s1".into(),
+            session_key: "agent:main:commits".into(),
+            entry_id: entry.into(),
+            ..Default::default()
+        };
+        serde_json::to_value(clawctx_protocol::CommitTurnParams {
+            advancement_key: key.into(),
+            admission: clawctx_protocol::TranscriptTurnAdmission { anchor: anchor("e1"), logical_turn_id: "t1".into(), role: "user".into() },
+            terminal: anchor("e2"),
+            messages: vec![clawctx_protocol::AgentMessage::user("the deploy is on tuesday").with_timestamp(1_000)],
+            session_id: "s1".into(),
+            session_key: Some("agent:main:commits".into()),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    for blank in ["", "   "] {
+        let e = error_of(gw.post("/v1/engine/commitTurn", &commit(blank)).await, 400).await;
+        assert_eq!(e["param"], "advancementKey", "{e}");
+    }
+    let info: Value = gw.get("/v1/engine/info").await.json().await.unwrap();
+    assert_eq!(info["info"]["id"], "lossless", "the engine in charge after the bad commits: {info}");
+    assert_eq!(info["quarantined"], json!([]), "nothing was quarantined: {info}");
+    let r = gw.post("/v1/engine/commitTurn", &commit("adv-1")).await;
+    assert_eq!(r.status().as_u16(), 200, "a good commit after the bad ones: {}", r.text().await.unwrap());
+    let again: Value = gw.post("/v1/engine/commitTurn", &commit("adv-1")).await.json().await.unwrap();
+    assert_eq!(again["status"], "duplicate", "the lossless engine answered, not legacy: {again}");
+    gw.stop().await.unwrap();
+}

@@ -278,7 +278,7 @@ impl PluginEngine {
 }
 
 /// An encoded assemble request, and each message as it was encoded.
-struct EncodedAssemble {
+pub(crate) struct EncodedAssemble {
     /// The request params.
     bytes: Vec<u8>,
     /// Each message's JSON.
@@ -320,7 +320,7 @@ impl EncodedAssemble {
         }
     }
 
-    fn echo(&self) -> &[u8] {
+    pub(crate) fn echo(&self) -> &[u8] {
         self.bytes.get(self.array.clone()).unwrap_or_default()
     }
 }
@@ -335,7 +335,7 @@ impl EncodedAssemble {
 /// The params are encoded with an empty `messages` array, and the messages are spliced in at
 /// the first `"messages":[]`: the first one is the params' own key, because `messages` comes
 /// before every nested object in [`AssembleParams`] and `instanceId` is an escaped string.
-fn encode_assemble(
+pub(crate) fn encode_assemble(
     instance_id: &str,
     params: &AssembleParams,
     abortable: bool,
@@ -465,7 +465,7 @@ struct RawMessages<'a> {
 /// Decodes an assemble reply, taking every message the plugin returned byte-identical to one
 /// it was sent from `params` (see the module header). Answers the result and, per message, its
 /// encoded length when known (for [`byte_bound`]).
-fn decode_assembled(
+pub(crate) fn decode_assembled(
     params: &AssembleParams,
     sent: &EncodedAssemble,
     reply: &Reply,

@@ -14,6 +14,8 @@
 
 pub mod adapter;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hooks;
 pub mod host;
 pub mod install;

@@ -183,7 +183,7 @@ impl Reply {
     }
 
     /// `line[range]` is the result (a slice of the received line, not copied).
-    fn in_line(line: String, range: std::ops::Range<usize>) -> Self {
+    pub(crate) fn in_line(line: String, range: std::ops::Range<usize>) -> Self {
         if line.get(range.clone()).is_none_or(|t| t.trim() == "null") {
             return Reply(None);
         }
@@ -817,12 +817,12 @@ fn request_line(id: u64, method: &str, params: &[u8]) -> Vec<u8> {
 /// One message from the plugin, split into the fields the host reads. `params` and `result`
 /// stay raw JSON: the reader never builds a tree of a (possibly large) result it only hands on.
 #[derive(Default)]
-struct Incoming {
-    id: Option<Value>,
-    method: Option<Value>,
-    params: Option<Box<RawValue>>,
-    result: Option<Box<RawValue>>,
-    error: Option<Value>,
+pub(crate) struct Incoming {
+    pub(crate) id: Option<Value>,
+    pub(crate) method: Option<Value>,
+    pub(crate) params: Option<Box<RawValue>>,
+    pub(crate) result: Option<Box<RawValue>>,
+    pub(crate) error: Option<Value>,
 }
 
 /// The borrowed face of [`Incoming`], parsed straight from the line.
@@ -843,7 +843,7 @@ struct Envelope<'a> {
 /// Parses one line; `None` when it is not a JSON object. A JSON object the envelope type
 /// rejects (duplicate keys) is read again as a tree, so the framing rules stay "any JSON
 /// object" as documented.
-fn parse_incoming(line: &[u8]) -> Option<Incoming> {
+pub(crate) fn parse_incoming(line: &[u8]) -> Option<Incoming> {
     let first = line.iter().find(|b| !b.is_ascii_whitespace())?;
     if *first != b'{' {
         return None;
@@ -900,7 +900,7 @@ fn blocking_stdout(stdout: ChildStdout) -> std::io::Result<std::fs::File> {
 /// (`"error":null`, extensions): those go through the envelope parser. `R`'s end is found by
 /// matching brackets outside strings ([`value_end`]); `R` is not validated here (see the
 /// module header), so a malformed `R` is reported by its decoder as an invalid result.
-fn plain_result(line: &str) -> Option<(u64, std::ops::Range<usize>)> {
+pub(crate) fn plain_result(line: &str) -> Option<(u64, std::ops::Range<usize>)> {
     const HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
     const RESULT: &str = r#","result":"#;
     let rest = line.strip_prefix(HEAD)?;

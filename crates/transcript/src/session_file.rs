@@ -289,7 +289,14 @@ impl SessionFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let buf = std::fs::read(path).map_err(|e| TranscriptError::io(path, e))?;
-        let scan = scan(path, &buf, 1)?;
+        Self::from_bytes(path, &buf)
+    }
+
+    /// Indexes a transcript's bytes as [`Self::open`] does after reading `path` (which errors
+    /// and warnings name, and later appends write to). Nothing is read or written here.
+    pub fn from_bytes(path: impl AsRef<Path>, buf: &[u8]) -> Result<Self> {
+        let path = path.as_ref();
+        let scan = scan(path, buf, 1)?;
         let mut lines = scan.lines.into_iter();
         let Some((header_line, header_map)) = lines.next() else {
             return Err(malformed(path, 1, "expected a session header {\"type\":\"session\",\"id\",\"timestamp\",\"cwd\"}, found an empty file"));
