@@ -6,10 +6,10 @@
 //! The dashboard must show the same thing whichever database holds the store, so the views
 //! are one trait, [`Inspect`], that every [`crate::Backend`] implements (it is a supertrait of
 //! it): `store/inspect.rs` reads SQLite, `pg/inspect.rs` PostgreSQL. Each backend only runs SQL
-//! and hands back rows ([`SummaryRow`], [`MessageRow`], [`SummaryStamp`], frontier pairs);
+//! and hands back rows (`SummaryRow`, `MessageRow`, `SummaryStamp`, frontier pairs);
 //! everything else is here, written once: building nodes and their previews, marking what is
-//! in the frontier, the paging rules ([`PageAt`], [`page_of`]), grouping summaries into
-//! compaction passes ([`timeline_of`]), the path's order, and the errors with their wording.
+//! in the frontier, the paging rules ([`PageAt`], `page_of`), grouping summaries into
+//! compaction passes (`timeline_of`), the path's order, and the errors with their wording.
 //!
 //! Every query is bounded by an index (summaries by conversation, `summary_children` both
 //! ways, messages by `(conv_id, seq)`) and by its page size, so a 10,000-message conversation
@@ -187,7 +187,7 @@ pub fn preview(text: &str) -> String {
 pub struct ConversationStats {
     /// The conversation, archived ones included.
     pub conversation: ConvRow,
-    /// Compaction passes that wrote its summaries (see [`timeline_of`]).
+    /// Compaction passes that wrote its summaries (summaries of one time and depth are one).
     pub compactions: i64,
 }
 

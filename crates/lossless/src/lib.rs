@@ -14,7 +14,8 @@
 //! summarization), [`doctor`] (integrity and size), [`import`] (OpenClaw JSONL), [`session`]
 //! (`/new` and forks), [`policy`] (ignored / read-only session globs), [`config`], [`engine`]
 //! (the `ContextEngine`, factory and registration), [`api`] (async library API for the CLI),
-//! [`inspect`] (read-only views for the gateway's dashboard: the DAG, message pages, timeline),
+//! [`inspect`] (the gateway dashboard's read-only views, the same on both backends: the DAG,
+//! message pages, timeline, frontier),
 //! [`migrate`] (copying a SQLite store into PostgreSQL).
 //!
 //! # Configuration (`plugins.entries.lossless.config`)
