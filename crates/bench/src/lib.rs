@@ -9,6 +9,9 @@
 //!   engine at each budget and scores, per question, whether the evidence is in the assembled
 //!   context, whether the engine's recall search finds it, and whether the answer is in context.
 //! - [`demo`]: `clawctx demo` — the lossless engine's main job, offline, in one command.
+//! - [`crash`]: `clawctx bench crash` — the crash campaign: the lossless engine killed with
+//!   SIGKILL at random moments on each backend, every acknowledged message checked after each
+//!   restart.
 //! - [`stores`]: `clawctx bench stores` — the lossless store on SQLite and PostgreSQL side by
 //!   side: ingest, assembly, search and size at each store size.
 //!
@@ -16,6 +19,7 @@
 //! built-in compaction), [`engines`] (opening an engine with a chosen summarizer),
 //! [`summarizer`] (the fake head-10% summarizer and a counting wrapper) and [`stats`].
 
+pub mod crash;
 pub mod demo;
 pub mod engines;
 pub mod error;
