@@ -458,13 +458,27 @@ impl SessionFile {
             buf.extend(serialize_entry(e)?);
         }
         let mut file = lock.file();
-        file.write_all(&buf)
-            .map_err(|e| TranscriptError::io(&self.path, e))?;
-        file.flush()
-            .map_err(|e| TranscriptError::io(&self.path, e))?;
-        if self.sync_writes {
-            file.sync_data()
-                .map_err(|e| TranscriptError::io(&self.path, e))?;
+        let written = file
+            .write_all(&buf)
+            .and_then(|()| file.flush())
+            .and_then(|()| {
+                if self.sync_writes {
+                    file.sync_data()
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(e) = written {
+            // A full disk (or a failing one) can take part of the buffer: cut the file back
+            // to its last whole line, so no reader ever sees a half-written entry and the
+            // entries are not half there (freeing blocks works on a full disk too).
+            if let Err(undo) = file.set_len(self.synced_len) {
+                tracing::warn!(
+                    "{}: cannot cut a failed append back ({undo}); the next append skips its torn line",
+                    self.path.display()
+                );
+            }
+            return Err(TranscriptError::io(&self.path, e));
         }
         self.synced_len += buf.len() as u64;
         self.lines_seen += entries.len();
