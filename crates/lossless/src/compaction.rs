@@ -259,6 +259,9 @@ impl Db {
             return Ok(0);
         }
         let bytes: u64 = produced.iter().map(|p| p.text.len() as u64 * 2).sum();
+        // One time for the round's summaries: the dashboard's timeline shows summaries of one
+        // time and depth as one pass, whatever the commit's own duration.
+        let created_at = crate::store::now_ms();
         let committed = self.tx(|c| {
             let mut committed = 0;
             let mut touched = HashSet::new();
@@ -296,7 +299,7 @@ impl Db {
                     ch.ts_lo,
                     ch.ts_hi,
                     p.summarizer,
-                    crate::store::now_ms(),
+                    created_at,
                     p.text
                 ])?;
                 let sid = c.last_insert_rowid();

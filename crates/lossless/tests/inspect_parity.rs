@@ -300,6 +300,21 @@ async fn every_dashboard_view_is_the_same_on_both_backends() {
         e.on_session_reset(KEY, KEY).await.unwrap();
         play(e, KEY, &history(4, 10)).await;
     }
+    // With their own times, each store's timeline already shows a round of several summaries
+    // as one pass (a round's summaries share one time, however long its commit takes).
+    for (name, e) in [("SQLite", &sqlite), ("PostgreSQL", &pg)] {
+        let view = e
+            .backend()
+            .session_view(&ConvKey::from_host(Some(OTHER_KEY), "s1"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            view.timeline.iter().any(|p| p.summaries > 1),
+            "{name}: no pass of several summaries in {:?}",
+            view.timeline
+        );
+    }
     sqlite_execute(&sqlite, SAME_TIMES).await;
     pg_execute(&db.url, SAME_TIMES).await;
 

@@ -450,6 +450,9 @@ impl CompactionSteps for PgStore {
             &[&conv_id],
         )
         .await?;
+        // One time for the round's summaries (see the SQLite store's `commit_round`): one
+        // pass on the dashboard's timeline however long the round's statements take.
+        let created_at = now_ms();
         let mut committed = 0;
         for p in produced {
             let ch = &p.chunk;
@@ -488,7 +491,7 @@ impl CompactionSteps for PgStore {
                         &ch.ts_lo,
                         &ch.ts_hi,
                         &p.summarizer,
-                        &now_ms(),
+                        &created_at,
                         &p.text,
                         &index_terms(&p.text),
                     ],
