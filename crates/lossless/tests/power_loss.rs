@@ -211,6 +211,9 @@ async fn campaign(durability: Durability, cuts: u64) {
             if c.lost > 0 {
                 f.cuts_with_loss += 1;
             }
+            if !c.problems.is_empty() {
+                keep(&pc, loss, &format!("{name}-cut{i}-{k}"));
+            }
             for p in c.problems {
                 f.failures.push(format!(
                     "cut {i} at operation {op} of {total_ops} ({loss:?}): {p}"
@@ -250,6 +253,20 @@ async fn campaign(durability: Durability, cuts: u64) {
     );
 }
 
+/// With `CLAWCTX_POWER_CUT_KEEP=DIR`, a failing cut's files and the trace of the I/O that
+/// led to it are copied to `DIR/<label>` for diagnosis.
+fn keep(pc: &PowerCut, loss: Loss, label: &str) {
+    let Ok(root) = std::env::var("CLAWCTX_POWER_CUT_KEEP") else {
+        return;
+    };
+    let to = Path::new(&root).join(label);
+    std::fs::create_dir_all(&to).unwrap();
+    // The same files again (the cut is deterministic), as the check found them.
+    pc.write_after_cut(&to, loss);
+    std::fs::write(to.join("trace.txt"), pc.trace().join("\n")).unwrap();
+    eprintln!("kept {}", to.display());
+}
+
 fn cuts() -> u64 {
     std::env::var("CLAWCTX_POWER_CUTS")
         .ok()
@@ -267,4 +284,31 @@ async fn power_cuts_with_durability_full_lose_nothing_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_cuts_with_durability_normal_stay_consistent() {
     campaign(Durability::Normal, cuts()).await;
+}
+
+/// Regression (found by the campaign above): a new store's file is created in rollback-journal
+/// mode, and a journal unlinked without syncing its directory can come back after a power
+/// cut; SQLite then plays it over the WAL-mode file and corrupts it. Every journal the store
+/// ever unlinks must be unlinked durably (`delete sync_dir=1`).
+#[tokio::test]
+async fn a_new_store_unlinks_its_creation_journal_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    let pc = PowerCut::track(dir.path());
+    let e = LosslessEngine::open(dir.path().join("lcm.db"), cfg(Durability::Normal)).unwrap();
+    let store = e.store().unwrap().clone();
+    drop(e);
+    store.close_wait().await;
+    let trace = pc.trace();
+    let deletes: Vec<&String> = trace
+        .iter()
+        .filter(|l| l.contains("lcm.db-journal delete"))
+        .collect();
+    assert!(
+        !deletes.is_empty(),
+        "the new file went through a rollback journal: {trace:#?}"
+    );
+    assert!(
+        deletes.iter().all(|l| l.ends_with("sync_dir=1")),
+        "a journal was unlinked without syncing its directory: {deletes:?}"
+    );
 }

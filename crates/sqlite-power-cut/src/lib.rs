@@ -159,6 +159,8 @@ struct State {
     /// The files at the cut, and the acknowledgements counted before it.
     cut: Option<(BTreeMap<PathBuf, FileLog>, u64)>,
     acked: u64,
+    /// One line per counted operation (for a failing test to show what led to its cut).
+    trace: Vec<String>,
 }
 
 impl State {
@@ -174,6 +176,18 @@ impl State {
             return false;
         }
         true
+    }
+
+    /// Adds operation `what` on `path` to the trace (before the cut only).
+    fn note(&mut self, path: &Path, what: std::fmt::Arguments<'_>) {
+        if self.cut.is_none() {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default();
+            let line = format!("{} {name} {what}", self.ops);
+            self.trace.push(line);
+        }
     }
 }
 
@@ -248,6 +262,11 @@ impl PowerCut {
         if s.cut.is_none() {
             s.acked = n;
         }
+    }
+
+    /// One line per counted operation, in order: number, file, what (for diagnosis).
+    pub fn trace(&self) -> Vec<String> {
+        self.tracker.lock().trace.clone()
     }
 
     /// Cuts the power now (if it is still on).
@@ -481,6 +500,7 @@ unsafe extern "C" fn shim_delete(
     };
     let mut s = t.lock();
     let record = s.count();
+    s.note(&p, format_args!("delete sync_dir={sync_dir}"));
     let rc = ((*rv).xDelete.expect("xDelete"))(rv, z_name, sync_dir);
     if record && rc == ffi::SQLITE_OK {
         let log = s.files.entry(p).or_default();
@@ -551,6 +571,7 @@ unsafe extern "C" fn shim_write(
     };
     let mut s = t.lock();
     let record = s.count();
+    s.note(p, format_args!("write {amt} at {offset}"));
     let rc = (m.xWrite.expect("xWrite"))(r, buf, amt, offset);
     if record && rc == ffi::SQLITE_OK {
         let data = std::slice::from_raw_parts(buf as *const u8, amt as usize).to_vec();
@@ -573,6 +594,7 @@ unsafe extern "C" fn shim_truncate(f: *mut ffi::sqlite3_file, size: ffi::sqlite3
     };
     let mut s = t.lock();
     let record = s.count();
+    s.note(p, format_args!("truncate to {size}"));
     let rc = (m.xTruncate.expect("xTruncate"))(r, size);
     if record && rc == ffi::SQLITE_OK {
         s.files
@@ -591,6 +613,7 @@ unsafe extern "C" fn shim_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int
     };
     let mut s = t.lock();
     let record = s.count();
+    s.note(p, format_args!("sync flags={flags:#x}"));
     let rc = (m.xSync.expect("xSync"))(r, flags);
     if record && rc == ffi::SQLITE_OK {
         let log = s.files.entry(p.clone()).or_default();
