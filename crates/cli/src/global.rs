@@ -39,8 +39,52 @@ impl GlobalArgs {
             .with_context(|| format!("cannot read the config file {}", path.display()))
     }
 
+    /// The state directory in effect, created when absent and checked writable: the commands
+    /// that write there (sessions, the lossless store, locks) call this first, so a read-only
+    /// state dir is one clear error at start, naming the directory, rather than a failure deep
+    /// inside the first turn. (A full disk is not refused here: space may return while a
+    /// gateway runs, and each write says so when it fails.)
+    pub fn writable_state_dir(&self) -> anyhow::Result<PathBuf> {
+        let dir = self.state_dir();
+        let hint = "set --state-dir or CLAWCTX_STATE_DIR to a writable directory";
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            anyhow::bail!(
+                "the state directory {} cannot be created: {} ({hint})",
+                dir.display(),
+                io_reason(&e)
+            );
+        }
+        let probe = dir.join(format!(".clawctx-write-check-{}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+        {
+            Ok(f) => {
+                drop(f);
+                let _ = std::fs::remove_file(&probe);
+                Ok(dir)
+            }
+            Err(e) => anyhow::bail!(
+                "the state directory {} is not writable: {} ({hint})",
+                dir.display(),
+                io_reason(&e)
+            ),
+        }
+    }
+
     /// The directory of agent `agent_id` inside the state dir.
     pub fn agent_dir(&self, agent_id: &str) -> PathBuf {
         self.state_dir().join("agents").join(agent_id)
+    }
+}
+
+/// What an I/O error means for a directory we must write, in words (`read-only file system`).
+fn io_reason(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(30) => "read-only file system".into(),
+        Some(13) | Some(1) => "permission denied".into(),
+        Some(28) => "no space left on device".into(),
+        _ => e.to_string(),
     }
 }

@@ -67,7 +67,7 @@ async fn serve(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<ExitCode>
     let overrides = Overrides { port: flags.port, bind: flags.bind };
     let env = |k: &str| std::env::var(k).ok();
     let settings = GatewayConfig::resolve(config.value(), &overrides, &env)?;
-    let state_dir = global.state_dir();
+    let state_dir = global.writable_state_dir()?;
     let mut lock = StateLock::acquire(&state_dir)?;
     let (runtime, engines) = crate::commands::run::build_runtime(global, flags.model.clone()).await?;
     let model = match clawctx_runtime::select_backend(config.value(), flags.model.as_deref(), &clawctx_model::process_env) {

@@ -40,6 +40,8 @@ pub async fn build_runtime(
     global: &GlobalArgs,
     model: Option<String>,
 ) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
+    // A read-only state dir fails here, before any engine or plugin starts.
+    global.writable_state_dir()?;
     let config = global.load_config()?;
     let engines = crate::engines::load_for_turns(global, config.value()).await?;
     for (dir, err) in &engines.failed {
