@@ -15,6 +15,11 @@
 //! - `batch`: `ingestBatch` of 1,500-message runs (the streamed, deferred-index path);
 //! - `compact`: a turn, then a forced compaction with a summarizer slow enough that most kills
 //!   land inside it;
+//! - `replay`: per-turn ingest through the whole host: `clawctx replay` of a 30-turn
+//!   recording on one session (transcript appends, the durable-turn outbox, `commitTurn`,
+//!   threshold compaction), a turn acknowledged by its printed line; the next run's start
+//!   delivers what the outbox kept, and the session transcript must hold every acknowledged
+//!   message exactly once too;
 //! - `import`: `clawctx lcm import --apply` of a 3,000-message OpenClaw session file;
 //! - `migrate` (PostgreSQL only): `clawctx lcm migrate --to postgres://… --apply` of a SQLite
 //!   store into an empty database; after a kill the target must be empty or complete.
@@ -57,6 +62,8 @@ const TARGET_URL_VAR: &str = "CLAWCTX_CRASH_TARGET_URL";
 const IDS_PER_RUN: u64 = 100_000;
 /// Messages in an imported session file.
 const IMPORT_MESSAGES: u64 = 3_000;
+/// Messages in a replayed recording (30 turns of five).
+const REPLAY_MESSAGES: u64 = 150;
 /// The longest a run that is not killed may take.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -68,6 +75,8 @@ pub enum KillPoint {
     Turns,
     /// `ingestBatch` of long runs.
     Batch,
+    /// `clawctx replay` through the runtime (transcript, outbox, `commitTurn`).
+    Replay,
     /// Forced compaction with a slow summarizer.
     Compact,
     /// `clawctx lcm import --apply`.
@@ -78,9 +87,10 @@ pub enum KillPoint {
 
 impl KillPoint {
     /// Every kill point.
-    pub const ALL: [KillPoint; 5] = [
+    pub const ALL: [KillPoint; 6] = [
         KillPoint::Turns,
         KillPoint::Batch,
+        KillPoint::Replay,
         KillPoint::Compact,
         KillPoint::Import,
         KillPoint::Migrate,
@@ -91,6 +101,7 @@ impl KillPoint {
         match self {
             KillPoint::Turns => "turns",
             KillPoint::Batch => "batch",
+            KillPoint::Replay => "replay",
             KillPoint::Compact => "compact",
             KillPoint::Import => "import",
             KillPoint::Migrate => "migrate",
@@ -104,7 +115,7 @@ impl KillPoint {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 BenchError::InvalidArgument(format!(
-                    "unknown kill point `{s}` (turns, batch, compact, import, migrate)"
+                    "unknown kill point `{s}` (turns, batch, replay, compact, import, migrate)"
                 ))
             })
     }
@@ -114,7 +125,7 @@ impl KillPoint {
             KillPoint::Turns => Some(ChildMode::Turns),
             KillPoint::Batch => Some(ChildMode::Batch),
             KillPoint::Compact => Some(ChildMode::Compact),
-            KillPoint::Import | KillPoint::Migrate => None,
+            KillPoint::Replay | KillPoint::Import | KillPoint::Migrate => None,
         }
     }
 
@@ -124,7 +135,7 @@ impl KillPoint {
             KillPoint::Turns => 40,
             KillPoint::Batch => 4,
             KillPoint::Compact => 30,
-            KillPoint::Import | KillPoint::Migrate => 1,
+            KillPoint::Replay | KillPoint::Import | KillPoint::Migrate => 1,
         }
     }
 }
@@ -315,6 +326,8 @@ struct Run {
     success: bool,
     /// From the start marker (or the spawn) to the exit.
     elapsed: Duration,
+    /// From the spawn to the start marker.
+    until_marker: Option<Duration>,
     stderr: String,
 }
 
@@ -391,6 +404,7 @@ fn run_process(
     // Lines the child wrote before it died still count.
     lines.extend(rx.try_iter());
     let elapsed = anchor.unwrap_or(started).elapsed();
+    let until_marker = anchor.map(|a| a.duration_since(started));
     let stderr = err_reader.join().unwrap_or_default();
     if killed && !matches!((anchor, kill_after), (Some(a), Some(d)) if a.elapsed() >= d) {
         return Err(BenchError::Invariant {
@@ -407,6 +421,7 @@ fn run_process(
         killed,
         success: status.success(),
         elapsed,
+        until_marker,
         stderr,
     })
 }
@@ -415,6 +430,15 @@ fn run_process(
 fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// When a run is killed.
+#[derive(Clone, Copy, Debug)]
+struct Kill {
+    /// The delay.
+    after: Duration,
+    /// Counted from the spawn rather than from the child's `OPEN` line.
+    from_spawn: bool,
 }
 
 /// A PostgreSQL database the campaign made, dropped at the end.
@@ -496,6 +520,8 @@ struct Ledger {
     acked_order: Vec<u64>,
     /// Ids acknowledged by the last run.
     last_acked: Vec<u64>,
+    /// Ids acknowledged by `replay` runs (must be in the session transcript exactly once).
+    transcript_acked: HashSet<u64>,
     /// Ids already reported lost, duplicated or unexpected (reported once).
     reported: HashSet<u64>,
 }
@@ -505,6 +531,8 @@ struct Ledger {
 struct PointState {
     /// The last finished run's duration: kill delays are drawn below it.
     window: Option<Duration>,
+    /// The last run's time from its spawn to `OPEN` (child runs).
+    opening: Option<Duration>,
     /// A unit whose answer a kill swallowed: (first id, count).
     pending: Option<(u64, u64)>,
     /// The import's session key of the pending unit.
@@ -566,19 +594,30 @@ impl Campaign<'_> {
         }
     }
 
-    fn delay(&self, point: KillPoint, rng: &mut Rng) -> Option<Duration> {
-        let window = self.states.get(&point).and_then(|s| s.window)?;
+    /// When to kill the next run of `point`: a delay after its `OPEN` line drawn below the
+    /// last finished run's duration, or (one run in eight of a child point) a delay after its
+    /// spawn drawn below its time to open, so the open itself (schema checks, log recovery)
+    /// is killed too.
+    fn delay(&self, point: KillPoint, rng: &mut Rng) -> Option<Kill> {
+        let state = self.states.get(&point)?;
+        let window = state.window?;
+        if let (Some(_), Some(opening), true) = (point.mode(), state.opening, rng.chance(1, 8)) {
+            let ms = opening.as_millis().max(2) as u64;
+            return Some(Kill {
+                after: Duration::from_millis(rng.range(1, ms)),
+                from_spawn: true,
+            });
+        }
         let ms = window.as_millis().max(2) as u64;
-        Some(Duration::from_millis(rng.range(1, ms)))
+        Some(Kill {
+            after: Duration::from_millis(rng.range(1, ms)),
+            from_spawn: false,
+        })
     }
 
-    /// One run of `point`, killed after `kill_after` (or left to finish: the calibration).
-    async fn episode(
-        &mut self,
-        point: KillPoint,
-        kill_after: Option<Duration>,
-        rng: &mut Rng,
-    ) -> Result<()> {
+    /// One run of `point`, killed as `kill` says (or left to finish: the calibration).
+    async fn episode(&mut self, point: KillPoint, kill: Option<Kill>, rng: &mut Rng) -> Result<()> {
+        let kill_after = kill.map(|k| k.after);
         let first = self.next_id;
         self.next_id += IDS_PER_RUN;
         let state = self.states.entry(point).or_default();
@@ -588,6 +627,7 @@ impl Campaign<'_> {
         // The unit this run is about to send (import and migrate: the whole run's).
         let mut whole: Option<(u64, u64)> = None;
         let mut session = None;
+        let mut replay_turns: Vec<(u64, u64)> = Vec::new();
         match point {
             KillPoint::Turns | KillPoint::Batch | KillPoint::Compact => {
                 let mode = point.mode().unwrap_or(ChildMode::Turns);
@@ -633,13 +673,34 @@ impl Campaign<'_> {
                 whole = Some((f, n));
                 session = Some(key);
             }
+            KillPoint::Replay => {
+                let file = self.dir.join(format!("replay-{first}.jsonl"));
+                std::fs::write(
+                    &file,
+                    workload::session_jsonl("replay", first, REPLAY_MESSAGES),
+                )
+                .map_err(|e| BenchError::io(&file, e))?;
+                self.write_replay_config()?;
+                cmd.arg("--state-dir")
+                    .arg(self.replay_state())
+                    .arg("replay")
+                    .arg(&file)
+                    .args(["--engine", "lossless"]);
+                self.ledger.sent.extend(first..first + REPLAY_MESSAGES);
+                replay_turns = workload::turn_ranges(first, REPLAY_MESSAGES);
+            }
             KillPoint::Migrate => return self.migrate_episode(kill_after, rng).await,
         }
         if let Some((f, n)) = whole {
             self.ledger.sent.extend(f..f + n);
         }
         self.ledger.last_acked.clear();
-        let marker = point.mode().map(|_| "OPEN");
+        let marker = match kill {
+            Some(Kill {
+                from_spawn: true, ..
+            }) => None,
+            _ => point.mode().map(|_| "OPEN"),
+        };
         let run = tokio::task::spawn_blocking(move || run_process(cmd, marker, kill_after))
             .await
             .map_err(|e| BenchError::engine("crash", "run", e))??;
@@ -657,6 +718,21 @@ impl Campaign<'_> {
         for line in &run.lines {
             let mut words = line.split_whitespace();
             let (tag, a, n) = (words.next(), words.next(), words.next());
+            if point == KillPoint::Replay {
+                // `turn     3  lossless   context …`: the third turn ran to its end.
+                if let (Some("turn"), Some(Some((f, n)))) = (
+                    tag,
+                    a.and_then(|a| a.parse::<usize>().ok())
+                        .map(|i| replay_turns.get(i.wrapping_sub(1)).copied()),
+                ) {
+                    self.ledger.acked.extend(f..f + n);
+                    self.ledger.acked_order.extend(f..f + n);
+                    self.ledger.last_acked.extend(f..f + n);
+                    self.ledger.transcript_acked.extend(f..f + n);
+                    acked += n;
+                }
+                continue;
+            }
             let (Some(a), Some(n)) = (
                 a.and_then(|a| a.parse::<u64>().ok()),
                 n.and_then(|n| n.parse::<u64>().ok()),
@@ -695,6 +771,9 @@ impl Campaign<'_> {
         if !run.killed {
             state.window = Some(run.elapsed);
         }
+        if marker.is_some() && run.until_marker.is_some() {
+            state.opening = run.until_marker;
+        }
         let phase = run
             .lines
             .iter()
@@ -727,7 +806,127 @@ impl Campaign<'_> {
                 run.lines.last().map_or("", String::as_str)
             );
         }
+        if point == KillPoint::Replay {
+            self.judge_transcript();
+        }
         self.check_store(point, rng).await
+    }
+
+    /// The state dir of the `replay` runs (config, session transcript, outbox).
+    fn replay_state(&self) -> PathBuf {
+        self.dir.join("replay-state")
+    }
+
+    /// The `replay` runs' config: the lossless engine on the campaign's store, with the
+    /// campaign's small thresholds so turns compact.
+    fn write_replay_config(&self) -> Result<()> {
+        let state = self.replay_state();
+        std::fs::create_dir_all(&state).map_err(|e| BenchError::io(&state, e))?;
+        let cfg = child::crash_config();
+        let mut lossless = serde_json::json!({
+            "freshTailCount": cfg.fresh_tail_count,
+            "leafChunkTokens": cfg.leaf_chunk_tokens,
+            "leafMinFanout": cfg.leaf_min_fanout,
+            "condensedMinFanout": cfg.condensed_min_fanout,
+            "contextThreshold": cfg.context_threshold,
+            "minSalientRetention": 0,
+            "promptRecallShare": 0,
+        });
+        match self.kind {
+            BackendKind::Sqlite => lossless["databasePath"] = self.store.clone().into(),
+            BackendKind::Postgres => lossless["databaseEnv"] = STORE_URL_VAR.into(),
+        }
+        let config = serde_json::json!({
+            "plugins": {
+                "slots": {"contextEngine": "lossless"},
+                "entries": {"lossless": {"config": lossless}}
+            }
+        });
+        let path = state.join("clawctx.json");
+        std::fs::write(&path, config.to_string()).map_err(|e| BenchError::io(&path, e))
+    }
+
+    /// Reads back the `replay` session transcripts: (count per token, unreadable lines other
+    /// than a torn last line).
+    fn replay_transcripts(&self) -> (HashMap<u64, u32>, Vec<String>) {
+        let mut counts = HashMap::new();
+        let mut problems = Vec::new();
+        let mut stack = vec![self.replay_state().join("agents")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if path.extension().and_then(|x| x.to_str()) != Some("jsonl")
+                    || path.to_string_lossy().contains("outbox")
+                {
+                    continue;
+                }
+                let text = match std::fs::read_to_string(&path) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        problems.push(format!("{}: {e}", path.display()));
+                        continue;
+                    }
+                };
+                let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+                for (i, line) in lines.iter().enumerate() {
+                    match serde_json::from_str::<serde_json::Value>(line) {
+                        Ok(v) if v.get("type").and_then(|t| t.as_str()) == Some("message") => {
+                            let body = v.get("message").map(|m| m.to_string()).unwrap_or_default();
+                            for id in workload::tokens_in(&body) {
+                                *counts.entry(id).or_default() += 1;
+                            }
+                        }
+                        Ok(_) => {}
+                        // A torn last line is what a kill during an append leaves (readers skip it).
+                        Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
+                        Err(e) => problems.push(format!("{} line {}: {e}", path.display(), i + 1)),
+                    }
+                }
+            }
+        }
+        (counts, problems)
+    }
+
+    /// The session transcript against the `replay` runs' acknowledgements.
+    fn judge_transcript(&mut self) {
+        let (counts, problems) = self.replay_transcripts();
+        let mut lost: Vec<u64> = self
+            .ledger
+            .transcript_acked
+            .iter()
+            .filter(|id| !counts.contains_key(id))
+            .copied()
+            .collect();
+        let mut twice: Vec<(u64, u32)> = counts
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, n)| (*id, *n))
+            .collect();
+        lost.sort_unstable();
+        twice.sort_unstable();
+        if lost.is_empty() && twice.is_empty() && problems.is_empty() {
+            return;
+        }
+        self.row(KillPoint::Replay).readback_failures += 1;
+        self.fail(format!(
+            "the replay session transcript does not read back: {} acknowledged messages missing ({:?}), {} stored twice ({:?}), unreadable lines {:?}",
+            lost.len(),
+            &lost[..lost.len().min(20)],
+            twice.len(),
+            &twice[..twice.len().min(20)],
+            problems
+        ));
+        // Reported once.
+        self.ledger
+            .transcript_acked
+            .retain(|id| counts.contains_key(id));
     }
 
     /// `lcm import --apply` on SQLite backs the file up first; the copies would fill the disk.

@@ -94,10 +94,12 @@ fn ts(id: u64) -> i64 {
     1_700_000_000_000 + (id as i64) * 1_000
 }
 
-/// One turn: a user prompt, tool call/result pairs, an assistant answer (`n >= 2`
-/// messages; ids `first..first + n`).
+/// One turn of `n >= 4` messages (ids `first..first + n`), shaped as a host records one: a
+/// user prompt, then (odd `n`) an assistant message calling two tools and their two results,
+/// then tool call/result pairs, then the assistant's answer. Never two assistant messages in
+/// a row, so a replay of the turn runs the same calls.
 fn turn(first: u64, n: u64) -> Vec<AgentMessage> {
-    let last = first + n - 1;
+    let last = first + n.max(4) - 1;
     let mut out = Vec::with_capacity(n as usize);
     let mut rng = Rng::new(first);
     out.push(
@@ -109,36 +111,54 @@ fn turn(first: u64, n: u64) -> Vec<AgentMessage> {
         .with_timestamp(ts(first)),
     );
     let mut id = first + 1;
-    while id < last {
-        if id + 1 < last {
-            let call = format!("call_{id}");
-            let mut m =
-                AgentMessage::tool_call(&call, "read", json!({"path": format!("src/m{id}.rs")}));
-            if let AgentMessage::Assistant(a) = &mut m {
-                if let Content::Blocks(blocks) = &mut a.content {
-                    blocks.insert(
-                        0,
-                        ContentBlock::text(format!("{} reading the file", token(id))),
-                    );
-                }
-            }
-            out.push(m.with_timestamp(ts(id)));
-            out.push(
-                AgentMessage::tool_result(
-                    &call,
+    let result = |rng: &mut Rng, call: &str, id: u64| {
+        AgentMessage::tool_result(
+            call,
+            "read",
+            format!("{} {}", token(id), words(rng, 40 + id % 60)),
+        )
+        .with_timestamp(ts(id))
+    };
+    if (last - id) % 2 == 1 {
+        let calls = [format!("call_{id}a"), format!("call_{id}b")];
+        let mut m =
+            AgentMessage::tool_call(&calls[0], "read", json!({"path": format!("src/m{id}a.rs")}));
+        if let AgentMessage::Assistant(a) = &mut m {
+            if let Content::Blocks(blocks) = &mut a.content {
+                let second = AgentMessage::tool_call(
+                    &calls[1],
                     "read",
-                    format!("{} {}", token(id + 1), words(&mut rng, 40 + id % 60)),
-                )
-                .with_timestamp(ts(id + 1)),
-            );
-            id += 2;
-        } else {
-            out.push(
-                AgentMessage::assistant(format!("{} {}", token(id), words(&mut rng, 8)))
-                    .with_timestamp(ts(id)),
-            );
-            id += 1;
+                    json!({"path": format!("src/m{id}b.rs")}),
+                );
+                if let Some(call) = second.tool_calls().next() {
+                    blocks.push(ContentBlock::ToolCall(call.clone()));
+                }
+                blocks.insert(
+                    0,
+                    ContentBlock::text(format!("{} reading two files", token(id))),
+                );
+            }
         }
+        out.push(m.with_timestamp(ts(id)));
+        out.push(result(&mut rng, &calls[0], id + 1));
+        out.push(result(&mut rng, &calls[1], id + 2));
+        id += 3;
+    }
+    while id < last {
+        let call = format!("call_{id}");
+        let mut m =
+            AgentMessage::tool_call(&call, "read", json!({"path": format!("src/m{id}.rs")}));
+        if let AgentMessage::Assistant(a) = &mut m {
+            if let Content::Blocks(blocks) = &mut a.content {
+                blocks.insert(
+                    0,
+                    ContentBlock::text(format!("{} reading the file", token(id))),
+                );
+            }
+        }
+        out.push(m.with_timestamp(ts(id)));
+        out.push(result(&mut rng, &call, id + 1));
+        id += 2;
     }
     out.push(
         AgentMessage::assistant(format!(
@@ -151,18 +171,26 @@ fn turn(first: u64, n: u64) -> Vec<AgentMessage> {
     out
 }
 
-/// The unit of `count` messages (at least 2) from id `first`: turns of five messages, the
-/// last turn taking the remainder.
-pub fn unit(first: u64, count: u64) -> Vec<AgentMessage> {
-    let end = first + count.max(2);
-    let mut out = Vec::with_capacity(count as usize);
+/// The turns of the unit of `count` messages (at least 4) from id `first`, as (first id,
+/// messages): turns of four messages, the last turn taking the remainder (four to seven).
+pub fn turn_ranges(first: u64, count: u64) -> Vec<(u64, u64)> {
+    let end = first + count.max(4);
+    let mut out = Vec::new();
     let mut id = first;
     while id < end {
-        let n = if end - id >= 7 { 5 } else { end - id };
-        out.extend(turn(id, n));
+        let n = if end - id >= 8 { 4 } else { end - id };
+        out.push((id, n));
         id += n;
     }
     out
+}
+
+/// The unit of `count` messages (at least 4) from id `first`: its [`turn_ranges`]' turns.
+pub fn unit(first: u64, count: u64) -> Vec<AgentMessage> {
+    turn_ranges(first, count)
+        .into_iter()
+        .flat_map(|(id, n)| turn(id, n))
+        .collect()
 }
 
 /// The unit as an OpenClaw session file (header, then `message` entries chained by
@@ -194,7 +222,14 @@ mod tests {
 
     #[test]
     fn every_message_of_a_unit_carries_its_own_token_once() {
-        for (first, count) in [(1u64, 2u64), (10, 3), (100, 7), (1_000, 1_500)] {
+        for (first, count) in [
+            (1u64, 4u64),
+            (10, 5),
+            (20, 6),
+            (100, 7),
+            (200, 150),
+            (1_000, 1_501),
+        ] {
             let msgs = unit(first, count);
             assert_eq!(msgs.len() as u64, count, "unit({first}, {count})");
             for (i, m) in msgs.iter().enumerate() {
@@ -206,6 +241,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn no_two_assistant_messages_follow_each_other_and_every_call_has_its_result() {
+        let msgs = unit(7, 1_503);
+        for pair in msgs.windows(2) {
+            let both = pair.iter().all(|m| matches!(m, AgentMessage::Assistant(_)));
+            assert!(!both, "two assistant messages in a row: {pair:?}");
+        }
+        let calls: Vec<String> = msgs
+            .iter()
+            .flat_map(|m| m.tool_calls().map(|c| c.id.clone()))
+            .collect();
+        let results: Vec<String> = msgs
+            .iter()
+            .filter_map(|m| m.tool_result_id().map(str::to_owned))
+            .collect();
+        assert_eq!(calls, results);
     }
 
     #[test]

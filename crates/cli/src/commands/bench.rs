@@ -35,7 +35,8 @@ enum BenchCommand {
     /// size at each store size.
     Stores(StoresArgs),
     /// The crash campaign: the lossless engine killed with SIGKILL at random moments (per-turn
-    /// ingest, batched ingest, compaction, import, migration) on each backend; after every
+    /// ingest, batched ingest, a replay through the runtime, compaction, import, migration) on
+    /// each backend; after every
     /// restart, every acknowledged message must be stored exactly once and the store must pass
     /// doctor and integrity checks. Exits 1 on any loss, duplicate or failed check.
     Crash(CrashArgs),
@@ -53,8 +54,9 @@ struct CrashArgs {
     /// Kills per backend, spread over its kill points.
     #[arg(long, default_value_t = 100)]
     kills: usize,
-    /// Kill points, comma-separated: turns, batch, compact, import, migrate (PostgreSQL only).
-    #[arg(long, default_value = "turns,batch,compact,import,migrate")]
+    /// Kill points, comma-separated: turns, batch, replay, compact, import, migrate
+    /// (PostgreSQL only).
+    #[arg(long, default_value = "turns,batch,replay,compact,import,migrate")]
     points: String,
     /// Seed of the kill delays (default: from the clock; printed either way).
     #[arg(long)]
