@@ -113,6 +113,28 @@ async fn a_turn_on_a_full_disk_fails_clearly_and_leaves_no_half_written_file() {
         "a failed turn stored nothing: {prompts:?}"
     );
 
+    // The session map on the full disk: the write fails naming `sessions.json`, which keeps
+    // its old content (it is replaced atomically), and no temporary file is left.
+    let store = clawctx_transcript::SessionStore::new(&state);
+    let map = store.sessions_json_path("main").unwrap();
+    let before = std::fs::read(&map).unwrap();
+    let err = store
+        .update(KEY, |e| {
+            e.display_name = Some("x".repeat(1 << 20));
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("No space left on device") && err.contains(&map.display().to_string()),
+        "updating the session map on a full disk: {err}"
+    );
+    assert_eq!(
+        std::fs::read(&map).unwrap(),
+        before,
+        "sessions.json kept its old content"
+    );
+    check_files(&state, "after a failed session-map update");
+
     std::fs::remove_file(fs.path().join("filler")).unwrap();
     rt.run_turn(TurnRequest::new(KEY, prompt(6)))
         .await

@@ -37,11 +37,13 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: Replace) -> Result<(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| TranscriptError::io(dir, e))?;
+    // A failure names the target, not the temporary file (which is removed on return): on a
+    // full disk "sessions.json: No space left on device" is what the user can act on.
     tmp.write_all(bytes)
-        .map_err(|e| TranscriptError::io(tmp.path(), e))?;
+        .map_err(|e| TranscriptError::io(path, e))?;
     tmp.as_file()
         .sync_all()
-        .map_err(|e| TranscriptError::io(tmp.path(), e))?;
+        .map_err(|e| TranscriptError::io(path, e))?;
     match mode {
         Replace::Overwrite => {
             tmp.persist(path)
