@@ -1,14 +1,16 @@
 //! Power loss (issue #20, item 2): the SQLite store under a simulated power cut, per
 //! `durability` setting.
 //!
-//! The store runs a workload (per-turn ingest, a forced compaction every few turns, the
-//! background checkpoints) through `clawctx_sqlite_power_cut`, a VFS shim that records what
-//! the OS was told to sync. The power goes at a random I/O operation (a write, truncate, sync
+//! The store runs a workload (per-turn ingest, large batches, `commitTurn`, a forced
+//! compaction every few turns, the background checkpoints) through
+//! `clawctx_sqlite_power_cut`, a VFS shim that records what the OS was told to sync. The
+//! power goes at a random I/O operation (a write, truncate, sync
 //! or delete of the store's files, on any of its threads); the files are then rebuilt as the
 //! disk would hold them, two ways: every unsynced write lost, and a random subset of them
 //! kept with torn sectors. Each is opened again through the normal VFS and checked:
 //! - `PRAGMA integrity_check` is `ok`, the store opens (is not refused) and `doctor` is clean;
-//! - no turn is stored twice or in part (a turn is one transaction);
+//! - no turn is stored twice or in part (a turn is one transaction), and a `commitTurn` key
+//!   is recorded exactly when its turn's messages are stored;
 //! - with `durability: "full"`, every turn acknowledged before the cut is there;
 //! - with `"normal"`, acknowledged turns may be missing (the commits since the last synced
 //!   checkpoint): counted and reported, not a failure.
@@ -24,7 +26,10 @@ use std::path::Path;
 
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::*;
-use clawctx_protocol::{AgentMessage, IngestBatchParams};
+use clawctx_protocol::{
+    AgentMessage, CommitTurnParams, IngestBatchParams, TranscriptEntryAnchor,
+    TranscriptTurnAdmission,
+};
 use clawctx_sqlite_power_cut::{Loss, PowerCut};
 use common::*;
 
@@ -46,13 +51,54 @@ fn cfg(durability: Durability) -> LosslessConfig {
     }
 }
 
-/// Turn `t`: a user message and an answer, needles `nd<t>x0` and `nd<t>x9`.
+/// How turn `t` is stored: most are a user message and an answer through `ingestBatch`;
+/// every tenth (from 4) is a large batch (80 messages: the batched path, whose full-text
+/// indexing runs in a transaction of its own after the answer); every tenth (from 7) goes
+/// through `commitTurn` with an advancement key (messages and key in one transaction).
+fn shape(t: usize) -> (usize, bool) {
+    match t % 10 {
+        4 => (80, false),
+        7 => (2, true),
+        _ => (2, false),
+    }
+}
+
+/// Turn `t`'s messages, needles `nd<t>x<k>`.
 fn turn_of(rng: &mut Lcg, t: usize) -> Vec<AgentMessage> {
     let ts = 1_700_000_000_000i64 + (t as i64) * 60_000;
-    vec![
-        AgentMessage::user(format!("nd{t}x0 {}", words(rng, 40))).with_timestamp(ts),
-        AgentMessage::assistant(format!("nd{t}x9 {}", words(rng, 120))).with_timestamp(ts + 1),
-    ]
+    (0..shape(t).0)
+        .map(|k| {
+            let at = ts + k as i64;
+            if k % 2 == 0 {
+                AgentMessage::user(format!("nd{t}x{k} {}", words(rng, 40))).with_timestamp(at)
+            } else {
+                AgentMessage::assistant(format!("nd{t}x{k} {}", words(rng, 120))).with_timestamp(at)
+            }
+        })
+        .collect()
+}
+
+fn commit_params(t: usize, messages: Vec<AgentMessage>) -> CommitTurnParams {
+    let anchor = |entry: String| TranscriptEntryAnchor {
+        agent_id: "main".into(),
+        session_id: "s1".into(),
+        session_key: KEY.into(),
+        entry_id: entry,
+        ..Default::default()
+    };
+    CommitTurnParams {
+        advancement_key: format!("k{t}"),
+        admission: TranscriptTurnAdmission {
+            anchor: anchor(format!("k{t}:user")),
+            logical_turn_id: format!("turn-{t}"),
+            role: "user".into(),
+        },
+        terminal: anchor(format!("k{t}:terminal")),
+        messages,
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        ..Default::default()
+    }
 }
 
 /// Runs the workload on a store in `live`, stopping at the cut (or cutting at its end).
@@ -65,14 +111,21 @@ async fn workload(live: &Path, durability: Durability, cut: &PowerCut, seed: u64
         if cut.is_cut() {
             break;
         }
-        let p = IngestBatchParams {
-            session_id: "s1".into(),
-            session_key: Some(KEY.into()),
-            messages: turn_of(&mut rng, t),
-            is_heartbeat: None,
-        };
+        let messages = turn_of(&mut rng, t);
         // The live files take every write, before and after the cut: ingest cannot fail.
-        e.ingest_batch(&p, &cx()).await.unwrap();
+        if shape(t).1 {
+            e.commit_turn(&commit_params(t, messages), &cx())
+                .await
+                .unwrap();
+        } else {
+            let p = IngestBatchParams {
+                session_id: "s1".into(),
+                session_key: Some(KEY.into()),
+                messages,
+                is_heartbeat: None,
+            };
+            e.ingest_batch(&p, &cx()).await.unwrap();
+        }
         cut.note_ack(t as u64 + 1);
         if t % COMPACT_EVERY == COMPACT_EVERY - 1 {
             e.compact(&compact_params(true, 2_000), &cx())
@@ -126,7 +179,7 @@ async fn check(dir: &Path, acked: u64) -> Check {
         Ok(doc) => out.problems.push(format!("doctor: {:?}", doc.issues)),
         Err(e) => out.problems.push(format!("doctor failed: {e}")),
     }
-    let found: BTreeMap<String, usize> = store
+    let (found, keys): (BTreeMap<String, usize>, Vec<String>) = store
         .call(|db| {
             db.tx(|c| {
                 let mut st = c.prepare("SELECT text FROM message_rows")?;
@@ -136,24 +189,40 @@ async fn check(dir: &Path, acked: u64) -> Check {
                     let needle = text.split(' ').next().unwrap_or_default().to_owned();
                     *out.entry(needle).or_insert(0) += 1;
                 }
-                Ok(out)
+                let mut st = c.prepare("SELECT advancement_key FROM turn_commits")?;
+                let keys = st
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok((out, keys))
             })
         })
         .await
         .unwrap();
     store.close_wait().await;
     for t in 0..TURNS {
-        let n0 = found.get(&format!("nd{t}x0")).copied().unwrap_or(0);
-        let n9 = found.get(&format!("nd{t}x9")).copied().unwrap_or(0);
-        if n0 > 1 || n9 > 1 {
+        let (n, committed) = shape(t);
+        let counts: Vec<usize> = (0..n)
+            .map(|k| found.get(&format!("nd{t}x{k}")).copied().unwrap_or(0))
+            .collect();
+        let present = counts.iter().filter(|&&c| c > 0).count();
+        if counts.iter().any(|&c| c > 1) {
             out.problems
-                .push(format!("turn {t} stored twice ({n0}, {n9})"));
+                .push(format!("turn {t} stored twice: {counts:?}"));
         }
-        if n0 != n9 {
-            out.problems
-                .push(format!("turn {t} stored in part ({n0}, {n9})"));
+        if present != 0 && present != n {
+            out.problems.push(format!(
+                "turn {t} stored in part: {present} of {n} messages"
+            ));
         }
-        if (t as u64) < acked && n0 == 0 {
+        if committed {
+            let key = keys.contains(&format!("k{t}"));
+            if key != (present == n) {
+                out.problems.push(format!(
+                    "turn {t}: commitTurn key recorded {key} but {present} of {n} messages stored"
+                ));
+            }
+        }
+        if (t as u64) < acked && present == 0 {
             out.lost += 1;
         }
     }
