@@ -15,9 +15,11 @@
 //!   exists: SQLite syncs the directory of a new log or journal with its first sync; for a
 //!   new database file ext4 and xfs commit the entry with the file's fsync);
 //! - of what was written, truncated or deleted since, [`Loss::All`] keeps nothing, and
-//!   [`Loss::Random`] keeps a random subset, applied in order, each kept write torn to a
-//!   random subset of its 512-byte sectors (the page cache writes back in any order and a
-//!   sector is the unit a disk writes atomically);
+//!   [`Loss::Random`] keeps, per file, either the changes up to a random point in the order
+//!   they were made (the next one torn to a prefix of its sectors: in-order writeback), or a
+//!   random subset of them (each kept with a probability drawn between 1/2 and 1), applied
+//!   in order, each kept write torn to a random subset of its 512-byte sectors (the page
+//!   cache may write back in any order, and a sector is what a disk writes atomically);
 //! - the `-shm` file (the log's shared-memory index) is not kept: it is written through
 //!   `mmap`, never synced, and SQLite rebuilds it from the log when the first connection
 //!   opens (the unix VFS truncates it then), so dropping it is what a restart does.
@@ -52,7 +54,8 @@ use rusqlite::ffi;
 pub enum Loss {
     /// All of them.
     All,
-    /// A random subset (seeded), each kept write torn to a random subset of its sectors.
+    /// Some of them (seeded): per file, the changes up to a random point with the next one
+    /// torn, or a random subset with each kept write torn (see the module header).
     Random {
         /// The seed.
         seed: u64,
@@ -105,8 +108,9 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn coin(&mut self) -> bool {
-        self.next() & 1 == 1
+    /// True with probability `permille`/1000.
+    fn chance(&mut self, permille: u64) -> bool {
+        self.next() % 1000 < permille
     }
 }
 
@@ -118,30 +122,57 @@ impl FileLog {
     fn after_cut(&self, loss: Loss, rng: &mut Rng) -> Option<Vec<u8>> {
         let mut image = self.durable.clone();
         if let Loss::Random { .. } = loss {
-            for op in &self.pending {
-                if !rng.coin() {
-                    continue;
+            if rng.chance(500) {
+                // Written back in order up to a point: the first `n` changes reached the
+                // disk, the next one torn (a prefix of its sectors), nothing after it. This
+                // is how the last commits of a log survive in part.
+                let n = (rng.next() % (self.pending.len() as u64 + 1)) as usize;
+                for op in &self.pending[..n] {
+                    apply(&mut image, op);
                 }
-                match op {
-                    Op::Write { offset, data } => {
-                        // Sector by sector, each kept or lost.
-                        let mut at = 0usize;
-                        while at < data.len() {
-                            let abs = *offset as usize + at;
-                            let len = (SECTOR - abs % SECTOR).min(data.len() - at);
-                            if rng.coin() {
-                                apply(
-                                    &mut image,
-                                    &Op::Write {
-                                        offset: abs as u64,
-                                        data: data[at..at + len].to_vec(),
-                                    },
-                                );
-                            }
-                            at += len;
-                        }
+                if let Some(Op::Write { offset, data }) = self.pending.get(n) {
+                    let sectors = data.len().div_ceil(SECTOR) as u64;
+                    let keep = (rng.next() % (sectors + 1)) as usize * SECTOR;
+                    let keep = keep.min(data.len());
+                    if keep > 0 {
+                        let data = data[..keep].to_vec();
+                        apply(
+                            &mut image,
+                            &Op::Write {
+                                offset: *offset,
+                                data,
+                            },
+                        );
                     }
-                    other => apply(&mut image, other),
+                }
+            } else {
+                // Written back in any order: each change kept with a probability drawn for
+                // this file (from half to nearly all), each kept write torn sector by sector.
+                let keep = 500 + rng.next() % 500;
+                for op in &self.pending {
+                    if !rng.chance(keep) {
+                        continue;
+                    }
+                    match op {
+                        Op::Write { offset, data } => {
+                            let mut at = 0usize;
+                            while at < data.len() {
+                                let abs = *offset as usize + at;
+                                let len = (SECTOR - abs % SECTOR).min(data.len() - at);
+                                if rng.chance(keep) {
+                                    apply(
+                                        &mut image,
+                                        &Op::Write {
+                                            offset: abs as u64,
+                                            data: data[at..at + len].to_vec(),
+                                        },
+                                    );
+                                }
+                                at += len;
+                            }
+                        }
+                        other => apply(&mut image, other),
+                    }
                 }
             }
         }
