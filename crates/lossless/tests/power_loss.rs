@@ -4,10 +4,11 @@
 //! The store runs a workload (per-turn ingest, large batches, `commitTurn`, a forced
 //! compaction every few turns, the background checkpoints) through
 //! `clawctx_sqlite_power_cut`, a VFS shim that records what the OS was told to sync. The
-//! power goes at a random I/O operation (a write, truncate, sync
-//! or delete of the store's files, on any of its threads); the files are then rebuilt as the
-//! disk would hold them, two ways: every unsynced write lost, and some of them kept (up to a
-//! random point in order, or a random subset), torn at sector boundaries. Each is opened again through the normal VFS and checked:
+//! power goes at a random I/O operation (a write, truncate, sync or delete of the store's
+//! files, on any of its threads); the files are then rebuilt as the disk would hold them, two
+//! ways: every unsynced write lost, and some of them kept (up to a random point in order, or
+//! a random subset), torn at sector boundaries. Each is opened again through the normal VFS
+//! and checked:
 //! - `PRAGMA integrity_check` is `ok`, the store opens (is not refused) and `doctor` is clean;
 //! - no turn is stored twice or in part (a turn is one transaction), and a `commitTurn` key
 //!   is recorded exactly when its turn's messages are stored;
