@@ -36,8 +36,52 @@ pub struct SpawnSpec {
     pub args: Vec<String>,
     /// Working directory (the plugin root).
     pub cwd: PathBuf,
-    /// Extra environment.
+    /// Environment set for the child on top of what it inherits ([`inherited_env`]).
     pub env: Vec<(String, String)>,
+    /// Names of the host's variables the operator passes through besides the defaults
+    /// (`plugins.entries.<id>.passEnv`).
+    pub pass_env: Vec<String>,
+}
+
+/// Variables every plugin process inherits from the host, when set: what a Node or Python
+/// program needs to find its interpreter, libraries, certificates, proxy, locale and
+/// temporary directory. Everything else (model API keys, the gateway token, database URLs and
+/// their passwords, anything the operator exported) stays with the host unless named in
+/// `plugins.entries.<id>.passEnv`.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "NODE_PATH",
+    "NODE_OPTIONS",
+    "NODE_EXTRA_CA_CERTS",
+    "PYTHONHOME",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "VIRTUAL_ENV",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+];
+
+/// Whether the host's variable `name` reaches a plugin process: [`INHERITED_ENV`], the
+/// locale's `LC_*`, or one of `pass_env`.
+pub fn inherited_env(name: &str, pass_env: &[String]) -> bool {
+    INHERITED_ENV.contains(&name) || name.starts_with("LC_") || pass_env.iter().any(|p| p == name)
 }
 
 /// How a process ended.
@@ -156,7 +200,13 @@ impl PluginProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
-            .process_group(0);
+            .process_group(0)
+            .env_clear();
+        for (k, v) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| inherited_env(k, &spec.pass_env)) {
+                cmd.env(k, v);
+            }
+        }
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }

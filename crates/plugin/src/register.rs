@@ -104,6 +104,26 @@ fn entry_setting<'a>(config: &'a Value, plugin_id: &str, key: &str) -> Option<&'
         .and_then(|e| e.get(key))
 }
 
+/// `plugins.entries.<id>.passEnv`: names of the host's environment variables the plugin's
+/// process also gets (see [`crate::process::INHERITED_ENV`] for what it gets anyway).
+fn pass_env(config: &Value, plugin_id: &str) -> Result<Vec<String>, PluginError> {
+    let Some(v) = entry_setting(config, plugin_id, "passEnv") else {
+        return Ok(Vec::new());
+    };
+    let bad = || PluginError::ConfigInvalid {
+        plugin_id: plugin_id.to_owned(),
+        path: format!("plugins.entries.{plugin_id}.passEnv"),
+        message: format!("must be a list of environment variable names, got {v}"),
+    };
+    let list = v.as_array().ok_or_else(bad)?;
+    list.iter()
+        .map(|n| match n.as_str() {
+            Some(n) if !n.is_empty() && !n.contains('=') && !n.contains('\0') => Ok(n.to_owned()),
+            _ => Err(bad()),
+        })
+        .collect()
+}
+
 fn entry_ms(config: &Value, plugin_id: &str, key: &str) -> Option<Duration> {
     entry_setting(config, plugin_id, key)
         .and_then(Value::as_u64)
@@ -152,6 +172,7 @@ pub fn spawn_spec(
         args,
         cwd: manifest.root.clone(),
         env,
+        pass_env: Vec::new(),
     })
 }
 
@@ -242,7 +263,8 @@ pub async fn register_plugin(
 ) -> Result<LoadedPlugin, PluginError> {
     let manifest = load_manifest(plugin_dir)?;
     manifest.validate_config(config)?;
-    let spec = spawn_spec(&manifest, &options)?;
+    let mut spec = spawn_spec(&manifest, &options)?;
+    spec.pass_env = pass_env(config, &manifest.id)?;
     let host_options = HostOptions {
         call_timeout: options
             .call_timeout
