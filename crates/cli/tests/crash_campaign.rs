@@ -1,6 +1,7 @@
 //! The crash campaign's short run as an ordinary test: `clawctx bench crash` with a few
-//! SIGKILLs per backend (per-turn ingest, batched ingest, compaction, import and, on
-//! PostgreSQL, migration), every acknowledged message checked after each restart. The full
+//! SIGKILLs per backend (per-turn ingest, batched ingest, a replay through the runtime,
+//! compaction, import and, on PostgreSQL, migration), every acknowledged message checked
+//! after each restart. The full
 //! campaign (at least 100 kills per backend) is the same command with `--kills 100`.
 //!
 //! The PostgreSQL half needs `CLAWCTX_TEST_PG_URL` (the campaign creates its databases on that
@@ -47,7 +48,7 @@ fn sum(report: &Value, backend: &str, field: &str) -> u64 {
 fn a_few_kills_per_backend_lose_and_duplicate_nothing() {
     let work = tempfile::tempdir().unwrap();
     let pg = test_url();
-    let mut args = vec!["--kills", "5", "--seed", "20260101"];
+    let mut args = vec!["--kills", "6", "--seed", "20260101"];
     if pg.is_some() {
         args.extend(["--backends", "sqlite,postgres", "--pg-url-env", URL_VAR]);
     } else {

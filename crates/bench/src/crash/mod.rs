@@ -533,11 +533,32 @@ struct PointState {
     window: Option<Duration>,
     /// The last run's time from its spawn to `OPEN` (child runs).
     opening: Option<Duration>,
+    /// Runs killed since the last one that finished: after three the window grows by a
+    /// quarter (a run that grows with the store, such as a replay reading its whole session
+    /// or an import backing the file up first, would otherwise be killed ever earlier in
+    /// its course).
+    killed_in_a_row: u32,
     /// A unit whose answer a kill swallowed: (first id, count).
     pending: Option<(u64, u64)>,
     /// The import's session key of the pending unit.
     pending_session: Option<String>,
     imports: u64,
+}
+
+impl PointState {
+    /// The kill window after `run` (see [`PointState::killed_in_a_row`]).
+    fn adapt(&mut self, run: &Run) {
+        if !run.killed {
+            self.window = Some(run.elapsed);
+            self.killed_in_a_row = 0;
+            return;
+        }
+        self.killed_in_a_row += 1;
+        if self.killed_in_a_row >= 3 {
+            self.window = self.window.map(|w| w * 5 / 4);
+            self.killed_in_a_row = 0;
+        }
+    }
 }
 
 /// One backend's campaign.
@@ -768,9 +789,7 @@ impl Campaign<'_> {
         let state = self.states.entry(point).or_default();
         state.pending = open;
         state.pending_session = if open.is_some() { session } else { None };
-        if !run.killed {
-            state.window = Some(run.elapsed);
-        }
+        state.adapt(&run);
         if marker.is_some() && run.until_marker.is_some() {
             state.opening = run.until_marker;
         }
@@ -1199,9 +1218,7 @@ impl Campaign<'_> {
                 row.acknowledged += ids.len() as u64;
             }
         }
-        if !run.killed {
-            self.states.entry(point).or_default().window = Some(run.elapsed);
-        }
+        self.states.entry(point).or_default().adapt(&run);
         if self.opts.verbose {
             eprintln!(
                 "[{}] migrate {} after {} ms: target {}",
