@@ -98,7 +98,7 @@ fn a_child_that_acknowledges_before_it_writes_is_caught() {
             "--points",
             "batch",
             "--kills",
-            "4",
+            "6",
             "--seed",
             "7",
             "--ack-before-write",

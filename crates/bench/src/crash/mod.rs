@@ -1256,6 +1256,38 @@ impl Campaign<'_> {
         Ok(())
     }
 
+    /// `lcm migrate` opens its source like any store: the kills must not have changed it.
+    async fn check_migrate_source(&mut self) {
+        let Some((path, ids, before)) = self.migrate_source.clone() else {
+            return;
+        };
+        match check::sqlite(&path, &[]).await {
+            Ok(after) => {
+                let same = after.counts.len() == ids.len()
+                    && after.counts.values().all(|n| *n == 1)
+                    && after.summaries == before.summaries;
+                if !same || !after.doctor_ok || !after.integrity_ok() {
+                    self.row(KillPoint::Migrate).integrity_failures += 1;
+                    self.fail(format!(
+                        "the migration's source changed under the killed migrations: {} of {} messages, {} of {} summaries, doctor {:?}, integrity {:?}",
+                        after.counts.len(),
+                        ids.len(),
+                        after.summaries,
+                        before.summaries,
+                        after.doctor_issues,
+                        after.integrity
+                    ));
+                }
+            }
+            Err(e) => {
+                self.row(KillPoint::Migrate).integrity_failures += 1;
+                self.fail(format!(
+                    "the migration's source does not open after the killed migrations: {e}"
+                ));
+            }
+        }
+    }
+
     fn judge_empty_target(&mut self, snap: &Snapshot) -> Result<()> {
         if !snap.doctor_ok || !snap.readback.is_empty() {
             self.row(KillPoint::Migrate).doctor_failures += 1;
@@ -1347,6 +1379,7 @@ pub async fn run_crash_campaign(opts: &CrashOptions) -> Result<CrashReport> {
                     done += 1;
                 }
             }
+            c.check_migrate_source().await;
             Ok::<_, BenchError>(())
         }
         .await;
