@@ -667,18 +667,22 @@ impl SessionFile {
     }
 
     /// The active branch, root first, leaf last. Walks parent links through the index, so the
-    /// cost is the length of the path. A `parentId` that names no entry ends the walk.
+    /// cost is the length of the path. A `parentId` that names no entry ends the walk, and so
+    /// does one that names an entry already on the path: a cycle (an entry its own parent, or
+    /// two naming each other) cannot come from appends, but a file is outside input, and each
+    /// entry is on the path once.
     pub fn active_path(&self) -> Vec<&TranscriptEntry> {
         let mut out = Vec::new();
+        let mut seen = HashSet::new();
         let mut cur = self.leaf;
         while let Some(i) = cur {
             let Some(entry) = self.entries.get(i) else {
                 break;
             };
-            out.push(entry);
-            if out.len() > self.entries.len() {
-                break; // a cycle: impossible in an append-only file, but never loop forever
+            if !seen.insert(i) {
+                break;
             }
+            out.push(entry);
             cur = entry
                 .parent_id
                 .as_deref()

@@ -1094,3 +1094,25 @@ fn s10_session_key_parsing() {
     assert!(store.sessions_dir("../escape").is_err());
     assert!(store.resolve("agent:..:main").is_err());
 }
+
+/// Found by the `transcript_jsonl` fuzz target: an entry that is its own parent, or two that
+/// name each other, made the active path repeat entries until it was one longer than the file,
+/// so the model context held the same messages over and over. Each entry is on the path once.
+#[test]
+fn a_parent_cycle_in_a_file_ends_the_active_path_instead_of_repeating_entries() {
+    let header = r#"{"type":"session","version":3,"id":"s","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/w"}"#;
+    let entry = |id: &str, parent: &str, text: &str| {
+        json!({"type": "message", "id": id, "parentId": parent, "timestamp": "2026-01-01T00:00:01.000Z",
+            "message": {"role": "user", "content": text}})
+        .to_string()
+    };
+    let own_parent = [header.to_owned(), entry("a", "a", "one"), entry("b", "a", "two")].join("\n") + "\n";
+    let file = SessionFile::from_bytes("self.jsonl", own_parent.as_bytes()).unwrap();
+    assert_eq!(ids(&file.active_path()), ["a", "b"], "an entry that is its own parent is the root");
+    let texts: Vec<String> = file.build_context().iter().map(text_of).collect();
+    assert_eq!(texts, ["one", "two"], "each message once");
+
+    let each_other = [header.to_owned(), entry("a", "c", "one"), entry("b", "a", "two"), entry("c", "b", "three")].join("\n") + "\n";
+    let file = SessionFile::from_bytes("loop.jsonl", each_other.as_bytes()).unwrap();
+    assert_eq!(ids(&file.active_path()), ["a", "b", "c"], "the walk stops where it would come back");
+}
