@@ -20,6 +20,9 @@
 //!   threshold compaction), a turn acknowledged by its printed line; the next run's start
 //!   delivers what the outbox kept, and the session transcript must hold every acknowledged
 //!   message exactly once too;
+//! - `concurrent`: two children on the one store at once (per-turn ingest in one session,
+//!   batched ingest in another, as a gateway and a CLI share a store); the first is killed,
+//!   the second must run to its end through the other's death;
 //! - `import`: `clawctx lcm import --apply` of a 3,000-message OpenClaw session file;
 //! - `migrate` (PostgreSQL only): `clawctx lcm migrate --to postgres://… --apply` of a SQLite
 //!   store into an empty database; after a kill the target must be empty or complete.
@@ -77,6 +80,8 @@ pub enum KillPoint {
     Batch,
     /// `clawctx replay` through the runtime (transcript, outbox, `commitTurn`).
     Replay,
+    /// Two children on one store, one killed.
+    Concurrent,
     /// Forced compaction with a slow summarizer.
     Compact,
     /// `clawctx lcm import --apply`.
@@ -87,10 +92,11 @@ pub enum KillPoint {
 
 impl KillPoint {
     /// Every kill point.
-    pub const ALL: [KillPoint; 6] = [
+    pub const ALL: [KillPoint; 7] = [
         KillPoint::Turns,
         KillPoint::Batch,
         KillPoint::Replay,
+        KillPoint::Concurrent,
         KillPoint::Compact,
         KillPoint::Import,
         KillPoint::Migrate,
@@ -102,6 +108,7 @@ impl KillPoint {
             KillPoint::Turns => "turns",
             KillPoint::Batch => "batch",
             KillPoint::Replay => "replay",
+            KillPoint::Concurrent => "concurrent",
             KillPoint::Compact => "compact",
             KillPoint::Import => "import",
             KillPoint::Migrate => "migrate",
@@ -115,14 +122,14 @@ impl KillPoint {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 BenchError::InvalidArgument(format!(
-                    "unknown kill point `{s}` (turns, batch, replay, compact, import, migrate)"
+                    "unknown kill point `{s}` (turns, batch, replay, concurrent, compact, import, migrate)"
                 ))
             })
     }
 
     fn mode(self) -> Option<ChildMode> {
         match self {
-            KillPoint::Turns => Some(ChildMode::Turns),
+            KillPoint::Turns | KillPoint::Concurrent => Some(ChildMode::Turns),
             KillPoint::Batch => Some(ChildMode::Batch),
             KillPoint::Compact => Some(ChildMode::Compact),
             KillPoint::Replay | KillPoint::Import | KillPoint::Migrate => None,
@@ -132,7 +139,7 @@ impl KillPoint {
     /// Units a child run of this point sends.
     fn units(self) -> u64 {
         match self {
-            KillPoint::Turns => 40,
+            KillPoint::Turns | KillPoint::Concurrent => 40,
             KillPoint::Batch => 4,
             KillPoint::Compact => 30,
             KillPoint::Replay | KillPoint::Import | KillPoint::Migrate => 1,
@@ -650,6 +657,9 @@ impl Campaign<'_> {
         let mut session = None;
         let mut replay_turns: Vec<(u64, u64)> = Vec::new();
         match point {
+            KillPoint::Concurrent => {
+                return self.concurrent_episode(kill, first, pending, rng).await
+            }
             KillPoint::Turns | KillPoint::Batch | KillPoint::Compact => {
                 let mode = point.mode().unwrap_or(ChildMode::Turns);
                 cmd.args(["bench", "crash-child", "--mode", mode.name(), "--store"])
@@ -827,6 +837,136 @@ impl Campaign<'_> {
         }
         if point == KillPoint::Replay {
             self.judge_transcript();
+        }
+        self.check_store(point, rng).await
+    }
+
+    /// The `SEND` / `ACK` lines of a child into the ledger: (messages acknowledged, the unit
+    /// sent and not acknowledged).
+    fn absorb(&mut self, lines: &[String]) -> (u64, Option<(u64, u64)>) {
+        let mut open = None;
+        let mut acked = 0;
+        for line in lines {
+            let mut words = line.split_whitespace();
+            let (tag, a, n) = (words.next(), words.next(), words.next());
+            let (Some(a), Some(n)) = (
+                a.and_then(|a| a.parse::<u64>().ok()),
+                n.and_then(|n| n.parse::<u64>().ok()),
+            ) else {
+                continue;
+            };
+            match tag {
+                Some("SEND") => {
+                    self.ledger.sent.extend(a..a + n);
+                    open = Some((a, n));
+                }
+                Some("ACK") => {
+                    self.ledger.acked.extend(a..a + n);
+                    self.ledger.acked_order.extend(a..a + n);
+                    self.ledger.last_acked.extend(a..a + n);
+                    acked += n;
+                    open = None;
+                }
+                _ => {}
+            }
+        }
+        (acked, open)
+    }
+
+    /// `concurrent`: a `turns` child (killed) and a `batch` child (left to finish) on the
+    /// store at once.
+    async fn concurrent_episode(
+        &mut self,
+        kill: Option<Kill>,
+        first: u64,
+        pending: Option<(u64, u64)>,
+        rng: &mut Rng,
+    ) -> Result<()> {
+        let point = KillPoint::Concurrent;
+        self.ledger.last_acked.clear();
+        let store = self.store_arg();
+        let mut victim = self.base_command();
+        victim
+            .args(["bench", "crash-child", "--mode", "turns", "--store", &store])
+            .args([
+                "--first",
+                &first.to_string(),
+                "--units",
+                &point.units().to_string(),
+            ]);
+        if let Some((f, n)) = pending {
+            victim.args(["--resend", &format!("{f}:{n}")]);
+        }
+        let mut survivor = self.base_command();
+        survivor
+            .args(["bench", "crash-child", "--mode", "batch", "--store", &store])
+            .args([
+                "--first",
+                &(first + IDS_PER_RUN / 2).to_string(),
+                "--units",
+                "2",
+            ]);
+        let marker = match kill {
+            Some(Kill {
+                from_spawn: true, ..
+            }) => None,
+            _ => Some("OPEN"),
+        };
+        let kill_after = kill.map(|k| k.after);
+        let a = tokio::task::spawn_blocking(move || run_process(victim, marker, kill_after));
+        let b = tokio::task::spawn_blocking(move || run_process(survivor, Some("OPEN"), None));
+        let ra = a
+            .await
+            .map_err(|e| BenchError::engine("crash", "run", e))??;
+        let rb = b
+            .await
+            .map_err(|e| BenchError::engine("crash", "run", e))??;
+        let (acked_a, open_a) = self.absorb(&ra.lines);
+        let (acked_b, _) = self.absorb(&rb.lines);
+        for (run, who) in [(&ra, "killed"), (&rb, "surviving")] {
+            if !run.killed && !run.success {
+                self.row(point).run_failures += 1;
+                self.fail(format!(
+                    "the {who} child of a concurrent run failed on its own; its stderr:\n{}",
+                    tail(&run.stderr)
+                ));
+            }
+        }
+        let state = self.states.entry(point).or_default();
+        state.pending = open_a;
+        state.adapt(&ra);
+        if marker.is_some() && ra.until_marker.is_some() {
+            state.opening = ra.until_marker;
+        }
+        let opened = ra.lines.iter().any(|l| l == "OPEN");
+        let phase = ra
+            .lines
+            .iter()
+            .rev()
+            .find_map(|l| l.split_whitespace().next())
+            .unwrap_or("")
+            .to_owned();
+        let row = self.row(point);
+        row.acknowledged += acked_a + acked_b;
+        if ra.killed {
+            row.kills += 1;
+            match phase.as_str() {
+                _ if !opened => row.killed_opening += 1,
+                "SEND" => row.killed_in_write += 1,
+                _ => row.killed_between += 1,
+            }
+        } else {
+            row.ran_to_end += 1;
+            row.longest_run_ms = row.longest_run_ms.max(ra.elapsed.as_millis() as u64);
+        }
+        if self.opts.verbose {
+            eprintln!(
+                "[{}] concurrent: turns {} after {} ms ({acked_a} acknowledged), batch beside it {} ({acked_b} acknowledged)",
+                self.name,
+                if ra.killed { "killed" } else { "ran to end" },
+                ra.elapsed.as_millis(),
+                if rb.success { "ran to end" } else { "FAILED" },
+            );
         }
         self.check_store(point, rng).await
     }

@@ -35,8 +35,8 @@ enum BenchCommand {
     /// size at each store size.
     Stores(StoresArgs),
     /// The crash campaign: the lossless engine killed with SIGKILL at random moments (per-turn
-    /// ingest, batched ingest, a replay through the runtime, compaction, import, migration) on
-    /// each backend; after every
+    /// ingest, batched ingest, a replay through the runtime, two writers at once, compaction,
+    /// import, migration) on each backend; after every
     /// restart, every acknowledged message must be stored exactly once and the store must pass
     /// doctor and integrity checks. Exits 1 on any loss, duplicate or failed check.
     Crash(CrashArgs),
@@ -54,9 +54,12 @@ struct CrashArgs {
     /// Kills per backend, spread over its kill points.
     #[arg(long, default_value_t = 100)]
     kills: usize,
-    /// Kill points, comma-separated: turns, batch, replay, compact, import, migrate
-    /// (PostgreSQL only).
-    #[arg(long, default_value = "turns,batch,replay,compact,import,migrate")]
+    /// Kill points, comma-separated: turns, batch, replay, concurrent, compact, import,
+    /// migrate (PostgreSQL only).
+    #[arg(
+        long,
+        default_value = "turns,batch,replay,concurrent,compact,import,migrate"
+    )]
     points: String,
     /// Seed of the kill delays (default: from the clock; printed either way).
     #[arg(long)]

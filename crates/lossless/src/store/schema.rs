@@ -307,15 +307,22 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
             LosslessError::Sqlite(e) => refuse(format!("unreadable database: {e}")),
             other => other,
         };
-    let app_id: i32 = conn
-        .query_row("PRAGMA application_id", [], |r| r.get(0))
-        .map_err(map)?;
-    let version: i32 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(map)?;
-    let tables: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-        .map_err(map)?;
+    // The three are read in one read transaction: another process creating this store at
+    // the same moment commits its application id, version and tables at once, and reads
+    // taken one by one could see its application id from before that commit and its tables
+    // from after, and refuse a good store as foreign (found by `clawctx bench crash`).
+    conn.execute_batch("BEGIN").map_err(map)?;
+    let read = (|| -> rusqlite::Result<(i32, i32, i64)> {
+        Ok((
+            conn.query_row("PRAGMA application_id", [], |r| r.get(0))?,
+            conn.query_row("PRAGMA user_version", [], |r| r.get(0))?,
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?,
+        ))
+    })();
+    // Ending a read transaction cannot lose anything; a failure to end it shows in the
+    // statements that follow.
+    let _ = conn.execute_batch("COMMIT");
+    let (app_id, version, tables) = read.map_err(map)?;
     if app_id == 0 && (tables > 0 || version != 0) {
         return Err(refuse(
             "a SQLite database that is not a clawctx lossless store".into(),
@@ -350,8 +357,10 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     // SQLite walks the whole page cache on every commit (its lock-byte page at 1 GiB keeps
     // the cache's largest page number above the file's end), which a 32 MiB cache made a
     // tenth of the ingest time of a million-message store.
+    enable_wal(&conn, busy_timeout_ms)
+        .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms))?;
     conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;
+        "PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;
          PRAGMA cache_size = -4096; PRAGMA foreign_keys = OFF; PRAGMA mmap_size = 2147483648;
          PRAGMA journal_size_limit = 67108864;",
     )
@@ -363,6 +372,27 @@ pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     conn.execute_batch(super::pending_fts::CREATE_TEMP)
         .map_err(|e| LosslessError::from_sqlite(e, busy_timeout_ms))?;
     Ok(conn)
+}
+
+/// `PRAGMA journal_mode = WAL`, retried for up to the busy timeout while another connection
+/// holds the file: switching a file still in rollback-journal mode (a new store) needs it to
+/// itself, and SQLite answers busy at once there instead of calling the busy handler, so
+/// several processes opening a new store at the same moment failed with "locked" (found by
+/// `clawctx bench crash`). A file already in WAL mode answers at once.
+fn enable_wal(conn: &Connection, busy_timeout_ms: u64) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_millis(busy_timeout_ms);
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+            Ok(_) => return Ok(()),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Opens a read-only connection to the store at `path`, which an open store thread's
