@@ -1116,3 +1116,19 @@ fn a_parent_cycle_in_a_file_ends_the_active_path_instead_of_repeating_entries() 
     let file = SessionFile::from_bytes("loop.jsonl", each_other.as_bytes()).unwrap();
     assert_eq!(ids(&file.active_path()), ["a", "b", "c"], "the walk stops where it would come back");
 }
+
+/// Found by the `transcript_jsonl` fuzz target: a number with a long mantissa in an entry was
+/// parsed one unit off, so the entry written back as a line read as a different entry. Parsing
+/// is correctly rounded now (serde_json's `float_roundtrip`).
+#[test]
+fn an_entry_with_a_long_float_reads_back_as_itself_after_a_write() {
+    let long = format!("1.76725{}e103", "5".repeat(12));
+    let line = format!(
+        r#"{{"type":"message","id":"e3","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"ootlResult","t.imestamp":{long}}}}}"#
+    );
+    let map: serde_json::Map<String, Value> = serde_json::from_str(&line).unwrap();
+    let entry = clawctx_protocol::transcript::TranscriptEntry::from_json(map).unwrap();
+    let written = serde_json::to_string(&entry.to_json().unwrap()).unwrap();
+    let again = clawctx_protocol::transcript::TranscriptEntry::from_json(serde_json::from_str(&written).unwrap()).unwrap();
+    assert_eq!(again, entry, "written as {written}");
+}

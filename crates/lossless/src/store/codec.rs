@@ -499,6 +499,24 @@ mod tests {
         rt(json!({"role":"custom","customType":"x","content":"c","display":true}));
     }
 
+    /// Found by the `lossless_codec` fuzz target: a number with a long mantissa (here 103
+    /// digits) parsed one unit off, was stored as that float, and read back as another one, so
+    /// the message that came out of the store was not the one that went in. serde_json's
+    /// `float_roundtrip` parses correctly rounded; every float survives the codec.
+    #[test]
+    fn long_floats_survive_the_codec_unchanged() {
+        let long = format!("3{}", "9".repeat(102));
+        let text = format!(
+            r#"{{"role":"system","content":"a plugin message","x-vendor":{{"kept":[1,2,{long}]}},"x":0.30000000000000004}}"#
+        );
+        let m: AgentMessage = serde_json::from_str(&text).unwrap();
+        let e = encode(&m).unwrap();
+        let back = decode(e.role, &e.text, e.stored_skeleton.as_deref(), e.ts).unwrap();
+        assert_eq!(back, m, "the stored message reads back as itself");
+        let again: AgentMessage = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(again, m, "the message's own JSON reads back as itself");
+    }
+
     /// Messages of every shape, for the pinned identities below.
     fn pinned_messages() -> Vec<Value> {
         vec![
