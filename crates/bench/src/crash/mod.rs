@@ -265,12 +265,12 @@ impl CrashReport {
 pub fn render_crash_table(report: &CrashReport) -> String {
     let mut out = format!("seed {} ({:.0} s)\n", report.seed, report.seconds);
     out.push_str(
-        "backend   point    kills (open/write/compact/between)  ran-to-end  acknowledged  lost  duplicated  unexpected  doctor  integrity  read-back  search  partial-migrate  run-errors\n",
+        "backend   point       kills (open/write/compact/between)  ran-to-end  acknowledged  lost  duplicated  unexpected  doctor  integrity  read-back  search  partial-migrate  run-errors\n",
     );
     let mut totals: BTreeMap<String, PointRow> = BTreeMap::new();
     let line = |r: &PointRow| {
         format!(
-            "{:<9} {:<8} {:>5} {:>28}  {:>10}  {:>12}  {:>4}  {:>10}  {:>10}  {:>6}  {:>9}  {:>9}  {:>6}  {:>15}  {:>10}\n",
+            "{:<9} {:<10} {:>5} {:>28}  {:>10}  {:>12}  {:>4}  {:>10}  {:>10}  {:>6}  {:>9}  {:>9}  {:>6}  {:>15}  {:>10}\n",
             r.backend,
             r.point,
             r.kills,
