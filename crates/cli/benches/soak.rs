@@ -8,6 +8,7 @@
 //!
 //! Knobs (environment, defaults in brackets): `SOAK_SECS` [1800], `SOAK_SESSIONS` [6 per
 //! node], `SOAK_THINK_MS` [300], `SOAK_RESTART_SECS` [60], `SOAK_SAMPLE_SECS` [15],
+//! `SOAK_SESSION_TURNS` [150: then the session ends and a new one takes its place],
 //! `SOAK_FAULT_EVERY` [5], `SOAK_SUMMARY_FAIL_EVERY` [5], `SOAK_RSS_GROWTH_PCT` [20],
 //! `SOAK_CLAWCTX` (the binary to run, default the one cargo built).
 //!
@@ -24,7 +25,8 @@
 //!   started again every `SOAK_RESTART_SECS`: each life injects a fault. Before each stop the
 //!   node's `/metrics` must show the quarantine; after it no plugin process may be left.
 //!
-//! `SOAK_SESSIONS` sessions per node (mixed: each has its own history) send turns one after
+//! `SOAK_SESSIONS` sessions per node at a time (mixed: each has its own history, and after
+//! `SOAK_SESSION_TURNS` turns it ends and a new one begins) send turns one after
 //! another with a pause of `SOAK_THINK_MS` (0.5–1.5×) between them; every turn must be answered
 //! 200 (after a fault, `legacy` answers the same call). A node being restarted holds its
 //! sessions' next turns until it is back, so no turn is sent to a process that is going away.
@@ -32,8 +34,9 @@
 //!
 //! Output: a table, `FIGURE <name> <value>` lines, and a non-zero exit with the reasons when any
 //! promise failed: a turn not answered, a quarantine not recorded, a plugin process or a zombie
-//! left behind, memory or descriptors that grew (more than `SOAK_RSS_GROWTH_PCT` percent, default
-//! 20, plus 16 MiB; descriptors more than 8), a drained gateway that did not exit 0, a store
+//! left behind, memory or descriptors that grew from the first sample after a quarter of the run
+//! to the last (anonymous resident memory more than `SOAK_RSS_GROWTH_PCT` percent, default 20,
+//! plus 16 MiB; descriptors more than 8), a drained gateway that did not exit 0, a store
 //! doctor would not pass.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -259,18 +262,36 @@ fn processes() -> Vec<Proc> {
     out
 }
 
-/// Resident memory (KiB) and open descriptors of `pid`.
-fn mem_fds(pid: u32) -> (u64, usize) {
-    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
-        .unwrap_or(0);
+/// One sample of a process: resident memory in all and its anonymous part (KiB), and open
+/// descriptors. The rest of the resident memory is file-backed: the pages of the store file the
+/// SQLite store maps (`mmap_size`), which grow with the file and are the OS's cache to take
+/// back, not memory the process holds; so flatness is judged on the anonymous part.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    at: u64,
+    rss: u64,
+    anon: u64,
+    fds: usize,
+}
+
+fn sample_of(pid: u32, at: u64) -> Sample {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+            .unwrap_or(0)
+    };
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0);
-    (rss, fds)
+    Sample {
+        at,
+        rss: field("VmRSS:"),
+        anon: field("RssAnon:"),
+        fds,
+    }
 }
 
 async fn quarantined(http: &reqwest::Client, url: &str) -> Option<u64> {
@@ -319,6 +340,7 @@ async fn drive_session(
     think_ms: u64,
     tally: Arc<Tally>,
     seed: u64,
+    session_turns: u64,
 ) {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
@@ -328,8 +350,16 @@ async fn drive_session(
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
     let mut turn = 0u64;
+    let mut generation = 0u64;
+    let base = session;
+    let mut session = format!("{base}-g0");
     while Instant::now() < deadline {
         turn += 1;
+        // Sessions end and new ones begin, as a gateway's do over days.
+        if session_turns > 0 && turn % session_turns == 0 {
+            generation += 1;
+            session = format!("{base}-g{generation}");
+        }
         let prompt = format!(
             "soak note {turn} of {session}: remember the number {}",
             rng % 100_000
@@ -519,6 +549,7 @@ async fn run(
     let tally = Arc::new(Tally::default());
     let lives = Arc::new(AtomicU64::new(0));
     let recorded = Arc::new(AtomicU64::new(0));
+    let session_turns = env_num("SOAK_SESSION_TURNS", 150);
     let mut tasks = Vec::new();
     for (n, slot) in slots.iter().enumerate() {
         for s in 0..sessions {
@@ -529,6 +560,7 @@ async fn run(
                 think_ms,
                 tally.clone(),
                 (n as u64) * 1000 + s + 1,
+                session_turns,
             )));
         }
     }
@@ -545,8 +577,8 @@ async fn run(
         )));
     }
 
-    // Samples of the long-lived node: (seconds, rss KiB, fds); zombies of any node.
-    let mut samples: Vec<(u64, u64, usize)> = Vec::new();
+    // Samples of the long-lived node; zombies of any node.
+    let mut samples: Vec<Sample> = Vec::new();
     let mut zombies = 0usize;
     while Instant::now() < deadline {
         tokio::time::sleep(
@@ -554,8 +586,8 @@ async fn run(
         )
         .await;
         let pid = slots[0].node.read().await.pid;
-        let (rss, fds) = mem_fds(pid);
-        samples.push((start.elapsed().as_secs(), rss, fds));
+        let now = sample_of(pid, start.elapsed().as_secs());
+        samples.push(now);
         let mut pids = Vec::new();
         for slot in &slots {
             if let Ok(node) = slot.node.try_read() {
@@ -575,11 +607,12 @@ async fn run(
             ));
         }
         eprintln!(
-            "soak: {:>5} s  answered {:>6}  lossless rss {:>7} KiB fds {:>3}",
-            start.elapsed().as_secs(),
+            "soak: {:>5} s  answered {:>6}  lossless rss {:>7} KiB (anonymous {:>7}) fds {:>3}",
+            now.at,
             tally.answered.load(Ordering::Relaxed),
-            rss,
-            fds
+            now.rss,
+            now.anon,
+            now.fds
         );
     }
     for t in tasks {
@@ -628,25 +661,25 @@ async fn run(
     // Flatness: the first sample after warm-up (a quarter of the run) against the last.
     let warm = samples
         .iter()
-        .find(|s| s.0 >= secs / 4)
+        .find(|s| s.at >= secs / 4)
         .or(samples.first())
         .copied()
-        .unwrap_or((0, 0, 0));
+        .unwrap_or_default();
     let last = samples.last().copied().unwrap_or(warm);
-    let rss_limit = warm.1 + warm.1 * growth_pct / 100 + 16 * 1024;
-    if last.1 > rss_limit {
+    let anon_limit = warm.anon + warm.anon * growth_pct / 100 + 16 * 1024;
+    if last.anon > anon_limit {
         tally.fail(format!(
-            "lossless node memory grew: {} KiB at {} s -> {} KiB at {} s",
-            warm.1, warm.0, last.1, last.0
+            "lossless node memory grew: {} KiB anonymous at {} s -> {} KiB at {} s",
+            warm.anon, warm.at, last.anon, last.at
         ));
     }
-    if last.2 > warm.2 + 8 {
+    if last.fds > warm.fds + 8 {
         tally.fail(format!(
             "lossless node descriptors grew: {} at {} s -> {} at {} s",
-            warm.2, warm.0, last.2, last.0
+            warm.fds, warm.at, last.fds, last.at
         ));
     }
-    let peak_rss = samples.iter().map(|s| s.1).max().unwrap_or(0);
+    let peak_rss = samples.iter().map(|s| s.rss).max().unwrap_or(0);
     let sent = tally.sent.load(Ordering::Relaxed);
     let answered = tally.answered.load(Ordering::Relaxed);
     let failures = tally.failures.lock().unwrap().clone();
@@ -671,11 +704,15 @@ async fn run(
     );
     println!(
         "lossless rss after warm-up / end / peak {} / {} / {} KiB",
-        warm.1, last.1, peak_rss
+        warm.rss, last.rss, peak_rss
+    );
+    println!(
+        "lossless anonymous after warm-up / end {} / {} KiB",
+        warm.anon, last.anon
     );
     println!(
         "lossless fds after warm-up / end       {} / {}",
-        warm.2, last.2
+        warm.fds, last.fds
     );
     println!("zombies seen                           {zombies}");
     println!(
@@ -694,10 +731,12 @@ async fn run(
         "FIGURE quarantines_recorded {}",
         recorded.load(Ordering::Relaxed)
     );
-    println!("FIGURE rss_kib_start {}", warm.1);
-    println!("FIGURE rss_kib_end {}", last.1);
-    println!("FIGURE fds_start {}", warm.2);
-    println!("FIGURE fds_end {}", last.2);
+    println!("FIGURE rss_kib_start {}", warm.rss);
+    println!("FIGURE rss_kib_end {}", last.rss);
+    println!("FIGURE anon_kib_start {}", warm.anon);
+    println!("FIGURE anon_kib_end {}", last.anon);
+    println!("FIGURE fds_start {}", warm.fds);
+    println!("FIGURE fds_end {}", last.fds);
     println!("FIGURE zombies {zombies}");
     if let Some(summary) = doctor_json.get("summary") {
         println!("doctor summary: {summary}");

@@ -33,6 +33,7 @@ pub mod runtime;
 pub mod setup;
 pub mod subagent;
 pub mod turn;
+pub mod warm;
 
 pub use error::{Result, RuntimeError};
 pub use maintain::{MaintenanceReason, MaintenanceScheduler};

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Result, RuntimeError};
 use crate::history::History;
+use crate::warm::Warm;
 use crate::maintain::{maintain_failure_line, MaintainJob, MaintenanceReason, MaintenanceScheduler, Scheduled};
 use crate::model::{Backend, DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS};
 
@@ -200,8 +201,8 @@ impl RuntimeBuilder {
                 compact_timeout: self.compact_timeout,
                 fallback_reason: self.fallback_reason,
                 hooks: self.hooks,
-                files: Mutex::new(HashMap::new()),
-                histories: Mutex::new(HashMap::new()),
+                files: Mutex::new(Warm::new(crate::warm::WARM_SESSIONS)),
+                histories: Mutex::new(Warm::new(crate::warm::WARM_SESSIONS)),
                 sessions: Mutex::new(HashMap::new()),
                 bootstrapped: Mutex::new(HashSet::new()),
                 scheduler: MaintenanceScheduler::new(),
@@ -244,9 +245,11 @@ pub(crate) struct Inner {
     fallback_reason: Option<String>,
     /// Plugin hook handlers ([`crate::hooks`]).
     pub(crate) hooks: crate::hooks::Hooks,
-    files: Mutex<HashMap<PathBuf, Arc<Mutex<SessionFile>>>>,
-    /// Prepared histories kept between turns, by transcript path (see [`crate::history`]).
-    histories: Mutex<HashMap<PathBuf, History>>,
+    /// Open transcripts by path, the most recently used [`crate::warm::WARM_SESSIONS`].
+    files: Mutex<Warm<Arc<Mutex<SessionFile>>>>,
+    /// Prepared histories kept between turns, by transcript path (see [`crate::history`]),
+    /// bounded the same way.
+    histories: Mutex<Warm<History>>,
     sessions: Mutex<HashMap<String, ResolvedSession>>,
     bootstrapped: Mutex<HashSet<String>>,
     pub(crate) scheduler: MaintenanceScheduler,
@@ -620,7 +623,8 @@ impl Inner {
         }
         f.set_sync_writes(self.durable);
         let f = Arc::new(Mutex::new(f));
-        files.insert(path.to_owned(), f.clone());
+        // A transcript someone still holds (a turn, a runtime service) stays open.
+        files.insert(path.to_owned(), f.clone(), |held| Arc::strong_count(held) > 1);
         Ok(f)
     }
 
@@ -659,7 +663,7 @@ impl Inner {
     /// Keeps `h` for the session's next turn.
     pub(crate) fn put_history(&self, s: &ResolvedSession, h: History) {
         if let Ok(mut m) = self.histories.lock() {
-            m.insert(s.transcript_path.clone(), h);
+            m.insert(s.transcript_path.clone(), h, |_| false);
         }
     }
 
