@@ -46,6 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use clawctx_runtime::warm::WARM_SESSIONS;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -269,12 +270,14 @@ fn processes() -> Vec<Proc> {
 #[derive(Clone, Copy, Default)]
 struct Sample {
     at: u64,
+    /// Sessions the node had begun by then.
+    sessions: u64,
     rss: u64,
     anon: u64,
     fds: usize,
 }
 
-fn sample_of(pid: u32, at: u64) -> Sample {
+fn sample_of(pid: u32, at: u64, sessions: u64) -> Sample {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
@@ -288,6 +291,7 @@ fn sample_of(pid: u32, at: u64) -> Sample {
         .unwrap_or(0);
     Sample {
         at,
+        sessions,
         rss: field("VmRSS:"),
         anon: field("RssAnon:"),
         fds,
@@ -331,6 +335,8 @@ struct Slot {
     name: &'static str,
     state: PathBuf,
     node: RwLock<Node>,
+    /// Sessions begun on this node.
+    sessions_started: AtomicU64,
 }
 
 async fn drive_session(
@@ -353,12 +359,14 @@ async fn drive_session(
     let mut generation = 0u64;
     let base = session;
     let mut session = format!("{base}-g0");
+    slot.sessions_started.fetch_add(1, Ordering::Relaxed);
     while Instant::now() < deadline {
         turn += 1;
         // Sessions end and new ones begin, as a gateway's do over days.
         if session_turns > 0 && turn % session_turns == 0 {
             generation += 1;
             session = format!("{base}-g{generation}");
+            slot.sessions_started.fetch_add(1, Ordering::Relaxed);
         }
         let prompt = format!(
             "soak note {turn} of {session}: remember the number {}",
@@ -528,6 +536,7 @@ async fn run(
         }),
     );
     let mut slots = vec![Arc::new(Slot {
+        sessions_started: AtomicU64::new(0),
         name: "lossless",
         node: RwLock::new(spawn_node(&lossless_state).await),
         state: lossless_state,
@@ -537,6 +546,7 @@ async fn run(
         write_config(&state, &server.uri(), json!({}));
         install_faulty(&state, &plugin_dir, mode, fault_every);
         slots.push(Arc::new(Slot {
+            sessions_started: AtomicU64::new(0),
             name,
             node: RwLock::new(spawn_node(&state).await),
             state,
@@ -586,7 +596,11 @@ async fn run(
         )
         .await;
         let pid = slots[0].node.read().await.pid;
-        let now = sample_of(pid, start.elapsed().as_secs());
+        let now = sample_of(
+            pid,
+            start.elapsed().as_secs(),
+            slots[0].sessions_started.load(Ordering::Relaxed),
+        );
         samples.push(now);
         let mut pids = Vec::new();
         for slot in &slots {
@@ -658,13 +672,25 @@ async fn run(
         ));
     }
 
-    // Flatness: the first sample after warm-up (a quarter of the run) against the last.
-    let warm = samples
-        .iter()
-        .find(|s| s.at >= secs / 4)
-        .or(samples.first())
-        .copied()
-        .unwrap_or_default();
+    // Flatness: from the first sample after the runtime's warm set could be full (it keeps
+    // WARM_SESSIONS sessions: until that many have begun, memory rightly grows with them) to
+    // the last. A run too short to fill it is judged from its middle, and says so.
+    let full_at = WARM_SESSIONS as u64 + sessions;
+    let warm = match samples.iter().find(|s| s.sessions >= full_at) {
+        Some(s) => *s,
+        None => {
+            println!(
+                "soak: the lossless node began {} sessions, fewer than the {full_at} that fill its warm set; memory judged from the middle of the run",
+                samples.last().map_or(0, |s| s.sessions)
+            );
+            samples
+                .iter()
+                .find(|s| s.at >= secs / 2)
+                .or(samples.first())
+                .copied()
+                .unwrap_or_default()
+        }
+    };
     let last = samples.last().copied().unwrap_or(warm);
     let anon_limit = warm.anon + warm.anon * growth_pct / 100 + 16 * 1024;
     if last.anon > anon_limit {
@@ -707,8 +733,8 @@ async fn run(
         warm.rss, last.rss, peak_rss
     );
     println!(
-        "lossless anonymous after warm-up / end {} / {} KiB",
-        warm.anon, last.anon
+        "lossless anonymous after warm-up / end {} / {} KiB (warm-up: {} s, {} sessions begun)",
+        warm.anon, last.anon, warm.at, warm.sessions
     );
     println!(
         "lossless fds after warm-up / end       {} / {}",
