@@ -151,7 +151,7 @@ async fn legacy_answers_501_for_a_method_it_lacks_409_for_recall_and_400_naming_
         .collect();
     let missing = *lacks.first().expect("legacy lacks an optional method");
     let body = match missing {
-        "commitTurn" => serde_json::to_value(CommitTurnParams { session_id: "s".into(), ..Default::default() }).unwrap(),
+        "commitTurn" => serde_json::to_value(CommitTurnParams { session_id: "s".into(), advancement_key: "k1".into(), ..Default::default() }).unwrap(),
         "ingestBatch" => json!({"sessionId": "s", "messages": []}),
         _ => json!({"sessionId": "s", "sessionFile": "f"}),
     };
