@@ -143,8 +143,9 @@ async fn open(kind: BackendKind, opts: &StoreBenchOptions, run: usize) -> Result
     }
 }
 
-/// Runs one statement on the server's maintenance connection of `admin`.
-async fn admin_sql(admin: &PgTarget, sql: &str) -> Result<()> {
+/// Runs `sql` on its own connection to `admin` (statements a pool's transaction cannot hold:
+/// `CREATE DATABASE`, `DROP DATABASE`, `VACUUM`).
+pub(crate) async fn admin_sql(admin: &PgTarget, sql: &str) -> Result<()> {
     let (client, conn) = admin
         .config()
         .connect(tokio_postgres::NoTls)

@@ -469,23 +469,8 @@ fn with_dbname(url: &str, dbname: &str) -> String {
     format!("{url} dbname={dbname}")
 }
 
-async fn admin_sql(admin: &PgTarget, sql: &str) -> Result<()> {
-    let (client, conn) = admin
-        .config()
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| {
-            BenchError::engine("postgres", "connect", format!("{}: {e}", admin.redacted()))
-        })?;
-    let driver = tokio::spawn(conn);
-    let out = client
-        .batch_execute(sql)
-        .await
-        .map_err(|e| BenchError::engine("postgres", "admin", format!("{sql}: {e}")));
-    drop(client);
-    let _ = driver.await;
-    out
-}
+
+use crate::stores::admin_sql;
 
 impl PgDb {
     async fn create(admin_url: &str, name: String) -> Result<Self> {
