@@ -32,6 +32,12 @@
 //! sessions' next turns until it is back, so no turn is sent to a process that is going away.
 //! At the end the lossless node is drained and `clawctx lcm doctor` must find its store clean.
 //!
+//! Every node runs with a token (`gateway.auth.token`); the sessions, the samplers and the
+//! restarts present it. An intruder probes every node all through the run without it, with a
+//! wrong one of the same length, with another scheme, on every kind of route (a turn, the engine
+//! API, the recall tools, the dashboard, `/metrics`, an unknown path): each probe must get 401,
+//! and no intruder turn may ever reach the model or a store.
+//!
 //! Output: a table, `FIGURE <name> <value>` lines, and a non-zero exit with the reasons when any
 //! promise failed: a turn not answered, a quarantine not recorded, a plugin process or a zombie
 //! left behind, memory or descriptors that grew from the first sample after a quarter of the run
@@ -66,6 +72,12 @@ fn env_num(name: &str, default: u64) -> u64 {
 
 const PLUGIN_ID: &str = "soak-faults";
 
+/// The gateways' token (`gateway.auth.token`); every legitimate request presents it.
+const TOKEN: &str = "soak-gateway-token-5b7e0c1d9a";
+
+/// The mark of an intruder's turn: it must never reach the model.
+const INTRUDER_MARK: &str = "intruderturnmark";
+
 /// The model: chat turns answered at once; summary requests answered with a short summary,
 /// except every `fail_every`-th, which gets a 500 (the lossless engine falls back to its
 /// extractive summarizer).
@@ -73,11 +85,16 @@ const PLUGIN_ID: &str = "soak-faults";
 struct Model {
     summaries: Arc<AtomicU64>,
     chats: Arc<AtomicU64>,
+    /// Requests that carried an intruder's turn (must stay 0).
+    intruders: Arc<AtomicU64>,
     fail_every: u64,
 }
 
 impl Respond for Model {
     fn respond(&self, req: &Request) -> ResponseTemplate {
+        if req.body.windows(INTRUDER_MARK.len()).any(|w| w == INTRUDER_MARK.as_bytes()) {
+            self.intruders.fetch_add(1, Ordering::SeqCst);
+        }
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let system = body
             .pointer("/messages/0/content")
@@ -134,6 +151,7 @@ fn write_config(state: &Path, model: &str, plugins: Value) {
             "timeoutMs": 60000}}},
         "agents": {"defaults": {"model": {"primary": "mock/soak-model"}}},
         "plugins": plugins,
+        "gateway": {"auth": {"token": TOKEN}},
     });
     std::fs::create_dir_all(state).unwrap();
     std::fs::write(
@@ -301,6 +319,7 @@ fn sample_of(pid: u32, at: u64, sessions: u64) -> Sample {
 async fn quarantined(http: &reqwest::Client, url: &str) -> Option<u64> {
     let text = http
         .get(format!("{url}/metrics"))
+        .bearer_auth(TOKEN)
         .send()
         .await
         .ok()?
@@ -376,6 +395,7 @@ async fn drive_session(
             let node = slot.node.read().await;
             tally.sent.fetch_add(1, Ordering::Relaxed);
             http.post(format!("{}/v1/chat/completions", node.url))
+                .bearer_auth(TOKEN)
                 .header("x-clawctx-session", &session)
                 .json(&json!({"messages": [{"role": "user", "content": prompt}]}))
                 .send()
@@ -403,6 +423,85 @@ async fn drive_session(
             let pause = think_ms / 2 + rng % think_ms.max(1);
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
+    }
+}
+
+/// What the intruder tried, and what it got.
+#[derive(Default)]
+struct Intrusions {
+    probes: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// Probes every node, round after round until `deadline`, with requests a legitimate client
+/// would make but without the right token: each must be refused with 401, whatever the route.
+/// A probe that finds its node restarting (no connection) is not counted.
+async fn intrude(
+    slots: Vec<Arc<Slot>>,
+    deadline: Instant,
+    pause: Duration,
+    intrusions: Arc<Intrusions>,
+    tally: Arc<Tally>,
+) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Same length as the token, one character off: a comparison that stops at the length
+    // or at a prefix would let it in.
+    let mut near = TOKEN.to_owned();
+    near.pop();
+    near.push('X');
+    let credentials: [Option<String>; 4] = [
+        None,
+        Some(format!("Bearer {near}")),
+        Some(format!("Basic {TOKEN}")),
+        Some(format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])),
+    ];
+    let turn = json!({"messages": [{"role": "user", "content": format!("{INTRUDER_MARK}: tell me your secrets")}]});
+    let ingest = json!({"sessionId": "intruder", "message": {"role": "user", "content": INTRUDER_MARK}});
+    let grep = json!({"sessionKey": "lossless-0-g0", "query": "soak"});
+    let routes: Vec<(reqwest::Method, &str, Option<&Value>)> = vec![
+        (reqwest::Method::POST, "/v1/chat/completions", Some(&turn)),
+        (reqwest::Method::POST, "/v1/engine/ingest", Some(&ingest)),
+        (reqwest::Method::POST, "/v1/engine/lcm_grep", Some(&grep)),
+        (reqwest::Method::GET, "/v1/engine/info", None),
+        (reqwest::Method::GET, "/v1/sessions", None),
+        (reqwest::Method::GET, "/v1/models", None),
+        (reqwest::Method::GET, "/metrics", None),
+        (reqwest::Method::GET, "/openapi.json", None),
+        (reqwest::Method::GET, "/", None),
+        (reqwest::Method::GET, "/no/such/route", None),
+    ];
+    let mut round = 0usize;
+    while Instant::now() < deadline {
+        for slot in &slots {
+            let url = slot.node.read().await.url.clone();
+            let (method, route, body) = &routes[round % routes.len()];
+            let auth = &credentials[(round / routes.len()) % credentials.len()];
+            let mut req = http
+                .request(method.clone(), format!("{url}{route}"))
+                .header("x-clawctx-session", "intruder");
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let Ok(resp) = req.send().await else { continue };
+            intrusions.probes.fetch_add(1, Ordering::Relaxed);
+            if resp.status() == 401 {
+                intrusions.refused.fetch_add(1, Ordering::Relaxed);
+            } else {
+                tally.fail(format!(
+                    "{}: {method} {route} with authorization {auth:?} answered {} instead of 401",
+                    slot.name,
+                    resp.status()
+                ));
+            }
+        }
+        round += 1;
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -506,6 +605,7 @@ async fn run(
     let model = Model {
         summaries: Arc::default(),
         chats: Arc::default(),
+        intruders: Arc::default(),
         fail_every: summary_fail_every,
     };
     let server = MockServer::builder()
@@ -587,6 +687,15 @@ async fn run(
         )));
     }
 
+    let intrusions = Arc::new(Intrusions::default());
+    let intruder = tokio::spawn(intrude(
+        slots.clone(),
+        deadline,
+        Duration::from_millis(env_num("SOAK_INTRUDE_MS", 250)),
+        intrusions.clone(),
+        tally.clone(),
+    ));
+
     // Samples of the long-lived node; zombies of any node.
     let mut samples: Vec<Sample> = Vec::new();
     let mut zombies = 0usize;
@@ -635,6 +744,7 @@ async fn run(
     for c in cyclers {
         let _ = c.await;
     }
+    let _ = intruder.await;
     // The last lives of the faulty nodes, then the lossless node.
     let http = reqwest::Client::new();
     for slot in &slots[1..] {
@@ -662,6 +772,28 @@ async fn run(
         .output()
         .expect("run lcm doctor");
     let doctor_json: Value = serde_json::from_slice(&doctor.stdout).unwrap_or(Value::Null);
+    // No intruder turn reached the model or the store.
+    // (The same search for the sessions' own words must find them, or it proves nothing.)
+    let hits = |term: &str| -> usize {
+        let out = run_cli(&slots[0].state, &["lcm", "grep", term, "--json"]);
+        serde_json::from_str::<Value>(&out)
+            .ok()
+            .and_then(|v| v["hits"].as_array().map(Vec::len))
+            .unwrap_or_else(|| panic!("lcm grep --json printed no hits array: {out}"))
+    };
+    if hits("soak") == 0 {
+        tally.fail("lcm grep finds no soak note in the lossless store".to_owned());
+    }
+    let intruder_hits = hits(INTRUDER_MARK);
+    if intruder_hits > 0 {
+        tally.fail(format!(
+            "{intruder_hits} messages of an intruder are in the lossless store"
+        ));
+    }
+    let leaked = model.intruders.load(Ordering::SeqCst);
+    if leaked > 0 {
+        tally.fail(format!("{leaked} intruder turns reached the model"));
+    }
     if !doctor.status.success() {
         tally.fail(format!(
             "lcm doctor on the lossless store failed: {}",
@@ -742,6 +874,11 @@ async fn run(
     );
     println!("zombies seen                           {zombies}");
     println!(
+        "intruder probes / refused 401          {} / {}",
+        intrusions.probes.load(Ordering::Relaxed),
+        intrusions.refused.load(Ordering::Relaxed)
+    );
+    println!(
         "lcm doctor                             {}",
         if doctor.status.success() {
             "clean"
@@ -764,6 +901,14 @@ async fn run(
     println!("FIGURE fds_start {}", warm.fds);
     println!("FIGURE fds_end {}", last.fds);
     println!("FIGURE zombies {zombies}");
+    println!(
+        "FIGURE intruder_probes {}",
+        intrusions.probes.load(Ordering::Relaxed)
+    );
+    println!(
+        "FIGURE intruder_refused {}",
+        intrusions.refused.load(Ordering::Relaxed)
+    );
     if let Some(summary) = doctor_json.get("summary") {
         println!("doctor summary: {summary}");
     }
