@@ -20,7 +20,6 @@
 //! It knows nothing of HTTP: providers come from `clawctx-model`, transcripts from
 //! `clawctx-transcript`, engines from `clawctx-engine` and the crates that implement it.
 
-mod blocking;
 pub mod cli_backend;
 mod cli_turn;
 pub mod error;

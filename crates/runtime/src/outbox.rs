@@ -192,7 +192,7 @@ impl Inner {
             params,
         };
         let bytes = serde_json::to_vec_pretty(&pending).map_err(|e| format!("context engine commitTurn: cannot encode the commit: {e}"))?;
-        if let Err(e) = crate::blocking::io(|| write_commit(&path, &bytes, self.durable)) {
+        if let Err(e) = write_commit(&path, &bytes, self.durable) {
             // Without the outbox the commit is still attempted; it just cannot be retried.
             tracing::warn!("context engine commitTurn: cannot write {}: {e}", path.display());
         }
@@ -207,7 +207,7 @@ impl Inner {
         match engine.commit_turn(&params, &self.call_context(s, None)).await {
             Ok(r) => {
                 tracing::debug!(advancement_key = %key, status = ?r.status, "context engine commitTurn");
-                if let Err(e) = crate::blocking::io(|| std::fs::remove_file(path)) {
+                if let Err(e) = std::fs::remove_file(path) {
                     if e.kind() != std::io::ErrorKind::NotFound {
                         tracing::warn!("context engine commitTurn: cannot remove {} after the acknowledgement: {e}", path.display());
                     }

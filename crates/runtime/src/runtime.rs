@@ -639,7 +639,7 @@ impl Inner {
     pub(crate) fn append(&self, s: &ResolvedSession, message: AgentMessage) -> Result<String> {
         let file = self.file(&s.transcript_path)?;
         let mut f = lock(&file)?;
-        Ok(crate::blocking::io(|| f.append_message(message))?)
+        Ok(f.append_message(message)?)
     }
 
     /// The session's prepared history, up to date with its transcript. It leaves the runtime's

@@ -1020,7 +1020,7 @@ impl EmbeddedTurn {
             total: Some(self.out.usage.total_tokens),
             context: Some(context_tokens),
         };
-        if let Err(e) = crate::blocking::io(|| self.rt.store.record_tokens(&self.session.key, counters)) {
+        if let Err(e) = self.rt.store.record_tokens(&self.session.key, counters) {
             self.out.warnings.push(format!("cannot record token counters: {e}"));
         }
         let started = std::time::Instant::now();
