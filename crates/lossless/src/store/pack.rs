@@ -30,6 +30,8 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 const LEVEL: i32 = 1;
 /// A stored frame never inflates to more than this (a corrupt or hostile frame is refused).
 const MAX_UNPACKED_BYTES: usize = 512 << 20;
+/// The most bytes of output one byte of an LZ4 block can stand for.
+const LZ4_MAX_RATIO: usize = 255;
 
 /// The bytes to store for `text`: a zstd frame (large texts) or a tagged LZ4 block (chat-sized
 /// ones) when that is worth it, else `None` (store the text itself).
@@ -122,8 +124,18 @@ fn lz4_into(block: &[u8], buf: &mut Vec<u8>) -> Result<(), String> {
     if claimed > MAX_UNPACKED_BYTES {
         return Err(format!("stored text frame claims {claimed} bytes"));
     }
+    let body = block.get(4..).unwrap_or_default();
+    // An LZ4 block yields at most 255 bytes per byte of it (a run of match-length bytes of
+    // 255), so a header claiming more is damaged: refused before zeroing what it claims (a
+    // 24-byte frame claiming 300 MB took seconds and 300 MB of memory to refuse).
+    if claimed > body.len().saturating_mul(LZ4_MAX_RATIO) + 64 {
+        return Err(format!(
+            "stored text frame claims {claimed} bytes from a {}-byte block",
+            body.len()
+        ));
+    }
     buf.resize(claimed, 0);
-    let n = lzzzz::lz4::decompress(block.get(4..).unwrap_or_default(), buf)
+    let n = lzzzz::lz4::decompress(body, buf)
         .map_err(|e| format!("stored text frame: {e}"))?;
     if n != claimed {
         return Err(format!(
@@ -197,6 +209,22 @@ mod tests {
         frame[1..5].copy_from_slice(&claimed.to_le_bytes());
         let err = unpack(&frame).unwrap_err();
         assert!(err.contains("header says"), "{err}");
+    }
+
+    /// Found by the `lossless_codec` fuzz target (a timeout): a 24-byte frame whose header
+    /// claims 300 MB was zeroed out to that size before LZ4 refused it.
+    #[test]
+    fn a_frame_claiming_more_than_its_block_can_hold_is_refused_at_once() {
+        let frame = b"L\0\0*\x13Ha\x88\xee\0\x05\0\0L\x05\0\0\0\0\0\0\0\0\0";
+        let err = unpack(frame).unwrap_err();
+        assert!(err.contains("from a 19-byte block"), "{err}");
+        let mut buf = Vec::new();
+        let err = unpack_into(frame, &mut buf).unwrap_err();
+        assert!(err.contains("from a 19-byte block"), "{err}");
+        assert!(buf.capacity() < 1 << 20, "{} bytes allocated", buf.capacity());
+        // The bound leaves room for the most compressible text there is.
+        let zeros = "\0".repeat(ZSTD_MIN_BYTES - 1);
+        assert_eq!(unpack(&pack(&zeros).unwrap()).unwrap(), zeros);
     }
 
     proptest::proptest! {
