@@ -86,6 +86,38 @@ fn marker(key: &str, n: usize) -> Value {
     Value::Object(m)
 }
 
+/// The key that wraps a value found where a marker goes (see [`escape`]).
+const LIT: &str = "$lit";
+
+/// A message may hold anything where its text usually is (a plugin's role with an object for
+/// `content`, a tool call without a name). Such a value is left in the skeleton as it is,
+/// unless decoding would take it for a marker (`{"$t":n}`, `{"$c":n}`) or for this wrapping
+/// (`{"$lit":…}`): then it is kept as `{"$lit": value}`, and [`unescape`] gives it back.
+fn escape(v: &mut Value) {
+    let ambiguous = marker_len(v, "$t").is_some()
+        || marker_len(v, "$c").is_some()
+        || matches!(v, Value::Object(m) if m.len() == 1 && m.contains_key(LIT));
+    if ambiguous {
+        let mut m = Map::with_capacity(1);
+        m.insert(LIT.to_owned(), std::mem::take(v));
+        *v = Value::Object(m);
+    }
+}
+
+/// Puts back a value [`escape`] wrapped; whether `v` was one.
+fn unescape(v: &mut Value) -> bool {
+    match v {
+        Value::Object(m) if m.len() == 1 => match m.remove(LIT) {
+            Some(inner) => {
+                *v = inner;
+                true
+            }
+            None => false,
+        },
+        _ => false,
+    }
+}
+
 fn push_seg(text: &mut String, first: &mut bool, s: &str) {
     if !*first {
         text.push(SEP);
@@ -113,33 +145,43 @@ fn extract(map: &mut Map<String, Value>, text: &mut String) {
                         .unwrap_or("")
                         .to_owned();
                     match ty.as_str() {
-                        "text" | "thinking" => {
-                            if let Some(Value::String(s)) = bm.get_mut(ty.as_str()) {
+                        "text" | "thinking" => match bm.get_mut(ty.as_str()) {
+                            Some(Value::String(s)) => {
                                 let s = std::mem::take(s);
                                 push_seg(text, &mut first, &s);
                                 bm.insert(ty.clone(), marker("$t", s.len()));
                             }
-                        }
+                            Some(other) => escape(other),
+                            None => {}
+                        },
                         "toolCall" => {
                             let name = bm.get("name").and_then(Value::as_str).map(str::to_owned);
-                            if let (Some(name), Some(args)) = (name, bm.get("arguments")) {
-                                let seg = format!("{name}({args})");
-                                push_seg(text, &mut first, &seg);
-                                bm.insert("arguments".into(), marker("$c", seg.len()));
+                            match (name, bm.get_mut("arguments")) {
+                                (Some(name), Some(args)) => {
+                                    let seg = format!("{name}({args})");
+                                    push_seg(text, &mut first, &seg);
+                                    bm.insert("arguments".into(), marker("$c", seg.len()));
+                                }
+                                (None, Some(args)) => escape(args),
+                                _ => {}
                             }
                         }
                         _ => {}
                     }
                 }
             }
-            _ => {}
+            other => escape(other),
         }
     }
     for key in ["summary", "command", "output"] {
-        if let Some(Value::String(s)) = map.get_mut(key) {
-            let s = std::mem::take(s);
-            push_seg(text, &mut first, &s);
-            map.insert(key.into(), marker("$t", s.len()));
+        match map.get_mut(key) {
+            Some(Value::String(s)) => {
+                let s = std::mem::take(s);
+                push_seg(text, &mut first, &s);
+                map.insert(key.into(), marker("$t", s.len()));
+            }
+            Some(other) => escape(other),
+            None => {}
         }
     }
 }
@@ -282,7 +324,8 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
         first: true,
     };
     if let Some(content) = map.get_mut("content") {
-        if let Some(n) = marker_len(content, "$t") {
+        if unescape(content) {
+        } else if let Some(n) = marker_len(content, "$t") {
             *content = Value::String(cur.take(n)?.to_owned());
         } else if let Value::Array(blocks) = content {
             for b in blocks.iter_mut() {
@@ -294,13 +337,19 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
                     .to_owned();
                 match ty.as_str() {
                     "text" | "thinking" => {
-                        if let Some(n) = bm.get(ty.as_str()).and_then(|v| marker_len(v, "$t")) {
+                        if bm.get_mut(ty.as_str()).is_some_and(unescape) {
+                        } else if let Some(n) =
+                            bm.get(ty.as_str()).and_then(|v| marker_len(v, "$t"))
+                        {
                             let s = cur.take(n)?.to_owned();
                             bm.insert(ty.clone(), Value::String(s));
                         }
                     }
                     "toolCall" => {
-                        if let Some(n) = bm.get("arguments").and_then(|v| marker_len(v, "$c")) {
+                        if bm.get_mut("arguments").is_some_and(unescape) {
+                        } else if let Some(n) =
+                            bm.get("arguments").and_then(|v| marker_len(v, "$c"))
+                        {
                             let seg = cur.take(n)?;
                             let name_len = bm
                                 .get("name")
@@ -324,7 +373,8 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
         }
     }
     for key in ["summary", "command", "output"] {
-        if let Some(n) = map.get(key).and_then(|v| marker_len(v, "$t")) {
+        if map.get_mut(key).is_some_and(unescape) {
+        } else if let Some(n) = map.get(key).and_then(|v| marker_len(v, "$t")) {
             let s = cur.take(n)?.to_owned();
             map.insert(key.into(), Value::String(s));
         }
@@ -461,6 +511,14 @@ mod tests {
     use serde_json::json;
 
     fn rt(v: Value) {
+        let e = rt_any(v);
+        if let Some(s) = &e.stored_skeleton {
+            assert!(s.contains(&format!(":{REST}}}")), "{s}");
+        }
+    }
+
+    /// [`rt`] for messages that may hold no text (their stored skeleton has no rest marker).
+    fn rt_any(v: Value) -> Encoded {
         let m: AgentMessage = serde_json::from_value(v).unwrap();
         let e = encode(&m).unwrap();
         assert_eq!(
@@ -472,13 +530,11 @@ mod tests {
         assert_eq!(back, m);
         let stored = decode(e.role, &e.text, e.stored_skeleton.as_deref(), e.ts).unwrap();
         assert_eq!(stored, m, "the stored skeleton decodes to the same message");
-        if let Some(s) = &e.stored_skeleton {
-            assert!(s.contains(&format!(":{REST}}}")), "{s}");
-        }
         assert_eq!(
             serde_json::to_string(&back).unwrap(),
             serde_json::to_string(&m).unwrap()
         );
+        e
     }
 
     #[test]
@@ -499,6 +555,34 @@ mod tests {
         rt(json!({"role":"custom","customType":"x","content":"c","display":true}));
     }
 
+    /// Found by the `lossless_codec` fuzz target: a message of a plugin's role whose `content`
+    /// was the object `{"$t":5}` was stored, then read back as a marker for five bytes of text
+    /// that were not there (`{"$t":0}` would have come back as an empty string, silently).
+    /// Values that read like markers, wherever a marker goes, come back as they went in.
+    #[test]
+    fn values_that_look_like_markers_come_back_as_they_were() {
+        rt_any(json!({"role":"compactiom","content":{"$t":5},"summary":{"+t":3}}));
+        rt_any(
+            json!({"role":"pluginNote","content":{"$t":0},"summary":{"$t":-1},"command":{"$c":2},"output":{"$lit":{"$t":1}}}),
+        );
+        rt_any(json!({"role":"pluginNote","content":{"$lit":"x"},"summary":"real text"}));
+        rt_any(json!({"role":"pluginNote","content":[
+            {"type":"text","text":{"$t":0}},
+            {"type":"thinking","thinking":{"$lit":7}},
+            {"type":"toolCall","id":"c1","arguments":{"$c":3}},
+            {"type":"toolCall","id":"c2","name":"read","arguments":{"$c":3}},
+            {"type":"text","text":"after"}
+        ]}));
+        // Objects that only resemble one (more keys, another key, not a length) are left as
+        // they are: their skeletons, and so their identities, do not change.
+        let m: AgentMessage = serde_json::from_value(
+            json!({"role":"pluginNote","content":{"$t":5,"x":1},"summary":{"$t":"five"}}),
+        )
+        .unwrap();
+        let e = encode(&m).unwrap();
+        assert!(!e.skeleton.unwrap().contains(LIT));
+    }
+
     /// Found by the `lossless_codec` fuzz target: a number with a long mantissa (here 103
     /// digits) parsed one unit off, was stored as that float, and read back as another one, so
     /// the message that came out of the store was not the one that went in. serde_json's
@@ -513,7 +597,8 @@ mod tests {
         let e = encode(&m).unwrap();
         let back = decode(e.role, &e.text, e.stored_skeleton.as_deref(), e.ts).unwrap();
         assert_eq!(back, m, "the stored message reads back as itself");
-        let again: AgentMessage = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        let again: AgentMessage =
+            serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
         assert_eq!(again, m, "the message's own JSON reads back as itself");
     }
 

@@ -135,8 +135,7 @@ fn lz4_into(block: &[u8], buf: &mut Vec<u8>) -> Result<(), String> {
         ));
     }
     buf.resize(claimed, 0);
-    let n = lzzzz::lz4::decompress(body, buf)
-        .map_err(|e| format!("stored text frame: {e}"))?;
+    let n = lzzzz::lz4::decompress(body, buf).map_err(|e| format!("stored text frame: {e}"))?;
     if n != claimed {
         return Err(format!(
             "stored text frame holds {n} bytes where its header says {claimed}"
@@ -221,7 +220,11 @@ mod tests {
         let mut buf = Vec::new();
         let err = unpack_into(frame, &mut buf).unwrap_err();
         assert!(err.contains("from a 19-byte block"), "{err}");
-        assert!(buf.capacity() < 1 << 20, "{} bytes allocated", buf.capacity());
+        assert!(
+            buf.capacity() < 1 << 20,
+            "{} bytes allocated",
+            buf.capacity()
+        );
         // The bound leaves room for the most compressible text there is.
         let zeros = "\0".repeat(ZSTD_MIN_BYTES - 1);
         assert_eq!(unpack(&pack(&zeros).unwrap()).unwrap(), zeros);
