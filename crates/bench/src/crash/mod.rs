@@ -54,6 +54,7 @@ use self::check::Snapshot;
 use self::child::ChildMode;
 use crate::error::{BenchError, Result};
 use crate::rng::Rng;
+use crate::stores::admin_sql;
 
 /// The environment variable a child reads its PostgreSQL store's URL from (never on a command
 /// line, where `ps` would show the password).
@@ -468,9 +469,6 @@ fn with_dbname(url: &str, dbname: &str) -> String {
     }
     format!("{url} dbname={dbname}")
 }
-
-
-use crate::stores::admin_sql;
 
 impl PgDb {
     async fn create(admin_url: &str, name: String) -> Result<Self> {

@@ -92,7 +92,7 @@ const LIT: &str = "$lit";
 /// A message may hold anything where its text usually is (a plugin's role with an object for
 /// `content`, a tool call without a name). Such a value is left in the skeleton as it is,
 /// unless decoding would take it for a marker (`{"$t":n}`, `{"$c":n}`) or for this wrapping
-/// (`{"$lit":…}`): then it is kept as `{"$lit": value}`, and [`unescape`] gives it back.
+/// (`{"$lit":…}`): then it is kept as `{"$lit": value}`, and [`slot_len`] gives it back.
 fn escape(v: &mut Value) {
     let ambiguous = marker_len(v, "$t").is_some()
         || marker_len(v, "$c").is_some()
@@ -104,18 +104,18 @@ fn escape(v: &mut Value) {
     }
 }
 
-/// Puts back a value [`escape`] wrapped; whether `v` was one.
-fn unescape(v: &mut Value) -> bool {
-    match v {
-        Value::Object(m) if m.len() == 1 => match m.remove(LIT) {
-            Some(inner) => {
+/// The length of the marker in slot `v` (see [`marker_len`]); a value [`escape`] wrapped is
+/// put back instead, and is no marker.
+fn slot_len(v: &mut Value, key: &str) -> Option<usize> {
+    if let Value::Object(m) = v {
+        if m.len() == 1 {
+            if let Some(inner) = m.remove(LIT) {
                 *v = inner;
-                true
+                return None;
             }
-            None => false,
-        },
-        _ => false,
+        }
     }
+    marker_len(v, key)
 }
 
 fn push_seg(text: &mut String, first: &mut bool, s: &str) {
@@ -324,8 +324,7 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
         first: true,
     };
     if let Some(content) = map.get_mut("content") {
-        if unescape(content) {
-        } else if let Some(n) = marker_len(content, "$t") {
+        if let Some(n) = slot_len(content, "$t") {
             *content = Value::String(cur.take(n)?.to_owned());
         } else if let Value::Array(blocks) = content {
             for b in blocks.iter_mut() {
@@ -337,19 +336,13 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
                     .to_owned();
                 match ty.as_str() {
                     "text" | "thinking" => {
-                        if bm.get_mut(ty.as_str()).is_some_and(unescape) {
-                        } else if let Some(n) =
-                            bm.get(ty.as_str()).and_then(|v| marker_len(v, "$t"))
-                        {
+                        if let Some(n) = bm.get_mut(ty.as_str()).and_then(|v| slot_len(v, "$t")) {
                             let s = cur.take(n)?.to_owned();
                             bm.insert(ty.clone(), Value::String(s));
                         }
                     }
                     "toolCall" => {
-                        if bm.get_mut("arguments").is_some_and(unescape) {
-                        } else if let Some(n) =
-                            bm.get("arguments").and_then(|v| marker_len(v, "$c"))
-                        {
+                        if let Some(n) = bm.get_mut("arguments").and_then(|v| slot_len(v, "$c")) {
                             let seg = cur.take(n)?;
                             let name_len = bm
                                 .get("name")
@@ -373,8 +366,7 @@ fn restore(map: &mut Map<String, Value>, text: &str) -> Result<()> {
         }
     }
     for key in ["summary", "command", "output"] {
-        if map.get_mut(key).is_some_and(unescape) {
-        } else if let Some(n) = map.get(key).and_then(|v| marker_len(v, "$t")) {
+        if let Some(n) = map.get_mut(key).and_then(|v| slot_len(v, "$t")) {
             let s = cur.take(n)?.to_owned();
             map.insert(key.into(), Value::String(s));
         }
