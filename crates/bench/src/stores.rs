@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use clawctx_lossless::pg::connect::PgTarget;
 use clawctx_lossless::pg::PgStore;
 use clawctx_lossless::{
-    AssembleRequest, Backend, BackendKind, ConvKey, Durability, GrepQuery, LosslessConfig, LosslessStore,
-    Scope,
+    AssembleRequest, Backend, BackendKind, ConvKey, Durability, GrepQuery, LosslessConfig,
+    LosslessStore, Scope,
 };
 use clawctx_protocol::AgentMessage;
 
@@ -91,7 +91,16 @@ pub struct StoreBenchRow {
 }
 
 /// Search words of the workload's vocabulary, rare and common.
-const GREP_WORDS: &[&str] = &["timeout", "migration", "parser", "latency", "cache", "deploy", "schema", "retry"];
+const GREP_WORDS: &[&str] = &[
+    "timeout",
+    "migration",
+    "parser",
+    "latency",
+    "cache",
+    "deploy",
+    "schema",
+    "retry",
+];
 
 /// A store under measurement and what removes it afterwards.
 struct Opened {
@@ -110,11 +119,15 @@ async fn open(kind: BackendKind, opts: &StoreBenchOptions, run: usize) -> Result
             let p = path.clone();
             let durability = opts.durability;
             let store = tokio::task::spawn_blocking(move || {
-                LosslessStore::open_durable(&p, clawctx_lossless::store::DEFAULT_BUSY_TIMEOUT_MS, durability)
+                LosslessStore::open_durable(
+                    &p,
+                    clawctx_lossless::store::DEFAULT_BUSY_TIMEOUT_MS,
+                    durability,
+                )
             })
-                .await
-                .map_err(|e| BenchError::engine("sqlite", "open", e))?
-                .map_err(|e| BenchError::engine("sqlite", "open", e))?;
+            .await
+            .map_err(|e| BenchError::engine("sqlite", "open", e))?
+            .map_err(|e| BenchError::engine("sqlite", "open", e))?;
             let large = LosslessConfig::default().large_payload_bytes;
             store
                 .call(move |db| {
@@ -123,7 +136,13 @@ async fn open(kind: BackendKind, opts: &StoreBenchOptions, run: usize) -> Result
                 })
                 .await
                 .map_err(|e| BenchError::engine("sqlite", "open", e))?;
-            Ok(Opened { store: Arc::new(store), _dir: Some(dir), cleanup: None, sqlite_path: Some(path), pg: None })
+            Ok(Opened {
+                store: Arc::new(store),
+                _dir: Some(dir),
+                cleanup: None,
+                sqlite_path: Some(path),
+                pg: None,
+            })
         }
         BackendKind::Postgres => {
             let url = opts.pg_url.as_deref().ok_or_else(|| {
@@ -131,14 +150,21 @@ async fn open(kind: BackendKind, opts: &StoreBenchOptions, run: usize) -> Result
                     "the postgres backend needs a server: --pg-url postgres://… (or --pg-url-env VAR)".into(),
                 )
             })?;
-            let admin = PgTarget::parse(url).map_err(|e| BenchError::engine("postgres", "connect", e))?;
+            let admin =
+                PgTarget::parse(url).map_err(|e| BenchError::engine("postgres", "connect", e))?;
             let name = format!("clawctx_bench_{}_{run}", std::process::id());
             admin_sql(&admin, &format!("DROP DATABASE IF EXISTS {name}")).await?;
             admin_sql(&admin, &format!("CREATE DATABASE {name}")).await?;
             let store = PgStore::open(admin.with_dbname(&name), 8)
                 .await
                 .map_err(|e| BenchError::engine("postgres", "open", e))?;
-            Ok(Opened { store: Arc::new(store.clone()), _dir: None, cleanup: Some((admin, name)), sqlite_path: None, pg: Some(store) })
+            Ok(Opened {
+                store: Arc::new(store.clone()),
+                _dir: None,
+                cleanup: Some((admin, name)),
+                sqlite_path: None,
+                pg: Some(store),
+            })
         }
     }
 }
@@ -150,7 +176,9 @@ pub(crate) async fn admin_sql(admin: &PgTarget, sql: &str) -> Result<()> {
         .config()
         .connect(tokio_postgres::NoTls)
         .await
-        .map_err(|e| BenchError::engine("postgres", "connect", format!("{}: {e}", admin.redacted())))?;
+        .map_err(|e| {
+            BenchError::engine("postgres", "connect", format!("{}: {e}", admin.redacted()))
+        })?;
     let driver = tokio::spawn(conn);
     let out = client
         .batch_execute(sql)
@@ -161,7 +189,10 @@ pub(crate) async fn admin_sql(admin: &PgTarget, sql: &str) -> Result<()> {
     out
 }
 
-fn failed(kind: BackendKind, stage: &str) -> impl Fn(clawctx_lossless::LosslessError) -> BenchError + '_ {
+fn failed(
+    kind: BackendKind,
+    stage: &str,
+) -> impl Fn(clawctx_lossless::LosslessError) -> BenchError + '_ {
     let name = match kind {
         BackendKind::Sqlite => "sqlite",
         BackendKind::Postgres => "postgres",
@@ -170,12 +201,21 @@ fn failed(kind: BackendKind, stage: &str) -> impl Fn(clawctx_lossless::LosslessE
 }
 
 /// Measures one backend at `size` messages.
-async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: usize) -> Result<StoreBenchRow> {
+async fn measure(
+    kind: BackendKind,
+    size: u64,
+    opts: &StoreBenchOptions,
+    run: usize,
+) -> Result<StoreBenchRow> {
     let opened = open(kind, opts, run).await?;
     let store = opened.store.clone();
     let key = ConvKey::from_host(Some("agent:main:bench"), "bench");
     let extra = (opts.turns as u64) * 4 + 64;
-    let mut workload = Workload::new(WorkloadSpec { kind: opts.kind, messages: size + extra, seed: opts.seed });
+    let mut workload = Workload::new(WorkloadSpec {
+        kind: opts.kind,
+        messages: size + extra,
+        seed: opts.seed,
+    });
 
     // Batched ingest up to `size`.
     let mut batch: Vec<AgentMessage> = Vec::with_capacity(1_000);
@@ -187,7 +227,10 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
         filled += turn.messages.len() as u64;
         batch.extend(turn.messages);
         if batch.len() >= 1_000 || filled >= size {
-            store.ingest(&key, std::mem::take(&mut batch)).await.map_err(failed(kind, "batched ingest"))?;
+            store
+                .ingest(&key, std::mem::take(&mut batch))
+                .await
+                .map_err(failed(kind, "batched ingest"))?;
         }
     }
     let batched = started.elapsed().as_secs_f64() * 1e6 / filled.max(1) as f64;
@@ -205,7 +248,10 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
         let msgs = turn.messages;
         recent.extend(msgs.iter().cloned());
         let t = Instant::now();
-        store.ingest(&key, msgs).await.map_err(failed(kind, "turn ingest"))?;
+        store
+            .ingest(&key, msgs)
+            .await
+            .map_err(failed(kind, "turn ingest"))?;
         turn_times.push(t.elapsed());
     }
     if recent.len() > 40 {
@@ -218,7 +264,9 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
     for i in 0..opts.assembles {
         let mut host = recent.clone();
         let word = GREP_WORDS[i % GREP_WORDS.len()];
-        host.push(AgentMessage::user(format!("what did we decide about the {word} before (ref {i})?")));
+        host.push(AgentMessage::user(format!(
+            "what did we decide about the {word} before (ref {i})?"
+        )));
         let req = AssembleRequest {
             key: key.clone(),
             recent: host,
@@ -228,7 +276,10 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
             recall_max_messages: cfg.prompt_recall_max_messages,
         };
         let t = Instant::now();
-        store.assemble(req).await.map_err(failed(kind, "assemble"))?;
+        store
+            .assemble(req)
+            .await
+            .map_err(failed(kind, "assemble"))?;
         assemble_times.push(t.elapsed());
     }
 
@@ -238,14 +289,24 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
         let words = if i % 2 == 0 {
             GREP_WORDS[i % GREP_WORDS.len()].to_owned()
         } else {
-            format!("{} {}", GREP_WORDS[i % GREP_WORDS.len()], GREP_WORDS[(i + 3) % GREP_WORDS.len()])
+            format!(
+                "{} {}",
+                GREP_WORDS[i % GREP_WORDS.len()],
+                GREP_WORDS[(i + 3) % GREP_WORDS.len()]
+            )
         };
         let t = Instant::now();
-        store.grep(GrepQuery::new(words, Scope::All)).await.map_err(failed(kind, "grep"))?;
+        store
+            .grep(GrepQuery::new(words, Scope::All))
+            .await
+            .map_err(failed(kind, "grep"))?;
         grep_times.push(t.elapsed());
     }
 
-    let conv = store.conversation(&key).await.map_err(failed(kind, "read"))?;
+    let conv = store
+        .conversation(&key)
+        .await
+        .map_err(failed(kind, "read"))?;
     let raw_text_bytes = conv.map_or(0, |c| c.raw_bytes.max(0) as u64);
     let store_bytes = if let Some(path) = &opened.sqlite_path {
         if let Some(s) = store.as_sqlite() {
@@ -264,11 +325,18 @@ async fn measure(kind: BackendKind, size: u64, opts: &StoreBenchOptions, run: us
     drop(store);
     drop(opened.store);
     drop(opened.pg);
-    if let Some((admin, name)) = opened.cleanup.filter(|_| std::env::var_os("CLAWCTX_BENCH_KEEP_DB").is_none()) {
+    if let Some((admin, name)) = opened
+        .cleanup
+        .filter(|_| std::env::var_os("CLAWCTX_BENCH_KEEP_DB").is_none())
+    {
         // Give the pool's connections a moment to go, then drop the database (kept with
         // `CLAWCTX_BENCH_KEEP_DB=1`, to look inside).
         tokio::time::sleep(Duration::from_millis(100)).await;
-        admin_sql(&admin, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+        admin_sql(
+            &admin,
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        )
+        .await?;
     }
     Ok(StoreBenchRow {
         backend: kind,

@@ -92,7 +92,11 @@ struct Model {
 
 impl Respond for Model {
     fn respond(&self, req: &Request) -> ResponseTemplate {
-        if req.body.windows(INTRUDER_MARK.len()).any(|w| w == INTRUDER_MARK.as_bytes()) {
+        if req
+            .body
+            .windows(INTRUDER_MARK.len())
+            .any(|w| w == INTRUDER_MARK.as_bytes())
+        {
             self.intruders.fetch_add(1, Ordering::SeqCst);
         }
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
@@ -459,7 +463,8 @@ async fn intrude(
         Some(format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])),
     ];
     let turn = json!({"messages": [{"role": "user", "content": format!("{INTRUDER_MARK}: tell me your secrets")}]});
-    let ingest = json!({"sessionId": "intruder", "message": {"role": "user", "content": INTRUDER_MARK}});
+    let ingest =
+        json!({"sessionId": "intruder", "message": {"role": "user", "content": INTRUDER_MARK}});
     let grep = json!({"sessionKey": "lossless-0-g0", "query": "soak"});
     let routes: Vec<(reqwest::Method, &str, Option<&Value>)> = vec![
         (reqwest::Method::POST, "/v1/chat/completions", Some(&turn)),

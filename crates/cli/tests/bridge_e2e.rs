@@ -22,7 +22,9 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 const TOKEN: &str = "e2e-secret-4417";
 
 fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
 }
 
 fn write_config(state: &Path, server: &MockServer, extra: Value) {
@@ -38,11 +40,13 @@ fn write_config(state: &Path, server: &MockServer, extra: Value) {
 }
 
 fn json_out(out: &str, err: &str) -> Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}:\n--- stdout\n{out}\n--- stderr\n{err}"))
+    serde_json::from_str(out)
+        .unwrap_or_else(|e| panic!("{e}:\n--- stdout\n{out}\n--- stderr\n{err}"))
 }
 
 #[tokio::test]
-async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_the_gateway_is_down() {
+async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_the_gateway_is_down(
+) {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
@@ -55,7 +59,11 @@ async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_
 
     // The gateway: lossless, on loopback, port chosen by the OS.
     let gw_dir = tempfile::tempdir().unwrap();
-    write_config(gw_dir.path(), &server, json!({"plugins": {"slots": {"contextEngine": "lossless"}}, "gateway": {"auth": {"token": TOKEN}}}));
+    write_config(
+        gw_dir.path(),
+        &server,
+        json!({"plugins": {"slots": {"contextEngine": "lossless"}}, "gateway": {"auth": {"token": TOKEN}}}),
+    );
     let mut child = Command::new(env!("CARGO_BIN_EXE_clawctx"))
         .args(["gateway", "--port", "0"])
         .env("CLAWCTX_STATE_DIR", gw_dir.path())
@@ -76,21 +84,43 @@ async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_
         }
         panic!("the gateway printed no address\n--- stderr\n{err}");
     }
-    let url = first.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("no URL in {first:?}")).to_owned();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .to_owned();
     let http = reqwest::Client::new();
-    let unauthorized = http.get(format!("{url}/v1/engine/info")).send().await.unwrap();
+    let unauthorized = http
+        .get(format!("{url}/v1/engine/info"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unauthorized.status(), 401, "the gateway wants its token");
-    let info: Value = http.get(format!("{url}/v1/engine/info")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    let info: Value = http
+        .get(format!("{url}/v1/engine/info"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(info["info"]["id"], "lossless", "{info}");
 
     // The host: the bridge installed, pointed at the gateway, its engine selected.
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &server, json!({}));
     let bridge = repo("sdk/openclaw-bridge");
-    let (code, out, err) = clawctx(dir.path(), &["plugins", "install", "-l", bridge.to_str().unwrap()]);
+    let (code, out, err) = clawctx(
+        dir.path(),
+        &["plugins", "install", "-l", bridge.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{out}\n{err}");
     for (key, value) in [
-        ("plugins.entries.clawctx-bridge.config.gatewayUrl", url.as_str()),
+        (
+            "plugins.entries.clawctx-bridge.config.gatewayUrl",
+            url.as_str(),
+        ),
         ("plugins.entries.clawctx-bridge.config.token", TOKEN),
         ("plugins.entries.clawctx-bridge.config.timeoutMs", "20000"),
         ("plugins.slots.contextEngine", "clawctx"),
@@ -99,12 +129,21 @@ async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_
         assert_eq!(code, 0, "config set {key}: {out}\n{err}");
     }
 
-    let (code, out, err) = clawctx(dir.path(), &["run", "remember the walrus named Ferdinand", "--json"]);
+    let (code, out, err) = clawctx(
+        dir.path(),
+        &["run", "remember the walrus named Ferdinand", "--json"],
+    );
     assert_eq!(code, 0, "{out}\n{err}");
     let v = json_out(&out, &err);
     assert_eq!(v["reply"], "Pong through the bridge.", "{v:#}\n{err}");
-    assert_eq!(v["engine"], "clawctx", "the bridge is in charge: {v:#}\n{err}");
-    assert!(v["quarantines"].as_array().is_none_or(|q| q.is_empty()), "{v:#}\n{err}");
+    assert_eq!(
+        v["engine"], "clawctx",
+        "the bridge is in charge: {v:#}\n{err}"
+    );
+    assert!(
+        v["quarantines"].as_array().is_none_or(|q| q.is_empty()),
+        "{v:#}\n{err}"
+    );
 
     // The gateway's lossless store holds the turn, under the host's session key (the gateway's
     // own session list is of its chat sessions, which this turn is not).
@@ -119,13 +158,22 @@ async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_
         .json()
         .await
         .unwrap();
-    assert!(grep.to_string().contains("walrus named Ferdinand"), "the turn is in the lossless store: {grep:#}\n{err}");
+    assert!(
+        grep.to_string().contains("walrus named Ferdinand"),
+        "the turn is in the lossless store: {grep:#}\n{err}"
+    );
 
     // The gateway stops: the reply still arrives, from legacy, the bridge quarantined.
     let pid = child.id().unwrap();
-    let ok = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(ok.success());
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await.expect("the gateway exits").unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the gateway exits")
+        .unwrap();
     assert_eq!(status.code(), Some(0));
 
     let (code, out, err) = clawctx(dir.path(), &["run", "are you there?", "--json"]);
@@ -136,8 +184,17 @@ async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_
     let q = &v["quarantines"][0];
     assert_eq!(q["engineId"], "clawctx", "{v:#}\n{err}");
     assert_eq!(q["owner"], "plugin:clawctx-bridge", "{v:#}");
-    assert_eq!(q["operation"], "factory", "info is fetched when the engine is created: {v:#}");
+    assert_eq!(
+        q["operation"], "factory",
+        "info is fetched when the engine is created: {v:#}"
+    );
     let reason = q["reason"].as_str().unwrap_or_default();
-    assert!(reason.contains(&format!("{url}/v1/engine/info")) && reason.contains("unreachable"), "the failure names the gateway's URL and the cause: {v:#}");
-    assert!(!out.contains(TOKEN) && !err.contains(TOKEN), "the token is never shown:\n{out}\n{err}");
+    assert!(
+        reason.contains(&format!("{url}/v1/engine/info")) && reason.contains("unreachable"),
+        "the failure names the gateway's URL and the cause: {v:#}"
+    );
+    assert!(
+        !out.contains(TOKEN) && !err.contains(TOKEN),
+        "the token is never shown:\n{out}\n{err}"
+    );
 }

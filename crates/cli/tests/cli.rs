@@ -12,7 +12,6 @@ use std::process::Command;
 
 use serde_json::Value;
 
-
 fn clawctx(state: &Path, args: &[&str]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))
         .args(args)
@@ -274,13 +273,29 @@ fn doctor_reports_an_unreadable_outbox_commit_with_its_path() {
     let outbox = dir.path().join("runtime").join("outbox");
     std::fs::create_dir_all(&outbox).unwrap();
     let torn = outbox.join("session-1.session-1_a_b.json");
-    std::fs::write(&torn, b"{\"version\": 1, \"sessionKey\": \"agent:main:main\", \"sess").unwrap();
+    std::fs::write(
+        &torn,
+        b"{\"version\": 1, \"sessionKey\": \"agent:main:main\", \"sess",
+    )
+    .unwrap();
     let run = clawctx(dir.path(), &["doctor"]);
     assert!(run.stdout.contains("[!!] outbox"), "{run}");
-    assert!(run.stdout.contains(&torn.display().to_string()), "doctor names the file: {run}");
+    assert!(
+        run.stdout.contains(&torn.display().to_string()),
+        "doctor names the file: {run}"
+    );
     let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
     assert_eq!(j["status"], "warning", "{j}");
-    assert_eq!(j["outbox"]["problems"][0]["path"], torn.display().to_string());
-    assert!(j["outbox"]["problems"][0]["problem"].as_str().unwrap().contains("line 1"), "{j}");
+    assert_eq!(
+        j["outbox"]["problems"][0]["path"],
+        torn.display().to_string()
+    );
+    assert!(
+        j["outbox"]["problems"][0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("line 1"),
+        "{j}"
+    );
     assert!(torn.exists(), "doctor reports; it does not delete");
 }

@@ -38,7 +38,10 @@ fn command(state: &Path, args: &[&str]) -> (Command, String) {
 
 async fn clawctx(state: &Path, args: &[&str]) -> Run {
     let (mut cmd, line) = command(state, args);
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("clawctx finishes").unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("clawctx finishes")
+        .unwrap();
     Run {
         cmd: line,
         code: out.status.code().unwrap_or(-1),
@@ -76,7 +79,12 @@ async fn spawn_gateway(state: &Path, extra: &[&str]) -> Child_ {
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no URL in {first:?}"))
         .to_owned();
-    Child_ { child, url, cmd: line, stdout }
+    Child_ {
+        child,
+        url,
+        cmd: line,
+        stdout,
+    }
 }
 
 impl Child_ {
@@ -85,7 +93,10 @@ impl Child_ {
     }
 
     fn sigterm(&self) {
-        let ok = std::process::Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().unwrap();
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
         assert!(ok.success(), "kill -TERM failed");
     }
 
@@ -123,11 +134,21 @@ async fn off_loopback_without_a_token_refuses_to_start() {
     write_config(dir.path(), &server, json!({})).await;
     let r = clawctx(dir.path(), &["gateway", "--bind", "lan", "--port", "0"]).await;
     assert_ne!(r.code, 0, "{r}");
-    assert!(r.stderr.contains("refusing to bind gateway to 0.0.0.0:0 without auth"), "{r}");
-    assert!(r.stderr.contains("gateway.auth.token"), "the refusal says what to set: {r}");
+    assert!(
+        r.stderr
+            .contains("refusing to bind gateway to 0.0.0.0:0 without auth"),
+        "{r}"
+    );
+    assert!(
+        r.stderr.contains("gateway.auth.token"),
+        "the refusal says what to set: {r}"
+    );
     write_config(dir.path(), &server, json!({"gateway": {"bind": "lan"}})).await;
     let r = clawctx(dir.path(), &["gateway", "--port", "0"]).await;
-    assert!(r.code != 0 && r.stderr.contains("without auth"), "gateway.bind from the config is checked too: {r}");
+    assert!(
+        r.code != 0 && r.stderr.contains("without auth"),
+        "gateway.bind from the config is checked too: {r}"
+    );
 }
 
 #[tokio::test]
@@ -141,13 +162,21 @@ async fn a_second_gateway_on_one_state_dir_is_refused_status_reports_and_sigterm
     assert!(r.stdout.contains("no gateway is running"), "{r}");
 
     let first = spawn_gateway(dir.path(), &[]).await;
-    let health: Value = reqwest::get(format!("{}/healthz", first.url)).await.unwrap().json().await.unwrap();
+    let health: Value = reqwest::get(format!("{}/healthz", first.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health["pid"], first.pid());
 
     let second = clawctx(dir.path(), &["gateway", "--port", "0"]).await;
     assert_ne!(second.code, 0, "{second}");
     assert!(
-        second.stderr.contains(&format!("another clawctx gateway (pid {}", first.pid())) && second.stderr.contains(&first.url),
+        second
+            .stderr
+            .contains(&format!("another clawctx gateway (pid {}", first.pid()))
+            && second.stderr.contains(&first.url),
         "the refusal names the running gateway: {second}"
     );
 
@@ -183,7 +212,11 @@ async fn slow_model(reply: &str, delay: Duration) -> MockServer {
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .and(body_partial_json(json!({"stream": true})))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream").set_delay(delay))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_raw(sse, "text/event-stream")
+                .set_delay(delay),
+        )
         .mount(&server)
         .await;
     Mock::given(method("POST"))
@@ -205,7 +238,12 @@ async fn slow_model(reply: &str, delay: Duration) -> MockServer {
 async fn sigterm_lets_the_in_flight_request_complete_and_exits_zero() {
     let server = slow_model("answered while draining", Duration::from_millis(2000)).await;
     let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &server, json!({"gateway": {"auth": {"tokenEnv": "GW_TEST_TOKEN"}}})).await;
+    write_config(
+        dir.path(),
+        &server,
+        json!({"gateway": {"auth": {"tokenEnv": "GW_TEST_TOKEN"}}}),
+    )
+    .await;
     let gw = spawn_gateway(dir.path(), &[]).await;
     let http = reqwest::Client::new();
     let url = format!("{}/v1/chat/completions", gw.url);
@@ -226,7 +264,15 @@ async fn sigterm_lets_the_in_flight_request_complete_and_exits_zero() {
     // Wait (bounded) until the turn is running, then stop the gateway.
     let mut running = false;
     for _ in 0..300 {
-        let m = http.get(format!("{}/metrics", gw.url)).bearer_auth("test-token-5150").send().await.unwrap().text().await.unwrap();
+        let m = http
+            .get(format!("{}/metrics", gw.url))
+            .bearer_auth("test-token-5150")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         if m.contains("clawctx_gateway_turns_in_flight 1") {
             running = true;
             break;
@@ -235,12 +281,21 @@ async fn sigterm_lets_the_in_flight_request_complete_and_exits_zero() {
     }
     assert!(running, "the turn never started");
     gw.sigterm();
-    let (status, body) = tokio::time::timeout(Duration::from_secs(60), request).await.unwrap().unwrap();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(60), request)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["choices"][0]["message"]["content"], "answered while draining");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "answered while draining"
+    );
     let (code, rest) = gw.wait().await;
     assert_eq!(code, 0, "{rest}");
 
     let r = clawctx(dir.path(), &["sessions", "show", "agent:main:sigterm"]).await;
-    assert!(r.code == 0 && r.stdout.contains("answered while draining"), "the turn was stored: {r}");
+    assert!(
+        r.code == 0 && r.stdout.contains("answered while draining"),
+        "the turn was stored: {r}"
+    );
 }

@@ -37,7 +37,10 @@ struct Model {
 impl Respond for Model {
     fn respond(&self, req: &Request) -> ResponseTemplate {
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-        let system = body.pointer("/messages/0/content").and_then(Value::as_str).unwrap_or("");
+        let system = body
+            .pointer("/messages/0/content")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let summary = system == clawctx_model::summarizer::SYSTEM_PROMPT.trim();
         let text = if summary {
             self.summaries_asked.fetch_add(1, Ordering::SeqCst);
@@ -88,20 +91,29 @@ struct Node {
 
 async fn spawn_node(state: &Path, db: &TestDatabase) -> Node {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_clawctx"));
-    cmd.args(["--state-dir", &state.display().to_string(), "gateway", "--port", "0"])
-        .env_remove("CLAWCTX_LOG")
-        .env_remove("CLAWCTX_GATEWAY_TOKEN")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .env(DB_VAR, &db.url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
+    cmd.args([
+        "--state-dir",
+        &state.display().to_string(),
+        "gateway",
+        "--port",
+        "0",
+    ])
+    .env_remove("CLAWCTX_LOG")
+    .env_remove("CLAWCTX_GATEWAY_TOKEN")
+    .env_remove("OPENAI_BASE_URL")
+    .env_remove("OPENAI_API_KEY")
+    .env(DB_VAR, &db.url)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .kill_on_drop(true);
     let mut child = cmd.spawn().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     let read = tokio::time::timeout(Duration::from_secs(120), stdout.read_line(&mut first)).await;
-    assert!(matches!(read, Ok(Ok(n)) if n > 0), "the gateway printed no address (its stderr is above)");
+    assert!(
+        matches!(read, Ok(Ok(n)) if n > 0),
+        "the gateway printed no address (its stderr is above)"
+    );
     let url = first
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
@@ -120,7 +132,10 @@ async fn spawn_node(state: &Path, db: &TestDatabase) -> Node {
 impl Node {
     fn kill9(&mut self) {
         let pid = self.child.id().unwrap().to_string();
-        let ok = std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+        let ok = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap();
         assert!(ok.success(), "kill -KILL {pid} failed");
     }
 }
@@ -152,7 +167,10 @@ fn prompt(tag: &str) -> String {
 
 /// How many stored messages hold exactly `text`.
 fn stored(db: &TestDatabase, text: &str) -> i64 {
-    db.scalar(&format!("SELECT count(*) FROM messages WHERE text = '{}'", text.replace('\'', "''")))
+    db.scalar(&format!(
+        "SELECT count(*) FROM messages WHERE text = '{}'",
+        text.replace('\'', "''")
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -162,13 +180,20 @@ async fn two_gateways_share_one_store_and_survive_a_node_killed_mid_compaction()
     };
     let server = MockServer::start().await;
     let model = Model::default();
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(model.clone()).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(model.clone())
+        .mount(&server)
+        .await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     write_config(dir_a.path(), &server);
     write_config(dir_b.path(), &server);
     let mut a = spawn_node(dir_a.path(), &db).await;
     let b = spawn_node(dir_b.path(), &db).await;
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(600)).build().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
 
     // Concurrent turns: three sessions, each turn on a node chosen by its number, all
     // sessions at once; and a session both nodes serve at the same moment.
@@ -181,14 +206,19 @@ async fn two_gateways_share_one_store_and_survive_a_node_killed_mid_compaction()
             for t in 0..10 {
                 let node = if (s + t) % 2 == 0 { &na } else { &nb };
                 let p = prompt(&format!("s{s}t{t}"));
-                turn(&http, node, &format!("agent:main:s{s}"), &p).await.unwrap();
+                turn(&http, node, &format!("agent:main:s{s}"), &p)
+                    .await
+                    .unwrap();
                 done.push(p);
             }
             done
         }));
     }
     for t in 0..6 {
-        let (pa, pb) = (prompt(&format!("shared-a{t}")), prompt(&format!("shared-b{t}")));
+        let (pa, pb) = (
+            prompt(&format!("shared-a{t}")),
+            prompt(&format!("shared-b{t}")),
+        );
         let (ra, rb) = tokio::join!(
             turn(&http, &a.url, "agent:main:shared", &pa),
             turn(&http, &b.url, "agent:main:shared", &pb)
@@ -201,7 +231,12 @@ async fn two_gateways_share_one_store_and_survive_a_node_killed_mid_compaction()
         acknowledged.extend(task.await.unwrap());
     }
     for p in &acknowledged {
-        assert_eq!(stored(&db, p), 1, "acknowledged prompt stored {} times: {p}", stored(&db, p));
+        assert_eq!(
+            stored(&db, p),
+            1,
+            "acknowledged prompt stored {} times: {p}",
+            stored(&db, p)
+        );
     }
     assert_eq!(
         db.scalar(
@@ -210,7 +245,10 @@ async fn two_gateways_share_one_store_and_survive_a_node_killed_mid_compaction()
         0,
         "no message identity may be stored twice"
     );
-    assert!(db.scalar("SELECT count(*) FROM summaries") > 0, "the sessions must have compacted");
+    assert!(
+        db.scalar("SELECT count(*) FROM summaries") > 0,
+        "the sessions must have compacted"
+    );
 
     // Node A compacts a conversation with a summarizer that never answers; it is killed
     // while waiting.
@@ -221,7 +259,10 @@ async fn two_gateways_share_one_store_and_survive_a_node_killed_mid_compaction()
     let started = Instant::now();
     let mut hanging = None;
     for t in 0.. {
-        assert!(started.elapsed() < Duration::from_secs(120), "node A never started a compaction");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "node A never started a compaction"
+        );
         let p = prompt(&format!("victim{t}"));
         let (http, url) = (http.clone(), a.url.clone());
         let p2 = p.clone();
@@ -229,7 +270,10 @@ async fn two_gateways_share_one_store_and_survive_a_node_killed_mid_compaction()
         // The turn either answers (no compaction yet) or hangs in the summarizer.
         let waited = Instant::now();
         while !task.is_finished() && model.summaries_asked.load(Ordering::SeqCst) == asked_before {
-            assert!(waited.elapsed() < Duration::from_secs(60), "a turn neither answered nor compacted");
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "a turn neither answered nor compacted"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         if model.summaries_asked.load(Ordering::SeqCst) > asked_before {
@@ -242,7 +286,10 @@ async fn two_gateways_share_one_store_and_survive_a_node_killed_mid_compaction()
     let (hung_turn, hung_prompt) = hanging.unwrap();
     a.kill9();
     let _ = a.child.wait().await;
-    assert!(hung_turn.await.unwrap().is_err(), "the killed node's turn cannot have been answered");
+    assert!(
+        hung_turn.await.unwrap().is_err(),
+        "the killed node's turn cannot have been answered"
+    );
     assert_eq!(
         db.scalar("SELECT count(*) FROM summaries"),
         summaries_before,
@@ -256,11 +303,13 @@ async fn two_gateways_share_one_store_and_survive_a_node_killed_mid_compaction()
 
     // Node B compacts the same conversation: the dead node's lock is gone.
     model.slow.store(false, Ordering::SeqCst);
-    let victim = db.scalar(
-        "SELECT id FROM conversations WHERE session_key = 'agent:main:victim' AND active",
-    );
-    let victim_summaries =
-        |db: &TestDatabase| db.scalar(&format!("SELECT count(*) FROM summaries WHERE conv_id = {victim}"));
+    let victim = db
+        .scalar("SELECT id FROM conversations WHERE session_key = 'agent:main:victim' AND active");
+    let victim_summaries = |db: &TestDatabase| {
+        db.scalar(&format!(
+            "SELECT count(*) FROM summaries WHERE conv_id = {victim}"
+        ))
+    };
     let before = victim_summaries(&db);
     let started = Instant::now();
     let mut t = 0;

@@ -19,7 +19,11 @@ fn write_counting_plugin(dir: &std::path::Path) {
         json!({"id": "counting", "kind": "context-engine", "entry": "./index.js", "configSchema": {"type": "object"}}).to_string(),
     )
     .unwrap();
-    std::fs::write(dir.join("package.json"), json!({"name": "counting", "type": "module"}).to_string()).unwrap();
+    std::fs::write(
+        dir.join("package.json"),
+        json!({"name": "counting", "type": "module"}).to_string(),
+    )
+    .unwrap();
     std::fs::write(
         dir.join("index.js"),
         r#"export default function register(api) {
@@ -71,10 +75,28 @@ async fn a_node_plugin_sees_every_message_of_a_long_stored_session() {
     let recording = sessions.join("stored.jsonl");
     let (code, out, err) = clawctx(
         state.path(),
-        &["bench", "generate", "--kind", "chat", "--messages", "127", "--seed", "3", "-o", recording.to_str().unwrap()],
+        &[
+            "bench",
+            "generate",
+            "--kind",
+            "chat",
+            "--messages",
+            "127",
+            "--seed",
+            "3",
+            "-o",
+            recording.to_str().unwrap(),
+        ],
     );
     assert_eq!(code, 0, "{out}\n{err}");
-    let header: Value = serde_json::from_str(std::fs::read_to_string(&recording).unwrap().lines().next().unwrap()).unwrap();
+    let header: Value = serde_json::from_str(
+        std::fs::read_to_string(&recording)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
     let session_id = header["id"].as_str().unwrap().to_owned();
     std::fs::rename(&recording, sessions.join(format!("{session_id}.jsonl"))).unwrap();
     std::fs::write(
@@ -85,7 +107,10 @@ async fn a_node_plugin_sees_every_message_of_a_long_stored_session() {
 
     let plugin = state.path().join("counting-plugin");
     write_counting_plugin(&plugin);
-    let (code, out, err) = clawctx(state.path(), &["plugins", "install", "-l", plugin.to_str().unwrap()]);
+    let (code, out, err) = clawctx(
+        state.path(),
+        &["plugins", "install", "-l", plugin.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{out}\n{err}");
     let (code, out, err) = clawctx(state.path(), &["run", "what did we decide?", "--json"]);
     assert_eq!(code, 0, "{out}\n{err}");
@@ -94,7 +119,10 @@ async fn a_node_plugin_sees_every_message_of_a_long_stored_session() {
 
     let requests = server.received_requests().await.unwrap();
     let body: Value = serde_json::from_slice(&requests.last().unwrap().body).unwrap();
-    let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
+    let system = body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(
         system.contains("assemble saw 127 messages"),
         "§7.5: the plugin's assemble gets all 127 stored messages, not a budget cut (its report: {system:?})"

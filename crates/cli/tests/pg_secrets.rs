@@ -21,7 +21,10 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 fn password_of(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let userinfo = rest.split_once('@').map_or("", |(u, _)| u);
-    userinfo.split_once(':').map(|(_, p)| p.to_owned()).unwrap_or_default()
+    userinfo
+        .split_once(':')
+        .map(|(_, p)| p.to_owned())
+        .unwrap_or_default()
 }
 
 fn write_config(state: &Path, server: &MockServer, database: &str) {
@@ -43,12 +46,22 @@ async fn clawctx(state: &Path, args: &[&str]) -> String {
         .env("CLAWCTX_LOG", "debug")
         .env_remove("OPENAI_API_KEY")
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out).await.unwrap().unwrap();
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .unwrap()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 fn assert_clean(what: &str, text: &str, secret: &str) {
-    assert!(!text.contains(secret), "{what} shows the database password:\n{text}");
+    assert!(
+        !text.contains(secret),
+        "{what} shows the database password:\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,7 +70,10 @@ async fn the_database_password_is_in_no_output() {
         return;
     };
     let secret = password_of(&db.url);
-    assert!(secret.len() >= 8, "the test server's URL must carry a password to look for");
+    assert!(
+        secret.len() >= 8,
+        "the test server's URL must carry a password to look for"
+    );
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
@@ -71,23 +87,47 @@ async fn the_database_password_is_in_no_output() {
 
     // Unreachable: the same credentials on a port nothing listens on.
     let dead = tempfile::tempdir().unwrap();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let dead_url = format!("postgres://clawctx:{secret}@127.0.0.1:{closed}/nowhere");
     write_config(dead.path(), &server, &dead_url);
     let doctor = clawctx(dead.path(), &["doctor"]).await;
-    assert!(doctor.contains(&format!("127.0.0.1:{closed}")), "doctor names host and port:\n{doctor}");
+    assert!(
+        doctor.contains(&format!("127.0.0.1:{closed}")),
+        "doctor names host and port:\n{doctor}"
+    );
     assert_clean("doctor (database down)", &doctor, &secret);
-    assert_clean("doctor --json (database down)", &clawctx(dead.path(), &["doctor", "--json"]).await, &secret);
+    assert_clean(
+        "doctor --json (database down)",
+        &clawctx(dead.path(), &["doctor", "--json"]).await,
+        &secret,
+    );
     let status = clawctx(dead.path(), &["lcm", "status"]).await;
-    assert!(status.contains("cannot reach"), "lcm status says why:\n{status}");
+    assert!(
+        status.contains("cannot reach"),
+        "lcm status says why:\n{status}"
+    );
     assert_clean("lcm status (database down)", &status, &secret);
 
     // Reachable: a gateway serving a turn on it, its dashboard and metrics, then its logs.
     let live = tempfile::tempdir().unwrap();
     write_config(live.path(), &server, &db.url);
-    assert_clean("doctor --json", &clawctx(live.path(), &["doctor", "--json"]).await, &secret);
+    assert_clean(
+        "doctor --json",
+        &clawctx(live.path(), &["doctor", "--json"]).await,
+        &secret,
+    );
     let mut child = Command::new(env!("CARGO_BIN_EXE_clawctx"))
-        .args(["--state-dir", &live.path().display().to_string(), "gateway", "--port", "0"])
+        .args([
+            "--state-dir",
+            &live.path().display().to_string(),
+            "gateway",
+            "--port",
+            "0",
+        ])
         .env("CLAWCTX_LOG", "debug")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -96,7 +136,10 @@ async fn the_database_password_is_in_no_output() {
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
-    tokio::time::timeout(Duration::from_secs(120), stdout.read_line(&mut first)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(120), stdout.read_line(&mut first))
+        .await
+        .unwrap()
+        .unwrap();
     let base = first
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
@@ -114,7 +157,12 @@ async fn the_database_password_is_in_no_output() {
         .unwrap();
     assert_eq!(r.status(), 200);
     seen.push_str(&r.text().await.unwrap());
-    for route in ["/v1/dashboard/engines", "/v1/dashboard/sessions", "/metrics", "/v1/sessions"] {
+    for route in [
+        "/v1/dashboard/engines",
+        "/v1/dashboard/sessions",
+        "/metrics",
+        "/v1/sessions",
+    ] {
         let r = http.get(format!("{base}{route}")).send().await.unwrap();
         assert!(r.status().is_success(), "{route}: {}", r.status());
         seen.push_str(&r.text().await.unwrap());
@@ -127,11 +175,24 @@ async fn the_database_password_is_in_no_output() {
         .await
         .unwrap();
     seen.push_str(&r.text().await.unwrap());
-    let engines: Value = http.get(format!("{base}/v1/dashboard/engines")).send().await.unwrap().json().await.unwrap();
-    assert!(engines.to_string().contains("127.0.0.1"), "the config view still shows where the store is");
+    let engines: Value = http
+        .get(format!("{base}/v1/dashboard/engines"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        engines.to_string().contains("127.0.0.1"),
+        "the config view still shows where the store is"
+    );
     assert_clean("the gateway's answers", &seen, &secret);
     let pid = child.id().unwrap().to_string();
-    std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
     let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
     let mut logs = String::new();
     let _ = stdout.read_to_string(&mut logs).await;

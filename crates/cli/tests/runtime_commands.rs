@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 use wiremock::matchers::{body_partial_json, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-
 async fn clawctx(state: &Path, args: &[&str]) -> Run {
     let config = state.join("clawctx.json");
     let mut full = vec![

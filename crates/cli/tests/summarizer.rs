@@ -23,7 +23,6 @@ const REPLY: &str = "Noted.";
 const LLM_SUMMARY: &str = "## Goal\nShip the alpha deployment (written by the mock model).\n\n## Progress\n### Done\n- Found error E0042 in src/deploy_0.rs\n\n## Critical Context\n- The rollback script is scripts/rollback_alpha.sh";
 const SECRET: &str = "sk-mock-secret-5f1e";
 
-
 /// Runs `clawctx` with `state` as state dir and its `clawctx.json`, `stdin` fed in, no
 /// `OPENAI_*` from the environment, and `MOCK_API_KEY` set to [`SECRET`].
 async fn clawctx_with_stdin(state: &Path, args: &[&str], stdin: &str) -> Run {

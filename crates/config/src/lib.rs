@@ -118,12 +118,20 @@ impl ConfigFile {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Self { path, exists: false, value: Value::Object(Map::new()) })
+                return Ok(Self {
+                    path,
+                    exists: false,
+                    value: Value::Object(Map::new()),
+                })
             }
             Err(source) => return Err(ConfigError::Io { path, source }),
         };
         let value = Self::parse(&path, &text)?;
-        Ok(Self { path, exists: true, value })
+        Ok(Self {
+            path,
+            exists: true,
+            value,
+        })
     }
 
     /// Parses JSON5 text (as if read from `path`, for error messages).
@@ -133,9 +141,11 @@ impl ConfigFile {
         }
         let value: Value = json5::from_str(text).map_err(|e| {
             let (message, line, column) = match &e {
-                json5::Error::Message { msg, location } => {
-                    (msg.clone(), location.as_ref().map(|l| l.line).unwrap_or(0), location.as_ref().map(|l| l.column).unwrap_or(0))
-                }
+                json5::Error::Message { msg, location } => (
+                    msg.clone(),
+                    location.as_ref().map(|l| l.line).unwrap_or(0),
+                    location.as_ref().map(|l| l.column).unwrap_or(0),
+                ),
             };
             // The parser's message is a multi-line caret diagram; keep its last statement.
             let message = message
@@ -144,17 +154,30 @@ impl ConfigFile {
                 .map(|m| m.trim().to_owned())
                 .filter(|m| !m.is_empty())
                 .unwrap_or(message);
-            ConfigError::Syntax { path: path.to_owned(), line, column, hint: hint_for(&message), message }
+            ConfigError::Syntax {
+                path: path.to_owned(),
+                line,
+                column,
+                hint: hint_for(&message),
+                message,
+            }
         })?;
         if !value.is_object() {
-            return Err(ConfigError::NotAnObject { path: path.to_owned(), found: type_name(&value).into() });
+            return Err(ConfigError::NotAnObject {
+                path: path.to_owned(),
+                found: type_name(&value).into(),
+            });
         }
         Ok(value)
     }
 
     /// An in-memory config (tests, defaults).
     pub fn from_value(path: impl Into<PathBuf>, value: Value) -> Self {
-        Self { path: path.into(), exists: false, value }
+        Self {
+            path: path.into(),
+            exists: false,
+            value,
+        }
     }
 
     /// The file path.
@@ -203,7 +226,9 @@ impl ConfigFile {
                 map.insert((*part).to_owned(), value);
                 return Ok(());
             }
-            cur = map.entry((*part).to_owned()).or_insert_with(|| Value::Object(Map::new()));
+            cur = map
+                .entry((*part).to_owned())
+                .or_insert_with(|| Value::Object(Map::new()));
         }
         Ok(())
     }
@@ -218,10 +243,18 @@ impl ConfigFile {
 
     /// Writes the config atomically (temp file in the same directory, then rename).
     pub fn save(&mut self) -> Result<(), ConfigError> {
-        let io = |source| ConfigError::Io { path: self.path.clone(), source };
-        let dir = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let io = |source| ConfigError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let dir = self
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(io)?;
-        let mut text = serde_json::to_string_pretty(&self.value).map_err(|e| io(std::io::Error::other(e)))?;
+        let mut text =
+            serde_json::to_string_pretty(&self.value).map_err(|e| io(std::io::Error::other(e)))?;
         text.push('\n');
         let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
         std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io)?;
@@ -233,7 +266,9 @@ impl ConfigFile {
 }
 
 fn remove_at(value: &mut Value, parts: &[&str], prune: bool) -> Option<Value> {
-    let Value::Object(map) = value else { return None };
+    let Value::Object(map) = value else {
+        return None;
+    };
     if parts.len() == 1 {
         return map.remove(parts[0]);
     }

@@ -26,13 +26,27 @@ pub struct ConfigProblem {
 }
 
 fn problem(key: &str, severity: Severity, message: impl Into<String>) -> ConfigProblem {
-    ConfigProblem { key: key.to_owned(), severity, message: message.into() }
+    ConfigProblem {
+        key: key.to_owned(),
+        severity,
+        message: message.into(),
+    }
 }
 
-fn expect(out: &mut Vec<ConfigProblem>, v: Option<&Value>, key: &str, kind: &str, ok: fn(&Value) -> bool) {
+fn expect(
+    out: &mut Vec<ConfigProblem>,
+    v: Option<&Value>,
+    key: &str,
+    kind: &str,
+    ok: fn(&Value) -> bool,
+) {
     if let Some(v) = v {
         if !ok(v) {
-            out.push(problem(key, Severity::Error, format!("must be {kind}; found {v}; it is ignored")));
+            out.push(problem(
+                key,
+                Severity::Error,
+                format!("must be {kind}; found {v}; it is ignored"),
+            ));
         }
     }
 }
@@ -42,19 +56,47 @@ pub fn check(config: &Value) -> Vec<ConfigProblem> {
     let mut out = Vec::new();
     let plugins = config.get("plugins");
     expect(&mut out, plugins, "plugins", "an object", Value::is_object);
-    let Some(plugins) = plugins.filter(|p| p.is_object()) else { return out };
-    expect(&mut out, plugins.get("enabled"), "plugins.enabled", "a boolean", Value::is_boolean);
-    expect(&mut out, plugins.get("slots"), "plugins.slots", "an object", Value::is_object);
-    expect(&mut out, plugins.get("entries"), "plugins.entries", "an object", Value::is_object);
+    let Some(plugins) = plugins.filter(|p| p.is_object()) else {
+        return out;
+    };
+    expect(
+        &mut out,
+        plugins.get("enabled"),
+        "plugins.enabled",
+        "a boolean",
+        Value::is_boolean,
+    );
+    expect(
+        &mut out,
+        plugins.get("slots"),
+        "plugins.slots",
+        "an object",
+        Value::is_object,
+    );
+    expect(
+        &mut out,
+        plugins.get("entries"),
+        "plugins.entries",
+        "an object",
+        Value::is_object,
+    );
     for list in ["allow", "deny"] {
         let key = format!("plugins.{list}");
         match plugins.get(list) {
             Some(Value::Array(items)) => {
                 if items.iter().any(|i| !i.is_string()) {
-                    out.push(problem(&key, Severity::Error, "must list plugin ids as strings"));
+                    out.push(problem(
+                        &key,
+                        Severity::Error,
+                        "must list plugin ids as strings",
+                    ));
                 }
             }
-            Some(other) => out.push(problem(&key, Severity::Error, format!("must be an array of plugin ids; found {other}"))),
+            Some(other) => out.push(problem(
+                &key,
+                Severity::Error,
+                format!("must be an array of plugin ids; found {other}"),
+            )),
             None => {}
         }
     }
@@ -77,11 +119,27 @@ pub fn check(config: &Value) -> Vec<ConfigProblem> {
         for (id, entry) in entries {
             let key = format!("plugins.entries.{id}");
             if !entry.is_object() {
-                out.push(problem(&key, Severity::Error, format!("must be an object; found {entry}")));
+                out.push(problem(
+                    &key,
+                    Severity::Error,
+                    format!("must be an object; found {entry}"),
+                ));
                 continue;
             }
-            expect(&mut out, entry.get("enabled"), &format!("{key}.enabled"), "a boolean", Value::is_boolean);
-            expect(&mut out, entry.get("config"), &format!("{key}.config"), "an object", Value::is_object);
+            expect(
+                &mut out,
+                entry.get("enabled"),
+                &format!("{key}.enabled"),
+                "a boolean",
+                Value::is_boolean,
+            );
+            expect(
+                &mut out,
+                entry.get("config"),
+                &format!("{key}.config"),
+                "an object",
+                Value::is_object,
+            );
         }
     }
     out

@@ -123,7 +123,9 @@ impl MethodSet {
 
 impl fmt::Debug for MethodSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.iter().map(Method::name)).finish()
+        f.debug_set()
+            .entries(self.iter().map(Method::name))
+            .finish()
     }
 }
 
@@ -233,7 +235,10 @@ pub struct LlmCompleteResult {
 pub trait RuntimeServices: Send + Sync {
     /// `runtimeContext.rewriteTranscriptEntries` (contract §9). Never fails: problems come back
     /// as `{changed:false, reason}`.
-    async fn rewrite_transcript_entries(&self, _request: TranscriptRewriteRequest) -> TranscriptRewriteResult {
+    async fn rewrite_transcript_entries(
+        &self,
+        _request: TranscriptRewriteRequest,
+    ) -> TranscriptRewriteResult {
         TranscriptRewriteResult {
             reason: Some("transcript rewrite is not available on this host".into()),
             ..Default::default()
@@ -241,14 +246,24 @@ pub trait RuntimeServices: Send + Sync {
     }
 
     /// `runtimeContext.llm.complete` (capability `runtime-llm-complete`).
-    async fn llm_complete(&self, _request: LlmCompleteRequest) -> Result<LlmCompleteResult, EngineError> {
-        Err(EngineError::failed("runtime LLM completion is not available on this host"))
+    async fn llm_complete(
+        &self,
+        _request: LlmCompleteRequest,
+    ) -> Result<LlmCompleteResult, EngineError> {
+        Err(EngineError::failed(
+            "runtime LLM completion is not available on this host",
+        ))
     }
 
     /// The runtime's built-in summarization compaction, the target of
     /// `delegateCompactionToRuntime` (contract §7.2, §7.4).
-    async fn compact_session(&self, _request: RuntimeCompactionRequest) -> Result<RuntimeCompactionOutcome, EngineError> {
-        Err(EngineError::failed("runtime compaction is not available on this host"))
+    async fn compact_session(
+        &self,
+        _request: RuntimeCompactionRequest,
+    ) -> Result<RuntimeCompactionOutcome, EngineError> {
+        Err(EngineError::failed(
+            "runtime compaction is not available on this host",
+        ))
     }
 }
 
@@ -304,7 +319,9 @@ impl SubagentSpawnPreparation {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<(), EngineError>> + Send + 'static,
     {
-        Self { rollback: Box::new(move || Box::pin(rollback())) }
+        Self {
+            rollback: Box::new(move || Box::pin(rollback())),
+        }
     }
 
     /// Runs the rollback (awaited; may be async).
@@ -373,36 +390,68 @@ pub trait ContextEngine: Send + Sync {
     }
 
     /// Stores one message. `ingested: false` for a duplicate or a no-op.
-    async fn ingest(&self, params: &IngestParams, cx: &CallContext) -> Result<IngestResult, EngineError>;
+    async fn ingest(
+        &self,
+        params: &IngestParams,
+        cx: &CallContext,
+    ) -> Result<IngestResult, EngineError>;
 
     /// Returns exactly the messages the model will receive, within `tokenBudget`.
-    async fn assemble(&self, params: &AssembleParams, cx: &CallContext) -> Result<AssembleResult, EngineError>;
+    async fn assemble(
+        &self,
+        params: &AssembleParams,
+        cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError>;
 
     /// Summarizes older context.
-    async fn compact(&self, params: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError>;
+    async fn compact(
+        &self,
+        params: &CompactParams,
+        cx: &CallContext,
+    ) -> Result<CompactResult, EngineError>;
 
     /// Ingests a completed turn as one unit.
-    async fn ingest_batch(&self, _params: &IngestBatchParams, _cx: &CallContext) -> Result<IngestBatchResult, EngineError> {
+    async fn ingest_batch(
+        &self,
+        _params: &IngestBatchParams,
+        _cx: &CallContext,
+    ) -> Result<IngestBatchResult, EngineError> {
         Err(EngineError::NotImplemented(Method::IngestBatch))
     }
 
     /// Called once when the engine first sees a session.
-    async fn bootstrap(&self, _params: &BootstrapParams, _cx: &CallContext) -> Result<BootstrapResult, EngineError> {
+    async fn bootstrap(
+        &self,
+        _params: &BootstrapParams,
+        _cx: &CallContext,
+    ) -> Result<BootstrapResult, EngineError> {
         Err(EngineError::NotImplemented(Method::Bootstrap))
     }
 
     /// Transcript maintenance.
-    async fn maintain(&self, _params: &MaintainParams, _cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
+    async fn maintain(
+        &self,
+        _params: &MaintainParams,
+        _cx: &CallContext,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
         Err(EngineError::NotImplemented(Method::Maintain))
     }
 
     /// Post-run work.
-    async fn after_turn(&self, _params: &AfterTurnParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn after_turn(
+        &self,
+        _params: &AfterTurnParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         Err(EngineError::NotImplemented(Method::AfterTurn))
     }
 
     /// Durable turn advancement (G3).
-    async fn commit_turn(&self, _params: &CommitTurnParams, _cx: &CallContext) -> Result<CommitTurnResult, EngineError> {
+    async fn commit_turn(
+        &self,
+        _params: &CommitTurnParams,
+        _cx: &CallContext,
+    ) -> Result<CommitTurnResult, EngineError> {
         Err(EngineError::NotImplemented(Method::CommitTurn))
     }
 
@@ -416,7 +465,11 @@ pub trait ContextEngine: Send + Sync {
     }
 
     /// A subagent ended.
-    async fn on_subagent_ended(&self, _params: &SubagentEndedParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn on_subagent_ended(
+        &self,
+        _params: &SubagentEndedParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         Err(EngineError::NotImplemented(Method::OnSubagentEnded))
     }
 

@@ -65,7 +65,11 @@ pub struct GuardedEngine {
     fallback: OnceCell<Arc<dyn ContextEngine>>,
 }
 
-type Call<P, T> = for<'b> fn(&'b dyn ContextEngine, &'b P, &'b CallContext) -> BoxFuture<'b, Result<T, EngineError>>;
+type Call<P, T> = for<'b> fn(
+    &'b dyn ContextEngine,
+    &'b P,
+    &'b CallContext,
+) -> BoxFuture<'b, Result<T, EngineError>>;
 
 impl GuardedEngine {
     /// Wraps `inner`, registered as `engine_id` by `owner`.
@@ -142,7 +146,9 @@ impl GuardedEngine {
     {
         if let Some(signal) = &cx.abort {
             if signal.is_aborted() {
-                return Err(EngineError::Aborted { reason: signal.reason() });
+                return Err(EngineError::Aborted {
+                    reason: signal.reason(),
+                });
             }
         }
         if self.is_quarantined() {
@@ -158,7 +164,12 @@ impl GuardedEngine {
                 if caller_aborted && err.looks_like_abort() {
                     return Err(err);
                 }
-                self.registry.quarantine(&self.engine_id, self.owner.as_deref(), method.name(), &err.to_string());
+                self.registry.quarantine(
+                    &self.engine_id,
+                    self.owner.as_deref(),
+                    method.name(),
+                    &err.to_string(),
+                );
                 if fail_closed {
                     return Err(err);
                 }
@@ -188,7 +199,10 @@ impl GuardedEngine {
         }
         match canned {
             Some(make) => Ok(make()),
-            None => Err(EngineError::failed(format!("No legacy fallback result for {}", method.name()))),
+            None => Err(EngineError::failed(format!(
+                "No legacy fallback result for {}",
+                method.name()
+            ))),
         }
     }
 }
@@ -202,32 +216,65 @@ fn available(registry: &ContextEngineRegistry) -> String {
     }
 }
 
-fn c_ingest<'b>(e: &'b dyn ContextEngine, p: &'b IngestParams, c: &'b CallContext) -> BoxFuture<'b, Result<IngestResult, EngineError>> {
+fn c_ingest<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b IngestParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<IngestResult, EngineError>> {
     e.ingest(p, c)
 }
-fn c_ingest_batch<'b>(e: &'b dyn ContextEngine, p: &'b IngestBatchParams, c: &'b CallContext) -> BoxFuture<'b, Result<IngestBatchResult, EngineError>> {
+fn c_ingest_batch<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b IngestBatchParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<IngestBatchResult, EngineError>> {
     e.ingest_batch(p, c)
 }
-fn c_assemble<'b>(e: &'b dyn ContextEngine, p: &'b AssembleParams, c: &'b CallContext) -> BoxFuture<'b, Result<AssembleResult, EngineError>> {
+fn c_assemble<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b AssembleParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<AssembleResult, EngineError>> {
     Box::pin(async move {
         let result = e.assemble(p, c).await?;
-        check_assembled_messages(&result.messages).map_err(|v| EngineError::failed(format!("contract violation: {v}")))?;
+        check_assembled_messages(&result.messages)
+            .map_err(|v| EngineError::failed(format!("contract violation: {v}")))?;
         Ok(result)
     })
 }
-fn c_compact<'b>(e: &'b dyn ContextEngine, p: &'b CompactParams, c: &'b CallContext) -> BoxFuture<'b, Result<CompactResult, EngineError>> {
+fn c_compact<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b CompactParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<CompactResult, EngineError>> {
     e.compact(p, c)
 }
-fn c_bootstrap<'b>(e: &'b dyn ContextEngine, p: &'b BootstrapParams, c: &'b CallContext) -> BoxFuture<'b, Result<BootstrapResult, EngineError>> {
+fn c_bootstrap<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b BootstrapParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<BootstrapResult, EngineError>> {
     e.bootstrap(p, c)
 }
-fn c_maintain<'b>(e: &'b dyn ContextEngine, p: &'b MaintainParams, c: &'b CallContext) -> BoxFuture<'b, Result<TranscriptRewriteResult, EngineError>> {
+fn c_maintain<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b MaintainParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<TranscriptRewriteResult, EngineError>> {
     e.maintain(p, c)
 }
-fn c_after_turn<'b>(e: &'b dyn ContextEngine, p: &'b AfterTurnParams, c: &'b CallContext) -> BoxFuture<'b, Result<(), EngineError>> {
+fn c_after_turn<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b AfterTurnParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<(), EngineError>> {
     e.after_turn(p, c)
 }
-fn c_commit_turn<'b>(e: &'b dyn ContextEngine, p: &'b CommitTurnParams, c: &'b CallContext) -> BoxFuture<'b, Result<Option<CommitTurnResult>, EngineError>> {
+fn c_commit_turn<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b CommitTurnParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<Option<CommitTurnResult>, EngineError>> {
     Box::pin(async move { e.commit_turn(p, c).await.map(Some) })
 }
 fn c_prepare<'b>(
@@ -237,7 +284,11 @@ fn c_prepare<'b>(
 ) -> BoxFuture<'b, Result<Option<SubagentSpawnPreparation>, EngineError>> {
     e.prepare_subagent_spawn(p, c)
 }
-fn c_ended<'b>(e: &'b dyn ContextEngine, p: &'b SubagentEndedParams, c: &'b CallContext) -> BoxFuture<'b, Result<(), EngineError>> {
+fn c_ended<'b>(
+    e: &'b dyn ContextEngine,
+    p: &'b SubagentEndedParams,
+    c: &'b CallContext,
+) -> BoxFuture<'b, Result<(), EngineError>> {
     e.on_subagent_ended(p, c)
 }
 
@@ -277,41 +328,131 @@ impl ContextEngine for GuardedEngine {
         self.inner.tools()
     }
 
-    async fn ingest(&self, params: &IngestParams, cx: &CallContext) -> Result<IngestResult, EngineError> {
-        self.run(Method::Ingest, params, cx, c_ingest, Some(|| IngestResult { ingested: false }), false).await
+    async fn ingest(
+        &self,
+        params: &IngestParams,
+        cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
+        self.run(
+            Method::Ingest,
+            params,
+            cx,
+            c_ingest,
+            Some(|| IngestResult { ingested: false }),
+            false,
+        )
+        .await
     }
 
-    async fn assemble(&self, params: &AssembleParams, cx: &CallContext) -> Result<AssembleResult, EngineError> {
-        self.run(Method::Assemble, params, cx, c_assemble, None, false).await
-    }
-
-    async fn compact(&self, params: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError> {
-        self.run(Method::Compact, params, cx, c_compact, None, true).await
-    }
-
-    async fn ingest_batch(&self, params: &IngestBatchParams, cx: &CallContext) -> Result<IngestBatchResult, EngineError> {
-        self.run(Method::IngestBatch, params, cx, c_ingest_batch, Some(|| IngestBatchResult { ingested_count: 0 }), false)
+    async fn assemble(
+        &self,
+        params: &AssembleParams,
+        cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
+        self.run(Method::Assemble, params, cx, c_assemble, None, false)
             .await
     }
 
-    async fn bootstrap(&self, params: &BootstrapParams, cx: &CallContext) -> Result<BootstrapResult, EngineError> {
-        let canned = || BootstrapResult { bootstrapped: false, imported_messages: None, reason: Some(DOWNGRADED_REASON.into()) };
-        self.run(Method::Bootstrap, params, cx, c_bootstrap, Some(canned), false).await
+    async fn compact(
+        &self,
+        params: &CompactParams,
+        cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
+        self.run(Method::Compact, params, cx, c_compact, None, true)
+            .await
     }
 
-    async fn maintain(&self, params: &MaintainParams, cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
-        let canned = || TranscriptRewriteResult { reason: Some(DOWNGRADED_REASON.into()), ..Default::default() };
-        self.run(Method::Maintain, params, cx, c_maintain, Some(canned), false).await
+    async fn ingest_batch(
+        &self,
+        params: &IngestBatchParams,
+        cx: &CallContext,
+    ) -> Result<IngestBatchResult, EngineError> {
+        self.run(
+            Method::IngestBatch,
+            params,
+            cx,
+            c_ingest_batch,
+            Some(|| IngestBatchResult { ingested_count: 0 }),
+            false,
+        )
+        .await
     }
 
-    async fn after_turn(&self, params: &AfterTurnParams, cx: &CallContext) -> Result<(), EngineError> {
-        self.run(Method::AfterTurn, params, cx, c_after_turn, Some(|| ()), false).await
+    async fn bootstrap(
+        &self,
+        params: &BootstrapParams,
+        cx: &CallContext,
+    ) -> Result<BootstrapResult, EngineError> {
+        let canned = || BootstrapResult {
+            bootstrapped: false,
+            imported_messages: None,
+            reason: Some(DOWNGRADED_REASON.into()),
+        };
+        self.run(
+            Method::Bootstrap,
+            params,
+            cx,
+            c_bootstrap,
+            Some(canned),
+            false,
+        )
+        .await
     }
 
-    async fn commit_turn(&self, params: &CommitTurnParams, cx: &CallContext) -> Result<CommitTurnResult, EngineError> {
+    async fn maintain(
+        &self,
+        params: &MaintainParams,
+        cx: &CallContext,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
+        let canned = || TranscriptRewriteResult {
+            reason: Some(DOWNGRADED_REASON.into()),
+            ..Default::default()
+        };
+        self.run(
+            Method::Maintain,
+            params,
+            cx,
+            c_maintain,
+            Some(canned),
+            false,
+        )
+        .await
+    }
+
+    async fn after_turn(
+        &self,
+        params: &AfterTurnParams,
+        cx: &CallContext,
+    ) -> Result<(), EngineError> {
+        self.run(
+            Method::AfterTurn,
+            params,
+            cx,
+            c_after_turn,
+            Some(|| ()),
+            false,
+        )
+        .await
+    }
+
+    async fn commit_turn(
+        &self,
+        params: &CommitTurnParams,
+        cx: &CallContext,
+    ) -> Result<CommitTurnResult, EngineError> {
         // The fallback's canned commitTurn result is `undefined`: surfaced as NotImplemented so
         // the host treats the turn as not durably committed by the engine.
-        match self.run(Method::CommitTurn, params, cx, c_commit_turn, Some(|| None), false).await? {
+        match self
+            .run(
+                Method::CommitTurn,
+                params,
+                cx,
+                c_commit_turn,
+                Some(|| None),
+                false,
+            )
+            .await?
+        {
             Some(r) => Ok(r),
             None => Err(EngineError::NotImplemented(Method::CommitTurn)),
         }
@@ -322,11 +463,31 @@ impl ContextEngine for GuardedEngine {
         params: &PrepareSubagentSpawnParams,
         cx: &CallContext,
     ) -> Result<Option<SubagentSpawnPreparation>, EngineError> {
-        self.run(Method::PrepareSubagentSpawn, params, cx, c_prepare, Some(|| None), true).await
+        self.run(
+            Method::PrepareSubagentSpawn,
+            params,
+            cx,
+            c_prepare,
+            Some(|| None),
+            true,
+        )
+        .await
     }
 
-    async fn on_subagent_ended(&self, params: &SubagentEndedParams, cx: &CallContext) -> Result<(), EngineError> {
-        self.run(Method::OnSubagentEnded, params, cx, c_ended, Some(|| ()), false).await
+    async fn on_subagent_ended(
+        &self,
+        params: &SubagentEndedParams,
+        cx: &CallContext,
+    ) -> Result<(), EngineError> {
+        self.run(
+            Method::OnSubagentEnded,
+            params,
+            cx,
+            c_ended,
+            Some(|| ()),
+            false,
+        )
+        .await
     }
 
     async fn dispose(&self) -> Result<(), EngineError> {

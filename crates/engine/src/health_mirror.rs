@@ -136,7 +136,11 @@ pub struct ProcessIdentity {
 
 static CURRENT: LazyLock<ProcessIdentity> = LazyLock::new(|| {
     let process_id = std::process::id();
-    ProcessIdentity { process_id, process_token: random_token(), process_start_time: process_start_time(process_id) }
+    ProcessIdentity {
+        process_id,
+        process_token: random_token(),
+        process_start_time: process_start_time(process_id),
+    }
 });
 
 impl ProcessIdentity {
@@ -154,7 +158,12 @@ fn random_token() -> String {
     for salt in 0..2u64 {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u64(salt);
-        h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+        h.write_u128(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
         out.push_str(&format!("{:016x}", h.finish()));
     }
     out
@@ -196,7 +205,11 @@ pub struct ListedQuarantine {
 
 /// Whether the process of `row` is running, seen from `me`; `start_time_of` reads a PID's
 /// start time.
-fn row_running(row: &PersistedQuarantine, me: &ProcessIdentity, start_time_of: &dyn Fn(u32) -> Option<u64>) -> bool {
+fn row_running(
+    row: &PersistedQuarantine,
+    me: &ProcessIdentity,
+    start_time_of: &dyn Fn(u32) -> Option<u64>,
+) -> bool {
     if row.process_id == me.process_id {
         return row.process_token == me.process_token;
     }
@@ -210,7 +223,11 @@ fn row_running(row: &PersistedQuarantine, me: &ProcessIdentity, start_time_of: &
 /// `listContextEngineQuarantines` (§4.4) with the deviation in the module header: `in_memory`
 /// first (authoritative), then for every other engine id its persisted row (a running
 /// process's before others, then the earliest).
-pub fn list(in_memory: &[QuarantineRecord], persisted: &[PersistedQuarantine], me: &ProcessIdentity) -> Vec<ListedQuarantine> {
+pub fn list(
+    in_memory: &[QuarantineRecord],
+    persisted: &[PersistedQuarantine],
+    me: &ProcessIdentity,
+) -> Vec<ListedQuarantine> {
     list_with(in_memory, persisted, me, &process_start_time)
 }
 
@@ -237,7 +254,10 @@ fn list_with(
         let running = row_running(row, me, start_time_of);
         let better = match best.get(row.engine_id.as_str()) {
             None => true,
-            Some((r, b)) => (running, std::cmp::Reverse(row.failed_at_ms)) > (*r, std::cmp::Reverse(b.failed_at_ms)),
+            Some((r, b)) => {
+                (running, std::cmp::Reverse(row.failed_at_ms))
+                    > (*r, std::cmp::Reverse(b.failed_at_ms))
+            }
         };
         if better {
             best.insert(&row.engine_id, (running, row));
@@ -274,7 +294,11 @@ impl HealthMirror {
 
     /// The mirror at `path` as process `me` sees it (tests play siblings with this).
     pub fn with_identity(path: impl Into<PathBuf>, me: ProcessIdentity) -> Self {
-        Self { path: path.into(), me, write: Mutex::new(()) }
+        Self {
+            path: path.into(),
+            me,
+            write: Mutex::new(()),
+        }
     }
 
     /// The file.
@@ -288,7 +312,10 @@ impl HealthMirror {
     }
 
     fn error(&self, problem: impl std::fmt::Display) -> EngineError {
-        EngineError::HealthMirror { path: self.path.clone(), problem: problem.to_string() }
+        EngineError::HealthMirror {
+            path: self.path.clone(),
+            problem: problem.to_string(),
+        }
     }
 
     /// Every persisted row; empty when there is no mirror. A file that cannot be read or
@@ -299,8 +326,8 @@ impl HealthMirror {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(self.error(format!("cannot be read: {e}"))),
         };
-        let file: MirrorFile =
-            serde_json::from_str(&text).map_err(|e| self.error(format!("is not a valid quarantine mirror: {e}")))?;
+        let file: MirrorFile = serde_json::from_str(&text)
+            .map_err(|e| self.error(format!("is not a valid quarantine mirror: {e}")))?;
         if file.version != MIRROR_VERSION {
             return Err(self.error(format!(
                 "has version {} (this build reads version {MIRROR_VERSION})",
@@ -311,7 +338,10 @@ impl HealthMirror {
     }
 
     /// [`list`] over this mirror's rows.
-    pub fn list(&self, in_memory: &[QuarantineRecord]) -> Result<Vec<ListedQuarantine>, EngineError> {
+    pub fn list(
+        &self,
+        in_memory: &[QuarantineRecord],
+    ) -> Result<Vec<ListedQuarantine>, EngineError> {
         Ok(list(in_memory, &self.read()?, &self.me))
     }
 
@@ -323,13 +353,21 @@ impl HealthMirror {
             owner: record.owner.clone(),
             operation: record.operation.clone(),
             reason: record.reason.clone(),
-            failed_at_ms: record.failed_at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+            failed_at_ms: record
+                .failed_at
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
             process_id: self.me.process_id,
             process_token: self.me.process_token.clone(),
             process_start_time: self.me.process_start_time,
         };
         self.update(true, |rows| {
-            if rows.iter().any(|r| r.engine_id == row.engine_id && r.process_id == row.process_id && r.process_token == row.process_token) {
+            if rows.iter().any(|r| {
+                r.engine_id == row.engine_id
+                    && r.process_id == row.process_id
+                    && r.process_token == row.process_token
+            }) {
                 return false;
             }
             // A row of this key from an earlier incarnation of this PID is stale: replaced.
@@ -367,7 +405,9 @@ impl HealthMirror {
         let me = &self.me;
         self.update(false, |rows| {
             let before = rows.len();
-            rows.retain(|r| r.process_id != me.process_id && row_running(r, me, &process_start_time));
+            rows.retain(|r| {
+                r.process_id != me.process_id && row_running(r, me, &process_start_time)
+            });
             dropped = before - rows.len();
             dropped > 0
         })?;
@@ -376,7 +416,11 @@ impl HealthMirror {
 
     /// Read, change, write back atomically under the file lock. `change` answers whether it
     /// changed anything. With `create` false, an absent mirror is left absent.
-    fn update(&self, create: bool, change: impl FnOnce(&mut Vec<PersistedQuarantine>) -> bool) -> Result<(), EngineError> {
+    fn update(
+        &self,
+        create: bool,
+        change: impl FnOnce(&mut Vec<PersistedQuarantine>) -> bool,
+    ) -> Result<(), EngineError> {
         let _local = self.write.lock().unwrap_or_else(|p| p.into_inner());
         if !create && !self.path.exists() {
             return Ok(());
@@ -385,7 +429,8 @@ impl HealthMirror {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        std::fs::create_dir_all(&dir).map_err(|e| self.error(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| self.error(format!("cannot create {}: {e}", dir.display())))?;
         let _lock = self.lock()?;
         let mut rows = self.read()?;
         if !change(&mut rows) {
@@ -397,17 +442,24 @@ impl HealthMirror {
             namespace: MIRROR_NAMESPACE.to_owned(),
             quarantines: rows,
         };
-        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| self.error(format!("cannot be encoded: {e}")))?;
+        let bytes = serde_json::to_vec_pretty(&file)
+            .map_err(|e| self.error(format!("cannot be encoded: {e}")))?;
         let mut tmp = tempfile::Builder::new()
             .prefix(".context-engine-quarantines-")
             .suffix(".tmp")
             .tempfile_in(&dir)
-            .map_err(|e| self.error(format!("cannot create a temp file in {}: {e}", dir.display())))?;
+            .map_err(|e| {
+                self.error(format!(
+                    "cannot create a temp file in {}: {e}",
+                    dir.display()
+                ))
+            })?;
         tmp.write_all(&bytes)
             .and_then(|_| tmp.write_all(b"\n"))
             .and_then(|_| tmp.as_file().sync_all())
             .map_err(|e| self.error(format!("cannot write {}: {e}", tmp.path().display())))?;
-        tmp.persist(&self.path).map_err(|e| self.error(format!("cannot be replaced: {}", e.error)))?;
+        tmp.persist(&self.path)
+            .map_err(|e| self.error(format!("cannot be replaced: {}", e.error)))?;
         Ok(())
     }
 
@@ -421,7 +473,9 @@ impl HealthMirror {
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| self.error(format!("cannot open the lock file {}: {e}", path.display())))?;
+            .map_err(|e| {
+                self.error(format!("cannot open the lock file {}: {e}", path.display()))
+            })?;
         let started = Instant::now();
         loop {
             match FileExt::try_lock_exclusive(&file) {
@@ -445,10 +499,20 @@ mod tests {
     use super::*;
 
     fn me() -> ProcessIdentity {
-        ProcessIdentity { process_id: 100, process_token: "tok-100".into(), process_start_time: Some(5000) }
+        ProcessIdentity {
+            process_id: 100,
+            process_token: "tok-100".into(),
+            process_start_time: Some(5000),
+        }
     }
 
-    fn row(engine: &str, pid: u32, token: &str, start: Option<u64>, at: u64) -> PersistedQuarantine {
+    fn row(
+        engine: &str,
+        pid: u32,
+        token: &str,
+        start: Option<u64>,
+        at: u64,
+    ) -> PersistedQuarantine {
         PersistedQuarantine {
             engine_id: engine.into(),
             owner: Some(format!("plugin:{engine}")),
@@ -475,12 +539,28 @@ mod tests {
     fn processes_are_told_apart_by_token_and_start_time() {
         let me = me();
         let cases = [
-            (row("a", 100, "tok-100", Some(5000), 1), true, "this process"),
-            (row("a", 100, "tok-old", Some(5000), 1), false, "an earlier incarnation of this PID"),
+            (
+                row("a", 100, "tok-100", Some(5000), 1),
+                true,
+                "this process",
+            ),
+            (
+                row("a", 100, "tok-old", Some(5000), 1),
+                false,
+                "an earlier incarnation of this PID",
+            ),
             (row("a", 200, "t", Some(7000), 1), true, "a running sibling"),
             (row("a", 200, "t", Some(6999), 1), false, "a reused PID"),
-            (row("a", 400, "t", Some(7000), 1), false, "a process that is gone"),
-            (row("a", 300, "t", None, 1), false, "a sibling whose start time was not recorded"),
+            (
+                row("a", 400, "t", Some(7000), 1),
+                false,
+                "a process that is gone",
+            ),
+            (
+                row("a", 300, "t", None, 1),
+                false,
+                "a sibling whose start time was not recorded",
+            ),
         ];
         for (r, running, what) in cases {
             assert_eq!(row_running(&r, &me, &probe), running, "{what}");
@@ -491,16 +571,23 @@ mod tests {
     fn memory_is_authoritative_and_one_row_per_engine_is_listed() {
         let memory = vec![row("a", 100, "tok-100", Some(5000), 50).record()];
         let persisted = vec![
-            row("a", 200, "t", Some(7000), 10),  // hidden: "a" is in memory
-            row("b", 400, "t", Some(1), 30),     // gone
-            row("b", 300, "t", Some(9000), 40),  // running: preferred
-            row("c", 400, "t", Some(1), 20),     // gone, later
-            row("c", 401, "t", Some(1), 15),     // gone, earliest: picked
+            row("a", 200, "t", Some(7000), 10), // hidden: "a" is in memory
+            row("b", 400, "t", Some(1), 30),    // gone
+            row("b", 300, "t", Some(9000), 40), // running: preferred
+            row("c", 400, "t", Some(1), 20),    // gone, later
+            row("c", 401, "t", Some(1), 15),    // gone, earliest: picked
         ];
         let listed = list_with(&memory, &persisted, &me(), &probe);
         let got: Vec<(&str, QuarantineSource, u32, bool)> = listed
             .iter()
-            .map(|l| (l.record.engine_id.as_str(), l.source, l.process_id, l.process_running))
+            .map(|l| {
+                (
+                    l.record.engine_id.as_str(),
+                    l.source,
+                    l.process_id,
+                    l.process_running,
+                )
+            })
             .collect();
         assert_eq!(
             got,
@@ -510,12 +597,20 @@ mod tests {
                 ("c", QuarantineSource::Mirror, 401, false),
             ]
         );
-        assert_eq!(listed[2].record.failed_at, UNIX_EPOCH + Duration::from_millis(15));
+        assert_eq!(
+            listed[2].record.failed_at,
+            UNIX_EPOCH + Duration::from_millis(15)
+        );
     }
 
     #[test]
     fn the_listed_json_is_the_health_record_plus_its_process() {
-        let l = list_with(&[], &[row("b", 300, "t", Some(9000), 1_700_000_000_123)], &me(), &probe);
+        let l = list_with(
+            &[],
+            &[row("b", 300, "t", Some(9000), 1_700_000_000_123)],
+            &me(),
+            &probe,
+        );
         assert_eq!(
             serde_json::to_value(&l).expect("encodes"),
             serde_json::json!([{

@@ -68,11 +68,19 @@ pub const FIRED_HOOKS: [&str; 14] = [
 /// How `hook`'s handlers run (OpenClaw's hook runner).
 pub fn hook_mode(hook: &str) -> HookMode {
     match hook {
-        "before_model_resolve" | "before_prompt_build" | "before_agent_start" | "before_tool_call"
-        | "message_sending" | "subagent_spawning" | "subagent_delivery_target" | "before_install"
-        | "inbound_claim" | "before_agent_reply" | "before_dispatch" | "reply_dispatch" | "before_agent_run" => {
-            HookMode::Sequential
-        }
+        "before_model_resolve"
+        | "before_prompt_build"
+        | "before_agent_start"
+        | "before_tool_call"
+        | "message_sending"
+        | "subagent_spawning"
+        | "subagent_delivery_target"
+        | "before_install"
+        | "inbound_claim"
+        | "before_agent_reply"
+        | "before_dispatch"
+        | "reply_dispatch"
+        | "before_agent_run" => HookMode::Sequential,
         "tool_result_persist" | "before_message_write" => HookMode::Chain,
         _ => HookMode::Parallel,
     }
@@ -82,10 +90,14 @@ pub fn hook_mode(hook: &str) -> HookMode {
 /// by the hook (the host still bounds the whole call).
 pub fn default_timeout(hook: &str) -> Option<Duration> {
     match hook {
-        "before_agent_run" | "before_tool_call" | "before_install" | "before_prompt_build"
-        | "before_agent_finalize" | "message_sending" | "reply_payload_sending" | "resolve_exec_env" => {
-            Some(Duration::from_secs(15))
-        }
+        "before_agent_run"
+        | "before_tool_call"
+        | "before_install"
+        | "before_prompt_build"
+        | "before_agent_finalize"
+        | "message_sending"
+        | "reply_payload_sending"
+        | "resolve_exec_env" => Some(Duration::from_secs(15)),
         "agent_end" | "before_compaction" | "after_compaction" => Some(Duration::from_secs(30)),
         "gateway_stop" => Some(Duration::from_secs(5)),
         "channel_pairing_requested" => Some(Duration::from_secs(2)),
@@ -101,7 +113,8 @@ pub fn isolates_event(hook: &str) -> bool {
 
 /// A result that ends a sequential hook: `block: true` or `cancel: true`.
 pub fn is_terminal(result: &Value) -> bool {
-    result.get("block").and_then(Value::as_bool) == Some(true) || result.get("cancel").and_then(Value::as_bool) == Some(true)
+    result.get("block").and_then(Value::as_bool) == Some(true)
+        || result.get("cancel").and_then(Value::as_bool) == Some(true)
 }
 
 /// What one handler did, in the order the handlers ran.
@@ -162,20 +175,32 @@ fn join(a: Option<String>, b: Option<String>) -> Option<String> {
 }
 
 fn text_field(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).filter(|s| !s.trim().is_empty()).map(str::to_owned)
+    v.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .map(str::to_owned)
 }
 
 impl PromptBuild {
     /// OpenClaw's merge over handler results in priority order: the first defined
     /// `systemPrompt` wins; the context fields are joined with `"\n\n"` in priority order.
     pub fn merge(outputs: &[HookOutput]) -> Self {
-        outputs.iter().filter_map(HookOutput::value).fold(Self::default(), |acc, v| Self {
-            system_prompt: acc.system_prompt.or_else(|| text_field(v, "systemPrompt")),
-            prepend_context: join(acc.prepend_context, text_field(v, "prependContext")),
-            append_context: join(acc.append_context, text_field(v, "appendContext")),
-            prepend_system_context: join(acc.prepend_system_context, text_field(v, "prependSystemContext")),
-            append_system_context: join(acc.append_system_context, text_field(v, "appendSystemContext")),
-        })
+        outputs
+            .iter()
+            .filter_map(HookOutput::value)
+            .fold(Self::default(), |acc, v| Self {
+                system_prompt: acc.system_prompt.or_else(|| text_field(v, "systemPrompt")),
+                prepend_context: join(acc.prepend_context, text_field(v, "prependContext")),
+                append_context: join(acc.append_context, text_field(v, "appendContext")),
+                prepend_system_context: join(
+                    acc.prepend_system_context,
+                    text_field(v, "prependSystemContext"),
+                ),
+                append_system_context: join(
+                    acc.append_system_context,
+                    text_field(v, "appendSystemContext"),
+                ),
+            })
     }
 
     /// `self` (from `before_prompt_build`) followed by the legacy `before_agent_start` result,
@@ -185,7 +210,10 @@ impl PromptBuild {
             system_prompt: self.system_prompt.or(legacy.system_prompt),
             prepend_context: join(self.prepend_context, legacy.prepend_context),
             append_context: join(self.append_context, legacy.append_context),
-            prepend_system_context: join(self.prepend_system_context, legacy.prepend_system_context),
+            prepend_system_context: join(
+                self.prepend_system_context,
+                legacy.prepend_system_context,
+            ),
             append_system_context: join(self.append_system_context, legacy.append_system_context),
         }
     }
@@ -197,7 +225,9 @@ impl PromptBuild {
 
     /// Whether it changes the system prompt.
     pub fn changes_system(&self) -> bool {
-        self.system_prompt.is_some() || self.prepend_system_context.is_some() || self.append_system_context.is_some()
+        self.system_prompt.is_some()
+            || self.prepend_system_context.is_some()
+            || self.append_system_context.is_some()
     }
 
     /// Whether it changes the user's prompt.
@@ -208,7 +238,14 @@ impl PromptBuild {
     /// The prompt the model gets: `prepend + "\n\n" + prompt (+ "\n\n" + append)`.
     pub fn apply_prompt(&self, prompt: &str) -> String {
         let mut out = String::new();
-        for part in [self.prepend_context.as_deref(), Some(prompt), self.append_context.as_deref()].into_iter().flatten() {
+        for part in [
+            self.prepend_context.as_deref(),
+            Some(prompt),
+            self.append_context.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
             if !out.is_empty() {
                 out.push_str("\n\n");
             }
@@ -220,9 +257,20 @@ impl PromptBuild {
     /// The system prompt the model gets: `systemPrompt` (when set) replaces `system`, then the
     /// system contexts go around it, `"\n\n"` between.
     pub fn apply_system(&self, system: &str) -> String {
-        let base = self.system_prompt.as_deref().map(str::trim).unwrap_or(system);
+        let base = self
+            .system_prompt
+            .as_deref()
+            .map(str::trim)
+            .unwrap_or(system);
         let mut out = String::new();
-        for part in [self.prepend_system_context.as_deref(), Some(base), self.append_system_context.as_deref()].into_iter().flatten() {
+        for part in [
+            self.prepend_system_context.as_deref(),
+            Some(base),
+            self.append_system_context.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
             if part.is_empty() {
                 continue;
             }
@@ -247,7 +295,8 @@ pub enum ToolCallDecision {
 /// The reason of a block without one (OpenClaw's text).
 pub const DEFAULT_BLOCK_REASON: &str = "Tool call blocked by plugin hook";
 /// The reason when a handler failed (the hook is fail-closed; OpenClaw's text).
-pub const HOOK_FAILURE_BLOCK_REASON: &str = "Tool call blocked because before_tool_call hook failed";
+pub const HOOK_FAILURE_BLOCK_REASON: &str =
+    "Tool call blocked because before_tool_call hook failed";
 /// The reason when a handler asks for an approval: this host has no approval route (OpenClaw's
 /// text for a gateway that has none).
 pub const NO_APPROVAL_ROUTE_REASON: &str = "Plugin approval unavailable (no approval route)";
@@ -266,7 +315,8 @@ pub fn decide_tool_call(params: &Value, outputs: &[HookOutput]) -> ToolCallDecis
             Ok(Some(v)) => v,
         };
         if v.get("block").and_then(Value::as_bool) == Some(true) {
-            let reason = text_field(v, "blockReason").unwrap_or_else(|| DEFAULT_BLOCK_REASON.to_owned());
+            let reason =
+                text_field(v, "blockReason").unwrap_or_else(|| DEFAULT_BLOCK_REASON.to_owned());
             return ToolCallDecision::Block(reason);
         }
         if v.get("requireApproval").is_some_and(Value::is_object) {
@@ -290,7 +340,13 @@ pub fn decide_tool_call(params: &Value, outputs: &[HookOutput]) -> ToolCallDecis
 /// The `message` a `tool_result_persist` chain ends with: the last one a handler returned
 /// (each handler saw the one before), or `None` when none replaced it.
 pub fn persisted_message(outputs: &[HookOutput]) -> Option<Value> {
-    outputs.iter().rev().filter_map(HookOutput::value).filter_map(|v| v.get("message")).find(|m| m.is_object()).cloned()
+    outputs
+        .iter()
+        .rev()
+        .filter_map(HookOutput::value)
+        .filter_map(|v| v.get("message"))
+        .find(|m| m.is_object())
+        .cloned()
 }
 
 #[cfg(test)]
@@ -299,45 +355,85 @@ mod tests {
     use serde_json::json;
 
     fn ok(v: Value) -> HookOutput {
-        HookOutput { plugin_id: "p".into(), result: Ok(Some(v)) }
+        HookOutput {
+            plugin_id: "p".into(),
+            result: Ok(Some(v)),
+        }
     }
 
     #[test]
     fn prompt_build_merges_in_priority_order_and_the_first_system_prompt_wins() {
         let merged = PromptBuild::merge(&[
             ok(json!({"prependContext": "A", "systemPrompt": "first"})),
-            HookOutput { plugin_id: "q".into(), result: Err("boom".into()) },
-            HookOutput { plugin_id: "q".into(), result: Ok(None) },
-            ok(json!({"prependContext": "B", "systemPrompt": "second", "appendSystemContext": "Z"})),
+            HookOutput {
+                plugin_id: "q".into(),
+                result: Err("boom".into()),
+            },
+            HookOutput {
+                plugin_id: "q".into(),
+                result: Ok(None),
+            },
+            ok(
+                json!({"prependContext": "B", "systemPrompt": "second", "appendSystemContext": "Z"}),
+            ),
         ]);
         assert_eq!(merged.prepend_context.as_deref(), Some("A\n\nB"));
         assert_eq!(merged.system_prompt.as_deref(), Some("first"));
         assert_eq!(merged.apply_prompt("hi"), "A\n\nB\n\nhi");
         assert_eq!(merged.apply_system("base"), "first\n\nZ");
-        let legacy = PromptBuild { prepend_context: Some("C".into()), ..Default::default() };
-        assert_eq!(merged.then(legacy).prepend_context.as_deref(), Some("A\n\nB\n\nC"));
+        let legacy = PromptBuild {
+            prepend_context: Some("C".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            merged.then(legacy).prepend_context.as_deref(),
+            Some("A\n\nB\n\nC")
+        );
         assert!(PromptBuild::merge(&[]).is_empty());
     }
 
     #[test]
     fn tool_call_decisions_follow_openclaw() {
         let params = json!({"path": "a.rs", "mode": "r"});
-        assert_eq!(decide_tool_call(&params, &[]), ToolCallDecision::Run(params.clone()));
+        assert_eq!(
+            decide_tool_call(&params, &[]),
+            ToolCallDecision::Run(params.clone())
+        );
         assert_eq!(
             decide_tool_call(&params, &[ok(json!({"params": {"path": "b.rs"}}))]),
             ToolCallDecision::Run(json!({"path": "b.rs", "mode": "r"}))
         );
         assert_eq!(
-            decide_tool_call(&params, &[ok(json!({"params": {"path": "b.rs"}})), ok(json!({"block": true, "blockReason": "no"}))]),
+            decide_tool_call(
+                &params,
+                &[
+                    ok(json!({"params": {"path": "b.rs"}})),
+                    ok(json!({"block": true, "blockReason": "no"}))
+                ]
+            ),
             ToolCallDecision::Block("no".into())
         );
-        assert_eq!(decide_tool_call(&params, &[ok(json!({"block": true}))]), ToolCallDecision::Block(DEFAULT_BLOCK_REASON.into()));
         assert_eq!(
-            decide_tool_call(&params, &[HookOutput { plugin_id: "p".into(), result: Err("x".into()) }]),
+            decide_tool_call(&params, &[ok(json!({"block": true}))]),
+            ToolCallDecision::Block(DEFAULT_BLOCK_REASON.into())
+        );
+        assert_eq!(
+            decide_tool_call(
+                &params,
+                &[HookOutput {
+                    plugin_id: "p".into(),
+                    result: Err("x".into())
+                }]
+            ),
             ToolCallDecision::Block(HOOK_FAILURE_BLOCK_REASON.into())
         );
         assert_eq!(
-            decide_tool_call(&params, &[ok(json!({"requireApproval": {"title": "t", "description": "d"}}))]),
+            decide_tool_call(
+                &params,
+                &[ok(
+                    json!({"requireApproval": {"title": "t", "description": "d"}})
+                )]
+            ),
             ToolCallDecision::Block(NO_APPROVAL_ROUTE_REASON.into())
         );
     }
@@ -346,7 +442,11 @@ mod tests {
     fn the_persisted_message_is_the_last_one_returned() {
         assert_eq!(persisted_message(&[ok(json!({}))]), None);
         assert_eq!(
-            persisted_message(&[ok(json!({"message": {"n": 1}})), ok(json!({"other": 1})), ok(json!({"message": {"n": 2}}))]),
+            persisted_message(&[
+                ok(json!({"message": {"n": 1}})),
+                ok(json!({"other": 1})),
+                ok(json!({"message": {"n": 2}}))
+            ]),
             Some(json!({"n": 2}))
         );
     }

@@ -5,7 +5,10 @@
 //! quarantine and not a fallback: an engine that would corrupt its state on an unsuitable host
 //! must not run there at all.
 
-use clawctx_protocol::{ContextEngineHostRequirements, ContextEngineInfo, ContextEngineOperation, HostCapability, HostDescriptor};
+use clawctx_protocol::{
+    ContextEngineHostRequirements, ContextEngineInfo, ContextEngineOperation, HostCapability,
+    HostDescriptor,
+};
 
 /// The embedded runner: what clawctx's own runtime offers.
 pub fn embedded_host() -> HostDescriptor {
@@ -30,15 +33,27 @@ pub fn embedded_host() -> HostDescriptor {
 /// The Codex app-server harness: the embedded set plus thread-bootstrap projection.
 pub fn codex_app_server_host() -> HostDescriptor {
     let mut caps = embedded_host().capabilities;
-    caps.push(HostCapability::from(HostCapability::THREAD_BOOTSTRAP_PROJECTION));
-    HostDescriptor { id: "codex-app-server".into(), label: "Codex app-server harness".into(), capabilities: caps }
+    caps.push(HostCapability::from(
+        HostCapability::THREAD_BOOTSTRAP_PROJECTION,
+    ));
+    HostDescriptor {
+        id: "codex-app-server".into(),
+        label: "Codex app-server harness".into(),
+        capabilities: caps,
+    }
 }
 
 /// A generic CLI backend (`cli:<backendId>`): bootstrap, after-turn, maintain by default, and
 /// notably no `assemble-before-prompt`. `capabilities` overrides the list.
 pub fn cli_backend_host(backend_id: &str, capabilities: Option<Vec<String>>) -> HostDescriptor {
     let caps = capabilities.unwrap_or_else(|| {
-        [HostCapability::BOOTSTRAP, HostCapability::AFTER_TURN, HostCapability::MAINTAIN].map(str::to_owned).to_vec()
+        [
+            HostCapability::BOOTSTRAP,
+            HostCapability::AFTER_TURN,
+            HostCapability::MAINTAIN,
+        ]
+        .map(str::to_owned)
+        .to_vec()
     });
     HostDescriptor {
         id: format!("cli:{backend_id}"),
@@ -59,14 +74,33 @@ pub struct HostEvaluation {
 }
 
 /// Evaluates `info.hostRequirements[operation]` against `host`. Never fails.
-pub fn evaluate(info: &ContextEngineInfo, operation: ContextEngineOperation, host: &HostDescriptor) -> HostEvaluation {
-    let req = info.host_requirements.as_ref().and_then(|m| m.get(&operation));
+pub fn evaluate(
+    info: &ContextEngineInfo,
+    operation: ContextEngineOperation,
+    host: &HostDescriptor,
+) -> HostEvaluation {
+    let req = info
+        .host_requirements
+        .as_ref()
+        .and_then(|m| m.get(&operation));
     let Some(req) = req.filter(|r| !r.required_capabilities.is_empty()) else {
-        return HostEvaluation { ok: true, requirements: None, missing_capabilities: Vec::new() };
+        return HostEvaluation {
+            ok: true,
+            requirements: None,
+            missing_capabilities: Vec::new(),
+        };
     };
-    let missing: Vec<String> =
-        req.required_capabilities.iter().filter(|c| !host.has(c.as_str())).map(|c| c.0.clone()).collect();
-    HostEvaluation { ok: missing.is_empty(), requirements: Some(req.clone()), missing_capabilities: missing }
+    let missing: Vec<String> = req
+        .required_capabilities
+        .iter()
+        .filter(|c| !host.has(c.as_str()))
+        .map(|c| c.0.clone())
+        .collect();
+    HostEvaluation {
+        ok: missing.is_empty(),
+        requirements: Some(req.clone()),
+        missing_capabilities: missing,
+    }
 }
 
 /// The exact assertion text of §5.
@@ -91,7 +125,11 @@ pub fn requirement_error_text(
         required.join(", "),
         if caps.is_empty() { "(none)".to_owned() } else { caps.join(", ") }
     );
-    if let Some(extra) = eval.requirements.as_ref().and_then(|r| r.unsupported_message.as_deref()) {
+    if let Some(extra) = eval
+        .requirements
+        .as_ref()
+        .and_then(|r| r.unsupported_message.as_deref())
+    {
         text.push(' ');
         text.push_str(extra);
     }
@@ -108,6 +146,8 @@ pub fn assert_host_requirements(
     if eval.ok {
         Ok(())
     } else {
-        Err(crate::EngineError::HostRequirement(requirement_error_text(info, operation, host, &eval)))
+        Err(crate::EngineError::HostRequirement(requirement_error_text(
+            info, operation, host, &eval,
+        )))
     }
 }

@@ -42,34 +42,58 @@ impl ContextEngine for LegacyEngine {
     }
 
     fn methods(&self) -> MethodSet {
-        MethodSet::REQUIRED.with(Method::AfterTurn).with(Method::Dispose)
+        MethodSet::REQUIRED
+            .with(Method::AfterTurn)
+            .with(Method::Dispose)
     }
 
     fn is_runtime_compaction_delegate(&self) -> bool {
         true
     }
 
-    async fn ingest(&self, _params: &IngestParams, _cx: &CallContext) -> Result<IngestResult, EngineError> {
+    async fn ingest(
+        &self,
+        _params: &IngestParams,
+        _cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
         Ok(IngestResult { ingested: false })
     }
 
-    async fn assemble(&self, params: &AssembleParams, _cx: &CallContext) -> Result<AssembleResult, EngineError> {
-        Ok(AssembleResult { messages: params.messages.clone(), estimated_tokens: 0, ..Default::default() })
+    async fn assemble(
+        &self,
+        params: &AssembleParams,
+        _cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
+        Ok(AssembleResult {
+            messages: params.messages.clone(),
+            estimated_tokens: 0,
+            ..Default::default()
+        })
     }
 
-    async fn compact(&self, params: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        params: &CompactParams,
+        cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         delegate_compaction_to_runtime(params, cx).await
     }
 
-    async fn after_turn(&self, _params: &AfterTurnParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn after_turn(
+        &self,
+        _params: &AfterTurnParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         Ok(())
     }
 }
 
 /// The identity-conflict error text.
-pub const SUCCESSOR_CONFLICT: &str = "Context-engine successor target conflicts with the caller session identity";
+pub const SUCCESSOR_CONFLICT: &str =
+    "Context-engine successor target conflicts with the caller session identity";
 /// The successor key/agent conflict error text.
-pub const SUCCESSOR_KEY_AGENT_CONFLICT: &str = "Context-engine successor session key conflicts with its agent identity";
+pub const SUCCESSOR_KEY_AGENT_CONFLICT: &str =
+    "Context-engine successor session key conflicts with its agent identity";
 
 /// The agent id in a session key of the form `agent:<agentId>:...`.
 pub fn agent_id_from_session_key(key: &str) -> Option<&str> {
@@ -101,14 +125,27 @@ pub fn build_runtime_compaction_request(
     cx: &CallContext,
 ) -> Result<RuntimeCompactionRequest, EngineError> {
     let rc = params.runtime_context.as_ref();
-    let agent_id = params.agent_id.clone().or_else(|| rc.and_then(|r| r.agent_id.clone()));
-    let session_key = params.session_key.clone().or_else(|| rc.and_then(|r| r.session_key.clone()));
-    let session_target = params.session_target.clone().or_else(|| rc.and_then(|r| r.session_target.clone()));
+    let agent_id = params
+        .agent_id
+        .clone()
+        .or_else(|| rc.and_then(|r| r.agent_id.clone()));
+    let session_key = params
+        .session_key
+        .clone()
+        .or_else(|| rc.and_then(|r| r.session_key.clone()));
+    let session_target = params
+        .session_target
+        .clone()
+        .or_else(|| rc.and_then(|r| r.session_target.clone()));
     let current_token_count = params.current_token_count.or_else(|| {
-        rc.and_then(|r| r.current_token_count).filter(|n| n.is_finite() && *n > 0.0).map(|n| n.floor() as u64)
+        rc.and_then(|r| r.current_token_count)
+            .filter(|n| n.is_finite() && *n > 0.0)
+            .map(|n| n.floor() as u64)
     });
     let workspace_dir = rc.and_then(|r| r.workspace_dir.clone()).unwrap_or_else(|| {
-        std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
+        std::env::current_dir()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
     });
 
     // Identity-conflict guard: every agent id, session id and session key that names the caller
@@ -123,7 +160,10 @@ pub fn build_runtime_compaction_request(
         trimmed(target.and_then(|t| t.agent_id.as_deref())),
         target_key_agent,
     ]);
-    let sessions_ok = all_agree([trimmed(Some(params.session_id.as_str())), trimmed(target.and_then(|t| t.session_id.as_deref()))]);
+    let sessions_ok = all_agree([
+        trimmed(Some(params.session_id.as_str())),
+        trimmed(target.and_then(|t| t.session_id.as_deref())),
+    ]);
     let keys_ok = all_agree([trimmed(session_key.as_deref()), trimmed(target_key)]);
     if !(agents_ok && sessions_ok && keys_ok) {
         return Err(EngineError::failed(SUCCESSOR_CONFLICT));
@@ -157,14 +197,20 @@ pub fn build_runtime_compaction_request(
 
 /// `delegateCompactionToRuntime`: runs the runtime's built-in compaction for these params and
 /// maps its result (`compactionTarget` is ignored: the runtime has no such knob).
-pub async fn delegate_compaction_to_runtime(params: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError> {
+pub async fn delegate_compaction_to_runtime(
+    params: &CompactParams,
+    cx: &CallContext,
+) -> Result<CompactResult, EngineError> {
     let request = build_runtime_compaction_request(params, cx)?;
-    let services = cx
-        .services
-        .clone()
-        .ok_or_else(|| EngineError::failed("runtime compaction is not available: no runtime context was passed"))?;
+    let services = cx.services.clone().ok_or_else(|| {
+        EngineError::failed("runtime compaction is not available: no runtime context was passed")
+    })?;
     let caller_agent = request.agent_id.clone().or_else(|| {
-        request.session_key.as_deref().and_then(agent_id_from_session_key).map(str::to_owned)
+        request
+            .session_key
+            .as_deref()
+            .and_then(agent_id_from_session_key)
+            .map(str::to_owned)
     });
     let outcome = services.compact_session(request).await?;
     let result = match outcome.result {
@@ -175,7 +221,9 @@ pub async fn delegate_compaction_to_runtime(params: &CompactParams, cx: &CallCon
                     return Err(EngineError::failed(SUCCESSOR_KEY_AGENT_CONFLICT));
                 }
             }
-            if let (Some(successor_agent), Some(caller)) = (d.agent_id.as_deref(), caller_agent.as_deref()) {
+            if let (Some(successor_agent), Some(caller)) =
+                (d.agent_id.as_deref(), caller_agent.as_deref())
+            {
                 if successor_agent.trim() != caller.trim() {
                     return Err(EngineError::failed(SUCCESSOR_CONFLICT));
                 }
@@ -199,5 +247,10 @@ pub async fn delegate_compaction_to_runtime(params: &CompactParams, cx: &CallCon
             })
         }
     };
-    Ok(CompactResult { ok: outcome.ok, compacted: outcome.compacted, reason: outcome.reason, result })
+    Ok(CompactResult {
+        ok: outcome.ok,
+        compacted: outcome.compacted,
+        reason: outcome.reason,
+        result,
+    })
 }

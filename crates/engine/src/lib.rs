@@ -34,7 +34,7 @@ pub use hooks::{HookDispatcher, HookOutput};
 pub use legacy::LegacyEngine;
 pub use logical_turn::{LogicalTurnEngines, LogicalTurnLease, TurnRecorderState};
 pub use registry::{
-    factory, global_registry, ContextEngineRegistry, EngineLogger, Factory, FactoryContext, Lifecycle, LogLevel,
-    QuarantineRecord, RegisterOptions, RegisterOutcome,
+    factory, global_registry, ContextEngineRegistry, EngineLogger, Factory, FactoryContext,
+    Lifecycle, LogLevel, QuarantineRecord, RegisterOptions, RegisterOutcome,
 };
 pub use resolve::{Resolved, SelectionReason};

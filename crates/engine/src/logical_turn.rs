@@ -77,10 +77,14 @@ impl ContextEngineRegistry {
             return Ok(degrade(None));
         }
         let Some(reg) = registration else {
-            return Ok(degrade(Some(format!("context engine \"{configured_id}\" is not registered"))));
+            return Ok(degrade(Some(format!(
+                "context engine \"{configured_id}\" is not registered"
+            ))));
         };
         if reg.lifecycle == Lifecycle::ReadOnlyDiscovery {
-            return Ok(degrade(Some(format!("context engine \"{configured_id}\" is available for discovery only"))));
+            return Ok(degrade(Some(format!(
+                "context engine \"{configured_id}\" is available for discovery only"
+            ))));
         }
         let engine = match (reg.factory)(ctx).await {
             Ok(e) => e,
@@ -160,7 +164,9 @@ impl LogicalTurnLease {
         agent_dir: Option<std::path::PathBuf>,
         workspace_dir: Option<std::path::PathBuf>,
     ) -> Result<Self, EngineError> {
-        let engines = registry.resolve_logical_turn(config, agent_dir, workspace_dir).await?;
+        let engines = registry
+            .resolve_logical_turn(config, agent_dir, workspace_dir)
+            .await?;
         let default_id = registry.default_id().to_owned();
         let lease = Self {
             engines,
@@ -253,7 +259,10 @@ impl LogicalTurnLease {
     /// Selects the execution host. Before `begin()` any host; after it, a change to a host
     /// missing a capability the engine requires for `agent-run` is an error with the exact
     /// text, and repeating the same host returns the same engine.
-    pub fn select_host(&self, host: &HostDescriptor) -> Result<Arc<dyn ContextEngine>, EngineError> {
+    pub fn select_host(
+        &self,
+        host: &HostDescriptor,
+    ) -> Result<Arc<dyn ContextEngine>, EngineError> {
         let engine = self.engine();
         let mut st = self.lock();
         if st.disposed {
@@ -276,7 +285,10 @@ impl LogicalTurnLease {
     /// against the host transcript, degrading to `legacy` (for this turn only) when it lacks the
     /// durable-turn declaration or the persisted turn has no admission receipt. A configured
     /// default engine is never degraded.
-    pub fn select_for_transcript_host(&self, recorder: TurnRecorderState) -> Result<Arc<dyn ContextEngine>, EngineError> {
+    pub fn select_for_transcript_host(
+        &self,
+        recorder: TurnRecorderState,
+    ) -> Result<Arc<dyn ContextEngine>, EngineError> {
         {
             let st = self.lock();
             if st.disposed {
@@ -288,7 +300,11 @@ impl LogicalTurnLease {
             }
         }
         let engine = &self.engines.configured.engine;
-        let fenced = engine.info().transcript_semantics.is_some_and(|t| t.is_full()) && engine.methods().has(Method::CommitTurn);
+        let fenced = engine
+            .info()
+            .transcript_semantics
+            .is_some_and(|t| t.is_full())
+            && engine.methods().has(Method::CommitTurn);
         if recorder.persisted && !recorder.has_receipt {
             self.degrade(RECEIPT_UNAVAILABLE.to_owned());
         } else if !fenced {
@@ -328,8 +344,12 @@ impl LogicalTurnLease {
         let task = tokio::spawn(work);
         let outcome = match tokio::time::timeout(self.cleanup_deadline, task).await {
             Ok(Ok(Ok(()))) => CleanupOutcome::Clean,
-            Ok(Ok(Err(e))) => CleanupOutcome::Uncertain(format!("context engine disposal failed: {e}")),
-            Ok(Err(e)) => CleanupOutcome::Uncertain(format!("context engine disposal panicked: {e}")),
+            Ok(Ok(Err(e))) => {
+                CleanupOutcome::Uncertain(format!("context engine disposal failed: {e}"))
+            }
+            Ok(Err(e)) => {
+                CleanupOutcome::Uncertain(format!("context engine disposal panicked: {e}"))
+            }
             Err(_) => {
                 self.registry.log(
                     LogLevel::Warn,

@@ -88,7 +88,9 @@ fn synthetic_result(call_id: &str, name: &str) -> AgentMessage {
     AgentMessage::ToolResult(ToolResultMessage {
         tool_call_id: call_id.to_owned(),
         tool_name: name.to_owned(),
-        content: Content::Blocks(vec![ContentBlock::Text(TextContent::new(SYNTHETIC_TOOL_RESULT_TEXT))]),
+        content: Content::Blocks(vec![ContentBlock::Text(TextContent::new(
+            SYNTHETIC_TOOL_RESULT_TEXT,
+        ))]),
         is_error: Some(true),
         ..Default::default()
     })
@@ -132,7 +134,11 @@ impl Sanitizer {
         }
         match &m {
             AgentMessage::ToolResult(r) => {
-                if let Some(pos) = self.pending.iter().position(|(id, _)| *id == r.tool_call_id) {
+                if let Some(pos) = self
+                    .pending
+                    .iter()
+                    .position(|(id, _)| *id == r.tool_call_id)
+                {
                     self.pending.remove(pos);
                     emit(m);
                 } else {
@@ -192,7 +198,15 @@ pub fn turn_limit_start(messages: &[AgentMessage], limit: usize) -> usize {
             seen += 1;
             if seen == limit {
                 // Fewer turns than the limit before this one: keep everything.
-                return if messages[..i].iter().rev().any(|m| matches!(m, AgentMessage::User(_))) { i } else { 0 };
+                return if messages[..i]
+                    .iter()
+                    .rev()
+                    .any(|m| matches!(m, AgentMessage::User(_)))
+                {
+                    i
+                } else {
+                    0
+                };
             }
         }
     }
@@ -219,7 +233,11 @@ pub fn pairing_units(messages: &[AgentMessage]) -> Vec<std::ops::Range<usize>> {
 
 /// Drops the oldest pairing units until the history fits `budget`; when even the newest unit
 /// alone does not fit, shortens its largest text blocks.
-pub fn fit_budget(messages: Vec<AgentMessage>, budget: u64, report: &mut PipelineReport) -> Vec<AgentMessage> {
+pub fn fit_budget(
+    messages: Vec<AgentMessage>,
+    budget: u64,
+    report: &mut PipelineReport,
+) -> Vec<AgentMessage> {
     let costs: Vec<u64> = messages.iter().map(message_tokens).collect();
     let mut total: u64 = costs.iter().sum();
     if total <= budget {
@@ -250,9 +268,13 @@ fn shrink_to_fit(messages: &mut [AgentMessage], budget: u64, report: &mut Pipeli
         if total <= budget {
             return;
         }
-        let Some((idx, &largest)) = costs.iter().enumerate().max_by_key(|(_, c)| **c) else { return };
+        let Some((idx, &largest)) = costs.iter().enumerate().max_by_key(|(_, c)| **c) else {
+            return;
+        };
         let excess = total - budget;
-        let target = largest.saturating_sub(excess).saturating_sub(MESSAGE_OVERHEAD_TOKENS + 8);
+        let target = largest
+            .saturating_sub(excess)
+            .saturating_sub(MESSAGE_OVERHEAD_TOKENS + 8);
         let target = target.min(budget.saturating_sub(overhead));
         shrink_message(&mut messages[idx], target);
         report.messages_truncated += 1;
@@ -261,7 +283,10 @@ fn shrink_to_fit(messages: &mut [AgentMessage], budget: u64, report: &mut Pipeli
 
 fn shrink_text_blocks(blocks: &mut [ContentBlock], target: u64) {
     // Images cannot be shortened: when they alone exceed the target, they go.
-    let image_cost = blocks.iter().filter(|b| matches!(b, ContentBlock::Image(_))).count() as u64
+    let image_cost = blocks
+        .iter()
+        .filter(|b| matches!(b, ContentBlock::Image(_)))
+        .count() as u64
         * clawctx_tokens::IMAGE_TOKENS;
     if image_cost > target / 2 {
         for b in blocks.iter_mut() {
@@ -304,7 +329,10 @@ fn shrink_message(m: &mut AgentMessage, target: u64) {
         AgentMessage::ToolResult(r) => shrink_content(&mut r.content, target),
         AgentMessage::Custom(c) => shrink_content(&mut c.content, target),
         AgentMessage::BashExecution(b) => {
-            b.output = truncate_middle(&b.output, target.saturating_sub(clawctx_tokens::text_tokens(&b.command)))
+            b.output = truncate_middle(
+                &b.output,
+                target.saturating_sub(clawctx_tokens::text_tokens(&b.command)),
+            )
         }
         AgentMessage::BranchSummary(s) | AgentMessage::CompactionSummary(s) => {
             s.summary = truncate_middle(&s.summary, target.saturating_sub(60))

@@ -25,8 +25,11 @@ pub fn project_params<'a, P: HostParams>(params: &'a P, info: &ContextEngineInfo
     if info.accepted_host_params.is_none() {
         return Cow::Borrowed(params);
     }
-    let rejected: Vec<&str> =
-        params.present_host_keys().into_iter().filter(|k| !info.accepts_host_param(k)).collect();
+    let rejected: Vec<&str> = params
+        .present_host_keys()
+        .into_iter()
+        .filter(|k| !info.accepts_host_param(k))
+        .collect();
     if rejected.is_empty() {
         return Cow::Borrowed(params);
     }
@@ -41,8 +44,16 @@ pub fn project_params<'a, P: HostParams>(params: &'a P, info: &ContextEngineInfo
 /// compact) and the runtime services (`runtimeContext`).
 pub fn project_context(cx: &CallContext, info: &ContextEngineInfo, method: Method) -> CallContext {
     CallContext {
-        abort: if method == Method::Compact || info.accepts_host_param("abortSignal") { cx.abort.clone() } else { None },
-        services: if info.accepts_host_param("runtimeContext") { cx.services.clone() } else { None },
+        abort: if method == Method::Compact || info.accepts_host_param("abortSignal") {
+            cx.abort.clone()
+        } else {
+            None
+        },
+        services: if info.accepts_host_param("runtimeContext") {
+            cx.services.clone()
+        } else {
+            None
+        },
     }
 }
 

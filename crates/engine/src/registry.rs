@@ -50,13 +50,20 @@ impl std::fmt::Debug for FactoryContext {
             .field("config", &self.config)
             .field("agent_dir", &self.agent_dir)
             .field("workspace_dir", &self.workspace_dir)
-            .field("host_summarizer", &self.host_summarizer.as_ref().map(|s| s.name().to_owned()))
+            .field(
+                "host_summarizer",
+                &self.host_summarizer.as_ref().map(|s| s.name().to_owned()),
+            )
             .finish()
     }
 }
 
 /// A factory: builds a fresh engine per resolution.
-pub type Factory = Arc<dyn Fn(FactoryContext) -> BoxFuture<'static, Result<Arc<dyn ContextEngine>, EngineError>> + Send + Sync>;
+pub type Factory = Arc<
+    dyn Fn(FactoryContext) -> BoxFuture<'static, Result<Arc<dyn ContextEngine>, EngineError>>
+        + Send
+        + Sync,
+>;
 
 /// Makes a [`Factory`] from an async closure.
 pub fn factory<F, Fut>(f: F) -> Factory
@@ -111,7 +118,10 @@ pub struct Registration {
 
 impl std::fmt::Debug for Registration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registration").field("owner", &self.owner).field("lifecycle", &self.lifecycle).finish()
+        f.debug_struct("Registration")
+            .field("owner", &self.owner)
+            .field("lifecycle", &self.lifecycle)
+            .finish()
     }
 }
 
@@ -139,7 +149,10 @@ pub struct QuarantineRecord {
 }
 
 fn ser_epoch_ms<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    let ms = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let ms = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
     s.serialize_u64(ms)
 }
 
@@ -176,7 +189,13 @@ impl EngineLogger for TracingLogger {
 /// from plugin-controlled text).
 pub fn sanitize_for_terminal(s: &str) -> String {
     s.chars()
-        .map(|c| if c == '\n' || c == '\r' || c == '\t' { ' ' } else { c })
+        .map(|c| {
+            if c == '\n' || c == '\r' || c == '\t' {
+                ' '
+            } else {
+                c
+            }
+        })
         .filter(|c| !c.is_control())
         .collect()
 }
@@ -215,7 +234,10 @@ impl ContextEngineRegistry {
     /// A builder (non-active) registry: runtime registrations defer their quarantine clears
     /// until [`Self::activate`].
     pub fn new_builder() -> Self {
-        Self { active: false, ..Self::new() }
+        Self {
+            active: false,
+            ..Self::new()
+        }
     }
 
     /// An active registry with `legacy` registered by `core`.
@@ -241,7 +263,10 @@ impl ContextEngineRegistry {
     /// now on, through [`FactoryContext::host_summarizer`]; `None` withdraws it. Engines that
     /// summarize on their own may use it; the runtime's built-in compaction has its own.
     pub fn set_host_summarizer(&self, summarizer: Option<Arc<dyn Summarizer>>) {
-        let mut slot = self.host_summarizer.write().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self
+            .host_summarizer
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         *slot = summarizer;
     }
 
@@ -253,7 +278,10 @@ impl ContextEngineRegistry {
     /// the mirror's: the registry works the same without it, and the mirror stays attached.
     pub fn attach_health_mirror(&self, mirror: Arc<HealthMirror>) -> Result<(), EngineError> {
         {
-            let mut slot = self.health_mirror.write().unwrap_or_else(|p| p.into_inner());
+            let mut slot = self
+                .health_mirror
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
             *slot = Some(mirror.clone());
         }
         mirror.begin()?;
@@ -265,7 +293,10 @@ impl ContextEngineRegistry {
 
     /// The attached mirror, if any.
     pub fn health_mirror(&self) -> Option<Arc<HealthMirror>> {
-        self.health_mirror.read().map(|m| m.clone()).unwrap_or_else(|p| p.into_inner().clone())
+        self.health_mirror
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
     }
 
     /// Runs `f` on the attached mirror; its error is logged, never returned (§4.4: best effort).
@@ -279,7 +310,10 @@ impl ContextEngineRegistry {
 
     /// The summarizer offered to factories, if any.
     pub fn host_summarizer(&self) -> Option<Arc<dyn Summarizer>> {
-        self.host_summarizer.read().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
+        self.host_summarizer
+            .read()
+            .map(|s| s.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
     }
 
     /// The context handed to factories: the resolution's paths and config plus what this
@@ -290,11 +324,20 @@ impl ContextEngineRegistry {
         agent_dir: Option<PathBuf>,
         workspace_dir: Option<PathBuf>,
     ) -> FactoryContext {
-        FactoryContext { config, agent_dir, workspace_dir, host_summarizer: self.host_summarizer() }
+        FactoryContext {
+            config,
+            agent_dir,
+            workspace_dir,
+            host_summarizer: self.host_summarizer(),
+        }
     }
 
     pub(crate) fn log(&self, level: LogLevel, line: &str) {
-        let logger = self.logger.read().map(|l| l.clone()).unwrap_or_else(|p| p.into_inner().clone());
+        let logger = self
+            .logger
+            .read()
+            .map(|l| l.clone())
+            .unwrap_or_else(|p| p.into_inner().clone());
         logger.log(level, line);
     }
 
@@ -311,8 +354,18 @@ impl ContextEngineRegistry {
     }
 
     /// `api.registerContextEngine(id, factory)` for plugin `plugin_id` (owner `plugin:<id>`).
-    pub fn register_plugin_engine(&self, plugin_id: &str, id: &str, factory: Factory) -> Result<RegisterOutcome, EngineError> {
-        self.register_for_owner(id, factory, &format!("plugin:{plugin_id}"), RegisterOptions::default())
+    pub fn register_plugin_engine(
+        &self,
+        plugin_id: &str,
+        id: &str,
+        factory: Factory,
+    ) -> Result<RegisterOutcome, EngineError> {
+        self.register_for_owner(
+            id,
+            factory,
+            &format!("plugin:{plugin_id}"),
+            RegisterOptions::default(),
+        )
     }
 
     /// `registerContextEngineForOwner` (§3.1), checks in the contract's order.
@@ -331,22 +384,40 @@ impl ContextEngineRegistry {
             )));
         }
         if id == self.default_id && owner != CORE_OWNER {
-            return Ok(RegisterOutcome::Conflict { existing_owner: CORE_OWNER.to_owned() });
+            return Ok(RegisterOutcome::Conflict {
+                existing_owner: CORE_OWNER.to_owned(),
+            });
         }
-        let mut entries = self.entries.write().map_err(|_| EngineError::failed("registry lock poisoned"))?;
+        let mut entries = self
+            .entries
+            .write()
+            .map_err(|_| EngineError::failed("registry lock poisoned"))?;
         if let Some(existing) = entries.get(id) {
             if existing.owner != owner {
-                return Ok(RegisterOutcome::Conflict { existing_owner: existing.owner.clone() });
+                return Ok(RegisterOutcome::Conflict {
+                    existing_owner: existing.owner.clone(),
+                });
             }
-            if existing.lifecycle == Lifecycle::Runtime && opts.lifecycle == Lifecycle::ReadOnlyDiscovery {
+            if existing.lifecycle == Lifecycle::Runtime
+                && opts.lifecycle == Lifecycle::ReadOnlyDiscovery
+            {
                 // Discovery must never downgrade a live factory.
                 return Ok(RegisterOutcome::Ok);
             }
             if !opts.allow_same_owner_refresh {
-                return Ok(RegisterOutcome::Conflict { existing_owner: existing.owner.clone() });
+                return Ok(RegisterOutcome::Conflict {
+                    existing_owner: existing.owner.clone(),
+                });
             }
         }
-        entries.insert(id.to_owned(), Registration { factory, owner: owner.to_owned(), lifecycle: opts.lifecycle });
+        entries.insert(
+            id.to_owned(),
+            Registration {
+                factory,
+                owner: owner.to_owned(),
+                lifecycle: opts.lifecycle,
+            },
+        );
         drop(entries);
         if opts.lifecycle == Lifecycle::Runtime && self.active {
             self.clear_quarantine(id);
@@ -359,7 +430,12 @@ impl ContextEngineRegistry {
         let ids: Vec<String> = self
             .entries
             .read()
-            .map(|e| e.iter().filter(|(_, r)| r.lifecycle == Lifecycle::Runtime).map(|(k, _)| k.clone()).collect())
+            .map(|e| {
+                e.iter()
+                    .filter(|(_, r)| r.lifecycle == Lifecycle::Runtime)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
             .unwrap_or_default();
         for id in ids {
             self.clear_quarantine(&id);
@@ -370,7 +446,11 @@ impl ContextEngineRegistry {
     pub fn clear_owner(&self, owner: &str) {
         let removed: Vec<String> = match self.entries.write() {
             Ok(mut e) => {
-                let ids: Vec<String> = e.iter().filter(|(_, r)| r.owner == owner).map(|(k, _)| k.clone()).collect();
+                let ids: Vec<String> = e
+                    .iter()
+                    .filter(|(_, r)| r.owner == owner)
+                    .map(|(k, _)| k.clone())
+                    .collect();
                 for id in &ids {
                     e.remove(id);
                 }
@@ -390,7 +470,10 @@ impl ContextEngineRegistry {
 
     /// `listContextEngineIds`, sorted.
     pub fn ids(&self) -> Vec<String> {
-        self.entries.read().map(|e| e.keys().cloned().collect()).unwrap_or_default()
+        self.entries
+            .read()
+            .map(|e| e.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Records a quarantine. First failure wins. Logs the exact line once per new record.
@@ -415,14 +498,20 @@ impl ContextEngineRegistry {
             Err(_) => None,
         };
         if let Some(record) = inserted {
-            self.log(LogLevel::Error, &quarantine_log_line(engine_id, owner, operation, reason, &self.default_id));
+            self.log(
+                LogLevel::Error,
+                &quarantine_log_line(engine_id, owner, operation, reason, &self.default_id),
+            );
             self.with_mirror(|m| m.record(&record));
         }
     }
 
     /// Whether `engine_id` is quarantined in this process.
     pub fn is_quarantined(&self, engine_id: &str) -> bool {
-        self.quarantine.lock().map(|q| q.contains_key(engine_id)).unwrap_or(false)
+        self.quarantine
+            .lock()
+            .map(|q| q.contains_key(engine_id))
+            .unwrap_or(false)
     }
 
     /// Clears the quarantine of one id (and this process's mirror row of it, when it had one).
@@ -438,7 +527,10 @@ impl ContextEngineRegistry {
 
     /// `listContextEngineQuarantines`: this process's records, ordered by engine id.
     pub fn quarantines(&self) -> Vec<QuarantineRecord> {
-        self.quarantine.lock().map(|q| q.values().cloned().collect()).unwrap_or_default()
+        self.quarantine
+            .lock()
+            .map(|q| q.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The health text line (§4.4), or `None` when nothing is quarantined.
@@ -458,8 +550,16 @@ impl ContextEngineRegistry {
 }
 
 /// The exact quarantine log line (§4.2).
-pub fn quarantine_log_line(engine_id: &str, owner: Option<&str>, operation: &str, reason: &str, default_id: &str) -> String {
-    let owner_part = owner.map(|o| format!(" owner={}", sanitize_for_terminal(o))).unwrap_or_default();
+pub fn quarantine_log_line(
+    engine_id: &str,
+    owner: Option<&str>,
+    operation: &str,
+    reason: &str,
+    default_id: &str,
+) -> String {
+    let owner_part = owner
+        .map(|o| format!(" owner={}", sanitize_for_terminal(o)))
+        .unwrap_or_default();
     format!(
         "[context-engine] Context engine \"{}\"{} failed during {}: {}; quarantining it for this process and falling back to default engine \"{}\".",
         sanitize_for_terminal(engine_id),
@@ -470,7 +570,8 @@ pub fn quarantine_log_line(engine_id: &str, owner: Option<&str>, operation: &str
     )
 }
 
-static GLOBAL: LazyLock<Arc<ContextEngineRegistry>> = LazyLock::new(|| Arc::new(ContextEngineRegistry::with_legacy()));
+static GLOBAL: LazyLock<Arc<ContextEngineRegistry>> =
+    LazyLock::new(|| Arc::new(ContextEngineRegistry::with_legacy()));
 
 /// The process-global registry, with `legacy` registered.
 pub fn global_registry() -> Arc<ContextEngineRegistry> {

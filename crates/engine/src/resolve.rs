@@ -17,7 +17,10 @@ use serde_json::Value;
 use crate::engine::{ContextEngine, Method};
 use crate::error::EngineError;
 use crate::guard::GuardedEngine;
-use crate::registry::{owner_plugin_id, ContextEngineRegistry, FactoryContext, Lifecycle, LogLevel, QuarantineRecord, Registration};
+use crate::registry::{
+    owner_plugin_id, ContextEngineRegistry, FactoryContext, Lifecycle, LogLevel, QuarantineRecord,
+    Registration,
+};
 
 /// Where to look things up in a config value.
 fn at<'a>(config: Option<&'a Value>, path: &[&str]) -> Option<&'a Value> {
@@ -62,7 +65,8 @@ pub enum PolicyBlock {
 }
 
 fn list_has(v: Option<&Value>, id: &str) -> Option<bool> {
-    v.and_then(Value::as_array).map(|a| a.iter().any(|x| x.as_str().map(str::trim) == Some(id)))
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().any(|x| x.as_str().map(str::trim) == Some(id)))
 }
 
 /// The enablement policy for plugin `plugin_id`.
@@ -70,15 +74,27 @@ pub fn policy_block(config: Option<&Value>, plugin_id: &str) -> Option<PolicyBlo
     if at(config, &["plugins", "enabled"]).and_then(Value::as_bool) == Some(false) {
         return Some(PolicyBlock::PluginsDisabled);
     }
-    if at(config, &["plugins", "entries", plugin_id, "enabled"]).and_then(Value::as_bool) == Some(false) {
-        return Some(PolicyBlock::PluginDisabled { plugin_id: plugin_id.to_owned() });
+    if at(config, &["plugins", "entries", plugin_id, "enabled"]).and_then(Value::as_bool)
+        == Some(false)
+    {
+        return Some(PolicyBlock::PluginDisabled {
+            plugin_id: plugin_id.to_owned(),
+        });
     }
     if list_has(at(config, &["plugins", "deny"]), plugin_id) == Some(true) {
-        return Some(PolicyBlock::PluginDenied { plugin_id: plugin_id.to_owned() });
+        return Some(PolicyBlock::PluginDenied {
+            plugin_id: plugin_id.to_owned(),
+        });
     }
     let allow = at(config, &["plugins", "allow"]);
-    if allow.and_then(Value::as_array).is_some_and(|a| !a.is_empty()) && list_has(allow, plugin_id) == Some(false) {
-        return Some(PolicyBlock::PluginNotAllowed { plugin_id: plugin_id.to_owned() });
+    if allow
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+        && list_has(allow, plugin_id) == Some(false)
+    {
+        return Some(PolicyBlock::PluginNotAllowed {
+            plugin_id: plugin_id.to_owned(),
+        });
     }
     None
 }
@@ -87,7 +103,11 @@ pub fn policy_block(config: Option<&Value>, plugin_id: &str) -> Option<PolicyBlo
 /// owner plugin of its registration (with no registration, the equal-id rule: the engine id is
 /// taken as the plugin id) disabled, denied or not allowed. Shared by standalone and
 /// logical-turn resolution.
-pub(crate) fn selection_block(config: Option<&Value>, id: &str, registration: Option<&Registration>) -> Option<PolicyBlock> {
+pub(crate) fn selection_block(
+    config: Option<&Value>,
+    id: &str,
+    registration: Option<&Registration>,
+) -> Option<PolicyBlock> {
     if at(config, &["plugins", "enabled"]).and_then(Value::as_bool) == Some(false) {
         return Some(PolicyBlock::PluginsDisabled);
     }
@@ -174,7 +194,10 @@ pub fn contract_error(id: &str, engine: &dyn ContextEngine) -> Option<String> {
     if issues.is_empty() {
         None
     } else {
-        Some(format!("Context engine \"{id}\" factory returned an invalid ContextEngine: {}.", issues.join(", ")))
+        Some(format!(
+            "Context engine \"{id}\" factory returned an invalid ContextEngine: {}.",
+            issues.join(", ")
+        ))
     }
 }
 
@@ -187,7 +210,10 @@ pub fn non_object_contract_error(id: &str, value: &Value) -> String {
 pub fn missing_info_contract_error(id: &str, missing_methods: &[&str]) -> String {
     let mut issues = vec!["missing info".to_owned()];
     issues.extend(missing_methods.iter().map(|m| format!("missing {m}()")));
-    format!("Context engine \"{id}\" factory returned an invalid ContextEngine: {}.", issues.join(", "))
+    format!(
+        "Context engine \"{id}\" factory returned an invalid ContextEngine: {}.",
+        issues.join(", ")
+    )
 }
 
 fn available(registry: &ContextEngineRegistry) -> String {
@@ -202,7 +228,10 @@ fn available(registry: &ContextEngineRegistry) -> String {
 impl ContextEngineRegistry {
     /// The strict default engine (`resolveDefaultContextEngine`): missing → error, factory
     /// error propagates, contract error → `[context-engine] <message>`.
-    pub async fn resolve_default(&self, ctx: FactoryContext) -> Result<Arc<dyn ContextEngine>, EngineError> {
+    pub async fn resolve_default(
+        &self,
+        ctx: FactoryContext,
+    ) -> Result<Arc<dyn ContextEngine>, EngineError> {
         let id = self.default_id().to_owned();
         let reg = self.get(&id).ok_or_else(|| {
             EngineError::NotRegistered(format!(
@@ -237,12 +266,22 @@ impl ContextEngineRegistry {
             async move {
                 let engine = self.resolve_default(ctx).await?;
                 let owner = self.get(&default_id).map(|r| r.owner);
-                Ok::<_, EngineError>(Resolved { engine, configured_id, effective_id: default_id, owner, reason })
+                Ok::<_, EngineError>(Resolved {
+                    engine,
+                    configured_id,
+                    effective_id: default_id,
+                    owner,
+                    reason,
+                })
             }
         };
 
         let Some(id) = slot.filter(|s| *s != default_id) else {
-            let reason = if configured_slot(cfg).is_some() { SelectionReason::SlotIsDefault } else { SelectionReason::SlotUnset };
+            let reason = if configured_slot(cfg).is_some() {
+                SelectionReason::SlotIsDefault
+            } else {
+                SelectionReason::SlotUnset
+            };
             return default_with(reason).await;
         };
 
@@ -258,8 +297,11 @@ impl ContextEngineRegistry {
 
         let Some(reg) = registration else {
             self.quarantine(&id, None, "resolve", "not registered");
-            return default_with(SelectionReason::Quarantined { operation: "resolve".into(), reason: "not registered".into() })
-                .await;
+            return default_with(SelectionReason::Quarantined {
+                operation: "resolve".into(),
+                reason: "not registered".into(),
+            })
+            .await;
         };
 
         if reg.lifecycle == Lifecycle::ReadOnlyDiscovery {
@@ -279,18 +321,31 @@ impl ContextEngineRegistry {
             Err(err) => {
                 let reason = err.to_string();
                 self.quarantine(&id, Some(&reg.owner), "factory", &reason);
-                return default_with(SelectionReason::Quarantined { operation: "factory".into(), reason }).await;
+                return default_with(SelectionReason::Quarantined {
+                    operation: "factory".into(),
+                    reason,
+                })
+                .await;
             }
         };
 
         if let Some(msg) = contract_error(&id, engine.as_ref()) {
             let _ = engine.dispose().await;
             self.quarantine(&id, Some(&reg.owner), "contract-validation", &msg);
-            return default_with(SelectionReason::Quarantined { operation: "contract-validation".into(), reason: msg }).await;
+            return default_with(SelectionReason::Quarantined {
+                operation: "contract-validation".into(),
+                reason: msg,
+            })
+            .await;
         }
 
-        let guarded: Arc<dyn ContextEngine> =
-            Arc::new(GuardedEngine::new(engine, id.clone(), Some(reg.owner.clone()), self.clone(), ctx));
+        let guarded: Arc<dyn ContextEngine> = Arc::new(GuardedEngine::new(
+            engine,
+            id.clone(),
+            Some(reg.owner.clone()),
+            self.clone(),
+            ctx,
+        ));
         Ok(Resolved {
             engine: guarded,
             configured_id,
@@ -302,5 +357,8 @@ impl ContextEngineRegistry {
 }
 
 fn quarantined_reason(rec: &QuarantineRecord) -> SelectionReason {
-    SelectionReason::Quarantined { operation: rec.operation.clone(), reason: rec.reason.clone() }
+    SelectionReason::Quarantined {
+        operation: rec.operation.clone(),
+        reason: rec.reason.clone(),
+    }
 }

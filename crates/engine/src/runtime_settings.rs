@@ -40,7 +40,10 @@ pub struct RuntimeSettingsInput {
 }
 
 fn norm_str(s: &Option<String>) -> Option<String> {
-    s.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
+    s.as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 fn norm_num(n: Option<f64>) -> Option<f64> {
@@ -101,7 +104,11 @@ pub fn build_runtime_settings(input: &RuntimeSettingsInput) -> RuntimeSettings {
         }
     });
     let selected_id = norm_str(&input.selected_id);
-    let source = input.source.unwrap_or(if selected_id.is_some() { SelectionSource::Configured } else { SelectionSource::Unknown });
+    let source = input.source.unwrap_or(if selected_id.is_some() {
+        SelectionSource::Configured
+    } else {
+        SelectionSource::Unknown
+    });
     RuntimeSettings {
         schema_version: 1,
         runtime: RuntimeBlock {
@@ -110,16 +117,33 @@ pub fn build_runtime_settings(input: &RuntimeSettingsInput) -> RuntimeSettings {
             harness_id: norm_str(&input.harness_id),
             runtime_id: norm_str(&input.runtime_id),
         },
-        model: ModelBlock { requested, resolved, provider: norm_str(&input.provider), family: norm_str(&input.family) },
-        context_engine_selection: SelectionBlock { selected_id, source },
+        model: ModelBlock {
+            requested,
+            resolved,
+            provider: norm_str(&input.provider),
+            family: norm_str(&input.family),
+        },
+        context_engine_selection: SelectionBlock {
+            selected_id,
+            source,
+        },
         execution_host: ExecutionHostBlock {
-            id: input.host.as_ref().and_then(|h| norm_str(&Some(h.id.clone()))),
-            label: input.host.as_ref().and_then(|h| norm_str(&Some(h.label.clone()))),
+            id: input
+                .host
+                .as_ref()
+                .and_then(|h| norm_str(&Some(h.id.clone()))),
+            label: input
+                .host
+                .as_ref()
+                .and_then(|h| norm_str(&Some(h.label.clone()))),
         },
         limits: LimitsBlock {
             prompt_token_budget: norm_num(input.prompt_token_budget),
             max_output_tokens: norm_num(input.max_output_tokens),
         },
-        diagnostics: DiagnosticsBlock { fallback_reason, degraded_reason },
+        diagnostics: DiagnosticsBlock {
+            fallback_reason,
+            degraded_reason,
+        },
     }
 }

@@ -27,18 +27,36 @@ impl ContextEngine for Prepending {
         Ok(IngestResult { ingested: true })
     }
 
-    async fn assemble(&self, params: &AssembleParams, _: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        params: &AssembleParams,
+        _: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         let mut messages = self.prepend.clone();
         messages.extend(params.messages.iter().cloned());
-        Ok(AssembleResult { messages, estimated_tokens: 1, ..Default::default() })
+        Ok(AssembleResult {
+            messages,
+            estimated_tokens: 1,
+            ..Default::default()
+        })
     }
 
-    async fn compact(&self, _: &CompactParams, _: &CallContext) -> Result<CompactResult, EngineError> {
-        Ok(CompactResult { ok: true, compacted: false, ..Default::default() })
+    async fn compact(
+        &self,
+        _: &CompactParams,
+        _: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
+        Ok(CompactResult {
+            ok: true,
+            compacted: false,
+            ..Default::default()
+        })
     }
 }
 
-async fn assemble_through_the_guard(prepend: Vec<AgentMessage>) -> (Arc<ContextEngineRegistry>, AssembleParams, AssembleResult) {
+async fn assemble_through_the_guard(
+    prepend: Vec<AgentMessage>,
+) -> (Arc<ContextEngineRegistry>, AssembleParams, AssembleResult) {
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     let engine: Arc<dyn ContextEngine> = Arc::new(Prepending { prepend });
     registry
@@ -64,7 +82,11 @@ async fn assemble_through_the_guard(prepend: Vec<AgentMessage>) -> (Arc<ContextE
         token_budget: Some(10_000),
         ..Default::default()
     };
-    let result = resolved.engine.assemble(&params, &CallContext::none()).await.expect("an answer, from legacy at worst");
+    let result = resolved
+        .engine
+        .assemble(&params, &CallContext::none())
+        .await
+        .expect("an answer, from legacy at worst");
     (registry, params, result)
 }
 
@@ -76,33 +98,58 @@ async fn a_tool_result_without_a_tool_call_id_quarantines_naming_the_index_and_f
         content: Content::Text("lost its call".into()),
         ..Default::default()
     });
-    let (registry, params, result) = assemble_through_the_guard(vec![AgentMessage::user("recalled"), orphan]).await;
-    assert_eq!(result.messages, params.messages, "legacy answered the same call");
+    let (registry, params, result) =
+        assemble_through_the_guard(vec![AgentMessage::user("recalled"), orphan]).await;
+    assert_eq!(
+        result.messages, params.messages,
+        "legacy answered the same call"
+    );
     let q = registry.quarantines();
     assert_eq!(q.len(), 1, "{q:?}");
     assert_eq!(q[0].engine_id, "prepending");
     assert_eq!(q[0].operation, "assemble");
-    assert!(q[0].reason.starts_with("contract violation: "), "{}", q[0].reason);
-    assert!(q[0].reason.contains("at index 1") && q[0].reason.contains("toolCallId"), "{}", q[0].reason);
+    assert!(
+        q[0].reason.starts_with("contract violation: "),
+        "{}",
+        q[0].reason
+    );
+    assert!(
+        q[0].reason.contains("at index 1") && q[0].reason.contains("toolCallId"),
+        "{}",
+        q[0].reason
+    );
 }
 
 #[tokio::test]
 async fn a_system_message_passes_the_guard_for_the_runtime_to_fold() {
     let system = AgentMessage::from_map(
-        json!({"role": "system", "content": "Recalled: the build uses cargo."}).as_object().cloned().unwrap(),
+        json!({"role": "system", "content": "Recalled: the build uses cargo."})
+            .as_object()
+            .cloned()
+            .unwrap(),
     )
     .unwrap();
     let (registry, params, result) = assemble_through_the_guard(vec![system.clone()]).await;
-    assert!(registry.quarantines().is_empty(), "{:?}", registry.quarantines());
+    assert!(
+        registry.quarantines().is_empty(),
+        "{:?}",
+        registry.quarantines()
+    );
     assert_eq!(result.messages.first(), Some(&system));
     assert_eq!(&result.messages[1..], &params.messages[..]);
 }
 
 #[test]
 fn the_check_accepts_paired_results_and_names_the_first_bad_one() {
-    let ok = vec![AgentMessage::tool_call("c1", "read", json!({})), AgentMessage::tool_result("c1", "read", "x")];
+    let ok = vec![
+        AgentMessage::tool_call("c1", "read", json!({})),
+        AgentMessage::tool_result("c1", "read", "x"),
+    ];
     assert_eq!(guard::check_assembled_messages(&ok), Ok(()));
     let mut bad = ok.clone();
     bad.push(AgentMessage::tool_result("  ", "read", "y"));
-    assert_eq!(guard::check_assembled_messages(&bad), Err(guard::missing_tool_call_id(2)));
+    assert_eq!(
+        guard::check_assembled_messages(&bad),
+        Err(guard::missing_tool_call_id(2))
+    );
 }

@@ -38,14 +38,20 @@ fn path_of(messages: &[AgentMessage]) -> Vec<TranscriptEntry> {
 fn cut_never_lands_on_a_tool_result() {
     let msgs = conversation(3, 40, 1);
     let path = path_of(&msgs);
-    let tokens: Vec<u64> = path.iter().map(|e| clawctx_tokens::message_tokens(e.message().unwrap())).collect();
+    let tokens: Vec<u64> = path
+        .iter()
+        .map(|e| clawctx_tokens::message_tokens(e.message().unwrap()))
+        .collect();
     let kept_from = |i: usize| -> u64 { tokens[i..].iter().sum() };
     let total = kept_from(0);
     let mut moved_forward = 0;
-    let keeps = [1u64, 50, 200, 800, 2_000, 5_000].into_iter().chain((1..=total + 200).step_by(97));
+    let keeps = [1u64, 50, 200, 800, 2_000, 5_000]
+        .into_iter()
+        .chain((1..=total + 200).step_by(97));
     for keep in keeps {
-        let cut = find_cut_point(&path, 0, path.len(), keep)
-            .unwrap_or_else(|| panic!("§7.4 keep={keep}: a window starting with a user message always has a cut point"));
+        let cut = find_cut_point(&path, 0, path.len(), keep).unwrap_or_else(|| {
+            panic!("§7.4 keep={keep}: a window starting with a user message always has a cut point")
+        });
         let first = cut.first_kept_index;
         let entry = &path[first];
         assert!(
@@ -53,13 +59,23 @@ fn cut_never_lands_on_a_tool_result() {
             "§7.4 keep={keep}: cut at a tool result ({})",
             entry.id
         );
-        assert!(is_valid_cut_point(entry), "§7.4 keep={keep}: the cut ({}) is not a valid cut point", entry.id);
+        assert!(
+            is_valid_cut_point(entry),
+            "§7.4 keep={keep}: the cut ({}) is not a valid cut point",
+            entry.id
+        );
         if total < keep {
-            assert_eq!(first, 0, "§7.4 keep={keep} > the window's {total} tokens: the whole window is kept");
+            assert_eq!(
+                first, 0,
+                "§7.4 keep={keep} > the window's {total} tokens: the whole window is kept"
+            );
             continue;
         }
         // Walking back from the newest entry: the first entry at which `keep` is reached.
-        let reached = (0..path.len()).rev().find(|&i| kept_from(i) >= keep).unwrap();
+        let reached = (0..path.len())
+            .rev()
+            .find(|&i| kept_from(i) >= keep)
+            .unwrap();
         assert!(
             first >= reached,
             "§7.4 keep={keep}: the cut at {first} keeps {} tokens, more than needed (the target is reached at {reached})",
@@ -70,7 +86,11 @@ fn cut_never_lands_on_a_tool_result() {
             "§7.4 keep={keep}: the cut at {first} skips a valid cut point after {reached}"
         );
         if first == reached {
-            assert!(kept_from(first) >= keep, "§7.4 keep={keep}: kept {} < keep", kept_from(first));
+            assert!(
+                kept_from(first) >= keep,
+                "§7.4 keep={keep}: kept {} < keep",
+                kept_from(first)
+            );
         } else {
             moved_forward += 1;
         }
@@ -92,8 +112,15 @@ fn split_turn_is_detected() {
     let path = path_of(&msgs);
     let last_tokens = clawctx_tokens::message_tokens(&msgs[5]);
     let cut = find_cut_point(&path, 0, path.len(), last_tokens).unwrap();
-    assert_eq!(cut.first_kept_index, 5, "the cut moves to the assistant message");
-    assert_eq!(cut.turn_start_index, Some(2), "the turn starts at the second user message");
+    assert_eq!(
+        cut.first_kept_index, 5,
+        "the cut moves to the assistant message"
+    );
+    assert_eq!(
+        cut.turn_start_index,
+        Some(2),
+        "the turn starts at the second user message"
+    );
     let prep = prepare_compaction(&path, last_tokens).unwrap();
     assert!(prep.is_split_turn());
     assert_eq!(prep.messages_to_summarize.len(), 2);
@@ -124,24 +151,42 @@ fn nothing_to_compact_cases() {
 // prefix/suffix, the kept part follows, update mode carries the previous summary, file ops tracked.
 #[tokio::test]
 async fn legacy_compaction_through_the_runtime() {
-    let host = Arc::new(InMemoryHost::new(CompactionSettings { keep_recent_tokens: 2_000, ..Default::default() }));
+    let host = Arc::new(InMemoryHost::new(CompactionSettings {
+        keep_recent_tokens: 2_000,
+        ..Default::default()
+    }));
     for m in conversation(5, 120, 3) {
         host.append("s", m);
     }
     let before = clawctx_tokens::messages_tokens(&host.context("s"));
-    let p = CompactParams { session_id: "s".into(), session_key: Some("agent:main:main".into()), ..Default::default() };
+    let p = CompactParams {
+        session_id: "s".into(),
+        session_key: Some("agent:main:main".into()),
+        ..Default::default()
+    };
     let r = LegacyEngine.compact(&p, &host.services()).await.unwrap();
     assert!(r.ok && r.compacted, "{r:?}");
     let detail = r.result.unwrap();
     assert!(detail.tokens_before > 0 && detail.tokens_after.unwrap() < before);
     let ctx = host.context("s");
     let first = ctx[0].plain_text();
-    assert!(first.starts_with(COMPACTION_SUMMARY_PREFIX) && first.ends_with(COMPACTION_SUMMARY_SUFFIX), "{first:.200}");
-    assert!(first.contains("<read-files>") && first.contains("src/mod_"), "file ops tracked: {first:.400}");
+    assert!(
+        first.starts_with(COMPACTION_SUMMARY_PREFIX) && first.ends_with(COMPACTION_SUMMARY_SUFFIX),
+        "{first:.200}"
+    );
+    assert!(
+        first.contains("<read-files>") && first.contains("src/mod_"),
+        "file ops tracked: {first:.400}"
+    );
     let after = clawctx_tokens::messages_tokens(&ctx);
     assert!(after < before / 2, "{before} → {after}");
     assert_tool_pairs("legacy", &ctx);
-    assert_eq!(detail.details.unwrap()["readFiles"].as_array().map(|a| a.is_empty()), Some(false));
+    assert_eq!(
+        detail.details.unwrap()["readFiles"]
+            .as_array()
+            .map(|a| a.is_empty()),
+        Some(false)
+    );
 
     // Update mode: a second compaction gets the previous summary and keeps its file list.
     for m in conversation(6, 60, 0) {
@@ -150,8 +195,17 @@ async fn legacy_compaction_through_the_runtime() {
     let r2 = LegacyEngine.compact(&p, &host.services()).await.unwrap();
     assert!(r2.compacted);
     let ctx2 = host.context("s");
-    assert!(ctx2[0].plain_text().contains("src/mod_2.rs"), "previous details are inherited");
-    assert_eq!(context_messages(&host.path("s")).iter().filter(|m| matches!(m, AgentMessage::CompactionSummary(_))).count(), 1);
+    assert!(
+        ctx2[0].plain_text().contains("src/mod_2.rs"),
+        "previous details are inherited"
+    );
+    assert_eq!(
+        context_messages(&host.path("s"))
+            .iter()
+            .filter(|m| matches!(m, AgentMessage::CompactionSummary(_)))
+            .count(),
+        1
+    );
 }
 
 // §7.4: an error from the summarizer surfaces as "Summarization failed: ...".
@@ -163,12 +217,19 @@ async fn summarizer_failure_surfaces() {
         fn name(&self) -> &str {
             "broken"
         }
-        async fn summarize(&self, _r: clawctx_summarize::SummaryRequest) -> Result<clawctx_summarize::Summary, clawctx_summarize::SummarizeError> {
-            Err(clawctx_summarize::SummarizeError::Failed("provider said no".into()))
+        async fn summarize(
+            &self,
+            _r: clawctx_summarize::SummaryRequest,
+        ) -> Result<clawctx_summarize::Summary, clawctx_summarize::SummarizeError> {
+            Err(clawctx_summarize::SummarizeError::Failed(
+                "provider said no".into(),
+            ))
         }
     }
     let path = path_of(&conversation(9, 60, 0));
-    let err = compact_path(&path, 100, &Broken, 16_384, None).await.unwrap_err();
+    let err = compact_path(&path, 100, &Broken, 16_384, None)
+        .await
+        .unwrap_err();
     assert_eq!(err.to_string(), "Summarization failed: provider said no");
 }
 
@@ -185,7 +246,10 @@ fn sanitize_repairs_pairing() {
         AgentMessage::tool_result("ghost", "x", "orphan"),
         AgentMessage::tool_call("c1", "bash", json!({"cmd": "ls"})),
         AgentMessage::user("interrupted"),
-        AgentMessage::Assistant(AssistantMessage { stop_reason: Some("aborted".into()), ..Default::default() }),
+        AgentMessage::Assistant(AssistantMessage {
+            stop_reason: Some("aborted".into()),
+            ..Default::default()
+        }),
         AgentMessage::Other(weird.clone()),
     ];
     let mut report = PipelineReport::default();
@@ -204,7 +268,12 @@ fn sanitize_repairs_pairing() {
 fn history_turn_limit() {
     let msgs = conversation(2, 10, 0);
     let out = limit_history_turns(msgs.clone(), 3);
-    assert_eq!(out.iter().filter(|m| matches!(m, AgentMessage::User(_))).count(), 3);
+    assert_eq!(
+        out.iter()
+            .filter(|m| matches!(m, AgentMessage::User(_)))
+            .count(),
+        3
+    );
     assert_eq!(out.last(), msgs.last());
 }
 
@@ -212,10 +281,20 @@ fn history_turn_limit() {
 #[test]
 fn oversized_message_is_cut_to_fit() {
     let msgs = vec![AgentMessage::user("hello"), huge_user_message(50_000)];
-    let out = prepare_history(msgs, &PipelineOptions { token_budget: Some(1_000), ..Default::default() });
+    let out = prepare_history(
+        msgs,
+        &PipelineOptions {
+            token_budget: Some(1_000),
+            ..Default::default()
+        },
+    );
     assert!(out.report.tokens <= 1_000, "{}", out.report.tokens);
     let text = out.messages.last().unwrap().plain_text();
-    assert!(text.starts_with("HUGE-START") && text.ends_with("HUGE-END") && text.contains("tokens omitted"));
+    assert!(
+        text.starts_with("HUGE-START")
+            && text.ends_with("HUGE-END")
+            && text.contains("tokens omitted")
+    );
     assert_eq!(out.report.messages_truncated, 1);
 }
 
@@ -234,12 +313,20 @@ proptest! {
 
 #[tokio::test]
 async fn conformance_legacy() {
-    conformance::run_all("legacy", maker(|| Arc::new(LegacyEngine) as Arc<dyn ContextEngine>)).await;
+    conformance::run_all(
+        "legacy",
+        maker(|| Arc::new(LegacyEngine) as Arc<dyn ContextEngine>),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn conformance_test_engine() {
-    conformance::run_all("test-engine", maker(|| Arc::new(TestEngine::new("test-engine")) as Arc<dyn ContextEngine>)).await;
+    conformance::run_all(
+        "test-engine",
+        maker(|| Arc::new(TestEngine::new("test-engine")) as Arc<dyn ContextEngine>),
+    )
+    .await;
 }
 
 /// A summarizer whose turn-prefix summaries come back empty (a prefix with nothing to keep).
@@ -258,7 +345,11 @@ impl clawctx_summarize::Summarizer for EmptyPrefix {
             clawctx_summarize::SummaryKind::TurnPrefix => String::new(),
             _ => "## Goal\nthe history".to_owned(),
         };
-        Ok(clawctx_summarize::Summary { text, input_tokens: 1, output_tokens: 1 })
+        Ok(clawctx_summarize::Summary {
+            text,
+            input_tokens: 1,
+            output_tokens: 1,
+        })
     }
 }
 
@@ -273,8 +364,21 @@ async fn an_empty_turn_prefix_summary_adds_no_empty_section() {
     ];
     let path = path_of(&msgs);
     let prep = prepare_compaction(&path, clawctx_tokens::message_tokens(&msgs[3])).unwrap();
-    assert!(prep.is_split_turn(), "the cut lands on the last assistant message");
-    let out = generate_summary(&prep, &EmptyPrefix, 16_384, None).await.unwrap();
-    assert!(!out.entry.summary.contains("Turn Context"), "{}", out.entry.summary);
-    assert!(out.entry.summary.starts_with("## Goal\nthe history"), "{}", out.entry.summary);
+    assert!(
+        prep.is_split_turn(),
+        "the cut lands on the last assistant message"
+    );
+    let out = generate_summary(&prep, &EmptyPrefix, 16_384, None)
+        .await
+        .unwrap();
+    assert!(
+        !out.entry.summary.contains("Turn Context"),
+        "{}",
+        out.entry.summary
+    );
+    assert!(
+        out.entry.summary.starts_with("## Goal\nthe history"),
+        "{}",
+        out.entry.summary
+    );
 }

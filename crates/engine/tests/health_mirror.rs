@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use clawctx_engine::health_mirror::{
-    mirror_path, process_start_time, HealthMirror, PersistedQuarantine, ProcessIdentity, QuarantineSource, MAX_ENTRIES,
+    mirror_path, process_start_time, HealthMirror, PersistedQuarantine, ProcessIdentity,
+    QuarantineSource, MAX_ENTRIES,
 };
 use clawctx_engine::{ContextEngineRegistry, EngineError, QuarantineRecord};
 
@@ -24,9 +25,15 @@ impl Sibling {
     fn start(token: &str) -> Self {
         let child = Command::new("sleep").arg("60").spawn().expect("sleep runs");
         let pid = child.id();
-        let identity =
-            ProcessIdentity { process_id: pid, process_token: token.into(), process_start_time: process_start_time(pid) };
-        assert!(identity.process_start_time.is_some(), "a running child has a start time");
+        let identity = ProcessIdentity {
+            process_id: pid,
+            process_token: token.into(),
+            process_start_time: process_start_time(pid),
+        };
+        assert!(
+            identity.process_start_time.is_some(),
+            "a running child has a start time"
+        );
         Self { child, identity }
     }
 
@@ -60,7 +67,12 @@ fn record(engine: &str, operation: &str, at_ms: u64) -> QuarantineRecord {
 }
 
 fn rows(mirror: &HealthMirror) -> Vec<(String, u32)> {
-    let mut r: Vec<(String, u32)> = mirror.read().unwrap().into_iter().map(|r| (r.engine_id, r.process_id)).collect();
+    let mut r: Vec<(String, u32)> = mirror
+        .read()
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.engine_id, r.process_id))
+        .collect();
     r.sort();
     r
 }
@@ -73,9 +85,21 @@ fn persisted_quarantines_are_listed_when_memory_is_empty() {
     let path = mirror_path(dir.path());
     let sibling = Sibling::start("sibling");
     let theirs = ContextEngineRegistry::with_legacy();
-    theirs.attach_health_mirror(Arc::new(sibling.mirror(&path))).unwrap();
-    theirs.quarantine("faulty", Some("plugin:faulty"), "assemble", "assemble exploded");
-    theirs.quarantine("faulty", Some("plugin:faulty"), "ingest", "a later failure does not overwrite");
+    theirs
+        .attach_health_mirror(Arc::new(sibling.mirror(&path)))
+        .unwrap();
+    theirs.quarantine(
+        "faulty",
+        Some("plugin:faulty"),
+        "assemble",
+        "assemble exploded",
+    );
+    theirs.quarantine(
+        "faulty",
+        Some("plugin:faulty"),
+        "ingest",
+        "a later failure does not overwrite",
+    );
     let in_memory = theirs.quarantines();
 
     let persisted = HealthMirror::new(&path).read().unwrap();
@@ -86,7 +110,11 @@ fn persisted_quarantines_are_listed_when_memory_is_empty() {
             owner: Some("plugin:faulty".into()),
             operation: "assemble".into(),
             reason: "assemble exploded".into(),
-            failed_at_ms: in_memory[0].failed_at.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64,
+            failed_at_ms: in_memory[0]
+                .failed_at
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64,
             process_id: sibling.identity.process_id,
             process_token: "sibling".into(),
             process_start_time: sibling.identity.process_start_time,
@@ -117,23 +145,38 @@ fn clearing_for_this_process_keeps_live_sibling_rows() {
     let me = mine.identity().process_id;
     let them = sibling.identity.process_id;
     for (i, engine) in ["a", "b"].into_iter().enumerate() {
-        theirs.record(&record(engine, "assemble", i as u64)).unwrap();
-        mine.record(&record(engine, "assemble", 10 + i as u64)).unwrap();
+        theirs
+            .record(&record(engine, "assemble", i as u64))
+            .unwrap();
+        mine.record(&record(engine, "assemble", 10 + i as u64))
+            .unwrap();
     }
     mine.clear(Some("a")).unwrap();
-    let mut want = vec![("a".to_owned(), them), ("b".to_owned(), them), ("b".to_owned(), me)];
+    let mut want = vec![
+        ("a".to_owned(), them),
+        ("b".to_owned(), them),
+        ("b".to_owned(), me),
+    ];
     want.sort();
     assert_eq!(rows(&mine), want);
     mine.clear(None).unwrap();
-    assert_eq!(rows(&mine), [("a".to_owned(), them), ("b".to_owned(), them)]);
+    assert_eq!(
+        rows(&mine),
+        [("a".to_owned(), them), ("b".to_owned(), them)]
+    );
 
     // Through the registry: a re-registration clears the in-memory record and this process's row.
     let registry = ContextEngineRegistry::with_legacy();
-    registry.attach_health_mirror(Arc::new(HealthMirror::new(&path))).unwrap();
+    registry
+        .attach_health_mirror(Arc::new(HealthMirror::new(&path)))
+        .unwrap();
     registry.quarantine("a", None, "factory", "boom");
     assert_eq!(rows(&mine).len(), 3);
     registry.clear_quarantine("a");
-    assert_eq!(rows(&mine), [("a".to_owned(), them), ("b".to_owned(), them)]);
+    assert_eq!(
+        rows(&mine),
+        [("a".to_owned(), them), ("b".to_owned(), them)]
+    );
 }
 
 // §12.11 with the deliberate deviation: rows of processes that are not running (exited, an
@@ -144,18 +187,26 @@ fn rows_of_exited_processes_are_listed_until_the_next_process_attaches() {
     let dir = tempfile::tempdir().unwrap();
     let path = mirror_path(dir.path());
     let gone = Sibling::start("gone");
-    gone.mirror(&path).record(&record("exited", "assemble", 1)).unwrap();
+    gone.mirror(&path)
+        .record(&record("exited", "assemble", 1))
+        .unwrap();
     let gone = gone.exit();
     let live = Sibling::start("live");
-    live.mirror(&path).record(&record("running", "factory", 2)).unwrap();
+    live.mirror(&path)
+        .record(&record("running", "factory", 2))
+        .unwrap();
     let mut earlier_me = ProcessIdentity::current();
     earlier_me.process_token = "an earlier incarnation".into();
-    HealthMirror::with_identity(&path, earlier_me).record(&record("reincarnated", "ingest", 3)).unwrap();
+    HealthMirror::with_identity(&path, earlier_me)
+        .record(&record("reincarnated", "ingest", 3))
+        .unwrap();
 
     let mine = HealthMirror::new(&path);
     let listed = mine.list(&[]).unwrap();
-    let seen: Vec<(&str, u32, bool)> =
-        listed.iter().map(|l| (l.record.engine_id.as_str(), l.process_id, l.process_running)).collect();
+    let seen: Vec<(&str, u32, bool)> = listed
+        .iter()
+        .map(|l| (l.record.engine_id.as_str(), l.process_id, l.process_running))
+        .collect();
     assert_eq!(
         seen,
         [
@@ -166,8 +217,13 @@ fn rows_of_exited_processes_are_listed_until_the_next_process_attaches() {
     );
 
     let registry = ContextEngineRegistry::with_legacy();
-    registry.attach_health_mirror(Arc::new(HealthMirror::new(&path))).unwrap();
-    assert_eq!(rows(&mine), [("running".to_owned(), live.identity.process_id)]);
+    registry
+        .attach_health_mirror(Arc::new(HealthMirror::new(&path)))
+        .unwrap();
+    assert_eq!(
+        rows(&mine),
+        [("running".to_owned(), live.identity.process_id)]
+    );
 }
 
 // §12.11: clearing an absent mirror creates no state.
@@ -180,9 +236,15 @@ fn clearing_an_absent_mirror_creates_no_state() {
     mirror.clear(Some("x")).unwrap();
     assert_eq!(mirror.begin().unwrap(), 0);
     let registry = ContextEngineRegistry::with_legacy();
-    registry.attach_health_mirror(Arc::new(HealthMirror::new(&path))).unwrap();
+    registry
+        .attach_health_mirror(Arc::new(HealthMirror::new(&path)))
+        .unwrap();
     registry.activate();
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was created");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing was created"
+    );
     assert!(mirror.list(&[]).unwrap().is_empty());
 }
 
@@ -191,10 +253,17 @@ fn a_corrupt_mirror_is_an_error_naming_it_and_is_never_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let path = mirror_path(dir.path());
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    for garbage in ["{\"version\": 1, \"quarantines\": [ {", "{\"version\": 99, \"quarantines\": []}"] {
+    for garbage in [
+        "{\"version\": 1, \"quarantines\": [ {",
+        "{\"version\": 99, \"quarantines\": []}",
+    ] {
         std::fs::write(&path, garbage).unwrap();
         let mirror = HealthMirror::new(&path);
-        for err in [mirror.read().map(|_| ()), mirror.record(&record("x", "assemble", 1)), mirror.list(&[]).map(|_| ())] {
+        for err in [
+            mirror.read().map(|_| ()),
+            mirror.record(&record("x", "assemble", 1)),
+            mirror.list(&[]).map(|_| ()),
+        ] {
             match err {
                 Err(EngineError::HealthMirror { path: p, problem }) => {
                     assert_eq!(p, path);
@@ -205,7 +274,9 @@ fn a_corrupt_mirror_is_an_error_naming_it_and_is_never_overwritten() {
         }
         // The registry keeps working: the quarantine is in memory, the file untouched.
         let registry = ContextEngineRegistry::with_legacy();
-        assert!(registry.attach_health_mirror(Arc::new(HealthMirror::new(&path))).is_err());
+        assert!(registry
+            .attach_health_mirror(Arc::new(HealthMirror::new(&path)))
+            .is_err());
         registry.quarantine("x", None, "assemble", "boom");
         assert!(registry.is_quarantined("x"));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), garbage);
@@ -222,7 +293,9 @@ fn the_first_record_of_a_key_wins_and_at_most_64_rows_are_kept() {
     let read = mirror.read().unwrap();
     assert_eq!((read.len(), read[0].operation.as_str()), (1, "assemble"));
     for i in 0..(MAX_ENTRIES as u64 + 10) {
-        mirror.record(&record(&format!("e{i:03}"), "factory", 100 + i)).unwrap();
+        mirror
+            .record(&record(&format!("e{i:03}"), "factory", 100 + i))
+            .unwrap();
     }
     let read = mirror.read().unwrap();
     assert_eq!(read.len(), MAX_ENTRIES);
@@ -241,10 +314,20 @@ fn concurrent_writers_lose_no_rows() {
             let path = path.clone();
             std::thread::spawn(move || {
                 // Each thread is a process of its own as far as the mirror can tell.
-                let me = ProcessIdentity { process_id: 1_000_000 + t, process_token: format!("t{t}"), process_start_time: None };
+                let me = ProcessIdentity {
+                    process_id: 1_000_000 + t,
+                    process_token: format!("t{t}"),
+                    process_start_time: None,
+                };
                 let mirror = HealthMirror::with_identity(&path, me);
                 for e in 0..6 {
-                    mirror.record(&record(&format!("engine-{e}"), "assemble", u64::from(t) * 10 + e)).unwrap();
+                    mirror
+                        .record(&record(
+                            &format!("engine-{e}"),
+                            "assemble",
+                            u64::from(t) * 10 + e,
+                        ))
+                        .unwrap();
                 }
             })
         })

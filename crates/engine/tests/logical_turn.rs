@@ -15,7 +15,9 @@ use clawctx_test_support::test_engine::{shared_factory, TestEngine};
 use serde_json::{json, Value};
 
 fn slot(id: &str) -> Option<Arc<Value>> {
-    Some(Arc::new(json!({"plugins": {"slots": {"contextEngine": id}}})))
+    Some(Arc::new(
+        json!({"plugins": {"slots": {"contextEngine": id}}}),
+    ))
 }
 
 fn registry() -> (Arc<ContextEngineRegistry>, Arc<CollectingLogger>) {
@@ -39,24 +41,51 @@ fn fenced(id: &str) -> TestEngine {
 #[tokio::test]
 async fn unusable_configured_engines_degrade_for_the_turn_without_quarantine() {
     let (r, logs) = registry();
-    r.register_for_owner("disc", shared_factory(Arc::new(TestEngine::new("disc")), Default::default()), "plugin:disc", RegisterOptions { lifecycle: Lifecycle::ReadOnlyDiscovery, ..Default::default() }).unwrap();
-    r.register_for_owner("boom", factory(|_| async { Err(EngineError::failed("factory exploded")) }), "plugin:boom", RegisterOptions::default()).unwrap();
+    r.register_for_owner(
+        "disc",
+        shared_factory(Arc::new(TestEngine::new("disc")), Default::default()),
+        "plugin:disc",
+        RegisterOptions {
+            lifecycle: Lifecycle::ReadOnlyDiscovery,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    r.register_for_owner(
+        "boom",
+        factory(|_| async { Err(EngineError::failed("factory exploded")) }),
+        "plugin:boom",
+        RegisterOptions::default(),
+    )
+    .unwrap();
     for (id, reason) in [
         ("ghost", "context engine \"ghost\" is not registered"),
-        ("disc", "context engine \"disc\" is available for discovery only"),
+        (
+            "disc",
+            "context engine \"disc\" is available for discovery only",
+        ),
         ("boom", "factory exploded"),
     ] {
         let before = logs.warnings().len();
-        let lease = LogicalTurnLease::create(r.clone(), slot(id), None, None).await.unwrap();
+        let lease = LogicalTurnLease::create(r.clone(), slot(id), None, None)
+            .await
+            .unwrap();
         assert!(lease.degraded(), "{id}");
         assert_eq!(lease.degraded_reason().as_deref(), Some(reason));
         assert_eq!(lease.effective_engine_id(), "legacy");
         assert_eq!(lease.engine().info().id, "legacy");
         let new: Vec<String> = logs.warnings()[before..].to_vec();
         assert_eq!(new.len(), 1, "exactly one warning for {id}: {new:?}");
-        assert!(new[0].contains(&format!("Context engine \"{id}\" degraded to \"legacy\"")), "{}", new[0]);
+        assert!(
+            new[0].contains(&format!("Context engine \"{id}\" degraded to \"legacy\"")),
+            "{}",
+            new[0]
+        );
     }
-    assert!(r.quarantines().is_empty(), "the logical-turn path never quarantines");
+    assert!(
+        r.quarantines().is_empty(),
+        "the logical-turn path never quarantines"
+    );
 }
 
 // §12.1: configured legacy (explicit or implicit) never warns and is never degraded, even with a
@@ -65,10 +94,24 @@ async fn unusable_configured_engines_degrade_for_the_turn_without_quarantine() {
 async fn configured_legacy_is_never_degraded() {
     let (r, logs) = registry();
     for config in [None, slot("legacy")] {
-        let lease = LogicalTurnLease::create(r.clone(), config, None, None).await.unwrap();
+        let lease = LogicalTurnLease::create(r.clone(), config, None, None)
+            .await
+            .unwrap();
         lease.begin().unwrap();
-        for rec in [TurnRecorderState { persisted: true, has_receipt: false }, TurnRecorderState { persisted: true, has_receipt: true }] {
-            assert_eq!(lease.select_for_transcript_host(rec).unwrap().info().id, "legacy");
+        for rec in [
+            TurnRecorderState {
+                persisted: true,
+                has_receipt: false,
+            },
+            TurnRecorderState {
+                persisted: true,
+                has_receipt: true,
+            },
+        ] {
+            assert_eq!(
+                lease.select_for_transcript_host(rec).unwrap().info().id,
+                "legacy"
+            );
         }
         assert!(!lease.degraded());
     }
@@ -80,21 +123,54 @@ async fn configured_legacy_is_never_degraded() {
 #[tokio::test]
 async fn transcript_host_selection_follows_the_recorder() {
     let (r, _) = registry();
-    r.register_for_owner("fenced", shared_factory(Arc::new(fenced("fenced")), Default::default()), "plugin:fenced", RegisterOptions::default()).unwrap();
-    r.register_for_owner("plain", shared_factory(Arc::new(TestEngine::new("plain")), Default::default()), "plugin:plain", RegisterOptions::default()).unwrap();
+    r.register_for_owner(
+        "fenced",
+        shared_factory(Arc::new(fenced("fenced")), Default::default()),
+        "plugin:fenced",
+        RegisterOptions::default(),
+    )
+    .unwrap();
+    r.register_for_owner(
+        "plain",
+        shared_factory(Arc::new(TestEngine::new("plain")), Default::default()),
+        "plugin:plain",
+        RegisterOptions::default(),
+    )
+    .unwrap();
 
-    let lease = LogicalTurnLease::create(r.clone(), slot("fenced"), None, None).await.unwrap();
-    let e = lease.select_for_transcript_host(TurnRecorderState { persisted: true, has_receipt: false }).unwrap();
-    assert_eq!((e.info().id.as_str(), lease.degraded_reason().as_deref()), ("legacy", Some(RECEIPT_UNAVAILABLE)));
+    let lease = LogicalTurnLease::create(r.clone(), slot("fenced"), None, None)
+        .await
+        .unwrap();
+    let e = lease
+        .select_for_transcript_host(TurnRecorderState {
+            persisted: true,
+            has_receipt: false,
+        })
+        .unwrap();
+    assert_eq!(
+        (e.info().id.as_str(), lease.degraded_reason().as_deref()),
+        ("legacy", Some(RECEIPT_UNAVAILABLE))
+    );
 
-    let lease = LogicalTurnLease::create(r.clone(), slot("fenced"), None, None).await.unwrap();
-    let e = lease.select_for_transcript_host(TurnRecorderState::default()).unwrap();
+    let lease = LogicalTurnLease::create(r.clone(), slot("fenced"), None, None)
+        .await
+        .unwrap();
+    let e = lease
+        .select_for_transcript_host(TurnRecorderState::default())
+        .unwrap();
     assert_eq!(e.info().id, "fenced");
     assert!(!lease.degraded());
 
-    let lease = LogicalTurnLease::create(r.clone(), slot("plain"), None, None).await.unwrap();
-    let e = lease.select_for_transcript_host(TurnRecorderState::default()).unwrap();
-    assert_eq!((e.info().id.as_str(), lease.degraded_reason().as_deref()), ("legacy", Some(FENCING_NOT_DECLARED)));
+    let lease = LogicalTurnLease::create(r.clone(), slot("plain"), None, None)
+        .await
+        .unwrap();
+    let e = lease
+        .select_for_transcript_host(TurnRecorderState::default())
+        .unwrap();
+    assert_eq!(
+        (e.info().id.as_str(), lease.degraded_reason().as_deref()),
+        ("legacy", Some(FENCING_NOT_DECLARED))
+    );
 }
 
 // §12.1 [G2]: a custom engine whose info.id is "legacy" but whose registered id differs still
@@ -102,10 +178,23 @@ async fn transcript_host_selection_follows_the_recorder() {
 #[tokio::test]
 async fn registered_identity_counts_not_info_id() {
     let (r, _) = registry();
-    r.register_for_owner("impostor", shared_factory(Arc::new(TestEngine::new("legacy")), Default::default()), "plugin:impostor", RegisterOptions::default()).unwrap();
-    let lease = LogicalTurnLease::create(r, slot("impostor"), None, None).await.unwrap();
-    lease.select_for_transcript_host(TurnRecorderState::default()).unwrap();
-    assert_eq!(lease.degraded_reason().as_deref(), Some(FENCING_NOT_DECLARED));
+    r.register_for_owner(
+        "impostor",
+        shared_factory(Arc::new(TestEngine::new("legacy")), Default::default()),
+        "plugin:impostor",
+        RegisterOptions::default(),
+    )
+    .unwrap();
+    let lease = LogicalTurnLease::create(r, slot("impostor"), None, None)
+        .await
+        .unwrap();
+    lease
+        .select_for_transcript_host(TurnRecorderState::default())
+        .unwrap();
+    assert_eq!(
+        lease.degraded_reason().as_deref(),
+        Some(FENCING_NOT_DECLARED)
+    );
 }
 
 // §12.1: begin() pins: degradeBeforeStart throws "already pinned"; a change to a host missing a
@@ -117,18 +206,39 @@ async fn begin_pins_the_selection() {
         let mut reqs = std::collections::BTreeMap::new();
         reqs.insert(
             ContextEngineOperation::AgentRun,
-            ContextEngineHostRequirements { required_capabilities: vec!["assemble-before-prompt".into()], unsupported_message: None },
+            ContextEngineHostRequirements {
+                required_capabilities: vec!["assemble-before-prompt".into()],
+                unsupported_message: None,
+            },
         );
         i.host_requirements = Some(reqs);
     });
-    r.register_for_owner("needs", shared_factory(Arc::new(engine), Default::default()), "plugin:needs", RegisterOptions::default()).unwrap();
-    let lease = LogicalTurnLease::create(r, slot("needs"), None, None).await.unwrap();
+    r.register_for_owner(
+        "needs",
+        shared_factory(Arc::new(engine), Default::default()),
+        "plugin:needs",
+        RegisterOptions::default(),
+    )
+    .unwrap();
+    let lease = LogicalTurnLease::create(r, slot("needs"), None, None)
+        .await
+        .unwrap();
     let first = lease.select_host(&embedded_host()).unwrap();
     lease.begin().unwrap();
-    assert_eq!(lease.degrade_before_start("late").unwrap_err().to_string(), ALREADY_PINNED);
+    assert_eq!(
+        lease.degrade_before_start("late").unwrap_err().to_string(),
+        ALREADY_PINNED
+    );
     let again = lease.select_host(&embedded_host()).unwrap();
-    assert!(Arc::ptr_eq(&first, &again), "repeating the same host returns the same engine");
-    let err = lease.select_host(&cli_backend_host("claude-cli", None)).err().unwrap().to_string();
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "repeating the same host returns the same engine"
+    );
+    let err = lease
+        .select_host(&cli_backend_host("claude-cli", None))
+        .err()
+        .unwrap()
+        .to_string();
     assert_eq!(
         err,
         "context-engine logical turn cannot change to incompatible agent harness \"CLI backend \"claude-cli\"\": host \"cli:claude-cli\" is missing assemble-before-prompt"
@@ -142,18 +252,37 @@ async fn failures_inside_a_turn_propagate_and_the_next_turn_retries() {
     let (r, _) = registry();
     let engine = Arc::new(TestEngine::new("flaky").failing(Method::Assemble, "assemble failed"));
     let calls = Arc::new(AtomicUsize::new(0));
-    r.register_for_owner("flaky", shared_factory(engine.clone(), calls.clone()), "plugin:flaky", RegisterOptions::default()).unwrap();
-    let p = AssembleParams { session_id: "s".into(), ..Default::default() };
+    r.register_for_owner(
+        "flaky",
+        shared_factory(engine.clone(), calls.clone()),
+        "plugin:flaky",
+        RegisterOptions::default(),
+    )
+    .unwrap();
+    let p = AssembleParams {
+        session_id: "s".into(),
+        ..Default::default()
+    };
     for _turn in 0..2 {
-        let lease = LogicalTurnLease::create(r.clone(), slot("flaky"), None, None).await.unwrap();
+        let lease = LogicalTurnLease::create(r.clone(), slot("flaky"), None, None)
+            .await
+            .unwrap();
         lease.begin().unwrap();
-        let err = lease.engine().assemble(&p, &CallContext::none()).await.unwrap_err();
+        let err = lease
+            .engine()
+            .assemble(&p, &CallContext::none())
+            .await
+            .unwrap_err();
         assert_eq!(err.to_string(), "assemble failed");
         assert!(!lease.degraded());
         lease.dispose().await;
     }
     assert_eq!(engine.call_count(Method::Assemble), 2);
-    assert_eq!(calls.load(Ordering::SeqCst), 2, "a fresh instance per logical turn");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "a fresh instance per logical turn"
+    );
     assert!(r.quarantines().is_empty());
 }
 
@@ -163,13 +292,28 @@ async fn failures_inside_a_turn_propagate_and_the_next_turn_retries() {
 async fn dispose_is_idempotent_and_final() {
     let (r, _) = registry();
     let engine = Arc::new(fenced("d"));
-    r.register_for_owner("d", shared_factory(engine.clone(), Default::default()), "plugin:d", RegisterOptions::default()).unwrap();
-    let lease = LogicalTurnLease::create(r, slot("d"), None, None).await.unwrap();
+    r.register_for_owner(
+        "d",
+        shared_factory(engine.clone(), Default::default()),
+        "plugin:d",
+        RegisterOptions::default(),
+    )
+    .unwrap();
+    let lease = LogicalTurnLease::create(r, slot("d"), None, None)
+        .await
+        .unwrap();
     assert_eq!(lease.dispose().await, CleanupOutcome::Clean);
     assert_eq!(lease.dispose().await, CleanupOutcome::Clean);
     assert_eq!(engine.call_count(Method::Dispose), 1);
     assert_eq!(lease.begin().unwrap_err().to_string(), ALREADY_DISPOSED);
-    assert_eq!(lease.select_for_transcript_host(TurnRecorderState::default()).err().unwrap().to_string(), ALREADY_PINNED);
+    assert_eq!(
+        lease
+            .select_for_transcript_host(TurnRecorderState::default())
+            .err()
+            .unwrap()
+            .to_string(),
+        ALREADY_PINNED
+    );
 }
 
 // §12.1: disposal is bounded by the cleanup deadline; a stall makes the outcome "uncertain" and
@@ -182,29 +326,69 @@ async fn stalled_or_failed_disposal_is_uncertain() {
         fn info(&self) -> ContextEngineInfo {
             ContextEngineInfo::new("slow", "Slow")
         }
-        async fn ingest(&self, _: &IngestParams, _: &CallContext) -> Result<IngestResult, EngineError> {
+        async fn ingest(
+            &self,
+            _: &IngestParams,
+            _: &CallContext,
+        ) -> Result<IngestResult, EngineError> {
             Ok(IngestResult::default())
         }
-        async fn assemble(&self, p: &AssembleParams, _: &CallContext) -> Result<AssembleResult, EngineError> {
-            Ok(AssembleResult { messages: p.messages.clone(), ..Default::default() })
+        async fn assemble(
+            &self,
+            p: &AssembleParams,
+            _: &CallContext,
+        ) -> Result<AssembleResult, EngineError> {
+            Ok(AssembleResult {
+                messages: p.messages.clone(),
+                ..Default::default()
+            })
         }
-        async fn compact(&self, _: &CompactParams, _: &CallContext) -> Result<CompactResult, EngineError> {
+        async fn compact(
+            &self,
+            _: &CompactParams,
+            _: &CallContext,
+        ) -> Result<CompactResult, EngineError> {
             Ok(CompactResult::default())
         }
         async fn dispose(&self) -> Result<(), EngineError> {
             tokio::time::sleep(self.0).await;
-            if self.1 { Err(EngineError::failed("dispose failed")) } else { Ok(()) }
+            if self.1 {
+                Err(EngineError::failed("dispose failed"))
+            } else {
+                Ok(())
+            }
         }
     }
-    for (engine, expect) in [(Slow(Duration::from_secs(5), false), "timed out"), (Slow(Duration::ZERO, true), "dispose failed")] {
+    for (engine, expect) in [
+        (Slow(Duration::from_secs(5), false), "timed out"),
+        (Slow(Duration::ZERO, true), "dispose failed"),
+    ] {
         let (r, _) = registry();
         let e: Arc<dyn ContextEngine> = Arc::new(engine);
-        r.register_for_owner("slow", factory(move |_| { let e = e.clone(); async move { Ok(e) } }), "plugin:slow", RegisterOptions::default()).unwrap();
-        let lease = LogicalTurnLease::create(r, slot("slow"), None, None).await.unwrap().with_cleanup_deadline(Duration::from_millis(25));
+        r.register_for_owner(
+            "slow",
+            factory(move |_| {
+                let e = e.clone();
+                async move { Ok(e) }
+            }),
+            "plugin:slow",
+            RegisterOptions::default(),
+        )
+        .unwrap();
+        let lease = LogicalTurnLease::create(r, slot("slow"), None, None)
+            .await
+            .unwrap()
+            .with_cleanup_deadline(Duration::from_millis(25));
         let started = std::time::Instant::now();
         let outcome = lease.dispose().await;
-        assert!(matches!(&outcome, CleanupOutcome::Uncertain(m) if m.contains(expect)), "{outcome:?}");
-        assert!(started.elapsed() < Duration::from_secs(4), "the caller is not held past the deadline");
+        assert!(
+            matches!(&outcome, CleanupOutcome::Uncertain(m) if m.contains(expect)),
+            "{outcome:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "the caller is not held past the deadline"
+        );
     }
 }
 
@@ -214,16 +398,32 @@ async fn stalled_or_failed_disposal_is_uncertain() {
 async fn policy_and_owner_on_the_logical_turn_path() {
     let (r, logs) = registry();
     let calls = Arc::new(AtomicUsize::new(0));
-    r.register_for_owner("lcm", shared_factory(Arc::new(TestEngine::new("lcm")), calls.clone()), "plugin:lossless-claw", RegisterOptions::default()).unwrap();
-    let disabled = Some(Arc::new(json!({"plugins": {"slots": {"contextEngine": "lcm"}, "entries": {"lossless-claw": {"enabled": false}}}})));
-    let lease = LogicalTurnLease::create(r.clone(), disabled, None, None).await.unwrap();
+    r.register_for_owner(
+        "lcm",
+        shared_factory(Arc::new(TestEngine::new("lcm")), calls.clone()),
+        "plugin:lossless-claw",
+        RegisterOptions::default(),
+    )
+    .unwrap();
+    let disabled = Some(Arc::new(
+        json!({"plugins": {"slots": {"contextEngine": "lcm"}, "entries": {"lossless-claw": {"enabled": false}}}}),
+    ));
+    let lease = LogicalTurnLease::create(r.clone(), disabled, None, None)
+        .await
+        .unwrap();
     assert!(!lease.degraded());
     assert_eq!(lease.effective_engine_id(), "legacy");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     assert!(logs.lines().is_empty());
-    let engines = r.resolve_logical_turn(slot("lcm"), None, None).await.unwrap();
+    let engines = r
+        .resolve_logical_turn(slot("lcm"), None, None)
+        .await
+        .unwrap();
     assert_eq!(engines.configured.registered_id, "lcm");
-    assert_eq!(engines.configured.owner_plugin_id.as_deref(), Some("lossless-claw"));
+    assert_eq!(
+        engines.configured.owner_plugin_id.as_deref(),
+        Some("lossless-claw")
+    );
     assert!(engines.configured_failure.is_none());
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }

@@ -59,7 +59,10 @@ use serde_json::{json, Value};
 
 fn env_num(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| panic!("{name} must be a whole number, got {v:?}")),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a whole number, got {v:?}")),
         Err(_) => default,
     }
 }
@@ -80,7 +83,9 @@ fn last_user_text(body: &Value) -> Option<String> {
     let m = messages.iter().rev().find(|m| m["role"] == "user")?;
     match &m["content"] {
         Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => parts.iter().find_map(|p| p["text"].as_str().map(str::to_owned)),
+        Value::Array(parts) => parts
+            .iter()
+            .find_map(|p| p["text"].as_str().map(str::to_owned)),
         _ => None,
     }
 }
@@ -92,7 +97,9 @@ async fn start_model(time: Arc<ModelTime>) -> String {
         let time = time.clone();
         async move {
             let t0 = Instant::now();
-            let bytes = axum::body::to_bytes(request.into_body(), usize::MAX).await.unwrap_or_default();
+            let bytes = axum::body::to_bytes(request.into_body(), usize::MAX)
+                .await
+                .unwrap_or_default();
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
             let usage = json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110});
@@ -129,7 +136,9 @@ async fn start_model(time: Arc<ModelTime>) -> String {
         }
     };
     let app = Router::new().route("/v1/chat/completions", post(handler));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the mock model on loopback");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the mock model on loopback");
     let url = format!("http://{}", listener.local_addr().expect("mock address"));
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -169,15 +178,24 @@ fn main() {
     let think = Duration::from_millis(env_num("LOAD_THINK_MS", 0));
     let nodes = env_num("LOAD_GATEWAYS", 1).max(1) as usize;
     let pg = std::env::var("LOAD_PG").is_ok_and(|v| v == "1");
-    assert!(!pg || engine == "lossless", "LOAD_PG=1 needs LOAD_ENGINE=lossless");
+    assert!(
+        !pg || engine == "lossless",
+        "LOAD_PG=1 needs LOAD_ENGINE=lossless"
+    );
     // A fresh database on the test server, created before the runtime starts (it blocks).
     let database = pg.then(|| {
         clawctx_test_support::pg::test_database("load")
             .expect("LOAD_PG=1 needs CLAWCTX_TEST_PG_URL (scripts/pg-throwaway start DIR)")
     });
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers.max(1)).enable_all().build().expect("a tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers.max(1))
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
     let db_url = database.as_ref().map(|d| d.url.clone());
-    rt.block_on(run(engine, sessions, turns, prefill, timeout, think, nodes, db_url));
+    rt.block_on(run(
+        engine, sessions, turns, prefill, timeout, think, nodes, db_url,
+    ));
     drop(rt);
     drop(database);
 }
@@ -224,13 +242,18 @@ async fn run(
         config["plugins"]["entries"] = json!({"lossless": {"config": {"database": url}}});
     }
     let config = Arc::new(config);
-    let keys: Vec<String> = (0..sessions).map(|i| format!("agent:main:load-{i}")).collect();
+    let keys: Vec<String> = (0..sessions)
+        .map(|i| format!("agent:main:load-{i}"))
+        .collect();
     let t_fill = Instant::now();
     let mut gateways = Vec::with_capacity(nodes);
     for _ in 0..nodes {
         gateways.push(start_node(engine, &config, &keys, prefill).await);
     }
-    println!("FIGURE prefill_seconds {:.2}", t_fill.elapsed().as_secs_f64());
+    println!(
+        "FIGURE prefill_seconds {:.2}",
+        t_fill.elapsed().as_secs_f64()
+    );
     let urls: Vec<String> = gateways.iter().map(|n| n.url.clone()).collect();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -322,28 +345,51 @@ async fn run(
     let done = lat.len() as u64;
     let planned = sessions * turns;
     let calls = model_time.calls.load(Ordering::Relaxed);
-    let model_mean_us = if calls > 0 { model_time.nanos.load(Ordering::Relaxed) as f64 / calls as f64 / 1000.0 } else { 0.0 };
+    let model_mean_us = if calls > 0 {
+        model_time.nanos.load(Ordering::Relaxed) as f64 / calls as f64 / 1000.0
+    } else {
+        0.0
+    };
     for e in errors.iter().take(5) {
         println!("error: {e}");
     }
     println!("FIGURE engine {engine}");
     println!("FIGURE gateways {nodes}");
-    println!("FIGURE store {}", if db_url.is_some() { "postgres" } else { "sqlite" });
+    println!(
+        "FIGURE store {}",
+        if db_url.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        }
+    );
     println!("FIGURE sessions {sessions}");
     println!("FIGURE turns_per_session {turns}");
     println!("FIGURE prefill_messages {prefill}");
     println!("FIGURE think_ms {}", think.as_millis());
     println!("FIGURE turns_planned {planned}");
     println!("FIGURE turns_ok {done}");
-    println!("FIGURE turns_not_run {}", planned - done - errors.len() as u64);
+    println!(
+        "FIGURE turns_not_run {}",
+        planned - done - errors.len() as u64
+    );
     println!("FIGURE errors {}", errors.len());
     println!("FIGURE wall_seconds {wall:.2}");
     println!("FIGURE turns_per_second {:.1}", done as f64 / wall);
     println!("FIGURE request_ms_p50 {:.2}", percentile(&lat, 50.0));
     println!("FIGURE request_ms_p99 {:.2}", percentile(&lat, 99.0));
-    println!("FIGURE added_latency_ms_p50 {:.2}", percentile(&added, 50.0));
-    println!("FIGURE added_latency_ms_p99 {:.2}", percentile(&added, 99.0));
-    println!("FIGURE added_latency_ms_max {:.2}", added.last().copied().unwrap_or(f64::NAN));
+    println!(
+        "FIGURE added_latency_ms_p50 {:.2}",
+        percentile(&added, 50.0)
+    );
+    println!(
+        "FIGURE added_latency_ms_p99 {:.2}",
+        percentile(&added, 99.0)
+    );
+    println!(
+        "FIGURE added_latency_ms_max {:.2}",
+        added.last().copied().unwrap_or(f64::NAN)
+    );
     println!("FIGURE model_calls {calls}");
     println!("FIGURE model_time_us_mean {model_mean_us:.1}");
     println!("FIGURE peak_rss_mb {:.1}", vm_hwm_kb() as f64 / 1024.0);
@@ -354,16 +400,28 @@ async fn run(
 }
 
 /// Starts one gateway: its state dir, engine, runtime and pre-filled transcripts.
-async fn start_node(engine: &'static str, config: &Arc<Value>, keys: &[String], prefill: u64) -> Node {
+async fn start_node(
+    engine: &'static str,
+    config: &Arc<Value>,
+    keys: &[String],
+    prefill: u64,
+) -> Node {
     let state = tempfile::tempdir().expect("a temp state dir");
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     clawctx_lossless::register(&registry).expect("register lossless");
     let agent_dir = state.path().join("agents").join("main");
     let resolved = registry
-        .resolve(Some(config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone()))
+        .resolve(
+            Some(config.clone()),
+            Some(agent_dir.clone()),
+            Some(agent_dir.clone()),
+        )
         .await
         .expect("resolve the engine");
-    assert_eq!(resolved.effective_id, engine, "the engine under load must serve");
+    assert_eq!(
+        resolved.effective_id, engine,
+        "the engine under load must serve"
+    );
     let backend = select_backend(config, None, &|_| None).expect("the mock backend");
     let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
         .selection(resolved.effective_id.clone(), SelectionSource::Configured)
@@ -376,7 +434,8 @@ async fn start_node(engine: &'static str, config: &Arc<Value>, keys: &[String], 
         let mut file = if s.transcript_path.exists() {
             SessionFile::open(&s.transcript_path).expect("open the transcript")
         } else {
-            SessionFile::create(&s.transcript_path, &s.entry.session_id, "/").expect("create the transcript")
+            SessionFile::create(&s.transcript_path, &s.entry.session_id, "/")
+                .expect("create the transcript")
         };
         for m in 0..prefill {
             let text = format!(
@@ -386,7 +445,11 @@ async fn start_node(engine: &'static str, config: &Arc<Value>, keys: &[String], 
                 8 + m % 10,
                 m % 60
             );
-            let msg = if m % 2 == 0 { AgentMessage::user(text) } else { AgentMessage::assistant(text) };
+            let msg = if m % 2 == 0 {
+                AgentMessage::user(text)
+            } else {
+                AgentMessage::assistant(text)
+            };
             file.append_message(msg).expect("append a pre-fill message");
         }
     }
@@ -398,10 +461,19 @@ async fn start_node(engine: &'static str, config: &Arc<Value>, keys: &[String], 
         config: GatewayConfig::loopback(0),
     });
     let listener = gateway.bind().await.expect("bind the gateway on loopback");
-    let url = format!("http://{}/v1/chat/completions", listener.local_addr().expect("gateway address"));
+    let url = format!(
+        "http://{}/v1/chat/completions",
+        listener.local_addr().expect("gateway address")
+    );
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serve = tokio::spawn(gateway.serve(listener, async move {
         let _ = stop_rx.await;
     }));
-    Node { runtime, url, stop, serve, _state: state }
+    Node {
+        runtime,
+        url,
+        stop,
+        serve,
+        _state: state,
+    }
 }

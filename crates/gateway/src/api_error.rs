@@ -10,11 +10,11 @@
 //! configured limit (413 past it) and parses it with `serde_path_to_error`, so a wrong type or
 //! a missing field is a 400 whose message and `param` name the path into the document.
 
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::body::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -59,12 +59,22 @@ pub struct ErrorDetail {
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, kind, message: message.into(), param: None, code: None, retry_after: None }
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+            param: None,
+            code: None,
+            retry_after: None,
+        }
     }
 
     /// 400 `invalid_request_error`, naming `param`.
     pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
-        ApiError { param: Some(param.into()), ..Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message) }
+        ApiError {
+            param: Some(param.into()),
+            ..Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        }
     }
 
     /// 400 without a specific field.
@@ -102,7 +112,9 @@ impl ApiError {
             ..Self::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "invalid_request_error",
-                format!("the request body is larger than gateway.http.maxBodyBytes ({limit} bytes)"),
+                format!(
+                    "the request body is larger than gateway.http.maxBodyBytes ({limit} bytes)"
+                ),
             )
         }
     }
@@ -118,7 +130,14 @@ impl ApiError {
 
     /// 503: shutting down.
     pub fn unavailable(message: impl Into<String>) -> Self {
-        ApiError { retry_after: Some(1), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", message) }
+        ApiError {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                message,
+            )
+        }
     }
 
     /// 504: the request ran past `gateway.http.requestTimeoutMs`.
@@ -172,10 +191,14 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
         if let Some(secs) = self.retry_after {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if self.status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -194,10 +217,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_none_or(|ct| ct.trim_start().to_ascii_lowercase().starts_with("application/json") || ct.contains("+json"));
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| body_error(e, limit))?;
+            .is_none_or(|ct| {
+                ct.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("application/json")
+                    || ct.contains("+json")
+            });
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| body_error(e, limit))?;
         if !content_type_ok {
-            return Err(ApiError::bad_request("the request body must be JSON (Content-Type: application/json)"));
+            return Err(ApiError::bad_request(
+                "the request body must be JSON (Content-Type: application/json)",
+            ));
         }
         parse(&bytes).map(ApiJson)
     }
@@ -218,7 +250,9 @@ fn body_error(e: BytesRejection, limit: usize) -> ApiError {
 /// Parses a JSON document, naming the path of the first problem (`messages[0].role`).
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::bad_request("the request body is empty; send a JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body is empty; send a JSON object",
+        ));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
@@ -232,16 +266,24 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             ))
             .with_code("invalid_json")
         } else if path == "." {
-            ApiError::bad_request(format!("invalid request body: {}", strip_position(&inner.to_string())))
+            ApiError::bad_request(format!(
+                "invalid request body: {}",
+                strip_position(&inner.to_string())
+            ))
         } else {
-            ApiError::invalid(path.clone(), format!("invalid `{path}`: {}", strip_position(&inner.to_string())))
+            ApiError::invalid(
+                path.clone(),
+                format!("invalid `{path}`: {}", strip_position(&inner.to_string())),
+            )
         }
     })
 }
 
 /// serde_json appends "at line L column C" to data errors; the path already says where.
 fn strip_position(message: &str) -> &str {
-    message.rfind(" at line ").map_or(message, |i| &message[..i])
+    message
+        .rfind(" at line ")
+        .map_or(message, |i| &message[..i])
 }
 
 #[cfg(test)]
@@ -267,13 +309,25 @@ mod tests {
     fn errors_name_the_path_of_the_problem() {
         let e = parse::<Doc>(br#"{"tokenBudget": "many", "messages": []}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tokenBudget"));
-        assert!(e.message.contains("invalid `tokenBudget`") && e.message.contains("expected u64"), "{}", e.message);
+        assert!(
+            e.message.contains("invalid `tokenBudget`") && e.message.contains("expected u64"),
+            "{}",
+            e.message
+        );
         let e = parse::<Doc>(br#"{"tokenBudget": 1, "messages": [{"role": 7}]}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].role"));
         let e = parse::<Doc>(br#"{"messages": []}"#).unwrap_err();
-        assert!(e.message.contains("missing field `tokenBudget`"), "{}", e.message);
+        assert!(
+            e.message.contains("missing field `tokenBudget`"),
+            "{}",
+            e.message
+        );
         let e = parse::<Doc>(br#"{"tokenBudget": 1,"#).unwrap_err();
-        assert!(e.message.starts_with("malformed JSON at line 1"), "{}", e.message);
+        assert!(
+            e.message.starts_with("malformed JSON at line 1"),
+            "{}",
+            e.message
+        );
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         let e = parse::<Doc>(b"  ").unwrap_err();
         assert!(e.message.contains("empty"), "{}", e.message);

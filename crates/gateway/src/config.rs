@@ -110,10 +110,17 @@ impl GatewayConfig {
     /// Reads the `gateway` section of `root` with `overrides` and `env` on top, and applies the
     /// startup refusals (non-loopback without a token, `gateway.mode` other than `local`, auth
     /// modes this gateway does not implement).
-    pub fn resolve(root: &Value, overrides: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+    pub fn resolve(
+        root: &Value,
+        overrides: &Overrides,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
         let g = root.get("gateway").cloned().unwrap_or(Value::Null);
         if !g.is_null() && !g.is_object() {
-            return Err(GatewayError::config("gateway", format!("must be an object; found {g}")));
+            return Err(GatewayError::config(
+                "gateway",
+                format!("must be an object; found {g}"),
+            ));
         }
         if let Some(mode) = str_at(&g, "mode", "gateway.mode")? {
             if mode != "local" {
@@ -128,20 +135,32 @@ impl GatewayConfig {
             Some(p) => p,
             None => match env(PORT_ENV).filter(|v| !v.trim().is_empty()) {
                 Some(v) => v.trim().parse::<u16>().map_err(|_| {
-                    GatewayError::config(PORT_ENV, format!("must be a port number (0-65535); found \"{v}\""))
+                    GatewayError::config(
+                        PORT_ENV,
+                        format!("must be a port number (0-65535); found \"{v}\""),
+                    )
                 })?,
                 None => match g.get("port") {
                     None | Some(Value::Null) => DEFAULT_PORT,
-                    Some(v) => v.as_u64().and_then(|n| u16::try_from(n).ok()).ok_or_else(|| {
-                        GatewayError::config("gateway.port", format!("must be a port number (0-65535); found {v}"))
-                    })?,
+                    Some(v) => v
+                        .as_u64()
+                        .and_then(|n| u16::try_from(n).ok())
+                        .ok_or_else(|| {
+                            GatewayError::config(
+                                "gateway.port",
+                                format!("must be a port number (0-65535); found {v}"),
+                            )
+                        })?,
                 },
             },
         };
 
         let (bind_key, bind) = match &overrides.bind {
             Some(b) => ("--bind", b.trim().to_owned()),
-            None => ("gateway.bind", str_at(&g, "bind", "gateway.bind")?.unwrap_or_else(|| "loopback".into())),
+            None => (
+                "gateway.bind",
+                str_at(&g, "bind", "gateway.bind")?.unwrap_or_else(|| "loopback".into()),
+            ),
         };
         let (ip, bind_mode) = match bind.as_str() {
             "loopback" | "auto" => (IpAddr::V4(Ipv4Addr::LOCALHOST), bind.clone()),
@@ -179,29 +198,51 @@ impl GatewayConfig {
 
         let token = resolve_token(&g, env)?;
         if token.is_none() && !ip.is_loopback() {
-            return Err(GatewayError::NoAuthOffLoopback { addr: addr.to_string() });
+            return Err(GatewayError::NoAuthOffLoopback {
+                addr: addr.to_string(),
+            });
         }
 
         let http = g.get("http").cloned().unwrap_or(Value::Null);
         let max_body_bytes = match u64_at(&http, "maxBodyBytes", "gateway.http.maxBodyBytes")? {
-            Some(0) => return Err(GatewayError::config("gateway.http.maxBodyBytes", "must be at least 1")),
+            Some(0) => {
+                return Err(GatewayError::config(
+                    "gateway.http.maxBodyBytes",
+                    "must be at least 1",
+                ))
+            }
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
             None => DEFAULT_MAX_BODY_BYTES,
         };
-        let request_timeout = match u64_at(&http, "requestTimeoutMs", "gateway.http.requestTimeoutMs")? {
-            Some(0) => return Err(GatewayError::config("gateway.http.requestTimeoutMs", "must be at least 1")),
-            Some(ms) => Duration::from_millis(ms),
-            None => DEFAULT_REQUEST_TIMEOUT,
-        };
-        let max_queued_per_session = u64_at(&http, "maxQueuedPerSession", "gateway.http.maxQueuedPerSession")?
-            .map_or(DEFAULT_MAX_QUEUED_PER_SESSION, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let request_timeout =
+            match u64_at(&http, "requestTimeoutMs", "gateway.http.requestTimeoutMs")? {
+                Some(0) => {
+                    return Err(GatewayError::config(
+                        "gateway.http.requestTimeoutMs",
+                        "must be at least 1",
+                    ))
+                }
+                Some(ms) => Duration::from_millis(ms),
+                None => DEFAULT_REQUEST_TIMEOUT,
+            };
+        let max_queued_per_session = u64_at(
+            &http,
+            "maxQueuedPerSession",
+            "gateway.http.maxQueuedPerSession",
+        )?
+        .map_or(DEFAULT_MAX_QUEUED_PER_SESSION, |n| {
+            usize::try_from(n).unwrap_or(usize::MAX)
+        });
         let allowed_origins = match http.get("allowedOrigins") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(items)) => items
                 .iter()
                 .map(|v| {
                     v.as_str().map(str::to_owned).ok_or_else(|| {
-                        GatewayError::config("gateway.http.allowedOrigins", format!("must be a list of origin strings; found {v}"))
+                        GatewayError::config(
+                            "gateway.http.allowedOrigins",
+                            format!("must be a list of origin strings; found {v}"),
+                        )
                     })
                 })
                 .collect::<Result<Vec<_>>>()?,
@@ -254,12 +295,12 @@ fn resolve_token(g: &Value, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
             tracing::warn!("Gateway auth mode=none explicitly configured; all gateway connections are unauthenticated.");
             return Ok(None);
         }
-        Some(other @ ("password" | "trusted-proxy")) => {
-            return Err(GatewayError::config(
-                "gateway.auth.mode",
-                format!("\"{other}\" is not supported by clawctx; use \"token\" (or \"none\" on loopback)"),
-            ))
-        }
+        Some(other @ ("password" | "trusted-proxy")) => return Err(GatewayError::config(
+            "gateway.auth.mode",
+            format!(
+                "\"{other}\" is not supported by clawctx; use \"token\" (or \"none\" on loopback)"
+            ),
+        )),
         Some(other) => {
             return Err(GatewayError::config(
                 "gateway.auth.mode",
@@ -270,7 +311,10 @@ fn resolve_token(g: &Value, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
     let from_var = |key: &str, var: &str| -> Result<Token> {
         match env(var) {
             Some(v) if !v.trim().is_empty() => Ok(Token::new(v.trim())),
-            _ => Err(GatewayError::config(key, format!("names the environment variable {var}, which is not set or empty"))),
+            _ => Err(GatewayError::config(
+                key,
+                format!("names the environment variable {var}, which is not set or empty"),
+            )),
         }
     };
     let token = match auth.get("token") {
@@ -299,7 +343,9 @@ fn resolve_token(g: &Value, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
         Some(t) => Some(t),
         None => match str_at(&auth, "tokenEnv", "gateway.auth.tokenEnv")? {
             Some(var) => Some(from_var("gateway.auth.tokenEnv", &var)?),
-            None => env(TOKEN_ENV).filter(|v| !v.trim().is_empty()).map(|v| Token::new(v.trim())),
+            None => env(TOKEN_ENV)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| Token::new(v.trim())),
         },
     };
     if token.is_none() && mode.as_deref() == Some("token") {
@@ -315,17 +361,19 @@ fn str_at(v: &Value, field: &str, key: &str) -> Result<Option<String>> {
     match v.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.trim().to_owned())),
-        Some(other) => Err(GatewayError::config(key, format!("must be a string; found {other}"))),
+        Some(other) => Err(GatewayError::config(
+            key,
+            format!("must be a string; found {other}"),
+        )),
     }
 }
 
 fn u64_at(v: &Value, field: &str, key: &str) -> Result<Option<u64>> {
     match v.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(n) => n
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| GatewayError::config(key, format!("must be a non-negative integer; found {n}"))),
+        Some(n) => n.as_u64().map(Some).ok_or_else(|| {
+            GatewayError::config(key, format!("must be a non-negative integer; found {n}"))
+        }),
     }
 }
 
@@ -352,25 +400,60 @@ mod tests {
     fn flag_beats_env_beats_config_for_the_port() {
         let cfg = json!({"gateway": {"port": 1111}});
         let env = |k: &str| (k == PORT_ENV).then(|| "2222".to_owned());
-        assert_eq!(GatewayConfig::resolve(&cfg, &Overrides::default(), &no_env).unwrap().addr.port(), 1111);
-        assert_eq!(GatewayConfig::resolve(&cfg, &Overrides::default(), &env).unwrap().addr.port(), 2222);
-        let flags = Overrides { port: Some(3333), bind: None };
-        assert_eq!(GatewayConfig::resolve(&cfg, &flags, &env).unwrap().addr.port(), 3333);
+        assert_eq!(
+            GatewayConfig::resolve(&cfg, &Overrides::default(), &no_env)
+                .unwrap()
+                .addr
+                .port(),
+            1111
+        );
+        assert_eq!(
+            GatewayConfig::resolve(&cfg, &Overrides::default(), &env)
+                .unwrap()
+                .addr
+                .port(),
+            2222
+        );
+        let flags = Overrides {
+            port: Some(3333),
+            bind: None,
+        };
+        assert_eq!(
+            GatewayConfig::resolve(&cfg, &flags, &env)
+                .unwrap()
+                .addr
+                .port(),
+            3333
+        );
     }
 
     #[test]
     fn off_loopback_without_a_token_is_refused_and_with_one_accepted() {
-        for cfg in [json!({"gateway": {"bind": "lan"}}), json!({"gateway": {"bind": "lan", "auth": {"mode": "none"}}})] {
+        for cfg in [
+            json!({"gateway": {"bind": "lan"}}),
+            json!({"gateway": {"bind": "lan", "auth": {"mode": "none"}}}),
+        ] {
             let err = GatewayConfig::resolve(&cfg, &Overrides::default(), &no_env).unwrap_err();
-            assert!(err.to_string().contains("refusing to bind gateway to 0.0.0.0:18789 without auth"), "{err}");
+            assert!(
+                err.to_string()
+                    .contains("refusing to bind gateway to 0.0.0.0:18789 without auth"),
+                "{err}"
+            );
         }
-        let flags = Overrides { port: None, bind: Some("0.0.0.0".into()) };
+        let flags = Overrides {
+            port: None,
+            bind: Some("0.0.0.0".into()),
+        };
         assert!(matches!(
             GatewayConfig::resolve(&json!({}), &flags, &no_env),
             Err(GatewayError::NoAuthOffLoopback { .. })
         ));
-        let c = GatewayConfig::resolve(&json!({"gateway": {"bind": "lan", "auth": {"token": "s3cret-token"}}}), &Overrides::default(), &no_env)
-            .unwrap();
+        let c = GatewayConfig::resolve(
+            &json!({"gateway": {"bind": "lan", "auth": {"token": "s3cret-token"}}}),
+            &Overrides::default(),
+            &no_env,
+        )
+        .unwrap();
         assert_eq!(c.token, Some(Token::new("s3cret-token")));
     }
 
@@ -378,15 +461,36 @@ mod tests {
     fn the_token_comes_from_the_variable_the_config_names_and_errors_never_show_it() {
         let env = |k: &str| (k == "MY_GW_TOKEN").then(|| "from-env-123".to_owned());
         let by_name = json!({"gateway": {"auth": {"tokenEnv": "MY_GW_TOKEN"}}});
-        assert_eq!(GatewayConfig::resolve(&by_name, &Overrides::default(), &env).unwrap().token, Some(Token::new("from-env-123")));
-        let by_ref = json!({"gateway": {"auth": {"token": {"source": "env", "id": "MY_GW_TOKEN"}}}});
-        assert_eq!(GatewayConfig::resolve(&by_ref, &Overrides::default(), &env).unwrap().token, Some(Token::new("from-env-123")));
-        let err = GatewayConfig::resolve(&by_name, &Overrides::default(), &no_env).unwrap_err().to_string();
-        assert!(err.contains("gateway.auth.tokenEnv") && err.contains("MY_GW_TOKEN"), "{err}");
+        assert_eq!(
+            GatewayConfig::resolve(&by_name, &Overrides::default(), &env)
+                .unwrap()
+                .token,
+            Some(Token::new("from-env-123"))
+        );
+        let by_ref =
+            json!({"gateway": {"auth": {"token": {"source": "env", "id": "MY_GW_TOKEN"}}}});
+        assert_eq!(
+            GatewayConfig::resolve(&by_ref, &Overrides::default(), &env)
+                .unwrap()
+                .token,
+            Some(Token::new("from-env-123"))
+        );
+        let err = GatewayConfig::resolve(&by_name, &Overrides::default(), &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("gateway.auth.tokenEnv") && err.contains("MY_GW_TOKEN"),
+            "{err}"
+        );
         let c = GatewayConfig::resolve(&by_name, &Overrides::default(), &env).unwrap();
         assert!(!format!("{c:?}").contains("from-env-123"));
         let fallback = |k: &str| (k == TOKEN_ENV).then(|| "fallback-tok".to_owned());
-        assert_eq!(GatewayConfig::resolve(&json!({}), &Overrides::default(), &fallback).unwrap().token, Some(Token::new("fallback-tok")));
+        assert_eq!(
+            GatewayConfig::resolve(&json!({}), &Overrides::default(), &fallback)
+                .unwrap()
+                .token,
+            Some(Token::new("fallback-tok"))
+        );
     }
 
     #[test]
@@ -395,13 +499,27 @@ mod tests {
             (json!({"gateway": {"port": "x"}}), "gateway.port"),
             (json!({"gateway": {"bind": "localhost"}}), "gateway.bind"),
             (json!({"gateway": {"mode": "remote"}}), "gateway.mode=local"),
-            (json!({"gateway": {"auth": {"mode": "password"}}}), "gateway.auth.mode"),
-            (json!({"gateway": {"auth": {"mode": "token"}}}), "no token is configured"),
-            (json!({"gateway": {"http": {"maxBodyBytes": -1}}}), "gateway.http.maxBodyBytes"),
-            (json!({"gateway": {"http": {"allowedOrigins": "*"}}}), "gateway.http.allowedOrigins"),
+            (
+                json!({"gateway": {"auth": {"mode": "password"}}}),
+                "gateway.auth.mode",
+            ),
+            (
+                json!({"gateway": {"auth": {"mode": "token"}}}),
+                "no token is configured",
+            ),
+            (
+                json!({"gateway": {"http": {"maxBodyBytes": -1}}}),
+                "gateway.http.maxBodyBytes",
+            ),
+            (
+                json!({"gateway": {"http": {"allowedOrigins": "*"}}}),
+                "gateway.http.allowedOrigins",
+            ),
         ];
         for (cfg, needle) in cases {
-            let err = GatewayConfig::resolve(&cfg, &Overrides::default(), &no_env).unwrap_err().to_string();
+            let err = GatewayConfig::resolve(&cfg, &Overrides::default(), &no_env)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(needle), "{cfg}: {err}");
         }
     }

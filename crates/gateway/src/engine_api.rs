@@ -34,8 +34,8 @@ use axum::Json;
 use clawctx_engine::{AbortController, CallContext, EngineError, Method, SubagentSpawnPreparation};
 use clawctx_lossless::pg::{connect::PgTarget, PgStore};
 use clawctx_lossless::{
-    Backend, ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore, Scope,
-    StoreLocation,
+    Backend, ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore,
+    Scope, StoreLocation,
 };
 use clawctx_protocol::*;
 use schemars::JsonSchema;
@@ -103,7 +103,10 @@ impl Rollbacks {
     }
 
     fn forget_child(&self, child: &str) {
-        self.kept.lock().unwrap_or_else(|p| p.into_inner()).retain(|(_, c, _)| c != child);
+        self.kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(_, c, _)| c != child);
     }
 }
 
@@ -243,9 +246,15 @@ pub struct RecallReport(pub serde_json::Map<String, Value>);
 
 /// The session a call belongs to: its lane key.
 pub(crate) fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<String, ApiError> {
-    let key = session_key.filter(|k| !k.trim().is_empty()).unwrap_or(session_id).trim();
+    let key = session_key
+        .filter(|k| !k.trim().is_empty())
+        .unwrap_or(session_id)
+        .trim();
     if key.is_empty() {
-        return Err(ApiError::invalid("sessionId", "`sessionId` (or `sessionKey`) must not be empty"));
+        return Err(ApiError::invalid(
+            "sessionId",
+            "`sessionId` (or `sessionKey`) must not be empty",
+        ));
     }
     Ok(key.to_owned())
 }
@@ -256,7 +265,10 @@ pub(crate) fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<St
 /// engine away from every session of the gateway.
 pub(crate) fn check_advancement_key(p: &CommitTurnParams) -> Result<(), ApiError> {
     if p.advancement_key.trim().is_empty() {
-        return Err(ApiError::invalid("advancementKey", "`advancementKey` must not be empty: it is what makes a retried commit a duplicate"));
+        return Err(ApiError::invalid(
+            "advancementKey",
+            "`advancementKey` must not be empty: it is what makes a retried commit a duplicate",
+        ));
     }
     Ok(())
 }
@@ -276,11 +288,17 @@ fn engine_error(method: Method, e: EngineError, engine: &str) -> ApiError {
     match e {
         EngineError::NotImplemented(_) => ApiError {
             status: axum::http::StatusCode::NOT_IMPLEMENTED,
-            ..ApiError::bad_request(format!("the engine \"{engine}\" does not implement {}", method.name()))
+            ..ApiError::bad_request(format!(
+                "the engine \"{engine}\" does not implement {}",
+                method.name()
+            ))
         }
         .with_code("not_implemented"),
-        other => ApiError::internal(format!("context engine \"{engine}\" failed in {}: {other}", method.name()))
-            .with_code("engine_error"),
+        other => ApiError::internal(format!(
+            "context engine \"{engine}\" failed in {}: {other}",
+            method.name()
+        ))
+        .with_code("engine_error"),
     }
 }
 
@@ -297,18 +315,26 @@ where
     let engine = shared.runtime.engine();
     let engine_id = engine.info().id;
     if !engine.methods().has(method) {
-        return Err(engine_error(method, EngineError::NotImplemented(method), &engine_id));
+        return Err(engine_error(
+            method,
+            EngineError::NotImplemented(method),
+            &engine_id,
+        ));
     }
     let _lane = shared.lanes.acquire(&key).await?;
     if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(ApiError::unavailable("the gateway is shutting down; the call was not made"));
+        return Err(ApiError::unavailable(
+            "the gateway is shutting down; the call was not made",
+        ));
     }
     let controller = AbortController::new();
     let mut guard = CallGuard(controller.clone(), true);
     let started = Instant::now();
     let result = f(CallContext::none().with_abort(controller.signal())).await;
     guard.1 = false;
-    shared.metrics.engine_call(method.name(), started.elapsed(), result.is_ok());
+    shared
+        .metrics
+        .engine_call(method.name(), started.elapsed(), result.is_ok());
     result.map_err(|e| {
         tracing::warn!(method = method.name(), "engine call failed: {e}");
         engine_error(method, e, &engine_id)
@@ -321,7 +347,11 @@ pub(crate) async fn bootstrap(
 ) -> Result<Json<BootstrapResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    call(&s, Method::Bootstrap, key, |cx| async move { engine.bootstrap(&p, &cx).await }).await.map(Json)
+    call(&s, Method::Bootstrap, key, |cx| async move {
+        engine.bootstrap(&p, &cx).await
+    })
+    .await
+    .map(Json)
 }
 
 pub(crate) async fn ingest(
@@ -330,7 +360,11 @@ pub(crate) async fn ingest(
 ) -> Result<Json<IngestResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    call(&s, Method::Ingest, key, |cx| async move { engine.ingest(&p, &cx).await }).await.map(Json)
+    call(&s, Method::Ingest, key, |cx| async move {
+        engine.ingest(&p, &cx).await
+    })
+    .await
+    .map(Json)
 }
 
 pub(crate) async fn ingest_batch(
@@ -339,7 +373,11 @@ pub(crate) async fn ingest_batch(
 ) -> Result<Json<IngestBatchResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    call(&s, Method::IngestBatch, key, |cx| async move { engine.ingest_batch(&p, &cx).await }).await.map(Json)
+    call(&s, Method::IngestBatch, key, |cx| async move {
+        engine.ingest_batch(&p, &cx).await
+    })
+    .await
+    .map(Json)
 }
 
 pub(crate) async fn assemble(
@@ -348,7 +386,10 @@ pub(crate) async fn assemble(
 ) -> Result<Json<AssembleResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    let (p, r) = call(&s, Method::Assemble, key, |cx| async move { engine.assemble(&p, &cx).await.map(|r| (p, r)) }).await?;
+    let (p, r) = call(&s, Method::Assemble, key, |cx| async move {
+        engine.assemble(&p, &cx).await.map(|r| (p, r))
+    })
+    .await?;
     crate::dashboard::engine_assembled(&s, &p, &r);
     Ok(Json(r))
 }
@@ -359,7 +400,11 @@ pub(crate) async fn compact(
 ) -> Result<Json<CompactResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    let services = if engine.is_runtime_compaction_delegate() { Some(runtime_compaction(&s, &key, &p)?) } else { None };
+    let services = if engine.is_runtime_compaction_delegate() {
+        Some(runtime_compaction(&s, &key, &p)?)
+    } else {
+        None
+    };
     call(&s, Method::Compact, key, |cx| async move {
         let cx = match services {
             Some(services) => cx.with_services(services),
@@ -414,7 +459,11 @@ pub(crate) async fn maintain(
 ) -> Result<Json<TranscriptRewriteResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    call(&s, Method::Maintain, key, |cx| async move { engine.maintain(&p, &cx).await }).await.map(Json)
+    call(&s, Method::Maintain, key, |cx| async move {
+        engine.maintain(&p, &cx).await
+    })
+    .await
+    .map(Json)
 }
 
 pub(crate) async fn after_turn(
@@ -423,7 +472,10 @@ pub(crate) async fn after_turn(
 ) -> Result<Json<Value>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
-    call(&s, Method::AfterTurn, key, |cx| async move { engine.after_turn(&p, &cx).await }).await?;
+    call(&s, Method::AfterTurn, key, |cx| async move {
+        engine.after_turn(&p, &cx).await
+    })
+    .await?;
     Ok(Json(Value::Null))
 }
 
@@ -434,7 +486,11 @@ pub(crate) async fn commit_turn(
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     check_advancement_key(&p)?;
     let engine = s.runtime.engine().clone();
-    call(&s, Method::CommitTurn, key, |cx| async move { engine.commit_turn(&p, &cx).await }).await.map(Json)
+    call(&s, Method::CommitTurn, key, |cx| async move {
+        engine.commit_turn(&p, &cx).await
+    })
+    .await
+    .map(Json)
 }
 
 pub(crate) async fn on_subagent_ended(
@@ -444,7 +500,10 @@ pub(crate) async fn on_subagent_ended(
     let key = lane_key(Some(&p.child_session_key), "")?;
     let engine = s.runtime.engine().clone();
     let child = p.child_session_key.clone();
-    call(&s, Method::OnSubagentEnded, key, |cx| async move { engine.on_subagent_ended(&p, &cx).await }).await?;
+    call(&s, Method::OnSubagentEnded, key, |cx| async move {
+        engine.on_subagent_ended(&p, &cx).await
+    })
+    .await?;
     s.spawns.forget_child(&child);
     Ok(Json(Value::Null))
 }
@@ -454,20 +513,28 @@ pub(crate) async fn prepare_subagent_spawn(
     ApiJson(p): ApiJson<PrepareSubagentSpawnParams>,
 ) -> Result<Json<SpawnPreparationResponse>, ApiError> {
     if p.parent_session_key.trim().is_empty() {
-        return Err(ApiError::invalid("parentSessionKey", "`parentSessionKey` must not be empty"));
+        return Err(ApiError::invalid(
+            "parentSessionKey",
+            "`parentSessionKey` must not be empty",
+        ));
     }
-    let key = lane_key(Some(&p.child_session_key), "").map_err(|_| {
-        ApiError::invalid("childSessionKey", "`childSessionKey` must not be empty")
-    })?;
+    let key = lane_key(Some(&p.child_session_key), "")
+        .map_err(|_| ApiError::invalid("childSessionKey", "`childSessionKey` must not be empty"))?;
     let engine = s.runtime.engine().clone();
     let child = p.child_session_key.clone();
-    let prepared =
-        call(&s, Method::PrepareSubagentSpawn, key, |cx| async move { engine.prepare_subagent_spawn(&p, &cx).await }).await?;
+    let prepared = call(&s, Method::PrepareSubagentSpawn, key, |cx| async move {
+        engine.prepare_subagent_spawn(&p, &cx).await
+    })
+    .await?;
     Ok(Json(match prepared {
-        Some(preparation) => {
-            SpawnPreparationResponse { has_rollback: true, rollback_id: Some(s.spawns.keep(&child, preparation)) }
-        }
-        None => SpawnPreparationResponse { has_rollback: false, rollback_id: None },
+        Some(preparation) => SpawnPreparationResponse {
+            has_rollback: true,
+            rollback_id: Some(s.spawns.keep(&child, preparation)),
+        },
+        None => SpawnPreparationResponse {
+            has_rollback: false,
+            rollback_id: None,
+        },
     }))
 }
 
@@ -493,10 +560,14 @@ pub(crate) async fn rollback(
     let _lane = s.lanes.acquire(&child).await?;
     let started = Instant::now();
     let result = preparation.rollback().await;
-    s.metrics.engine_call("rollback", started.elapsed(), result.is_ok());
+    s.metrics
+        .engine_call("rollback", started.elapsed(), result.is_ok());
     let engine = s.runtime.engine_id();
     result.map_err(|e| {
-        ApiError::internal(format!("context engine \"{engine}\" failed in the spawn rollback: {e}")).with_code("engine_error")
+        ApiError::internal(format!(
+            "context engine \"{engine}\" failed in the spawn rollback: {e}"
+        ))
+        .with_code("engine_error")
     })?;
     Ok(Json(Value::Null))
 }
@@ -505,7 +576,11 @@ pub(crate) async fn info(State(s): State<AppState>) -> Json<EngineInfoResponse> 
     let engine = s.runtime.engine();
     Json(EngineInfoResponse {
         info: engine.info(),
-        methods: engine.methods().iter().map(|m| m.name().to_owned()).collect(),
+        methods: engine
+            .methods()
+            .iter()
+            .map(|m| m.name().to_owned())
+            .collect(),
         quarantined: s
             .registry
             .as_ref()
@@ -531,11 +606,9 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
         })
         .collect();
     if s.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
-        let conversations = store(&s)
-            .await?
-            .conversations()
-            .await
-            .map_err(|e| ApiError::internal(format!("cannot list the lossless conversations: {e}")))?;
+        let conversations = store(&s).await?.conversations().await.map_err(|e| {
+            ApiError::internal(format!("cannot list the lossless conversations: {e}"))
+        })?;
         let mut lossless_only = Vec::new();
         for c in conversations.into_iter().filter(|c| c.active) {
             let messages = Some(u64::try_from(c.msg_count).unwrap_or(0));
@@ -562,7 +635,10 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
 /// The lossless store's database file when it is SQLite: `database` (a path) or
 /// `databasePath` of `plugins.entries.lossless.config`, else `<state>/agents/main/lossless.db`;
 /// `None` when the store is in PostgreSQL.
-pub(crate) fn lossless_db_path(host_config: &Value, state_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+pub(crate) fn lossless_db_path(
+    host_config: &Value,
+    state_dir: &std::path::Path,
+) -> Option<std::path::PathBuf> {
     match LosslessConfig::from_host_config(host_config).store_location() {
         Ok(StoreLocation::Sqlite(path)) => {
             Some(path.unwrap_or_else(|| state_dir.join("agents").join("main").join("lossless.db")))
@@ -588,38 +664,56 @@ pub(crate) async fn store(s: &Shared) -> Result<Arc<dyn Backend>, ApiError> {
             let location = cfg
                 .store_location()
                 .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?;
-            let opened: Arc<dyn Backend> = match location {
-                StoreLocation::Postgres(url) => {
-                    let target = PgTarget::parse(&url)
-                        .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?;
-                    Arc::new(
-                        PgStore::open(target, cfg.pool_size.min(4))
-                            .await
-                            .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?,
-                    )
-                }
-                StoreLocation::Sqlite(path) => {
-                    let path = path.unwrap_or_else(|| state_dir.join("agents").join("main").join("lossless.db"));
-                    Arc::new(
-                        tokio::task::spawn_blocking(move || LosslessStore::open(&path))
-                            .await
-                            .map_err(|e| ApiError::internal(format!("opening the lossless store failed: {e}")))?
-                            .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?,
-                    )
-                }
-            };
+            let opened: Arc<dyn Backend> =
+                match location {
+                    StoreLocation::Postgres(url) => {
+                        let target = PgTarget::parse(&url).map_err(|e| {
+                            ApiError::internal(format!("cannot open the lossless store: {e}"))
+                        })?;
+                        Arc::new(PgStore::open(target, cfg.pool_size.min(4)).await.map_err(
+                            |e| ApiError::internal(format!("cannot open the lossless store: {e}")),
+                        )?)
+                    }
+                    StoreLocation::Sqlite(path) => {
+                        let path = path.unwrap_or_else(|| {
+                            state_dir.join("agents").join("main").join("lossless.db")
+                        });
+                        Arc::new(
+                            tokio::task::spawn_blocking(move || LosslessStore::open(&path))
+                                .await
+                                .map_err(|e| {
+                                    ApiError::internal(format!(
+                                        "opening the lossless store failed: {e}"
+                                    ))
+                                })?
+                                .map_err(|e| {
+                                    ApiError::internal(format!(
+                                        "cannot open the lossless store: {e}"
+                                    ))
+                                })?,
+                        )
+                    }
+                };
             Ok(opened)
         })
         .await
         .cloned()
 }
 
-fn report<T: Serialize>(r: Result<T, clawctx_lossless::LosslessError>, what: &str) -> Result<Json<RecallReport>, ApiError> {
+fn report<T: Serialize>(
+    r: Result<T, clawctx_lossless::LosslessError>,
+    what: &str,
+) -> Result<Json<RecallReport>, ApiError> {
     let r = r.map_err(|e| ApiError::bad_request(format!("{what} failed: {e}")))?;
     match serde_json::to_value(r) {
         Ok(Value::Object(m)) => Ok(Json(RecallReport(m))),
-        Ok(other) => Ok(Json(RecallReport(serde_json::Map::from_iter([("result".to_owned(), other)])))),
-        Err(e) => Err(ApiError::internal(format!("{what}: cannot encode the report: {e}"))),
+        Ok(other) => Ok(Json(RecallReport(serde_json::Map::from_iter([(
+            "result".to_owned(),
+            other,
+        )])))),
+        Err(e) => Err(ApiError::internal(format!(
+            "{what}: cannot encode the report: {e}"
+        ))),
     }
 }
 
@@ -665,7 +759,8 @@ pub(crate) async fn lcm_grep(
     q.offset = r.offset.unwrap_or(0);
     let started = Instant::now();
     let result = store.grep(q).await;
-    s.metrics.engine_call("lcm_grep", started.elapsed(), result.is_ok());
+    s.metrics
+        .engine_call("lcm_grep", started.elapsed(), result.is_ok());
     report(result, "lcm_grep")
 }
 
@@ -679,7 +774,8 @@ pub(crate) async fn lcm_describe(
     let started = Instant::now();
     let id = r.id;
     let result = store.describe(&id, Some(&agent)).await;
-    s.metrics.engine_call("lcm_describe", started.elapsed(), result.is_ok());
+    s.metrics
+        .engine_call("lcm_describe", started.elapsed(), result.is_ok());
     report(result, "lcm_describe")
 }
 
@@ -697,7 +793,8 @@ pub(crate) async fn lcm_expand(
     let started = Instant::now();
     let id = r.id;
     let result = store.expand(&id, max, Some(&agent)).await;
-    s.metrics.engine_call("lcm_expand", started.elapsed(), result.is_ok());
+    s.metrics
+        .engine_call("lcm_expand", started.elapsed(), result.is_ok());
     report(result, "lcm_expand")
 }
 

@@ -69,10 +69,16 @@ pub type Result<T, E = GatewayError> = std::result::Result<T, E>;
 
 impl GatewayError {
     pub(crate) fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
-        GatewayError::Config { key: key.into(), message: message.into() }
+        GatewayError::Config {
+            key: key.into(),
+            message: message.into(),
+        }
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        GatewayError::Io { path: path.into(), source }
+        GatewayError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

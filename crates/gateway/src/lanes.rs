@@ -39,16 +39,24 @@ pub struct LaneGuard {
 impl Lanes {
     /// Lanes where at most `max_queued` requests wait behind the running one.
     pub fn new(max_queued: usize, waiting: Gauge) -> Arc<Self> {
-        Arc::new(Lanes { lanes: Mutex::new(HashMap::new()), max_queued, waiting })
+        Arc::new(Lanes {
+            lanes: Mutex::new(HashMap::new()),
+            max_queued,
+            waiting,
+        })
     }
 
     /// Waits for `key`'s lane. Refused with 429 when `max_queued` requests already wait.
     pub async fn acquire(self: &Arc<Self>, key: &str) -> Result<LaneGuard, ApiError> {
         let semaphore = {
-            let mut lanes = self.lanes.lock().map_err(|_| ApiError::internal("the session lanes lock was poisoned"))?;
-            let lane = lanes
-                .entry(key.to_owned())
-                .or_insert_with(|| Lane { permit: Arc::new(Semaphore::new(1)), users: 0 });
+            let mut lanes = self
+                .lanes
+                .lock()
+                .map_err(|_| ApiError::internal("the session lanes lock was poisoned"))?;
+            let lane = lanes.entry(key.to_owned()).or_insert_with(|| Lane {
+                permit: Arc::new(Semaphore::new(1)),
+                users: 0,
+            });
             // `users` counts the running request too: waiting = users - 1 when busy.
             let waiting = lane.users.saturating_sub(1);
             if lane.users > 0 && waiting >= self.max_queued {
@@ -62,16 +70,27 @@ impl Lanes {
             lane.permit.clone()
         };
         // Counted as a user from here: a cancelled wait must give its place back.
-        let mut pending = Pending { lanes: self.clone(), key: key.to_owned(), armed: true };
+        let mut pending = Pending {
+            lanes: self.clone(),
+            key: key.to_owned(),
+            armed: true,
+        };
         let permit = match semaphore.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
                 let _waiting = Waiting::new(&self.waiting);
-                semaphore.acquire_owned().await.map_err(|_| ApiError::internal("a session lane was closed"))?
+                semaphore
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| ApiError::internal("a session lane was closed"))?
             }
         };
         pending.armed = false;
-        Ok(LaneGuard { lanes: self.clone(), key: key.to_owned(), _permit: permit })
+        Ok(LaneGuard {
+            lanes: self.clone(),
+            key: key.to_owned(),
+            _permit: permit,
+        })
     }
 
     fn release(&self, key: &str) {
@@ -139,20 +158,34 @@ mod tests {
         let lanes = Lanes::new(1, Gauge::default());
         let first = lanes.acquire("a").await.unwrap();
         // Another session is not held up.
-        let other = tokio::time::timeout(Duration::from_secs(5), lanes.acquire("b")).await.unwrap().unwrap();
+        let other = tokio::time::timeout(Duration::from_secs(5), lanes.acquire("b"))
+            .await
+            .unwrap()
+            .unwrap();
         // One may wait behind the running turn...
         let l2 = lanes.clone();
         let waiter = tokio::spawn(async move { l2.acquire("a").await.map(|_g| ()) });
         while lanes.waiting.get() == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert!(!waiter.is_finished(), "the second request on a session must wait");
+        assert!(
+            !waiter.is_finished(),
+            "the second request on a session must wait"
+        );
         // ...the next is refused with 429 naming the session.
         let err = lanes.acquire("a").await.err().expect("the queue is full");
         assert_eq!(err.status.as_u16(), 429);
-        assert!(err.message.contains("session \"a\" is busy"), "{}", err.message);
+        assert!(
+            err.message.contains("session \"a\" is busy"),
+            "{}",
+            err.message
+        );
         drop(first);
-        tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
         drop(other);
         assert_eq!(lanes.active(), 0, "idle lanes are dropped");
     }
@@ -168,6 +201,10 @@ mod tests {
         let waiter = tokio::spawn(async move { l2.acquire("a").await.map(|_g| ()) });
         tokio::time::sleep(Duration::from_millis(20)).await;
         drop(first);
-        tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
     }
 }

@@ -168,9 +168,15 @@ mod tests {
         first.set_url("http://127.0.0.1:4242").unwrap();
         let err = StateLock::acquire(dir.path()).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains(&format!("pid {}", std::process::id())) && text.contains("http://127.0.0.1:4242"), "{text}");
+        assert!(
+            text.contains(&format!("pid {}", std::process::id()))
+                && text.contains("http://127.0.0.1:4242"),
+            "{text}"
+        );
         match probe(dir.path()).unwrap() {
-            LockState::Held(Some(info)) => assert_eq!(info.url.as_deref(), Some("http://127.0.0.1:4242")),
+            LockState::Held(Some(info)) => {
+                assert_eq!(info.url.as_deref(), Some("http://127.0.0.1:4242"))
+            }
             other => panic!("expected held, got {other:?}"),
         }
         drop(first);

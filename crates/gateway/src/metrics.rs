@@ -158,9 +158,17 @@ impl Metrics {
     pub fn new(engines: Option<Arc<ContextEngineRegistry>>) -> Self {
         let mut registry = Registry::with_prefix("clawctx_gateway");
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("http_requests", "HTTP requests answered, by route, method and status", requests.clone());
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by route, method and status",
+            requests.clone(),
+        );
         let turns = Family::<OutcomeLabels, Counter>::default();
-        registry.register("turns", "Agent turns run through /v1/chat/completions, by outcome", turns.clone());
+        registry.register(
+            "turns",
+            "Agent turns run through /v1/chat/completions, by outcome",
+            turns.clone(),
+        );
         let turn_seconds = Histogram::new(latency_buckets());
         registry.register("turn_seconds", "Wall time of a turn", turn_seconds.clone());
         let turn_engine_seconds = Histogram::new(latency_buckets());
@@ -176,31 +184,55 @@ impl Metrics {
             turn_host_seconds.clone(),
         );
         let engine_calls = Family::<MethodLabels, Counter>::default();
-        registry.register("engine_calls", "Engine API calls, by method", engine_calls.clone());
-        let engine_call_seconds = Family::<MethodLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
-        registry.register("engine_call_seconds", "Engine API call latency, by method", engine_call_seconds.clone());
-        let assemble_seconds = Family::<SourceLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
+        registry.register(
+            "engine_calls",
+            "Engine API calls, by method",
+            engine_calls.clone(),
+        );
+        let engine_call_seconds =
+            Family::<MethodLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
+        registry.register(
+            "engine_call_seconds",
+            "Engine API call latency, by method",
+            engine_call_seconds.clone(),
+        );
+        let assemble_seconds =
+            Family::<SourceLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
         registry.register(
             "assemble_seconds",
             "Latency of the engine's assemble, in chat turns (source=turn) and through the engine API (source=engine_api)",
             assemble_seconds.clone(),
         );
-        let compaction_seconds = Family::<CompactionLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
+        let compaction_seconds =
+            Family::<CompactionLabels, Histogram, LatencyBuckets>::new_with_constructor(
+                LatencyBuckets,
+            );
         registry.register(
             "compaction_seconds",
             "Latency of compactions the host ran or asked for, in chat turns and through the engine API",
             compaction_seconds.clone(),
         );
         let summarizer_calls = Family::<SummarizerLabels, Counter>::default();
-        registry.register("summarizer_calls", "Summaries asked of a summarizer in this process", summarizer_calls.clone());
+        registry.register(
+            "summarizer_calls",
+            "Summaries asked of a summarizer in this process",
+            summarizer_calls.clone(),
+        );
         let summarizer_failures = Family::<SummarizerLabels, Counter>::default();
         registry.register(
             "summarizer_failures",
             "Summarizer calls that produced no summary (an LLM failure falls back to the extractive summarizer)",
             summarizer_failures.clone(),
         );
-        let summarizer_seconds = Family::<SummarizerLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
-        registry.register("summarizer_seconds", "Summarizer latency", summarizer_seconds.clone());
+        let summarizer_seconds =
+            Family::<SummarizerLabels, Histogram, LatencyBuckets>::new_with_constructor(
+                LatencyBuckets,
+            );
+        registry.register(
+            "summarizer_seconds",
+            "Summarizer latency",
+            summarizer_seconds.clone(),
+        );
         let store_bytes = Family::<StoreLabels, Gauge>::default();
         registry.register(
             "store_bytes",
@@ -209,17 +241,27 @@ impl Metrics {
         );
         // The series an operator looks for exist from the start, at zero.
         for source in ["turn", "engine_api"] {
-            let _ = assemble_seconds.get_or_create(&SourceLabels { source: source.into() });
+            let _ = assemble_seconds.get_or_create(&SourceLabels {
+                source: source.into(),
+            });
         }
         for summarizer in ["llm", "extractive"] {
-            let labels = SummarizerLabels { summarizer: summarizer.into() };
+            let labels = SummarizerLabels {
+                summarizer: summarizer.into(),
+            };
             let _ = summarizer_calls.get_or_create(&labels);
             let _ = summarizer_failures.get_or_create(&labels);
         }
         let summaries = {
-            let (calls, failures, seconds) = (summarizer_calls.clone(), summarizer_failures.clone(), summarizer_seconds.clone());
+            let (calls, failures, seconds) = (
+                summarizer_calls.clone(),
+                summarizer_failures.clone(),
+                summarizer_seconds.clone(),
+            );
             observe::add_observer(move |c| {
-                let labels = SummarizerLabels { summarizer: c.summarizer.to_owned() };
+                let labels = SummarizerLabels {
+                    summarizer: c.summarizer.to_owned(),
+                };
                 calls.get_or_create(&labels).inc();
                 if !c.ok {
                     failures.get_or_create(&labels).inc();
@@ -228,13 +270,29 @@ impl Metrics {
             })
         };
         let errors = Family::<KindLabels, Counter>::default();
-        registry.register("errors", "Errors, by kind (http_5xx, turn, engine, timeout, busy)", errors.clone());
+        registry.register(
+            "errors",
+            "Errors, by kind (http_5xx, turn, engine, timeout, busy)",
+            errors.clone(),
+        );
         let turns_in_flight = Gauge::default();
-        registry.register("turns_in_flight", "Turns running now", turns_in_flight.clone());
+        registry.register(
+            "turns_in_flight",
+            "Turns running now",
+            turns_in_flight.clone(),
+        );
         let requests_waiting = Gauge::default();
-        registry.register("requests_waiting", "Requests waiting for a busy session's turn", requests_waiting.clone());
+        registry.register(
+            "requests_waiting",
+            "Requests waiting for a busy session's turn",
+            requests_waiting.clone(),
+        );
         let quarantines = Gauge::default();
-        registry.register("quarantined_engines", "Engines quarantined in this process (legacy serves for them)", quarantines.clone());
+        registry.register(
+            "quarantined_engines",
+            "Engines quarantined in this process (legacy serves for them)",
+            quarantines.clone(),
+        );
         Metrics {
             registry,
             engines,
@@ -262,16 +320,26 @@ impl Metrics {
 
     /// Counts an error of `kind`.
     pub fn error(&self, kind: &str) {
-        self.errors.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
+        self.errors
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     /// Records a finished turn.
     pub fn turn(&self, outcome: &str, wall: Duration, model_micros: u64, engine_micros: u64) {
-        self.turns.get_or_create(&OutcomeLabels { outcome: outcome.to_owned() }).inc();
+        self.turns
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
         self.turn_seconds.observe(wall.as_secs_f64());
         if outcome == "ok" {
             let engine = Duration::from_micros(engine_micros);
-            let host = wall.saturating_sub(Duration::from_micros(model_micros)).saturating_sub(engine);
+            let host = wall
+                .saturating_sub(Duration::from_micros(model_micros))
+                .saturating_sub(engine);
             self.turn_engine_seconds.observe(engine.as_secs_f64());
             self.turn_host_seconds.observe(host.as_secs_f64());
         }
@@ -279,15 +347,27 @@ impl Metrics {
 
     /// Records an engine-API call.
     pub fn engine_call(&self, method: &str, took: Duration, ok: bool) {
-        let labels = MethodLabels { method: method.to_owned() };
+        let labels = MethodLabels {
+            method: method.to_owned(),
+        };
         self.engine_calls.get_or_create(&labels).inc();
-        self.engine_call_seconds.get_or_create(&labels).observe(took.as_secs_f64());
-        let source = || SourceLabels { source: "engine_api".into() };
+        self.engine_call_seconds
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        let source = || SourceLabels {
+            source: "engine_api".into(),
+        };
         match method {
-            "assemble" => self.assemble_seconds.get_or_create(&source()).observe(took.as_secs_f64()),
+            "assemble" => self
+                .assemble_seconds
+                .get_or_create(&source())
+                .observe(took.as_secs_f64()),
             "compact" => self
                 .compaction_seconds
-                .get_or_create(&CompactionLabels { source: "engine_api".into(), trigger: "api".into() })
+                .get_or_create(&CompactionLabels {
+                    source: "engine_api".into(),
+                    trigger: "api".into(),
+                })
                 .observe(took.as_secs_f64()),
             _ => {}
         }
@@ -299,13 +379,18 @@ impl Metrics {
     /// Records what a finished turn reports of its engine calls: each `assemble` and each
     /// compaction.
     pub fn turn_details(&self, outcome: &TurnOutcome) {
-        let turn = self.assemble_seconds.get_or_create(&SourceLabels { source: "turn".into() });
+        let turn = self.assemble_seconds.get_or_create(&SourceLabels {
+            source: "turn".into(),
+        });
         for micros in &outcome.assemble_micros {
             turn.observe(Duration::from_micros(*micros).as_secs_f64());
         }
         for c in &outcome.compactions {
             self.compaction_seconds
-                .get_or_create(&CompactionLabels { source: "turn".into(), trigger: c.trigger.clone() })
+                .get_or_create(&CompactionLabels {
+                    source: "turn".into(),
+                    trigger: c.trigger.clone(),
+                })
                 .observe(Duration::from_micros(c.micros).as_secs_f64());
         }
     }
@@ -319,11 +404,16 @@ impl Metrics {
     /// The exposition text.
     pub fn render(&self) -> String {
         if let Some(engines) = &self.engines {
-            self.quarantines.set(i64::try_from(engines.quarantines().len()).unwrap_or(i64::MAX));
+            self.quarantines
+                .set(i64::try_from(engines.quarantines().len()).unwrap_or(i64::MAX));
         }
         for (store, path) in &self.stores {
             let bytes = i64::try_from(disk_bytes(path)).unwrap_or(i64::MAX);
-            self.store_bytes.get_or_create(&StoreLabels { store: (*store).to_owned() }).set(bytes);
+            self.store_bytes
+                .get_or_create(&StoreLabels {
+                    store: (*store).to_owned(),
+                })
+                .set(bytes);
         }
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
@@ -335,19 +425,25 @@ impl Metrics {
 
 /// Bytes of `path` on disk: a file with its SQLite companions, or a directory's files.
 fn disk_bytes(path: &Path) -> u64 {
-    let Ok(meta) = std::fs::metadata(path) else { return 0 };
+    let Ok(meta) = std::fs::metadata(path) else {
+        return 0;
+    };
     if meta.is_file() {
         let companions = ["-wal", "-shm"].iter().map(|suffix| {
             let mut p = path.as_os_str().to_owned();
             p.push(suffix);
-            std::fs::metadata(PathBuf::from(p)).map(|m| m.len()).unwrap_or(0)
+            std::fs::metadata(PathBuf::from(p))
+                .map(|m| m.len())
+                .unwrap_or(0)
         });
         return meta.len() + companions.sum::<u64>();
     }
     let mut total = 0;
     let mut dirs = vec![path.to_path_buf()];
     while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             match entry.file_type() {
                 Ok(t) if t.is_dir() => dirs.push(entry.path()),

@@ -266,7 +266,12 @@ pub struct ModelCard {
 pub(crate) async fn models(State(shared): State<AppState>) -> Json<ModelList> {
     Json(ModelList {
         object: "list".into(),
-        data: vec![ModelCard { id: shared.model.clone(), object: "model".into(), created: 0, owned_by: "clawctx".into() }],
+        data: vec![ModelCard {
+            id: shared.model.clone(),
+            object: "model".into(),
+            created: 0,
+            owned_by: "clawctx".into(),
+        }],
     })
 }
 
@@ -278,12 +283,22 @@ pub(crate) async fn disabled() -> ApiError {
 
 /// The session key of a request (see the module docs).
 fn session_key(headers: &HeaderMap, user: Option<&str>) -> Result<String, ApiError> {
-    let header = [SESSION_HEADER, OPENCLAW_SESSION_HEADER].into_iter().find_map(|name| {
-        headers.get(name).map(|v| (name, v.to_str().map(str::trim)))
-    });
+    let header = [SESSION_HEADER, OPENCLAW_SESSION_HEADER]
+        .into_iter()
+        .find_map(|name| headers.get(name).map(|v| (name, v.to_str().map(str::trim))));
     let key = match header {
-        Some((name, Err(_))) => return Err(ApiError::invalid(name, format!("the {name} header must be visible ASCII"))),
-        Some((name, Ok(""))) => return Err(ApiError::invalid(name, format!("the {name} header is empty"))),
+        Some((name, Err(_))) => {
+            return Err(ApiError::invalid(
+                name,
+                format!("the {name} header must be visible ASCII"),
+            ))
+        }
+        Some((name, Ok(""))) => {
+            return Err(ApiError::invalid(
+                name,
+                format!("the {name} header is empty"),
+            ))
+        }
         Some((_, Ok(k))) => k.to_owned(),
         None => match user.map(str::trim).filter(|u| !u.is_empty()) {
             Some(u) => format!("agent:main:openai-user:{u}"),
@@ -293,7 +308,9 @@ fn session_key(headers: &HeaderMap, user: Option<&str>) -> Result<String, ApiErr
     if key.len() > MAX_SESSION_KEY || key.chars().any(char::is_control) {
         return Err(ApiError::invalid(
             SESSION_HEADER,
-            format!("a session key is at most {MAX_SESSION_KEY} characters without control characters"),
+            format!(
+                "a session key is at most {MAX_SESSION_KEY} characters without control characters"
+            ),
         ));
     }
     Ok(key)
@@ -363,8 +380,12 @@ fn spawn_turn(
             Err(_) if signal.is_aborted() => "aborted",
             Err(_) => "error",
         };
-        let (model, engine) = result.as_ref().map_or((0, 0), |o| (o.model_micros, o.engine_micros));
-        shared.metrics.turn(outcome, started.elapsed(), model, engine);
+        let (model, engine) = result
+            .as_ref()
+            .map_or((0, 0), |o| (o.model_micros, o.engine_micros));
+        shared
+            .metrics
+            .turn(outcome, started.elapsed(), model, engine);
         if let Ok(o) = &result {
             shared.metrics.turn_details(o);
         }
@@ -389,14 +410,17 @@ fn spawn_turn(
 /// The HTTP error for a failed turn (`input`: what the request asked, to name its fields).
 fn turn_error(e: &RuntimeError, shared: &AppState, input: &ChatInput) -> ApiError {
     match e {
-        RuntimeError::Aborted(reason) if shared.abort_all.is_cancelled() => {
-            ApiError::unavailable(format!("the gateway is shutting down; the turn was aborted ({reason})"))
-        }
+        RuntimeError::Aborted(reason) if shared.abort_all.is_cancelled() => ApiError::unavailable(
+            format!("the gateway is shutting down; the turn was aborted ({reason})"),
+        ),
         RuntimeError::Aborted(reason) if reason.contains("requestTimeoutMs") => {
             ApiError::timeout(shared.config.request_timeout.as_millis())
         }
-        RuntimeError::Aborted(reason) => ApiError::internal(format!("the turn was aborted: {reason}")),
-        RuntimeError::Provider(m) => ApiError::upstream(format!("the model provider failed: {m}")).with_code("upstream_error"),
+        RuntimeError::Aborted(reason) => {
+            ApiError::internal(format!("the turn was aborted: {reason}"))
+        }
+        RuntimeError::Provider(m) => ApiError::upstream(format!("the model provider failed: {m}"))
+            .with_code("upstream_error"),
         RuntimeError::ToolResults { index, message } => {
             let param = index.and_then(|i| input.tool_results.get(i)).map_or_else(
                 || "messages".to_owned(),
@@ -409,12 +433,23 @@ fn turn_error(e: &RuntimeError, shared: &AppState, input: &ChatInput) -> ApiErro
 }
 
 fn usage_of(o: &TurnOutcome) -> CompletionUsage {
-    let total = if o.usage.total_tokens > 0 { o.usage.total_tokens } else { o.usage.input + o.usage.output };
-    CompletionUsage { prompt_tokens: o.usage.input, completion_tokens: o.usage.output, total_tokens: total }
+    let total = if o.usage.total_tokens > 0 {
+        o.usage.total_tokens
+    } else {
+        o.usage.input + o.usage.output
+    };
+    CompletionUsage {
+        prompt_tokens: o.usage.input,
+        completion_tokens: o.usage.output,
+        total_tokens: total,
+    }
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 pub(crate) async fn chat_completions(
@@ -423,7 +458,9 @@ pub(crate) async fn chat_completions(
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     if shared.stopping.load(Ordering::SeqCst) {
-        return Err(ApiError::unavailable("the gateway is shutting down; retry on another gateway or after its restart"));
+        return Err(ApiError::unavailable(
+            "the gateway is shutting down; retry on another gateway or after its restart",
+        ));
     }
     let key = session_key(&headers, request.user.as_deref())?;
     let mut input = crate::chat_input::read(&request, &shared.runtime.tool_names())?;
@@ -436,11 +473,21 @@ pub(crate) async fn chat_completions(
             )
         });
     }
-    let model = request.model.clone().filter(|m| !m.trim().is_empty()).unwrap_or_else(|| shared.model.clone());
-    let lane = shared.lanes.acquire(&key).await.inspect_err(|_| shared.metrics.error("busy"))?;
+    let model = request
+        .model
+        .clone()
+        .filter(|m| !m.trim().is_empty())
+        .unwrap_or_else(|| shared.model.clone());
+    let lane = shared
+        .lanes
+        .acquire(&key)
+        .await
+        .inspect_err(|_| shared.metrics.error("busy"))?;
     if shared.stopping.load(Ordering::SeqCst) {
         // It waited for the session's lane while the gateway began to stop: not run, not stored.
-        return Err(ApiError::unavailable("the gateway is shutting down; the request was not run; retry after its restart"));
+        return Err(ApiError::unavailable(
+            "the gateway is shutting down; the request was not run; retry after its restart",
+        ));
     }
     let controller = AbortController::new();
     let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
@@ -452,23 +499,45 @@ pub(crate) async fn chat_completions(
     turn.images = std::mem::take(&mut input.images);
     turn.model_options = std::mem::take(&mut input.options);
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-    let session_header = HeaderValue::from_str(&key).map_err(|_| ApiError::invalid(SESSION_HEADER, "invalid session key"))?;
+    let session_header = HeaderValue::from_str(&key)
+        .map_err(|_| ApiError::invalid(SESSION_HEADER, "invalid session key"))?;
 
     if request.stream == Some(true) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         turn.events = Some(tx);
         let handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
-        let include_usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        let events = stream_events(shared, handle, rx, StreamMeta { id, model, created: unix_now(), include_usage, input });
-        let guard = AbortOnDrop { controller, armed: true };
+        let include_usage = request
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage);
+        let events = stream_events(
+            shared,
+            handle,
+            rx,
+            StreamMeta {
+                id,
+                model,
+                created: unix_now(),
+                include_usage,
+                input,
+            },
+        );
+        let guard = AbortOnDrop {
+            controller,
+            armed: true,
+        };
         let body = events.scan(guard, |guard, item| {
             if matches!(item, Streamed::Done) {
                 guard.disarm();
             }
             futures::future::ready(Some(Ok::<Event, Infallible>(item.into_event())))
         });
-        let mut response = Sse::new(body).keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE)).into_response();
-        response.headers_mut().insert(SESSION_HEADER, session_header);
+        let mut response = Sse::new(body)
+            .keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE))
+            .into_response();
+        response
+            .headers_mut()
+            .insert(SESSION_HEADER, session_header);
         return Ok(response);
     }
 
@@ -477,7 +546,10 @@ pub(crate) async fn chat_completions(
     let (answered_tx, mut answered) = tokio::sync::mpsc::unbounded_channel();
     turn.answered = Some(answered_tx);
     let mut handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
-    let mut guard = AbortOnDrop { controller, armed: true };
+    let mut guard = AbortOnDrop {
+        controller,
+        armed: true,
+    };
     let result = tokio::select! {
         Some(early) = answered.recv() => Ok(Ok(early)),
         r = &mut handle => r,
@@ -498,14 +570,17 @@ pub(crate) async fn chat_completions(
             index: 0,
             message: AssistantReply {
                 role: "assistant".into(),
-                content: Some(outcome.reply.clone()).filter(|r| !r.is_empty() || outcome.client_tool_calls.is_empty()),
+                content: Some(outcome.reply.clone())
+                    .filter(|r| !r.is_empty() || outcome.client_tool_calls.is_empty()),
                 tool_calls: reply_tool_calls(&outcome),
             },
             finish_reason: finish_reason(&outcome).into(),
         }],
     };
     let mut response = (StatusCode::OK, Json(body)).into_response();
-    response.headers_mut().insert(SESSION_HEADER, session_header);
+    response
+        .headers_mut()
+        .insert(SESSION_HEADER, session_header);
     Ok(response)
 }
 
@@ -553,18 +628,23 @@ fn stream_events(
             Streamed::Chunk(c)
         }
     };
-    let first = chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None);
+    let first = chunk(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+        None,
+    );
     let deltas = {
         let chunk = chunk.clone();
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) }).filter_map(move |e| {
-            let out = match e {
-                StreamEvent::TextDelta(t) if !t.is_empty() => {
-                    Some(chunk(json!([{"index": 0, "delta": {"content": t}, "finish_reason": null}]), None))
-                }
-                _ => None,
-            };
-            futures::future::ready(out)
-        })
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+            .filter_map(move |e| {
+                let out = match e {
+                    StreamEvent::TextDelta(t) if !t.is_empty() => Some(chunk(
+                        json!([{"index": 0, "delta": {"content": t}, "finish_reason": null}]),
+                        None,
+                    )),
+                    _ => None,
+                };
+                futures::future::ready(out)
+            })
     };
     let tail = futures::stream::once(async move {
         let mut out = Vec::new();
@@ -590,7 +670,9 @@ fn stream_events(
         futures::stream::iter(out)
     })
     .flatten();
-    futures::stream::once(futures::future::ready(first)).chain(deltas).chain(tail)
+    futures::stream::once(futures::future::ready(first))
+        .chain(deltas)
+        .chain(tail)
 }
 
 #[cfg(test)]
@@ -601,13 +683,24 @@ mod tests {
     #[test]
     fn session_keys_follow_openclaws_shapes() {
         let mut h = HeaderMap::new();
-        assert_eq!(session_key(&h, Some("ann")).unwrap(), "agent:main:openai-user:ann");
-        assert!(session_key(&h, None).unwrap().starts_with("agent:main:openai:"));
-        h.insert(OPENCLAW_SESSION_HEADER, HeaderValue::from_static("agent:main:x"));
+        assert_eq!(
+            session_key(&h, Some("ann")).unwrap(),
+            "agent:main:openai-user:ann"
+        );
+        assert!(session_key(&h, None)
+            .unwrap()
+            .starts_with("agent:main:openai:"));
+        h.insert(
+            OPENCLAW_SESSION_HEADER,
+            HeaderValue::from_static("agent:main:x"),
+        );
         assert_eq!(session_key(&h, Some("ann")).unwrap(), "agent:main:x");
         h.insert(SESSION_HEADER, HeaderValue::from_static("agent:main:mine"));
         assert_eq!(session_key(&h, Some("ann")).unwrap(), "agent:main:mine");
         h.insert(SESSION_HEADER, HeaderValue::from_static(""));
-        assert_eq!(session_key(&h, None).unwrap_err().param.as_deref(), Some(SESSION_HEADER));
+        assert_eq!(
+            session_key(&h, None).unwrap_err().param.as_deref(),
+            Some(SESSION_HEADER)
+        );
     }
 }

@@ -59,12 +59,27 @@ fn op(
     response: Option<SchemaFn>,
     handler: MethodRouter<AppState>,
 ) -> Op {
-    Op { method, path, id, summary, tag, request, response, produces: "application/json", auth: true, handler }
+    Op {
+        method,
+        path,
+        id,
+        summary,
+        tag,
+        request,
+        response,
+        produces: "application/json",
+        auth: true,
+        handler,
+    }
 }
 
 /// Every route.
 pub(crate) fn operations(shared: &AppState) -> Vec<Op> {
-    let chat = if shared.config.chat_completions { post(openai::chat_completions) } else { post(openai::disabled) };
+    let chat = if shared.config.chat_completions {
+        post(openai::chat_completions)
+    } else {
+        post(openai::disabled)
+    };
     let mut ops = vec![
         Op {
             produces: "application/json, text/event-stream",
@@ -101,17 +116,32 @@ pub(crate) fn operations(shared: &AppState) -> Vec<Op> {
         Op { produces: "application/openmetrics-text", ..op("get", "/metrics", "metrics", "operations", "Prometheus metrics", None, None, get(server::metrics)) },
     ];
     for (path, id, summary, handler) in [
-        ("/healthz", "healthz", "Liveness (no token needed)", get(server::healthz)),
-        ("/readyz", "readyz", "Readiness: 503 while shutting down (no token needed)", get(server::readyz)),
+        (
+            "/healthz",
+            "healthz",
+            "Liveness (no token needed)",
+            get(server::healthz),
+        ),
+        (
+            "/readyz",
+            "readyz",
+            "Readiness: 503 while shutting down (no token needed)",
+            get(server::readyz),
+        ),
     ] {
-        ops.push(Op { auth: false, ..op("get", path, id, "operations", summary, None, None, handler) });
+        ops.push(Op {
+            auth: false,
+            ..op("get", path, id, "operations", summary, None, None, handler)
+        });
     }
     ops
 }
 
 /// The router of every [`Op`].
 pub(crate) fn router(shared: &AppState) -> Router<AppState> {
-    operations(shared).into_iter().fold(Router::new(), |r, o| r.route(o.path, o.handler))
+    operations(shared)
+        .into_iter()
+        .fold(Router::new(), |r, o| r.route(o.path, o.handler))
 }
 
 /// The OpenAPI document.
@@ -126,8 +156,10 @@ pub fn document(ops_of: &[OpDoc]) -> Value {
         let ok = match (o.response, o.produces) {
             (Some(f), media) => {
                 let s = f(&mut generator);
-                let content: Map<String, Value> =
-                    media.split(", ").map(|m| (m.to_owned(), json!({"schema": s}))).collect();
+                let content: Map<String, Value> = media
+                    .split(", ")
+                    .map(|m| (m.to_owned(), json!({"schema": s})))
+                    .collect();
                 json!({"description": "OK", "content": content})
             }
             (None, media) => json!({"description": "OK", "content": {media: {}}}),
@@ -200,6 +232,8 @@ pub(crate) fn docs(shared: &AppState) -> Vec<OpDoc> {
         .collect()
 }
 
-async fn document_handler(axum::extract::State(shared): axum::extract::State<AppState>) -> axum::Json<Value> {
+async fn document_handler(
+    axum::extract::State(shared): axum::extract::State<AppState>,
+) -> axum::Json<Value> {
     axum::Json(document(&docs(&shared)))
 }

@@ -97,14 +97,19 @@ impl Gateway {
     pub fn new(parts: GatewayParts) -> Self {
         let mut metrics = Metrics::new(parts.registry.clone());
         if parts.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
-            if let Some(path) = crate::engine_api::lossless_db_path(&parts.host_config, parts.runtime.state_dir()) {
+            if let Some(path) =
+                crate::engine_api::lossless_db_path(&parts.host_config, parts.runtime.state_dir())
+            {
                 metrics.watch_store("lossless_db", path);
             }
         }
         if let Ok(dir) = parts.runtime.store().sessions_dir("main") {
             metrics.watch_store("transcripts", dir);
         }
-        let lanes = Lanes::new(parts.config.max_queued_per_session, metrics.requests_waiting.clone());
+        let lanes = Lanes::new(
+            parts.config.max_queued_per_session,
+            metrics.requests_waiting.clone(),
+        );
         Gateway {
             shared: Arc::new(Shared {
                 runtime: parts.runtime,
@@ -133,7 +138,12 @@ impl Gateway {
     /// Binds the configured address.
     pub async fn bind(&self) -> Result<TcpListener> {
         let addr = self.shared.config.addr;
-        TcpListener::bind(addr).await.map_err(|source| GatewayError::Bind { addr: addr.to_string(), source })
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| GatewayError::Bind {
+                addr: addr.to_string(),
+                source,
+            })
     }
 
     /// The application: every route with its layers.
@@ -143,7 +153,11 @@ impl Gateway {
 
     /// Serves on `listener` until `shutdown` completes, then drains (see the module docs) and
     /// shuts the runtime down.
-    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
         let shared = self.shared.clone();
         let app = router(shared.clone());
         let stop = CancellationToken::new();
@@ -177,7 +191,10 @@ impl Gateway {
             }
         };
         shared.tasks.close();
-        if tokio::time::timeout(ABORT_GRACE, shared.tasks.wait()).await.is_err() {
+        if tokio::time::timeout(ABORT_GRACE, shared.tasks.wait())
+            .await
+            .is_err()
+        {
             shared.abort_all.cancel();
             tracing::warn!("turns still running after the shutdown grace period; they are aborted");
             let _ = tokio::time::timeout(ABORT_GRACE, shared.tasks.wait()).await;
@@ -193,7 +210,10 @@ fn router(shared: AppState) -> Router {
     let mut app = crate::openapi::router(&shared)
         .merge(crate::dashboard::router())
         .fallback(not_found)
-        .route_layer(middleware::from_fn_with_state(shared.clone(), count_requests))
+        .route_layer(middleware::from_fn_with_state(
+            shared.clone(),
+            count_requests,
+        ))
         .layer(middleware::from_fn_with_state(shared.clone(), deadline))
         .layer(middleware::from_fn_with_state(shared.clone(), auth))
         .layer(DefaultBodyLimit::max(shared.config.max_body_bytes))
@@ -219,13 +239,20 @@ fn cors(config: &GatewayConfig) -> Option<CorsLayer> {
     if config.allowed_origins.is_empty() {
         return None;
     }
-    let origins: Vec<HeaderValue> =
-        config.allowed_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    let origins: Vec<HeaderValue> = config
+        .allowed_origins
+        .iter()
+        .filter_map(|o| HeaderValue::from_str(o).ok())
+        .collect();
     Some(
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
             .allow_methods([Method::GET, Method::POST])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, HeaderName::from_static("x-clawctx-session")]),
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("x-clawctx-session"),
+            ]),
     )
 }
 
@@ -242,17 +269,28 @@ const PUBLIC_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
 /// Every path but [`PUBLIC_PATHS`] needs the token, unknown ones included (no route probing).
 async fn auth(State(shared): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(token) = shared.config.token.as_ref().filter(|_| !PUBLIC_PATHS.contains(&req.uri().path())) {
-        if let Some(r) = crate::dashboard::login(&req, token.expose(), &|p| token_matches(token, p)) {
+    if let Some(token) = shared
+        .config
+        .token
+        .as_ref()
+        .filter(|_| !PUBLIC_PATHS.contains(&req.uri().path()))
+    {
+        if let Some(r) = crate::dashboard::login(&req, token.expose(), &|p| token_matches(token, p))
+        {
             return r;
         }
         let presented = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
             .map(str::trim);
-        if !presented.is_some_and(|p| token_matches(token, p)) && !crate::dashboard::cookie_matches(req.headers(), token.expose()) {
+        if !presented.is_some_and(|p| token_matches(token, p))
+            && !crate::dashboard::cookie_matches(req.headers(), token.expose())
+        {
             if crate::dashboard::is_page(req.uri().path()) {
                 return crate::dashboard::login_page(false);
             }
@@ -277,11 +315,22 @@ async fn deadline(State(shared): State<AppState>, req: Request, next: Next) -> R
 }
 
 async fn count_requests(State(shared): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = req.method().to_string();
     let response = next.run(req).await;
     let status = response.status();
-    shared.metrics.requests.get_or_create(&RequestLabels { route, method, status: status.as_u16() }).inc();
+    shared
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            route,
+            method,
+            status: status.as_u16(),
+        })
+        .inc();
     if status.is_server_error() {
         shared.metrics.error("http_5xx");
     }
@@ -289,7 +338,11 @@ async fn count_requests(State(shared): State<AppState>, req: Request, next: Next
 }
 
 async fn not_found(req: Request) -> ApiError {
-    ApiError::not_found(format!("no route for {} {}", req.method(), req.uri().path()))
+    ApiError::not_found(format!(
+        "no route for {} {}",
+        req.method(),
+        req.uri().path()
+    ))
 }
 
 pub(crate) async fn healthz(State(shared): State<AppState>) -> Json<Value> {
@@ -313,12 +366,20 @@ pub(crate) async fn readyz(State(shared): State<AppState>) -> Response {
         "quarantined": quarantined,
         "sessionsBusy": shared.lanes.active(),
     });
-    let status = if shared.stopping.load(Ordering::SeqCst) { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    let status = if shared.stopping.load(Ordering::SeqCst) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
     (status, Json(body)).into_response()
 }
 
 pub(crate) async fn metrics(State(shared): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], shared.metrics.render()).into_response()
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        shared.metrics.render(),
+    )
+        .into_response()
 }
 
 #[cfg(test)]
@@ -329,7 +390,13 @@ mod tests {
     fn the_token_check_accepts_only_the_exact_token() {
         let t = Token::new("correct horse");
         assert!(token_matches(&t, "correct horse"));
-        for wrong in ["", "correct hors", "correct horse ", "Correct horse", "correct horsf"] {
+        for wrong in [
+            "",
+            "correct hors",
+            "correct horse ",
+            "Correct horse",
+            "correct horsf",
+        ] {
             assert!(!token_matches(&t, wrong), "{wrong:?}");
         }
     }

@@ -67,7 +67,9 @@ pub async fn status(state_dir: &Path) -> Result<GatewayStatus> {
         out.problem = Some("the gateway is starting (no address recorded yet)".into());
         return Ok(out);
     };
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(3)).build();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build();
     let answer = match client {
         Ok(c) => c.get(format!("{url}/healthz")).send().await,
         Err(e) => {

@@ -17,6 +17,11 @@ fn openclaw_bridge_node_tests_pass() {
         .expect("node runs (Node 20 is needed for the plugin SDK tests)");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "node --test test/ in {}\nexit: {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", pkg.display(), out.status.code());
+    assert!(
+        out.status.success(),
+        "node --test test/ in {}\nexit: {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        pkg.display(),
+        out.status.code()
+    );
     assert!(stdout.contains("# fail 0"), "{stdout}");
 }

@@ -20,19 +20,32 @@ fn chat(messages: Value) -> Value {
 }
 
 async fn post_session(gw: &TestGateway, session: &str, body: &Value) -> reqwest::Response {
-    gw.http.post(gw.at("/v1/chat/completions")).header("x-clawctx-session", session).json(body).send().await.unwrap()
+    gw.http
+        .post(gw.at("/v1/chat/completions"))
+        .header("x-clawctx-session", session)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
 }
 
 /// The `data:` payloads of an SSE body.
 fn sse_data(body: &str) -> Vec<String> {
     body.split("\n\n")
-        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))))
+        .filter_map(|event| {
+            event
+                .lines()
+                .find_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        })
         .map(|d| d.trim().to_owned())
         .collect()
 }
 
 fn roles_and_texts(messages: &[AgentMessage]) -> Vec<(String, String)> {
-    messages.iter().map(|m| (m.role().to_owned(), m.plain_text())).collect()
+    messages
+        .iter()
+        .map(|m| (m.role().to_owned(), m.plain_text()))
+        .collect()
 }
 
 /// Polls `/metrics` until `needle` appears (bounded).
@@ -51,18 +64,30 @@ async fn wait_for_metric(gw: &TestGateway, needle: &str) -> String {
 #[tokio::test]
 async fn plain_completions_store_one_turn_per_request_even_when_the_client_resends_its_history() {
     let mut gw = start(Opts::default()).await;
-    gw.llm.push([text("Hello, Ann."), text("You said your name is Ann.")]);
+    gw.llm
+        .push([text("Hello, Ann."), text("You said your name is Ann.")]);
 
-    let r = post_session(&gw, "agent:main:ann", &chat(json!([{"role": "user", "content": "Hi, I am Ann"}]))).await;
+    let r = post_session(
+        &gw,
+        "agent:main:ann",
+        &chat(json!([{"role": "user", "content": "Hi, I am Ann"}])),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-clawctx-session"], "agent:main:ann");
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["object"], "chat.completion");
     assert!(body["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(body["model"], "whatever-the-client-says");
-    assert_eq!(body["choices"][0]["message"], json!({"role": "assistant", "content": "Hello, Ann."}));
+    assert_eq!(
+        body["choices"][0]["message"],
+        json!({"role": "assistant", "content": "Hello, Ann."})
+    );
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
-    assert_eq!(body["usage"], json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}));
+    assert_eq!(
+        body["usage"],
+        json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
+    );
 
     // The client re-sends everything plus its new message: only the new message is a turn.
     let history = json!([
@@ -74,7 +99,10 @@ async fn plain_completions_store_one_turn_per_request_even_when_the_client_resen
     let r = post_session(&gw, "agent:main:ann", &chat(history)).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["choices"][0]["message"]["content"], "You said your name is Ann.");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "You said your name is Ann."
+    );
 
     let stored = roles_and_texts(&gw.runtime.context("agent:main:ann").unwrap());
     assert_eq!(
@@ -83,17 +111,30 @@ async fn plain_completions_store_one_turn_per_request_even_when_the_client_resen
             ("user".to_owned(), "Hi, I am Ann".to_owned()),
             ("assistant".to_owned(), "Hello, Ann.".to_owned()),
             ("user".to_owned(), "What is my name?".to_owned()),
-            ("assistant".to_owned(), "You said your name is Ann.".to_owned()),
+            (
+                "assistant".to_owned(),
+                "You said your name is Ann.".to_owned()
+            ),
         ],
         "the transcript holds each message once"
     );
     // The model saw the stored conversation, the new prompt last.
     let bodies = gw.llm.bodies().await;
-    let sent = bodies.last().unwrap()["messages"].as_array().unwrap().clone();
+    let sent = bodies.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
     let last = sent.last().unwrap();
     assert_eq!(last["role"], "user");
-    assert!(last["content"].to_string().contains("What is my name?"), "{last}");
-    assert!(sent.iter().any(|m| m["content"].to_string().contains("Hi, I am Ann")), "the earlier turn is in the context");
+    assert!(
+        last["content"].to_string().contains("What is my name?"),
+        "{last}"
+    );
+    assert!(
+        sent.iter()
+            .any(|m| m["content"].to_string().contains("Hi, I am Ann")),
+        "the earlier turn is in the context"
+    );
 
     let models: Value = gw.get("/v1/models").await.json().await.unwrap();
     assert_eq!(models["object"], "list");
@@ -106,12 +147,20 @@ async fn plain_completions_store_one_turn_per_request_even_when_the_client_resen
 
 #[tokio::test]
 async fn the_user_field_names_the_session_and_lossless_serves_turns() {
-    let mut gw = start(Opts { engine: "lossless", ..Default::default() }).await;
+    let mut gw = start(Opts {
+        engine: "lossless",
+        ..Default::default()
+    })
+    .await;
     gw.llm.push([text("noted"), text("it was 4417")]);
-    let body = json!({"messages": [{"role": "user", "content": "the door code is 4417"}], "user": "bob"});
+    let body =
+        json!({"messages": [{"role": "user", "content": "the door code is 4417"}], "user": "bob"});
     let r = gw.post("/v1/chat/completions", &body).await;
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["x-clawctx-session"], "agent:main:openai-user:bob");
+    assert_eq!(
+        r.headers()["x-clawctx-session"],
+        "agent:main:openai-user:bob"
+    );
     let body = json!({"messages": [{"role": "user", "content": "what was the door code?"}], "user": "bob"});
     let r = gw.post("/v1/chat/completions", &body).await;
     let reply: Value = r.json().await.unwrap();
@@ -119,13 +168,21 @@ async fn the_user_field_names_the_session_and_lossless_serves_turns() {
     // Read your writes: the answer a client was just given is already searchable (the
     // response waits for the engine's commit, not for the session's bookkeeping after it).
     let grep = gw
-        .post("/v1/engine/lcm_grep", &json!({"sessionKey": "agent:main:openai-user:bob", "query": "4417"}))
+        .post(
+            "/v1/engine/lcm_grep",
+            &json!({"sessionKey": "agent:main:openai-user:bob", "query": "4417"}),
+        )
         .await
         .json::<Value>()
         .await
         .unwrap();
-    let snippets: Vec<&str> = grep["hits"].as_array().map_or(Vec::new(), |h| h.iter().filter_map(|h| h["snippet"].as_str()).collect());
-    assert!(snippets.iter().any(|s| s.contains("it was 4417")), "the last answer must be found at once: {grep}");
+    let snippets: Vec<&str> = grep["hits"].as_array().map_or(Vec::new(), |h| {
+        h.iter().filter_map(|h| h["snippet"].as_str()).collect()
+    });
+    assert!(
+        snippets.iter().any(|s| s.contains("it was 4417")),
+        "the last answer must be found at once: {grep}"
+    );
     let stored = gw.runtime.context("agent:main:openai-user:bob").unwrap();
     assert_eq!(stored.len(), 4, "{:?}", roles_and_texts(&stored));
     assert_eq!(gw.runtime.engine_id(), "lossless");
@@ -142,50 +199,120 @@ async fn streaming_sends_role_content_finish_usage_and_done() {
     });
     let r = post_session(&gw, "agent:main:stream", &body).await;
     assert_eq!(r.status(), 200);
-    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
     assert_eq!(r.headers()["x-clawctx-session"], "agent:main:stream");
     let data = sse_data(&r.text().await.unwrap());
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
-    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
-    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["model"] == "m"), "{chunks:?}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk" && c["model"] == "m"),
+        "{chunks:?}"
+    );
     let id = &chunks[0]["id"];
-    assert!(chunks.iter().all(|c| &c["id"] == id), "one id for the whole stream");
+    assert!(
+        chunks.iter().all(|c| &c["id"] == id),
+        "one id for the whole stream"
+    );
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-    let content: String =
-        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
     assert_eq!(content, "Streaming works fine.");
-    let deltas = chunks.iter().filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|s| !s.is_empty())).count();
-    assert!(deltas >= 2, "the text arrives in deltas as the model streams it: {chunks:?}");
-    let finish = chunks.iter().find(|c| c["choices"][0]["finish_reason"].is_string()).unwrap();
+    let deltas = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+        })
+        .count();
+    assert!(
+        deltas >= 2,
+        "the text arrives in deltas as the model streams it: {chunks:?}"
+    );
+    let finish = chunks
+        .iter()
+        .find(|c| c["choices"][0]["finish_reason"].is_string())
+        .unwrap();
     assert_eq!(finish["choices"][0]["finish_reason"], "stop");
     let usage = chunks.last().unwrap();
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(usage["usage"]["total_tokens"], 110);
     let stored = roles_and_texts(&gw.runtime.context("agent:main:stream").unwrap());
-    assert_eq!(stored.last().unwrap(), &("assistant".to_owned(), "Streaming works fine.".to_owned()));
+    assert_eq!(
+        stored.last().unwrap(),
+        &("assistant".to_owned(), "Streaming works fine.".to_owned())
+    );
     gw.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn bad_requests_get_openai_errors_naming_the_problem() {
-    let mut gw = start(Opts { tweak: Box::new(|c| c.max_body_bytes = 2048), ..Default::default() }).await;
+    let mut gw = start(Opts {
+        tweak: Box::new(|c| c.max_body_bytes = 2048),
+        ..Default::default()
+    })
+    .await;
     let raw = |body: &'static str| {
-        gw.http.post(gw.at("/v1/chat/completions")).header("content-type", "application/json").body(body).send()
+        gw.http
+            .post(gw.at("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
     };
 
-    let e = error_of(raw(r#"{"messages": [{"role": "user", "content": "hi"}"#).await.unwrap(), 400).await;
-    assert!(e["message"].as_str().unwrap().starts_with("malformed JSON at line 1"), "{e}");
+    let e = error_of(
+        raw(r#"{"messages": [{"role": "user", "content": "hi"}"#)
+            .await
+            .unwrap(),
+        400,
+    )
+    .await;
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("malformed JSON at line 1"),
+        "{e}"
+    );
     assert_eq!(e["type"], "invalid_request_error");
 
     let e = error_of(raw(r#"{"messages": "hi"}"#).await.unwrap(), 400).await;
     assert_eq!(e["param"], "messages", "{e}");
-    assert!(e["message"].as_str().unwrap().contains("invalid type: string"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid type: string"),
+        "{e}"
+    );
 
-    let e = error_of(raw(r#"{"messages": [{"role": 1, "content": "x"}]}"#).await.unwrap(), 400).await;
+    let e = error_of(
+        raw(r#"{"messages": [{"role": 1, "content": "x"}]}"#)
+            .await
+            .unwrap(),
+        400,
+    )
+    .await;
     assert_eq!(e["param"], "messages[0].role", "{e}");
 
     let e = error_of(raw(r#"{"model": "m"}"#).await.unwrap(), 400).await;
-    assert!(e["message"].as_str().unwrap().contains("missing field `messages`"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `messages`"),
+        "{e}"
+    );
 
     let e = error_of(raw(r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#).await.unwrap(), 400).await;
     assert_eq!(e["param"], "messages[1].role", "{e}");
@@ -195,10 +322,29 @@ async fn bad_requests_get_openai_errors_naming_the_problem() {
 
     let big = json!({"messages": [{"role": "user", "content": "x".repeat(4096)}]});
     let e = error_of(gw.post("/v1/chat/completions", &big).await, 413).await;
-    assert!(e["message"].as_str().unwrap().contains("gateway.http.maxBodyBytes (2048 bytes)"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("gateway.http.maxBodyBytes (2048 bytes)"),
+        "{e}"
+    );
 
-    let e = error_of(gw.http.post(gw.at("/v1/chat/completions")).header("content-type", "text/plain").body("{}").send().await.unwrap(), 400).await;
-    assert!(e["message"].as_str().unwrap().contains("Content-Type"), "{e}");
+    let e = error_of(
+        gw.http
+            .post(gw.at("/v1/chat/completions"))
+            .header("content-type", "text/plain")
+            .body("{}")
+            .send()
+            .await
+            .unwrap(),
+        400,
+    )
+    .await;
+    assert!(
+        e["message"].as_str().unwrap().contains("Content-Type"),
+        "{e}"
+    );
 
     // Nothing was stored and nothing reached the model.
     assert!(gw.llm.bodies().await.is_empty());
@@ -208,12 +354,22 @@ async fn bad_requests_get_openai_errors_naming_the_problem() {
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_aborts_the_turn_and_the_session_goes_on() {
     let mut gw = start(Opts::default()).await;
-    gw.llm.push([slow("this reply is never seen", Duration::from_secs(20)), text("second answer")]);
+    gw.llm.push([
+        slow("this reply is never seen", Duration::from_secs(20)),
+        text("second answer"),
+    ]);
     let body = json!({"stream": true, "messages": [{"role": "user", "content": "first question"}]});
     let mut r = post_session(&gw, "agent:main:gone", &body).await;
     assert_eq!(r.status(), 200);
-    let first = tokio::time::timeout(Duration::from_secs(10), r.chunk()).await.unwrap().unwrap().unwrap();
-    assert!(String::from_utf8_lossy(&first).contains("\"role\":\"assistant\""), "{first:?}");
+    let first = tokio::time::timeout(Duration::from_secs(10), r.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("\"role\":\"assistant\""),
+        "{first:?}"
+    );
     drop(r);
 
     wait_for_metric(&gw, r#"clawctx_gateway_turns_total{outcome="aborted"} 1"#).await;
@@ -226,19 +382,34 @@ async fn a_client_that_disconnects_mid_stream_aborts_the_turn_and_the_session_go
 
     let stored = gw.runtime.context("agent:main:gone").unwrap();
     let texts = roles_and_texts(&stored);
-    assert_eq!(texts.first().unwrap(), &("user".to_owned(), "first question".to_owned()), "the aborted turn's prompt is kept: {texts:?}");
-    assert!(!texts.iter().any(|(_, t)| t.contains("never seen")), "{texts:?}");
+    assert_eq!(
+        texts.first().unwrap(),
+        &("user".to_owned(), "first question".to_owned()),
+        "the aborted turn's prompt is kept: {texts:?}"
+    );
+    assert!(
+        !texts.iter().any(|(_, t)| t.contains("never seen")),
+        "{texts:?}"
+    );
     assert_eq!(
         texts[texts.len() - 2..].to_vec(),
-        vec![("user".to_owned(), "second question".to_owned()), ("assistant".to_owned(), "second answer".to_owned())]
+        vec![
+            ("user".to_owned(), "second question".to_owned()),
+            ("assistant".to_owned(), "second answer".to_owned())
+        ]
     );
     gw.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn one_turn_at_a_time_per_session_a_bounded_queue_then_429_and_other_sessions_in_parallel() {
-    let mut gw = start(Opts { tweak: Box::new(|c| c.max_queued_per_session = 1), ..Default::default() }).await;
-    gw.llm.push([slow("a", Duration::from_secs(3)), text("d"), text("b")]);
+    let mut gw = start(Opts {
+        tweak: Box::new(|c| c.max_queued_per_session = 1),
+        ..Default::default()
+    })
+    .await;
+    gw.llm
+        .push([slow("a", Duration::from_secs(3)), text("d"), text("b")]);
     let send = |session: &'static str, prompt: &'static str| {
         let http = gw.http.clone();
         let url = gw.at("/v1/chat/completions");
@@ -258,32 +429,64 @@ async fn one_turn_at_a_time_per_session_a_bounded_queue_then_429_and_other_sessi
     wait_for_metric(&gw, "clawctx_gateway_turns_in_flight 1").await;
     let d = send("agent:main:other", "D");
     let (status, body) = d.await.unwrap();
-    assert_eq!((status, body["choices"][0]["message"]["content"].as_str()), (200, Some("d")));
-    assert!(!a.is_finished(), "another session ran while the busy one's turn was still running");
+    assert_eq!(
+        (status, body["choices"][0]["message"]["content"].as_str()),
+        (200, Some("d"))
+    );
+    assert!(
+        !a.is_finished(),
+        "another session ran while the busy one's turn was still running"
+    );
 
     let b = send("agent:main:busy", "B");
     // B waits for A; with B queued, the next request on the session is refused at once.
     wait_for_metric(&gw, "clawctx_gateway_requests_waiting 1").await;
-    let r = post_session(&gw, "agent:main:busy", &json!({"messages": [{"role": "user", "content": "C"}]})).await;
+    let r = post_session(
+        &gw,
+        "agent:main:busy",
+        &json!({"messages": [{"role": "user", "content": "C"}]}),
+    )
+    .await;
     assert_eq!(r.headers()["retry-after"], "1");
     let e = error_of(r, 429).await;
     assert_eq!(e["type"], "rate_limit_error");
-    assert!(e["message"].as_str().unwrap().contains("session \"agent:main:busy\" is busy"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("session \"agent:main:busy\" is busy"),
+        "{e}"
+    );
 
     let (sa, ba) = a.await.unwrap();
     let (sb, bb) = b.await.unwrap();
-    assert_eq!((sa, ba["choices"][0]["message"]["content"].as_str()), (200, Some("a")));
-    assert_eq!((sb, bb["choices"][0]["message"]["content"].as_str()), (200, Some("b")));
+    assert_eq!(
+        (sa, ba["choices"][0]["message"]["content"].as_str()),
+        (200, Some("a"))
+    );
+    assert_eq!(
+        (sb, bb["choices"][0]["message"]["content"].as_str()),
+        (200, Some("b"))
+    );
     let texts = roles_and_texts(&gw.runtime.context("agent:main:busy").unwrap());
-    let users: Vec<&str> = texts.iter().filter(|(r, _)| r == "user").map(|(_, t)| t.as_str()).collect();
-    assert_eq!(users, ["A", "B"], "turns of one session never interleave: {texts:?}");
+    let users: Vec<&str> = texts
+        .iter()
+        .filter(|(r, _)| r == "user")
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert_eq!(
+        users,
+        ["A", "B"],
+        "turns of one session never interleave: {texts:?}"
+    );
     gw.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_stop_lets_the_in_flight_turn_finish_then_shuts_the_runtime_down() {
     let mut gw = start(Opts::default()).await;
-    gw.llm.push([slow("finished after the stop", Duration::from_millis(1500))]);
+    gw.llm
+        .push([slow("finished after the stop", Duration::from_millis(1500))]);
     let http = gw.http.clone();
     let url = gw.at("/v1/chat/completions");
     let inflight = tokio::spawn(async move {
@@ -300,7 +503,10 @@ async fn a_stop_lets_the_in_flight_turn_finish_then_shuts_the_runtime_down() {
     gw.signal_stop();
     let (status, body) = inflight.await.unwrap();
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["choices"][0]["message"]["content"], "finished after the stop");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "finished after the stop"
+    );
     gw.join().await.unwrap();
     let texts = roles_and_texts(&gw.runtime.context("agent:main:drain").unwrap());
     assert_eq!(texts.last().unwrap().1, "finished after the stop");
@@ -313,12 +519,33 @@ async fn a_turn_past_the_deadline_is_aborted_with_504() {
         ..Default::default()
     })
     .await;
-    gw.llm.push([slow("too late", Duration::from_secs(20)), text("in time")]);
-    let e = error_of(post_session(&gw, "agent:main:late", &chat(json!([{"role": "user", "content": "q1"}]))).await, 504).await;
+    gw.llm
+        .push([slow("too late", Duration::from_secs(20)), text("in time")]);
+    let e = error_of(
+        post_session(
+            &gw,
+            "agent:main:late",
+            &chat(json!([{"role": "user", "content": "q1"}])),
+        )
+        .await,
+        504,
+    )
+    .await;
     assert_eq!(e["type"], "timeout_error");
-    assert!(e["message"].as_str().unwrap().contains("gateway.http.requestTimeoutMs (700 ms)"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("gateway.http.requestTimeoutMs (700 ms)"),
+        "{e}"
+    );
     wait_for_metric(&gw, r#"clawctx_gateway_turns_total{outcome="aborted"} 1"#).await;
-    let r = post_session(&gw, "agent:main:late", &chat(json!([{"role": "user", "content": "q2"}]))).await;
+    let r = post_session(
+        &gw,
+        "agent:main:late",
+        &chat(json!([{"role": "user", "content": "q2"}])),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     gw.stop().await.unwrap();
 }

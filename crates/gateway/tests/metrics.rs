@@ -24,61 +24,152 @@ async fn metrics_once(gw: &TestGateway, ready: impl Fn(&str) -> bool) -> String 
 
 /// The value of the sample `name` (with its labels) in the exposition, if present.
 fn sample(metrics: &str, name: &str) -> Option<f64> {
-    metrics.lines().find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+    metrics.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
 }
 
 #[tokio::test]
 async fn assemble_latency_and_store_sizes_for_turns_and_engine_api_calls_on_lossless() {
-    let mut gw = start(Opts { engine: "lossless", ..Default::default() }).await;
+    let mut gw = start(Opts {
+        engine: "lossless",
+        ..Default::default()
+    })
+    .await;
     gw.llm.push([text("one"), text("two")]);
     gw.chat("agent:main:m1", "first").await;
     gw.chat("agent:main:m1", "second").await;
     let r = gw.post("/v1/engine/assemble", &json!({"sessionId": "x", "sessionKey": "agent:main:m1", "messages": [], "tokenBudget": 1000})).await;
     assert_eq!(r.status(), 200);
 
-    let m = metrics_once(&gw, |m| sample(m, r#"clawctx_gateway_assemble_seconds_count{source="turn"}"#).is_some_and(|n| n >= 2.0)).await;
-    let turn = sample(&m, r#"clawctx_gateway_assemble_seconds_count{source="turn"}"#).unwrap_or_else(|| panic!("{m}"));
+    let m = metrics_once(&gw, |m| {
+        sample(
+            m,
+            r#"clawctx_gateway_assemble_seconds_count{source="turn"}"#,
+        )
+        .is_some_and(|n| n >= 2.0)
+    })
+    .await;
+    let turn = sample(
+        &m,
+        r#"clawctx_gateway_assemble_seconds_count{source="turn"}"#,
+    )
+    .unwrap_or_else(|| panic!("{m}"));
     assert!(turn >= 2.0, "every turn assembles at least once: {turn}");
-    assert_eq!(sample(&m, r#"clawctx_gateway_assemble_seconds_count{source="engine_api"}"#), Some(1.0), "{m}");
-    let db = sample(&m, r#"clawctx_gateway_store_bytes{store="lossless_db"}"#).unwrap_or_else(|| panic!("{m}"));
-    let transcripts = sample(&m, r#"clawctx_gateway_store_bytes{store="transcripts"}"#).unwrap_or_else(|| panic!("{m}"));
-    assert!(db > 0.0 && transcripts > 0.0, "db {db}, transcripts {transcripts}");
+    assert_eq!(
+        sample(
+            &m,
+            r#"clawctx_gateway_assemble_seconds_count{source="engine_api"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    let db = sample(&m, r#"clawctx_gateway_store_bytes{store="lossless_db"}"#)
+        .unwrap_or_else(|| panic!("{m}"));
+    let transcripts = sample(&m, r#"clawctx_gateway_store_bytes{store="transcripts"}"#)
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(
+        db > 0.0 && transcripts > 0.0,
+        "db {db}, transcripts {transcripts}"
+    );
     let on_disk: u64 = std::fs::read_dir(gw.state.path().join("agents/main/sessions"))
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
-    assert_eq!(transcripts as u64, on_disk, "the transcripts' bytes on disk");
+    assert_eq!(
+        transcripts as u64, on_disk,
+        "the transcripts' bytes on disk"
+    );
     gw.stop().await.unwrap();
 }
 
 #[tokio::test]
-async fn compaction_latency_and_summarizer_calls_and_failures_in_a_turn_and_through_the_engine_api() {
-    let mut gw = start(Opts { llm_summarizer: true, ..Default::default() }).await;
+async fn compaction_latency_and_summarizer_calls_and_failures_in_a_turn_and_through_the_engine_api()
+{
+    let mut gw = start(Opts {
+        llm_summarizer: true,
+        ..Default::default()
+    })
+    .await;
     // Two turns whose prompts do not fit the budget together: the second turn compacts the
     // first (preflight) with a summary by the model.
     let words = (gw.runtime.limits().prompt_budget * 6 / 10) as usize;
     let big = |word: &str| format!("{word} ").repeat(words);
-    gw.llm.push([text("noted the first"), text("the summary of the first turn"), text("noted the second")]);
-    gw.chat("agent:main:big", &format!("remember alpha-7: {}", big("alpha"))).await;
-    gw.chat("agent:main:big", &format!("remember beta-9: {}", big("beta"))).await;
-    let m = metrics_once(&gw, |m| m.contains(r#"clawctx_gateway_compaction_seconds_count{source="turn""#)).await;
-    let in_turn: Vec<&str> = m.lines().filter(|l| l.starts_with("clawctx_gateway_compaction_seconds_count{source=\"turn\"")).collect();
+    gw.llm.push([
+        text("noted the first"),
+        text("the summary of the first turn"),
+        text("noted the second"),
+    ]);
+    gw.chat(
+        "agent:main:big",
+        &format!("remember alpha-7: {}", big("alpha")),
+    )
+    .await;
+    gw.chat(
+        "agent:main:big",
+        &format!("remember beta-9: {}", big("beta")),
+    )
+    .await;
+    let m = metrics_once(&gw, |m| {
+        m.contains(r#"clawctx_gateway_compaction_seconds_count{source="turn""#)
+    })
+    .await;
+    let in_turn: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("clawctx_gateway_compaction_seconds_count{source=\"turn\""))
+        .collect();
     assert!(!in_turn.is_empty(), "a compaction in a turn is timed:\n{m}");
-    let llm_calls = sample(&m, r#"clawctx_gateway_summarizer_calls_total{summarizer="llm"}"#).unwrap_or_else(|| panic!("{m}"));
+    let llm_calls = sample(
+        &m,
+        r#"clawctx_gateway_summarizer_calls_total{summarizer="llm"}"#,
+    )
+    .unwrap_or_else(|| panic!("{m}"));
     assert!(llm_calls >= 1.0, "{m}");
 
     // Through the engine API, with the model's queue empty: the summarizer fails and the
     // extractive one answers.
     let sessions: Value = gw.get("/v1/sessions").await.json().await.unwrap();
-    let id = sessions["sessions"][0]["sessionId"].as_str().unwrap().to_owned();
-    let failures_before = sample(&m, r#"clawctx_gateway_summarizer_failures_total{summarizer="llm"}"#).unwrap_or(0.0);
-    let r = gw.post("/v1/engine/compact", &json!({"sessionId": id, "sessionKey": "agent:main:big", "force": true})).await;
+    let id = sessions["sessions"][0]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let failures_before = sample(
+        &m,
+        r#"clawctx_gateway_summarizer_failures_total{summarizer="llm"}"#,
+    )
+    .unwrap_or(0.0);
+    let r = gw
+        .post(
+            "/v1/engine/compact",
+            &json!({"sessionId": id, "sessionKey": "agent:main:big", "force": true}),
+        )
+        .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let m = gw.get("/metrics").await.text().await.unwrap();
-    assert_eq!(sample(&m, r#"clawctx_gateway_compaction_seconds_count{source="engine_api",trigger="api"}"#), Some(1.0), "{m}");
-    let failures = sample(&m, r#"clawctx_gateway_summarizer_failures_total{summarizer="llm"}"#).unwrap_or_else(|| panic!("{m}"));
-    assert!(failures > failures_before, "the failed summary is counted: {failures}\n{m}");
-    let extractive = sample(&m, r#"clawctx_gateway_summarizer_calls_total{summarizer="extractive"}"#).unwrap_or_else(|| panic!("{m}"));
+    assert_eq!(
+        sample(
+            &m,
+            r#"clawctx_gateway_compaction_seconds_count{source="engine_api",trigger="api"}"#
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    let failures = sample(
+        &m,
+        r#"clawctx_gateway_summarizer_failures_total{summarizer="llm"}"#,
+    )
+    .unwrap_or_else(|| panic!("{m}"));
+    assert!(
+        failures > failures_before,
+        "the failed summary is counted: {failures}\n{m}"
+    );
+    let extractive = sample(
+        &m,
+        r#"clawctx_gateway_summarizer_calls_total{summarizer="extractive"}"#,
+    )
+    .unwrap_or_else(|| panic!("{m}"));
     assert!(extractive >= 1.0, "the fallback is counted: {m}");
     gw.stop().await.unwrap();
 }

@@ -289,7 +289,11 @@ impl<'r> Packer<'r> {
                 out.tokens = t;
                 out.messages = msgs;
             }
-            return Ok(Packed { out, recall: None, shown });
+            return Ok(Packed {
+                out,
+                recall: None,
+                shown,
+            });
         }
         let recall = self.recall.filter(|r| {
             let prompt_kept =
@@ -480,7 +484,10 @@ mod tests {
     #[test]
     fn the_summary_header_parser_reads_what_render_summary_writes() {
         let m = render_summary(12, 1, Some(0), Some(60_000), "facts");
-        assert_eq!(parse_summary_header(&m.plain_text()), Some(("sum_12".to_owned(), 1)));
+        assert_eq!(
+            parse_summary_header(&m.plain_text()),
+            Some(("sum_12".to_owned(), 1))
+        );
         assert_eq!(parse_summary_header("<recalled>x</recalled>"), None);
         assert_eq!(parse_summary_header("plain"), None);
     }

@@ -142,8 +142,7 @@ pub trait Backend: crate::inspect::Inspect + Send + Sync + std::fmt::Debug {
     /// `lcm_describe` (`agent`: the caller's agent, which scopes it; `None` = operator).
     async fn describe(&self, id: &str, agent: Option<&str>) -> Result<DescribeReport>;
     /// `lcm_expand`.
-    async fn expand(&self, id: &str, max_tokens: u64, agent: Option<&str>)
-        -> Result<ExpandReport>;
+    async fn expand(&self, id: &str, max_tokens: u64, agent: Option<&str>) -> Result<ExpandReport>;
     /// Size, counts, growth.
     async fn status(&self) -> Result<StatusReport>;
     /// Integrity checks.
@@ -408,12 +407,7 @@ impl Backend for LosslessStore {
             .await
     }
 
-    async fn expand(
-        &self,
-        id: &str,
-        max_tokens: u64,
-        agent: Option<&str>,
-    ) -> Result<ExpandReport> {
+    async fn expand(&self, id: &str, max_tokens: u64, agent: Option<&str>) -> Result<ExpandReport> {
         let (id, agent) = (id.to_owned(), agent.map(str::to_owned));
         self.call_read(move |db| db.expand(&id, max_tokens, agent.as_deref()))
             .await

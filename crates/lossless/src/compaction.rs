@@ -105,8 +105,26 @@ pub(crate) struct FItem {
 
 impl FItem {
     /// A raw message at ordinal `ord` of the frontier.
-    pub(crate) fn message(ord: i64, id: i64, tokens: u64, role: i64, seq: i64, ts: Option<i64>) -> Self {
-        FItem { ord, kind: 0, id, tokens, role, seq_lo: seq, seq_hi: seq, ts_lo: ts, ts_hi: ts, depth: -1 }
+    pub(crate) fn message(
+        ord: i64,
+        id: i64,
+        tokens: u64,
+        role: i64,
+        seq: i64,
+        ts: Option<i64>,
+    ) -> Self {
+        FItem {
+            ord,
+            kind: 0,
+            id,
+            tokens,
+            role,
+            seq_lo: seq,
+            seq_hi: seq,
+            ts_lo: ts,
+            ts_hi: ts,
+            depth: -1,
+        }
     }
 
     /// A summary at ordinal `ord` of the frontier, covering `seq` and `ts` spans.
@@ -118,7 +136,18 @@ impl FItem {
         seq: (i64, i64),
         ts: (Option<i64>, Option<i64>),
     ) -> Self {
-        FItem { ord, kind: 1, id, tokens, role: -1, seq_lo: seq.0, seq_hi: seq.1, ts_lo: ts.0, ts_hi: ts.1, depth }
+        FItem {
+            ord,
+            kind: 1,
+            id,
+            tokens,
+            role: -1,
+            seq_lo: seq.0,
+            seq_hi: seq.1,
+            ts_lo: ts.0,
+            ts_hi: ts.1,
+            depth,
+        }
     }
 }
 
@@ -183,7 +212,14 @@ impl Db {
             Ok(if kind == 0 {
                 FItem::message(ord, id, tokens, r.get(4)?, r.get(5)?, r.get(6)?)
             } else {
-                FItem::summary(ord, id, tokens, r.get(7)?, (r.get(8)?, r.get(9)?), (r.get(10)?, r.get(11)?))
+                FItem::summary(
+                    ord,
+                    id,
+                    tokens,
+                    r.get(7)?,
+                    (r.get(8)?, r.get(9)?),
+                    (r.get(10)?, r.get(11)?),
+                )
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -227,9 +263,9 @@ impl Db {
         cfg: &LosslessConfig,
     ) -> Result<Chunk> {
         let input = if depth == 0 {
-            let mut st = self
-                .conn
-                .prepare_cached("SELECT role, text, skeleton, ts FROM message_rows WHERE id = ?1")?;
+            let mut st = self.conn.prepare_cached(
+                "SELECT role, text, skeleton, ts FROM message_rows WHERE id = ?1",
+            )?;
             let mut msgs: Vec<AgentMessage> = Vec::with_capacity(items.len());
             for it in items {
                 let (r, text, sk, ts): (i64, String, Option<String>, Option<i64>) = st
@@ -388,7 +424,9 @@ pub(crate) fn early_stop(
         return Some(format!("below threshold ({total} <= {threshold} tokens)"));
     }
     if !(opts.force && first_round) && total <= goal {
-        return Some(format!("at or below low-water mark ({total} <= {goal} tokens)"));
+        return Some(format!(
+            "at or below low-water mark ({total} <= {goal} tokens)"
+        ));
     }
     None
 }
@@ -502,10 +540,7 @@ pub(crate) fn choose_ranges(
             depths.sort_unstable();
             depths.dedup();
             for d in depths {
-                if routine
-                    && cfg.incremental_max_depth >= 0
-                    && d + 1 > cfg.incremental_max_depth
-                {
+                if routine && cfg.incremental_max_depth >= 0 && d + 1 > cfg.incremental_max_depth {
                     continue;
                 }
                 let mut i = 0;
@@ -515,8 +550,7 @@ pub(crate) fn choose_ranges(
                         continue;
                     }
                     let s = i;
-                    while i < eligible.len() && eligible[i].kind == 1 && eligible[i].depth == d
-                    {
+                    while i < eligible.len() && eligible[i].kind == 1 && eligible[i].depth == d {
                         i += 1;
                     }
                     let e = i;
@@ -805,7 +839,13 @@ pub(crate) async fn compact_conversation(
     for round in 0..cfg.max_compaction_rounds {
         let t0 = Instant::now();
         let (chunks, reason, guard) = store
-            .plan_round(conv_id, cfg.clone(), opts.clone(), round == 0, exclude.clone())
+            .plan_round(
+                conv_id,
+                cfg.clone(),
+                opts.clone(),
+                round == 0,
+                exclude.clone(),
+            )
             .await?;
         report.engine_micros += t0.elapsed().as_micros() as u64;
         if chunks.is_empty() {

@@ -280,7 +280,8 @@ impl LosslessConfig {
         if self.prompt_recall_max_messages == 0 {
             return 0;
         }
-        ((self.prompt_recall_share * budget as f64).floor() as u64).min(self.prompt_recall_max_tokens)
+        ((self.prompt_recall_share * budget as f64).floor() as u64)
+            .min(self.prompt_recall_max_tokens)
     }
 
     /// The threshold in tokens for `budget`.
@@ -321,7 +322,10 @@ mod tests {
     #[test]
     fn the_store_is_chosen_by_url_env_or_path() {
         let cfg = LosslessConfig::from_value(&serde_json::json!({"databasePath": "/data/a.db"}));
-        assert_eq!(cfg.store_location().unwrap(), StoreLocation::Sqlite(Some("/data/a.db".into())));
+        assert_eq!(
+            cfg.store_location().unwrap(),
+            StoreLocation::Sqlite(Some("/data/a.db".into()))
+        );
         let cfg = LosslessConfig::from_value(&serde_json::json!({
             "databasePath": "/data/a.db", "database": "postgres://u:secret-pw@db.example:6543/lcm"
         }));
@@ -333,9 +337,17 @@ mod tests {
         let shown = format!("{cfg:?}");
         assert!(!shown.contains("secret-pw"), "{shown}");
         assert!(shown.contains("db.example:6543"), "{shown}");
-        let cfg = LosslessConfig::from_value(&serde_json::json!({"databaseEnv": "CLAWCTX_TEST_UNSET_VAR_4242"}));
+        let cfg = LosslessConfig::from_value(
+            &serde_json::json!({"databaseEnv": "CLAWCTX_TEST_UNSET_VAR_4242"}),
+        );
         let err = cfg.store_location().unwrap_err().to_string();
-        assert!(err.contains("CLAWCTX_TEST_UNSET_VAR_4242") && err.contains("not set"), "{err}");
-        assert_eq!(LosslessConfig::default().store_location().unwrap(), StoreLocation::Sqlite(None));
+        assert!(
+            err.contains("CLAWCTX_TEST_UNSET_VAR_4242") && err.contains("not set"),
+            "{err}"
+        );
+        assert_eq!(
+            LosslessConfig::default().store_location().unwrap(),
+            StoreLocation::Sqlite(None)
+        );
     }
 }

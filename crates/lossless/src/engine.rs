@@ -26,9 +26,9 @@ use crate::assemble::SYSTEM_PROMPT_ADDITION;
 use crate::backend::{AssembleRequest, Backend};
 use crate::compaction::{CompactionOptions, CompactionReport};
 use crate::config::{LosslessConfig, StoreLocation};
+use crate::error::{LosslessError, Result};
 use crate::pg::connect::PgTarget;
 use crate::pg::PgStore;
-use crate::error::{LosslessError, Result};
 use crate::policy::{SessionMode, SessionPolicy};
 use crate::session::CarryReport;
 use crate::store::{ConvKey, ConvRow, LosslessStore, TurnCommit};
@@ -609,7 +609,9 @@ pub fn lossless_factory() -> Factory {
                 let path = path.unwrap_or_else(|| default_database_path(&ctx));
                 tokio::task::spawn_blocking(move || LosslessEngine::open(&path, cfg))
                     .await
-                    .map_err(|e| EngineError::failed(format!("lossless: open task failed: {e}")))??
+                    .map_err(|e| {
+                        EngineError::failed(format!("lossless: open task failed: {e}"))
+                    })??
             }
         };
         // The host's model summarizes when it offers one; the compaction's own guard and

@@ -110,7 +110,10 @@ fn connection_failed(e: &tokio_postgres::Error) -> bool {
             c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
         }
         // No server error and not a conversion problem: the socket failed.
-        None => e.as_db_error().is_none() && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()),
+        None => {
+            e.as_db_error().is_none()
+                && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+        }
     }
 }
 

@@ -17,7 +17,8 @@
 
 use std::collections::HashSet;
 
-type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+type FastMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
 
 use rusqlite::{params, OptionalExtension};
 
@@ -54,19 +55,152 @@ const B: f64 = 0.75;
 /// English function words and question words: they match nearly every row and say nothing
 /// about which one the query is after.
 pub const STOPWORDS: &[&str] = &[
-    "a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are",
-    "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but",
-    "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "ever", "few",
-    "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers",
-    "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its",
-    "itself", "just", "me", "might", "more", "most", "must", "my", "myself", "no", "nor", "not",
-    "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over",
-    "own", "same", "shall", "she", "should", "so", "some", "such", "than", "that", "the",
-    "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those",
-    "through", "to", "too", "under", "until", "up", "us", "very", "was", "we", "were", "what",
-    "when", "where", "which", "while", "who", "whom", "whose", "why", "will", "with", "would",
-    "you", "your", "yours", "yourself", "yourselves", "s", "t", "don", "didn", "doesn", "isn",
-    "wasn", "won", "ll", "ve", "re", "d", "m", "o", "y",
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "down",
+    "during",
+    "each",
+    "ever",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "me",
+    "might",
+    "more",
+    "most",
+    "must",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "same",
+    "shall",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "us",
+    "very",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "whose",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+    "s",
+    "t",
+    "don",
+    "didn",
+    "doesn",
+    "isn",
+    "wasn",
+    "won",
+    "ll",
+    "ve",
+    "re",
+    "d",
+    "m",
+    "o",
+    "y",
 ];
 
 /// The words of `text` worth searching for: lowercase alphanumeric runs, stopwords and
@@ -74,9 +208,7 @@ pub const STOPWORDS: &[&str] = &[
 /// survives the stopword filter the plain words are used, so a query of only common words
 /// still searches.
 pub fn query_terms(text: &str) -> Vec<String> {
-    let words = || {
-        crate::store::terms::words(text).map(str::to_lowercase)
-    };
+    let words = || crate::store::terms::words(text).map(str::to_lowercase);
     let mut seen = HashSet::new();
     let mut out: Vec<String> = words()
         .filter(|w| w.chars().count() > 1 && !STOPWORDS.contains(&w.as_str()))
@@ -218,7 +350,9 @@ impl Db {
                 .unwrap_or(0);
             let df: i64 = newest
                 + count
-                    .query_row(params![fts_term(t), TERM_WINDOW as i64], |r| r.get::<_, i64>(0))
+                    .query_row(params![fts_term(t), TERM_WINDOW as i64], |r| {
+                        r.get::<_, i64>(0)
+                    })
                     .unwrap_or(0);
             let df = df.min(TERM_WINDOW as i64);
             if df > 0 {
@@ -364,14 +498,21 @@ mod fts5_tests {
         ];
         let terms: Vec<Vec<&str>> = docs.iter().map(|d| d.split(' ').collect()).collect();
         for (i, d) in docs.iter().enumerate() {
-            c.execute("INSERT INTO t(rowid, text) VALUES(?1, ?2)", rusqlite::params![i as i64 + 1, d])
-                .unwrap();
+            c.execute(
+                "INSERT INTO t(rowid, text) VALUES(?1, ?2)",
+                rusqlite::params![i as i64 + 1, d],
+            )
+            .unwrap();
         }
         let n_tokens: i64 = terms.iter().map(|t| t.len() as i64).sum();
         for (query, phrases, or) in [
             ("\"deploy\"", vec!["deploy"], false),
             ("\"deploy\" \"schema\"", vec!["deploy", "schema"], false),
-            ("\"deploy\" OR \"schema\" OR \"日本語\"", vec!["deploy", "schema", "日本語"], true),
+            (
+                "\"deploy\" OR \"schema\" OR \"日本語\"",
+                vec!["deploy", "schema", "日本語"],
+                true,
+            ),
             ("\"deploy\" \"deploy\"", vec!["deploy", "deploy"], false),
             ("\"ask\" OR \"valu\"", vec!["ask", "valu"], true),
         ] {
@@ -392,8 +533,18 @@ mod fts5_tests {
                 let row = &terms[rowid as usize - 1];
                 let present: Vec<bool> = phrases.iter().map(|p| row.contains(p)).collect();
                 assert!(or || present.iter().all(|p| *p));
-                let ours = fts5_bm25(docs.len() as i64, n_tokens, &hits, &present, row.len() as i64);
-                assert_eq!(ours.to_bits(), score.to_bits(), "{query} row {rowid}: {ours} vs {score}");
+                let ours = fts5_bm25(
+                    docs.len() as i64,
+                    n_tokens,
+                    &hits,
+                    &present,
+                    row.len() as i64,
+                );
+                assert_eq!(
+                    ours.to_bits(),
+                    score.to_bits(),
+                    "{query} row {rowid}: {ours} vs {score}"
+                );
             }
         }
     }

@@ -13,9 +13,9 @@ use async_trait::async_trait;
 use clawctx_engine::{AgentTool, ToolCallContext};
 use serde_json::{json, Value};
 
+use crate::backend::Backend;
 use crate::config::LosslessConfig;
 use crate::recall::{GrepMode, GrepQuery, GrepSort, GrepTarget, Scope};
-use crate::backend::Backend;
 use crate::store::ConvKey;
 
 /// Longest tool output returned to the model.
@@ -126,11 +126,7 @@ impl AgentTool for GrepTool {
             offset: args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize,
             max_scan_rows: self.cfg.grep_max_scan_rows,
         };
-        let report = self
-            .store
-            .grep(q)
-            .await
-            .map_err(|e| e.to_string())?;
+        let report = self.store.grep(q).await.map_err(|e| e.to_string())?;
         to_json(&report)
     }
 }

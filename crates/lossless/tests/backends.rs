@@ -22,7 +22,12 @@ use common::*;
 async fn both(
     hint: &str,
     cfg: LosslessConfig,
-) -> Option<(tempfile::TempDir, LosslessEngine, TestDatabase, LosslessEngine)> {
+) -> Option<(
+    tempfile::TempDir,
+    LosslessEngine,
+    TestDatabase,
+    LosslessEngine,
+)> {
     let db = test_database(hint)?;
     let dir = tempfile::tempdir().unwrap();
     let sqlite = engine(&dir, cfg.clone());
@@ -34,9 +39,18 @@ async fn both(
 /// Asserts two contexts are equal, naming the first message that differs.
 fn same_context(a: &[AgentMessage], b: &[AgentMessage], when: &str) {
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert_eq!(x, y, "{when}: message {i} differs between SQLite (left) and PostgreSQL (right)");
+        assert_eq!(
+            x, y,
+            "{when}: message {i} differs between SQLite (left) and PostgreSQL (right)"
+        );
     }
-    assert_eq!(a.len(), b.len(), "{when}: SQLite assembled {} messages, PostgreSQL {}", a.len(), b.len());
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "{when}: SQLite assembled {} messages, PostgreSQL {}",
+        a.len(),
+        b.len()
+    );
 }
 
 fn history(turns: usize) -> Vec<AgentMessage> {
@@ -64,7 +78,9 @@ async fn ingest_compaction_and_assembly_agree_on_both_backends() {
                 .unwrap();
             pre = end;
         }
-        e.after_turn(&after_turn(&h, pre, 8_000), &cx()).await.unwrap();
+        e.after_turn(&after_turn(&h, pre, 8_000), &cx())
+            .await
+            .unwrap();
         // Re-sent whole: nothing new, on either store.
         let again = IngestBatchParams {
             session_id: "s1".into(),
@@ -72,7 +88,11 @@ async fn ingest_compaction_and_assembly_agree_on_both_backends() {
             messages: h.clone(),
             is_heartbeat: None,
         };
-        assert_eq!(e.ingest_batch(&again, &cx()).await.unwrap().ingested_count, 0, "backend {i}");
+        assert_eq!(
+            e.ingest_batch(&again, &cx()).await.unwrap().ingested_count,
+            0,
+            "backend {i}"
+        );
         stored_at = h.len();
     }
     let key = ConvKey::from_host(Some(KEY), "s1");
@@ -80,8 +100,20 @@ async fn ingest_compaction_and_assembly_agree_on_both_backends() {
     let b = pg.backend().conversation(&key).await.unwrap().unwrap();
     assert_eq!(a.msg_count, stored_at as i64);
     assert_eq!(
-        (a.msg_count, a.msg_tokens, a.frontier_tokens, a.frontier_items, a.epoch),
-        (b.msg_count, b.msg_tokens, b.frontier_tokens, b.frontier_items, b.epoch),
+        (
+            a.msg_count,
+            a.msg_tokens,
+            a.frontier_tokens,
+            a.frontier_items,
+            a.epoch
+        ),
+        (
+            b.msg_count,
+            b.msg_tokens,
+            b.frontier_tokens,
+            b.frontier_items,
+            b.epoch
+        ),
         "the conversation's totals differ between SQLite and PostgreSQL"
     );
     assert!(a.epoch > 0, "the scenario must have compacted");
@@ -89,25 +121,46 @@ async fn ingest_compaction_and_assembly_agree_on_both_backends() {
     // The same context, message for message, with a prompt that recalls an old message.
     let mut host = h.clone();
     host.push(AgentMessage::user("what was nd3x0 about?"));
-    let sa = sqlite.assemble(&assemble_params(host.clone(), 8_000), &cx()).await.unwrap();
-    let sb = pg.assemble(&assemble_params(host, 8_000), &cx()).await.unwrap();
+    let sa = sqlite
+        .assemble(&assemble_params(host.clone(), 8_000), &cx())
+        .await
+        .unwrap();
+    let sb = pg
+        .assemble(&assemble_params(host, 8_000), &cx())
+        .await
+        .unwrap();
     same_context(&sa.messages, &sb.messages, "with a prompt");
     let recalled = |m: &[AgentMessage]| m.iter().any(|m| m.plain_text().starts_with("<recalled"));
-    assert!(recalled(&sb.messages), "the prompt names a summarized message: recall must quote it");
+    assert!(
+        recalled(&sb.messages),
+        "the prompt names a summarized message: recall must quote it"
+    );
     assert_eq!(sa.estimated_tokens, sb.estimated_tokens);
     assert_eq!(sa.context_projection, sb.context_projection);
     assert_pairs_intact(&sb.messages);
 
     // A forced compaction does the same on both.
-    let ra = sqlite.compact(&compact_params(true, 8_000), &cx()).await.unwrap();
-    let rb = pg.compact(&compact_params(true, 8_000), &cx()).await.unwrap();
+    let ra = sqlite
+        .compact(&compact_params(true, 8_000), &cx())
+        .await
+        .unwrap();
+    let rb = pg
+        .compact(&compact_params(true, 8_000), &cx())
+        .await
+        .unwrap();
     assert_eq!(ra.compacted, rb.compacted);
     assert_eq!(
         ra.result.as_ref().map(|r| r.tokens_after),
         rb.result.as_ref().map(|r| r.tokens_after)
     );
-    let sa = sqlite.assemble(&assemble_params(h.clone(), 8_000), &cx()).await.unwrap();
-    let sb = pg.assemble(&assemble_params(h, 8_000), &cx()).await.unwrap();
+    let sa = sqlite
+        .assemble(&assemble_params(h.clone(), 8_000), &cx())
+        .await
+        .unwrap();
+    let sb = pg
+        .assemble(&assemble_params(h, 8_000), &cx())
+        .await
+        .unwrap();
     same_context(&sa.messages, &sb.messages, "after a forced compaction");
 }
 
@@ -128,8 +181,14 @@ async fn commit_turn_is_once_per_key_and_forks_carry_summaries_on_both() {
         let first = e.commit_turn(&p, &cx()).await.unwrap();
         assert_eq!(first.status, CommitTurnStatus::Committed);
         let again = e.commit_turn(&p, &cx()).await.unwrap();
-        assert_eq!(again.status, CommitTurnStatus::Duplicate, "a key commits once");
-        e.compact(&compact_params(true, 8_000), &cx()).await.unwrap();
+        assert_eq!(
+            again.status,
+            CommitTurnStatus::Duplicate,
+            "a key commits once"
+        );
+        e.compact(&compact_params(true, 8_000), &cx())
+            .await
+            .unwrap();
         // `/new` with the same key: the old conversation is archived, summaries carried.
         let carried = e.on_session_reset(KEY, KEY).await.unwrap();
         assert!(carried.archived_conversation.is_some());
@@ -138,7 +197,15 @@ async fn commit_turn_is_once_per_key_and_forks_carry_summaries_on_both() {
     let all_b = pg.backend().conversations().await.unwrap();
     let shape = |v: &[clawctx_lossless::store::ConvRow]| {
         v.iter()
-            .map(|c| (c.id, c.active, c.msg_count, c.frontier_items, c.frontier_tokens))
+            .map(|c| {
+                (
+                    c.id,
+                    c.active,
+                    c.msg_count,
+                    c.frontier_items,
+                    c.frontier_tokens,
+                )
+            })
             .collect::<Vec<_>>()
     };
     assert_eq!(shape(&all_a), shape(&all_b));
@@ -159,13 +226,19 @@ async fn concurrent_resends_store_each_message_once() {
     for i in 0..8 {
         let node: Arc<dyn Backend> = if i % 2 == 0 { n1.clone() } else { n2.clone() };
         let (h, key) = (h.clone(), key.clone());
-        tasks.push(tokio::spawn(async move { node.ingest(&key, h).await.unwrap() }));
+        tasks.push(tokio::spawn(
+            async move { node.ingest(&key, h).await.unwrap() },
+        ));
     }
     let mut stored = 0;
     for t in tasks {
         stored += t.await.unwrap().stored.iter().filter(|s| **s).count();
     }
-    assert_eq!(stored, h.len(), "every message stored exactly once across the re-sends");
+    assert_eq!(
+        stored,
+        h.len(),
+        "every message stored exactly once across the re-sends"
+    );
     let conv = n2.conversation(&key).await.unwrap().unwrap();
     assert_eq!(conv.msg_count, h.len() as i64);
     assert_eq!(conv.next_seq, h.len() as i64);
@@ -190,7 +263,10 @@ async fn a_lost_connection_is_retried_and_loses_nothing() {
     let key = ConvKey::from_host(Some(KEY), "s1");
     let h = history(30);
     store.ingest(&key, h[..10].to_vec()).await.unwrap();
-    assert!(cut_connections(&db) > 0, "the pool's connections must have been cut");
+    assert!(
+        cut_connections(&db) > 0,
+        "the pool's connections must have been cut"
+    );
     // The next calls run on new connections.
     let out = store.ingest(&key, h[10..20].to_vec()).await.unwrap();
     assert!(out.stored.iter().all(|s| *s));
@@ -226,5 +302,9 @@ async fn a_lost_connection_is_retried_and_loses_nothing() {
     store.ingest(&key, big.clone()).await.unwrap();
     assert_eq!(conv(&db), 20 + big.len() as i64, "every message once");
     let row = store.conversation(&key).await.unwrap().unwrap();
-    assert_eq!(row.msg_count, 20 + big.len() as i64, "the totals match the rows");
+    assert_eq!(
+        row.msg_count,
+        20 + big.len() as i64,
+        "the totals match the rows"
+    );
 }

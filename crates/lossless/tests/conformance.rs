@@ -17,7 +17,8 @@ async fn conformance_lossless() {
         maker(move || {
             let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let path = dir.path().join(format!("conformance-{n}.db"));
-            Arc::new(LosslessEngine::open(&path, LosslessConfig::default()).unwrap()) as Arc<dyn ContextEngine>
+            Arc::new(LosslessEngine::open(&path, LosslessConfig::default()).unwrap())
+                as Arc<dyn ContextEngine>
         }),
     )
     .await;
@@ -28,7 +29,7 @@ async fn conformance_lossless() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_lossless_on_postgres() {
     use clawctx_lossless::pg::PgStore;
-    use clawctx_test_support::pg::{test_url, test_database};
+    use clawctx_test_support::pg::{test_database, test_url};
     if test_url().is_none() {
         return;
     }

@@ -21,7 +21,8 @@ async fn chat_with_early_facts(e: &LosslessEngine) -> Vec<AgentMessage> {
     let mut history = vec![
         AgentMessage::user("My sister Marguerite adopted a greyhound called Biscuit last spring.")
             .with_timestamp(1_000),
-        AgentMessage::assistant("That is lovely, greyhounds are gentle dogs.").with_timestamp(1_001),
+        AgentMessage::assistant("That is lovely, greyhounds are gentle dogs.")
+            .with_timestamp(1_001),
         AgentMessage::user("Biscuit").with_timestamp(1_002),
     ];
     for t in 0..150 {

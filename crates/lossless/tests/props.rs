@@ -95,7 +95,11 @@ fn run(
                 .await
                 .unwrap();
             let sum: u64 = r.messages.iter().map(message_tokens).sum();
-            assert!(sum <= b, "{}: assembled {sum} tokens over budget {b}", store.name());
+            assert!(
+                sum <= b,
+                "{}: assembled {sum} tokens over budget {b}",
+                store.name()
+            );
             assert_eq!(r.estimated_tokens, sum);
             assert_pairs_intact(&r.messages);
         }

@@ -229,7 +229,13 @@ async fn a_version_3_database_migrates_reads_back_and_shares_new_skeletons() {
     assert_eq!(automerge, 16, "v6 sets the message index's merge width");
     // Old rows (inline canonical skeletons, compressed texts) read back exactly.
     for (i, m) in old.iter().enumerate() {
-        match e.store().unwrap().describe(&format!("msg_{}", i + 1)).await.unwrap() {
+        match e
+            .store()
+            .unwrap()
+            .describe(&format!("msg_{}", i + 1))
+            .await
+            .unwrap()
+        {
             DescribeReport::Message(info) => assert_eq!(&info.message, m, "msg_{}", i + 1),
             other => panic!("{other:?}"),
         }
@@ -315,7 +321,13 @@ async fn a_large_batch_streams_in_order_and_skips_duplicates() {
     assert_eq!(r.ingested_count as usize, msgs.len() + 1);
     // Stored in input order: message n is the n-th distinct input.
     for (i, m) in msgs.iter().enumerate().step_by(17) {
-        match e.store().unwrap().describe(&format!("msg_{}", i + 1)).await.unwrap() {
+        match e
+            .store()
+            .unwrap()
+            .describe(&format!("msg_{}", i + 1))
+            .await
+            .unwrap()
+        {
             DescribeReport::Message(info) => assert_eq!(&info.message, m, "msg_{}", i + 1),
             other => panic!("msg_{} is not a message: {other:?}", i + 1),
         }
@@ -1017,7 +1029,10 @@ async fn the_log_stays_bounded_when_every_turn_commits_a_little() {
         wal < 48 << 20,
         "the write-ahead log grew to {wal} bytes (137 MB without checkpoints)"
     );
-    assert_eq!(e.store().unwrap().conversations().await.unwrap()[0].msg_count, 3_000);
+    assert_eq!(
+        e.store().unwrap().conversations().await.unwrap()[0].msg_count,
+        3_000
+    );
 }
 
 /// A term's cached newest rows are brought up to date by later messages, and always equal
@@ -1057,7 +1072,10 @@ fn cached_term_rows_follow_new_messages() {
     // file's index directly, and a second connection's writes move the file index's boundary
     // under the first one's cache: each must show up in the cached lists.
     let other = LosslessStore::open(&path).unwrap();
-    for (round, n) in [30usize, 37, 80, 44, 600, 20, 9, 70].into_iter().enumerate() {
+    for (round, n) in [30usize, 37, 80, 44, 600, 20, 9, 70]
+        .into_iter()
+        .enumerate()
+    {
         let b = batch(n, "alpha");
         let writer = if round % 3 == 2 { &other } else { &store };
         writer

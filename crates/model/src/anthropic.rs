@@ -100,7 +100,12 @@ impl AnthropicProvider {
         if !request.sampling.stop.is_empty() {
             body.insert("stop_sequences".into(), json!(request.sampling.stop));
         }
-        if let Some(c) = request.sampling.tool_choice.as_ref().filter(|_| !request.tools.is_empty()) {
+        if let Some(c) = request
+            .sampling
+            .tool_choice
+            .as_ref()
+            .filter(|_| !request.tools.is_empty())
+        {
             body.insert("tool_choice".into(), c.anthropic());
         }
         if stream {
@@ -660,11 +665,16 @@ mod sampling_tests {
 
     #[test]
     fn sampling_and_tool_choice_in_anthropics_terms() {
-        let p = AnthropicProvider::new("a", "http://127.0.0.1:9", None, HttpSettings::default()).unwrap();
+        let p = AnthropicProvider::new("a", "http://127.0.0.1:9", None, HttpSettings::default())
+            .unwrap();
         let request = CompletionRequest {
             model: "m".into(),
             messages: vec![AgentMessage::user("hi")],
-            tools: vec![ToolSpec { name: "get_weather".into(), description: String::new(), parameters: json!({"type": "object"}) }],
+            tools: vec![ToolSpec {
+                name: "get_weather".into(),
+                description: String::new(),
+                parameters: json!({"type": "object"}),
+            }],
             sampling: Sampling {
                 top_p: Some(0.5),
                 stop: vec!["END".into()],
@@ -679,13 +689,30 @@ mod sampling_tests {
         assert_eq!(body["top_p"], 0.5);
         assert_eq!(body["stop_sequences"], json!(["END"]));
         assert_eq!(body["tool_choice"], json!({"type": "any"}));
-        assert!(body.get("seed").is_none() && body.get("presence_penalty").is_none(), "Anthropic has neither: {body}");
+        assert!(
+            body.get("seed").is_none() && body.get("presence_penalty").is_none(),
+            "Anthropic has neither: {body}"
+        );
         let named = CompletionRequest {
-            sampling: Sampling { tool_choice: Some(ToolChoice::Tool("get_weather".into())), ..Default::default() },
+            sampling: Sampling {
+                tool_choice: Some(ToolChoice::Tool("get_weather".into())),
+                ..Default::default()
+            },
             ..request.clone()
         };
-        assert_eq!(p.request_body(&named, false)["tool_choice"], json!({"type": "tool", "name": "get_weather"}));
-        let no_tools = CompletionRequest { tools: Vec::new(), ..named };
-        assert!(p.request_body(&no_tools, false).get("tool_choice").is_none(), "no tool_choice without tools");
+        assert_eq!(
+            p.request_body(&named, false)["tool_choice"],
+            json!({"type": "tool", "name": "get_weather"})
+        );
+        let no_tools = CompletionRequest {
+            tools: Vec::new(),
+            ..named
+        };
+        assert!(
+            p.request_body(&no_tools, false)
+                .get("tool_choice")
+                .is_none(),
+            "no tool_choice without tools"
+        );
     }
 }

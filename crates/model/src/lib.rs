@@ -37,4 +37,7 @@ pub use openai::OpenAiProvider;
 pub use provider::ModelProvider;
 pub use scripted::{Exhaustion, ScriptedProvider, ScriptedReply, ScriptedToolCall};
 pub use summarizer::{summary_prompt, LlmSummarizer, SummaryPrompt};
-pub use types::{Completion, CompletionRequest, EventSender, Sampling, StopReason, StreamEvent, ToolChoice, ToolSpec};
+pub use types::{
+    Completion, CompletionRequest, EventSender, Sampling, StopReason, StreamEvent, ToolChoice,
+    ToolSpec,
+};

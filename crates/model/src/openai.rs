@@ -98,7 +98,11 @@ impl OpenAiProvider {
         if let Some(v) = sampling.frequency_penalty {
             body.insert("frequency_penalty".into(), json!(v));
         }
-        if let Some(c) = sampling.tool_choice.as_ref().filter(|_| !request.tools.is_empty()) {
+        if let Some(c) = sampling
+            .tool_choice
+            .as_ref()
+            .filter(|_| !request.tools.is_empty())
+        {
             body.insert("tool_choice".into(), c.openai());
         }
         if stream {
@@ -656,11 +660,16 @@ mod sampling_tests {
 
     #[test]
     fn sampling_and_tool_choice_in_openais_terms() {
-        let p = OpenAiProvider::new("o", "http://127.0.0.1:9/v1", None, HttpSettings::default()).unwrap();
+        let p = OpenAiProvider::new("o", "http://127.0.0.1:9/v1", None, HttpSettings::default())
+            .unwrap();
         let request = CompletionRequest {
             model: "m".into(),
             messages: vec![AgentMessage::user("hi")],
-            tools: vec![ToolSpec { name: "f".into(), description: String::new(), parameters: json!({"type": "object"}) }],
+            tools: vec![ToolSpec {
+                name: "f".into(),
+                description: String::new(),
+                parameters: json!({"type": "object"}),
+            }],
             temperature: Some(0.5),
             sampling: Sampling {
                 top_p: Some(0.25),
@@ -674,13 +683,37 @@ mod sampling_tests {
         };
         let body = p.request_body(&request, false);
         assert_eq!(
-            (&body["temperature"], &body["top_p"], &body["stop"], &body["seed"]),
+            (
+                &body["temperature"],
+                &body["top_p"],
+                &body["stop"],
+                &body["seed"]
+            ),
             (&json!(0.5), &json!(0.25), &json!(["a", "b"]), &json!(9))
         );
-        assert_eq!((&body["presence_penalty"], &body["frequency_penalty"]), (&json!(0.5), &json!(-0.5)));
-        assert_eq!(body["tool_choice"], json!({"type": "function", "function": {"name": "f"}}));
-        let plain = p.request_body(&CompletionRequest { model: "m".into(), ..Default::default() }, false);
-        for k in ["top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "tool_choice"] {
+        assert_eq!(
+            (&body["presence_penalty"], &body["frequency_penalty"]),
+            (&json!(0.5), &json!(-0.5))
+        );
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "function", "function": {"name": "f"}})
+        );
+        let plain = p.request_body(
+            &CompletionRequest {
+                model: "m".into(),
+                ..Default::default()
+            },
+            false,
+        );
+        for k in [
+            "top_p",
+            "stop",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "tool_choice",
+        ] {
             assert!(plain.get(k).is_none(), "{k} only when set: {plain}");
         }
     }

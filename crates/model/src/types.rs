@@ -79,7 +79,9 @@ impl ToolChoice {
             ToolChoice::Auto => Value::String("auto".into()),
             ToolChoice::None => Value::String("none".into()),
             ToolChoice::Required => Value::String("required".into()),
-            ToolChoice::Tool(name) => serde_json::json!({"type": "function", "function": {"name": name}}),
+            ToolChoice::Tool(name) => {
+                serde_json::json!({"type": "function", "function": {"name": name}})
+            }
         }
     }
 

@@ -185,9 +185,7 @@ impl PluginEngine {
             .map(|i| i.tools)
             .unwrap_or_default()
             .into_iter()
-            .map(|decl| {
-                Arc::new(PluginTool::new(host.clone(), decl)) as Arc<dyn AgentTool>
-            })
+            .map(|decl| Arc::new(PluginTool::new(host.clone(), decl)) as Arc<dyn AgentTool>)
             .collect();
         Ok(Arc::new(PluginEngine {
             host,

@@ -28,7 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use clawctx_engine::hooks::{default_timeout, failure_line, hook_mode, is_terminal, isolates_event, HookMode};
+use clawctx_engine::hooks::{
+    default_timeout, failure_line, hook_mode, is_terminal, isolates_event, HookMode,
+};
 use clawctx_engine::{CallContext, HookDispatcher, HookOutput};
 use serde_json::{json, Value};
 
@@ -94,7 +96,11 @@ impl PluginHooks {
         let mut all: Vec<(f64, usize, usize, u64)> = Vec::new();
         for (pi, p) in self.plugins.iter().enumerate() {
             for (ri, h) in p.hooks.iter().enumerate().filter(|(_, h)| h.name == hook) {
-                let priority = if h.priority.is_finite() { h.priority } else { 0.0 };
+                let priority = if h.priority.is_finite() {
+                    h.priority
+                } else {
+                    0.0
+                };
                 all.push((priority, pi, ri, h.id));
             }
         }
@@ -104,18 +110,33 @@ impl PluginHooks {
         for (_, pi, _, id) in all {
             match runs.last_mut() {
                 Some(run) if last == Some(pi) => run.handlers.push(id),
-                _ => runs.push(Run { plugin: &self.plugins[pi], handlers: vec![id] }),
+                _ => runs.push(Run {
+                    plugin: &self.plugins[pi],
+                    handlers: vec![id],
+                }),
             }
             last = Some(pi);
         }
         runs
     }
 
-    async fn call(&self, run: &Run<'_>, hook: &str, mode: HookMode, event: &Value, ctx: &Value, cx: &CallContext) -> Vec<HookOutput> {
+    async fn call(
+        &self,
+        run: &Run<'_>,
+        hook: &str,
+        mode: HookMode,
+        event: &Value,
+        ctx: &Value,
+        cx: &CallContext,
+    ) -> Vec<HookOutput> {
         let host = &run.plugin.host;
         let plugin_id = host.plugin_id().to_owned();
         let timeout = host.options().call_timeout;
-        let budget = if timeout > ANSWER_MARGIN * 2 { timeout - ANSWER_MARGIN } else { timeout / 2 };
+        let budget = if timeout > ANSWER_MARGIN * 2 {
+            timeout - ANSWER_MARGIN
+        } else {
+            timeout / 2
+        };
         let params = json!({
             "hook": hook,
             "event": event,
@@ -131,7 +152,13 @@ impl PluginHooks {
             Err(e) => Err(e.to_string()),
         };
         let outputs = outputs.unwrap_or_else(|e| {
-            run.handlers.iter().map(|_| HookOutput { plugin_id: plugin_id.clone(), result: Err(e.clone()) }).collect()
+            run.handlers
+                .iter()
+                .map(|_| HookOutput {
+                    plugin_id: plugin_id.clone(),
+                    result: Err(e.clone()),
+                })
+                .collect()
         });
         for out in &outputs {
             if let Err(e) = &out.result {
@@ -147,15 +174,23 @@ fn read_results(plugin_id: &str, reply: &Value) -> Result<Vec<HookOutput>, Strin
     let results = reply
         .get("results")
         .and_then(Value::as_array)
-        .ok_or_else(|| "contract violation: hook/run answered without a `results` array".to_owned())?;
+        .ok_or_else(|| {
+            "contract violation: hook/run answered without a `results` array".to_owned()
+        })?;
     Ok(results
         .iter()
         .map(|r| {
             let result = match r.get("error") {
-                Some(e) if !e.is_null() => Err(e.as_str().map(str::to_owned).unwrap_or_else(|| e.to_string())),
+                Some(e) if !e.is_null() => Err(e
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| e.to_string())),
                 _ => Ok(r.get("value").filter(|v| !v.is_null()).cloned()),
             };
-            HookOutput { plugin_id: plugin_id.to_owned(), result }
+            HookOutput {
+                plugin_id: plugin_id.to_owned(),
+                result,
+            }
         })
         .collect())
 }
@@ -163,7 +198,9 @@ fn read_results(plugin_id: &str, reply: &Value) -> Result<Vec<HookOutput>, Strin
 #[async_trait]
 impl HookDispatcher for PluginHooks {
     fn has(&self, hook: &str) -> bool {
-        self.plugins.iter().any(|p| p.hooks.iter().any(|h| h.name == hook))
+        self.plugins
+            .iter()
+            .any(|p| p.hooks.iter().any(|h| h.name == hook))
     }
 
     async fn run(&self, hook: &str, event: Value, ctx: Value, cx: &CallContext) -> Vec<HookOutput> {
@@ -174,8 +211,14 @@ impl HookDispatcher for PluginHooks {
         let mode = hook_mode(hook);
         match mode {
             HookMode::Parallel => {
-                let calls = runs.iter().map(|r| self.call(r, hook, mode, &event, &ctx, cx));
-                futures::future::join_all(calls).await.into_iter().flatten().collect()
+                let calls = runs
+                    .iter()
+                    .map(|r| self.call(r, hook, mode, &event, &ctx, cx));
+                futures::future::join_all(calls)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect()
             }
             HookMode::Sequential | HookMode::Chain => {
                 let mut event = event;
@@ -187,7 +230,10 @@ impl HookDispatcher for PluginHooks {
                             event["message"] = m;
                         }
                     }
-                    let stop = outputs.iter().filter_map(HookOutput::value).any(is_terminal);
+                    let stop = outputs
+                        .iter()
+                        .filter_map(HookOutput::value)
+                        .any(is_terminal);
                     all.extend(outputs);
                     if stop {
                         break;

@@ -89,8 +89,10 @@ impl LoadedPlugin {
         self.tools
             .iter()
             .map(|decl| {
-                Arc::new(crate::adapter::PluginTool::new(self.host.clone(), decl.clone()))
-                    as Arc<dyn clawctx_engine::AgentTool>
+                Arc::new(crate::adapter::PluginTool::new(
+                    self.host.clone(),
+                    decl.clone(),
+                )) as Arc<dyn clawctx_engine::AgentTool>
             })
             .collect()
     }

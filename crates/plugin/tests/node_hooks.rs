@@ -62,7 +62,11 @@ async fn the_handshake_reports_handlers_with_priorities() {
 }"#,
     )
     .await;
-    let hooks: Vec<(String, f64)> = p.hooks.iter().map(|h| (h.name.clone(), h.priority)).collect();
+    let hooks: Vec<(String, f64)> = p
+        .hooks
+        .iter()
+        .map(|h| (h.name.clone(), h.priority))
+        .collect();
     assert_eq!(
         hooks,
         [
@@ -151,7 +155,12 @@ export default function register(api) {
         ]
     );
     let later = dispatcher
-        .run("message_received", json!({}), json!({}), &CallContext::none())
+        .run(
+            "message_received",
+            json!({}),
+            json!({}),
+            &CallContext::none(),
+        )
         .await;
     assert_eq!(
         values(&later),
@@ -184,7 +193,8 @@ async fn tool_result_persist_is_a_synchronous_chain() {
     )
     .await;
     let dispatcher = PluginHooks::new(&[p, q]);
-    let message = json!({"role": "toolResult", "toolCallId": "c1", "toolName": "t", "content": "raw"});
+    let message =
+        json!({"role": "toolResult", "toolCallId": "c1", "toolName": "t", "content": "raw"});
     let out = dispatcher
         .run(
             "tool_result_persist",
@@ -197,7 +207,9 @@ async fn tool_result_persist_is_a_synchronous_chain() {
     assert_eq!(out[1].result, Ok(None), "a Promise is ignored");
     assert_eq!(
         persisted_message(&out),
-        Some(json!({"role": "toolResult", "toolCallId": "c1", "toolName": "t", "content": "one+three+four"}))
+        Some(
+            json!({"role": "toolResult", "toolCallId": "c1", "toolName": "t", "content": "one+three+four"})
+        )
     );
 }
 

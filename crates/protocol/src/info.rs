@@ -127,8 +127,14 @@ impl TranscriptSemantics {
 }
 
 /// The host-added parameter keys (§1.6), in the order the contract lists them.
-pub const HOST_PARAM_KEYS: [&str; 6] =
-    ["sessionKey", "prompt", "runtimeSettings", "sessionTarget", "runtimeContext", "abortSignal"];
+pub const HOST_PARAM_KEYS: [&str; 6] = [
+    "sessionKey",
+    "prompt",
+    "runtimeSettings",
+    "sessionTarget",
+    "runtimeContext",
+    "abortSignal",
+];
 
 /// `info`: an engine's self-description.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -165,7 +171,11 @@ pub struct ContextEngineInfo {
 impl ContextEngineInfo {
     /// Info with an id and a name and nothing else.
     pub fn new(id: impl Into<String>, name: impl Into<String>) -> Self {
-        Self { id: id.into(), name: name.into(), ..Default::default() }
+        Self {
+            id: id.into(),
+            name: name.into(),
+            ..Default::default()
+        }
     }
 
     /// `ownsCompaction`, unset meaning false.

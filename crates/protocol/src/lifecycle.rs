@@ -12,7 +12,9 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::{AgentMessage, ContextEngineRuntimeContext, ContextEngineSessionTarget, RuntimeSettings};
+use crate::{
+    AgentMessage, ContextEngineRuntimeContext, ContextEngineSessionTarget, RuntimeSettings,
+};
 
 /// Reads a non-negative count that JavaScript may have produced as a float or left null.
 pub fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -20,7 +22,11 @@ pub fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     Ok(match v {
         Some(Value::Number(n)) => n
             .as_u64()
-            .or_else(|| n.as_f64().filter(|f| f.is_finite() && *f > 0.0).map(|f| f.ceil() as u64))
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.is_finite() && *f > 0.0)
+                    .map(|f| f.ceil() as u64)
+            })
             .unwrap_or(0),
         _ => 0,
     })
@@ -29,9 +35,11 @@ pub fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 fn lenient_opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let v = Option::<Value>::deserialize(d)?;
     Ok(match v {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0).map(|f| f.ceil() as u64)),
+        Some(Value::Number(n)) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.is_finite() && *f >= 0.0)
+                .map(|f| f.ceil() as u64)
+        }),
         _ => None,
     })
 }
@@ -121,7 +129,11 @@ pub struct BootstrapResult {
     #[serde(default)]
     pub bootstrapped: bool,
     /// Messages imported from the transcript.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient_opt_u64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_opt_u64"
+    )]
     pub imported_messages: Option<u64>,
     /// Why nothing happened, when nothing did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -320,7 +332,11 @@ pub struct CompactResultDetail {
     #[serde(default, deserialize_with = "lenient_u64")]
     pub tokens_before: u64,
     /// Tokens after compaction.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient_opt_u64")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_opt_u64"
+    )]
     pub tokens_after: Option<u64>,
     /// Engine-specific details (file lists, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -72,7 +72,10 @@ pub struct TextContent {
 impl TextContent {
     /// A text block with no extra fields.
     pub fn new(text: impl Into<String>) -> Self {
-        Self { text: text.into(), extra: JsonMap::new() }
+        Self {
+            text: text.into(),
+            extra: JsonMap::new(),
+        }
     }
 }
 
@@ -179,12 +182,22 @@ fn serialize_tagged<S: Serializer, T: Serialize>(
 ) -> Result<S::Ok, S::Error> {
     use serde::ser::Error;
     if extra.contains_key(tag_key) {
-        return tagged(tag_key, tag, value).map_err(S::Error::custom)?.serialize(s);
+        return tagged(tag_key, tag, value)
+            .map_err(S::Error::custom)?
+            .serialize(s);
     }
     if tag_key == "role" {
-        RoleTagged { role: tag, body: value }.serialize(s)
+        RoleTagged {
+            role: tag,
+            body: value,
+        }
+        .serialize(s)
     } else {
-        TypeTagged { kind: tag, body: value }.serialize(s)
+        TypeTagged {
+            kind: tag,
+            body: value,
+        }
+        .serialize(s)
     }
 }
 
@@ -200,7 +213,9 @@ fn tagged<T: Serialize>(tag_key: &str, tag: &str, value: &T) -> Result<JsonMap, 
             }
             Ok(out)
         }
-        _ => Err(serde_json::Error::custom("record did not serialize to an object")),
+        _ => Err(serde_json::Error::custom(
+            "record did not serialize to an object",
+        )),
     }
 }
 
@@ -228,7 +243,9 @@ impl<'de> Deserialize<'de> for ContentBlock {
             }
             Some("thinking") => {
                 map.remove("type");
-                ContentBlock::Thinking(serde_json::from_value(parse(map)).map_err(D::Error::custom)?)
+                ContentBlock::Thinking(
+                    serde_json::from_value(parse(map)).map_err(D::Error::custom)?,
+                )
             }
             Some("image") => {
                 map.remove("type");
@@ -236,7 +253,9 @@ impl<'de> Deserialize<'de> for ContentBlock {
             }
             Some("toolCall") => {
                 map.remove("type");
-                ContentBlock::ToolCall(serde_json::from_value(parse(map)).map_err(D::Error::custom)?)
+                ContentBlock::ToolCall(
+                    serde_json::from_value(parse(map)).map_err(D::Error::custom)?,
+                )
             }
             _ => ContentBlock::Unknown(map),
         })
@@ -450,7 +469,10 @@ impl AgentMessage {
 
     /// A user message with string content.
     pub fn user(text: impl Into<String>) -> Self {
-        AgentMessage::User(UserMessage { content: Content::Text(text.into()), ..Default::default() })
+        AgentMessage::User(UserMessage {
+            content: Content::Text(text.into()),
+            ..Default::default()
+        })
     }
 
     /// An assistant message with one text block.
@@ -478,7 +500,11 @@ impl AgentMessage {
     }
 
     /// A tool result with one text block.
-    pub fn tool_result(call_id: impl Into<String>, name: impl Into<String>, text: impl Into<String>) -> Self {
+    pub fn tool_result(
+        call_id: impl Into<String>,
+        name: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Self {
         AgentMessage::ToolResult(ToolResultMessage {
             tool_call_id: call_id.into(),
             tool_name: name.into(),
@@ -496,9 +522,13 @@ impl AgentMessage {
             AgentMessage::ToolResult(m) => m.timestamp.as_ref(),
             AgentMessage::BashExecution(m) => m.timestamp.as_ref(),
             AgentMessage::Custom(m) => m.timestamp.as_ref(),
-            AgentMessage::BranchSummary(m) | AgentMessage::CompactionSummary(m) => m.timestamp.as_ref(),
+            AgentMessage::BranchSummary(m) | AgentMessage::CompactionSummary(m) => {
+                m.timestamp.as_ref()
+            }
             AgentMessage::Other(m) => {
-                return m.get("timestamp").and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64)))
+                return m
+                    .get("timestamp")
+                    .and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64)))
             }
         }?;
         n.as_i64().or_else(|| n.as_f64().map(|f| f as i64))
@@ -582,7 +612,9 @@ impl AgentMessage {
                 push(&mut out, &m.output);
             }
             AgentMessage::Custom(m) => push_blocks(&mut out, &m.content),
-            AgentMessage::BranchSummary(m) | AgentMessage::CompactionSummary(m) => push(&mut out, &m.summary),
+            AgentMessage::BranchSummary(m) | AgentMessage::CompactionSummary(m) => {
+                push(&mut out, &m.summary)
+            }
             AgentMessage::Other(m) => {
                 if let Some(c) = m.get("content") {
                     if let Ok(c) = serde_json::from_value::<Content>(c.clone()) {
@@ -603,7 +635,11 @@ impl AgentMessage {
             AgentMessage::Custom(m) => &m.content,
             _ => return 0,
         };
-        content.block_slice().iter().filter(|b| matches!(b, ContentBlock::Image(_))).count()
+        content
+            .block_slice()
+            .iter()
+            .filter(|b| matches!(b, ContentBlock::Image(_)))
+            .count()
     }
 }
 
@@ -613,9 +649,13 @@ impl Serialize for AgentMessage {
             AgentMessage::User(m) => serialize_tagged(s, "role", "user", m, &m.extra),
             AgentMessage::Assistant(m) => serialize_tagged(s, "role", "assistant", m, &m.extra),
             AgentMessage::ToolResult(m) => serialize_tagged(s, "role", "toolResult", m, &m.extra),
-            AgentMessage::BashExecution(m) => serialize_tagged(s, "role", "bashExecution", m, &m.extra),
+            AgentMessage::BashExecution(m) => {
+                serialize_tagged(s, "role", "bashExecution", m, &m.extra)
+            }
             AgentMessage::Custom(m) => serialize_tagged(s, "role", "custom", m, &m.extra),
-            AgentMessage::BranchSummary(m) => serialize_tagged(s, "role", "branchSummary", m, &m.extra),
+            AgentMessage::BranchSummary(m) => {
+                serialize_tagged(s, "role", "branchSummary", m, &m.extra)
+            }
             AgentMessage::CompactionSummary(m) => {
                 serialize_tagged(s, "role", "compactionSummary", m, &m.extra)
             }
@@ -640,9 +680,13 @@ impl AgentMessage {
             Some(other) => return Err(format!("message `role` must be a string, got {other}")),
             None => return Err("message has no `role`".into()),
         };
-        fn typed<T: serde::de::DeserializeOwned>(role: &str, mut map: JsonMap) -> Result<T, String> {
+        fn typed<T: serde::de::DeserializeOwned>(
+            role: &str,
+            mut map: JsonMap,
+        ) -> Result<T, String> {
             map.remove("role");
-            serde_json::from_value(Value::Object(map)).map_err(|e| format!("invalid `{role}` message: {e}"))
+            serde_json::from_value(Value::Object(map))
+                .map_err(|e| format!("invalid `{role}` message: {e}"))
         }
         Ok(match role.as_str() {
             "user" => AgentMessage::User(typed(&role, map)?),
@@ -690,8 +734,12 @@ mod serialize_tests {
         let mut map = map.expect("message encodes");
         // `tagged` encodes nested blocks with the live impl; re-encode them the reference way.
         if let Some(Value::Array(blocks)) = map.get("content").cloned() {
-            let typed: Vec<ContentBlock> = serde_json::from_value(Value::Array(blocks)).expect("blocks parse");
-            map.insert("content".into(), Value::Array(typed.iter().map(block).collect()));
+            let typed: Vec<ContentBlock> =
+                serde_json::from_value(Value::Array(blocks)).expect("blocks parse");
+            map.insert(
+                "content".into(),
+                Value::Array(typed.iter().map(block).collect()),
+            );
         }
         serde_json::to_string(&map).expect("map encodes")
     }
@@ -719,9 +767,19 @@ mod serialize_tests {
         let messages: Vec<AgentMessage> = serde_json::from_value(wire).expect("fixtures parse");
         for m in &messages {
             let direct = serde_json::to_string(m).expect("encodes");
-            assert_eq!(direct, via_tree(m), "the direct encoding of a `{}` message differs from the tree encoding", m.role());
+            assert_eq!(
+                direct,
+                via_tree(m),
+                "the direct encoding of a `{}` message differs from the tree encoding",
+                m.role()
+            );
             let value = serde_json::to_value(m).expect("encodes to a value");
-            assert_eq!(serde_json::to_string(&value).expect("value encodes"), direct, "to_value and to_string disagree for `{}`", m.role());
+            assert_eq!(
+                serde_json::to_string(&value).expect("value encodes"),
+                direct,
+                "to_value and to_string disagree for `{}`",
+                m.role()
+            );
         }
     }
 
@@ -730,7 +788,14 @@ mod serialize_tests {
         let mut extra = JsonMap::new();
         extra.insert("role".into(), json!("impostor"));
         extra.insert("k".into(), json!(1));
-        let m = AgentMessage::User(UserMessage { content: Content::Text("hi".into()), timestamp: None, extra });
-        assert_eq!(serde_json::to_string(&m).expect("encodes"), r#"{"role":"user","content":"hi","k":1}"#);
+        let m = AgentMessage::User(UserMessage {
+            content: Content::Text("hi".into()),
+            timestamp: None,
+            extra,
+        });
+        assert_eq!(
+            serde_json::to_string(&m).expect("encodes"),
+            r#"{"role":"user","content":"hi","k":1}"#
+        );
     }
 }

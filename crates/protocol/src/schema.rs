@@ -76,16 +76,37 @@ mod tests {
         let v = serde_json::to_value(&schema).unwrap();
         let props = v["properties"].as_object().unwrap();
         for k in ["sessionId", "sessionKey", "messages", "tokenBudget"] {
-            assert!(props.contains_key(k), "AssembleParams schema lacks {k}: {v}");
+            assert!(
+                props.contains_key(k),
+                "AssembleParams schema lacks {k}: {v}"
+            );
         }
         let defs = v["$defs"].as_object().unwrap();
-        assert!(defs.contains_key("AgentMessage") && defs.contains_key("UserMessage"), "{v}");
+        assert!(
+            defs.contains_key("AgentMessage") && defs.contains_key("UserMessage"),
+            "{v}"
+        );
         let roles: Vec<String> = defs["AgentMessage"]["anyOf"]
             .as_array()
             .unwrap()
             .iter()
-            .filter_map(|s| s["allOf"][1]["properties"]["role"]["const"].as_str().map(str::to_owned))
+            .filter_map(|s| {
+                s["allOf"][1]["properties"]["role"]["const"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
             .collect();
-        assert_eq!(roles, ["user", "assistant", "toolResult", "bashExecution", "custom", "branchSummary", "compactionSummary"]);
+        assert_eq!(
+            roles,
+            [
+                "user",
+                "assistant",
+                "toolResult",
+                "bashExecution",
+                "custom",
+                "branchSummary",
+                "compactionSummary"
+            ]
+        );
     }
 }

@@ -146,7 +146,13 @@ impl TranscriptEntry {
         let mut out = JsonMap::new();
         out.insert("type".into(), Value::String(self.type_name().to_owned()));
         out.insert("id".into(), Value::String(self.id.clone()));
-        out.insert("parentId".into(), self.parent_id.clone().map(Value::String).unwrap_or(Value::Null));
+        out.insert(
+            "parentId".into(),
+            self.parent_id
+                .clone()
+                .map(Value::String)
+                .unwrap_or(Value::Null),
+        );
         out.insert("timestamp".into(), Value::String(self.timestamp.clone()));
         let payload = match &self.kind {
             EntryKind::Message(m) => {
@@ -190,17 +196,25 @@ impl TranscriptEntry {
                 EntryKind::Message(msg)
             }
             "compaction" => EntryKind::Compaction(
-                serde_json::from_value(typed(map)).map_err(|e| format!("invalid compaction entry: {e}"))?,
+                serde_json::from_value(typed(map))
+                    .map_err(|e| format!("invalid compaction entry: {e}"))?,
             ),
             "branch_summary" => EntryKind::BranchSummary(
-                serde_json::from_value(typed(map)).map_err(|e| format!("invalid branch_summary entry: {e}"))?,
+                serde_json::from_value(typed(map))
+                    .map_err(|e| format!("invalid branch_summary entry: {e}"))?,
             ),
             "custom_message" => EntryKind::CustomMessage(
-                serde_json::from_value(typed(map)).map_err(|e| format!("invalid custom_message entry: {e}"))?,
+                serde_json::from_value(typed(map))
+                    .map_err(|e| format!("invalid custom_message entry: {e}"))?,
             ),
             _ => EntryKind::Other { kind, fields: map },
         };
-        Ok(TranscriptEntry { id, parent_id, timestamp, kind })
+        Ok(TranscriptEntry {
+            id,
+            parent_id,
+            timestamp,
+            kind,
+        })
     }
 }
 
@@ -258,12 +272,14 @@ impl TranscriptEntry {
 pub fn to_model_message(message: &AgentMessage) -> AgentMessage {
     use crate::message::*;
     match message {
-        AgentMessage::CompactionSummary(s) => {
-            AgentMessage::user(format!("{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}", s.summary))
-        }
-        AgentMessage::BranchSummary(s) => {
-            AgentMessage::user(format!("{BRANCH_SUMMARY_PREFIX}{}{BRANCH_SUMMARY_SUFFIX}", s.summary))
-        }
+        AgentMessage::CompactionSummary(s) => AgentMessage::user(format!(
+            "{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}",
+            s.summary
+        )),
+        AgentMessage::BranchSummary(s) => AgentMessage::user(format!(
+            "{BRANCH_SUMMARY_PREFIX}{}{BRANCH_SUMMARY_SUFFIX}",
+            s.summary
+        )),
         other => other.clone(),
     }
 }
@@ -273,14 +289,24 @@ pub fn to_model_message(message: &AgentMessage) -> AgentMessage {
 /// `firstKeptEntryId` on (skipping the compaction entry itself and earlier compactions);
 /// otherwise every context message. Use [`to_model_message`] for what the model sees.
 pub fn context_messages(path: &[TranscriptEntry]) -> Vec<AgentMessage> {
-    let last_compaction = path.iter().rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
+    let last_compaction = path
+        .iter()
+        .rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
     let Some(ci) = last_compaction else {
-        return path.iter().filter_map(TranscriptEntry::context_message).collect();
+        return path
+            .iter()
+            .filter_map(TranscriptEntry::context_message)
+            .collect();
     };
-    let EntryKind::Compaction(c) = &path[ci].kind else { return Vec::new() };
+    let EntryKind::Compaction(c) = &path[ci].kind else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     out.extend(path[ci].context_message());
-    let start = path.iter().position(|e| e.id == c.first_kept_entry_id).unwrap_or(ci + 1);
+    let start = path
+        .iter()
+        .position(|e| e.id == c.first_kept_entry_id)
+        .unwrap_or(ci + 1);
     for (i, e) in path.iter().enumerate().skip(start) {
         if i == ci || matches!(e.kind, EntryKind::Compaction(_)) {
             continue;

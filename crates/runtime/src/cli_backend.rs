@@ -52,30 +52,40 @@ fn key(id: &str, field: &str) -> String {
 impl CliBackendSpec {
     /// Reads `agents.defaults.cliBackends.<id>`; errors name the key.
     pub fn from_config(config: &Value, id: &str) -> Result<Self> {
-        let spec = config.pointer(&format!("/agents/defaults/cliBackends/{id}")).ok_or_else(|| RuntimeError::Config {
-            key: format!("agents.defaults.cliBackends.{id}"),
-            message: "no such CLI backend".into(),
-        })?;
+        let spec = config
+            .pointer(&format!("/agents/defaults/cliBackends/{id}"))
+            .ok_or_else(|| RuntimeError::Config {
+                key: format!("agents.defaults.cliBackends.{id}"),
+                message: "no such CLI backend".into(),
+            })?;
         let command = spec
             .get("command")
             .and_then(Value::as_str)
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| RuntimeError::Config { key: key(id, "command"), message: "must be a non-empty string".into() })?
+            .ok_or_else(|| RuntimeError::Config {
+                key: key(id, "command"),
+                message: "must be a non-empty string".into(),
+            })?
             .to_owned();
         let args = match spec.get("args") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(a)) => a
                 .iter()
                 .map(|v| {
-                    v.as_str().map(str::to_owned).ok_or_else(|| RuntimeError::Config {
-                        key: key(id, "args"),
-                        message: format!("every argument must be a string, got {v}"),
-                    })
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| RuntimeError::Config {
+                            key: key(id, "args"),
+                            message: format!("every argument must be a string, got {v}"),
+                        })
                 })
                 .collect::<Result<_>>()?,
             Some(other) => {
-                return Err(RuntimeError::Config { key: key(id, "args"), message: format!("must be an array, got {other}") })
+                return Err(RuntimeError::Config {
+                    key: key(id, "args"),
+                    message: format!("must be an array, got {other}"),
+                })
             }
         };
         let input = match spec.get("input").and_then(Value::as_str) {
@@ -88,12 +98,24 @@ impl CliBackendSpec {
                 })
             }
         };
-        let capabilities = spec
-            .get("capabilities")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect());
-        let timeout = Duration::from_millis(spec.get("timeoutMs").and_then(Value::as_u64).unwrap_or(600_000));
-        Ok(Self { id: id.to_owned(), command, args, input, capabilities, timeout })
+        let capabilities = spec.get("capabilities").and_then(Value::as_array).map(|a| {
+            a.iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect()
+        });
+        let timeout = Duration::from_millis(
+            spec.get("timeoutMs")
+                .and_then(Value::as_u64)
+                .unwrap_or(600_000),
+        );
+        Ok(Self {
+            id: id.to_owned(),
+            command,
+            args,
+            input,
+            capabilities,
+            timeout,
+        })
     }
 
     /// The host descriptor (`cli:<id>`, `CLI backend "<id>"`).
@@ -104,8 +126,17 @@ impl CliBackendSpec {
     /// Runs the backend once with `prompt`; returns its stdout (trimmed). The session key and
     /// id are in the environment (`CLAWCTX_SESSION_KEY`, `CLAWCTX_SESSION_ID`) so the backend
     /// can keep one thread per session.
-    pub async fn invoke(&self, prompt: &str, session_key: &str, session_id: &str, abort: &AbortSignal) -> Result<String> {
-        let fail = |message: String| RuntimeError::CliBackend { backend: self.id.clone(), message };
+    pub async fn invoke(
+        &self,
+        prompt: &str,
+        session_key: &str,
+        session_id: &str,
+        abort: &AbortSignal,
+    ) -> Result<String> {
+        let fail = |message: String| RuntimeError::CliBackend {
+            backend: self.id.clone(),
+            message,
+        };
         let mut args = self.args.clone();
         if self.input == PromptInput::Argument {
             if let Some(slot) = args.iter_mut().find(|a| a.contains("{prompt}")) {
@@ -118,14 +149,21 @@ impl CliBackendSpec {
             .args(&args)
             .env("CLAWCTX_SESSION_KEY", session_key)
             .env("CLAWCTX_SESSION_ID", session_id)
-            .stdin(if self.input == PromptInput::Stdin { Stdio::piped() } else { Stdio::null() })
+            .stdin(if self.input == PromptInput::Stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| fail(format!("cannot start `{}`: {e}", self.command)))?;
         if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(prompt.as_bytes()).await.map_err(|e| fail(format!("cannot write the prompt: {e}")))?;
+            stdin
+                .write_all(prompt.as_bytes())
+                .await
+                .map_err(|e| fail(format!("cannot write the prompt: {e}")))?;
             drop(stdin);
         }
         let output = tokio::select! {
@@ -135,7 +173,11 @@ impl CliBackendSpec {
         };
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            return Err(fail(format!("exited with {}: {}", output.status, stderr.trim())));
+            return Err(fail(format!(
+                "exited with {}: {}",
+                output.status,
+                stderr.trim()
+            )));
         }
         Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
     }

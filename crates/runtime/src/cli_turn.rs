@@ -20,7 +20,11 @@ use crate::runtime::{lock, now_ms, tokens_of, Inner};
 use crate::turn::{TurnOutcome, TurnRequest};
 
 /// Whether the assembled context must be injected this turn, and the epoch to remember.
-fn needs_injection(inner: &Inner, key: &str, projection: Option<&ContextProjection>) -> Result<(bool, Option<String>)> {
+fn needs_injection(
+    inner: &Inner,
+    key: &str,
+    projection: Option<&ContextProjection>,
+) -> Result<(bool, Option<String>)> {
     match projection {
         Some(p) if p.mode == ContextProjectionMode::ThreadBootstrap => {
             let epoch = p.epoch.clone().unwrap_or_default();
@@ -37,7 +41,11 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
     };
     let abort = request.abort.clone().unwrap_or_default();
     let session = inner.session(&request.session_key)?;
-    let history: Vec<AgentMessage> = inner.history(&session)?.into_iter().map(|(_, m)| m).collect();
+    let history: Vec<AgentMessage> = inner
+        .history(&session)?
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
     let mut out = TurnOutcome {
         session_key: session.key.clone(),
         session_id: session.entry.session_id.clone(),
@@ -59,9 +67,18 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
     let engine = inner.engine.clone();
     let engine_id = engine.info().id;
     let cx = inner.call_context(&session, Some(&abort));
-    let budget = inner.limits().prompt_budget.saturating_sub(tokens_of(&turn)).max(1);
-    let prepared =
-        prepare_history(history.clone(), &PipelineOptions { history_turn_limit: inner.history_turn_limit, token_budget: Some(budget) });
+    let budget = inner
+        .limits()
+        .prompt_budget
+        .saturating_sub(tokens_of(&turn))
+        .max(1);
+    let prepared = prepare_history(
+        history.clone(),
+        &PipelineOptions {
+            history_turn_limit: inner.history_turn_limit,
+            token_budget: Some(budget),
+        },
+    );
     let params = AssembleParams {
         session_id: session.entry.session_id.clone(),
         session_key: Some(session.key.clone()),
@@ -69,26 +86,43 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
         token_budget: Some(budget),
         prompt: Some(request.prompt.clone()),
         runtime_settings: Some(inner.runtime_settings()),
-        runtime_context: Some(inner.runtime_context(&session, Some(prepared.report.tokens), None, false)),
+        runtime_context: Some(inner.runtime_context(
+            &session,
+            Some(prepared.report.tokens),
+            None,
+            false,
+        )),
         ..Default::default()
     };
-    let mut assembled = engine.assemble(&params, &cx).await.map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))?;
+    let mut assembled = engine
+        .assemble(&params, &cx)
+        .await
+        .map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))?;
     // System-role messages go into the system prompt, as on the embedded runner.
     let folded = crate::turn::take_system_messages(&mut assembled);
     if !folded.is_empty() {
-        out.warnings.extend(crate::turn::warn_system_messages_once(&engine_id, folded.len()));
+        out.warnings.extend(crate::turn::warn_system_messages_once(
+            &engine_id,
+            folded.len(),
+        ));
     }
-    let (inject, epoch) = needs_injection(&inner, &session.key, assembled.context_projection.as_ref())?;
+    let (inject, epoch) =
+        needs_injection(&inner, &session.key, assembled.context_projection.as_ref())?;
     let prompt = if inject {
-        let (system, _) =
-            crate::turn::compose_system(&inner.system_prompt, assembled.system_prompt_addition.as_deref(), &folded);
+        let (system, _) = crate::turn::compose_system(
+            &inner.system_prompt,
+            assembled.system_prompt_addition.as_deref(),
+            &folded,
+        );
         crate::cli_backend::project_prompt(&system, &assembled.messages, &request.prompt)
     } else {
         request.prompt.clone()
     };
     out.prompt_tokens.push(clawctx_tokens::text_tokens(&prompt));
     out.model_calls = 1;
-    let reply = spec.invoke(&prompt, &session.key, &session.entry.session_id, &abort).await?;
+    let reply = spec
+        .invoke(&prompt, &session.key, &session.entry.session_id, &abort)
+        .await?;
     if let Some(epoch) = epoch {
         lock(&inner.projection_epochs)?.insert(session.key.clone(), epoch);
     }
@@ -107,7 +141,8 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
 
     let all: Vec<AgentMessage> = history.iter().chain(turn.iter()).cloned().collect();
     let methods = engine.methods();
-    let delivered = if methods.has(Method::AfterTurn) && inner.host.has(HostCapability::AFTER_TURN) {
+    let delivered = if methods.has(Method::AfterTurn) && inner.host.has(HostCapability::AFTER_TURN)
+    {
         let params = AfterTurnParams {
             session_id: session.entry.session_id.clone(),
             session_key: Some(session.key.clone()),
@@ -118,7 +153,12 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
             token_budget: Some(inner.limits().prompt_budget),
             current_token_count: Some(tokens_of(&all)),
             runtime_settings: Some(inner.runtime_settings()),
-            runtime_context: Some(inner.runtime_context(&session, Some(tokens_of(&all)), None, false)),
+            runtime_context: Some(inner.runtime_context(
+                &session,
+                Some(tokens_of(&all)),
+                None,
+                false,
+            )),
             is_heartbeat: request.is_heartbeat.then_some(true),
             ..Default::default()
         };
@@ -148,7 +188,8 @@ pub(crate) async fn run(inner: Arc<Inner>, request: TurnRequest) -> Result<TurnO
         r
     };
     if let Err(e) = delivered {
-        out.warnings.push(format!("context engine afterTurn failed: {e}"));
+        out.warnings
+            .push(format!("context engine afterTurn failed: {e}"));
     }
     inner.maintain(&session, MaintenanceReason::Turn).await;
     out.context_tokens_after = tokens_of(&all);

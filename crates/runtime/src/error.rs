@@ -109,7 +109,11 @@ impl RuntimeError {
         match source {
             EngineError::HostRequirement(text) => RuntimeError::HostRequirement(text),
             EngineError::Aborted { reason } => RuntimeError::Aborted(reason),
-            source => RuntimeError::Engine { engine: engine.to_owned(), method, source },
+            source => RuntimeError::Engine {
+                engine: engine.to_owned(),
+                method,
+                source,
+            },
         }
     }
 

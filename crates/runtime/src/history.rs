@@ -52,7 +52,9 @@ impl History {
         let entries = file.entries();
         let leaf = file.leaf_id();
         // A history never built, or lent and never given back, is rebuilt.
-        let usable = self.rebuilds > 0 && self.messages.len() == self.tokens.len() && self.set_aside.is_empty();
+        let usable = self.rebuilds > 0
+            && self.messages.len() == self.tokens.len()
+            && self.set_aside.is_empty();
         if usable && self.seen == entries.len() && self.leaf.as_deref() == leaf {
             return;
         }
@@ -60,7 +62,8 @@ impl History {
             let new = &entries[self.seen..];
             let mut parent = self.leaf.as_deref();
             let continues = new.iter().all(|e| {
-                let ok = e.parent_id.as_deref() == parent && !matches!(e.kind, EntryKind::Compaction(_));
+                let ok =
+                    e.parent_id.as_deref() == parent && !matches!(e.kind, EntryKind::Compaction(_));
                 parent = Some(e.id.as_str());
                 ok
             });
@@ -80,7 +83,11 @@ impl History {
 
     fn rebuild(&mut self, file: &SessionFile) {
         let (rebuilds, addition_tokens) = (self.rebuilds + 1, self.addition_tokens);
-        *self = History { rebuilds, addition_tokens, ..History::default() };
+        *self = History {
+            rebuilds,
+            addition_tokens,
+            ..History::default()
+        };
         for (id, m) in context_entries(&file.active_path()) {
             self.push(Some(&id), m);
         }
@@ -140,7 +147,10 @@ impl History {
 
     /// Where the first message that came from one of `ids` is, searching from the end (the
     /// current turn's messages are the newest).
-    pub(crate) fn position_of_first(&self, ids: &std::collections::HashSet<String>) -> Option<usize> {
+    pub(crate) fn position_of_first(
+        &self,
+        ids: &std::collections::HashSet<String>,
+    ) -> Option<usize> {
         let mut found = None;
         for (i, id) in self.entry_ids.iter().enumerate().rev() {
             match id {
@@ -219,7 +229,10 @@ mod tests {
     /// What the one-shot pipeline makes of the whole transcript: the history must always
     /// equal it, however it was brought up to date.
     fn one_shot(file: &SessionFile) -> Vec<AgentMessage> {
-        let all = context_entries(&file.active_path()).into_iter().map(|(_, m)| m).collect();
+        let all = context_entries(&file.active_path())
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
         prepare_history(all, &PipelineOptions::default()).messages
     }
 
@@ -230,9 +243,11 @@ mod tests {
         let mut h = History::default();
         h.sync(&file);
         for turn in 0..30 {
-            file.append_message(AgentMessage::user(format!("question {turn}"))).unwrap();
+            file.append_message(AgentMessage::user(format!("question {turn}")))
+                .unwrap();
             if turn % 3 == 0 {
-                file.append_message(assistant_calling(&format!("c{turn}"))).unwrap();
+                file.append_message(assistant_calling(&format!("c{turn}")))
+                    .unwrap();
                 // Every fifth call never gets its result: the sanitizer closes it.
                 if turn % 5 != 0 {
                     file.append_message(result(&format!("c{turn}"))).unwrap();
@@ -242,13 +257,26 @@ mod tests {
             if turn == 7 {
                 file.append_message(result("nobody-called-this")).unwrap();
             }
-            file.append_message(AgentMessage::assistant(format!("answer {turn}"))).unwrap();
+            file.append_message(AgentMessage::assistant(format!("answer {turn}")))
+                .unwrap();
             h.sync(&file);
             h.close_pending();
-            assert_eq!(h.messages(), one_shot(&file).as_slice(), "after turn {turn} the kept history differs from a fresh §7.5 pipeline");
-            assert_eq!(h.tokens_of(0..h.len()), clawctx_tokens::messages_tokens(h.messages()), "running token total");
+            assert_eq!(
+                h.messages(),
+                one_shot(&file).as_slice(),
+                "after turn {turn} the kept history differs from a fresh §7.5 pipeline"
+            );
+            assert_eq!(
+                h.tokens_of(0..h.len()),
+                clawctx_tokens::messages_tokens(h.messages()),
+                "running token total"
+            );
         }
-        assert_eq!(h.rebuilds(), 1, "30 appended turns must not rebuild the history (only the first sync builds it)");
+        assert_eq!(
+            h.rebuilds(),
+            1,
+            "30 appended turns must not rebuild the history (only the first sync builds it)"
+        );
     }
 
     #[test]
@@ -257,8 +285,12 @@ mod tests {
         let mut file = SessionFile::create(dir.path().join("s.jsonl"), "s", "/").unwrap();
         let mut ids = Vec::new();
         for i in 0..6 {
-            ids.push(file.append_message(AgentMessage::user(format!("u{i}"))).unwrap());
-            file.append_message(AgentMessage::assistant(format!("a{i}"))).unwrap();
+            ids.push(
+                file.append_message(AgentMessage::user(format!("u{i}")))
+                    .unwrap(),
+            );
+            file.append_message(AgentMessage::assistant(format!("a{i}")))
+                .unwrap();
         }
         let mut h = History::default();
         h.sync(&file);
@@ -270,9 +302,16 @@ mod tests {
         })
         .unwrap();
         h.sync(&file);
-        assert_eq!(h.rebuilds(), 2, "a compaction entry changes the context before the end: rebuild");
+        assert_eq!(
+            h.rebuilds(),
+            2,
+            "a compaction entry changes the context before the end: rebuild"
+        );
         assert_eq!(h.messages(), one_shot(&file).as_slice());
-        assert!(matches!(h.messages()[0], AgentMessage::CompactionSummary(_)), "the summary leads the rebuilt context");
+        assert!(
+            matches!(h.messages()[0], AgentMessage::CompactionSummary(_)),
+            "the summary leads the rebuilt context"
+        );
 
         // Lending the whole history moves it; giving it back restores it; a turn limit copies.
         let before = h.messages().to_vec();
@@ -281,11 +320,19 @@ mod tests {
         assert_eq!(lent.as_slice(), &before[..n - 1]);
         assert_eq!(h.len(), 0, "lent, not copied");
         h.give_back(lent);
-        assert_eq!(h.messages(), before.as_slice(), "given back in order, the set-aside tail included");
+        assert_eq!(
+            h.messages(),
+            before.as_slice(),
+            "given back in order, the set-aside tail included"
+        );
         let copy = h.lend(2, n);
         assert_eq!(copy.as_slice(), &before[2..]);
         h.give_back(copy);
-        assert_eq!(h.messages(), before.as_slice(), "a copied range leaves the history as it was");
+        assert_eq!(
+            h.messages(),
+            before.as_slice(),
+            "a copied range leaves the history as it was"
+        );
 
         // A history lent and never given back is rebuilt, not trusted.
         let _lost = h.lend(0, n);

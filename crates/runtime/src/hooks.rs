@@ -47,7 +47,12 @@ fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Value {
 impl<'a> HookSite<'a> {
     /// A site outside a turn (`/compact`, `/new`).
     pub(crate) fn session(rt: &'a Arc<Inner>, session: &'a ResolvedSession) -> Self {
-        Self { rt, session, run_id: None, heartbeat: false }
+        Self {
+            rt,
+            session,
+            run_id: None,
+            heartbeat: false,
+        }
     }
 
     /// Whether some handler is registered for `hook`.
@@ -114,19 +119,26 @@ impl<'a> HookSite<'a> {
         if !self.wants("session_start") {
             return;
         }
-        let event = json!({"sessionId": self.session.entry.session_id, "sessionKey": self.session.key});
-        self.fire("session_start", event, self.session_ctx(self.session)).await;
+        let event =
+            json!({"sessionId": self.session.entry.session_id, "sessionKey": self.session.key});
+        self.fire("session_start", event, self.session_ctx(self.session))
+            .await;
     }
 
     /// `before_prompt_build` (then the legacy `before_agent_start`), after the engine's
     /// assembly: `messages` is what it assembled before this turn's prompt.
-    pub(crate) async fn before_prompt_build(&self, prompt: &str, messages: &[AgentMessage]) -> PromptBuild {
+    pub(crate) async fn before_prompt_build(
+        &self,
+        prompt: &str,
+        messages: &[AgentMessage],
+    ) -> PromptBuild {
         let mut merged = PromptBuild::default();
         for hook in ["before_prompt_build", "before_agent_start"] {
             if !self.wants(hook) {
                 continue;
             }
-            let event = json!({"prompt": prompt, "messages": to_json(messages), "runId": self.run_id});
+            let event =
+                json!({"prompt": prompt, "messages": to_json(messages), "runId": self.run_id});
             let outputs = self.fire(hook, event, self.agent_ctx()).await;
             merged = merged.then(PromptBuild::merge(&outputs));
         }
@@ -134,7 +146,13 @@ impl<'a> HookSite<'a> {
     }
 
     /// `llm_input`: what the first model call of the turn is given.
-    pub(crate) async fn llm_input(&self, system: &str, prompt: &str, history: &[AgentMessage], tools: &[String]) {
+    pub(crate) async fn llm_input(
+        &self,
+        system: &str,
+        prompt: &str,
+        history: &[AgentMessage],
+        tools: &[String],
+    ) {
         if !self.wants("llm_input") {
             return;
         }
@@ -171,12 +189,21 @@ impl<'a> HookSite<'a> {
             return ToolCallDecision::Run(call.arguments.clone());
         }
         let event = json!({"toolName": call.name, "params": call.arguments, "runId": self.run_id, "toolCallId": call.id});
-        let outputs = self.fire("before_tool_call", event, self.tool_ctx(call)).await;
+        let outputs = self
+            .fire("before_tool_call", event, self.tool_ctx(call))
+            .await;
         decide_tool_call(&call.arguments, &outputs)
     }
 
     /// `after_tool_call`: what the tool answered.
-    pub(crate) async fn after_tool_call(&self, call: &ToolCall, params: &Value, text: &str, is_error: bool, duration_ms: u64) {
+    pub(crate) async fn after_tool_call(
+        &self,
+        call: &ToolCall,
+        params: &Value,
+        text: &str,
+        is_error: bool,
+        duration_ms: u64,
+    ) {
         if !self.wants("after_tool_call") {
             return;
         }
@@ -188,7 +215,8 @@ impl<'a> HookSite<'a> {
             "durationMs": duration_ms,
         });
         event[if is_error { "error" } else { "result" }] = Value::String(text.to_owned());
-        self.fire("after_tool_call", event, self.tool_ctx(call)).await;
+        self.fire("after_tool_call", event, self.tool_ctx(call))
+            .await;
     }
 
     /// `tool_result_persist`: the tool result as it will be stored (and seen by the model).
@@ -231,7 +259,10 @@ impl<'a> HookSite<'a> {
             return;
         }
         let (provider, model) = self.model();
-        let assistants: Vec<&AgentMessage> = turn.iter().filter(|m| matches!(m, AgentMessage::Assistant(_))).collect();
+        let assistants: Vec<&AgentMessage> = turn
+            .iter()
+            .filter(|m| matches!(m, AgentMessage::Assistant(_)))
+            .collect();
         let texts: Vec<String> = assistants
             .iter()
             .filter_map(|m| match m {
@@ -261,7 +292,12 @@ impl<'a> HookSite<'a> {
     }
 
     /// `agent_end`: the turn ended; `messages` is the session's context after it.
-    pub(crate) async fn agent_end(&self, messages: &[AgentMessage], error: Option<String>, duration_ms: u64) {
+    pub(crate) async fn agent_end(
+        &self,
+        messages: &[AgentMessage],
+        error: Option<String>,
+        duration_ms: u64,
+    ) {
         if !self.wants("agent_end") {
             return;
         }
@@ -289,12 +325,18 @@ impl<'a> HookSite<'a> {
             "messages": to_json(messages),
             "sessionFile": self.session.transcript_path.to_string_lossy(),
         });
-        self.fire("before_compaction", event, self.agent_ctx()).await;
+        self.fire("before_compaction", event, self.agent_ctx())
+            .await;
     }
 
     /// `after_compaction` (only after a compaction that succeeded, also when it removed
     /// nothing): the context it left.
-    pub(crate) async fn after_compaction(&self, before: usize, after: &[AgentMessage], tokens: u64) {
+    pub(crate) async fn after_compaction(
+        &self,
+        before: usize,
+        after: &[AgentMessage],
+        tokens: u64,
+    ) {
         if !self.wants("after_compaction") {
             return;
         }
@@ -328,7 +370,8 @@ impl<'a> HookSite<'a> {
                 "nextSessionId": next.entry.session_id,
                 "nextSessionKey": next.key,
             });
-            self.fire("session_end", event, self.session_ctx(self.session)).await;
+            self.fire("session_end", event, self.session_ctx(self.session))
+                .await;
         }
     }
 }
@@ -378,7 +421,13 @@ pub(crate) async fn agent_end(
             Vec::new()
         }
     };
-    let site = HookSite { rt, session: &session, run_id: Some(run_id), heartbeat };
+    let site = HookSite {
+        rt,
+        session: &session,
+        run_id: Some(run_id),
+        heartbeat,
+    };
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    site.agent_end(&messages, error.map(ToString::to_string), ms).await;
+    site.agent_end(&messages, error.map(ToString::to_string), ms)
+        .await;
 }

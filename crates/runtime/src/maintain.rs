@@ -38,7 +38,10 @@ impl MaintenanceReason {
 
 /// The log line of a failed maintain call.
 pub fn maintain_failure_line(reason: MaintenanceReason, error: &dyn std::fmt::Display) -> String {
-    format!("context engine maintain failed ({}): {error}", reason.as_str())
+    format!(
+        "context engine maintain failed ({}): {error}",
+        reason.as_str()
+    )
 }
 
 /// One maintain call to run on a lane.
@@ -95,7 +98,9 @@ impl MaintenanceScheduler {
         if self.state.shutdown.signal().is_aborted() {
             return Scheduled::ShutDown;
         }
-        let Ok(mut lanes) = self.state.lanes.lock() else { return Scheduled::ShutDown };
+        let Ok(mut lanes) = self.state.lanes.lock() else {
+            return Scheduled::ShutDown;
+        };
         if let Some(lane) = lanes.get_mut(session_key) {
             lane.rerun = Some(job);
             return Scheduled::Coalesced;
@@ -108,7 +113,9 @@ impl MaintenanceScheduler {
             let mut job = job;
             loop {
                 run_job(&state, &job).await;
-                let Ok(mut lanes) = state.lanes.lock() else { break };
+                let Ok(mut lanes) = state.lanes.lock() else {
+                    break;
+                };
                 let next = if state.shutdown.signal().is_aborted() {
                     None
                 } else {
@@ -131,7 +138,13 @@ impl MaintenanceScheduler {
     pub async fn wait_idle(&self) {
         loop {
             let notified = self.state.idle.notified();
-            if self.state.lanes.lock().map(|l| l.is_empty()).unwrap_or(true) {
+            if self
+                .state
+                .lanes
+                .lock()
+                .map(|l| l.is_empty())
+                .unwrap_or(true)
+            {
                 return;
             }
             notified.await;
@@ -145,7 +158,11 @@ impl MaintenanceScheduler {
 
     /// Log lines of failed background runs so far.
     pub fn failures(&self) -> Vec<String> {
-        self.state.failures.lock().map(|f| f.clone()).unwrap_or_default()
+        self.state
+            .failures
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default()
     }
 
     /// Background runs completed so far.
@@ -155,7 +172,9 @@ impl MaintenanceScheduler {
 }
 
 async fn run_job(state: &State, job: &MaintainJob) {
-    let cx = CallContext::none().with_abort(state.shutdown.signal()).with_services(job.services.clone());
+    let cx = CallContext::none()
+        .with_abort(state.shutdown.signal())
+        .with_services(job.services.clone());
     let result = job.engine.maintain(&job.params, &cx).await;
     state.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if let Err(e) = result {

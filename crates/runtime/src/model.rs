@@ -39,7 +39,12 @@ pub struct ModelBinding {
 
 impl ModelBinding {
     /// A binding with explicit limits (tests, replay).
-    pub fn new(provider: Arc<dyn ModelProvider>, model_id: &str, context_window: u64, max_output_tokens: u64) -> Self {
+    pub fn new(
+        provider: Arc<dyn ModelProvider>,
+        model_id: &str,
+        context_window: u64,
+        max_output_tokens: u64,
+    ) -> Self {
         Self {
             provider_id: provider.id().to_owned(),
             provider,
@@ -69,9 +74,12 @@ pub enum Backend {
 pub fn configured_model_ref(config: &Value) -> Option<String> {
     match config.pointer("/agents/defaults/model") {
         Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_owned()),
-        Some(Value::Object(m)) => {
-            m.get("primary").and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
-        }
+        Some(Value::Object(m)) => m
+            .get("primary")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
         _ => None,
     }
 }
@@ -79,7 +87,11 @@ pub fn configured_model_ref(config: &Value) -> Option<String> {
 /// Selects the backend for a run: `cli_model`, else the configured ref, else the environment
 /// fallback. Fails with [`RuntimeError::NoModel`] when nothing is selected and with
 /// [`RuntimeError::Config`] naming the key when the ref does not resolve.
-pub fn select_backend(config: &Value, cli_model: Option<&str>, env: EnvLookup<'_>) -> Result<Backend> {
+pub fn select_backend(
+    config: &Value,
+    cli_model: Option<&str>,
+    env: EnvLookup<'_>,
+) -> Result<Backend> {
     let models = ModelsConfig::from_config(config, env).map_err(RuntimeError::model_config)?;
     let requested = cli_model
         .map(str::trim)
@@ -89,20 +101,41 @@ pub fn select_backend(config: &Value, cli_model: Option<&str>, env: EnvLookup<'_
         .or_else(|| models.default_model.clone())
         .ok_or(RuntimeError::NoModel)?;
     if let Some((backend_id, _)) = requested.split_once('/') {
-        if config.pointer(&format!("/agents/defaults/cliBackends/{backend_id}")).is_some() {
-            return Ok(Backend::Cli(CliBackendSpec::from_config(config, backend_id)?));
+        if config
+            .pointer(&format!("/agents/defaults/cliBackends/{backend_id}"))
+            .is_some()
+        {
+            return Ok(Backend::Cli(CliBackendSpec::from_config(
+                config, backend_id,
+            )?));
         }
-    } else if config.pointer(&format!("/agents/defaults/cliBackends/{requested}")).is_some() {
-        return Ok(Backend::Cli(CliBackendSpec::from_config(config, &requested)?));
+    } else if config
+        .pointer(&format!("/agents/defaults/cliBackends/{requested}"))
+        .is_some()
+    {
+        return Ok(Backend::Cli(CliBackendSpec::from_config(
+            config, &requested,
+        )?));
     }
-    let resolved = models.resolve(&requested).map_err(RuntimeError::model_config)?;
-    let provider = resolved.provider.build_for(Some(&resolved.model)).map_err(RuntimeError::model_config)?;
+    let resolved = models
+        .resolve(&requested)
+        .map_err(RuntimeError::model_config)?;
+    let provider = resolved
+        .provider
+        .build_for(Some(&resolved.model))
+        .map_err(RuntimeError::model_config)?;
     Ok(Backend::Model(ModelBinding {
         provider,
         requested: Some(requested),
         provider_id: resolved.provider.id.clone(),
         model_id: resolved.model.id.clone(),
-        context_window: resolved.model.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW),
-        max_output_tokens: resolved.model.max_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+        context_window: resolved
+            .model
+            .context_window
+            .unwrap_or(DEFAULT_CONTEXT_WINDOW),
+        max_output_tokens: resolved
+            .model
+            .max_tokens
+            .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
     }))
 }

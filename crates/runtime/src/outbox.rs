@@ -72,7 +72,10 @@ pub fn inspect_outbox(state_dir: &Path) -> OutboxReport {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return report,
         Err(e) => {
-            report.problems.push(OutboxProblem { path: dir, problem: format!("cannot list the directory: {e}") });
+            report.problems.push(OutboxProblem {
+                path: dir,
+                problem: format!("cannot list the directory: {e}"),
+            });
             return report;
         }
     };
@@ -92,7 +95,13 @@ pub fn inspect_outbox(state_dir: &Path) -> OutboxReport {
 
 fn read_pending(path: &Path) -> std::result::Result<PendingCommit, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let p: PendingCommit = serde_json::from_str(&text).map_err(|e| format!("not a pending commit (line {}, column {}): {e}", e.line(), e.column()))?;
+    let p: PendingCommit = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "not a pending commit (line {}, column {}): {e}",
+            e.line(),
+            e.column()
+        )
+    })?;
     if p.version != OUTBOX_VERSION {
         return Err(format!("written by another version of clawctx (outbox format {}, this build reads {OUTBOX_VERSION})", p.version));
     }
@@ -101,13 +110,25 @@ fn read_pending(path: &Path) -> std::result::Result<PendingCommit, String> {
 
 /// A file-name-safe form of `s` (ids are hex and uuids; anything else becomes `_`).
 fn file_safe(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The file a commit waits in: named by session id, then the rest of the key, so a session's
 /// commits can be found without reading other sessions' files.
 fn commit_path(dir: &Path, session_id: &str, advancement_key: &str) -> PathBuf {
-    dir.join(format!("{}.{}.json", file_safe(session_id), file_safe(advancement_key)))
+    dir.join(format!(
+        "{}.{}.json",
+        file_safe(session_id),
+        file_safe(advancement_key)
+    ))
 }
 
 /// Writes `bytes` to `path` whole: temporary file, rename; with `sync` (the runtime's
@@ -132,7 +153,13 @@ fn write_commit(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
 
 /// An entry's anchor (§1.7): where it sits in the file and on the active branch. The turn's
 /// entries are the newest, so the file is searched from its end.
-fn anchor(s: &ResolvedSession, store_path: &str, entries: &[TranscriptEntry], position: usize, id: &str) -> Option<TranscriptEntryAnchor> {
+fn anchor(
+    s: &ResolvedSession,
+    store_path: &str,
+    entries: &[TranscriptEntry],
+    position: usize,
+    id: &str,
+) -> Option<TranscriptEntryAnchor> {
     let raw_seq = entries.iter().rposition(|e| e.id == id)?;
     Some(TranscriptEntryAnchor {
         agent_id: s.agent_id.clone(),
@@ -163,13 +190,28 @@ impl Inner {
     ) -> Result<CommitTurnParams> {
         let file = self.file(&s.transcript_path)?;
         let f = lock(&file)?;
-        let store_path = self.store.sessions_json_path(&s.agent_id)?.to_string_lossy().into_owned();
-        let missing = |id: &str| RuntimeError::Internal(format!("turn entry {id} is not in {}", s.transcript_path.display()));
-        let admission = anchor(s, &store_path, f.entries(), positions.0, first).ok_or_else(|| missing(first))?;
-        let terminal = anchor(s, &store_path, f.entries(), positions.1, last).ok_or_else(|| missing(last))?;
+        let store_path = self
+            .store
+            .sessions_json_path(&s.agent_id)?
+            .to_string_lossy()
+            .into_owned();
+        let missing = |id: &str| {
+            RuntimeError::Internal(format!(
+                "turn entry {id} is not in {}",
+                s.transcript_path.display()
+            ))
+        };
+        let admission = anchor(s, &store_path, f.entries(), positions.0, first)
+            .ok_or_else(|| missing(first))?;
+        let terminal =
+            anchor(s, &store_path, f.entries(), positions.1, last).ok_or_else(|| missing(last))?;
         Ok(CommitTurnParams {
             advancement_key: format!("{}:{first}:{last}", s.entry.session_id),
-            admission: TranscriptTurnAdmission { anchor: admission, logical_turn_id: format!("turn-{first}"), role: "user".into() },
+            admission: TranscriptTurnAdmission {
+                anchor: admission,
+                logical_turn_id: format!("turn-{first}"),
+                role: "user".into(),
+            },
             terminal,
             messages,
             session_id: s.entry.session_id.clone(),
@@ -183,28 +225,48 @@ impl Inner {
 
     /// Writes the commit to the outbox, then delivers it. `Err` is a line for the log: the
     /// commit stays in the outbox for the next run.
-    pub(crate) async fn commit_through_outbox(self: &Arc<Self>, s: &ResolvedSession, params: CommitTurnParams) -> std::result::Result<(), String> {
-        let path = commit_path(&outbox_dir(&self.state_dir), &s.entry.session_id, &params.advancement_key);
+    pub(crate) async fn commit_through_outbox(
+        self: &Arc<Self>,
+        s: &ResolvedSession,
+        params: CommitTurnParams,
+    ) -> std::result::Result<(), String> {
+        let path = commit_path(
+            &outbox_dir(&self.state_dir),
+            &s.entry.session_id,
+            &params.advancement_key,
+        );
         let pending = PendingCommit {
             version: OUTBOX_VERSION,
             session_key: s.key.clone(),
             session_id: s.entry.session_id.clone(),
             params,
         };
-        let bytes = serde_json::to_vec_pretty(&pending).map_err(|e| format!("context engine commitTurn: cannot encode the commit: {e}"))?;
+        let bytes = serde_json::to_vec_pretty(&pending)
+            .map_err(|e| format!("context engine commitTurn: cannot encode the commit: {e}"))?;
         if let Err(e) = write_commit(&path, &bytes, self.durable) {
             // Without the outbox the commit is still attempted; it just cannot be retried.
-            tracing::warn!("context engine commitTurn: cannot write {}: {e}", path.display());
+            tracing::warn!(
+                "context engine commitTurn: cannot write {}: {e}",
+                path.display()
+            );
         }
         self.deliver_commit(s, &path, pending.params).await
     }
 
-    async fn deliver_commit(self: &Arc<Self>, s: &ResolvedSession, path: &Path, mut params: CommitTurnParams) -> std::result::Result<(), String> {
+    async fn deliver_commit(
+        self: &Arc<Self>,
+        s: &ResolvedSession,
+        path: &Path,
+        mut params: CommitTurnParams,
+    ) -> std::result::Result<(), String> {
         params.runtime_settings = Some(self.runtime_settings());
         params.runtime_context = Some(self.runtime_context(s, None, None, false));
         let engine: &Arc<dyn ContextEngine> = &self.engine;
         let key = params.advancement_key.clone();
-        match engine.commit_turn(&params, &self.call_context(s, None)).await {
+        match engine
+            .commit_turn(&params, &self.call_context(s, None))
+            .await
+        {
             Ok(r) => {
                 tracing::debug!(advancement_key = %key, status = ?r.status, "context engine commitTurn");
                 if let Err(e) = std::fs::remove_file(path) {
@@ -214,7 +276,10 @@ impl Inner {
                 }
                 Ok(())
             }
-            Err(e) => Err(format!("context engine commitTurn failed for {key} (kept in {} for the next run): {e}", path.display())),
+            Err(e) => Err(format!(
+                "context engine commitTurn failed for {key} (kept in {} for the next run): {e}",
+                path.display()
+            )),
         }
     }
 
@@ -226,11 +291,24 @@ impl Inner {
         }
         let dir = outbox_dir(&self.state_dir);
         let prefix = format!("{}.", file_safe(&s.entry.session_id));
-        let Ok(entries) = std::fs::read_dir(&dir) else { return };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
         let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
             .flatten()
-            .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json")))
-            .map(|e| (e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH), e.path()))
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json"))
+            })
+            .map(|e| {
+                (
+                    e.metadata()
+                        .and_then(|m| m.modified())
+                        .unwrap_or(std::time::UNIX_EPOCH),
+                    e.path(),
+                )
+            })
             .collect();
         files.sort();
         let mut acknowledged = false;

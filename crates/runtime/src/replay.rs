@@ -59,11 +59,16 @@ impl Recording {
         let mut rec = Recording::default();
         for m in messages {
             match &m {
-                AgentMessage::User(_) => rec.turns.push(RecordedTurn { prompt: m.plain_text(), replies: Vec::new() }),
-                AgentMessage::Assistant(_) | AgentMessage::ToolResult(_) => match rec.turns.last_mut() {
-                    Some(t) => t.replies.push(m),
-                    None => rec.skipped += 1,
-                },
+                AgentMessage::User(_) => rec.turns.push(RecordedTurn {
+                    prompt: m.plain_text(),
+                    replies: Vec::new(),
+                }),
+                AgentMessage::Assistant(_) | AgentMessage::ToolResult(_) => {
+                    match rec.turns.last_mut() {
+                        Some(t) => t.replies.push(m),
+                        None => rec.skipped += 1,
+                    }
+                }
                 _ => rec.skipped += 1,
             }
         }
@@ -78,13 +83,20 @@ impl Recording {
             line: 0,
             expected: format!("a readable file: {e}"),
         })?;
-        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
+        let first = text
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_default();
         let is_session = serde_json::from_str::<Value>(first)
             .ok()
             .is_some_and(|v| v.get("type").and_then(Value::as_str) == Some("session"));
         if is_session {
             let file = SessionFile::open(path)?;
-            let messages = file.active_path().iter().filter_map(|e| e.message().cloned()).collect();
+            let messages = file
+                .active_path()
+                .iter()
+                .filter_map(|e| e.message().cloned())
+                .collect();
             return Ok(Self::from_messages(messages));
         }
         let mut messages = Vec::new();
@@ -92,23 +104,39 @@ impl Recording {
             if line.trim().is_empty() {
                 continue;
             }
-            let bad = |what: String| RuntimeError::Recording { path: path.display().to_string(), line: i + 1, expected: what };
-            let value: Value = serde_json::from_str(line)
-                .map_err(|e| bad(format!("expected a JSON object {{\"role\", \"content\"}} per line: {e}")))?;
+            let bad = |what: String| RuntimeError::Recording {
+                path: path.display().to_string(),
+                line: i + 1,
+                expected: what,
+            };
+            let value: Value = serde_json::from_str(line).map_err(|e| {
+                bad(format!(
+                    "expected a JSON object {{\"role\", \"content\"}} per line: {e}"
+                ))
+            })?;
             let Value::Object(mut map) = value else {
-                return Err(bad(format!("expected a JSON object {{\"role\", \"content\"}}, got {value}")));
+                return Err(bad(format!(
+                    "expected a JSON object {{\"role\", \"content\"}}, got {value}"
+                )));
             };
             // A transcript `message` entry without a header is accepted too.
             if map.get("type").and_then(Value::as_str) == Some("message") {
                 match map.remove("message") {
                     Some(Value::Object(m)) => map = m,
-                    _ => return Err(bad("expected `message` to be an object in a message entry".into())),
+                    _ => {
+                        return Err(bad(
+                            "expected `message` to be an object in a message entry".into()
+                        ))
+                    }
                 }
             }
             if !map.get("role").is_some_and(Value::is_string) {
-                return Err(bad("expected a string `role` (user, assistant or toolResult)".into()));
+                return Err(bad(
+                    "expected a string `role` (user, assistant or toolResult)".into(),
+                ));
             }
-            let message = AgentMessage::from_map(map).map_err(|e| bad(format!("expected a message: {e}")))?;
+            let message =
+                AgentMessage::from_map(map).map_err(|e| bad(format!("expected a message: {e}")))?;
             messages.push(message);
         }
         Ok(Self::from_messages(messages))
@@ -125,26 +153,44 @@ impl Recording {
         for turn in &self.turns {
             for r in &turn.replies {
                 if let AgentMessage::ToolResult(t) = r {
-                    results.entry(t.tool_call_id.clone()).or_insert_with(|| r.plain_text());
+                    results
+                        .entry(t.tool_call_id.clone())
+                        .or_insert_with(|| r.plain_text());
                 }
             }
             let mut calls_in_turn = 0;
             let mut last_had_tools = true;
             for r in &turn.replies {
-                let AgentMessage::Assistant(_) = r else { continue };
+                let AgentMessage::Assistant(_) = r else {
+                    continue;
+                };
                 calls_in_turn += 1;
                 let mut tool_calls = Vec::new();
                 for c in r.tool_calls() {
                     counter += 1;
-                    let id = if c.id.is_empty() { format!("replay_call_{counter}") } else { c.id.clone() };
-                    queues
-                        .entry(c.name.clone())
-                        .or_default()
-                        .push_back(results.get(&c.id).cloned().unwrap_or_else(|| "(no recorded result)".into()));
-                    tool_calls.push(ScriptedToolCall { id: Some(id), name: c.name.clone(), arguments: c.arguments.clone() });
+                    let id = if c.id.is_empty() {
+                        format!("replay_call_{counter}")
+                    } else {
+                        c.id.clone()
+                    };
+                    queues.entry(c.name.clone()).or_default().push_back(
+                        results
+                            .get(&c.id)
+                            .cloned()
+                            .unwrap_or_else(|| "(no recorded result)".into()),
+                    );
+                    tool_calls.push(ScriptedToolCall {
+                        id: Some(id),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    });
                 }
                 last_had_tools = !tool_calls.is_empty();
-                let text: String = if last_had_tools { text_of(r) } else { r.plain_text() };
+                let text: String = if last_had_tools {
+                    text_of(r)
+                } else {
+                    r.plain_text()
+                };
                 replies.push(ScriptedReply::Reply {
                     content: text,
                     thinking: None,
@@ -199,11 +245,23 @@ impl AgentTool for ReplayTool {
     }
 
     fn parameters(&self) -> Value {
-        Value::Object(JsonMap::from_iter([("type".to_owned(), Value::String("object".into()))]))
+        Value::Object(JsonMap::from_iter([(
+            "type".to_owned(),
+            Value::String("object".into()),
+        )]))
     }
 
-    async fn execute(&self, _arguments: Value, _context: ToolCallContext) -> std::result::Result<String, String> {
-        Ok(self.results.lock().ok().and_then(|mut q| q.pop_front()).unwrap_or_else(|| "(no recorded result)".into()))
+    async fn execute(
+        &self,
+        _arguments: Value,
+        _context: ToolCallContext,
+    ) -> std::result::Result<String, String> {
+        Ok(self
+            .results
+            .lock()
+            .ok()
+            .and_then(|mut q| q.pop_front())
+            .unwrap_or_else(|| "(no recorded result)".into()))
     }
 }
 
@@ -288,7 +346,11 @@ pub async fn replay(
     let config = Arc::new(config);
     let agent_dir = options.state_dir.join("agents").join("main");
     let resolved = registry
-        .resolve(Some(config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone()))
+        .resolve(
+            Some(config.clone()),
+            Some(agent_dir.clone()),
+            Some(agent_dir.clone()),
+        )
         .await
         .map_err(|e| RuntimeError::engine("(selection)", "resolve", e))?;
     let (replies, queues, max_calls) = recording.script();
@@ -299,16 +361,27 @@ pub async fn replay(
     let provider = Arc::new(ScriptedProvider::new(replies, Exhaustion::Error).without_recording());
     let budget = options.budget.max(crate::runtime::MIN_PROMPT_BUDGET);
     let max_out = (budget / 4).clamp(64, 4096);
-    let compaction = CompactionSettings { reserve_tokens: budget / 4, reserve_tokens_floor: 0, ..CompactionSettings::default() };
+    let compaction = CompactionSettings {
+        reserve_tokens: budget / 4,
+        reserve_tokens_floor: 0,
+        ..CompactionSettings::default()
+    };
     let binding = ModelBinding::new(provider, "replay", budget + max_out + budget / 4, max_out);
-    let mut builder = AgentRuntime::builder(&options.state_dir, resolved.engine.clone(), Backend::Model(binding))
-        .selection(resolved.effective_id.clone(), selection_source(&resolved.reason))
-        .fallback_reason(crate::setup::fallback_reason(&resolved.reason))
-        .compaction(compaction)
-        .prompt_budget(Some(budget))
-        .max_tool_iterations(max_calls + 1)
-        .durable(false)
-        .workspace_dir(agent_dir.to_string_lossy().into_owned());
+    let mut builder = AgentRuntime::builder(
+        &options.state_dir,
+        resolved.engine.clone(),
+        Backend::Model(binding),
+    )
+    .selection(
+        resolved.effective_id.clone(),
+        selection_source(&resolved.reason),
+    )
+    .fallback_reason(crate::setup::fallback_reason(&resolved.reason))
+    .compaction(compaction)
+    .prompt_budget(Some(budget))
+    .max_tool_iterations(max_calls + 1)
+    .durable(false)
+    .workspace_dir(agent_dir.to_string_lossy().into_owned());
     if let Some(hooks) = options.hooks.clone() {
         builder = builder.hooks(hooks);
     }
@@ -316,7 +389,10 @@ pub async fn replay(
     names.sort();
     for name in names {
         let q = queues.get(name).cloned().unwrap_or_default();
-        builder = builder.tool(Arc::new(ReplayTool { name: name.clone(), results: Mutex::new(q) }));
+        builder = builder.tool(Arc::new(ReplayTool {
+            name: name.clone(),
+            results: Mutex::new(q),
+        }));
     }
     let runtime = builder.build();
     let mut report = ReplayReport {
@@ -333,10 +409,16 @@ pub async fn replay(
         let mut host_compacted = false;
         for (i, prompt) in prompts.into_iter().enumerate() {
             let started = std::time::Instant::now();
-            let outcome = runtime.run_turn(TurnRequest::new(REPLAY_SESSION_KEY, prompt)).await?;
+            let outcome = runtime
+                .run_turn(TurnRequest::new(REPLAY_SESSION_KEY, prompt))
+                .await?;
             let wall = started.elapsed().as_micros() as u64;
             let prompt_tokens = outcome.prompt_tokens.iter().copied().max().unwrap_or(0);
-            let mut compactions: Vec<String> = outcome.compactions.iter().map(|c| c.trigger.clone()).collect();
+            let mut compactions: Vec<String> = outcome
+                .compactions
+                .iter()
+                .map(|c| c.trigger.clone())
+                .collect();
             if let Some(now) = &outcome.context_epoch {
                 if !host_compacted && epoch.as_ref().is_some_and(|before| before != now) {
                     compactions.push("engine".into());
@@ -375,13 +457,21 @@ fn set_slot(config: &mut Value, id: &str) {
     if !config.is_object() {
         *config = Value::Object(JsonMap::new());
     }
-    let Some(root) = config.as_object_mut() else { return };
-    let plugins = root.entry("plugins").or_insert_with(|| Value::Object(JsonMap::new()));
+    let Some(root) = config.as_object_mut() else {
+        return;
+    };
+    let plugins = root
+        .entry("plugins")
+        .or_insert_with(|| Value::Object(JsonMap::new()));
     if !plugins.is_object() {
         *plugins = Value::Object(JsonMap::new());
     }
-    let Some(plugins) = plugins.as_object_mut() else { return };
-    let slots = plugins.entry("slots").or_insert_with(|| Value::Object(JsonMap::new()));
+    let Some(plugins) = plugins.as_object_mut() else {
+        return;
+    };
+    let slots = plugins
+        .entry("slots")
+        .or_insert_with(|| Value::Object(JsonMap::new()));
     if !slots.is_object() {
         *slots = Value::Object(JsonMap::new());
     }

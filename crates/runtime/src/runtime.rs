@@ -28,9 +28,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Result, RuntimeError};
 use crate::history::History;
-use crate::warm::Warm;
-use crate::maintain::{maintain_failure_line, MaintainJob, MaintenanceReason, MaintenanceScheduler, Scheduled};
+use crate::maintain::{
+    maintain_failure_line, MaintainJob, MaintenanceReason, MaintenanceScheduler, Scheduled,
+};
 use crate::model::{Backend, DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS};
+use crate::warm::Warm;
 
 /// The default system prompt (prompts/system.md).
 pub const DEFAULT_SYSTEM_PROMPT: &str = include_str!("../prompts/system.md");
@@ -174,7 +176,9 @@ impl RuntimeBuilder {
             Backend::Model(_) => embedded_host(),
             Backend::Cli(spec) => spec.host(),
         };
-        let cwd = std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let cwd = std::env::current_dir()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         // Session files are recorded in sessions.json by path: keep them absolute.
         let state_dir = std::path::absolute(&self.state_dir).unwrap_or(self.state_dir);
         let selected_info_id = self.engine.info().id;
@@ -259,24 +263,43 @@ pub(crate) struct Inner {
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
-    m.lock().map_err(|_| RuntimeError::Internal("a runtime lock was poisoned by an earlier panic".into()))
+    m.lock().map_err(|_| {
+        RuntimeError::Internal("a runtime lock was poisoned by an earlier panic".into())
+    })
 }
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// The compaction-aware context of an active path with the id of the entry each message came
 /// from (a compaction's summary carries the compaction entry's id). Mirrors
 /// `clawctx_protocol::transcript::context_messages`.
 pub fn context_entries(path: &[&TranscriptEntry]) -> Vec<(String, AgentMessage)> {
-    let last = path.iter().rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
+    let last = path
+        .iter()
+        .rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
     let Some(ci) = last else {
-        return path.iter().filter_map(|e| e.context_message().map(|m| (e.id.clone(), m))).collect();
+        return path
+            .iter()
+            .filter_map(|e| e.context_message().map(|m| (e.id.clone(), m)))
+            .collect();
     };
-    let EntryKind::Compaction(c) = &path[ci].kind else { return Vec::new() };
-    let mut out: Vec<(String, AgentMessage)> = path[ci].context_message().map(|m| (path[ci].id.clone(), m)).into_iter().collect();
-    let start = path.iter().position(|e| e.id == c.first_kept_entry_id).unwrap_or(ci + 1);
+    let EntryKind::Compaction(c) = &path[ci].kind else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, AgentMessage)> = path[ci]
+        .context_message()
+        .map(|m| (path[ci].id.clone(), m))
+        .into_iter()
+        .collect();
+    let start = path
+        .iter()
+        .position(|e| e.id == c.first_kept_entry_id)
+        .unwrap_or(ci + 1);
     for (i, e) in path.iter().enumerate().skip(start) {
         if i == ci || matches!(e.kind, EntryKind::Compaction(_)) {
             continue;
@@ -295,7 +318,11 @@ pub fn tokens_of(messages: &[AgentMessage]) -> u64 {
 
 impl AgentRuntime {
     /// Starts building a runtime over `state_dir` with `engine` on `backend`.
-    pub fn builder(state_dir: impl Into<PathBuf>, engine: Arc<dyn ContextEngine>, backend: Backend) -> RuntimeBuilder {
+    pub fn builder(
+        state_dir: impl Into<PathBuf>,
+        engine: Arc<dyn ContextEngine>,
+        backend: Backend,
+    ) -> RuntimeBuilder {
         let selected_id = engine.info().id;
         RuntimeBuilder {
             state_dir: state_dir.into(),
@@ -333,7 +360,10 @@ impl AgentRuntime {
     /// gets inside a turn: the runtime's compaction, transcript rewrites, LLM completion), with
     /// that session's id; `None` when it stores no such session. For a host that calls the
     /// engine on a stored session's behalf outside a turn (the gateway's engine API).
-    pub fn session_services(&self, key: &str) -> Result<Option<(String, Arc<dyn RuntimeServices>)>> {
+    pub fn session_services(
+        &self,
+        key: &str,
+    ) -> Result<Option<(String, Arc<dyn RuntimeServices>)>> {
         if self.inner.store.get(key)?.is_none() {
             return Ok(None);
         }
@@ -344,7 +374,11 @@ impl AgentRuntime {
     /// Names of the tools a turn offers the model and runs itself (the engine's, then the
     /// runtime's); a caller's own tools must not reuse them.
     pub fn tool_names(&self) -> Vec<String> {
-        self.inner.tools().iter().map(|t| t.name().to_owned()).collect()
+        self.inner
+            .tools()
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect()
     }
 
     /// The execution host descriptor.
@@ -379,7 +413,12 @@ impl AgentRuntime {
 
     /// Failed maintain calls so far (inline and background), as logged.
     pub fn maintain_failures(&self) -> Vec<String> {
-        let mut out = self.inner.maintain_failures.lock().map(|f| f.clone()).unwrap_or_default();
+        let mut out = self
+            .inner
+            .maintain_failures
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default();
         out.extend(self.inner.scheduler.failures());
         out
     }
@@ -407,13 +446,23 @@ impl AgentRuntime {
     /// hooks see the old session end (`before_reset`, `session_end` with reason `new`); the
     /// new one's `session_start` comes with its first turn.
     pub async fn new_session(&self, key: &str) -> Result<ResolvedSession> {
-        let hooked = self.inner.hooks.as_ref().is_some_and(|d| d.has("before_reset") || d.has("session_end"));
+        let hooked = self
+            .inner
+            .hooks
+            .as_ref()
+            .is_some_and(|d| d.has("before_reset") || d.has("session_end"));
         // The session being replaced, when there is one and a plugin wants to see it end.
-        let old = if hooked && self.inner.store.get(key)?.is_some() { Some(self.inner.session(key)?) } else { None };
+        let old = if hooked && self.inner.store.get(key)?.is_some() {
+            Some(self.inner.session(key)?)
+        } else {
+            None
+        };
         let messages: Vec<AgentMessage> = match old.as_ref().map(|o| self.inner.history(o)) {
             Some(Ok(h)) => h.into_iter().map(|(_, m)| m).collect(),
             Some(Err(e)) => {
-                tracing::warn!("[hooks] session_end: cannot read the ending session's context: {e}");
+                tracing::warn!(
+                    "[hooks] session_end: cannot read the ending session's context: {e}"
+                );
                 Vec::new()
             }
             None => Vec::new(),
@@ -421,7 +470,9 @@ impl AgentRuntime {
         let s = self.inner.store.new_session(key)?;
         lock(&self.inner.sessions)?.insert(key.to_owned(), s.clone());
         if let Some(old) = &old {
-            crate::hooks::HookSite::session(&self.inner, old).session_reset(&messages, &s).await;
+            crate::hooks::HookSite::session(&self.inner, old)
+                .session_reset(&messages, &s)
+                .await;
         }
         Ok(s)
     }
@@ -429,7 +480,12 @@ impl AgentRuntime {
     /// The compaction-aware context of `key`'s transcript (what the next turn starts from).
     pub fn context(&self, key: &str) -> Result<Vec<AgentMessage>> {
         let s = self.inner.session(key)?;
-        Ok(self.inner.history(&s)?.into_iter().map(|(_, m)| m).collect())
+        Ok(self
+            .inner
+            .history(&s)?
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect())
     }
 
     /// `/status`: tokens used against the budget, the engine in charge.
@@ -502,7 +558,12 @@ impl Inner {
             .prompt_budget_override
             .unwrap_or_else(|| window.saturating_sub(max_out).saturating_sub(reserve))
             .max(MIN_PROMPT_BUDGET);
-        Limits { context_window: window, max_output_tokens: max_out, reserve_tokens: reserve, prompt_budget: budget }
+        Limits {
+            context_window: window,
+            max_output_tokens: max_out,
+            reserve_tokens: reserve,
+            prompt_budget: budget,
+        }
     }
 
     pub(crate) fn model_ref(&self) -> String {
@@ -515,8 +576,16 @@ impl Inner {
     pub(crate) fn runtime_settings(&self) -> RuntimeSettings {
         let limits = self.limits();
         let (requested, resolved, provider) = match &self.backend {
-            Backend::Model(b) => (b.requested.clone(), Some(b.resolved_ref()), Some(b.provider_id.clone())),
-            Backend::Cli(spec) => (Some(spec.id.clone()), Some(spec.id.clone()), Some(format!("cli:{}", spec.id))),
+            Backend::Model(b) => (
+                b.requested.clone(),
+                Some(b.resolved_ref()),
+                Some(b.provider_id.clone()),
+            ),
+            Backend::Cli(spec) => (
+                Some(spec.id.clone()),
+                Some(spec.id.clone()),
+                Some(format!("cli:{}", spec.id)),
+            ),
         };
         // A bare model id that resolved to `provider/model` is the same model, not a fallback.
         let requested = match (&requested, &resolved) {
@@ -534,7 +603,8 @@ impl Inner {
             max_output_tokens: Some(limits.max_output_tokens as f64),
             harness_id: Some(self.host.id.clone()),
             // A quarantined engine's guard reports its fallback's info: the run is degraded.
-            degraded_reason: (self.engine.info().id != self.selected_info_id).then(|| "runtime_unavailable".to_owned()),
+            degraded_reason: (self.engine.info().id != self.selected_info_id)
+                .then(|| "runtime_unavailable".to_owned()),
             fallback_reason: self.fallback_reason.clone(),
             ..Default::default()
         })
@@ -582,7 +652,11 @@ impl Inner {
     }
 
     /// The call context (abort + services bound to session `s`).
-    pub(crate) fn call_context(self: &Arc<Self>, s: &ResolvedSession, abort: Option<&AbortSignal>) -> CallContext {
+    pub(crate) fn call_context(
+        self: &Arc<Self>,
+        s: &ResolvedSession,
+        abort: Option<&AbortSignal>,
+    ) -> CallContext {
         let mut cx = CallContext::none().with_services(self.services(s));
         if let Some(a) = abort {
             cx = cx.with_abort(a.clone());
@@ -591,7 +665,10 @@ impl Inner {
     }
 
     pub(crate) fn services(self: &Arc<Self>, s: &ResolvedSession) -> Arc<dyn RuntimeServices> {
-        Arc::new(SessionServices { inner: self.clone(), session: s.clone() })
+        Arc::new(SessionServices {
+            inner: self.clone(),
+            session: s.clone(),
+        })
     }
 
     pub(crate) fn session(&self, key: &str) -> Result<ResolvedSession> {
@@ -624,7 +701,9 @@ impl Inner {
         f.set_sync_writes(self.durable);
         let f = Arc::new(Mutex::new(f));
         // A transcript someone still holds (a turn, a runtime service) stays open.
-        files.insert(path.to_owned(), f.clone(), |held| Arc::strong_count(held) > 1);
+        files.insert(path.to_owned(), f.clone(), |held| {
+            Arc::strong_count(held) > 1
+        });
         Ok(f)
     }
 
@@ -646,7 +725,9 @@ impl Inner {
     /// keeping: a turn gives it back with [`Self::put_history`] when it is done (one that
     /// fails does not, and the next turn rebuilds it from the transcript).
     pub(crate) fn take_history(&self, s: &ResolvedSession) -> Result<History> {
-        let mut h = lock(&self.histories)?.remove(&s.transcript_path).unwrap_or_default();
+        let mut h = lock(&self.histories)?
+            .remove(&s.transcript_path)
+            .unwrap_or_default();
         self.sync_history(s, &mut h)?;
         Ok(h)
     }
@@ -685,11 +766,17 @@ impl Inner {
 
     /// Calls `bootstrap` the first time the engine sees session `s` (then `maintain`, reason
     /// `bootstrap`). Failures are logged; the turn goes on.
-    pub(crate) async fn ensure_bootstrapped(self: &Arc<Self>, s: &ResolvedSession, abort: &AbortSignal) -> Result<()> {
+    pub(crate) async fn ensure_bootstrapped(
+        self: &Arc<Self>,
+        s: &ResolvedSession,
+        abort: &AbortSignal,
+    ) -> Result<()> {
         if !lock(&self.bootstrapped)?.insert(s.entry.session_id.clone()) {
             return Ok(());
         }
-        if !self.engine.methods().has(Method::Bootstrap) || !self.host.has(HostCapability::BOOTSTRAP) {
+        if !self.engine.methods().has(Method::Bootstrap)
+            || !self.host.has(HostCapability::BOOTSTRAP)
+        {
             return Ok(());
         }
         let params = BootstrapParams {
@@ -700,8 +787,14 @@ impl Inner {
             runtime_settings: Some(self.runtime_settings()),
             runtime_context: Some(self.runtime_context(s, None, None, false)),
         };
-        match self.engine.bootstrap(&params, &self.call_context(s, Some(abort))).await {
-            Ok(r) => tracing::debug!(bootstrapped = r.bootstrapped, imported = ?r.imported_messages, "context engine bootstrap"),
+        match self
+            .engine
+            .bootstrap(&params, &self.call_context(s, Some(abort)))
+            .await
+        {
+            Ok(r) => {
+                tracing::debug!(bootstrapped = r.bootstrapped, imported = ?r.imported_messages, "context engine bootstrap")
+            }
             Err(EngineError::Aborted { reason }) => return Err(RuntimeError::Aborted(reason)),
             Err(e) => tracing::warn!("context engine bootstrap failed: {e}"),
         }
@@ -713,11 +806,12 @@ impl Inner {
     /// coalescing per-sessionKey lane for trigger `turn`, everything else runs inline. Never
     /// fails.
     pub(crate) async fn maintain(self: &Arc<Self>, s: &ResolvedSession, reason: MaintenanceReason) {
-        if !self.engine.methods().has(Method::Maintain) || !self.host.has(HostCapability::MAINTAIN) {
+        if !self.engine.methods().has(Method::Maintain) || !self.host.has(HostCapability::MAINTAIN)
+        {
             return;
         }
-        let background =
-            reason == MaintenanceReason::Turn && self.engine.info().maintenance_mode() == TurnMaintenanceMode::Background;
+        let background = reason == MaintenanceReason::Turn
+            && self.engine.info().maintenance_mode() == TurnMaintenanceMode::Background;
         let params = MaintainParams {
             session_id: s.entry.session_id.clone(),
             session_key: Some(s.key.clone()),
@@ -727,13 +821,21 @@ impl Inner {
             runtime_context: Some(self.runtime_context(s, None, None, background)),
         };
         if background {
-            let job = MaintainJob { engine: self.engine.clone(), params, services: self.services(s) };
+            let job = MaintainJob {
+                engine: self.engine.clone(),
+                params,
+                services: self.services(s),
+            };
             if self.scheduler.schedule(&s.key, job) == Scheduled::ShutDown {
                 tracing::warn!("failed to schedule background context-engine maintenance");
             }
             return;
         }
-        if let Err(e) = self.engine.maintain(&params, &self.call_context(s, None)).await {
+        if let Err(e) = self
+            .engine
+            .maintain(&params, &self.call_context(s, None))
+            .await
+        {
             let line = maintain_failure_line(reason, &e);
             tracing::warn!("{line}");
             if let Ok(mut f) = self.maintain_failures.lock() {
@@ -751,13 +853,18 @@ impl Inner {
         custom_instructions: Option<&str>,
         abort: Option<&AbortSignal>,
     ) -> std::result::Result<RuntimeCompactionOutcome, EngineError> {
-        let aborted =
-            || RuntimeCompactionOutcome { ok: false, compacted: false, reason: Some("compaction aborted".into()), result: None };
+        let aborted = || RuntimeCompactionOutcome {
+            ok: false,
+            compacted: false,
+            reason: Some("compaction aborted".into()),
+            result: None,
+        };
         let io = |e: RuntimeError| EngineError::failed(e.to_string());
         let file = self.file(&s.transcript_path).map_err(io)?;
         let path: Vec<TranscriptEntry> = {
             let mut f = lock(&file).map_err(io)?;
-            f.refresh().map_err(|e| EngineError::failed(e.to_string()))?;
+            f.refresh()
+                .map_err(|e| EngineError::failed(e.to_string()))?;
             // Only the part since the previous compaction's first kept entry matters (§7.4
             // window); cloning the whole branch of a long session would dominate the cost.
             let active = f.active_path();
@@ -765,7 +872,10 @@ impl Inner {
                 .iter()
                 .rposition(|e| matches!(e.kind, EntryKind::Compaction(_)))
                 .map(|ci| match &active[ci].kind {
-                    EntryKind::Compaction(c) => active[..ci].iter().position(|e| e.id == c.first_kept_entry_id).unwrap_or(ci),
+                    EntryKind::Compaction(c) => active[..ci]
+                        .iter()
+                        .position(|e| e.id == c.first_kept_entry_id)
+                        .unwrap_or(ci),
                     _ => ci,
                 })
                 .unwrap_or(0);
@@ -775,7 +885,14 @@ impl Inner {
             return Ok(aborted());
         }
         let reserve = self.limits().reserve_tokens;
-        let outcome = compact_path(&path, keep, self.summarizer.as_ref(), reserve, custom_instructions).await?;
+        let outcome = compact_path(
+            &path,
+            keep,
+            self.summarizer.as_ref(),
+            reserve,
+            custom_instructions,
+        )
+        .await?;
         let Some(outcome) = outcome else {
             return Ok(RuntimeCompactionOutcome {
                 ok: true,
@@ -808,7 +925,9 @@ impl Inner {
         let budget = self.limits().prompt_budget;
         match trigger {
             Some("manual") => 0,
-            Some("overflow") | Some("preflight") => self.compaction.keep_recent_tokens.min(budget / 4),
+            Some("overflow") | Some("preflight") => {
+                self.compaction.keep_recent_tokens.min(budget / 4)
+            }
             None if force => 0,
             _ => self.compaction.keep_recent_tokens.min(budget / 2),
         }
@@ -816,9 +935,19 @@ impl Inner {
 
     /// Follows a compaction successor (§1.3): when the result names another session id, the
     /// session key is re-pointed at it and the successor session is returned.
-    pub(crate) fn follow_successor(&self, s: &ResolvedSession, result: &CompactResult) -> Result<Option<ResolvedSession>> {
-        let Some(detail) = &result.result else { return Ok(None) };
-        let Some(successor) = detail.successor_session_id().map(str::trim).filter(|id| !id.is_empty()) else {
+    pub(crate) fn follow_successor(
+        &self,
+        s: &ResolvedSession,
+        result: &CompactResult,
+    ) -> Result<Option<ResolvedSession>> {
+        let Some(detail) = &result.result else {
+            return Ok(None);
+        };
+        let Some(successor) = detail
+            .successor_session_id()
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+        else {
             return Ok(None);
         };
         if successor == s.entry.session_id {
@@ -853,18 +982,28 @@ impl Inner {
         params.session_target = Some(self.session_target(s));
         params.token_budget = Some(self.limits().prompt_budget);
         params.runtime_settings = Some(self.runtime_settings());
-        params.runtime_context = Some(self.runtime_context(s, params.current_token_count, Some(trigger), false));
+        params.runtime_context =
+            Some(self.runtime_context(s, params.current_token_count, Some(trigger), false));
         let engine_id = self.engine.info().id;
         let timeout = self.compact_timeout;
         let hooked = self.compaction_hooks_before(s).await;
-        let result = match tokio::time::timeout(timeout, self.engine.compact(&params, &self.call_context(s, abort))).await {
+        let result = match tokio::time::timeout(
+            timeout,
+            self.engine.compact(&params, &self.call_context(s, abort)),
+        )
+        .await
+        {
             Ok(r) => r,
-            Err(_) => Err(EngineError::failed(format!("compact timed out after {} s", timeout.as_secs_f64()))),
+            Err(_) => Err(EngineError::failed(format!(
+                "compact timed out after {} s",
+                timeout.as_secs_f64()
+            ))),
         }
         .map_err(|e| RuntimeError::engine(&engine_id, "compact", e))?;
         let successor = self.follow_successor(s, &result)?;
         if let (Some(before), true) = (hooked, result.ok) {
-            self.compaction_hooks_after(successor.as_ref().unwrap_or(s), before).await;
+            self.compaction_hooks_after(successor.as_ref().unwrap_or(s), before)
+                .await;
         }
         if result.compacted {
             let target = successor.as_ref().unwrap_or(s);
@@ -879,7 +1018,10 @@ impl Inner {
     /// `before_compaction` with the context about to be compacted. Answers the context's
     /// length when a plugin has either compaction hook (what `after_compaction` reports the
     /// compaction against), `None` when none has.
-    pub(crate) async fn compaction_hooks_before(self: &Arc<Self>, s: &ResolvedSession) -> Option<usize> {
+    pub(crate) async fn compaction_hooks_before(
+        self: &Arc<Self>,
+        s: &ResolvedSession,
+    ) -> Option<usize> {
         let site = crate::hooks::HookSite::session(self, s);
         if !site.wants("before_compaction") && !site.wants("after_compaction") {
             return None;
@@ -891,12 +1033,17 @@ impl Inner {
                 Vec::new()
             }
         };
-        site.before_compaction(&messages, tokens_of(&messages)).await;
+        site.before_compaction(&messages, tokens_of(&messages))
+            .await;
         Some(messages.len())
     }
 
     /// `after_compaction` with the context the compaction left (`before` messages before it).
-    pub(crate) async fn compaction_hooks_after(self: &Arc<Self>, s: &ResolvedSession, before: usize) {
+    pub(crate) async fn compaction_hooks_after(
+        self: &Arc<Self>,
+        s: &ResolvedSession,
+        before: usize,
+    ) {
         let site = crate::hooks::HookSite::session(self, s);
         if !site.wants("after_compaction") {
             return;
@@ -908,7 +1055,8 @@ impl Inner {
                 return;
             }
         };
-        site.after_compaction(before, &messages, tokens_of(&messages)).await;
+        site.after_compaction(before, &messages, tokens_of(&messages))
+            .await;
     }
 
     /// The tools offered to the model: the engine's, then the runtime's (first name wins).
@@ -931,14 +1079,25 @@ struct SessionServices {
 
 #[async_trait]
 impl RuntimeServices for SessionServices {
-    async fn rewrite_transcript_entries(&self, request: TranscriptRewriteRequest) -> TranscriptRewriteResult {
+    async fn rewrite_transcript_entries(
+        &self,
+        request: TranscriptRewriteRequest,
+    ) -> TranscriptRewriteResult {
         let file = match self.inner.file(&self.session.transcript_path) {
             Ok(f) => f,
-            Err(e) => return TranscriptRewriteResult { reason: Some(e.to_string()), ..Default::default() },
+            Err(e) => {
+                return TranscriptRewriteResult {
+                    reason: Some(e.to_string()),
+                    ..Default::default()
+                }
+            }
         };
         let result = match file.lock() {
             Ok(mut f) => f.rewrite_transcript_entries(&request),
-            Err(_) => TranscriptRewriteResult { reason: Some("transcript lock poisoned".into()), ..Default::default() },
+            Err(_) => TranscriptRewriteResult {
+                reason: Some("transcript lock poisoned".into()),
+                ..Default::default()
+            },
         };
         if result.changed {
             let n = result.rewritten_entries;
@@ -952,9 +1111,14 @@ impl RuntimeServices for SessionServices {
         result
     }
 
-    async fn llm_complete(&self, request: LlmCompleteRequest) -> std::result::Result<LlmCompleteResult, EngineError> {
+    async fn llm_complete(
+        &self,
+        request: LlmCompleteRequest,
+    ) -> std::result::Result<LlmCompleteResult, EngineError> {
         let Backend::Model(binding) = &self.inner.backend else {
-            return Err(EngineError::failed("runtime LLM completion is not available on a CLI backend host"));
+            return Err(EngineError::failed(
+                "runtime LLM completion is not available on a CLI backend host",
+            ));
         };
         let mut messages = request.messages.clone();
         if !request.prompt.trim().is_empty() {
@@ -982,7 +1146,10 @@ impl RuntimeServices for SessionServices {
             )
             .await
             .map_err(|e| EngineError::failed(e.to_string()))?;
-        Ok(LlmCompleteResult { usage: completion.message.usage.clone(), text: completion.text() })
+        Ok(LlmCompleteResult {
+            usage: completion.message.usage.clone(),
+            text: completion.text(),
+        })
     }
 
     async fn compact_session(
@@ -995,10 +1162,18 @@ impl RuntimeServices for SessionServices {
                 request.session_id, self.session.entry.session_id
             )));
         }
-        let trigger = request.runtime_fields.get(COMPACTION_TRIGGER_KEY).and_then(Value::as_str);
+        let trigger = request
+            .runtime_fields
+            .get(COMPACTION_TRIGGER_KEY)
+            .and_then(Value::as_str);
         let keep = self.inner.keep_for(trigger, request.force == Some(true));
         self.inner
-            .builtin_compact(&self.session, keep, request.custom_instructions.as_deref(), request.abort.as_ref())
+            .builtin_compact(
+                &self.session,
+                keep,
+                request.custom_instructions.as_deref(),
+                request.abort.as_ref(),
+            )
             .await
     }
 }

@@ -86,18 +86,24 @@ impl std::fmt::Display for SummarizerChoice {
     /// `extractive (no model configured)`, `extractive (cli backend)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SummarizerChoice::Llm { model, source: SummaryModelSource::AgentModel } => {
+            SummarizerChoice::Llm {
+                model,
+                source: SummaryModelSource::AgentModel,
+            } => {
                 write!(f, "llm {model} (agent model)")
             }
-            SummarizerChoice::Llm { model, source: SummaryModelSource::CompactionModel } => {
+            SummarizerChoice::Llm {
+                model,
+                source: SummaryModelSource::CompactionModel,
+            } => {
                 write!(f, "llm {model} ({COMPACTION_MODEL_KEY})")
             }
-            SummarizerChoice::Extractive { reason: ExtractiveReason::NoModel } => {
-                f.write_str("extractive (no model configured)")
-            }
-            SummarizerChoice::Extractive { reason: ExtractiveReason::CliBackend } => {
-                f.write_str("extractive (cli backend)")
-            }
+            SummarizerChoice::Extractive {
+                reason: ExtractiveReason::NoModel,
+            } => f.write_str("extractive (no model configured)"),
+            SummarizerChoice::Extractive {
+                reason: ExtractiveReason::CliBackend,
+            } => f.write_str("extractive (cli backend)"),
         }
     }
 }
@@ -114,7 +120,9 @@ pub struct HostSummarizer {
 
 impl std::fmt::Debug for HostSummarizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostSummarizer").field("choice", &self.choice).finish_non_exhaustive()
+        f.debug_struct("HostSummarizer")
+            .field("choice", &self.choice)
+            .finish_non_exhaustive()
     }
 }
 
@@ -156,48 +164,79 @@ pub fn host_summarizer(
     state_dir: &Path,
 ) -> Result<HostSummarizer> {
     let (llm, model, source) = if let Some(model_ref) = compaction_model_ref(config)? {
-        let at_key = |message: String| RuntimeError::Config { key: COMPACTION_MODEL_KEY.into(), message };
-        let provider_part = model_ref.split_once('/').map_or(model_ref.as_str(), |(p, _)| p);
-        if config.pointer(&format!("/agents/defaults/cliBackends/{provider_part}")).is_some() {
+        let at_key = |message: String| RuntimeError::Config {
+            key: COMPACTION_MODEL_KEY.into(),
+            message,
+        };
+        let provider_part = model_ref
+            .split_once('/')
+            .map_or(model_ref.as_str(), |(p, _)| p);
+        if config
+            .pointer(&format!("/agents/defaults/cliBackends/{provider_part}"))
+            .is_some()
+        {
             return Err(at_key(format!(
                 "\"{model_ref}\" names the CLI backend `{provider_part}`, which cannot write summaries; name a model of models.providers"
             )));
         }
         let models = ModelsConfig::from_config(config, env).map_err(|e| at_key(e.to_string()))?;
-        let resolved = models.resolve(&model_ref).map_err(|e| at_key(format!("\"{model_ref}\": {e}")))?;
-        let provider = resolved.provider.build_for(Some(&resolved.model)).map_err(|e| at_key(e.to_string()))?;
-        let max_output = resolved.model.max_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
+        let resolved = models
+            .resolve(&model_ref)
+            .map_err(|e| at_key(format!("\"{model_ref}\": {e}")))?;
+        let provider = resolved
+            .provider
+            .build_for(Some(&resolved.model))
+            .map_err(|e| at_key(e.to_string()))?;
+        let max_output = resolved
+            .model
+            .max_tokens
+            .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
         let name = format!("{}/{}", resolved.provider.id, resolved.model.id);
-        (LlmSummarizer::new(provider, &resolved.model.id).with_max_output_tokens(max_output), name, SummaryModelSource::CompactionModel)
+        (
+            LlmSummarizer::new(provider, &resolved.model.id).with_max_output_tokens(max_output),
+            name,
+            SummaryModelSource::CompactionModel,
+        )
     } else {
         match backend {
             Some(Backend::Model(b)) => (
-                LlmSummarizer::new(b.provider.clone(), &b.model_id).with_max_output_tokens(b.max_output_tokens),
+                LlmSummarizer::new(b.provider.clone(), &b.model_id)
+                    .with_max_output_tokens(b.max_output_tokens),
                 b.resolved_ref(),
                 SummaryModelSource::AgentModel,
             ),
             Some(Backend::Cli(_)) => {
                 return Ok(HostSummarizer {
-                    choice: SummarizerChoice::Extractive { reason: ExtractiveReason::CliBackend },
+                    choice: SummarizerChoice::Extractive {
+                        reason: ExtractiveReason::CliBackend,
+                    },
                     llm: None,
                 })
             }
             None => {
                 return Ok(HostSummarizer {
-                    choice: SummarizerChoice::Extractive { reason: ExtractiveReason::NoModel },
+                    choice: SummarizerChoice::Extractive {
+                        reason: ExtractiveReason::NoModel,
+                    },
                     llm: None,
                 })
             }
         }
     };
     let llm = llm
-        .with_spend_guard(Arc::new(SpendGuard::new(SUMMARIZER_SPEND_TOKENS, SUMMARIZER_SPEND_WINDOW)))
+        .with_spend_guard(Arc::new(SpendGuard::new(
+            SUMMARIZER_SPEND_TOKENS,
+            SUMMARIZER_SPEND_WINDOW,
+        )))
         .with_circuit_breaker(Arc::new(CircuitBreaker::with_state_file(
             SUMMARIZER_BREAKER_THRESHOLD,
             SUMMARIZER_BREAKER_COOLDOWN,
             summarizer_breaker_path(state_dir),
         )));
-    Ok(HostSummarizer { choice: SummarizerChoice::Llm { model, source }, llm: Some(Arc::new(llm)) })
+    Ok(HostSummarizer {
+        choice: SummarizerChoice::Llm { model, source },
+        llm: Some(Arc::new(llm)),
+    })
 }
 
 /// Reads `agents.defaults.compaction.{enabled, reserveTokens, keepRecentTokens,
@@ -274,7 +313,11 @@ pub async fn runtime_from_config(opts: SetupOptions<'_>) -> Result<AgentRuntime>
     let agent_dir = opts.state_dir.join("agents").join(&opts.agent_id);
     let resolved = opts
         .registry
-        .resolve(Some(opts.config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone()))
+        .resolve(
+            Some(opts.config.clone()),
+            Some(agent_dir.clone()),
+            Some(agent_dir.clone()),
+        )
         .await
         .map_err(|e| RuntimeError::engine("(selection)", "resolve", e))?;
     let system = opts
@@ -283,7 +326,10 @@ pub async fn runtime_from_config(opts: SetupOptions<'_>) -> Result<AgentRuntime>
         .and_then(Value::as_str)
         .map(str::to_owned);
     let mut builder = AgentRuntime::builder(&opts.state_dir, resolved.engine.clone(), backend)
-        .selection(resolved.effective_id.clone(), selection_source(&resolved.reason))
+        .selection(
+            resolved.effective_id.clone(),
+            selection_source(&resolved.reason),
+        )
         .fallback_reason(fallback_reason(&resolved.reason))
         .compaction(compaction_settings(&opts.config))
         .summarizer(summarizer.for_runtime())

@@ -60,22 +60,32 @@ impl AgentRuntime {
         let inner = &self.inner;
         check_host(inner, ContextEngineOperation::SubagentSpawn)?;
         let parent = inner.session(&request.parent_session_key)?;
-        let agent_id = request.agent_id.clone().unwrap_or_else(|| parent.agent_id.clone());
+        let agent_id = request
+            .agent_id
+            .clone()
+            .unwrap_or_else(|| parent.agent_id.clone());
         let child_key = new_subagent_session_key(&agent_id)?;
 
         let mut mode = request.mode;
         if mode == SubagentContextMode::Fork {
-            let parent_context: Vec<AgentMessage> = inner.history(&parent)?.into_iter().map(|(_, m)| m).collect();
+            let parent_context: Vec<AgentMessage> = inner
+                .history(&parent)?
+                .into_iter()
+                .map(|(_, m)| m)
+                .collect();
             if tokens_of(&parent_context) > inner.limits().prompt_budget {
                 tracing::info!(parent = %parent.key, "parent branch exceeds the budget: the subagent starts isolated");
                 mode = SubagentContextMode::Isolated;
             }
         }
         let child = match mode {
-            SubagentContextMode::Fork => inner.store.fork_session(&parent.key, &child_key).map_err(|e| {
-                tracing::warn!("subagent fork failed: {e}");
-                RuntimeError::Spawn(FORK_FAILED.to_owned())
-            })?,
+            SubagentContextMode::Fork => inner
+                .store
+                .fork_session(&parent.key, &child_key)
+                .map_err(|e| {
+                    tracing::warn!("subagent fork failed: {e}");
+                    RuntimeError::Spawn(FORK_FAILED.to_owned())
+                })?,
             SubagentContextMode::Isolated => inner.store.resolve(&child_key)?,
         };
         let engine = inner.engine.clone();
@@ -94,16 +104,25 @@ impl AgentRuntime {
             engine
                 .prepare_subagent_spawn(&params, &inner.call_context(&parent, None))
                 .await
-                .map_err(|e| RuntimeError::Spawn(format!("context engine \"{engine_id}\" prepareSubagentSpawn failed: {e}")))?
+                .map_err(|e| {
+                    RuntimeError::Spawn(format!(
+                        "context engine \"{engine_id}\" prepareSubagentSpawn failed: {e}"
+                    ))
+                })?
         } else {
             None
         };
-        let deadline = request.ttl_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+        let deadline = request
+            .ttl_ms
+            .map(|ms| Instant::now() + Duration::from_millis(ms));
         lock(&inner.subagents)?.insert(child.key.clone(), SubagentRecord { deadline });
 
         let first_turn = match request.prompt {
             None => None,
-            Some(prompt) => match self.run_turn(TurnRequest::new(child.key.clone(), prompt)).await {
+            Some(prompt) => match self
+                .run_turn(TurnRequest::new(child.key.clone(), prompt))
+                .await
+            {
                 Ok(o) => Some(o),
                 Err(launch) => {
                     lock(&inner.subagents)?.remove(&child.key);
@@ -112,7 +131,9 @@ impl AgentRuntime {
                             tracing::warn!("subagent spawn rollback failed: {e}");
                         }
                     }
-                    return Err(RuntimeError::Spawn(format!("the subagent launch failed: {launch}")));
+                    return Err(RuntimeError::Spawn(format!(
+                        "the subagent launch failed: {launch}"
+                    )));
                 }
             },
         };
@@ -126,14 +147,24 @@ impl AgentRuntime {
     }
 
     /// Reports a subagent's end to the engine (`onSubagentEnded`). Engine failures are logged.
-    pub async fn end_subagent(&self, child_session_key: &str, reason: SubagentEndReason) -> Result<()> {
+    pub async fn end_subagent(
+        &self,
+        child_session_key: &str,
+        reason: SubagentEndReason,
+    ) -> Result<()> {
         lock(&self.inner.subagents)?.remove(child_session_key);
         let engine = &self.inner.engine;
         if !engine.methods().has(Method::OnSubagentEnded) {
             return Ok(());
         }
-        let params = SubagentEndedParams { child_session_key: child_session_key.to_owned(), reason };
-        if let Err(e) = engine.on_subagent_ended(&params, &CallContext::none()).await {
+        let params = SubagentEndedParams {
+            child_session_key: child_session_key.to_owned(),
+            reason,
+        };
+        if let Err(e) = engine
+            .on_subagent_ended(&params, &CallContext::none())
+            .await
+        {
             tracing::warn!("context engine onSubagentEnded failed: {e}");
         }
         Ok(())

@@ -21,7 +21,9 @@ use clawctx_engine::compaction::should_compact;
 use clawctx_engine::hooks::{PromptBuild, ToolCallDecision};
 use clawctx_engine::pipeline::{fit_budget, sanitize, turn_limit_start, PipelineReport};
 use clawctx_engine::*;
-use clawctx_model::{Completion, CompletionRequest, EventSender, ModelError, Sampling, StopReason, ToolSpec};
+use clawctx_model::{
+    Completion, CompletionRequest, EventSender, ModelError, Sampling, StopReason, ToolSpec,
+};
 use clawctx_protocol::*;
 use clawctx_transcript::{ResolvedSession, TokenCounters};
 use serde::Serialize;
@@ -103,7 +105,11 @@ pub struct ModelOptions {
 impl TurnRequest {
     /// A request for `prompt` on `session_key`.
     pub fn new(session_key: impl Into<String>, prompt: impl Into<String>) -> Self {
-        Self { session_key: session_key.into(), prompt: prompt.into(), ..Default::default() }
+        Self {
+            session_key: session_key.into(),
+            prompt: prompt.into(),
+            ..Default::default()
+        }
     }
 }
 
@@ -185,10 +191,22 @@ impl AgentRuntime {
         match &self.inner.backend {
             Backend::Model(_) => {
                 let turn = EmbeddedTurn::start(self.inner.clone(), request)?;
-                let (key, run_id, heartbeat) = (turn.session.key.clone(), turn.run_id.clone(), turn.is_heartbeat);
+                let (key, run_id, heartbeat) = (
+                    turn.session.key.clone(),
+                    turn.run_id.clone(),
+                    turn.is_heartbeat,
+                );
                 let started = std::time::Instant::now();
                 let result = turn.run().await;
-                crate::hooks::agent_end(&self.inner, &key, &run_id, heartbeat, result.as_ref().err(), started).await;
+                crate::hooks::agent_end(
+                    &self.inner,
+                    &key,
+                    &run_id,
+                    heartbeat,
+                    result.as_ref().err(),
+                    started,
+                )
+                .await;
                 result
             }
             Backend::Cli(_) => crate::cli_turn::run(self.inner.clone(), request).await,
@@ -197,7 +215,11 @@ impl AgentRuntime {
 
     /// `/compact [instructions]`: the engine's `compact` with `force: true` and
     /// `forceReason: "manual"` (after the `manual-compact` host check).
-    pub async fn compact(&self, session_key: &str, instructions: Option<String>) -> Result<CompactResult> {
+    pub async fn compact(
+        &self,
+        session_key: &str,
+        instructions: Option<String>,
+    ) -> Result<CompactResult> {
         check_host(&self.inner, ContextEngineOperation::ManualCompact)?;
         let s = self.inner.session(session_key)?;
         let history = self.inner.history(&s)?;
@@ -209,7 +231,10 @@ impl AgentRuntime {
             custom_instructions: instructions.filter(|i| !i.trim().is_empty()),
             ..Default::default()
         };
-        let (result, _) = self.inner.engine_compact(&s, params, "manual", None).await?;
+        let (result, _) = self
+            .inner
+            .engine_compact(&s, params, "manual", None)
+            .await?;
         Ok(result)
     }
 }
@@ -277,9 +302,17 @@ impl EmbeddedTurn {
         let tools = rt.tools();
         let mut specs: Vec<ToolSpec> = tools
             .iter()
-            .map(|t| ToolSpec { name: t.name().to_owned(), description: t.description().to_owned(), parameters: t.parameters() })
+            .map(|t| ToolSpec {
+                name: t.name().to_owned(),
+                description: t.description().to_owned(),
+                parameters: t.parameters(),
+            })
             .collect();
-        let client_names: HashSet<String> = request.client_tools.iter().map(|t| t.name.clone()).collect();
+        let client_names: HashSet<String> = request
+            .client_tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
         if let Some(own) = specs.iter().find(|s| client_names.contains(&s.name)) {
             return Err(RuntimeError::ToolResults {
                 index: None,
@@ -287,16 +320,27 @@ impl EmbeddedTurn {
             });
         }
         specs.extend(request.client_tools);
-        let base_system = match request.system_extra.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        let base_system = match request
+            .system_extra
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
             Some(extra) if rt.system_prompt.trim().is_empty() => extra.to_owned(),
             Some(extra) => format!("{}\n\n{extra}", rt.system_prompt),
             None => rt.system_prompt.clone(),
         };
-        let specs_tokens =
-            if specs.is_empty() { 0 } else { clawctx_tokens::text_tokens(&serde_json::to_string(&specs).unwrap_or_default()) };
+        let specs_tokens = if specs.is_empty() {
+            0
+        } else {
+            clawctx_tokens::text_tokens(&serde_json::to_string(&specs).unwrap_or_default())
+        };
         let limits = rt.limits();
         let info = rt.engine.info();
-        let durable = info.transcript_semantics.as_ref().is_some_and(|t| t.is_full())
+        let durable = info
+            .transcript_semantics
+            .as_ref()
+            .is_some_and(|t| t.is_full())
             && rt.engine.methods().has(Method::CommitTurn);
         Ok(Self {
             out: TurnOutcome {
@@ -362,7 +406,12 @@ impl EmbeddedTurn {
 
     /// Where this turn's plugin hooks fire.
     fn site(&self) -> HookSite<'_> {
-        HookSite { rt: &self.rt, session: &self.session, run_id: Some(&self.run_id), heartbeat: self.is_heartbeat }
+        HookSite {
+            rt: &self.rt,
+            session: &self.session,
+            run_id: Some(&self.run_id),
+            heartbeat: self.is_heartbeat,
+        }
     }
 
     /// Brings the history up to date with the transcript and finds where this turn's
@@ -373,7 +422,10 @@ impl EmbeddedTurn {
             self.history.close_pending();
             self.history_len = self.history.len();
         } else {
-            self.history_len = self.history.position_of_first(&self.turn_ids).unwrap_or(self.history.len());
+            self.history_len = self
+                .history
+                .position_of_first(&self.turn_ids)
+                .unwrap_or(self.history.len());
         }
         self.history_tokens = self.history.tokens_of(0..self.history_len);
         Ok(())
@@ -401,7 +453,9 @@ impl EmbeddedTurn {
             self.rt.mark_bootstrapped(&self.session)?;
             self.site().session_start().await;
         } else {
-            self.rt.ensure_bootstrapped(&self.session, &self.abort).await?;
+            self.rt
+                .ensure_bootstrapped(&self.session, &self.abort)
+                .await?;
         }
         self.history = self.rt.take_history(&self.session)?;
         if self.tool_results.is_empty() {
@@ -434,7 +488,9 @@ impl EmbeddedTurn {
             if self.abort.is_aborted() {
                 return Err(self.aborted());
             }
-            let (view, view_tokens) = self.build_view(iteration > 0 && owns && !self.durable).await?;
+            let (view, view_tokens) = self
+                .build_view(iteration > 0 && owns && !self.durable)
+                .await?;
             let (view, view_tokens) = self.prompt_hooks(view, view_tokens).await;
             self.out.prompt_tokens.push(view_tokens);
             self.out.model_calls += 1;
@@ -443,9 +499,17 @@ impl EmbeddedTurn {
             self.out.model_micros += called.elapsed().as_micros() as u64;
             let completion = match completion {
                 Ok(c) => c,
-                Err(ModelError::ContextOverflow { observed_tokens, message, provider }) if !overflow_retried => {
+                Err(ModelError::ContextOverflow {
+                    observed_tokens,
+                    message,
+                    provider,
+                }) if !overflow_retried => {
                     overflow_retried = true;
-                    let original = ModelError::ContextOverflow { observed_tokens, message, provider };
+                    let original = ModelError::ContextOverflow {
+                        observed_tokens,
+                        message,
+                        provider,
+                    };
                     self.recover_overflow(observed_tokens, original).await?;
                     continue;
                 }
@@ -453,7 +517,11 @@ impl EmbeddedTurn {
                 Err(e) => return Err(RuntimeError::Provider(e)),
             };
             if completion.stop_reason() == StopReason::Error {
-                let msg = completion.message.error_message.clone().unwrap_or_else(|| "the provider reported an error".into());
+                let msg = completion
+                    .message
+                    .error_message
+                    .clone()
+                    .unwrap_or_else(|| "the provider reported an error".into());
                 return Err(RuntimeError::Provider(ModelError::BadResponse {
                     provider: completion.message.provider.clone().unwrap_or_default(),
                     message: msg,
@@ -467,7 +535,11 @@ impl EmbeddedTurn {
             if calls.is_empty() {
                 break;
             }
-            let client: Vec<ToolCall> = calls.iter().filter(|c| self.client_names.contains(&c.name)).cloned().collect();
+            let client: Vec<ToolCall> = calls
+                .iter()
+                .filter(|c| self.client_names.contains(&c.name))
+                .cloned()
+                .collect();
             calls.retain(|c| !self.client_names.contains(&c.name));
             self.run_tools(&calls).await?;
             if !client.is_empty() {
@@ -485,7 +557,9 @@ impl EmbeddedTurn {
                 break;
             }
         }
-        self.site().llm_output(&self.prompt, &self.turn, &self.out.usage).await;
+        self.site()
+            .llm_output(&self.prompt, &self.turn, &self.out.usage)
+            .await;
         self.finish().await
     }
 
@@ -500,7 +574,11 @@ impl EmbeddedTurn {
             .rev()
             .find(|m| m.role() != "toolResult")
             .filter(|m| m.role() == "assistant")
-            .map(|m| m.tool_calls().filter(|c| !answered.contains(c.id.as_str())).collect())
+            .map(|m| {
+                m.tool_calls()
+                    .filter(|c| !answered.contains(c.id.as_str()))
+                    .collect()
+            })
             .unwrap_or_default();
         let mut accepted: Vec<ToolResultMessage> = Vec::new();
         for (index, result) in self.tool_results.iter().enumerate() {
@@ -520,7 +598,10 @@ impl EmbeddedTurn {
             }
             accepted.push(result);
         }
-        if let Some(missing) = open.iter().find(|c| !accepted.iter().any(|r| r.tool_call_id == c.id)) {
+        if let Some(missing) = open
+            .iter()
+            .find(|c| !accepted.iter().any(|r| r.tool_call_id == c.id))
+        {
             return Err(RuntimeError::ToolResults {
                 index: None,
                 message: format!(
@@ -532,7 +613,9 @@ impl EmbeddedTurn {
         if accepted.is_empty() && messages.last().is_none_or(|m| m.role() != "toolResult") {
             return Err(RuntimeError::ToolResults {
                 index: None,
-                message: "these tool results are stored and already answered; send a new user message".into(),
+                message:
+                    "these tool results are stored and already answered; send a new user message"
+                        .into(),
             });
         }
         Ok(accepted)
@@ -562,7 +645,9 @@ impl EmbeddedTurn {
             // Owning engines see the loop's new messages before each further call (§7.1).
             self.sync_history()?;
             if let Err(e) = self.deliver(None).await {
-                self.out.warnings.push(format!("in-loop afterTurn failed: {e}"));
+                self.out
+                    .warnings
+                    .push(format!("in-loop afterTurn failed: {e}"));
             }
             self.assemble(true).await?
         } else {
@@ -601,21 +686,42 @@ impl EmbeddedTurn {
         if include_turn {
             self.sync_history()?;
         }
-        let pending = if include_turn { 0 } else { tokens_of(&self.turn) };
-        let base_limit = self.budget().saturating_sub(clawctx_tokens::text_tokens(&self.base_system) + self.specs_tokens);
+        let pending = if include_turn {
+            0
+        } else {
+            tokens_of(&self.turn)
+        };
+        let base_limit = self
+            .budget()
+            .saturating_sub(clawctx_tokens::text_tokens(&self.base_system) + self.specs_tokens);
         let reserved = self.history.addition_tokens;
-        let mut result = self.assemble_once(include_turn, base_limit.saturating_sub(pending + reserved).max(1)).await?;
+        let mut result = self
+            .assemble_once(
+                include_turn,
+                base_limit.saturating_sub(pending + reserved).max(1),
+            )
+            .await?;
         let mut addition = self.set_system(&mut result);
         self.history.addition_tokens = addition;
-        if addition > reserved && estimate(&result) + pending > base_limit.saturating_sub(addition) {
-            result = self.assemble_once(include_turn, base_limit.saturating_sub(pending + addition).max(1)).await?;
+        if addition > reserved && estimate(&result) + pending > base_limit.saturating_sub(addition)
+        {
+            result = self
+                .assemble_once(
+                    include_turn,
+                    base_limit.saturating_sub(pending + addition).max(1),
+                )
+                .await?;
             addition = self.set_system(&mut result);
         }
         let limit = base_limit.saturating_sub(addition);
         let authority = result.prompt_authority.unwrap_or_default();
         let may_overflow = authority == PromptAuthority::PreassemblyMayOverflow;
         let precheck = !self.engine().info().owns_compaction() || may_overflow;
-        let source_tokens = if include_turn { self.history.tokens_of(0..self.history.len()) } else { self.history_tokens };
+        let source_tokens = if include_turn {
+            self.history.tokens_of(0..self.history.len())
+        } else {
+            self.history_tokens
+        };
         let mut estimate = estimate(&result) + pending;
         if may_overflow {
             estimate = estimate.max(source_tokens + pending);
@@ -630,10 +736,16 @@ impl EmbeddedTurn {
                 ..Default::default()
             };
             self.compact_with_engine(params, "preflight").await?;
-            result = self.assemble_once(include_turn, limit.saturating_sub(pending).max(1)).await?;
+            result = self
+                .assemble_once(include_turn, limit.saturating_sub(pending).max(1))
+                .await?;
             self.set_system(&mut result);
         }
-        if let Some(epoch) = result.context_projection.as_ref().and_then(|p| p.epoch.clone()) {
+        if let Some(epoch) = result
+            .context_projection
+            .as_ref()
+            .and_then(|p| p.epoch.clone())
+        {
             self.out.context_epoch = Some(epoch);
         }
         Ok(result.messages)
@@ -650,7 +762,11 @@ impl EmbeddedTurn {
                 self.out.warnings.push(line);
             }
         }
-        let (system, added) = compose_system(&self.base_system, result.system_prompt_addition.as_deref(), &folded);
+        let (system, added) = compose_system(
+            &self.base_system,
+            result.system_prompt_addition.as_deref(),
+            &folded,
+        );
         self.system = system;
         self.fixed_tokens = clawctx_tokens::text_tokens(&self.system) + self.specs_tokens;
         added
@@ -659,7 +775,11 @@ impl EmbeddedTurn {
     /// One `assemble` call over the prepared history (before this turn, or with it), lent to
     /// the engine without a copy.
     async fn assemble_once(&mut self, include_turn: bool, budget: u64) -> Result<AssembleResult> {
-        let end = if include_turn { self.history.len() } else { self.history_len };
+        let end = if include_turn {
+            self.history.len()
+        } else {
+            self.history_len
+        };
         let start = match self.rt.history_turn_limit {
             Some(limit) => turn_limit_start(&self.history.messages()[..end], limit),
             None => 0,
@@ -679,7 +799,12 @@ impl EmbeddedTurn {
             model,
             prompt: Some(self.prompt.clone()).filter(|_| self.tool_results.is_empty()),
             runtime_settings: Some(self.rt.runtime_settings()),
-            runtime_context: Some(self.rt.runtime_context(&self.session, Some(current), None, false)),
+            runtime_context: Some(self.rt.runtime_context(
+                &self.session,
+                Some(current),
+                None,
+                false,
+            )),
         };
         let engine_id = self.engine().info().id;
         let started = std::time::Instant::now();
@@ -700,9 +825,15 @@ impl EmbeddedTurn {
         result.map_err(|e| RuntimeError::engine(&engine_id, "assemble", e))
     }
 
-    async fn call_model(&mut self, messages: Vec<AgentMessage>) -> std::result::Result<Completion, ModelError> {
+    async fn call_model(
+        &mut self,
+        messages: Vec<AgentMessage>,
+    ) -> std::result::Result<Completion, ModelError> {
         let Backend::Model(binding) = &self.rt.backend else {
-            return Err(ModelError::config("agents.defaults.model", "the embedded runner needs a model provider"));
+            return Err(ModelError::config(
+                "agents.defaults.model",
+                "the embedded runner needs a model provider",
+            ));
         };
         let request = CompletionRequest {
             model: binding.model_id.clone(),
@@ -710,12 +841,19 @@ impl EmbeddedTurn {
             messages,
             tools: self.specs.clone(),
             max_output_tokens: Some(
-                self.model_options.max_output_tokens.map_or(binding.max_output_tokens, |m| m.min(binding.max_output_tokens)),
+                self.model_options
+                    .max_output_tokens
+                    .map_or(binding.max_output_tokens, |m| {
+                        m.min(binding.max_output_tokens)
+                    }),
             ),
             temperature: self.model_options.temperature,
             sampling: self.model_options.sampling.clone(),
         };
-        binding.provider.complete(request, self.events.as_ref(), self.abort.token()).await
+        binding
+            .provider
+            .complete(request, self.events.as_ref(), self.abort.token())
+            .await
     }
 
     /// Runs the model's tool calls in order. Plugin hooks: `before_tool_call` may block a call
@@ -751,13 +889,18 @@ impl EmbeddedTurn {
                             _ = abort.aborted() => return Err(self.aborted()),
                         };
                         let ms = started.elapsed().as_millis() as u64;
-                        self.site().after_tool_call(call, &arguments, &text, is_error, ms).await;
+                        self.site()
+                            .after_tool_call(call, &arguments, &text, is_error, ms)
+                            .await;
                         (text, is_error)
                     }
                 },
             };
             self.out.tool_calls += 1;
-            let message = self.site().tool_result_persist(tool_result(&call.id, &call.name, text, is_error)).await;
+            let message = self
+                .site()
+                .tool_result_persist(tool_result(&call.id, &call.name, text, is_error))
+                .await;
             self.persist(message)?;
         }
         Ok(())
@@ -769,15 +912,25 @@ impl EmbeddedTurn {
     /// the system prompt, and the turn's user message in the view (the transcript keeps the
     /// prompt as typed). A view that this pushes over the budget is clamped again.
     /// `llm_input` then sees what the first call is given.
-    async fn prompt_hooks(&mut self, mut view: Vec<AgentMessage>, mut tokens: u64) -> (Vec<AgentMessage>, u64) {
+    async fn prompt_hooks(
+        &mut self,
+        mut view: Vec<AgentMessage>,
+        mut tokens: u64,
+    ) -> (Vec<AgentMessage>, u64) {
         let first = self.prompt_hook.is_none();
         if first {
             let site = self.site();
-            if !["before_prompt_build", "before_agent_start", "llm_input"].iter().any(|h| site.wants(h)) {
+            if !["before_prompt_build", "before_agent_start", "llm_input"]
+                .iter()
+                .any(|h| site.wants(h))
+            {
                 self.prompt_hook = Some(PromptBuild::default());
                 return (view, tokens);
             }
-            let assembled = self.prefix.clone().unwrap_or_else(|| view[..view.len().saturating_sub(self.turn.len())].to_vec());
+            let assembled = self
+                .prefix
+                .clone()
+                .unwrap_or_else(|| view[..view.len().saturating_sub(self.turn.len())].to_vec());
             let merged = site.before_prompt_build(&self.prompt, &assembled).await;
             self.prompt_hook = Some(merged);
         }
@@ -785,14 +938,18 @@ impl EmbeddedTurn {
             return (view, tokens);
         };
         if !hook.is_empty() {
-            if hook.changes_system() && self.hooked_system.as_deref() != Some(self.system.as_str()) {
+            if hook.changes_system() && self.hooked_system.as_deref() != Some(self.system.as_str())
+            {
                 self.system = hook.apply_system(&self.system);
                 self.fixed_tokens = clawctx_tokens::text_tokens(&self.system) + self.specs_tokens;
                 self.hooked_system = Some(self.system.clone());
             }
             if hook.changes_prompt() {
                 if let Some(AgentMessage::User(typed)) = self.turn.first().cloned() {
-                    let shown = UserMessage { content: Content::Text(hook.apply_prompt(&self.prompt)), ..typed.clone() };
+                    let shown = UserMessage {
+                        content: Content::Text(hook.apply_prompt(&self.prompt)),
+                        ..typed.clone()
+                    };
                     let typed = AgentMessage::User(typed);
                     if let Some(pos) = view.iter().rposition(|m| *m == typed) {
                         view[pos] = AgentMessage::User(shown);
@@ -809,7 +966,14 @@ impl EmbeddedTurn {
         if first && self.site().wants("llm_input") {
             let history = self.prefix.clone().unwrap_or_default();
             let tools: Vec<String> = self.specs.iter().map(|s| s.name.clone()).collect();
-            self.site().llm_input(&self.system, &hook.apply_prompt(&self.prompt), &history, &tools).await;
+            self.site()
+                .llm_input(
+                    &self.system,
+                    &hook.apply_prompt(&self.prompt),
+                    &history,
+                    &tools,
+                )
+                .await;
         }
         (view, tokens)
     }
@@ -819,7 +983,10 @@ impl EmbeddedTurn {
     /// methods get this turn's messages. The view is the history as last synced: `finish`
     /// syncs before its auto-compaction, so afterTurn sees the turn as it happened, not the
     /// compacted context (which would hide the part of the turn a compaction summarized).
-    async fn deliver(&mut self, auto_compaction_summary: Option<String>) -> std::result::Result<(), EngineError> {
+    async fn deliver(
+        &mut self,
+        auto_compaction_summary: Option<String>,
+    ) -> std::result::Result<(), EngineError> {
         let methods = self.engine().methods();
         let cx = self.cx();
         let sid = self.session.entry.session_id.clone();
@@ -827,7 +994,9 @@ impl EmbeddedTurn {
         if methods.has(Method::AfterTurn) {
             let end = self.history.len();
             let start = match self.rt.history_turn_limit {
-                Some(limit) => turn_limit_start(&self.history.messages()[..self.history_len], limit),
+                Some(limit) => {
+                    turn_limit_start(&self.history.messages()[..self.history_len], limit)
+                }
                 None => 0,
             };
             let current = self.history.tokens_of(start..end);
@@ -843,7 +1012,12 @@ impl EmbeddedTurn {
                 token_budget: Some(self.budget()),
                 current_token_count: Some(current),
                 runtime_settings: Some(self.rt.runtime_settings()),
-                runtime_context: Some(self.rt.runtime_context(&self.session, Some(current), None, false)),
+                runtime_context: Some(self.rt.runtime_context(
+                    &self.session,
+                    Some(current),
+                    None,
+                    false,
+                )),
             };
             let started = std::time::Instant::now();
             let result = self.engine().after_turn(&params, &cx).await;
@@ -856,7 +1030,12 @@ impl EmbeddedTurn {
                 return Ok(());
             }
             let n = new.len();
-            let params = IngestBatchParams { session_id: sid, session_key: key, messages: new, is_heartbeat: self.heartbeat() };
+            let params = IngestBatchParams {
+                session_id: sid,
+                session_key: key,
+                messages: new,
+                is_heartbeat: self.heartbeat(),
+            };
             let started = std::time::Instant::now();
             let result = self.engine().ingest_batch(&params, &cx).await;
             self.out.engine_micros += started.elapsed().as_micros() as u64;
@@ -881,9 +1060,16 @@ impl EmbeddedTurn {
         }
     }
 
-    async fn compact_with_engine(&mut self, params: CompactParams, trigger: &str) -> Result<CompactResult> {
+    async fn compact_with_engine(
+        &mut self,
+        params: CompactParams,
+        trigger: &str,
+    ) -> Result<CompactResult> {
         let started = std::time::Instant::now();
-        let compacted = self.rt.engine_compact(&self.session, params, trigger, Some(&self.abort)).await;
+        let compacted = self
+            .rt
+            .engine_compact(&self.session, params, trigger, Some(&self.abort))
+            .await;
         self.out.engine_micros += started.elapsed().as_micros() as u64;
         let micros = started.elapsed().as_micros() as u64;
         let (result, successor) = compacted?;
@@ -928,16 +1114,27 @@ impl EmbeddedTurn {
     /// Provider overflow: the engine compacts (observed token count, else a minimally
     /// over-budget one), then the call is retried once. If compaction fails, the provider's
     /// error is returned and the session mapping is left as it was.
-    async fn recover_overflow(&mut self, observed: Option<u64>, original: ModelError) -> Result<()> {
+    async fn recover_overflow(
+        &mut self,
+        observed: Option<u64>,
+        original: ModelError,
+    ) -> Result<()> {
         let count = observed.unwrap_or_else(|| self.budget() + 1);
-        let params = CompactParams { force: Some(true), current_token_count: Some(count), ..Default::default() };
+        let params = CompactParams {
+            force: Some(true),
+            current_token_count: Some(count),
+            ..Default::default()
+        };
         match self.compact_with_engine(params, "overflow").await {
             Ok(r) if r.ok => {
                 self.out.overflow_recovered = true;
                 Ok(())
             }
             Ok(r) => {
-                tracing::warn!("overflow recovery: compaction did not succeed: {:?}", r.reason);
+                tracing::warn!(
+                    "overflow recovery: compaction did not succeed: {:?}",
+                    r.reason
+                );
                 Err(RuntimeError::Provider(original))
             }
             Err(e) => {
@@ -951,14 +1148,21 @@ impl EmbeddedTurn {
     /// (§7.1): when the context crossed the threshold, returns the summary for `afterTurn`.
     async fn auto_compact(&mut self, context_tokens: u64) -> Option<String> {
         let limits = self.rt.limits();
-        let window = limits.context_window.min(limits.prompt_budget + limits.reserve_tokens + limits.max_output_tokens);
-        if self.engine().info().owns_compaction() || !should_compact(context_tokens, window, &self.rt.compaction) {
+        let window = limits
+            .context_window
+            .min(limits.prompt_budget + limits.reserve_tokens + limits.max_output_tokens);
+        if self.engine().info().owns_compaction()
+            || !should_compact(context_tokens, window, &self.rt.compaction)
+        {
             return None;
         }
         let keep = self.rt.keep_for(Some("threshold"), false);
         let hooked = self.rt.compaction_hooks_before(&self.session).await;
         let started = std::time::Instant::now();
-        let compacted = self.rt.builtin_compact(&self.session, keep, None, Some(&self.abort)).await;
+        let compacted = self
+            .rt
+            .builtin_compact(&self.session, keep, None, Some(&self.abort))
+            .await;
         let micros = started.elapsed().as_micros() as u64;
         if let (Some(before), Ok(o)) = (hooked, &compacted) {
             if o.ok {
@@ -982,7 +1186,9 @@ impl EmbeddedTurn {
             }
             Ok(_) => None,
             Err(e) => {
-                self.out.warnings.push(format!("auto-compaction failed: {e}"));
+                self.out
+                    .warnings
+                    .push(format!("auto-compaction failed: {e}"));
                 None
             }
         }
@@ -1001,7 +1207,9 @@ impl EmbeddedTurn {
             self.out.warnings.push(line);
         }
         if compacted {
-            self.rt.maintain(&self.session, MaintenanceReason::Compaction).await;
+            self.rt
+                .maintain(&self.session, MaintenanceReason::Compaction)
+                .await;
             self.sync_history()?;
             context_tokens = self.history.tokens_of(0..self.history.len());
         }
@@ -1021,26 +1229,40 @@ impl EmbeddedTurn {
             context: Some(context_tokens),
         };
         if let Err(e) = self.rt.store.record_tokens(&self.session.key, counters) {
-            self.out.warnings.push(format!("cannot record token counters: {e}"));
+            self.out
+                .warnings
+                .push(format!("cannot record token counters: {e}"));
         }
         let started = std::time::Instant::now();
-        self.rt.maintain(&self.session, MaintenanceReason::Turn).await;
+        self.rt
+            .maintain(&self.session, MaintenanceReason::Turn)
+            .await;
         self.out.engine_micros += started.elapsed().as_micros() as u64;
         self.out.engine = self.engine().info().id;
         self.out.messages = std::mem::take(&mut self.turn);
-        self.rt.put_history(&self.session, std::mem::take(&mut self.history));
+        self.rt
+            .put_history(&self.session, std::mem::take(&mut self.history));
         Ok(self.out)
     }
 
     /// The accepted turn goes to the engine's `commitTurn` through the outbox (§1.7): the
     /// commit is on disk before the engine is called, and leaves only once acknowledged.
     async fn commit(&mut self) {
-        let (Some(first), Some(last)) = (self.turn_entry_ids.first().cloned(), self.turn_entry_ids.last().cloned()) else {
+        let (Some(first), Some(last)) = (
+            self.turn_entry_ids.first().cloned(),
+            self.turn_entry_ids.last().cloned(),
+        ) else {
             return;
         };
         // The turn's messages end the prepared history (synced by `finish`).
         let positions = (self.history_len, self.history.len().saturating_sub(1));
-        let params = match self.rt.commit_params(&self.session, (&first, &last), positions, self.turn.clone(), self.heartbeat()) {
+        let params = match self.rt.commit_params(
+            &self.session,
+            (&first, &last),
+            positions,
+            self.turn.clone(),
+            self.heartbeat(),
+        ) {
             Ok(p) => p,
             Err(e) => {
                 let line = format!("context engine commitTurn: cannot describe the turn: {e}");
@@ -1097,7 +1319,12 @@ pub fn take_system_messages(result: &mut AssembleResult) -> Vec<String> {
 /// The system prompt of a run: the engine's addition and the folded `system` messages (in that
 /// order, each a paragraph) before `base`. Answers the prompt and the tokens of what was added.
 pub fn compose_system(base: &str, addition: Option<&str>, folded: &[String]) -> (String, u64) {
-    let parts: Vec<&str> = addition.map(str::trim).filter(|a| !a.is_empty()).into_iter().chain(folded.iter().map(String::as_str)).collect();
+    let parts: Vec<&str> = addition
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .into_iter()
+        .chain(folded.iter().map(String::as_str))
+        .collect();
     if parts.is_empty() {
         return (base.to_owned(), 0);
     }
@@ -1113,7 +1340,10 @@ static SYSTEM_MESSAGE_WARNINGS: std::sync::LazyLock<std::sync::Mutex<HashSet<Str
 /// The warning about an engine's `system` messages, logged and answered the first time in this
 /// process only (a plugin that does this does it every turn).
 pub(crate) fn warn_system_messages_once(engine_id: &str, count: usize) -> Option<String> {
-    let first = SYSTEM_MESSAGE_WARNINGS.lock().unwrap_or_else(|p| p.into_inner()).insert(engine_id.to_owned());
+    let first = SYSTEM_MESSAGE_WARNINGS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(engine_id.to_owned());
     if !first {
         return None;
     }

@@ -42,8 +42,13 @@ async fn plugin(dir: &Path, id: &str, source: &str, hooks: Value) -> (LoadedPlug
         call_timeout: Some(Duration::from_secs(10)),
         ..Default::default()
     };
-    let loaded = clawctx_plugin::register_plugin(&registry, &root, &config, options).await.unwrap();
-    assert!(loaded.engines.is_empty(), "a hooks-only plugin registers no engine");
+    let loaded = clawctx_plugin::register_plugin(&registry, &root, &config, options)
+        .await
+        .unwrap();
+    assert!(
+        loaded.engines.is_empty(),
+        "a hooks-only plugin registers no engine"
+    );
     (loaded, log)
 }
 
@@ -72,7 +77,11 @@ fn tool_call(id: &str, name: &str, args: Value) -> ScriptedReply {
     ScriptedReply::Reply {
         content: String::new(),
         thinking: None,
-        tool_calls: vec![ScriptedToolCall { id: Some(id.into()), name: name.into(), arguments: args }],
+        tool_calls: vec![ScriptedToolCall {
+            id: Some(id.into()),
+            name: name.into(),
+            arguments: args,
+        }],
         usage: None,
         stop_reason: None,
         error_message: None,
@@ -88,7 +97,11 @@ struct Probe {
 
 impl Probe {
     fn new(name: &'static str, output: impl Into<String>) -> Arc<Self> {
-        Arc::new(Self { name, output: output.into(), calls: Mutex::new(Vec::new()) })
+        Arc::new(Self {
+            name,
+            output: output.into(),
+            calls: Mutex::new(Vec::new()),
+        })
     }
     fn calls(&self) -> Vec<(Value, Option<String>)> {
         self.calls.lock().unwrap().clone()
@@ -107,7 +120,10 @@ impl AgentTool for Probe {
         json!({"type": "object"})
     }
     async fn execute(&self, arguments: Value, context: ToolCallContext) -> Result<String, String> {
-        self.calls.lock().unwrap().push((arguments, context.tool_call_id));
+        self.calls
+            .lock()
+            .unwrap()
+            .push((arguments, context.tool_call_id));
         Ok(self.output.clone())
     }
 }
@@ -118,16 +134,28 @@ struct Setup {
     plugins: Vec<LoadedPlugin>,
 }
 
-fn runtime(dir: &Path, plugins: Vec<LoadedPlugin>, replies: Vec<ScriptedReply>, tools: Vec<Arc<dyn AgentTool>>) -> Setup {
+fn runtime(
+    dir: &Path,
+    plugins: Vec<LoadedPlugin>,
+    replies: Vec<ScriptedReply>,
+    tools: Vec<Arc<dyn AgentTool>>,
+) -> Setup {
     let provider = Arc::new(ScriptedProvider::new(replies, Exhaustion::Error));
     let backend = Backend::Model(ModelBinding::new(provider.clone(), "m", 64_000, 1024));
     let mut builder = AgentRuntime::builder(dir.join("state"), Arc::new(LegacyEngine), backend)
         .system_prompt("You are a test assistant.")
         .hooks(Arc::new(PluginHooks::new(&plugins)));
-    for t in tools.into_iter().chain(plugins.iter().flat_map(LoadedPlugin::agent_tools)) {
+    for t in tools
+        .into_iter()
+        .chain(plugins.iter().flat_map(LoadedPlugin::agent_tools))
+    {
         builder = builder.tool(t);
     }
-    Setup { rt: builder.build(), provider, plugins: plugins }
+    Setup {
+        rt: builder.build(),
+        provider,
+        plugins: plugins,
+    }
 }
 
 fn tool_results(messages: &[AgentMessage]) -> Vec<&ToolResultMessage> {
@@ -164,10 +192,16 @@ async fn tool_result_persist_shrinks_a_large_output_before_it_is_stored() {
     let s = runtime(
         dir.path(),
         vec![loaded],
-        vec![tool_call("call_big", "dump", json!({})), ScriptedReply::text("done")],
+        vec![
+            tool_call("call_big", "dump", json!({})),
+            ScriptedReply::text("done"),
+        ],
         vec![probe.clone()],
     );
-    let outcome = s.rt.run_turn(TurnRequest::new(KEY, "dump it")).await.unwrap();
+    let outcome =
+        s.rt.run_turn(TurnRequest::new(KEY, "dump it"))
+            .await
+            .unwrap();
     assert_eq!(probe.calls().len(), 1, "the tool ran");
     // The transcript stores the shrunk result, and the next model call sees that one.
     let context = s.rt.context(KEY).unwrap();
@@ -207,17 +241,27 @@ async fn before_tool_call_block_reaches_the_model_and_the_tool_never_runs() {
     let s = runtime(
         dir.path(),
         vec![loaded],
-        vec![tool_call("call_rm", "rm", json!({"path": "/etc"})), ScriptedReply::text("ok, I will not")],
+        vec![
+            tool_call("call_rm", "rm", json!({"path": "/etc"})),
+            ScriptedReply::text("ok, I will not"),
+        ],
         vec![rm.clone()],
     );
-    let outcome = s.rt.run_turn(TurnRequest::new(KEY, "delete /etc")).await.unwrap();
+    let outcome =
+        s.rt.run_turn(TurnRequest::new(KEY, "delete /etc"))
+            .await
+            .unwrap();
     assert!(rm.calls().is_empty(), "a blocked tool never runs");
     let results = tool_results(&outcome.messages);
     assert_eq!(results.len(), 1);
     assert_eq!(text_of(results[0]), "refusing to delete /etc");
     assert_eq!(results[0].is_error, Some(true));
     let second = &s.provider.requests()[1];
-    assert_eq!(text_of(tool_results(&second.messages)[0]), "refusing to delete /etc", "the model sees the reason");
+    assert_eq!(
+        text_of(tool_results(&second.messages)[0]),
+        "refusing to delete /etc",
+        "the model sees the reason"
+    );
     let seen = records(&log);
     let calls = of(&seen, "before_tool_call");
     assert_eq!(calls.len(), 1);
@@ -225,7 +269,9 @@ async fn before_tool_call_block_reaches_the_model_and_the_tool_never_runs() {
     assert_eq!(calls[0]["event"]["params"], json!({"path": "/etc"}));
     assert_eq!(calls[0]["event"]["toolCallId"], "call_rm");
     assert_eq!(calls[0]["event"]["runId"], calls[0]["ctx"]["runId"]);
-    assert!(calls[0]["ctx"]["runId"].as_str().is_some_and(|r| !r.is_empty()));
+    assert!(calls[0]["ctx"]["runId"]
+        .as_str()
+        .is_some_and(|r| !r.is_empty()));
     assert_eq!(calls[0]["ctx"]["toolName"], "rm");
     assert_eq!(calls[0]["ctx"]["sessionKey"], KEY);
 }
@@ -245,17 +291,29 @@ async fn before_tool_call_rewrites_params_and_after_tool_call_sees_them() {
     let s = runtime(
         dir.path(),
         vec![loaded],
-        vec![tool_call("call_r", "read", json!({"path": "secret.txt", "lines": 10})), ScriptedReply::text("read it")],
+        vec![
+            tool_call("call_r", "read", json!({"path": "secret.txt", "lines": 10})),
+            ScriptedReply::text("read it"),
+        ],
         vec![read.clone()],
     );
-    s.rt.run_turn(TurnRequest::new(KEY, "read secret.txt")).await.unwrap();
+    s.rt.run_turn(TurnRequest::new(KEY, "read secret.txt"))
+        .await
+        .unwrap();
     let calls = read.calls();
     assert_eq!(calls.len(), 1);
-    assert_eq!(calls[0].0, json!({"path": "public.txt", "lines": 10}), "hook params are merged over the call's");
+    assert_eq!(
+        calls[0].0,
+        json!({"path": "public.txt", "lines": 10}),
+        "hook params are merged over the call's"
+    );
     let seen = records(&log);
     let after = of(&seen, "after_tool_call");
     assert_eq!(after.len(), 1);
-    assert_eq!(after[0]["event"]["params"], json!({"path": "public.txt", "lines": 10}));
+    assert_eq!(
+        after[0]["event"]["params"],
+        json!({"path": "public.txt", "lines": 10})
+    );
     assert_eq!(after[0]["event"]["result"], "contents");
     assert_eq!(after[0]["event"]["toolCallId"], "call_r");
 }
@@ -288,25 +346,41 @@ async fn before_prompt_build_context_reaches_the_model_request() {
         vec![probe],
     );
     s.rt.run_turn(TurnRequest::new(KEY, "hello")).await.unwrap();
-    s.rt.run_turn(TurnRequest::new(KEY, "what now?")).await.unwrap();
+    s.rt.run_turn(TurnRequest::new(KEY, "what now?"))
+        .await
+        .unwrap();
     let requests = s.provider.requests();
     assert_eq!(requests.len(), 3);
     let expected_system = "You are a test assistant.\n\nPlugin rule: be brief.";
     let last_user = |r: &clawctx_model::CompletionRequest| {
-        r.messages.iter().rev().find(|m| matches!(m, AgentMessage::User(_))).map(AgentMessage::plain_text).unwrap()
+        r.messages
+            .iter()
+            .rev()
+            .find(|m| matches!(m, AgentMessage::User(_)))
+            .map(AgentMessage::plain_text)
+            .unwrap()
     };
     assert_eq!(requests[0].system_prompt.as_deref(), Some(expected_system));
-    assert_eq!(last_user(&requests[0]), "<memories>seen 0 messages</memories>\n\nsecond handler\n\nhello");
+    assert_eq!(
+        last_user(&requests[0]),
+        "<memories>seen 0 messages</memories>\n\nsecond handler\n\nhello"
+    );
     // The second turn: its hook saw the first turn's messages; both model calls of the turn
     // (before and after the tool) get the context.
     for r in &requests[1..] {
         assert_eq!(r.system_prompt.as_deref(), Some(expected_system));
-        assert_eq!(last_user(r), "<memories>seen 2 messages</memories>\n\nsecond handler\n\nwhat now?");
+        assert_eq!(
+            last_user(r),
+            "<memories>seen 2 messages</memories>\n\nsecond handler\n\nwhat now?"
+        );
     }
     // The transcript keeps the prompts as typed.
     let context = s.rt.context(KEY).unwrap();
-    let users: Vec<String> =
-        context.iter().filter(|m| matches!(m, AgentMessage::User(_))).map(AgentMessage::plain_text).collect();
+    let users: Vec<String> = context
+        .iter()
+        .filter(|m| matches!(m, AgentMessage::User(_)))
+        .map(AgentMessage::plain_text)
+        .collect();
     assert_eq!(users, ["hello", "what now?"]);
     let seen = records(&log);
     let builds = of(&seen, "before_prompt_build");
@@ -320,8 +394,17 @@ async fn before_prompt_build_context_reaches_the_model_request() {
     let inputs = of(&seen, "llm_input");
     assert_eq!(inputs.len(), 2);
     assert_eq!(inputs[1]["event"]["systemPrompt"], expected_system);
-    assert_eq!(inputs[1]["event"]["prompt"], "<memories>seen 2 messages</memories>\n\nsecond handler\n\nwhat now?");
-    assert_eq!(inputs[1]["event"]["historyMessages"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        inputs[1]["event"]["prompt"],
+        "<memories>seen 2 messages</memories>\n\nsecond handler\n\nwhat now?"
+    );
+    assert_eq!(
+        inputs[1]["event"]["historyMessages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     assert_eq!(inputs[1]["event"]["tools"], json!(["look"]));
 }
 
@@ -348,7 +431,12 @@ async fn observing_hooks_get_openclaw_payloads() {
                 content: "All done.".into(),
                 thinking: None,
                 tool_calls: vec![],
-                usage: Some(Usage { input: 120, output: 7, total_tokens: 127, ..Default::default() }),
+                usage: Some(Usage {
+                    input: 120,
+                    output: 7,
+                    total_tokens: 127,
+                    ..Default::default()
+                }),
                 stop_reason: None,
                 error_message: None,
             },
@@ -356,13 +444,25 @@ async fn observing_hooks_get_openclaw_payloads() {
         ],
         vec![probe],
     );
-    s.rt.run_turn(TurnRequest::new(KEY, "look around")).await.unwrap();
-    s.rt.run_turn(TurnRequest::new(KEY, "and again")).await.unwrap();
+    s.rt.run_turn(TurnRequest::new(KEY, "look around"))
+        .await
+        .unwrap();
+    s.rt.run_turn(TurnRequest::new(KEY, "and again"))
+        .await
+        .unwrap();
     let seen = records(&log);
     let order: Vec<&str> = seen.iter().map(|r| r["hook"].as_str().unwrap()).collect();
     assert_eq!(
         order,
-        ["session_start", "message_received", "llm_output", "agent_end", "message_received", "llm_output", "agent_end"],
+        [
+            "session_start",
+            "message_received",
+            "llm_output",
+            "agent_end",
+            "message_received",
+            "llm_output",
+            "agent_end"
+        ],
         "session_start only for the new session's first turn"
     );
     let start = &seen[0];
@@ -380,15 +480,26 @@ async fn observing_hooks_get_openclaw_payloads() {
     assert_eq!(output["event"]["lastAssistant"]["role"], "assistant");
     assert_eq!(output["event"]["model"], "m");
     assert!(output["event"]["usage"]["input"].as_u64().unwrap() >= 120);
-    assert_eq!(output["event"]["runId"], received["event"]["runId"], "one runId per turn");
+    assert_eq!(
+        output["event"]["runId"], received["event"]["runId"],
+        "one runId per turn"
+    );
     let end = &seen[3];
     assert_eq!(end["event"]["success"], true);
     assert_eq!(end["event"]["runId"], received["event"]["runId"]);
-    let roles: Vec<&str> = end["event"]["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = end["event"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["user", "assistant", "toolResult", "assistant"]);
     assert!(end["event"]["durationMs"].as_u64().is_some());
     assert_eq!(end["ctx"]["sessionKey"], KEY);
-    assert_ne!(seen[4]["event"]["runId"], received["event"]["runId"], "a new runId per turn");
+    assert_ne!(
+        seen[4]["event"]["runId"], received["event"]["runId"],
+        "a new runId per turn"
+    );
     assert_eq!(seen[6]["event"]["messages"].as_array().unwrap().len(), 6);
 }
 
@@ -401,13 +512,25 @@ async fn a_failed_turn_ends_with_agent_end_success_false() {
   api.on('agent_end', (event, ctx) => record('agent_end', event, ctx));
 }}"
     );
-    let (loaded, log) = plugin(dir.path(), "ender", &source, json!({"allowConversationAccess": true})).await;
+    let (loaded, log) = plugin(
+        dir.path(),
+        "ender",
+        &source,
+        json!({"allowConversationAccess": true}),
+    )
+    .await;
     let s = runtime(dir.path(), vec![loaded], vec![], vec![]);
-    assert!(s.rt.run_turn(TurnRequest::new(KEY, "hi")).await.is_err(), "the script is empty: the model call fails");
+    assert!(
+        s.rt.run_turn(TurnRequest::new(KEY, "hi")).await.is_err(),
+        "the script is empty: the model call fails"
+    );
     let seen = records(&log);
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0]["event"]["success"], false);
-    assert!(seen[0]["event"]["error"].as_str().unwrap().contains("model call failed"));
+    assert!(seen[0]["event"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("model call failed"));
 }
 
 #[tokio::test]
@@ -423,11 +546,25 @@ async fn conversation_hooks_need_allow_conversation_access() {
     );
     let (loaded, log) = plugin(dir.path(), "nosy", &source, json!({})).await;
     let names: Vec<&str> = loaded.hooks.iter().map(|h| h.name.as_str()).collect();
-    assert_eq!(names, ["message_received"], "agent_end is refused without the operator's consent; unknown names are dropped");
-    let s = runtime(dir.path(), vec![loaded], vec![ScriptedReply::text("hi")], vec![]);
+    assert_eq!(
+        names,
+        ["message_received"],
+        "agent_end is refused without the operator's consent; unknown names are dropped"
+    );
+    let s = runtime(
+        dir.path(),
+        vec![loaded],
+        vec![ScriptedReply::text("hi")],
+        vec![],
+    );
     s.rt.run_turn(TurnRequest::new(KEY, "hi")).await.unwrap();
     let seen = records(&log);
-    assert_eq!(seen.iter().map(|r| r["hook"].as_str().unwrap()).collect::<Vec<_>>(), ["message_received"]);
+    assert_eq!(
+        seen.iter()
+            .map(|r| r["hook"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["message_received"]
+    );
 }
 
 #[tokio::test]
@@ -444,11 +581,19 @@ async fn compaction_hooks_fire_around_a_manual_compact() {
     let words = |n: usize, w: &str| vec![w; n].join(" ");
     let mut replies = Vec::new();
     for i in 0..6 {
-        replies.push(ScriptedReply::text(&format!("answer {i}: {}", words(300, "lorem"))));
+        replies.push(ScriptedReply::text(&format!(
+            "answer {i}: {}",
+            words(300, "lorem")
+        )));
     }
     let s = runtime(dir.path(), vec![loaded], replies, vec![]);
     for i in 0..6 {
-        s.rt.run_turn(TurnRequest::new(KEY, format!("question {i}: {}", words(300, "ipsum")))).await.unwrap();
+        s.rt.run_turn(TurnRequest::new(
+            KEY,
+            format!("question {i}: {}", words(300, "ipsum")),
+        ))
+        .await
+        .unwrap();
     }
     assert!(records(&log).is_empty(), "no compaction yet");
     let result = s.rt.compact(KEY, None).await.unwrap();
@@ -481,14 +626,29 @@ async fn new_session_ends_the_old_one_and_the_next_turn_starts_the_new_one() {
 }}"
     );
     let (loaded, log) = plugin(dir.path(), "sessions", &source, json!({})).await;
-    let s = runtime(dir.path(), vec![loaded], vec![ScriptedReply::text("one"), ScriptedReply::text("two")], vec![]);
+    let s = runtime(
+        dir.path(),
+        vec![loaded],
+        vec![ScriptedReply::text("one"), ScriptedReply::text("two")],
+        vec![],
+    );
     s.rt.run_turn(TurnRequest::new(KEY, "first")).await.unwrap();
     let old = s.rt.session(KEY).unwrap();
     let new = s.rt.new_session(KEY).await.unwrap();
-    s.rt.run_turn(TurnRequest::new(KEY, "second")).await.unwrap();
+    s.rt.run_turn(TurnRequest::new(KEY, "second"))
+        .await
+        .unwrap();
     let seen = records(&log);
     let order: Vec<&str> = seen.iter().map(|r| r["hook"].as_str().unwrap()).collect();
-    assert_eq!(order, ["session_start", "before_reset", "session_end", "session_start"]);
+    assert_eq!(
+        order,
+        [
+            "session_start",
+            "before_reset",
+            "session_end",
+            "session_start"
+        ]
+    );
     assert_eq!(seen[0]["event"]["sessionId"], old.entry.session_id.as_str());
     assert_eq!(seen[1]["event"]["reason"], "new");
     assert_eq!(seen[1]["event"]["messages"].as_array().unwrap().len(), 2);
@@ -521,19 +681,35 @@ async fn failing_and_slow_handlers_never_fail_the_turn_and_a_failed_before_tool_
     let s = runtime(
         dir.path(),
         vec![loaded],
-        vec![tool_call("call_x", "look", json!({})), ScriptedReply::text("fine")],
+        vec![
+            tool_call("call_x", "look", json!({})),
+            ScriptedReply::text("fine"),
+        ],
         vec![probe.clone()],
     );
     let started = std::time::Instant::now();
     let outcome = s.rt.run_turn(TurnRequest::new(KEY, "go")).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5), "a stuck handler is given up after its timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a stuck handler is given up after its timeout"
+    );
     assert_eq!(outcome.reply, "fine");
     assert_eq!(records(&log).len(), 1, "the other handlers still ran");
     assert!(probe.calls().is_empty(), "before_tool_call is fail-closed");
     let results = tool_results(&outcome.messages);
-    assert_eq!(text_of(results[0]), "Tool call blocked because before_tool_call hook failed");
+    assert_eq!(
+        text_of(results[0]),
+        "Tool call blocked because before_tool_call hook failed"
+    );
     assert_eq!(results[0].is_error, Some(true));
-    assert_eq!(s.provider.requests()[0].messages.last().map(AgentMessage::plain_text).as_deref(), Some("go"));
+    assert_eq!(
+        s.provider.requests()[0]
+            .messages
+            .last()
+            .map(AgentMessage::plain_text)
+            .as_deref(),
+        Some("go")
+    );
     assert_eq!(s.plugins[0].host.pid(), pid, "the plugin process survived");
 }
 
@@ -574,9 +750,23 @@ export default function register(api) {
         vec![],
     );
     let first = s.provider.clone();
-    let outcome = s.rt.run_turn(TurnRequest::new(KEY, "use both")).await.unwrap();
-    let tools: Vec<String> = first.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
-    assert_eq!(tools, ["object_tool", "factory_tool"], "a plugin's tools reach the model without its engine");
-    let texts: Vec<String> = tool_results(&outcome.messages).into_iter().map(text_of).collect();
+    let outcome =
+        s.rt.run_turn(TurnRequest::new(KEY, "use both"))
+            .await
+            .unwrap();
+    let tools: Vec<String> = first.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(
+        tools,
+        ["object_tool", "factory_tool"],
+        "a plugin's tools reach the model without its engine"
+    );
+    let texts: Vec<String> = tool_results(&outcome.messages)
+        .into_iter()
+        .map(text_of)
+        .collect();
     assert_eq!(texts, ["object call_obj_1 n=3", "factory call_fac_2"]);
 }

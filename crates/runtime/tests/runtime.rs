@@ -24,13 +24,25 @@ const KEY: &str = "agent:main:main";
 async fn request_bodies_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let llm = MockLlm::start().await;
-    let rt = AgentRuntime::builder(dir.path(), Arc::new(AdditionEngine::new()), llm.backend(8192, 512))
-        .system_prompt("You are a test assistant.")
-        .tool(Arc::new(ReadFile))
-        .build();
-    llm.push([text("First answer."), tool("call_7", "read_file", json!({"path": "README.md"})), text("It is a readme.")]);
-    rt.run_turn(TurnRequest::new(KEY, "first question")).await.unwrap();
-    rt.run_turn(TurnRequest::new(KEY, "read README.md")).await.unwrap();
+    let rt = AgentRuntime::builder(
+        dir.path(),
+        Arc::new(AdditionEngine::new()),
+        llm.backend(8192, 512),
+    )
+    .system_prompt("You are a test assistant.")
+    .tool(Arc::new(ReadFile))
+    .build();
+    llm.push([
+        text("First answer."),
+        tool("call_7", "read_file", json!({"path": "README.md"})),
+        text("It is a readme."),
+    ]);
+    rt.run_turn(TurnRequest::new(KEY, "first question"))
+        .await
+        .unwrap();
+    rt.run_turn(TurnRequest::new(KEY, "read README.md"))
+        .await
+        .unwrap();
     let bodies = llm.bodies().await;
     assert_eq!(bodies.len(), 3);
     insta::assert_json_snapshot!("turn1_plain", bodies[0]);
@@ -50,21 +62,34 @@ async fn conformance_through_runtime(label: &str, engine: Arc<dyn ContextEngine>
             replies.push(ScriptedReply::Reply {
                 content: String::new(),
                 thinking: None,
-                tool_calls: vec![ScriptedToolCall { id: Some(format!("c{t}")), name: "read_file".into(), arguments: json!({"path": format!("f{t}.rs")}) }],
+                tool_calls: vec![ScriptedToolCall {
+                    id: Some(format!("c{t}")),
+                    name: "read_file".into(),
+                    arguments: json!({"path": format!("f{t}.rs")}),
+                }],
                 usage: None,
                 stop_reason: None,
                 error_message: None,
             });
         }
-        replies.push(ScriptedReply::text(sentence(&mut rng, &format!("a{t}"), 60)));
+        replies.push(ScriptedReply::text(sentence(
+            &mut rng,
+            &format!("a{t}"),
+            60,
+        )));
     }
     let provider = Arc::new(ScriptedProvider::new(replies, Exhaustion::Error));
     let backend = Backend::Model(ModelBinding::new(provider.clone(), "m", 4000, 256));
-    let rt = AgentRuntime::builder(dir.path(), engine, backend).tool(Arc::new(ReadFile)).build();
+    let rt = AgentRuntime::builder(dir.path(), engine, backend)
+        .tool(Arc::new(ReadFile))
+        .build();
     let budget = rt.limits().prompt_budget;
     for t in 0..turns {
         let prompt = sentence(&mut rng, &format!("u{t}"), 70);
-        let o = rt.run_turn(TurnRequest::new(KEY, prompt)).await.unwrap_or_else(|e| panic!("[{label}] turn {t}: {e}"));
+        let o = rt
+            .run_turn(TurnRequest::new(KEY, prompt))
+            .await
+            .unwrap_or_else(|e| panic!("[{label}] turn {t}: {e}"));
         assert!(!o.reply.is_empty());
     }
     rt.wait_for_maintenance().await;
@@ -72,9 +97,18 @@ async fn conformance_through_runtime(label: &str, engine: Arc<dyn ContextEngine>
     assert_eq!(requests.len(), turns + turns / 3);
     for (i, r) in requests.iter().enumerate() {
         let tokens = clawctx_tokens::messages_tokens(&r.messages);
-        assert!(tokens <= budget, "[{label}] request {i}: {tokens} tokens > budget {budget}");
+        assert!(
+            tokens <= budget,
+            "[{label}] request {i}: {tokens} tokens > budget {budget}"
+        );
         assert_tool_pairs(label, &r.messages);
-        assert!(matches!(r.messages.last(), Some(AgentMessage::User(_)) | Some(AgentMessage::ToolResult(_))), "[{label}] request {i} ends with the pending message");
+        assert!(
+            matches!(
+                r.messages.last(),
+                Some(AgentMessage::User(_)) | Some(AgentMessage::ToolResult(_))
+            ),
+            "[{label}] request {i} ends with the pending message"
+        );
     }
     let status = rt.status(KEY).unwrap();
     assert!(status.context_messages > 0);
@@ -86,8 +120,11 @@ async fn conformance_invariants_through_the_runtime_on_every_engine() {
     conformance_through_runtime("legacy", Arc::new(LegacyEngine)).await;
     conformance_through_runtime("test-owning", Arc::new(TestEngine::new("owning"))).await;
     let db = tempfile::tempdir().unwrap();
-    let lossless =
-        clawctx_lossless::LosslessEngine::open(db.path().join("l.db"), clawctx_lossless::LosslessConfig::default()).unwrap();
+    let lossless = clawctx_lossless::LosslessEngine::open(
+        db.path().join("l.db"),
+        clawctx_lossless::LosslessConfig::default(),
+    )
+    .unwrap();
     conformance_through_runtime("lossless", Arc::new(lossless)).await;
 }
 
@@ -95,25 +132,49 @@ async fn conformance_invariants_through_the_runtime_on_every_engine() {
 fn unknown_model_or_provider_names_the_config_key() {
     let cfg = json!({"models": {"providers": {"mock": {"baseUrl": "http://127.0.0.1:9/v1", "models": [{"id": "m1"}]}}}});
     let e = select_backend(&cfg, Some("nope/m1"), &|_| None).unwrap_err();
-    assert!(matches!(&e, RuntimeError::Config { key, .. } if key == "models.providers.nope"), "{e}");
-    let e = select_backend(&cfg, Some("mock/m2"), &|_| None).unwrap_err().to_string();
-    assert!(e.contains("models.providers.mock.models") && e.contains("m2"), "{e}");
+    assert!(
+        matches!(&e, RuntimeError::Config { key, .. } if key == "models.providers.nope"),
+        "{e}"
+    );
+    let e = select_backend(&cfg, Some("mock/m2"), &|_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("models.providers.mock.models") && e.contains("m2"),
+        "{e}"
+    );
     let e = select_backend(&json!({}), None, &|_| None).unwrap_err();
     assert!(matches!(e, RuntimeError::NoModel));
-    assert!(e.to_string().contains("agents.defaults.model.primary"), "{e}");
+    assert!(
+        e.to_string().contains("agents.defaults.model.primary"),
+        "{e}"
+    );
     let cfg = json!({"agents": {"defaults": {"cliBackends": {"echo": {"args": []}}}}});
-    let e = select_backend(&cfg, Some("echo/x"), &|_| None).unwrap_err().to_string();
-    assert!(e.contains("agents.defaults.cliBackends.echo.command"), "{e}");
+    let e = select_backend(&cfg, Some("echo/x"), &|_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("agents.defaults.cliBackends.echo.command"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
 async fn garbage_and_cut_streams_fail_the_turn_with_the_providers_words_and_the_next_turn_works() {
     let dir = tempfile::tempdir().unwrap();
     let llm = MockLlm::start().await;
-    let rt = AgentRuntime::builder(dir.path(), Arc::new(LegacyEngine), llm.backend(8192, 512)).build();
+    let rt =
+        AgentRuntime::builder(dir.path(), Arc::new(LegacyEngine), llm.backend(8192, 512)).build();
     llm.push([Reply::Garbage]);
-    let e = rt.run_turn(TurnRequest::new(KEY, "first try")).await.unwrap_err();
-    assert!(matches!(e, RuntimeError::Provider(_)) && e.to_string().contains("502 upstream proxy hiccup"), "{e}");
+    let e = rt
+        .run_turn(TurnRequest::new(KEY, "first try"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Provider(_))
+            && e.to_string().contains("502 upstream proxy hiccup"),
+        "{e}"
+    );
 
     llm.push([Reply::CutStream("The answer is".into())]);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -121,21 +182,36 @@ async fn garbage_and_cut_streams_fail_the_turn_with_the_providers_words_and_the_
     req.events = Some(tx);
     let e = rt.run_turn(req).await.unwrap_err();
     assert!(e.to_string().contains("The answer is"), "{e}");
-    assert!(matches!(rx.recv().await, Some(clawctx_model::StreamEvent::TextDelta(t)) if t == "The answer is"));
+    assert!(
+        matches!(rx.recv().await, Some(clawctx_model::StreamEvent::TextDelta(t)) if t == "The answer is")
+    );
 
     llm.push([text("Finally.")]);
-    let o = rt.run_turn(TurnRequest::new(KEY, "third try")).await.unwrap();
+    let o = rt
+        .run_turn(TurnRequest::new(KEY, "third try"))
+        .await
+        .unwrap();
     assert_eq!(o.reply, "Finally.");
-    let users: Vec<String> =
-        rt.context(KEY).unwrap().iter().filter(|m| matches!(m, AgentMessage::User(_))).map(AgentMessage::plain_text).collect();
-    assert_eq!(users, ["first try", "second try", "third try"], "failed turns keep the user message");
+    let users: Vec<String> = rt
+        .context(KEY)
+        .unwrap()
+        .iter()
+        .filter(|m| matches!(m, AgentMessage::User(_)))
+        .map(AgentMessage::plain_text)
+        .collect();
+    assert_eq!(
+        users,
+        ["first try", "second try", "third try"],
+        "failed turns keep the user message"
+    );
 }
 
 #[tokio::test]
 async fn a_malformed_session_file_names_file_line_and_what_was_expected() {
     let dir = tempfile::tempdir().unwrap();
     let llm = MockLlm::start().await;
-    let rt = AgentRuntime::builder(dir.path(), Arc::new(LegacyEngine), llm.backend(8192, 512)).build();
+    let rt =
+        AgentRuntime::builder(dir.path(), Arc::new(LegacyEngine), llm.backend(8192, 512)).build();
     llm.push([text("ok")]);
     rt.run_turn(TurnRequest::new(KEY, "hello")).await.unwrap();
     let path = rt.session(KEY).unwrap().transcript_path;
@@ -144,10 +220,17 @@ async fn a_malformed_session_file_names_file_line_and_what_was_expected() {
     lines.insert(2, "{this is not json");
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     // A fresh runtime (nothing cached) reads the file.
-    let rt = AgentRuntime::builder(dir.path(), Arc::new(LegacyEngine), llm.backend(8192, 512)).build();
-    let e = rt.run_turn(TurnRequest::new(KEY, "again")).await.unwrap_err();
+    let rt =
+        AgentRuntime::builder(dir.path(), Arc::new(LegacyEngine), llm.backend(8192, 512)).build();
+    let e = rt
+        .run_turn(TurnRequest::new(KEY, "again"))
+        .await
+        .unwrap_err();
     let msg = e.to_string();
-    assert!(msg.contains(&format!("{}:3:", path.display())) && msg.contains("expected"), "{msg}");
+    assert!(
+        msg.contains(&format!("{}:3:", path.display())) && msg.contains("expected"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
@@ -158,9 +241,15 @@ async fn cli_backend_rejects_engines_needing_assemble_before_prompt_before_start
         "command": "sh", "args": ["-c", format!("touch {}; cat >/dev/null; echo hi", marker.display())]
     }}}}});
     let backend = select_backend(&cfg, Some("mycli/default"), &|_| None).unwrap();
-    let engine = AdditionEngine { requires: Some(vec!["assemble-before-prompt".into()]), ..AdditionEngine::new() };
+    let engine = AdditionEngine {
+        requires: Some(vec!["assemble-before-prompt".into()]),
+        ..AdditionEngine::new()
+    };
     let rt = AgentRuntime::builder(dir.path(), Arc::new(engine), backend).build();
-    let e = rt.run_turn(TurnRequest::new(KEY, "hello")).await.unwrap_err();
+    let e = rt
+        .run_turn(TurnRequest::new(KEY, "hello"))
+        .await
+        .unwrap_err();
     assert_eq!(
         e.to_string(),
         "Context engine \"addition\" cannot run operation \"agent-run\" on CLI backend \"mycli\". Missing host capabilities: assemble-before-prompt. Required capabilities: assemble-before-prompt. Host capabilities: bootstrap, after-turn, maintain. Use the embedded runner."
@@ -176,7 +265,10 @@ async fn cli_backend_projects_context_once_per_epoch() {
         "command": "sh", "args": ["-c", format!("cat >> {}; echo '<<END>>' >> {}; echo \"reply from $CLAWCTX_SESSION_KEY\"", log.display(), log.display())]
     }}}}});
     let backend = select_backend(&cfg, Some("mycli/default"), &|_| None).unwrap();
-    let engine = Arc::new(AdditionEngine { projection: true, ..AdditionEngine::new() });
+    let engine = Arc::new(AdditionEngine {
+        projection: true,
+        ..AdditionEngine::new()
+    });
     let rt = AgentRuntime::builder(dir.path(), engine, backend).build();
     assert_eq!(rt.host().id, "cli:mycli");
     let o = rt.run_turn(TurnRequest::new(KEY, "one")).await.unwrap();
@@ -186,14 +278,38 @@ async fn cli_backend_projects_context_once_per_epoch() {
     rt.compact(KEY, None).await.unwrap();
     rt.run_turn(TurnRequest::new(KEY, "three")).await.unwrap();
     let logged = std::fs::read_to_string(&log).unwrap();
-    let prompts: Vec<&str> = logged.split("<<END>>\n").filter(|p| !p.is_empty()).collect();
+    let prompts: Vec<&str> = logged
+        .split("<<END>>\n")
+        .filter(|p| !p.is_empty())
+        .collect();
     assert_eq!(prompts.len(), 3, "{logged}");
-    assert!(prompts[0].contains("<instructions>") && prompts[0].contains("Falcon") && prompts[0].ends_with("one"), "{}", prompts[0]);
+    assert!(
+        prompts[0].contains("<instructions>")
+            && prompts[0].contains("Falcon")
+            && prompts[0].ends_with("one"),
+        "{}",
+        prompts[0]
+    );
     assert_eq!(prompts[1], "two", "same epoch: only the prompt");
-    assert!(prompts[2].contains("<conversation_context>") && prompts[2].contains("user: one") && prompts[2].ends_with("three"), "{}", prompts[2]);
-    let users: Vec<String> =
-        rt.context(KEY).unwrap().iter().filter(|m| matches!(m, AgentMessage::User(_))).map(AgentMessage::plain_text).collect();
-    assert_eq!(users, ["one", "two", "three"], "the host keeps the transcript");
+    assert!(
+        prompts[2].contains("<conversation_context>")
+            && prompts[2].contains("user: one")
+            && prompts[2].ends_with("three"),
+        "{}",
+        prompts[2]
+    );
+    let users: Vec<String> = rt
+        .context(KEY)
+        .unwrap()
+        .iter()
+        .filter(|m| matches!(m, AgentMessage::User(_)))
+        .map(AgentMessage::plain_text)
+        .collect();
+    assert_eq!(
+        users,
+        ["one", "two", "three"],
+        "the host keeps the transcript"
+    );
 }
 
 /// An engine whose background maintain is slow, to watch lanes coalesce.
@@ -202,29 +318,52 @@ struct SlowMaintain(TestEngine);
 #[async_trait::async_trait]
 impl ContextEngine for SlowMaintain {
     fn info(&self) -> ContextEngineInfo {
-        ContextEngineInfo { turn_maintenance_mode: Some(TurnMaintenanceMode::Background), ..self.0.info() }
+        ContextEngineInfo {
+            turn_maintenance_mode: Some(TurnMaintenanceMode::Background),
+            ..self.0.info()
+        }
     }
     fn methods(&self) -> MethodSet {
         self.0.methods()
     }
-    async fn ingest(&self, p: &IngestParams, cx: &CallContext) -> Result<IngestResult, EngineError> {
+    async fn ingest(
+        &self,
+        p: &IngestParams,
+        cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
         self.0.ingest(p, cx).await
     }
-    async fn assemble(&self, p: &AssembleParams, cx: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        p: &AssembleParams,
+        cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         self.0.assemble(p, cx).await
     }
-    async fn compact(&self, p: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        p: &CompactParams,
+        cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         self.0.compact(p, cx).await
     }
     async fn after_turn(&self, p: &AfterTurnParams, cx: &CallContext) -> Result<(), EngineError> {
         self.0.after_turn(p, cx).await
     }
-    async fn maintain(&self, p: &MaintainParams, cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
+    async fn maintain(
+        &self,
+        p: &MaintainParams,
+        cx: &CallContext,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
         self.0.maintain(p, cx).await?;
         Err(EngineError::failed("disk full"))
     }
-    async fn on_subagent_ended(&self, p: &SubagentEndedParams, cx: &CallContext) -> Result<(), EngineError> {
+    async fn on_subagent_ended(
+        &self,
+        p: &SubagentEndedParams,
+        cx: &CallContext,
+    ) -> Result<(), EngineError> {
         self.0.on_subagent_ended(p, cx).await
     }
     async fn prepare_subagent_spawn(
@@ -254,7 +393,11 @@ async fn background_maintenance_coalesces_logs_failures_and_spawn_failures_roll_
     for p in ["one", "two", "three"] {
         rt.run_turn(TurnRequest::new(KEY, p)).await.unwrap();
     }
-    assert_eq!(rt.scheduler().runs(), 0, "replies do not wait for the (slow) background maintain");
+    assert_eq!(
+        rt.scheduler().runs(),
+        0,
+        "replies do not wait for the (slow) background maintain"
+    );
     rt.wait_for_maintenance().await;
     // One run in progress + one coalesced rerun with the latest params (the third request
     // replaced the second).
@@ -263,7 +406,12 @@ async fn background_maintenance_coalesces_logs_failures_and_spawn_failures_roll_
     // The two background runs (a brand-new session is not bootstrapped, so no inline
     // maintain after bootstrap); none of them failed a turn.
     assert_eq!(failures.len(), 2, "{failures:?}");
-    assert!(failures.iter().all(|f| f.starts_with("context engine maintain failed (turn): disk full")), "{failures:?}");
+    assert!(
+        failures
+            .iter()
+            .all(|f| f.starts_with("context engine maintain failed (turn): disk full")),
+        "{failures:?}"
+    );
 
     // A launch failure after preparation runs the rollback.
     llm.push([Reply::Garbage]);
@@ -278,7 +426,10 @@ async fn background_maintenance_coalesces_logs_failures_and_spawn_failures_roll_
         .await
         .unwrap_err();
     assert!(matches!(e, RuntimeError::Spawn(_)), "{e}");
-    assert!(ROLLED_BACK.load(std::sync::atomic::Ordering::SeqCst), "rollback ran");
+    assert!(
+        ROLLED_BACK.load(std::sync::atomic::Ordering::SeqCst),
+        "rollback ran"
+    );
     assert_eq!(engine.0.call_count(Method::PrepareSubagentSpawn), 1);
 
     // A ttl-expired child is swept with reason `swept`.
@@ -294,8 +445,16 @@ async fn background_maintenance_coalesces_logs_failures_and_spawn_failures_roll_
         .unwrap();
     let swept = rt.sweep_subagents().await.unwrap();
     assert_eq!(swept, vec![child.child_session_key.clone()]);
-    let ended: Vec<_> = engine.0.calls().into_iter().filter(|(m, _)| *m == Method::OnSubagentEnded).map(|(_, v)| v).collect();
-    assert_eq!(ended, vec![json!({"childSessionKey": child.child_session_key, "reason": "swept"})]);
+    let ended: Vec<_> = engine
+        .0
+        .calls()
+        .into_iter()
+        .filter(|(m, _)| *m == Method::OnSubagentEnded)
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(
+        ended,
+        vec![json!({"childSessionKey": child.child_session_key, "reason": "swept"})]
+    );
     rt.shutdown().await;
 }
-

@@ -53,10 +53,12 @@ impl Respond for Responder {
             match *self.0.lock().unwrap() {
                 Summaries::Answer => LLM_SUMMARY,
                 Summaries::Http500 => {
-                    return ResponseTemplate::new(500).set_body_json(json!({"error": {"message": "summary backend down"}}))
+                    return ResponseTemplate::new(500)
+                        .set_body_json(json!({"error": {"message": "summary backend down"}}))
                 }
                 Summaries::Garbage => {
-                    return ResponseTemplate::new(200).set_body_raw("<html>502 upstream proxy hiccup</html>", "text/html")
+                    return ResponseTemplate::new(200)
+                        .set_body_raw("<html>502 upstream proxy hiccup</html>", "text/html")
                 }
             }
         } else {
@@ -144,12 +146,19 @@ async fn runtime(dir: &Path, config: Value) -> AgentRuntime {
 fn prompt(i: usize) -> String {
     format!(
         "Turn {i}: {}",
-        format!("the deployment of service alpha-{i} failed with error E{i}042 in src/deploy_{i}.rs; ").repeat(25)
+        format!(
+            "the deployment of service alpha-{i} failed with error E{i}042 in src/deploy_{i}.rs; "
+        )
+        .repeat(25)
     )
 }
 
 fn compaction_summaries(runtime: &AgentRuntime) -> Vec<String> {
-    let entry = runtime.store().get(KEY).unwrap().expect("the session exists");
+    let entry = runtime
+        .store()
+        .get(KEY)
+        .unwrap()
+        .expect("the session exists");
     let path = runtime.store().transcript_path("main", &entry).unwrap();
     let file = SessionFile::open(&path).unwrap();
     file.active_path()
@@ -163,13 +172,24 @@ fn compaction_summaries(runtime: &AgentRuntime) -> Vec<String> {
 
 /// Runs turns on `legacy` until the built-in compaction has written a compaction entry (at
 /// most 10 turns); returns the outcomes and the compaction summaries.
-async fn legacy_turns_until_compaction(dir: &Path, mock: &Mocked) -> (Vec<TurnOutcome>, Vec<String>) {
-    let config = mock.config(json!({"reserveTokens": 1000, "reserveTokensFloor": 0, "keepRecentTokens": 300}), json!({}));
+async fn legacy_turns_until_compaction(
+    dir: &Path,
+    mock: &Mocked,
+) -> (Vec<TurnOutcome>, Vec<String>) {
+    let config = mock.config(
+        json!({"reserveTokens": 1000, "reserveTokensFloor": 0, "keepRecentTokens": 300}),
+        json!({}),
+    );
     let runtime = runtime(dir, config).await;
     assert_eq!(runtime.engine_id(), "legacy");
     let mut outcomes = Vec::new();
     for i in 0..10 {
-        outcomes.push(runtime.run_turn(TurnRequest::new(KEY, prompt(i))).await.unwrap());
+        outcomes.push(
+            runtime
+                .run_turn(TurnRequest::new(KEY, prompt(i)))
+                .await
+                .unwrap(),
+        );
         let summaries = compaction_summaries(&runtime);
         if !summaries.is_empty() {
             runtime.shutdown().await;
@@ -186,29 +206,50 @@ async fn legacy_compaction_summary_is_written_by_the_agents_model() {
     let (outcomes, summaries) = legacy_turns_until_compaction(dir.path(), &mock).await;
 
     let requests = mock.summary_requests().await;
-    assert!(!requests.is_empty(), "the built-in compaction never asked the model for a summary");
+    assert!(
+        !requests.is_empty(),
+        "the built-in compaction never asked the model for a summary"
+    );
     let history = requests
         .iter()
         .map(|b| b["messages"].to_string())
         .find(|m| m.contains("## Goal"))
         .unwrap_or_else(|| panic!("no history summary request among {requests:#?}"));
     for tag in ["<conversation>", "</conversation>"] {
-        assert!(history.contains(tag), "the summary request must wrap the conversation in {tag}: {history}");
+        assert!(
+            history.contains(tag),
+            "the summary request must wrap the conversation in {tag}: {history}"
+        );
     }
     for heading in HEADINGS {
-        assert!(history.contains(heading), "the summary request must ask for `{heading}` (§7.4): {history}");
+        assert!(
+            history.contains(heading),
+            "the summary request must ask for `{heading}` (§7.4): {history}"
+        );
     }
-    assert!(history.contains("alpha-0"), "the summarized turns must be in the request: {history}");
+    assert!(
+        history.contains("alpha-0"),
+        "the summarized turns must be in the request: {history}"
+    );
     for b in &requests {
-        assert_eq!(b["model"], "test-model", "summaries use the agent's model: {b}");
+        assert_eq!(
+            b["model"], "test-model",
+            "summaries use the agent's model: {b}"
+        );
         let max = b["max_tokens"].as_u64().expect("max_tokens is sent");
-        assert!(max <= 256, "a summary request must not ask for more than the model's maxTokens (256): {max}");
+        assert!(
+            max <= 256,
+            "a summary request must not ask for more than the model's maxTokens (256): {max}"
+        );
     }
     assert!(
         summaries.iter().any(|s| s.contains(LLM_SUMMARY)),
         "the model's summary text must land in the transcript's compaction entry: {summaries:#?}"
     );
-    assert!(outcomes.iter().all(|o| o.reply == REPLY), "every turn answered: {outcomes:#?}");
+    assert!(
+        outcomes.iter().all(|o| o.reply == REPLY),
+        "every turn answered: {outcomes:#?}"
+    );
 }
 
 #[tokio::test]
@@ -219,21 +260,36 @@ async fn legacy_compaction_falls_back_to_extractive_when_the_model_fails() {
         let mock = Mocked::start(mode).await;
         let (outcomes, summaries) = legacy_turns_until_compaction(dir.path(), &mock).await;
 
-        assert!(!mock.summary_requests().await.is_empty(), "{mode:?}: the model was never asked for a summary");
+        assert!(
+            !mock.summary_requests().await.is_empty(),
+            "{mode:?}: the model was never asked for a summary"
+        );
         assert!(
             summaries.iter().all(|s| !s.contains(LLM_SUMMARY) && !s.trim().is_empty()),
             "{mode:?}: the compaction entry must hold a non-empty extractive summary: {summaries:#?}"
         );
         assert!(
-            summaries.iter().any(|s| s.contains("alpha-") || s.contains("src/deploy_")),
+            summaries
+                .iter()
+                .any(|s| s.contains("alpha-") || s.contains("src/deploy_")),
             "{mode:?}: the extractive summary keeps the conversation's identifiers: {summaries:#?}"
         );
         let last = outcomes.last().unwrap();
-        assert_eq!(last.reply, REPLY, "{mode:?}: the turn that compacted is still answered");
-        assert!(last.warnings.is_empty(), "{mode:?}: the fallback is not a failed compaction: {:?}", last.warnings);
+        assert_eq!(
+            last.reply, REPLY,
+            "{mode:?}: the turn that compacted is still answered"
+        );
+        assert!(
+            last.warnings.is_empty(),
+            "{mode:?}: the fallback is not a failed compaction: {:?}",
+            last.warnings
+        );
         let warnings = logs.warnings();
         assert!(
-            warnings.iter().any(|w| w.contains("summarizer `mock:test-model` failed") && w.contains("extractive")),
+            warnings
+                .iter()
+                .any(|w| w.contains("summarizer `mock:test-model` failed")
+                    && w.contains("extractive")),
             "{mode:?}: one warning must name the summarizer and the fallback; got {warnings:#?}"
         );
     }
@@ -268,7 +324,10 @@ async fn lossless_runtime_with_turns(dir: &Path, mock: &Mocked) -> AgentRuntime 
     let runtime = runtime(dir, mock.config(json!({}), lossless_plugins(dir))).await;
     assert_eq!(runtime.engine_id(), "lossless");
     for i in 0..4 {
-        let out = runtime.run_turn(TurnRequest::new(KEY, prompt(i))).await.unwrap();
+        let out = runtime
+            .run_turn(TurnRequest::new(KEY, prompt(i)))
+            .await
+            .unwrap();
         assert_eq!(out.reply, REPLY);
     }
     runtime
@@ -280,16 +339,27 @@ async fn lossless_leaf_summaries_are_written_by_the_agents_model() {
     let mock = Mocked::start(Summaries::Answer).await;
     let runtime = lossless_runtime_with_turns(dir.path(), &mock).await;
     let r = runtime.compact(KEY, None).await.unwrap();
-    assert!(r.ok && r.compacted, "/compact on lossless must compact: {r:?}");
+    assert!(
+        r.ok && r.compacted,
+        "/compact on lossless must compact: {r:?}"
+    );
     runtime.shutdown().await;
 
     let requests = mock.summary_requests().await;
-    assert!(!requests.is_empty(), "the lossless engine never asked the model for a summary");
+    assert!(
+        !requests.is_empty(),
+        "the lossless engine never asked the model for a summary"
+    );
     let prompt = requests[0]["messages"].to_string();
-    assert!(prompt.contains("<conversation>") && prompt.contains("alpha-0"), "a leaf request carries the messages: {prompt}");
+    assert!(
+        prompt.contains("<conversation>") && prompt.contains("alpha-0"),
+        "a leaf request carries the messages: {prompt}"
+    );
     let summaries = lossless_summaries(dir.path()).await;
     assert!(
-        summaries.iter().any(|(by, text)| by == "mock:test-model" && text == LLM_SUMMARY),
+        summaries
+            .iter()
+            .any(|(by, text)| by == "mock:test-model" && text == LLM_SUMMARY),
         "the model's leaf summary must be in the DAG, attributed to it: {summaries:#?}"
     );
 }
@@ -303,13 +373,21 @@ async fn lossless_keeps_ranges_raw_then_summarizes_extractively_when_the_model_f
 
     // The model fails: the range stays raw (no node), the engine's breaker opens (threshold 1).
     let first = runtime.compact(KEY, None).await.unwrap();
-    assert!(!mock.summary_requests().await.is_empty(), "the model was asked first");
     assert!(
-        lossless_summaries(dir.path()).await.iter().all(|(by, _)| by != "mock:test-model"),
+        !mock.summary_requests().await.is_empty(),
+        "the model was asked first"
+    );
+    assert!(
+        lossless_summaries(dir.path())
+            .await
+            .iter()
+            .all(|(by, _)| by != "mock:test-model"),
         "a failed LLM summary never becomes a node: {first:?}"
     );
     assert!(
-        logs.warnings().iter().any(|w| w.contains("summary rejected") && w.contains("summary backend down")),
+        logs.warnings()
+            .iter()
+            .any(|w| w.contains("summary rejected") && w.contains("summary backend down")),
         "the failure is logged with the provider's words: {:#?}",
         logs.warnings()
     );
@@ -321,7 +399,10 @@ async fn lossless_keeps_ranges_raw_then_summarizes_extractively_when_the_model_f
         !summaries.is_empty() && summaries.iter().all(|(by, _)| by == "extractive"),
         "after the provider failed, the DAG holds extractive summaries only: {summaries:#?}"
     );
-    let next = runtime.run_turn(TurnRequest::new(KEY, "still there?")).await.unwrap();
+    let next = runtime
+        .run_turn(TurnRequest::new(KEY, "still there?"))
+        .await
+        .unwrap();
     assert_eq!(next.reply, REPLY, "the agent keeps answering");
     runtime.shutdown().await;
 }

@@ -39,7 +39,11 @@ impl ExtractiveSummarizer {
     pub fn summarize_now(&self, request: &SummaryRequest) -> Summary {
         let started = std::time::Instant::now();
         let summary = summarize(request);
-        crate::observe::report(crate::observe::SummaryCall { summarizer: "extractive", took: started.elapsed(), ok: true });
+        crate::observe::report(crate::observe::SummaryCall {
+            summarizer: "extractive",
+            took: started.elapsed(),
+            ok: true,
+        });
         summary
     }
 }

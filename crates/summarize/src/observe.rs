@@ -60,8 +60,12 @@ pub fn report(call: SummaryCall) {
     if !ANY.load(Ordering::Acquire) {
         return;
     }
-    let observers: Vec<Observer> =
-        OBSERVERS.read().unwrap_or_else(|p| p.into_inner()).iter().map(|(_, o)| o.clone()).collect();
+    let observers: Vec<Observer> = OBSERVERS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(_, o)| o.clone())
+        .collect();
     for o in observers {
         o(&call);
     }
@@ -78,10 +82,21 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
         let guard = add_observer(move |c| s.lock().unwrap().push(c.summarizer));
-        report(SummaryCall { summarizer: "llm", took: Duration::ZERO, ok: false });
+        report(SummaryCall {
+            summarizer: "llm",
+            took: Duration::ZERO,
+            ok: false,
+        });
         drop(guard);
-        report(SummaryCall { summarizer: "extractive", took: Duration::ZERO, ok: true });
-        assert_eq!(seen.lock().unwrap().iter().filter(|s| **s == "llm").count(), 1);
+        report(SummaryCall {
+            summarizer: "extractive",
+            took: Duration::ZERO,
+            ok: true,
+        });
+        assert_eq!(
+            seen.lock().unwrap().iter().filter(|s| **s == "llm").count(),
+            1
+        );
         assert!(!seen.lock().unwrap().contains(&"extractive"));
     }
 }

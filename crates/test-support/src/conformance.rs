@@ -24,7 +24,8 @@ use crate::host::InMemoryHost;
 use crate::messages::{conversation, huge_user_message};
 
 /// Makes a fresh engine for each check.
-pub type Maker = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn ContextEngine>> + Send>> + Send + Sync>;
+pub type Maker =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn ContextEngine>> + Send>> + Send + Sync>;
 
 /// Wraps a synchronous constructor as a [`Maker`].
 pub fn maker<F>(f: F) -> Maker
@@ -94,7 +95,12 @@ pub async fn deliver_turn(
         for m in &all[pre_prompt_count..] {
             engine
                 .ingest(
-                    &IngestParams { session_id: session.into(), session_key: session_key(session), message: m.clone(), is_heartbeat: None },
+                    &IngestParams {
+                        session_id: session.into(),
+                        session_key: session_key(session),
+                        message: m.clone(),
+                        is_heartbeat: None,
+                    },
                     &cx,
                 )
                 .await?;
@@ -105,18 +111,27 @@ pub async fn deliver_turn(
 
 /// Feeds `messages` turn by turn (a turn ends before each user message) into `engine` and
 /// `host`.
-pub async fn feed(engine: &dyn ContextEngine, host: &InMemoryHost, session: &str, messages: &[AgentMessage]) {
+pub async fn feed(
+    engine: &dyn ContextEngine,
+    host: &InMemoryHost,
+    session: &str,
+    messages: &[AgentMessage],
+) {
     let mut all: Vec<AgentMessage> = Vec::new();
     let mut turn_start = 0;
     for (i, m) in messages.iter().enumerate() {
         if i > 0 && matches!(m, AgentMessage::User(_)) {
-            deliver_turn(engine, session, &all, turn_start, Some(1_000_000)).await.expect("delivering a turn");
+            deliver_turn(engine, session, &all, turn_start, Some(1_000_000))
+                .await
+                .expect("delivering a turn");
             turn_start = all.len();
         }
         host.append(session, m.clone());
         all.push(m.clone());
     }
-    deliver_turn(engine, session, &all, turn_start, Some(1_000_000)).await.expect("delivering the last turn");
+    deliver_turn(engine, session, &all, turn_start, Some(1_000_000))
+        .await
+        .expect("delivering the last turn");
 }
 
 /// Assembles the way the host does: history through the pipeline, then the engine.
@@ -126,7 +141,13 @@ pub async fn host_assemble(
     session: &str,
     budget: u64,
 ) -> Result<AssembleResult, EngineError> {
-    let prepared = prepare_history(host.context(session), &PipelineOptions { token_budget: Some(budget), ..Default::default() });
+    let prepared = prepare_history(
+        host.context(session),
+        &PipelineOptions {
+            token_budget: Some(budget),
+            ..Default::default()
+        },
+    );
     engine
         .assemble(
             &AssembleParams {
@@ -148,7 +169,11 @@ pub fn assert_tool_pairs(label: &str, messages: &[AgentMessage]) {
         match m {
             AgentMessage::ToolResult(r) => {
                 let pos = pending.iter().position(|id| *id == r.tool_call_id);
-                assert!(pos.is_some(), "[{label}] tool pairs: result {:?} at index {i} has no preceding call", r.tool_call_id);
+                assert!(
+                    pos.is_some(),
+                    "[{label}] tool pairs: result {:?} at index {i} has no preceding call",
+                    r.tool_call_id
+                );
                 if let Some(p) = pos {
                     pending.remove(p);
                 }
@@ -163,7 +188,10 @@ pub fn assert_tool_pairs(label: &str, messages: &[AgentMessage]) {
             }
         }
     }
-    assert!(pending.is_empty(), "[{label}] tool pairs: calls {pending:?} are never answered");
+    assert!(
+        pending.is_empty(),
+        "[{label}] tool pairs: calls {pending:?} are never answered"
+    );
 }
 
 /// The engine declares a usable info and passes contract validation.
@@ -171,7 +199,11 @@ pub async fn check_info_contract(label: &str, engine: Arc<dyn ContextEngine>) {
     let info = engine.info();
     assert!(!info.id.trim().is_empty(), "[{label}] info.id is blank");
     assert!(!info.name.trim().is_empty(), "[{label}] info.name is blank");
-    assert_eq!(clawctx_engine::resolve::contract_error(label, engine.as_ref()), None, "[{label}] contract validation failed");
+    assert_eq!(
+        clawctx_engine::resolve::contract_error(label, engine.as_ref()),
+        None,
+        "[{label}] contract validation failed"
+    );
     engine.dispose().await.expect("dispose");
 }
 
@@ -195,16 +227,30 @@ pub async fn check_lifecycle_in_host_order(label: &str, engine: Arc<dyn ContextE
     }
     feed(engine.as_ref(), &host, session, &conversation(7, 12, 3)).await;
     let a = host_assemble(engine.as_ref(), &host, session, 50_000).await;
-    assert!(a.as_ref().is_ok_and(|a| !a.messages.is_empty()), "[{label}] lifecycle: first assemble: {a:?}");
+    assert!(
+        a.as_ref().is_ok_and(|a| !a.messages.is_empty()),
+        "[{label}] lifecycle: first assemble: {a:?}"
+    );
     let c = engine
         .compact(
-            &CompactParams { session_id: session.into(), session_key: session_key(session), force: Some(true), ..Default::default() },
+            &CompactParams {
+                session_id: session.into(),
+                session_key: session_key(session),
+                force: Some(true),
+                ..Default::default()
+            },
             &host.services(),
         )
         .await;
-    assert!(c.as_ref().is_ok_and(|c| c.ok), "[{label}] lifecycle: compact: {c:?}");
+    assert!(
+        c.as_ref().is_ok_and(|c| c.ok),
+        "[{label}] lifecycle: compact: {c:?}"
+    );
     let a = host_assemble(engine.as_ref(), &host, session, 50_000).await;
-    assert!(a.as_ref().is_ok_and(|a| !a.messages.is_empty()), "[{label}] lifecycle: assemble after compact: {a:?}");
+    assert!(
+        a.as_ref().is_ok_and(|a| !a.messages.is_empty()),
+        "[{label}] lifecycle: assemble after compact: {a:?}"
+    );
     engine.dispose().await.expect("dispose");
 }
 
@@ -222,8 +268,14 @@ pub async fn check_budget_never_exceeded(label: &str, make: Maker) {
             .await
             .unwrap_or_else(|e| panic!("[{label}] budget {budget}: assemble failed: {e}"));
         let used = clawctx_tokens::messages_tokens(&r.messages);
-        assert!(used <= budget, "[{label}] budget {budget} exceeded: the assembled context is {used} tokens");
-        assert!(!r.messages.is_empty(), "[{label}] budget {budget}: assembled nothing");
+        assert!(
+            used <= budget,
+            "[{label}] budget {budget} exceeded: the assembled context is {used} tokens"
+        );
+        assert!(
+            !r.messages.is_empty(),
+            "[{label}] budget {budget}: assembled nothing"
+        );
         assert_tool_pairs(label, &r.messages);
         engine.dispose().await.expect("dispose");
     }
@@ -235,7 +287,9 @@ pub async fn check_tool_pairs_intact(label: &str, engine: Arc<dyn ContextEngine>
     let session = "conf-tools";
     feed(engine.as_ref(), &host, session, &conversation(21, 80, 1)).await;
     for budget in [700u64, 3_000, 12_000] {
-        let r = host_assemble(engine.as_ref(), &host, session, budget).await.expect("assemble");
+        let r = host_assemble(engine.as_ref(), &host, session, budget)
+            .await
+            .expect("assemble");
         assert_tool_pairs(&format!("{label} @ {budget}"), &r.messages);
     }
     engine.dispose().await.expect("dispose");
@@ -247,14 +301,37 @@ pub async fn check_idempotent_ingest(label: &str, engine: Arc<dyn ContextEngine>
     let host = Arc::new(InMemoryHost::default());
     let session = "conf-idem";
     let msg = AgentMessage::user("idempotency probe 8c1f").with_timestamp(1_700_000_000_000);
-    let p = IngestParams { session_id: session.into(), session_key: session_key(session), message: msg.clone(), is_heartbeat: None };
-    let _first = engine.ingest(&p, &CallContext::none()).await.expect("first ingest");
-    let second = engine.ingest(&p, &CallContext::none()).await.expect("second ingest");
-    assert!(!second.ingested, "[{label}] idempotent ingest: the second delivery of the same message was stored again");
+    let p = IngestParams {
+        session_id: session.into(),
+        session_key: session_key(session),
+        message: msg.clone(),
+        is_heartbeat: None,
+    };
+    let _first = engine
+        .ingest(&p, &CallContext::none())
+        .await
+        .expect("first ingest");
+    let second = engine
+        .ingest(&p, &CallContext::none())
+        .await
+        .expect("second ingest");
+    assert!(
+        !second.ingested,
+        "[{label}] idempotent ingest: the second delivery of the same message was stored again"
+    );
     host.append(session, msg.clone());
-    let r = host_assemble(engine.as_ref(), &host, session, 10_000).await.expect("assemble");
-    let copies = r.messages.iter().filter(|m| m.plain_text().contains("idempotency probe 8c1f")).count();
-    assert_eq!(copies, 1, "[{label}] idempotent ingest: the message appears {copies} times in the context");
+    let r = host_assemble(engine.as_ref(), &host, session, 10_000)
+        .await
+        .expect("assemble");
+    let copies = r
+        .messages
+        .iter()
+        .filter(|m| m.plain_text().contains("idempotency probe 8c1f"))
+        .count();
+    assert_eq!(
+        copies, 1,
+        "[{label}] idempotent ingest: the message appears {copies} times in the context"
+    );
     engine.dispose().await.expect("dispose");
 }
 
@@ -263,7 +340,9 @@ pub async fn check_compaction_shrinks(label: &str, engine: Arc<dyn ContextEngine
     let host = Arc::new(InMemoryHost::default());
     let session = "conf-compact";
     feed(engine.as_ref(), &host, session, &conversation(31, 250, 4)).await;
-    let before = host_assemble(engine.as_ref(), &host, session, 2_000_000).await.expect("assemble before");
+    let before = host_assemble(engine.as_ref(), &host, session, 2_000_000)
+        .await
+        .expect("assemble before");
     let before_tokens = clawctx_tokens::messages_tokens(&before.messages);
     let c = engine
         .compact(
@@ -278,10 +357,18 @@ pub async fn check_compaction_shrinks(label: &str, engine: Arc<dyn ContextEngine
         )
         .await
         .unwrap_or_else(|e| panic!("[{label}] compaction: compact failed: {e}"));
-    assert!(c.ok && c.compacted, "[{label}] compaction: a forced compaction of {before_tokens} tokens did nothing: {c:?}");
-    let after = host_assemble(engine.as_ref(), &host, session, 2_000_000).await.expect("assemble after");
+    assert!(
+        c.ok && c.compacted,
+        "[{label}] compaction: a forced compaction of {before_tokens} tokens did nothing: {c:?}"
+    );
+    let after = host_assemble(engine.as_ref(), &host, session, 2_000_000)
+        .await
+        .expect("assemble after");
     let after_tokens = clawctx_tokens::messages_tokens(&after.messages);
-    assert!(after_tokens < before_tokens, "[{label}] compaction: context did not shrink ({before_tokens} → {after_tokens})");
+    assert!(
+        after_tokens < before_tokens,
+        "[{label}] compaction: context did not shrink ({before_tokens} → {after_tokens})"
+    );
     assert_tool_pairs(label, &after.messages);
     engine.dispose().await.expect("dispose");
 }
@@ -295,7 +382,10 @@ pub struct Faulty {
 impl Faulty {
     fn check(&self, m: Method) -> Result<(), EngineError> {
         if m == self.fail {
-            Err(EngineError::failed(format!("injected fault in {}", m.name())))
+            Err(EngineError::failed(format!(
+                "injected fault in {}",
+                m.name()
+            )))
         } else {
             Ok(())
         }
@@ -310,15 +400,27 @@ impl ContextEngine for Faulty {
     fn methods(&self) -> MethodSet {
         self.inner.methods()
     }
-    async fn ingest(&self, p: &IngestParams, cx: &CallContext) -> Result<IngestResult, EngineError> {
+    async fn ingest(
+        &self,
+        p: &IngestParams,
+        cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
         self.check(Method::Ingest)?;
         self.inner.ingest(p, cx).await
     }
-    async fn assemble(&self, p: &AssembleParams, cx: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        p: &AssembleParams,
+        cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         self.check(Method::Assemble)?;
         self.inner.assemble(p, cx).await
     }
-    async fn compact(&self, p: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        p: &CompactParams,
+        cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         self.check(Method::Compact)?;
         self.inner.compact(p, cx).await
     }
@@ -326,7 +428,11 @@ impl ContextEngine for Faulty {
         self.check(Method::AfterTurn)?;
         self.inner.after_turn(p, cx).await
     }
-    async fn ingest_batch(&self, p: &IngestBatchParams, cx: &CallContext) -> Result<IngestBatchResult, EngineError> {
+    async fn ingest_batch(
+        &self,
+        p: &IngestBatchParams,
+        cx: &CallContext,
+    ) -> Result<IngestBatchResult, EngineError> {
         self.check(Method::IngestBatch)?;
         self.inner.ingest_batch(p, cx).await
     }
@@ -344,35 +450,93 @@ pub async fn check_failure_falls_back_to_legacy(label: &str, make: Maker) {
         let make = make.clone();
         let f = factory(move |_ctx| {
             let make = make.clone();
-            async move { Ok(Arc::new(Faulty { inner: make().await, fail }) as Arc<dyn ContextEngine>) }
+            async move {
+                Ok(Arc::new(Faulty {
+                    inner: make().await,
+                    fail,
+                }) as Arc<dyn ContextEngine>)
+            }
         });
-        registry.register_for_owner("under-test", f, "test:under-test", RegisterOptions::default()).expect("register");
-        let config = Arc::new(serde_json::json!({"plugins": {"slots": {"contextEngine": "under-test"}}}));
-        let resolved = registry.resolve(Some(config), None, None).await.expect("resolve");
-        assert_eq!(resolved.effective_id, "under-test", "[{label}] fallback: the slot did not select the engine");
+        registry
+            .register_for_owner(
+                "under-test",
+                f,
+                "test:under-test",
+                RegisterOptions::default(),
+            )
+            .expect("register");
+        let config =
+            Arc::new(serde_json::json!({"plugins": {"slots": {"contextEngine": "under-test"}}}));
+        let resolved = registry
+            .resolve(Some(config), None, None)
+            .await
+            .expect("resolve");
+        assert_eq!(
+            resolved.effective_id, "under-test",
+            "[{label}] fallback: the slot did not select the engine"
+        );
         let host = Arc::new(InMemoryHost::default());
         let session = "conf-fallback";
-        feed(resolved.engine.as_ref(), &host, session, &conversation(41, 10, 2)).await;
+        feed(
+            resolved.engine.as_ref(),
+            &host,
+            session,
+            &conversation(41, 10, 2),
+        )
+        .await;
         match fail {
             Method::Assemble => {
-                let prepared = prepare_history(host.context(session), &PipelineOptions { token_budget: Some(5_000), ..Default::default() });
+                let prepared = prepare_history(
+                    host.context(session),
+                    &PipelineOptions {
+                        token_budget: Some(5_000),
+                        ..Default::default()
+                    },
+                );
                 let r = host_assemble(resolved.engine.as_ref(), &host, session, 5_000)
                     .await
-                    .unwrap_or_else(|e| panic!("[{label}] fallback: assemble was not answered by legacy: {e}"));
-                assert_eq!(r.messages, prepared.messages, "[{label}] fallback: legacy did not pass the prepared history through");
+                    .unwrap_or_else(|e| {
+                        panic!("[{label}] fallback: assemble was not answered by legacy: {e}")
+                    });
+                assert_eq!(
+                    r.messages, prepared.messages,
+                    "[{label}] fallback: legacy did not pass the prepared history through"
+                );
             }
             _ => {
                 let r = resolved
                     .engine
-                    .compact(&CompactParams { session_id: session.into(), force: Some(true), ..Default::default() }, &host.services())
+                    .compact(
+                        &CompactParams {
+                            session_id: session.into(),
+                            force: Some(true),
+                            ..Default::default()
+                        },
+                        &host.services(),
+                    )
                     .await;
-                assert!(r.is_err(), "[{label}] fallback: a failing compact must fail closed, got {r:?}");
+                assert!(
+                    r.is_err(),
+                    "[{label}] fallback: a failing compact must fail closed, got {r:?}"
+                );
             }
         }
         let q = registry.quarantines();
-        assert_eq!(q.len(), 1, "[{label}] fallback: expected one quarantine record, got {q:?}");
-        assert_eq!(q[0].operation, fail.name(), "[{label}] fallback: wrong quarantine operation");
-        assert_eq!(resolved.engine.info().id, "legacy", "[{label}] fallback: the wrapper must report legacy info after quarantine");
+        assert_eq!(
+            q.len(),
+            1,
+            "[{label}] fallback: expected one quarantine record, got {q:?}"
+        );
+        assert_eq!(
+            q[0].operation,
+            fail.name(),
+            "[{label}] fallback: wrong quarantine operation"
+        );
+        assert_eq!(
+            resolved.engine.info().id,
+            "legacy",
+            "[{label}] fallback: the wrapper must report legacy info after quarantine"
+        );
         resolved.engine.dispose().await.expect("dispose");
     }
 }

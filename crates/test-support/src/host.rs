@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use clawctx_engine::compaction::{compact_path, CompactionSettings};
 use clawctx_engine::*;
-use clawctx_protocol::transcript::{context_messages, to_model_message, EntryKind, TranscriptEntry};
+use clawctx_protocol::transcript::{
+    context_messages, to_model_message, EntryKind, TranscriptEntry,
+};
 use clawctx_protocol::AgentMessage;
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 
@@ -45,7 +47,12 @@ impl InMemoryHost {
         let mut s = self.sessions.lock().unwrap();
         let path = s.entry(session.to_owned()).or_default();
         let parent_id = path.last().map(|e| e.id.clone());
-        path.push(TranscriptEntry { id: id.clone(), parent_id, timestamp: "2026-01-01T00:00:00.000Z".into(), kind });
+        path.push(TranscriptEntry {
+            id: id.clone(),
+            parent_id,
+            timestamp: "2026-01-01T00:00:00.000Z".into(),
+            kind,
+        });
         id
     }
 
@@ -55,12 +62,20 @@ impl InMemoryHost {
     }
 
     pub fn path(&self, session: &str) -> Vec<TranscriptEntry> {
-        self.sessions.lock().unwrap().get(session).cloned().unwrap_or_default()
+        self.sessions
+            .lock()
+            .unwrap()
+            .get(session)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The compaction-aware context, as the model sees it.
     pub fn context(&self, session: &str) -> Vec<AgentMessage> {
-        context_messages(&self.path(session)).iter().map(to_model_message).collect()
+        context_messages(&self.path(session))
+            .iter()
+            .map(to_model_message)
+            .collect()
     }
 
     pub fn services(self: &Arc<Self>) -> CallContext {
@@ -70,17 +85,38 @@ impl InMemoryHost {
 
 #[async_trait]
 impl RuntimeServices for InMemoryHost {
-    async fn compact_session(&self, request: RuntimeCompactionRequest) -> Result<RuntimeCompactionOutcome, EngineError> {
+    async fn compact_session(
+        &self,
+        request: RuntimeCompactionRequest,
+    ) -> Result<RuntimeCompactionOutcome, EngineError> {
         self.compact_requests.lock().unwrap().push(request.clone());
         let path = self.path(&request.session_id);
-        let keep = if request.force == Some(true) { 0 } else { self.settings.keep_recent_tokens };
-        let reserve = compaction::effective_reserve_tokens(&self.settings, request.token_budget);
-        let outcome =
-            compact_path(&path, keep, self.summarizer.as_ref(), reserve, request.custom_instructions.as_deref()).await?;
-        let Some(outcome) = outcome else {
-            return Ok(RuntimeCompactionOutcome { ok: true, compacted: false, reason: Some("nothing to compact".into()), result: None });
+        let keep = if request.force == Some(true) {
+            0
+        } else {
+            self.settings.keep_recent_tokens
         };
-        self.push(&request.session_id, EntryKind::Compaction(outcome.entry.clone()));
+        let reserve = compaction::effective_reserve_tokens(&self.settings, request.token_budget);
+        let outcome = compact_path(
+            &path,
+            keep,
+            self.summarizer.as_ref(),
+            reserve,
+            request.custom_instructions.as_deref(),
+        )
+        .await?;
+        let Some(outcome) = outcome else {
+            return Ok(RuntimeCompactionOutcome {
+                ok: true,
+                compacted: false,
+                reason: Some("nothing to compact".into()),
+                result: None,
+            });
+        };
+        self.push(
+            &request.session_id,
+            EntryKind::Compaction(outcome.entry.clone()),
+        );
         Ok(outcome.into())
     }
 }

@@ -20,11 +20,19 @@ impl CollectingLogger {
     }
 
     pub fn errors(&self) -> Vec<String> {
-        self.lines().into_iter().filter(|(l, _)| *l == LogLevel::Error).map(|(_, s)| s).collect()
+        self.lines()
+            .into_iter()
+            .filter(|(l, _)| *l == LogLevel::Error)
+            .map(|(_, s)| s)
+            .collect()
     }
 
     pub fn warnings(&self) -> Vec<String> {
-        self.lines().into_iter().filter(|(l, _)| *l == LogLevel::Warn).map(|(_, s)| s).collect()
+        self.lines()
+            .into_iter()
+            .filter(|(l, _)| *l == LogLevel::Warn)
+            .map(|(_, s)| s)
+            .collect()
     }
 }
 
@@ -49,7 +57,11 @@ impl TracingCapture {
 
     /// The messages of `WARN` events.
     pub fn warnings(&self) -> Vec<String> {
-        self.events().into_iter().filter(|(l, _)| *l == tracing::Level::WARN).map(|(_, m)| m).collect()
+        self.events()
+            .into_iter()
+            .filter(|(l, _)| *l == tracing::Level::WARN)
+            .map(|(_, m)| m)
+            .collect()
     }
 }
 
@@ -79,7 +91,11 @@ impl tracing::Subscriber for CaptureSubscriber {
     fn event(&self, event: &tracing::Event<'_>) {
         let mut v = MessageVisitor(String::new());
         event.record(&mut v);
-        self.0.events.lock().unwrap().push((*event.metadata().level(), v.0));
+        self.0
+            .events
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), v.0));
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}

@@ -27,9 +27,35 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "engine", "context", "budget", "summary", "session", "ingest", "assemble", "compact", "cargo", "build",
-    "registry", "plugin", "fallback", "quarantine", "token", "message", "transcript", "window", "reserve",
-    "release", "deadline", "Alice", "Berlin", "invoice", "database", "migration", "schema", "index", "query",
+    "engine",
+    "context",
+    "budget",
+    "summary",
+    "session",
+    "ingest",
+    "assemble",
+    "compact",
+    "cargo",
+    "build",
+    "registry",
+    "plugin",
+    "fallback",
+    "quarantine",
+    "token",
+    "message",
+    "transcript",
+    "window",
+    "reserve",
+    "release",
+    "deadline",
+    "Alice",
+    "Berlin",
+    "invoice",
+    "database",
+    "migration",
+    "schema",
+    "index",
+    "query",
 ];
 
 /// `n_words` deterministic words, unique per `tag`.
@@ -51,20 +77,36 @@ pub fn conversation(seed: u64, turns: usize, tool_every: usize) -> Vec<AgentMess
     for t in 0..turns {
         ts += 1_000;
         let words = rng.range(20, 60) as usize;
-        out.push(AgentMessage::user(sentence(&mut rng, &format!("u{t}"), words)).with_timestamp(ts));
+        out.push(
+            AgentMessage::user(sentence(&mut rng, &format!("u{t}"), words)).with_timestamp(ts),
+        );
         if tool_every > 0 && t % tool_every == tool_every - 1 {
             let id = format!("call_{t}");
             ts += 1;
             out.push(
-                AgentMessage::tool_call(&id, "read_file", json!({"path": format!("src/mod_{t}.rs")})).with_timestamp(ts),
+                AgentMessage::tool_call(
+                    &id,
+                    "read_file",
+                    json!({"path": format!("src/mod_{t}.rs")}),
+                )
+                .with_timestamp(ts),
             );
             ts += 1;
             let words = rng.range(40, 120) as usize;
-            out.push(AgentMessage::tool_result(&id, "read_file", sentence(&mut rng, &format!("r{t}"), words)).with_timestamp(ts));
+            out.push(
+                AgentMessage::tool_result(
+                    &id,
+                    "read_file",
+                    sentence(&mut rng, &format!("r{t}"), words),
+                )
+                .with_timestamp(ts),
+            );
         }
         ts += 1;
         let words = rng.range(30, 90) as usize;
-        out.push(AgentMessage::assistant(sentence(&mut rng, &format!("a{t}"), words)).with_timestamp(ts));
+        out.push(
+            AgentMessage::assistant(sentence(&mut rng, &format!("a{t}"), words)).with_timestamp(ts),
+        );
     }
     out
 }

@@ -64,7 +64,9 @@ impl TestDatabase {
     pub fn scalar(&self, sql: &str) -> i64 {
         let owned = sql.to_owned();
         on_fresh_thread(self.url.clone(), move |client| {
-            client.query_one(owned.as_str(), &[]).map(|row| row.get::<_, i64>(0))
+            client
+                .query_one(owned.as_str(), &[])
+                .map(|row| row.get::<_, i64>(0))
         })
         .unwrap_or_else(|e| panic!("{sql}: {}", describe(&e)))
     }

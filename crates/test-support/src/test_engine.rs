@@ -12,7 +12,9 @@ use async_trait::async_trait;
 use clawctx_engine::pipeline::{fit_budget, PipelineReport};
 use clawctx_engine::*;
 use clawctx_protocol::*;
-use clawctx_summarize::{serialize_conversation, ExtractiveSummarizer, Summarizer, SummaryKind, SummaryRequest};
+use clawctx_summarize::{
+    serialize_conversation, ExtractiveSummarizer, Summarizer, SummaryKind, SummaryRequest,
+};
 
 #[derive(Clone, Debug)]
 pub enum Fault {
@@ -71,7 +73,10 @@ impl TestEngine {
     }
 
     pub fn failing(self, method: Method, message: &str) -> Self {
-        self.faults.lock().unwrap().insert(method, Fault::Error(message.into()));
+        self.faults
+            .lock()
+            .unwrap()
+            .insert(method, Fault::Error(message.into()));
         self
     }
 
@@ -92,14 +97,22 @@ impl TestEngine {
     }
 
     pub fn stored(&self, session: &str) -> Vec<AgentMessage> {
-        self.state.lock().unwrap().sessions.get(session).cloned().unwrap_or_default()
+        self.state
+            .lock()
+            .unwrap()
+            .sessions
+            .get(session)
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn enter(&self, m: Method, params: serde_json::Value) -> Result<(), EngineError> {
         self.calls.lock().unwrap().push((m, params));
         match self.faults.lock().unwrap().get(&m) {
             Some(Fault::Error(msg)) => Err(EngineError::failed(msg.clone())),
-            Some(Fault::Abort(msg)) => Err(EngineError::Aborted { reason: msg.clone() }),
+            Some(Fault::Abort(msg)) => Err(EngineError::Aborted {
+                reason: msg.clone(),
+            }),
             None => Ok(()),
         }
     }
@@ -110,7 +123,10 @@ impl TestEngine {
         if !st.seen.insert(key) {
             return false;
         }
-        st.sessions.entry(session.to_owned()).or_default().push(message.clone());
+        st.sessions
+            .entry(session.to_owned())
+            .or_default()
+            .push(message.clone());
         true
     }
 }
@@ -129,34 +145,71 @@ impl ContextEngine for TestEngine {
         self.methods
     }
 
-    async fn ingest(&self, params: &IngestParams, _cx: &CallContext) -> Result<IngestResult, EngineError> {
+    async fn ingest(
+        &self,
+        params: &IngestParams,
+        _cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
         self.enter(Method::Ingest, json(params))?;
-        Ok(IngestResult { ingested: self.store(&params.session_id, &params.message) })
+        Ok(IngestResult {
+            ingested: self.store(&params.session_id, &params.message),
+        })
     }
 
-    async fn ingest_batch(&self, params: &IngestBatchParams, _cx: &CallContext) -> Result<IngestBatchResult, EngineError> {
+    async fn ingest_batch(
+        &self,
+        params: &IngestBatchParams,
+        _cx: &CallContext,
+    ) -> Result<IngestBatchResult, EngineError> {
         self.enter(Method::IngestBatch, json(params))?;
-        let n = params.messages.iter().filter(|m| self.store(&params.session_id, m)).count();
-        Ok(IngestBatchResult { ingested_count: n as u64 })
+        let n = params
+            .messages
+            .iter()
+            .filter(|m| self.store(&params.session_id, m))
+            .count();
+        Ok(IngestBatchResult {
+            ingested_count: n as u64,
+        })
     }
 
-    async fn assemble(&self, params: &AssembleParams, _cx: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        params: &AssembleParams,
+        _cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         self.enter(Method::Assemble, json(params))?;
         let stored = self.stored(&params.session_id);
-        let source = if stored.is_empty() { params.messages.clone() } else { stored };
+        let source = if stored.is_empty() {
+            params.messages.clone()
+        } else {
+            stored
+        };
         let messages = match params.token_budget {
             Some(b) => fit_budget(source, b, &mut PipelineReport::default()),
             None => source,
         };
         let estimated_tokens = clawctx_tokens::messages_tokens(&messages);
-        Ok(AssembleResult { messages, estimated_tokens, ..Default::default() })
+        Ok(AssembleResult {
+            messages,
+            estimated_tokens,
+            ..Default::default()
+        })
     }
 
-    async fn compact(&self, params: &CompactParams, _cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        params: &CompactParams,
+        _cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         self.enter(Method::Compact, json(params))?;
         let stored = self.stored(&params.session_id);
         if stored.len() < 4 {
-            return Ok(CompactResult { ok: true, compacted: false, reason: Some("nothing to compact".into()), result: None });
+            return Ok(CompactResult {
+                ok: true,
+                compacted: false,
+                reason: Some("nothing to compact".into()),
+                result: None,
+            });
         }
         // Cut at a pairing-unit boundary near the middle.
         let units = clawctx_engine::pipeline::pairing_units(&stored);
@@ -176,7 +229,11 @@ impl ContextEngine for TestEngine {
         let mut next = vec![AgentMessage::user(format!("[summary] {}", summary.text))];
         next.extend_from_slice(kept);
         let tokens_after = clawctx_tokens::messages_tokens(&next);
-        self.state.lock().unwrap().sessions.insert(params.session_id.clone(), next);
+        self.state
+            .lock()
+            .unwrap()
+            .sessions
+            .insert(params.session_id.clone(), next);
         let successor = self.successor.lock().unwrap().clone();
         Ok(CompactResult {
             ok: true,
@@ -197,27 +254,56 @@ impl ContextEngine for TestEngine {
         })
     }
 
-    async fn bootstrap(&self, params: &BootstrapParams, _cx: &CallContext) -> Result<BootstrapResult, EngineError> {
+    async fn bootstrap(
+        &self,
+        params: &BootstrapParams,
+        _cx: &CallContext,
+    ) -> Result<BootstrapResult, EngineError> {
         self.enter(Method::Bootstrap, json(params))?;
-        Ok(BootstrapResult { bootstrapped: true, imported_messages: Some(0), reason: None })
+        Ok(BootstrapResult {
+            bootstrapped: true,
+            imported_messages: Some(0),
+            reason: None,
+        })
     }
 
-    async fn maintain(&self, params: &MaintainParams, _cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
+    async fn maintain(
+        &self,
+        params: &MaintainParams,
+        _cx: &CallContext,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
         self.enter(Method::Maintain, json(params))?;
-        Ok(TranscriptRewriteResult { reason: Some("nothing to maintain".into()), ..Default::default() })
+        Ok(TranscriptRewriteResult {
+            reason: Some("nothing to maintain".into()),
+            ..Default::default()
+        })
     }
 
-    async fn after_turn(&self, params: &AfterTurnParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn after_turn(
+        &self,
+        params: &AfterTurnParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         self.enter(Method::AfterTurn, json(params))?;
-        for m in params.messages.iter().skip(params.pre_prompt_message_count as usize) {
+        for m in params
+            .messages
+            .iter()
+            .skip(params.pre_prompt_message_count as usize)
+        {
             self.store(&params.session_id, m);
         }
         Ok(())
     }
 
-    async fn commit_turn(&self, params: &CommitTurnParams, _cx: &CallContext) -> Result<CommitTurnResult, EngineError> {
+    async fn commit_turn(
+        &self,
+        params: &CommitTurnParams,
+        _cx: &CallContext,
+    ) -> Result<CommitTurnResult, EngineError> {
         self.enter(Method::CommitTurn, json(params))?;
-        Ok(CommitTurnResult { status: CommitTurnStatus::Committed })
+        Ok(CommitTurnResult {
+            status: CommitTurnStatus::Committed,
+        })
     }
 
     async fn prepare_subagent_spawn(
@@ -229,19 +315,29 @@ impl ContextEngine for TestEngine {
         Ok(None)
     }
 
-    async fn on_subagent_ended(&self, params: &SubagentEndedParams, _cx: &CallContext) -> Result<(), EngineError> {
+    async fn on_subagent_ended(
+        &self,
+        params: &SubagentEndedParams,
+        _cx: &CallContext,
+    ) -> Result<(), EngineError> {
         self.enter(Method::OnSubagentEnded, json(params))
     }
 
     async fn dispose(&self) -> Result<(), EngineError> {
-        self.calls.lock().unwrap().push((Method::Dispose, serde_json::Value::Null));
+        self.calls
+            .lock()
+            .unwrap()
+            .push((Method::Dispose, serde_json::Value::Null));
         Ok(())
     }
 }
 
 /// A factory that returns the same shared instance every time (so tests can inspect it) and
 /// counts its calls.
-pub fn shared_factory(engine: Arc<TestEngine>, counter: Arc<std::sync::atomic::AtomicUsize>) -> Factory {
+pub fn shared_factory(
+    engine: Arc<TestEngine>,
+    counter: Arc<std::sync::atomic::AtomicUsize>,
+) -> Factory {
     factory(move |_ctx| {
         let engine = engine.clone();
         let counter = counter.clone();

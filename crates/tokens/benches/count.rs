@@ -16,18 +16,94 @@ use clawctx_protocol::AgentMessage;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 const WORDS: &[&str] = &[
-    "the", "a", "we", "it", "this", "that", "should", "could", "will", "after", "before", "when",
-    "because", "file", "function", "error", "config", "test", "build", "server", "request",
-    "response", "database", "cache", "index", "value", "return", "update", "deploy", "branch",
-    "merge", "commit", "review", "latency", "throughput", "memory", "thread", "budget", "tokens",
-    "context", "summary", "message", "session", "agent", "tool", "output", "input", "parser",
-    "don't", "it's", "we're", "they'll", "HTTPServer", "JSON", "README", "parseConfig", "i",
+    "the",
+    "a",
+    "we",
+    "it",
+    "this",
+    "that",
+    "should",
+    "could",
+    "will",
+    "after",
+    "before",
+    "when",
+    "because",
+    "file",
+    "function",
+    "error",
+    "config",
+    "test",
+    "build",
+    "server",
+    "request",
+    "response",
+    "database",
+    "cache",
+    "index",
+    "value",
+    "return",
+    "update",
+    "deploy",
+    "branch",
+    "merge",
+    "commit",
+    "review",
+    "latency",
+    "throughput",
+    "memory",
+    "thread",
+    "budget",
+    "tokens",
+    "context",
+    "summary",
+    "message",
+    "session",
+    "agent",
+    "tool",
+    "output",
+    "input",
+    "parser",
+    "don't",
+    "it's",
+    "we're",
+    "they'll",
+    "HTTPServer",
+    "JSON",
+    "README",
+    "parseConfig",
+    "i",
 ];
-const DIRS: &[&str] = &["src", "crates/core/src", "docs", "tests", "web/app", "infra/terraform"];
+const DIRS: &[&str] = &[
+    "src",
+    "crates/core/src",
+    "docs",
+    "tests",
+    "web/app",
+    "infra/terraform",
+];
 const EXTS: &[&str] = &["rs", "ts", "md", "toml", "json", "py"];
 const NON_ASCII: &[&str] = &[
-    "café", "naïve", "über", "señor", "déjà", "vu", "日本語", "テキスト", "中文", "词语",
-    "Привет", "мир", "🙂", "🚀", "—", "“quoted”", "Ωmega", "straße", "ação", "ÉCOLE",
+    "café",
+    "naïve",
+    "über",
+    "señor",
+    "déjà",
+    "vu",
+    "日本語",
+    "テキスト",
+    "中文",
+    "词语",
+    "Привет",
+    "мир",
+    "🙂",
+    "🚀",
+    "—",
+    "“quoted”",
+    "Ωmega",
+    "straße",
+    "ação",
+    "ÉCOLE",
 ];
 
 /// A small deterministic generator (xorshift64*), so runs are comparable.
@@ -58,7 +134,13 @@ fn english(rng: &mut Rng, target: usize) -> String {
             }
             match rng.below(25) {
                 0 => s.push_str(&rng.below(99_999).to_string()),
-                1 => s.push_str(&format!("{}/{}_{}.{}", rng.pick(DIRS), rng.pick(WORDS), rng.below(400), rng.pick(EXTS))),
+                1 => s.push_str(&format!(
+                    "{}/{}_{}.{}",
+                    rng.pick(DIRS),
+                    rng.pick(WORDS),
+                    rng.below(400),
+                    rng.pick(EXTS)
+                )),
                 _ if w == 0 => {
                     let word = rng.pick(WORDS);
                     let mut c = word.chars();
@@ -97,7 +179,11 @@ fn tool_output(rng: &mut Rng, target: usize) -> String {
                 rng.pick(WORDS),
                 english(rng, 40).trim_end()
             )),
-            _ => s.push_str(&format!("{:>5}  {}\n", rng.below(900), english(rng, 60).trim_end())),
+            _ => s.push_str(&format!(
+                "{:>5}  {}\n",
+                rng.below(900),
+                english(rng, 60).trim_end()
+            )),
         }
     }
     s
@@ -107,7 +193,11 @@ fn tool_output(rng: &mut Rng, target: usize) -> String {
 fn non_ascii(rng: &mut Rng, target: usize) -> String {
     let mut s = String::new();
     while s.len() < target {
-        let w = if rng.below(2) == 0 { rng.pick(NON_ASCII) } else { rng.pick(WORDS) };
+        let w = if rng.below(2) == 0 {
+            rng.pick(NON_ASCII)
+        } else {
+            rng.pick(WORDS)
+        };
         s.push_str(w);
         s.push(if rng.below(8) == 0 { '\n' } else { ' ' });
     }
@@ -175,8 +265,12 @@ fn bench(c: &mut Criterion) {
 
     // Real conversational text with a long vocabulary tail: every LoCoMo dialogue turn, if the
     // data set is present next to the repository.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/locomo/locomo-dev.json");
-    match std::fs::read_to_string(&path).ok().and_then(|raw| serde_json::from_str::<serde_json::Value>(&raw).ok()) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/locomo/locomo-dev.json");
+    match std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|raw| serde_json::from_str::<serde_json::Value>(&raw).ok())
+    {
         Some(doc) => {
             let mut turns = Vec::new();
             collect_turn_texts(&doc, &mut turns);
@@ -184,10 +278,20 @@ fn bench(c: &mut Criterion) {
             let mut g = c.benchmark_group(format!("text_tokens/locomo_{}_turns", turns.len()));
             g.throughput(Throughput::Bytes(bytes as u64));
             g.bench_function("old_bpe_openai_count", |b| {
-                b.iter(|| turns.iter().map(|t| tok.count(black_box(*t))).sum::<usize>())
+                b.iter(|| {
+                    turns
+                        .iter()
+                        .map(|t| tok.count(black_box(*t)))
+                        .sum::<usize>()
+                })
             });
             g.bench_function("new_text_tokens", |b| {
-                b.iter(|| turns.iter().map(|t| clawctx_tokens::text_tokens(black_box(t))).sum::<u64>())
+                b.iter(|| {
+                    turns
+                        .iter()
+                        .map(|t| clawctx_tokens::text_tokens(black_box(t)))
+                        .sum::<u64>()
+                })
             });
             g.finish();
         }
@@ -210,7 +314,9 @@ fn bench(c: &mut Criterion) {
         )
     });
     let m = AgentMessage::user(texts[0].clone());
-    g.bench_function("memo_hit", |b| b.iter(|| black_box(clawctx_tokens::message_tokens(black_box(&m)))));
+    g.bench_function("memo_hit", |b| {
+        b.iter(|| black_box(clawctx_tokens::message_tokens(black_box(&m))))
+    });
     g.finish();
 }
 

@@ -41,7 +41,9 @@ const COUNT_MASK: u128 = 0xF << COUNT_SHIFT;
 
 impl PieceCache {
     fn new() -> Self {
-        PieceCache { sets: vec![[0; 2]; SETS] }
+        PieceCache {
+            sets: vec![[0; 2]; SETS],
+        }
     }
 
     /// Count of `piece` (1..=15 bytes, found at byte `at` of `text`), from the cache or the
@@ -91,7 +93,8 @@ fn pack(piece: &[u8]) -> u128 {
         }
         4..=7 => {
             let a = u32::from_le_bytes([piece[0], piece[1], piece[2], piece[3]]) as u64;
-            let b = u32::from_le_bytes([piece[n - 4], piece[n - 3], piece[n - 2], piece[n - 1]]) as u64;
+            let b =
+                u32::from_le_bytes([piece[n - 4], piece[n - 3], piece[n - 2], piece[n - 1]]) as u64;
             (a | b << (8 * (n - 4)), 0)
         }
         _ => {
@@ -102,7 +105,11 @@ fn pack(piece: &[u8]) -> u128 {
             };
             let lo = word(0);
             // Bytes 8..n are the top `n - 8` bytes of the last eight.
-            let hi = if n == 8 { 0 } else { word(n - 8) >> (8 * (16 - n)) };
+            let hi = if n == 8 {
+                0
+            } else {
+                word(n - 8) >> (8 * (16 - n))
+            };
             (lo, hi)
         }
     };
@@ -202,7 +209,11 @@ mod tests {
         let expected = tok.count(words.as_str());
         for _ in 0..2 {
             assert_eq!(count(&words), expected);
-            for chunk in words.as_bytes().chunks(997).filter_map(|c| std::str::from_utf8(c).ok()) {
+            for chunk in words
+                .as_bytes()
+                .chunks(997)
+                .filter_map(|c| std::str::from_utf8(c).ok())
+            {
                 assert_eq!(count(chunk), tok.count(chunk), "{chunk:?}");
             }
         }
@@ -227,7 +238,11 @@ mod tests {
             let mut long = text.clone();
             long.extend_from_slice(&[0xAB; 16]);
             assert_eq!(pack_at(&long, 0, &long[..n]), pack(piece), "n = {n}");
-            assert_eq!(pack_at(&long, 1, &long[1..1 + n]), pack(&long[1..1 + n]), "n = {n}");
+            assert_eq!(
+                pack_at(&long, 1, &long[1..1 + n]),
+                pack(&long[1..1 + n]),
+                "n = {n}"
+            );
             assert_eq!(pack(piece) & COUNT_MASK, 0);
         }
     }

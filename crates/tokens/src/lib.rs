@@ -105,7 +105,8 @@ mod memo {
 
     type Shard = Mutex<HashMap<(u64, u64), u64, foldhash::fast::FixedState>>;
 
-    static MEMO: LazyLock<[Shard; SHARDS]> = LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
+    static MEMO: LazyLock<[Shard; SHARDS]> =
+        LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
 
     fn shard(key: (u64, u64)) -> &'static Shard {
         // The top bits of the content hash pick the shard (the map hashes the whole key).
@@ -113,7 +114,11 @@ mod memo {
     }
 
     pub(super) fn get(key: (u64, u64)) -> Option<u64> {
-        shard(key).lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied()
+        shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .copied()
     }
 
     pub(super) fn put(key: (u64, u64), n: u64) {
@@ -174,7 +179,10 @@ fn content_key(message: &AgentMessage) -> (u64, u64) {
             feed(10, &m.output)
         }
         AgentMessage::BranchSummary(m) | AgentMessage::CompactionSummary(m) => feed(11, &m.summary),
-        AgentMessage::Other(m) => feed(12, &m.get("content").map(|v| v.to_string()).unwrap_or_default()),
+        AgentMessage::Other(m) => feed(
+            12,
+            &m.get("content").map(|v| v.to_string()).unwrap_or_default(),
+        ),
     }
     (h.finish(), len)
 }
@@ -246,16 +254,28 @@ mod tests {
         for m in &msgs {
             let first = message_tokens(m);
             assert_eq!(first, count_message(m));
-            assert_eq!(message_tokens(m), first, "a memoized count is the same count");
+            assert_eq!(
+                message_tokens(m),
+                first,
+                "a memoized count is the same count"
+            );
         }
         let keys: std::collections::HashSet<_> = msgs.iter().map(content_key).collect();
-        assert_eq!(keys.len(), msgs.len(), "different roles/blocks never share a memo entry");
+        assert_eq!(
+            keys.len(),
+            msgs.len(),
+            "different roles/blocks never share a memo entry"
+        );
     }
 
     #[test]
     fn tool_calls_count_name_and_arguments() {
         let small = AgentMessage::tool_call("c1", "read", serde_json::json!({"path": "a"}));
-        let big = AgentMessage::tool_call("c1", "read", serde_json::json!({"path": "a/very/long/path/to/some/file.rs"}));
+        let big = AgentMessage::tool_call(
+            "c1",
+            "read",
+            serde_json::json!({"path": "a/very/long/path/to/some/file.rs"}),
+        );
         assert!(message_tokens(&big) > message_tokens(&small));
     }
 }
@@ -289,8 +309,13 @@ pub fn truncate_middle(text: &str, max_tokens: u64) -> String {
         let head_len = keep_chars * 2 / 3;
         let tail_len = keep_chars - head_len;
         let head: String = chars[..head_len.min(chars.len())].iter().collect();
-        let tail: String = chars[chars.len().saturating_sub(tail_len)..].iter().collect();
-        let out = format!("{head}{}{tail}", truncation_marker(total.saturating_sub(keep_tokens)));
+        let tail: String = chars[chars.len().saturating_sub(tail_len)..]
+            .iter()
+            .collect();
+        let out = format!(
+            "{head}{}{tail}",
+            truncation_marker(total.saturating_sub(keep_tokens))
+        );
         if text_tokens(&out) <= max_tokens || keep_tokens == 0 {
             if text_tokens(&out) <= max_tokens {
                 return out;
@@ -307,7 +332,10 @@ mod truncate_tests {
 
     #[test]
     fn truncate_middle_fits_and_keeps_both_ends() {
-        let text = format!("HEAD-MARK {} TAIL-MARK", "lorem ipsum dolor sit amet ".repeat(2_000));
+        let text = format!(
+            "HEAD-MARK {} TAIL-MARK",
+            "lorem ipsum dolor sit amet ".repeat(2_000)
+        );
         let out = truncate_middle(&text, 300);
         assert!(text_tokens(&out) <= 300, "{} tokens", text_tokens(&out));
         assert!(out.starts_with("HEAD-MARK"));

@@ -274,7 +274,11 @@ impl<'a> Iterator for Pieces<'a> {
                 let rest = self.text.get(start..).unwrap_or_default();
                 // The regex's piece at `start` is its first piece of the suffix. A regex piece
                 // is never empty; if it somehow were, take the rest whole rather than loop.
-                match bpe_openai::o200k_base().split(rest).next().map_or(0, str::len) {
+                match bpe_openai::o200k_base()
+                    .split(rest)
+                    .next()
+                    .map_or(0, str::len)
+                {
                     0 => self.text.len(),
                     n => start + n,
                 }
@@ -319,7 +323,14 @@ mod tests {
             "  ",
             "Hello, world!",
             "HTTPServer helloWorld ABC'S don't I'LL they'Re we've 'sup '",
-            "x'", "x'r", "x're", "x'rE", "x'l", "x'll", "X'LL", "x'ld",
+            "x'",
+            "x'r",
+            "x're",
+            "x'rE",
+            "x'l",
+            "x'll",
+            "X'LL",
+            "x'ld",
             "a  b   c\t\td \t e",
             "line\n\n  next\r\n\r\n\tindented  \n",
             "trailing   ",
@@ -342,8 +353,15 @@ mod tests {
         for n in 1..=26 {
             let lower: String = (b'a'..=b'z').take(n).map(char::from).collect();
             let upper = lower.to_ascii_uppercase();
-            for word in [lower.clone(), upper.clone(), format!("{upper}{lower}"), format!("{lower}{upper}")] {
-                for end in ["", " ", "'s", "'", "1", "é", "\u{17f}", ".", "\n", "Éa", "\u{301}"] {
+            for word in [
+                lower.clone(),
+                upper.clone(),
+                format!("{upper}{lower}"),
+                format!("{lower}{upper}"),
+            ] {
+                for end in [
+                    "", " ", "'s", "'", "1", "é", "\u{17f}", ".", "\n", "Éa", "\u{301}",
+                ] {
                     same(&format!("{word}{end}"));
                     same(&format!(" {word}{end}"));
                     same(&format!("x{word}{end}"));

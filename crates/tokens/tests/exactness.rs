@@ -16,7 +16,10 @@ fn reference(text: &str) -> u64 {
 fn assert_exact(text: &str) {
     let ours = text_tokens(text);
     let theirs = reference(text);
-    assert_eq!(ours, theirs, "text_tokens = {ours}, o200k count = {theirs} for {text:?}");
+    assert_eq!(
+        ours, theirs,
+        "text_tokens = {ours}, o200k count = {theirs} for {text:?}"
+    );
 }
 
 /// Words, numbers, punctuation, contractions and whitespace in the shapes the scanner tells
@@ -194,7 +197,8 @@ fn in_ci() -> bool {
 /// Absent: skipped with a message, except under `CI=true`, where its absence fails the test.
 #[test]
 fn locomo_turns_are_exact() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/locomo/locomo-dev.json");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/locomo/locomo-dev.json");
     if !path.exists() {
         assert!(
             !in_ci(),
@@ -206,15 +210,23 @@ fn locomo_turns_are_exact() {
         );
         return;
     }
-    let raw = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let raw = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let doc: serde_json::Value = serde_json::from_str(&raw).expect("locomo-dev.json parses");
     let mut texts = Vec::new();
     collect_turn_texts(&doc, &mut texts);
-    assert!(!texts.is_empty(), "no turn texts found in {}", path.display());
+    assert!(
+        !texts.is_empty(),
+        "no turn texts found in {}",
+        path.display()
+    );
     for t in &texts {
         assert_exact(t);
     }
     // Whole sessions too, as one long text per conversation.
     assert_exact(&texts.join("\n"));
-    println!("locomo_turns_are_exact: {} turn texts compared", texts.len());
+    println!(
+        "locomo_turns_are_exact: {} turn texts compared",
+        texts.len()
+    );
 }

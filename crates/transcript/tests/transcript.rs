@@ -1106,15 +1106,36 @@ fn a_parent_cycle_in_a_file_ends_the_active_path_instead_of_repeating_entries() 
             "message": {"role": "user", "content": text}})
         .to_string()
     };
-    let own_parent = [header.to_owned(), entry("a", "a", "one"), entry("b", "a", "two")].join("\n") + "\n";
+    let own_parent = [
+        header.to_owned(),
+        entry("a", "a", "one"),
+        entry("b", "a", "two"),
+    ]
+    .join("\n")
+        + "\n";
     let file = SessionFile::from_bytes("self.jsonl", own_parent.as_bytes()).unwrap();
-    assert_eq!(ids(&file.active_path()), ["a", "b"], "an entry that is its own parent is the root");
+    assert_eq!(
+        ids(&file.active_path()),
+        ["a", "b"],
+        "an entry that is its own parent is the root"
+    );
     let texts: Vec<String> = file.build_context().iter().map(text_of).collect();
     assert_eq!(texts, ["one", "two"], "each message once");
 
-    let each_other = [header.to_owned(), entry("a", "c", "one"), entry("b", "a", "two"), entry("c", "b", "three")].join("\n") + "\n";
+    let each_other = [
+        header.to_owned(),
+        entry("a", "c", "one"),
+        entry("b", "a", "two"),
+        entry("c", "b", "three"),
+    ]
+    .join("\n")
+        + "\n";
     let file = SessionFile::from_bytes("loop.jsonl", each_other.as_bytes()).unwrap();
-    assert_eq!(ids(&file.active_path()), ["a", "b", "c"], "the walk stops where it would come back");
+    assert_eq!(
+        ids(&file.active_path()),
+        ["a", "b", "c"],
+        "the walk stops where it would come back"
+    );
 }
 
 /// Found by the `transcript_jsonl` fuzz target: a number with a long mantissa in an entry was
@@ -1129,6 +1150,9 @@ fn an_entry_with_a_long_float_reads_back_as_itself_after_a_write() {
     let map: serde_json::Map<String, Value> = serde_json::from_str(&line).unwrap();
     let entry = clawctx_protocol::transcript::TranscriptEntry::from_json(map).unwrap();
     let written = serde_json::to_string(&entry.to_json().unwrap()).unwrap();
-    let again = clawctx_protocol::transcript::TranscriptEntry::from_json(serde_json::from_str(&written).unwrap()).unwrap();
+    let again = clawctx_protocol::transcript::TranscriptEntry::from_json(
+        serde_json::from_str(&written).unwrap(),
+    )
+    .unwrap();
     assert_eq!(again, entry, "written as {written}");
 }

@@ -25,11 +25,11 @@ use clawctx_engine::resolve::SelectionReason;
 use clawctx_engine::{ContextEngineRegistry, EngineError, ListedQuarantine};
 use clawctx_model::{BreakerSnapshot, BreakerState};
 use clawctx_protocol::{ContextEngineInfo, ContextEngineOperation, HostDescriptor};
+use clawctx_runtime::outbox::{inspect_outbox, OutboxReport};
 use clawctx_runtime::setup::{
     host_summarizer, summarizer_breaker_path, ExtractiveReason, SummarizerChoice,
     SummaryModelSource,
 };
-use clawctx_runtime::outbox::{inspect_outbox, OutboxReport};
 use clawctx_runtime::{select_backend, RuntimeError};
 use serde::Serialize;
 use serde_json::Value;

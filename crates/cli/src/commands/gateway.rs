@@ -64,13 +64,21 @@ pub async fn run(global: &GlobalArgs, args: GatewayArgs) -> anyhow::Result<ExitC
 
 async fn serve(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<ExitCode> {
     let config = global.load_config()?;
-    let overrides = Overrides { port: flags.port, bind: flags.bind };
+    let overrides = Overrides {
+        port: flags.port,
+        bind: flags.bind,
+    };
     let env = |k: &str| std::env::var(k).ok();
     let settings = GatewayConfig::resolve(config.value(), &overrides, &env)?;
     let state_dir = global.writable_state_dir()?;
     let mut lock = StateLock::acquire(&state_dir)?;
-    let (runtime, engines) = crate::commands::run::build_runtime(global, flags.model.clone()).await?;
-    let model = match clawctx_runtime::select_backend(config.value(), flags.model.as_deref(), &clawctx_model::process_env) {
+    let (runtime, engines) =
+        crate::commands::run::build_runtime(global, flags.model.clone()).await?;
+    let model = match clawctx_runtime::select_backend(
+        config.value(),
+        flags.model.as_deref(),
+        &clawctx_model::process_env,
+    ) {
         Ok(clawctx_runtime::Backend::Model(b)) => b.resolved_ref(),
         Ok(clawctx_runtime::Backend::Cli(c)) => c.id,
         Err(_) => String::new(),
@@ -90,7 +98,9 @@ async fn serve(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<ExitCode>
         }
     };
     let stop = stop_signal();
-    let addr = listener.local_addr().context("reading the listening address")?;
+    let addr = listener
+        .local_addr()
+        .context("reading the listening address")?;
     let url = format!("http://{addr}");
     lock.set_url(&url)?;
     {
@@ -100,7 +110,11 @@ async fn serve(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<ExitCode>
             "clawctx gateway listening on {url} (engine {}, model {model}, pid {}, auth {})",
             runtime.engine_id(),
             std::process::id(),
-            if gateway.config().token.is_some() { "token" } else { "none" }
+            if gateway.config().token.is_some() {
+                "token"
+            } else {
+                "none"
+            }
         );
         let _ = out.flush();
     }
@@ -131,7 +145,9 @@ fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
                 }
                 (term, int) => {
                     if let Err(e) = term.and(int) {
-                        tracing::warn!("cannot listen for SIGTERM/SIGINT ({e}); only Ctrl-C stops the gateway");
+                        tracing::warn!(
+                            "cannot listen for SIGTERM/SIGINT ({e}); only Ctrl-C stops the gateway"
+                        );
                     }
                     let _ = tokio::signal::ctrl_c().await;
                 }
@@ -156,7 +172,8 @@ async fn status(global: &GlobalArgs, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         println!(
             "gateway running: pid {}, {}",
-            s.pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
+            s.pid
+                .map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
             s.url.as_deref().unwrap_or("(no address yet)")
         );
         match (&s.problem, s.healthy) {

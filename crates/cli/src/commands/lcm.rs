@@ -36,7 +36,12 @@ use crate::global::GlobalArgs;
 pub struct LcmArgs {
     /// The lossless store: a SQLite file, a `postgres://` URL, or `env:NAME` to read either
     /// from environment variable NAME (default: the lossless engine's store for agent `main`).
-    #[arg(long, global = true, value_name = "PATH|URL", visible_alias = "database")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH|URL",
+        visible_alias = "database"
+    )]
     db: Option<PathBuf>,
     /// Print JSON (grep prints one line per hit without it; the other reports are JSON).
     #[arg(long, global = true)]
@@ -183,7 +188,9 @@ fn store_arg(
     Ok(match location {
         StoreLocation::Postgres(url) => StoreArg::Postgres(url),
         StoreLocation::Sqlite(Some(p)) => StoreArg::Sqlite(p),
-        StoreLocation::Sqlite(None) => StoreArg::Sqlite(global.agent_dir("main").join("lossless.db")),
+        StoreLocation::Sqlite(None) => {
+            StoreArg::Sqlite(global.agent_dir("main").join("lossless.db"))
+        }
     })
 }
 
@@ -266,7 +273,11 @@ fn print_migration(report: &MigrateReport, json: bool) -> anyhow::Result<()> {
     }
     let mut text = format!(
         "{} {} -> {}\n{:<18} {:>10} {:>10}  verified\n",
-        if report.dry_run { "dry run:" } else { "migrated" },
+        if report.dry_run {
+            "dry run:"
+        } else {
+            "migrated"
+        },
         report.source,
         report.target,
         "table",
@@ -347,7 +358,11 @@ async fn run_pg(url: &str, json: bool, action: LcmAction) -> anyhow::Result<Exit
 
 /// The commands both backends answer the same way; import and prune on PostgreSQL (SQLite's
 /// back the file up first and run in [`run`]).
-async fn run_backend(store: &dyn Backend, json: bool, action: LcmAction) -> anyhow::Result<ExitCode> {
+async fn run_backend(
+    store: &dyn Backend,
+    json: bool,
+    action: LcmAction,
+) -> anyhow::Result<ExitCode> {
     match action {
         LcmAction::Grep {
             pattern,
@@ -385,9 +400,7 @@ async fn run_backend(store: &dyn Backend, json: bool, action: LcmAction) -> anyh
             }
         }
         LcmAction::Describe { id } => print(&store.describe(&id, None).await?)?,
-        LcmAction::Expand { id, max_tokens } => {
-            print(&store.expand(&id, max_tokens, None).await?)?
-        }
+        LcmAction::Expand { id, max_tokens } => print(&store.expand(&id, max_tokens, None).await?)?,
         LcmAction::Status => print(&store.status().await?)?,
         LcmAction::Doctor => {
             let report = store.doctor().await?;

@@ -57,8 +57,9 @@ pub async fn build_runtime(
         model,
         env: &clawctx_model::process_env,
         agent_id: "main".into(),
-        hooks: (!hooks.is_empty())
-            .then(|| std::sync::Arc::new(hooks) as std::sync::Arc<dyn clawctx_engine::HookDispatcher>),
+        hooks: (!hooks.is_empty()).then(|| {
+            std::sync::Arc::new(hooks) as std::sync::Arc<dyn clawctx_engine::HookDispatcher>
+        }),
         tools: engines
             .plugins
             .iter()

@@ -31,7 +31,9 @@ pub fn is_valid_cut_point(entry: &TranscriptEntry) -> bool {
 /// Whether an entry starts a turn (user message, bash execution, custom message, branch summary).
 fn starts_turn(entry: &TranscriptEntry) -> bool {
     match &entry.kind {
-        EntryKind::Message(m) => matches!(m, AgentMessage::User(_) | AgentMessage::BashExecution(_)),
+        EntryKind::Message(m) => {
+            matches!(m, AgentMessage::User(_) | AgentMessage::BashExecution(_))
+        }
         EntryKind::BranchSummary(_) | EntryKind::CustomMessage(_) => true,
         _ => false,
     }
@@ -59,7 +61,12 @@ fn entry_tokens(e: &TranscriptEntry) -> u64 {
 
 /// Finds the cut in `path[start..end]` keeping at least `keep_recent_tokens` raw. `None` when
 /// the window has no valid cut point.
-pub fn find_cut_point(path: &[TranscriptEntry], start: usize, end: usize, keep_recent_tokens: u64) -> Option<CutPoint> {
+pub fn find_cut_point(
+    path: &[TranscriptEntry],
+    start: usize,
+    end: usize,
+    keep_recent_tokens: u64,
+) -> Option<CutPoint> {
     let end = end.min(path.len());
     if start >= end {
         return None;
@@ -78,7 +85,9 @@ pub fn find_cut_point(path: &[TranscriptEntry], start: usize, end: usize, keep_r
     let mut cut = match candidate {
         // Nearest valid cut point at or after the candidate; none after it means we can only
         // keep less than asked, from the last valid point.
-        Some(c) => (c..end).find(|&i| is_valid_cut_point(&path[i])).or_else(|| (start..c).rev().find(|&i| is_valid_cut_point(&path[i])))?,
+        Some(c) => (c..end)
+            .find(|&i| is_valid_cut_point(&path[i]))
+            .or_else(|| (start..c).rev().find(|&i| is_valid_cut_point(&path[i])))?,
         None => first_valid,
     };
     // Extend backwards over non-message entries (settings, model changes), stopping at a
@@ -91,13 +100,20 @@ pub fn find_cut_point(path: &[TranscriptEntry], start: usize, end: usize, keep_r
             break;
         }
     }
-    let cut_entry_index = (cut..end).find(|&i| !matches!(path[i].kind, EntryKind::Other { .. })).unwrap_or(cut);
+    let cut_entry_index = (cut..end)
+        .find(|&i| !matches!(path[i].kind, EntryKind::Other { .. }))
+        .unwrap_or(cut);
     let turn_start_index = if starts_turn(&path[cut_entry_index]) {
         None
     } else {
-        (start..cut_entry_index).rev().find(|&i| starts_turn(&path[i]))
+        (start..cut_entry_index)
+            .rev()
+            .find(|&i| starts_turn(&path[i]))
     };
-    Some(CutPoint { first_kept_index: cut, turn_start_index })
+    Some(CutPoint {
+        first_kept_index: cut,
+        turn_start_index,
+    })
 }
 
 /// Everything compaction needs from a path.
@@ -135,14 +151,21 @@ fn tokens_before(path: &[TranscriptEntry]) -> u64 {
                 continue;
             }
             if let Some(u) = &a.usage {
-                let t = if u.total_tokens > 0 { u.total_tokens } else { u.input + u.output + u.cache_read + u.cache_write };
+                let t = if u.total_tokens > 0 {
+                    u.total_tokens
+                } else {
+                    u.input + u.output + u.cache_read + u.cache_write
+                };
                 if t > 0 {
                     return t;
                 }
             }
         }
     }
-    clawctx_protocol::transcript::context_messages(path).iter().map(message_tokens).sum()
+    clawctx_protocol::transcript::context_messages(path)
+        .iter()
+        .map(message_tokens)
+        .sum()
 }
 
 /// Prepares a compaction of `path` (root → leaf). `None` when there is nothing to do: the last
@@ -151,21 +174,38 @@ fn tokens_before(path: &[TranscriptEntry]) -> u64 {
 /// The window starts at the previous compaction's first kept entry (not after the compaction
 /// entry): the entries it kept raw are part of the context and are summarized now rather than
 /// silently dropped.
-pub fn prepare_compaction(path: &[TranscriptEntry], keep_recent_tokens: u64) -> Option<CompactionPreparation> {
+pub fn prepare_compaction(
+    path: &[TranscriptEntry],
+    keep_recent_tokens: u64,
+) -> Option<CompactionPreparation> {
     let last = path.last()?;
     if matches!(last.kind, EntryKind::Compaction(_)) {
         return None;
     }
-    let prev = path.iter().rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
+    let prev = path
+        .iter()
+        .rposition(|e| matches!(e.kind, EntryKind::Compaction(_)));
     let (window_start, previous_summary, previous_details) = match prev {
         Some(pi) => {
-            let EntryKind::Compaction(CompactionEntryData { summary, first_kept_entry_id, details, from_hook, .. }) =
-                &path[pi].kind
+            let EntryKind::Compaction(CompactionEntryData {
+                summary,
+                first_kept_entry_id,
+                details,
+                from_hook,
+                ..
+            }) = &path[pi].kind
             else {
                 return None;
             };
-            let kept_from = path[..pi].iter().position(|e| &e.id == first_kept_entry_id).unwrap_or(pi + 1);
-            let details = if *from_hook == Some(true) { None } else { details.clone() };
+            let kept_from = path[..pi]
+                .iter()
+                .position(|e| &e.id == first_kept_entry_id)
+                .unwrap_or(pi + 1);
+            let details = if *from_hook == Some(true) {
+                None
+            } else {
+                details.clone()
+            };
             (kept_from, Some(summary.clone()), details)
         }
         None => (0, None, None),

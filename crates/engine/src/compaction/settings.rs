@@ -19,7 +19,12 @@ pub struct CompactionSettings {
 
 impl Default for CompactionSettings {
     fn default() -> Self {
-        Self { enabled: true, reserve_tokens: 16_384, keep_recent_tokens: 20_000, reserve_tokens_floor: 20_000 }
+        Self {
+            enabled: true,
+            reserve_tokens: 16_384,
+            keep_recent_tokens: 20_000,
+            reserve_tokens_floor: 20_000,
+        }
     }
 }
 
@@ -38,8 +43,15 @@ pub fn effective_reserve_tokens(settings: &CompactionSettings, context_window: O
 }
 
 /// The trigger: `contextTokens > contextWindow - reserveTokens` (when enabled).
-pub fn should_compact(context_tokens: u64, context_window: u64, settings: &CompactionSettings) -> bool {
-    settings.enabled && context_tokens > context_window.saturating_sub(effective_reserve_tokens(settings, Some(context_window)))
+pub fn should_compact(
+    context_tokens: u64,
+    context_window: u64,
+    settings: &CompactionSettings,
+) -> bool {
+    settings.enabled
+        && context_tokens
+            > context_window
+                .saturating_sub(effective_reserve_tokens(settings, Some(context_window)))
 }
 
 #[cfg(test)]
@@ -49,7 +61,14 @@ mod tests {
     #[test]
     fn defaults_match_spec_7_4() {
         let s = CompactionSettings::default();
-        assert_eq!((s.reserve_tokens, s.keep_recent_tokens, s.reserve_tokens_floor), (16_384, 20_000, 20_000));
+        assert_eq!(
+            (
+                s.reserve_tokens,
+                s.keep_recent_tokens,
+                s.reserve_tokens_floor
+            ),
+            (16_384, 20_000, 20_000)
+        );
     }
 
     #[test]
@@ -59,7 +78,10 @@ mod tests {
         assert_eq!(effective_reserve_tokens(&s, Some(200_000)), 20_000);
         // A small window cannot lose more than half of itself to the reserve.
         assert_eq!(effective_reserve_tokens(&s, Some(16_000)), 8_000);
-        let no_floor = CompactionSettings { reserve_tokens_floor: 0, ..s };
+        let no_floor = CompactionSettings {
+            reserve_tokens_floor: 0,
+            ..s
+        };
         assert_eq!(effective_reserve_tokens(&no_floor, Some(200_000)), 16_384);
     }
 
@@ -68,6 +90,13 @@ mod tests {
         let s = CompactionSettings::default();
         assert!(!should_compact(180_000, 200_000, &s));
         assert!(should_compact(180_001, 200_000, &s));
-        assert!(!should_compact(1_000_000, 200_000, &CompactionSettings { enabled: false, ..s }));
+        assert!(!should_compact(
+            1_000_000,
+            200_000,
+            &CompactionSettings {
+                enabled: false,
+                ..s
+            }
+        ));
     }
 }

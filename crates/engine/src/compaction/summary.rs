@@ -39,9 +39,11 @@ impl FileOps {
                     continue;
                 };
                 let name = call.name.to_ascii_lowercase();
-                let writes = ["write", "edit", "create", "patch", "delete", "move", "rename", "replace"]
-                    .iter()
-                    .any(|w| name.contains(w));
+                let writes = [
+                    "write", "edit", "create", "patch", "delete", "move", "rename", "replace",
+                ]
+                .iter()
+                .any(|w| name.contains(w));
                 if writes {
                     self.modified.insert(path.to_owned());
                 } else {
@@ -54,7 +56,15 @@ impl FileOps {
     /// Merges the lists of a previous compaction's `details`.
     pub fn merge_details(&mut self, details: &Value) {
         let list = |k: &str| -> Vec<String> {
-            details.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default()
+            details
+                .get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
         };
         self.read.extend(list("readFiles"));
         self.modified.extend(list("modifiedFiles"));
@@ -125,14 +135,22 @@ pub async fn generate_summary(
     custom_instructions: Option<&str>,
 ) -> Result<CompactionOutcome, EngineError> {
     let fail = |e: clawctx_summarize::SummarizeError| match e {
-        clawctx_summarize::SummarizeError::Aborted => EngineError::Aborted { reason: "compaction aborted".into() },
-        clawctx_summarize::SummarizeError::Failed(m) => EngineError::failed(format!("Summarization failed: {m}")),
+        clawctx_summarize::SummarizeError::Aborted => EngineError::Aborted {
+            reason: "compaction aborted".into(),
+        },
+        clawctx_summarize::SummarizeError::Failed(m) => {
+            EngineError::failed(format!("Summarization failed: {m}"))
+        }
         other => EngineError::failed(format!("Summarization failed: {other}")),
     };
     let history_request = (!prep.messages_to_summarize.is_empty()).then(|| {
         let conversation = serialize_conversation(&prep.messages_to_summarize);
         let input = clawctx_tokens::text_tokens(&conversation)
-            + prep.previous_summary.as_deref().map(clawctx_tokens::text_tokens).unwrap_or(0);
+            + prep
+                .previous_summary
+                .as_deref()
+                .map(clawctx_tokens::text_tokens)
+                .unwrap_or(0);
         SummaryRequest {
             kind: SummaryKind::History,
             conversation,
@@ -171,7 +189,10 @@ pub async fn generate_summary(
     let prefix = prefix.map_err(fail)?.filter(|p| !p.trim().is_empty());
     let history_text = history.or_else(|| prep.previous_summary.clone());
     let mut summary = match prefix {
-        Some(p) => format!("{}{SPLIT_TURN_HEADING}{p}", history_text.as_deref().unwrap_or(NO_PRIOR_HISTORY)),
+        Some(p) => format!(
+            "{}{SPLIT_TURN_HEADING}{p}",
+            history_text.as_deref().unwrap_or(NO_PRIOR_HISTORY)
+        ),
         None => history_text.unwrap_or_else(|| NO_PRIOR_HISTORY.to_owned()),
     };
     let mut files = FileOps::default();
@@ -182,7 +203,8 @@ pub async fn generate_summary(
     files.collect(&prep.turn_prefix_messages);
     files.finish();
     summary.push_str(&files.render());
-    let details = (!files.read.is_empty() || !files.modified.is_empty()).then(|| files.to_details());
+    let details =
+        (!files.read.is_empty() || !files.modified.is_empty()).then(|| files.to_details());
     let summary_tokens = clawctx_tokens::text_tokens(&summary)
         + clawctx_tokens::text_tokens(clawctx_protocol::COMPACTION_SUMMARY_PREFIX)
         + clawctx_tokens::MESSAGE_OVERHEAD_TOKENS;
@@ -211,7 +233,9 @@ pub async fn compact_path(
     let Some(prep) = prepare_compaction(path, keep_recent_tokens) else {
         return Ok(None);
     };
-    generate_summary(&prep, summarizer, reserve_tokens, custom_instructions).await.map(Some)
+    generate_summary(&prep, summarizer, reserve_tokens, custom_instructions)
+        .await
+        .map(Some)
 }
 
 impl From<CompactionOutcome> for crate::engine::RuntimeCompactionOutcome {

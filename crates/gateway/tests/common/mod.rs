@@ -24,11 +24,19 @@ pub struct Reply {
 }
 
 pub fn text(t: &str) -> Reply {
-    Reply { text: t.to_owned(), delay: Duration::ZERO, calls: Vec::new() }
+    Reply {
+        text: t.to_owned(),
+        delay: Duration::ZERO,
+        calls: Vec::new(),
+    }
 }
 
 pub fn slow(t: &str, delay: Duration) -> Reply {
-    Reply { text: t.to_owned(), delay, calls: Vec::new() }
+    Reply {
+        text: t.to_owned(),
+        delay,
+        calls: Vec::new(),
+    }
 }
 
 /// A reply calling tools (its text may be empty).
@@ -36,7 +44,10 @@ pub fn calls(t: &str, calls: &[(&str, &str, Value)]) -> Reply {
     Reply {
         text: t.to_owned(),
         delay: Duration::ZERO,
-        calls: calls.iter().map(|(id, name, args)| ((*id).to_owned(), (*name).to_owned(), args.to_string())).collect(),
+        calls: calls
+            .iter()
+            .map(|(id, name, args)| ((*id).to_owned(), (*name).to_owned(), args.to_string()))
+            .collect(),
     }
 }
 
@@ -49,9 +60,14 @@ impl Respond for Queue {
         let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
         let usage = json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110});
         let Some(reply) = self.0.lock().unwrap().pop_front() else {
-            return ResponseTemplate::new(500).set_body_json(json!({"error": {"message": "mock script exhausted"}}));
+            return ResponseTemplate::new(500)
+                .set_body_json(json!({"error": {"message": "mock script exhausted"}}));
         };
-        let finish = if reply.calls.is_empty() { "stop" } else { "tool_calls" };
+        let finish = if reply.calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
         let template = if stream {
             // Two content chunks, so a streaming client sees more than one delta; each tool
             // call in two fragments.
@@ -100,7 +116,11 @@ impl MockLlm {
     pub async fn start() -> Self {
         let server = MockServer::start().await;
         let queue = Queue::default();
-        Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(queue.clone()).mount(&server).await;
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(queue.clone())
+            .mount(&server)
+            .await;
         Self { server, queue }
     }
 
@@ -145,7 +165,12 @@ pub struct Opts {
 
 impl Default for Opts {
     fn default() -> Self {
-        Opts { engine: "legacy", token: None, tweak: Box::new(|_| {}), llm_summarizer: false }
+        Opts {
+            engine: "legacy",
+            token: None,
+            tweak: Box::new(|_| {}),
+            llm_summarizer: false,
+        }
     }
 }
 
@@ -169,12 +194,28 @@ pub async fn start(opts: Opts) -> TestGateway {
     let agent_dir = state.path().join("agents").join("main");
     let backend = select_backend(&config, None, &|_| None).unwrap();
     let summarizer = opts.llm_summarizer.then(|| {
-        let h = clawctx_runtime::setup::host_summarizer(&config, Some(&backend), &|_| None, state.path()).unwrap();
+        let h = clawctx_runtime::setup::host_summarizer(
+            &config,
+            Some(&backend),
+            &|_| None,
+            state.path(),
+        )
+        .unwrap();
         registry.set_host_summarizer(h.llm.clone());
         h.for_runtime()
     });
-    let resolved = registry.resolve(Some(config.clone()), Some(agent_dir.clone()), Some(agent_dir.clone())).await.unwrap();
-    assert_eq!(resolved.effective_id, opts.engine, "the engine under test must serve");
+    let resolved = registry
+        .resolve(
+            Some(config.clone()),
+            Some(agent_dir.clone()),
+            Some(agent_dir.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        resolved.effective_id, opts.engine,
+        "the engine under test must serve"
+    );
     let mut builder = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
         .selection(resolved.effective_id.clone(), SelectionSource::Configured)
         .workspace_dir(agent_dir.to_string_lossy().into_owned());
@@ -198,8 +239,19 @@ pub async fn start(opts: Opts) -> TestGateway {
     let join = tokio::spawn(gateway.serve(listener, async move {
         let _ = rx.await;
     }));
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
-    TestGateway { url, http, llm, runtime, state, stop: Some(tx), join: Some(join) }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    TestGateway {
+        url,
+        http,
+        llm,
+        runtime,
+        state,
+        stop: Some(tx),
+        join: Some(join),
+    }
 }
 
 impl TestGateway {
@@ -212,7 +264,12 @@ impl TestGateway {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.http.post(self.at(path)).json(body).send().await.unwrap()
+        self.http
+            .post(self.at(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// One chat completion with `prompt` in session `key` (`x-clawctx-session`), which must
@@ -227,7 +284,12 @@ impl TestGateway {
             .await
             .unwrap();
         let status = r.status();
-        assert_eq!(status, 200, "chat in {key}: {}", r.text().await.unwrap_or_default());
+        assert_eq!(
+            status,
+            200,
+            "chat in {key}: {}",
+            r.text().await.unwrap_or_default()
+        );
     }
 
     /// Signals shutdown and waits (bounded) for the serve loop to return.
@@ -236,7 +298,10 @@ impl TestGateway {
             let _ = tx.send(());
         }
         let join = self.join.take().expect("stopped once");
-        tokio::time::timeout(Duration::from_secs(60), join).await.expect("the gateway stops within 60 s").unwrap()
+        tokio::time::timeout(Duration::from_secs(60), join)
+            .await
+            .expect("the gateway stops within 60 s")
+            .unwrap()
     }
 
     /// Signals shutdown without waiting.
@@ -249,7 +314,10 @@ impl TestGateway {
     /// Waits for a serve loop already signalled.
     pub async fn join(&mut self) -> clawctx_gateway::Result<()> {
         let join = self.join.take().expect("joined once");
-        tokio::time::timeout(Duration::from_secs(60), join).await.expect("the gateway stops within 60 s").unwrap()
+        tokio::time::timeout(Duration::from_secs(60), join)
+            .await
+            .expect("the gateway stops within 60 s")
+            .unwrap()
     }
 }
 
@@ -257,7 +325,10 @@ impl TestGateway {
 pub async fn error_of(r: reqwest::Response, status: u16) -> Value {
     assert_eq!(r.status().as_u16(), status, "status");
     let body: Value = r.json().await.expect("an error body is JSON");
-    let e = body.get("error").cloned().unwrap_or_else(|| panic!("no `error` in {body}"));
+    let e = body
+        .get("error")
+        .cloned()
+        .unwrap_or_else(|| panic!("no `error` in {body}"));
     for k in ["message", "type", "param", "code"] {
         assert!(e.get(k).is_some(), "error object lacks `{k}`: {body}");
     }

@@ -170,9 +170,15 @@ impl PgStore {
         if !wanted(r) {
             return Ok(None);
         }
-        let ranked =
-            Self::ranked_messages(tx, &r.terms, &r.convs, r.max_messages, exclude, PROMPT_TERM_WINDOW)
-                .await?;
+        let ranked = Self::ranked_messages(
+            tx,
+            &r.terms,
+            &r.convs,
+            r.max_messages,
+            exclude,
+            PROMPT_TERM_WINDOW,
+        )
+        .await?;
         if ranked.is_empty() {
             return Ok(None);
         }
@@ -270,15 +276,26 @@ impl PgStore {
             async move { c.query(st, &[&ids]).await }
         };
         for r in &read(cands[..first].iter().map(|c| c.0).collect()).await? {
-            found.insert(r.try_get::<_, i64>(0)?, (r.try_get::<_, i64>(1)?, r.try_get::<_, i64>(2)?));
+            found.insert(
+                r.try_get::<_, i64>(0)?,
+                (r.try_get::<_, i64>(1)?, r.try_get::<_, i64>(2)?),
+            );
         }
-        let in_scope = found.values().filter(|(conv, _)| convs.contains(conv)).count();
+        let in_scope = found
+            .values()
+            .filter(|(conv, _)| convs.contains(conv))
+            .count();
         if in_scope < k && bound > first {
             for r in &read(cands[first..bound].iter().map(|c| c.0).collect()).await? {
-                found.insert(r.try_get::<_, i64>(0)?, (r.try_get::<_, i64>(1)?, r.try_get::<_, i64>(2)?));
+                found.insert(
+                    r.try_get::<_, i64>(0)?,
+                    (r.try_get::<_, i64>(1)?, r.try_get::<_, i64>(2)?),
+                );
             }
         }
-        finish_ranking(corpus, cands, convs, k, pool, |id| Ok(found.get(&id).copied()))
+        finish_ranking(corpus, cands, convs, k, pool, |id| {
+            Ok(found.get(&id).copied())
+        })
     }
 }
 

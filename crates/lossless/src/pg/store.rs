@@ -194,7 +194,9 @@ impl PgStore {
         id: i64,
     ) -> Result<Option<ConvRow>> {
         let st = c
-            .prepare_cached(&format!("SELECT {CONV_COLS} FROM conversations WHERE id = $1"))
+            .prepare_cached(&format!(
+                "SELECT {CONV_COLS} FROM conversations WHERE id = $1"
+            ))
             .await?;
         let row = c.query_opt(&st, &[&id]).await?;
         row.as_ref().map(conv_row).transpose()
@@ -261,7 +263,10 @@ impl Backend for PgStore {
         self.retrying(|| async {
             let c = self.client().await?;
             let rows = c
-                .query(&format!("SELECT {CONV_COLS} FROM conversations ORDER BY id"), &[])
+                .query(
+                    &format!("SELECT {CONV_COLS} FROM conversations ORDER BY id"),
+                    &[],
+                )
                 .await?;
             rows.iter().map(conv_row).collect()
         })
@@ -368,12 +373,7 @@ impl Backend for PgStore {
         self.describe_item(id, agent).await
     }
 
-    async fn expand(
-        &self,
-        id: &str,
-        max_tokens: u64,
-        agent: Option<&str>,
-    ) -> Result<ExpandReport> {
+    async fn expand(&self, id: &str, max_tokens: u64, agent: Option<&str>) -> Result<ExpandReport> {
         self.expand_item(id, max_tokens, agent).await
     }
 

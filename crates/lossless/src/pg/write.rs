@@ -76,7 +76,8 @@ impl PgStore {
         msgs: Vec<AgentMessage>,
     ) -> Result<Option<IngestOutcome>> {
         let encoded = encode_all(msgs).await?;
-        self.retrying(|| self.write_encoded(key, turn, &encoded)).await
+        self.retrying(|| self.write_encoded(key, turn, &encoded))
+            .await
     }
 
     /// [`Self::append`]'s transaction, for messages already encoded.
@@ -129,8 +130,7 @@ impl PgStore {
             let calls: Vec<i32> = new.iter().map(|e| e.n_calls as i32).collect();
             let call_ids: Vec<Option<&str>> =
                 new.iter().map(|e| e.tool_call_id.as_deref()).collect();
-            let skeletons: Vec<Option<&str>> =
-                new.iter().map(|e| e.skeleton.as_deref()).collect();
+            let skeletons: Vec<Option<&str>> = new.iter().map(|e| e.skeleton.as_deref()).collect();
             let texts: Vec<&str> = new.iter().map(|e| e.text.as_str()).collect();
             let terms: Vec<&str> = new.iter().map(|e| e.fts.as_str()).collect();
             // The messages and their frontier items in one statement; ordinals follow the
@@ -153,8 +153,19 @@ impl PgStore {
             tx.execute(
                 &insert,
                 &[
-                    &conv.id, &seqs, &roles, &tokens, &ts, &hashes, &calls, &call_ids,
-                    &skeletons, &texts, &terms, &conv.next_ord, &conv.next_seq,
+                    &conv.id,
+                    &seqs,
+                    &roles,
+                    &tokens,
+                    &ts,
+                    &hashes,
+                    &calls,
+                    &call_ids,
+                    &skeletons,
+                    &texts,
+                    &terms,
+                    &conv.next_ord,
+                    &conv.next_seq,
                 ],
             )
             .await?;
@@ -162,7 +173,9 @@ impl PgStore {
             let raw: i64 = new.iter().map(|e| e.text.len() as i64).sum();
             bytes = new
                 .iter()
-                .map(|e| (e.text.len() + e.fts.len() + e.skeleton.as_ref().map_or(0, String::len)) as u64)
+                .map(|e| {
+                    (e.text.len() + e.fts.len() + e.skeleton.as_ref().map_or(0, String::len)) as u64
+                })
                 .sum();
             conv.next_seq += n;
             conv.next_ord += n;
@@ -360,7 +373,12 @@ impl PgStore {
             for r in &rows {
                 let text: String = r.try_get(1)?;
                 let skeleton: Option<String> = r.try_get(2)?;
-                msgs.push(codec::decode(r.try_get(0)?, &text, skeleton.as_deref(), r.try_get(3)?)?);
+                msgs.push(codec::decode(
+                    r.try_get(0)?,
+                    &text,
+                    skeleton.as_deref(),
+                    r.try_get(3)?,
+                )?);
             }
             Ok(clawctx_summarize::serialize_conversation(&msgs))
         } else {
@@ -523,7 +541,12 @@ impl CompactionSteps for PgStore {
             tx.execute(
                 "UPDATE conversations SET frontier_tokens = frontier_tokens - $2 + $3,
                  frontier_items = frontier_items - $4 + 1 WHERE id = $1",
-                &[&ch.conv_id, &removed, &item_tokens, &(ch.items.len() as i64)],
+                &[
+                    &ch.conv_id,
+                    &removed,
+                    &item_tokens,
+                    &(ch.items.len() as i64),
+                ],
             )
             .await?;
             committed += 1;

@@ -49,7 +49,8 @@ impl Checkpointer {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .ok()?;
-        conn.busy_timeout(Duration::from_millis(busy_timeout_ms)).ok()?;
+        conn.busy_timeout(Duration::from_millis(busy_timeout_ms))
+            .ok()?;
         // One wake-up may wait while a checkpoint runs; more would be redundant.
         let (wake, rx) = mpsc::sync_channel::<()>(1);
         let restarts = Arc::new(AtomicU64::new(0));

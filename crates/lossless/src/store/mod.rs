@@ -451,7 +451,11 @@ mod durability_tests {
 
     fn synchronous(store: &LosslessStore) -> i64 {
         store
-            .call_blocking(|db| Ok(db.conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))?))
+            .call_blocking(|db| {
+                Ok(db
+                    .conn
+                    .query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))?)
+            })
             .unwrap()
     }
 

@@ -128,6 +128,11 @@ pub async fn load_selected(
         .resolve(Some(std::sync::Arc::new(config)), None, None)
         .await
         .unwrap();
-    assert_eq!(resolved.effective_id, engine, "{:?}", registry.quarantines());
+    assert_eq!(
+        resolved.effective_id,
+        engine,
+        "{:?}",
+        registry.quarantines()
+    );
     (registry, resolved.engine.clone(), loaded)
 }

@@ -19,7 +19,11 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 #[derive(Clone, Debug)]
 pub enum Reply {
     Text(String),
-    Tool { id: String, name: String, args: Value },
+    Tool {
+        id: String,
+        name: String,
+        args: Value,
+    },
     Overflow,
     Garbage,
     CutStream(String),
@@ -30,7 +34,11 @@ pub fn text(t: &str) -> Reply {
 }
 
 pub fn tool(id: &str, name: &str, args: Value) -> Reply {
-    Reply::Tool { id: id.into(), name: name.into(), args }
+    Reply::Tool {
+        id: id.into(),
+        name: name.into(),
+        args,
+    }
 }
 
 #[derive(Clone, Default)]
@@ -50,7 +58,8 @@ impl Respond for Queue {
         let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
         let usage = json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110});
         let Some(reply) = self.0.lock().unwrap().pop_front() else {
-            return ResponseTemplate::new(500).set_body_json(json!({"error": {"message": "mock script exhausted"}}));
+            return ResponseTemplate::new(500)
+                .set_body_json(json!({"error": {"message": "mock script exhausted"}}));
         };
         match reply {
             Reply::Text(t) if stream => ResponseTemplate::new(200).set_body_raw(
@@ -112,7 +121,11 @@ impl MockLlm {
     pub async fn start() -> Self {
         let server = MockServer::start().await;
         let queue = Queue::default();
-        Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(queue.clone()).mount(&server).await;
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(queue.clone())
+            .mount(&server)
+            .await;
         Self { server, queue }
     }
 
@@ -146,7 +159,12 @@ impl MockLlm {
     }
 
     pub fn backend(&self, window: u64, max_tokens: u64) -> Backend {
-        select_backend(&self.config(window, max_tokens), Some("mock/test-model"), &|_| None).unwrap()
+        select_backend(
+            &self.config(window, max_tokens),
+            Some("mock/test-model"),
+            &|_| None,
+        )
+        .unwrap()
     }
 }
 
@@ -166,7 +184,9 @@ impl AgentTool for ReadFile {
     }
     async fn execute(&self, arguments: Value, _context: ToolCallContext) -> Result<String, String> {
         match arguments.get("path").and_then(Value::as_str) {
-            Some(p) => Ok(format!("contents of {p}: fn main() {{ println!(\"hi\"); }}")),
+            Some(p) => Ok(format!(
+                "contents of {p}: fn main() {{ println!(\"hi\"); }}"
+            )),
             None => Err("missing `path`".into()),
         }
     }
@@ -181,23 +201,42 @@ pub struct MaintainingLegacy {
 
 impl MaintainingLegacy {
     pub fn new() -> Self {
-        Self { calls: Mutex::new(Vec::new()) }
+        Self {
+            calls: Mutex::new(Vec::new()),
+        }
     }
     pub fn count(&self, m: Method) -> usize {
-        self.calls.lock().unwrap().iter().filter(|(x, _)| *x == m).count()
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(x, _)| *x == m)
+            .count()
     }
     pub fn params(&self, m: Method) -> Vec<Value> {
-        self.calls.lock().unwrap().iter().filter(|(x, _)| *x == m).map(|(_, v)| v.clone()).collect()
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(x, _)| *x == m)
+            .map(|(_, v)| v.clone())
+            .collect()
     }
     fn record<T: serde::Serialize>(&self, m: Method, p: &T) {
-        self.calls.lock().unwrap().push((m, serde_json::to_value(p).unwrap()));
+        self.calls
+            .lock()
+            .unwrap()
+            .push((m, serde_json::to_value(p).unwrap()));
     }
 }
 
 #[async_trait]
 impl ContextEngine for MaintainingLegacy {
     fn info(&self) -> ContextEngineInfo {
-        ContextEngineInfo { turn_maintenance_mode: Some(TurnMaintenanceMode::Background), ..legacy_info() }
+        ContextEngineInfo {
+            turn_maintenance_mode: Some(TurnMaintenanceMode::Background),
+            ..legacy_info()
+        }
     }
     fn methods(&self) -> MethodSet {
         LegacyEngine.methods().with(Method::Maintain)
@@ -205,15 +244,27 @@ impl ContextEngine for MaintainingLegacy {
     fn is_runtime_compaction_delegate(&self) -> bool {
         true
     }
-    async fn ingest(&self, p: &IngestParams, cx: &CallContext) -> Result<IngestResult, EngineError> {
+    async fn ingest(
+        &self,
+        p: &IngestParams,
+        cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
         self.record(Method::Ingest, p);
         LegacyEngine.ingest(p, cx).await
     }
-    async fn assemble(&self, p: &AssembleParams, cx: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        p: &AssembleParams,
+        cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         self.record(Method::Assemble, p);
         LegacyEngine.assemble(p, cx).await
     }
-    async fn compact(&self, p: &CompactParams, cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        p: &CompactParams,
+        cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         self.record(Method::Compact, p);
         LegacyEngine.compact(p, cx).await
     }
@@ -221,25 +272,46 @@ impl ContextEngine for MaintainingLegacy {
         self.record(Method::AfterTurn, p);
         LegacyEngine.after_turn(p, cx).await
     }
-    async fn maintain(&self, p: &MaintainParams, cx: &CallContext) -> Result<TranscriptRewriteResult, EngineError> {
+    async fn maintain(
+        &self,
+        p: &MaintainParams,
+        cx: &CallContext,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
         self.record(Method::Maintain, p);
-        let services = cx.services.clone().ok_or_else(|| EngineError::failed("no runtime services"))?;
+        let services = cx
+            .services
+            .clone()
+            .ok_or_else(|| EngineError::failed("no runtime services"))?;
         // Trim every tool result that is not trimmed yet.
-        let file = clawctx_transcript::SessionFile::open(&p.session_file).map_err(|e| EngineError::failed(e.to_string()))?;
+        let file = clawctx_transcript::SessionFile::open(&p.session_file)
+            .map_err(|e| EngineError::failed(e.to_string()))?;
         let replacements: Vec<TranscriptReplacement> = file
             .active_path()
             .iter()
             .filter_map(|e| match e.message() {
-                Some(AgentMessage::ToolResult(r)) if !r.content.blocks().iter().any(|b| matches!(b, ContentBlock::Text(t) if t.text.starts_with("[trimmed]"))) => {
+                Some(AgentMessage::ToolResult(r))
+                    if !r.content.blocks().iter().any(
+                        |b| matches!(b, ContentBlock::Text(t) if t.text.starts_with("[trimmed]")),
+                    ) =>
+                {
                     let mut r = r.clone();
-                    r.content = Content::Blocks(vec![ContentBlock::text(format!("[trimmed] {}", r.tool_name))]);
-                    Some(TranscriptReplacement { entry_id: e.id.clone(), message: AgentMessage::ToolResult(r) })
+                    r.content = Content::Blocks(vec![ContentBlock::text(format!(
+                        "[trimmed] {}",
+                        r.tool_name
+                    ))]);
+                    Some(TranscriptReplacement {
+                        entry_id: e.id.clone(),
+                        message: AgentMessage::ToolResult(r),
+                    })
                 }
                 _ => None,
             })
             .collect();
         Ok(services
-            .rewrite_transcript_entries(TranscriptRewriteRequest { replacements, allowed_rewrite_suffix_entry_ids: None })
+            .rewrite_transcript_entries(TranscriptRewriteRequest {
+                replacements,
+                allowed_rewrite_suffix_entry_ids: None,
+            })
             .await)
     }
 }
@@ -254,7 +326,11 @@ pub struct AdditionEngine {
 
 impl AdditionEngine {
     pub fn new() -> Self {
-        Self { projection: false, epoch: Mutex::new(1), requires: None }
+        Self {
+            projection: false,
+            epoch: Mutex::new(1),
+            requires: None,
+        }
     }
 }
 
@@ -271,7 +347,11 @@ impl AgentTool for RecallTool {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"query": {"type": "string"}}})
     }
-    async fn execute(&self, _arguments: Value, _context: ToolCallContext) -> Result<String, String> {
+    async fn execute(
+        &self,
+        _arguments: Value,
+        _context: ToolCallContext,
+    ) -> Result<String, String> {
         Ok("nothing found".into())
     }
 }
@@ -285,7 +365,10 @@ impl ContextEngine for AdditionEngine {
                 [(
                     ContextEngineOperation::AgentRun,
                     ContextEngineHostRequirements {
-                        required_capabilities: req.iter().map(|c| HostCapability(c.clone())).collect(),
+                        required_capabilities: req
+                            .iter()
+                            .map(|c| HostCapability(c.clone()))
+                            .collect(),
                         unsupported_message: Some("Use the embedded runner.".into()),
                     },
                 )]
@@ -298,10 +381,18 @@ impl ContextEngine for AdditionEngine {
     fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
         vec![Arc::new(RecallTool)]
     }
-    async fn ingest(&self, _p: &IngestParams, _cx: &CallContext) -> Result<IngestResult, EngineError> {
+    async fn ingest(
+        &self,
+        _p: &IngestParams,
+        _cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
         Ok(IngestResult { ingested: false })
     }
-    async fn assemble(&self, p: &AssembleParams, _cx: &CallContext) -> Result<AssembleResult, EngineError> {
+    async fn assemble(
+        &self,
+        p: &AssembleParams,
+        _cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
         Ok(AssembleResult {
             messages: p.messages.clone(),
             estimated_tokens: 0,
@@ -314,8 +405,17 @@ impl ContextEngine for AdditionEngine {
             ..Default::default()
         })
     }
-    async fn compact(&self, _p: &CompactParams, _cx: &CallContext) -> Result<CompactResult, EngineError> {
+    async fn compact(
+        &self,
+        _p: &CompactParams,
+        _cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
         *self.epoch.lock().unwrap() += 1;
-        Ok(CompactResult { ok: true, compacted: true, reason: None, result: None })
+        Ok(CompactResult {
+            ok: true,
+            compacted: true,
+            reason: None,
+            result: None,
+        })
     }
 }
