@@ -298,16 +298,28 @@ pub(crate) fn classify_stream_error(provider: &str, error_json: &str) -> ModelEr
     }
 }
 
+/// The longest `Retry-After` kept: a provider's value above it (`1e20`, `u64::MAX`) is read as
+/// this, so the duration can be added to an instant, formatted and compared without overflow.
+/// Any value this long is far past [`crate::RetryPolicy::max_retry_after`], so it is never
+/// waited for; the error just carries "retry after a day".
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Parses a `Retry-After` header value (seconds; HTTP dates are not honored and read as absent).
+/// Values past [`MAX_RETRY_AFTER`] are clamped to it: a provider's `1e20` must not panic the
+/// turn (`Duration::from_secs_f64` panics on values it cannot hold).
 pub(crate) fn parse_retry_after(value: Option<&str>) -> Option<Duration> {
     let v = value?.trim();
     if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+        return Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER));
     }
     v.parse::<f64>()
         .ok()
-        .filter(|f| f.is_finite() && *f >= 0.0)
-        .map(Duration::from_secs_f64)
+        .filter(|f| !f.is_nan() && *f >= 0.0)
+        .map(|f| {
+            Duration::try_from_secs_f64(f)
+                .unwrap_or(MAX_RETRY_AFTER)
+                .min(MAX_RETRY_AFTER)
+        })
 }
 
 #[cfg(test)]
@@ -397,5 +409,33 @@ mod tests {
             parse_retry_after(Some("Wed, 21 Oct 2015 07:28:00 GMT")),
             None
         );
+    }
+
+    #[test]
+    fn huge_retry_after_values_are_clamped_not_a_panic() {
+        for huge in [
+            "1e20",
+            "1.8e19",
+            "inf",
+            "18446744073709551615",
+            "99999999999",
+        ] {
+            assert_eq!(
+                parse_retry_after(Some(huge)),
+                Some(MAX_RETRY_AFTER),
+                "{huge}"
+            );
+        }
+        for bad in ["-1", "NaN", "-inf"] {
+            assert_eq!(parse_retry_after(Some(bad)), None, "{bad}");
+        }
+        // The clamped value still formats and adds to an instant.
+        let e = ModelError::RateLimited {
+            provider: "p".into(),
+            message: "m".into(),
+            retry_after: parse_retry_after(Some("1e20")),
+        };
+        assert!(e.to_string().contains("retry after 86400s"), "{e}");
+        let _ = std::time::Instant::now() + MAX_RETRY_AFTER;
     }
 }

@@ -342,6 +342,35 @@ async fn openai_429_then_success_is_retried_after_retry_after() {
     assert_eq!(server.received_requests().await.unwrap().len(), 2);
 }
 
+/// A provider's absurd `Retry-After` (`1e20` seconds) panicked the turn in
+/// `Duration::from_secs_f64`; it is clamped, not waited for, and the 429 goes back to the caller.
+#[tokio::test]
+async fn openai_429_with_a_huge_retry_after_is_an_error_not_a_panic() {
+    for huge in ["1e20", "18446744073709551615"] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(
+                ResponseTemplate::new(429)
+                    .insert_header("retry-after", huge)
+                    .set_body_json(json!({"error": {"message": "slow down"}})),
+            )
+            .mount(&server)
+            .await;
+        let p = provider("openai-completions", &server, json!({}));
+        let e = complete(&p, simple_request()).await.unwrap_err();
+        assert!(
+            matches!(&e, ModelError::RateLimited { retry_after: Some(d), .. } if *d == Duration::from_secs(86_400)),
+            "{huge}: {e:?}"
+        );
+        assert_eq!(
+            server.received_requests().await.unwrap().len(),
+            1,
+            "{huge}: a Retry-After past the policy's cap is not waited for"
+        );
+    }
+}
+
 #[tokio::test]
 async fn openai_5xx_retries_are_bounded_then_unavailable() {
     let server = MockServer::start().await;
