@@ -389,6 +389,14 @@ pub trait ContextEngine: Send + Sync {
         Vec::new()
     }
 
+    /// The engine as [`std::any::Any`], for a host that knows a concrete engine and wants what
+    /// it offers beyond the contract (the gateway asks the lossless engine for recall and
+    /// inspection over the engine's own store, so a process opens one store per engine).
+    /// `None` by default; the quarantine guard answers with the engine it wraps.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// Stores one message. `ingested: false` for a duplicate or a no-op.
     async fn ingest(
         &self,

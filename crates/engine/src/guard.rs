@@ -328,6 +328,12 @@ impl ContextEngine for GuardedEngine {
         self.inner.tools()
     }
 
+    /// The wrapped engine, quarantined or not: what a host reads through it (the lossless
+    /// engine's store, for recall) is the engine's own, not the fallback's.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        self.inner.as_any()
+    }
+
     async fn ingest(
         &self,
         params: &IngestParams,

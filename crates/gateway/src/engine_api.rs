@@ -19,24 +19,17 @@
 //! A rollback is dropped when `onSubagentEnded` names its child, and the oldest go past
 //! [`MAX_ROLLBACKS`] kept.
 //!
-//! Recall (`lcm_grep`, `lcm_describe`, `lcm_expand`) reads the lossless store through
-//! `clawctx_lossless`'s library API on a connection of its own, opened on first use when the
-//! engine in charge is `lossless`, scoped to the caller's session (grep) or its agent
-//! (describe, expand) as the model's recall tools are.
+//! Recall (`lcm_grep`, `lcm_describe`, `lcm_expand`) is [`crate::recall`], over the engine's
+//! own store; the session list here reads the lossless conversations through it too.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use axum::extract::State;
 use axum::Json;
 use clawctx_engine::{AbortController, CallContext, EngineError, Method, SubagentSpawnPreparation};
-use clawctx_lossless::pg::{connect::PgTarget, PgStore};
-use clawctx_lossless::{
-    Backend, ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore,
-    Scope, StoreLocation,
-};
 use clawctx_protocol::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -139,110 +132,6 @@ pub struct SessionRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lossless_messages: Option<u64>,
 }
-
-/// Grep mode.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RecallMode {
-    /// Every term must match (BM25 ranked).
-    #[default]
-    FullText,
-    /// A whole question: rows sharing the most and rarest words.
-    AnyTerm,
-    /// A regular expression.
-    Regex,
-}
-
-/// What grep searches.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RecallTarget {
-    /// Messages and summaries.
-    #[default]
-    Both,
-    /// Messages only.
-    Messages,
-    /// Summaries only.
-    Summaries,
-}
-
-/// Grep order.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RecallSort {
-    /// Best match first.
-    #[default]
-    Relevance,
-    /// Newest first.
-    Recency,
-}
-
-/// Which conversations grep sees.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RecallScope {
-    /// This session key (including before `/new`).
-    #[default]
-    Session,
-    /// Every session of the session's agent.
-    Agent,
-}
-
-/// `POST /v1/engine/lcm_grep`.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct GrepRequest {
-    /// The caller's session key.
-    pub session_key: String,
-    /// Terms, a question (`any_term`) or a regular expression (`regex`).
-    pub query: String,
-    /// Mode.
-    #[serde(default)]
-    pub mode: RecallMode,
-    /// Target.
-    #[serde(default)]
-    pub target: RecallTarget,
-    /// Order.
-    #[serde(default)]
-    pub sort: RecallSort,
-    /// Scope.
-    #[serde(default)]
-    pub scope: RecallScope,
-    /// Page size (1-200, default 20).
-    #[serde(default)]
-    pub limit: Option<usize>,
-    /// Hits to skip.
-    #[serde(default)]
-    pub offset: Option<usize>,
-}
-
-/// `POST /v1/engine/lcm_describe`.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DescribeRequest {
-    /// The caller's session key (its agent scopes the lookup).
-    pub session_key: String,
-    /// `sum_<n>` or `msg_<n>`.
-    pub id: String,
-}
-
-/// `POST /v1/engine/lcm_expand`.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ExpandRequest {
-    /// The caller's session key (its agent scopes the lookup).
-    pub session_key: String,
-    /// `sum_<n>` (or `msg_<n>`).
-    pub id: String,
-    /// Token cap of the expansion (default: the engine's `maxExpandTokens`).
-    #[serde(default)]
-    pub max_tokens: Option<u64>,
-}
-
-/// A recall report as `clawctx lcm … --json` prints it.
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-#[serde(transparent)]
-pub struct RecallReport(pub serde_json::Map<String, Value>);
 
 /// The session a call belongs to: its lane key.
 pub(crate) fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<String, ApiError> {
@@ -605,9 +494,9 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
             lossless_messages: None,
         })
         .collect();
-    if s.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
-        let conversations = store(&s).await?.conversations().await.map_err(|e| {
-            ApiError::internal(format!("cannot list the lossless conversations: {e}"))
+    if let Some(recall) = crate::recall::lossless(&s) {
+        let conversations = recall.conversations().await.map_err(|e| {
+            crate::recall::store_error(&recall, "listing the lossless conversations", e)
         })?;
         let mut lossless_only = Vec::new();
         for c in conversations.into_iter().filter(|c| c.active) {
@@ -630,177 +519,4 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
         sessions.extend(lossless_only);
     }
     Ok(Json(SessionList { sessions }))
-}
-
-/// The lossless store's database file when it is SQLite: `database` (a path) or
-/// `databasePath` of `plugins.entries.lossless.config`, else `<state>/agents/main/lossless.db`;
-/// `None` when the store is in PostgreSQL.
-pub(crate) fn lossless_db_path(
-    host_config: &Value,
-    state_dir: &std::path::Path,
-) -> Option<std::path::PathBuf> {
-    match LosslessConfig::from_host_config(host_config).store_location() {
-        Ok(StoreLocation::Sqlite(path)) => {
-            Some(path.unwrap_or_else(|| state_dir.join("agents").join("main").join("lossless.db")))
-        }
-        Ok(StoreLocation::Postgres(_)) | Err(_) => None,
-    }
-}
-
-/// The recall store: opened on first use when the engine in charge is `lossless`, on the
-/// backend its config names (a SQLite file, or the PostgreSQL database the engine uses).
-pub(crate) async fn store(s: &Shared) -> Result<Arc<dyn Backend>, ApiError> {
-    let engine = s.runtime.engine_id();
-    if engine != clawctx_lossless::ENGINE_ID {
-        return Err(ApiError::conflict(format!(
-            "recall needs the lossless engine; the engine in charge is \"{engine}\" (plugins.slots.contextEngine)"
-        )));
-    }
-    let host_config = s.host_config.clone();
-    let state_dir = s.runtime.state_dir().to_path_buf();
-    s.recall
-        .get_or_try_init(|| async move {
-            let cfg = LosslessConfig::from_host_config(&host_config);
-            let location = cfg
-                .store_location()
-                .map_err(|e| ApiError::internal(format!("cannot open the lossless store: {e}")))?;
-            let opened: Arc<dyn Backend> =
-                match location {
-                    StoreLocation::Postgres(url) => {
-                        let target = PgTarget::parse(&url).map_err(|e| {
-                            ApiError::internal(format!("cannot open the lossless store: {e}"))
-                        })?;
-                        Arc::new(PgStore::open(target, cfg.pool_size.min(4)).await.map_err(
-                            |e| ApiError::internal(format!("cannot open the lossless store: {e}")),
-                        )?)
-                    }
-                    StoreLocation::Sqlite(path) => {
-                        let path = path.unwrap_or_else(|| {
-                            state_dir.join("agents").join("main").join("lossless.db")
-                        });
-                        Arc::new(
-                            tokio::task::spawn_blocking(move || LosslessStore::open(&path))
-                                .await
-                                .map_err(|e| {
-                                    ApiError::internal(format!(
-                                        "opening the lossless store failed: {e}"
-                                    ))
-                                })?
-                                .map_err(|e| {
-                                    ApiError::internal(format!(
-                                        "cannot open the lossless store: {e}"
-                                    ))
-                                })?,
-                        )
-                    }
-                };
-            Ok(opened)
-        })
-        .await
-        .cloned()
-}
-
-fn report<T: Serialize>(
-    r: Result<T, clawctx_lossless::LosslessError>,
-    what: &str,
-) -> Result<Json<RecallReport>, ApiError> {
-    let r = r.map_err(|e| ApiError::bad_request(format!("{what} failed: {e}")))?;
-    match serde_json::to_value(r) {
-        Ok(Value::Object(m)) => Ok(Json(RecallReport(m))),
-        Ok(other) => Ok(Json(RecallReport(serde_json::Map::from_iter([(
-            "result".to_owned(),
-            other,
-        )])))),
-        Err(e) => Err(ApiError::internal(format!(
-            "{what}: cannot encode the report: {e}"
-        ))),
-    }
-}
-
-fn recall_started(s: &Shared) -> Result<(), ApiError> {
-    if s.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(ApiError::unavailable("the gateway is shutting down"));
-    }
-    Ok(())
-}
-
-pub(crate) async fn lcm_grep(
-    State(s): State<AppState>,
-    ApiJson(r): ApiJson<GrepRequest>,
-) -> Result<Json<RecallReport>, ApiError> {
-    recall_started(&s)?;
-    if r.query.trim().is_empty() {
-        return Err(ApiError::invalid("query", "`query` must not be empty"));
-    }
-    let store = store(&s).await?;
-    let key = ConvKey::from_host(Some(&r.session_key), &r.session_key);
-    let mut q = GrepQuery::new(
-        r.query,
-        match r.scope {
-            RecallScope::Session => Scope::Session(key.clone()),
-            RecallScope::Agent => Scope::Agent(key.agent_id.clone()),
-        },
-    );
-    q.mode = match r.mode {
-        RecallMode::FullText => GrepMode::FullText,
-        RecallMode::AnyTerm => GrepMode::AnyTerm,
-        RecallMode::Regex => GrepMode::Regex,
-    };
-    q.target = match r.target {
-        RecallTarget::Both => GrepTarget::Both,
-        RecallTarget::Messages => GrepTarget::Messages,
-        RecallTarget::Summaries => GrepTarget::Summaries,
-    };
-    q.sort = match r.sort {
-        RecallSort::Relevance => GrepSort::Relevance,
-        RecallSort::Recency => GrepSort::Recency,
-    };
-    q.limit = r.limit.unwrap_or(20).clamp(1, 200);
-    q.offset = r.offset.unwrap_or(0);
-    let started = Instant::now();
-    let result = store.grep(q).await;
-    s.metrics
-        .engine_call("lcm_grep", started.elapsed(), result.is_ok());
-    report(result, "lcm_grep")
-}
-
-pub(crate) async fn lcm_describe(
-    State(s): State<AppState>,
-    ApiJson(r): ApiJson<DescribeRequest>,
-) -> Result<Json<RecallReport>, ApiError> {
-    recall_started(&s)?;
-    let store = store(&s).await?;
-    let agent = ConvKey::from_host(Some(&r.session_key), &r.session_key).agent_id;
-    let started = Instant::now();
-    let id = r.id;
-    let result = store.describe(&id, Some(&agent)).await;
-    s.metrics
-        .engine_call("lcm_describe", started.elapsed(), result.is_ok());
-    report(result, "lcm_describe")
-}
-
-pub(crate) async fn lcm_expand(
-    State(s): State<AppState>,
-    ApiJson(r): ApiJson<ExpandRequest>,
-) -> Result<Json<RecallReport>, ApiError> {
-    recall_started(&s)?;
-    let store = store(&s).await?;
-    let agent = ConvKey::from_host(Some(&r.session_key), &r.session_key).agent_id;
-    let max = r
-        .max_tokens
-        .unwrap_or_else(|| LosslessConfig::from_host_config(&s.host_config).max_expand_tokens)
-        .max(1);
-    let started = Instant::now();
-    let id = r.id;
-    let result = store.expand(&id, max, Some(&agent)).await;
-    s.metrics
-        .engine_call("lcm_expand", started.elapsed(), result.is_ok());
-    report(result, "lcm_expand")
-}
-
-/// Closes what the engine API opened (the recall store), waiting for it to flush.
-pub(crate) async fn close(shared: &Shared) {
-    if let Some(store) = shared.recall.get() {
-        store.close().await;
-    }
 }

@@ -12,9 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::api_error::{parse, ApiError};
-use crate::engine_api::{
-    check_advancement_key, lane_key, DescribeRequest, ExpandRequest, GrepRequest, RollbackRequest,
-};
+use crate::engine_api::{check_advancement_key, lane_key, RollbackRequest};
+use crate::recall::{DescribeRequest, ExpandRequest, GrepRequest};
 use crate::openai::ChatCompletionRequest;
 
 /// Reads a `POST /v1/chat/completions` body as the route does, with `own_tools` as the

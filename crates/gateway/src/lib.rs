@@ -18,7 +18,9 @@
 //! - `openai`: `/v1/chat/completions` (plain and SSE) and `/v1/models`; `chat_input` reads
 //!   what a request asks of its turn (prompt or tool results, system messages, client tools,
 //!   sampling, images).
-//! - `engine_api`: the engine's lifecycle methods, recall and the session list over HTTP.
+//! - `engine_api`: the engine's lifecycle methods and the session list over HTTP.
+//! - `recall`: the recall routes, over the lossless engine's own store (the one store the
+//!   gateway, its dashboard and its MCP server read).
 //! - [`openapi`]: the route table the router is built from and `/openapi.json` generated from it.
 //! - [`dashboard`]: the web dashboard at `/` (embedded assets, its JSON endpoints, live events).
 //!
@@ -38,6 +40,7 @@ pub mod lock;
 pub mod metrics;
 mod openai;
 pub mod openapi;
+mod recall;
 pub mod server;
 pub mod status;
 

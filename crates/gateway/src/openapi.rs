@@ -14,8 +14,9 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use crate::api_error::ErrorBody;
-use crate::engine_api::{self as engine, EngineInfoResponse, RecallReport, SessionList};
+use crate::engine_api::{self as engine, EngineInfoResponse, SessionList};
 use crate::openai::{self, ChatCompletion, ChatCompletionRequest, ModelList};
+use crate::recall::{self, RecallReport};
 use crate::server::{self, AppState};
 use clawctx_protocol::*;
 
@@ -108,9 +109,9 @@ pub(crate) fn operations(shared: &AppState) -> Vec<Op> {
         op("post", "/v1/engine/prepareSubagentSpawn", "prepareSubagentSpawn", "engine", "engine/prepareSubagentSpawn: {hasRollback, rollbackId}; the rollback stays in the gateway", Some(schema::<PrepareSubagentSpawnParams>), Some(schema::<engine::SpawnPreparationResponse>), post(engine::prepare_subagent_spawn)),
         op("post", "/v1/engine/rollback", "rollback", "engine", "Runs a prepared spawn's rollback once (answers null)", Some(schema::<engine::RollbackRequest>), Some(schema::<()>), post(engine::rollback)),
         op("get", "/v1/engine/info", "engineInfo", "engine", "The engine in charge: info, implemented methods, quarantines", None, Some(schema::<EngineInfoResponse>), get(engine::info)),
-        op("post", "/v1/engine/lcm_grep", "lcmGrep", "recall", "Search the lossless store (the lcm_grep tool)", Some(schema::<engine::GrepRequest>), Some(schema::<RecallReport>), post(engine::lcm_grep)),
-        op("post", "/v1/engine/lcm_describe", "lcmDescribe", "recall", "Describe a summary or message (the lcm_describe tool)", Some(schema::<engine::DescribeRequest>), Some(schema::<RecallReport>), post(engine::lcm_describe)),
-        op("post", "/v1/engine/lcm_expand", "lcmExpand", "recall", "Expand a summary (the lcm_expand tool)", Some(schema::<engine::ExpandRequest>), Some(schema::<RecallReport>), post(engine::lcm_expand)),
+        op("post", "/v1/engine/lcm_grep", "lcmGrep", "recall", "Search the lossless store (the lcm_grep tool)", Some(schema::<recall::GrepRequest>), Some(schema::<RecallReport>), post(recall::lcm_grep)),
+        op("post", "/v1/engine/lcm_describe", "lcmDescribe", "recall", "Describe a summary or message (the lcm_describe tool)", Some(schema::<recall::DescribeRequest>), Some(schema::<RecallReport>), post(recall::lcm_describe)),
+        op("post", "/v1/engine/lcm_expand", "lcmExpand", "recall", "Expand a summary (the lcm_expand tool)", Some(schema::<recall::ExpandRequest>), Some(schema::<RecallReport>), post(recall::lcm_expand)),
         op("get", "/v1/sessions", "listSessions", "engine", "The gateway's sessions (newest first) and the lossless store's conversations", None, Some(schema::<SessionList>), get(engine::sessions)),
         op("get", "/openapi.json", "openapi", "operations", "This document", None, None, get(document_handler)),
         Op { produces: "application/openmetrics-text", ..op("get", "/metrics", "metrics", "operations", "Prometheus metrics", None, None, get(server::metrics)) },

@@ -78,8 +78,6 @@ pub(crate) struct Shared {
     pub(crate) tasks: TaskTracker,
     /// Rollbacks of subagent spawns prepared through the engine API.
     pub(crate) spawns: crate::engine_api::Rollbacks,
-    /// The lossless store recall reads, opened on first use.
-    pub(crate) recall: tokio::sync::OnceCell<std::sync::Arc<dyn clawctx_lossless::Backend>>,
     pub(crate) started: Instant,
     /// The dashboard's last assemblies and live bus.
     pub(crate) dashboard: crate::dashboard::Dashboard,
@@ -96,12 +94,11 @@ impl Gateway {
     /// Wraps the runtime and settings.
     pub fn new(parts: GatewayParts) -> Self {
         let mut metrics = Metrics::new(parts.registry.clone());
-        if parts.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
-            if let Some(path) =
-                crate::engine_api::lossless_db_path(&parts.host_config, parts.runtime.state_dir())
-            {
-                metrics.watch_store("lossless_db", path);
-            }
+        // The lossless engine's own store file (none on PostgreSQL).
+        if let Some(path) = clawctx_lossless::Recall::of(parts.runtime.engine().as_ref())
+            .and_then(|r| r.store().as_sqlite().map(|s| s.path().to_path_buf()))
+        {
+            metrics.watch_store("lossless_db", path);
         }
         if let Ok(dir) = parts.runtime.store().sessions_dir("main") {
             metrics.watch_store("transcripts", dir);
@@ -123,7 +120,6 @@ impl Gateway {
                 abort_all: CancellationToken::new(),
                 tasks: TaskTracker::new(),
                 spawns: Default::default(),
-                recall: tokio::sync::OnceCell::new(),
                 started: Instant::now(),
                 dashboard: crate::dashboard::Dashboard::default(),
             }),
@@ -200,7 +196,6 @@ impl Gateway {
             let _ = tokio::time::timeout(ABORT_GRACE, shared.tasks.wait()).await;
         }
         shared.runtime.shutdown().await;
-        crate::engine_api::close(&shared).await;
         tracing::info!("gateway stopped");
         result.map_err(GatewayError::Serve)
     }

@@ -106,6 +106,11 @@ impl LosslessEngine {
         &self.cfg
     }
 
+    /// Recall and inspection over this engine's own store, with its configuration.
+    pub fn recall(&self) -> crate::api::Recall {
+        crate::api::Recall::new(self.store.clone(), self.cfg.clone())
+    }
+
     fn mode(&self, key: &ConvKey) -> SessionMode {
         if !self.cfg.enabled {
             return SessionMode::Ignored;
@@ -266,6 +271,11 @@ impl ContextEngine for LosslessEngine {
 
     fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
         self.recall_tools()
+    }
+
+    /// For [`crate::api::Recall::of`].
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     async fn ingest(

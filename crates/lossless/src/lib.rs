@@ -13,7 +13,8 @@
 //! (grep/describe/expand), [`tools`] (the agent tools), [`retention`] (large payloads after
 //! summarization), [`doctor`] (integrity and size), [`import`] (OpenClaw JSONL), [`session`]
 //! (`/new` and forks), [`policy`] (ignored / read-only session globs), [`config`], [`engine`]
-//! (the `ContextEngine`, factory and registration), [`api`] (async library API for the CLI),
+//! (the `ContextEngine`, factory and registration), [`api`] (async library API for the CLI,
+//! and [`Recall`]: recall and inspection over a running engine's own store),
 //! [`inspect`] (the gateway dashboard's read-only views, the same on both backends: the DAG,
 //! message pages, timeline, frontier),
 //! [`migrate`] (copying a SQLite store into PostgreSQL).
@@ -81,6 +82,7 @@ pub mod session;
 pub mod store;
 pub mod tools;
 
+pub use api::Recall;
 pub use backend::{AssembleRequest, Backend, BackendKind};
 pub use compaction::{CompactionOptions, CompactionReport};
 pub use config::{DatabaseUrl, Durability, LosslessConfig, StoreLocation};

@@ -78,7 +78,8 @@ impl Live {
 /// and summary passes, or the transcript's compaction entries.
 async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
     if shared.runtime.engine_id() == clawctx_lossless::ENGINE_ID {
-        let backend = crate::engine_api::store(shared).await.ok()?;
+        let recall = crate::recall::lossless(shared)?;
+        let backend = recall.store();
         let conv_key = clawctx_lossless::ConvKey::from_host(Some(key), key);
         // No conversation yet: nothing compacted (the first turn bootstraps it).
         let view = backend.session_view(&conv_key).await.ok()?;

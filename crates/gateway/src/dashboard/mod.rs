@@ -18,10 +18,12 @@
 //! - `GET /v1/dashboard/events?key=`: live events ([`live`]).
 //!
 //! Under the lossless engine the sessions' counts, the session view's stats, timeline and
-//! frontier, the transcript pages and the DAG come from the store through
+//! frontier, the transcript pages and the DAG come from the engine's own store (its
+//! [`clawctx_lossless::Recall`] handle, never a second store) through
 //! [`clawctx_lossless::inspect::Inspect`], which every lossless backend implements, so the
-//! dashboard shows the same on SQLite and on PostgreSQL; other engines' sessions are read from
-//! their transcripts.
+//! dashboard shows the same on SQLite and on PostgreSQL; a store that fails answers 503 (it
+//! cannot be reached) or 500, naming the store. Other engines' sessions are read from their
+//! transcripts.
 //!
 //! Auth is the API's: open on loopback without a token; with a token every route needs it. A
 //! browser cannot send a bearer header when it follows a link, so `/?token=<token>` checks the
@@ -42,7 +44,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use clawctx_lossless::inspect::{DagNode, DagOverview, MessagePage, PageAt};
-use clawctx_lossless::{Backend, ConvKey};
+use clawctx_lossless::{Backend, ConvKey, Recall};
 use clawctx_protocol::{AgentMessage, AssembleParams, AssembleResult};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -356,24 +358,28 @@ fn is_lossless(s: &Shared) -> bool {
     s.runtime.engine_id() == clawctx_lossless::ENGINE_ID
 }
 
-/// The lossless store, on whichever backend the engine's config names; `None` under another
-/// engine.
-async fn lossless_store(s: &Shared) -> Result<Option<Arc<dyn Backend>>, ApiError> {
-    if !is_lossless(s) {
-        return Ok(None);
-    }
-    crate::engine_api::store(s).await.map(Some)
+/// The lossless engine's own store (with the handle that names it in errors); `None` under
+/// another engine.
+async fn lossless_store(s: &Shared) -> Result<Option<Store>, ApiError> {
+    Ok(crate::recall::lossless(s).map(Store))
 }
 
-fn store_error(what: &str) -> impl Fn(clawctx_lossless::LosslessError) -> ApiError + '_ {
-    move |e| match e {
-        clawctx_lossless::LosslessError::NotFound(m) => {
-            ApiError::not_found(format!("{what}: not found: {m}"))
-        }
-        clawctx_lossless::LosslessError::InvalidInput(m) => {
-            ApiError::bad_request(format!("{what}: {m}"))
-        }
-        other => ApiError::internal(format!("{what} failed: {other}")),
+/// The engine's store, through its recall handle.
+struct Store(Recall);
+
+impl std::ops::Deref for Store {
+    type Target = Arc<dyn Backend>;
+    fn deref(&self) -> &Self::Target {
+        self.0.store()
+    }
+}
+
+impl Store {
+    /// The error of a failed read `what`: 404/400 for the caller's mistakes, 503 or 500 naming
+    /// the store for the store's failures (see [`crate::recall::store_error`]).
+    fn error(&self, what: &str) -> impl Fn(clawctx_lossless::LosslessError) -> ApiError + '_ {
+        let what = what.to_owned();
+        move |e| crate::recall::store_error(&self.0, &what, e)
     }
 }
 
@@ -414,7 +420,7 @@ async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         let convs = store
             .conversation_stats()
             .await
-            .map_err(store_error("listing the lossless conversations"))?;
+            .map_err(store.error("listing the lossless conversations"))?;
         for stats in convs.into_iter().filter(|c| c.conversation.active) {
             let c = stats.conversation;
             let row = rows.entry(c.session_key.clone()).or_insert_with(|| {
@@ -498,7 +504,7 @@ async fn session(
         let found = store
             .session_view(&conv_key)
             .await
-            .map_err(store_error("reading the session"))?;
+            .map_err(store.error("reading the session"))?;
         if let Some(view) = found {
             let (timeline, frontier, conv) = (view.timeline, view.frontier, view.conversation);
             out["stats"] = json!({"messages": conv.msg_count, "storedTokens": conv.msg_tokens,
@@ -607,7 +613,7 @@ async fn transcript(
         let page: MessagePage = store
             .message_page(&conv_key, at, limit)
             .await
-            .map_err(store_error("reading the transcript"))?;
+            .map_err(store.error("reading the transcript"))?;
         let mut v = serde_json::to_value(&page)
             .map_err(|e| ApiError::internal(format!("encoding the page: {e}")))?;
         v["limit"] = json!(limit);
@@ -642,7 +648,7 @@ async fn transcript(
 }
 
 /// The lossless store for a DAG view, or a conflict naming the engine in charge.
-async fn dag_store(s: &Shared) -> Result<Arc<dyn Backend>, ApiError> {
+async fn dag_store(s: &Shared) -> Result<Store, ApiError> {
     lossless_store(s).await?.ok_or_else(|| {
         ApiError::conflict(format!(
             "the summary DAG needs the lossless engine; the engine in charge is \"{}\"",
@@ -657,12 +663,12 @@ async fn dag(
     Query(q): Query<KeyQuery>,
 ) -> Result<Json<DagOverview>, ApiError> {
     let key = key_param(q.key)?;
-    dag_store(&s)
-        .await?
+    let store = dag_store(&s).await?;
+    store
         .dag_overview(&ConvKey::from_host(Some(&key), &key))
         .await
         .map(Json)
-        .map_err(store_error("reading the DAG"))
+        .map_err(store.error("reading the DAG"))
 }
 
 #[derive(Debug, Deserialize)]
@@ -687,11 +693,11 @@ async fn dag_children(
     Query(q): Query<NodeQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let (key, id) = (key_param(q.key)?, id_param(q.id)?);
-    let children: Vec<DagNode> = dag_store(&s)
-        .await?
+    let store = dag_store(&s).await?;
+    let children: Vec<DagNode> = store
         .dag_children(&ConvKey::from_host(Some(&key), &key), &id)
         .await
-        .map_err(store_error("reading a node's children"))?;
+        .map_err(store.error("reading a node's children"))?;
     Ok(Json(json!({"id": id, "children": children})))
 }
 
@@ -701,11 +707,11 @@ async fn dag_path(
     Query(q): Query<NodeQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let (key, id) = (key_param(q.key)?, id_param(q.id)?);
-    let path: Vec<String> = dag_store(&s)
-        .await?
+    let store = dag_store(&s).await?;
+    let path: Vec<String> = store
         .dag_path(&ConvKey::from_host(Some(&key), &key), &id)
         .await
-        .map_err(store_error("finding a node's path"))?;
+        .map_err(store.error("finding a node's path"))?;
     Ok(Json(json!({"id": id, "path": path})))
 }
 
