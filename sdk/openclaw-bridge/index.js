@@ -6,9 +6,14 @@
 // the status or cause (never the token), so the host quarantines the engine and falls back to
 // legacy, as the context-engine contract expects.
 
+// The plugin id, which is also the engine id: OpenClaw treats `plugins.slots.contextEngine` as a
+// plugin id (its installer writes the plugin id there, `doctor` flags any other value, its
+// gateway loads at startup only the plugin the slot names), so the two must be equal.
+export const PLUGIN_ID = 'clawctx';
+
 export const DEFAULTS = Object.freeze({
   gatewayUrl: 'http://127.0.0.1:18789',
-  engineId: 'clawctx',
+  engineId: PLUGIN_ID,
   timeoutMs: 120000,
 });
 
@@ -28,8 +33,8 @@ export function resolveConfig(raw, env = process.env) {
     if (typeof v === 'string' && v !== '') token = v;
   }
   const timeoutMs = Number.isFinite(c.timeoutMs) && c.timeoutMs > 0 ? Math.floor(c.timeoutMs) : DEFAULTS.timeoutMs;
-  const engineId = typeof c.engineId === 'string' && c.engineId.trim() !== '' ? c.engineId.trim() : DEFAULTS.engineId;
-  return { gatewayUrl: url.replace(/\/+$/, ''), token, engineId, timeoutMs };
+  // `engineId` is ignored: the engine id is always the plugin id (see PLUGIN_ID).
+  return { gatewayUrl: url.replace(/\/+$/, ''), token, engineId: DEFAULTS.engineId, timeoutMs };
 }
 
 // Params as JSON: functions (runtimeContext.llm.complete, rewriteTranscriptEntries, ...) and the

@@ -116,14 +116,14 @@ async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_
         &["plugins", "install", "-l", bridge.to_str().unwrap()],
     );
     assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(r#"set plugins.slots.contextEngine = "clawctx""#),
+        "install selects the engine the bridge registers, which is its plugin id:\n{out}\n{err}"
+    );
     for (key, value) in [
-        (
-            "plugins.entries.clawctx-bridge.config.gatewayUrl",
-            url.as_str(),
-        ),
-        ("plugins.entries.clawctx-bridge.config.token", TOKEN),
-        ("plugins.entries.clawctx-bridge.config.timeoutMs", "20000"),
-        ("plugins.slots.contextEngine", "clawctx"),
+        ("plugins.entries.clawctx.config.gatewayUrl", url.as_str()),
+        ("plugins.entries.clawctx.config.token", TOKEN),
+        ("plugins.entries.clawctx.config.timeoutMs", "20000"),
     ] {
         let (code, out, err) = clawctx(dir.path(), &["config", "set", key, value]);
         assert_eq!(code, 0, "config set {key}: {out}\n{err}");
@@ -183,7 +183,7 @@ async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_
     assert_eq!(v["engine"], "legacy", "{v:#}\n{err}");
     let q = &v["quarantines"][0];
     assert_eq!(q["engineId"], "clawctx", "{v:#}\n{err}");
-    assert_eq!(q["owner"], "plugin:clawctx-bridge", "{v:#}");
+    assert_eq!(q["owner"], "plugin:clawctx", "{v:#}");
     assert_eq!(
         q["operation"], "factory",
         "info is fetched when the engine is created: {v:#}"

@@ -266,12 +266,16 @@ pub struct ModelCard {
 pub(crate) async fn models(State(shared): State<AppState>) -> Json<ModelList> {
     Json(ModelList {
         object: "list".into(),
-        data: vec![ModelCard {
-            id: shared.model.clone(),
-            object: "model".into(),
-            created: 0,
-            owned_by: "clawctx".into(),
-        }],
+        // A gateway started without a model lists none.
+        data: (!shared.model.is_empty())
+            .then(|| ModelCard {
+                id: shared.model.clone(),
+                object: "model".into(),
+                created: 0,
+                owned_by: "clawctx".into(),
+            })
+            .into_iter()
+            .collect(),
     })
 }
 
@@ -461,6 +465,18 @@ pub(crate) async fn chat_completions(
         return Err(ApiError::unavailable(
             "the gateway is shutting down; retry on another gateway or after its restart",
         ));
+    }
+    if shared.model.is_empty() {
+        // Started without a model (a bridge user's gateway): the engine API works, turns cannot.
+        return Err(ApiError {
+            retry_after: None,
+            ..ApiError::unavailable(
+                "no model is configured for this gateway, so it answers no chat completions (its engine API \
+                 /v1/engine/* works without one): set agents.defaults.model.primary (providers under \
+                 models.providers.<id>), or OPENAI_BASE_URL and OPENAI_MODEL, and restart it",
+            )
+        }
+        .with_code("model_not_configured"));
     }
     let key = session_key(&headers, request.user.as_deref())?;
     let mut input = crate::chat_input::read(&request, &shared.runtime.tool_names())?;

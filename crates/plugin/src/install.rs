@@ -361,7 +361,9 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), PluginError> {
 }
 
 /// The config changes that enable an installed plugin (and select it when it is a context
-/// engine: the engine id is expected to equal the plugin id, as in OpenClaw's docs).
+/// engine: the engine id is expected to equal the plugin id, as OpenClaw requires; a host that
+/// can start the plugin replaces the slot change with the engine it registers, see
+/// [`engine_to_select`]).
 pub fn enable_changes(manifest: &PluginManifest) -> Vec<ConfigChange> {
     let mut changes = vec![ConfigChange::Set {
         path: p(&["plugins", "entries", &manifest.id, "enabled"]),
@@ -374,6 +376,41 @@ pub fn enable_changes(manifest: &PluginManifest) -> Vec<ConfigChange> {
         });
     }
     changes
+}
+
+/// Which engine `plugins install` selects for a plugin that registered `engines` when it was
+/// started: OpenClaw selects by plugin id, so a plugin whose engine id is its plugin id (or
+/// that registers one engine) is unambiguous. A plugin registering several engines, none of
+/// them its own id, is refused with the ids to choose from: selecting the plugin id would name
+/// an engine that does not exist (`doctor`: "not registered").
+pub fn engine_to_select(plugin_id: &str, engines: &[String]) -> Result<String, String> {
+    if engines.iter().any(|e| e == plugin_id) {
+        return Ok(plugin_id.to_owned());
+    }
+    match engines {
+        [] => Err(format!(
+            "plugin {plugin_id} registered no context engine when it was started"
+        )),
+        [one] => Ok(one.clone()),
+        many => Err(format!(
+            "plugin {plugin_id} registers several context engines ({}); select one with \
+             `clawctx config set plugins.slots.contextEngine <id>`",
+            many.join(", ")
+        )),
+    }
+}
+
+/// The slot change of [`enable_changes`], to be replaced by the engine the plugin registers.
+pub fn is_slot_change(change: &ConfigChange) -> bool {
+    matches!(change, ConfigChange::Set { path, .. } if path == &p(&["plugins", "slots", "contextEngine"]))
+}
+
+/// The change selecting `engine_id` for the `contextEngine` slot.
+pub fn select_engine_change(engine_id: &str) -> ConfigChange {
+    ConfigChange::Set {
+        path: p(&["plugins", "slots", "contextEngine"]),
+        value: Value::String(engine_id.to_owned()),
+    }
 }
 
 /// `clawctx plugins install <path-or-npm-spec> [-l]`.

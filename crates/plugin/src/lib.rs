@@ -32,8 +32,9 @@ pub use error::PluginError;
 pub use hooks::PluginHooks;
 pub use host::{HostOptions, PluginHost};
 pub use install::{
-    apply_changes, info, install, install_with, list, plugin_dirs, uninstall, ConfigChange,
-    InstallOptions, InstallRecord, InstallReport, InstallSource, UninstallReport,
+    apply_changes, engine_to_select, info, install, install_with, is_slot_change, list,
+    plugin_dirs, select_engine_change, uninstall, ConfigChange, InstallOptions, InstallRecord,
+    InstallReport, InstallSource, UninstallReport,
 };
 pub use load_error::{LoadError, LoadErrorKind};
 pub use manifest::{load_manifest, PluginEntry, PluginManifest};

@@ -70,6 +70,56 @@ pub enum Backend {
     Cli(CliBackendSpec),
 }
 
+/// Provider id of [`Backend::unconfigured`].
+pub const NO_MODEL_PROVIDER: &str = "none";
+
+/// The provider of a host that runs without a model: a `clawctx gateway` serving only the
+/// engine API (a bridge user's model is OpenClaw's, not the gateway's). Every call fails with a
+/// config error naming the keys to set; a host should refuse model work before it gets here.
+#[derive(Debug)]
+pub struct UnconfiguredModel;
+
+#[async_trait::async_trait]
+impl ModelProvider for UnconfiguredModel {
+    fn id(&self) -> &str {
+        NO_MODEL_PROVIDER
+    }
+
+    fn api(&self) -> &str {
+        NO_MODEL_PROVIDER
+    }
+
+    async fn complete(
+        &self,
+        _request: clawctx_model::CompletionRequest,
+        _events: Option<&clawctx_model::EventSender>,
+        _cancel: &tokio_util::sync::CancellationToken,
+    ) -> std::result::Result<clawctx_model::Completion, clawctx_model::ModelError> {
+        Err(clawctx_model::ModelError::config(
+            "agents.defaults.model.primary",
+            "no model is configured: set it (providers live under `models.providers.<id>`), \
+             pass --model provider/model, or set OPENAI_BASE_URL and OPENAI_MODEL",
+        ))
+    }
+}
+
+impl Backend {
+    /// The backend of a host without a model ([`UnconfiguredModel`]), with the default limits.
+    pub fn unconfigured() -> Backend {
+        Backend::Model(ModelBinding::new(
+            Arc::new(UnconfiguredModel),
+            NO_MODEL_PROVIDER,
+            DEFAULT_CONTEXT_WINDOW,
+            DEFAULT_MAX_OUTPUT_TOKENS,
+        ))
+    }
+
+    /// Whether this is [`Backend::unconfigured`].
+    pub fn is_unconfigured(&self) -> bool {
+        matches!(self, Backend::Model(b) if b.provider.api() == NO_MODEL_PROVIDER)
+    }
+}
+
 /// The model ref configured in `agents.defaults.model` (`.primary`, or the plain string).
 pub fn configured_model_ref(config: &Value) -> Option<String> {
     match config.pointer("/agents/defaults/model") {

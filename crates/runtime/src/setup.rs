@@ -296,18 +296,30 @@ pub struct SetupOptions<'a> {
     pub hooks: Option<Arc<dyn HookDispatcher>>,
     /// Tools offered besides the selected engine's own (plugins' `registerTool` tools).
     pub tools: Vec<Arc<dyn AgentTool>>,
+    /// Build the runtime even when no model is selected, on [`Backend::unconfigured`] (a
+    /// gateway serving the engine API needs none); the summarizer is then the extractive one.
+    pub model_optional: bool,
 }
 
 /// Selects the backend, the summarizer and the engine and builds the runtime. With no model at
-/// all this fails with [`RuntimeError::NoModel`], naming the config keys.
+/// all this fails with [`RuntimeError::NoModel`], naming the config keys, unless
+/// `model_optional` is set.
 ///
 /// The summarizer ([`host_summarizer`]) serves the runtime's built-in compaction (with the
 /// extractive summarizer behind it) and is offered to the engines `opts.registry` builds from
 /// now on ([`ContextEngineRegistry::set_host_summarizer`]), so the lossless engine summarizes
 /// with the same model.
 pub async fn runtime_from_config(opts: SetupOptions<'_>) -> Result<AgentRuntime> {
-    let backend: Backend = select_backend(&opts.config, opts.model.as_deref(), opts.env)?;
-    let summarizer = host_summarizer(&opts.config, Some(&backend), opts.env, &opts.state_dir)?;
+    let backend: Backend = match select_backend(&opts.config, opts.model.as_deref(), opts.env) {
+        Err(RuntimeError::NoModel) if opts.model_optional => Backend::unconfigured(),
+        other => other?,
+    };
+    let summarizer = host_summarizer(
+        &opts.config,
+        Some(&backend).filter(|b| !b.is_unconfigured()),
+        opts.env,
+        &opts.state_dir,
+    )?;
     tracing::debug!("compaction summarizer: {}", summarizer.choice);
     opts.registry.set_host_summarizer(summarizer.llm.clone());
     let agent_dir = opts.state_dir.join("agents").join(&opts.agent_id);

@@ -137,6 +137,7 @@ async fn runtime(dir: &Path, config: Value) -> AgentRuntime {
         agent_id: "main".into(),
         hooks: None,
         tools: Vec::new(),
+        model_optional: false,
     })
     .await
     .unwrap()

@@ -53,7 +53,7 @@ after(() => new Promise((r) => server.close(r)));
 function fakeApi(pluginConfig) {
   const engines = new Map();
   return {
-    id: 'clawctx-bridge',
+    id: 'clawctx',
     pluginConfig,
     registerContextEngine(id, factory) {
       engines.set(id, factory);
@@ -64,27 +64,27 @@ function fakeApi(pluginConfig) {
 
 test('the manifest is an OpenClaw context-engine plugin with the config keys', () => {
   const manifest = JSON.parse(readFileSync(new URL('../openclaw.plugin.json', import.meta.url), 'utf8'));
-  assert.equal(manifest.id, 'clawctx-bridge');
+  assert.equal(manifest.id, 'clawctx', 'the plugin id is the engine id: OpenClaw selects engines by plugin id');
   assert.equal(manifest.kind, 'context-engine');
   const props = manifest.configSchema.properties;
   for (const k of ['gatewayUrl', 'token', 'tokenEnv', 'engineId', 'timeoutMs']) assert.ok(props[k], k);
   assert.equal(props.gatewayUrl.default, 'http://127.0.0.1:18789');
-  assert.equal(props.engineId.default, 'clawctx');
+  assert.equal(props.engineId.default, undefined, 'engineId is ignored, kept only so old configs validate');
   const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
   assert.equal(pkg.type, 'module');
   assert.equal(pkg.dependencies, undefined, 'no runtime dependencies');
 });
 
-test('register calls registerContextEngine with the configured id (default clawctx)', async () => {
+test('register calls registerContextEngine with the plugin id, clawctx, whatever engineId says', async () => {
   const api = fakeApi({});
   register(api);
   assert.deepEqual([...api.engines.keys()], ['clawctx']);
   assert.equal(typeof api.engines.get('clawctx'), 'function');
   const named = fakeApi({ engineId: 'lcm', gatewayUrl: url });
   register(named);
-  assert.deepEqual([...named.engines.keys()], ['lcm']);
-  const engine = await named.engines.get('lcm')();
-  assert.equal(engine.info.id, 'lcm');
+  assert.deepEqual([...named.engines.keys()], ['clawctx']);
+  const engine = await named.engines.get('clawctx')();
+  assert.equal(engine.info.id, 'clawctx');
   assert.equal(engine.info.ownsCompaction, true);
   assert.match(engine.info.name, /Lossless/);
 });

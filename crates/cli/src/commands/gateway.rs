@@ -72,14 +72,17 @@ async fn serve(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<ExitCode>
     let settings = GatewayConfig::resolve(config.value(), &overrides, &env)?;
     let state_dir = global.writable_state_dir()?;
     let mut lock = StateLock::acquire(&state_dir)?;
+    // No model is no error: a bridge user's model is OpenClaw's, and the engine API needs
+    // none; chat completions then answer 503 naming the keys to set.
     let (runtime, engines) =
-        crate::commands::run::build_runtime(global, flags.model.clone()).await?;
+        crate::commands::run::build_runtime_with(global, flags.model.clone(), true).await?;
     let model = match clawctx_runtime::select_backend(
         config.value(),
         flags.model.as_deref(),
         &clawctx_model::process_env,
     ) {
         Ok(clawctx_runtime::Backend::Model(b)) => b.resolved_ref(),
+        // No model (or none that resolves, which building the runtime has already refused).
         Ok(clawctx_runtime::Backend::Cli(c)) => c.id,
         Err(_) => String::new(),
     };
@@ -107,8 +110,13 @@ async fn serve(global: &GlobalArgs, flags: RunFlags) -> anyhow::Result<ExitCode>
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "clawctx gateway listening on {url} (engine {}, model {model}, pid {}, auth {})",
+            "clawctx gateway listening on {url} (engine {}, model {}, pid {}, auth {})",
             runtime.engine_id(),
+            if model.is_empty() {
+                "none: the engine API only"
+            } else {
+                &model
+            },
             std::process::id(),
             if gateway.config().token.is_some() {
                 "token"

@@ -74,10 +74,35 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
             let opts = clawctx_plugin::InstallOptions { link, force };
             let report = clawctx_plugin::install_with(&spec, &state, &opts)
                 .with_context(|| format!("installing {spec}"))?;
-            let mut config = global.load_config()?;
+            let config = global.load_config()?;
             let mut value = config.value().clone();
-            clawctx_plugin::apply_changes(&mut value, &report.config_changes);
-            config = clawctx_config::ConfigFile::from_value(config.path(), value);
+            let (slot, mut changes): (Vec<_>, Vec<_>) = report
+                .config_changes
+                .iter()
+                .cloned()
+                .partition(clawctx_plugin::is_slot_change);
+            // The slot names an engine: start the plugin (enabled, with its config) to learn
+            // the engine it registers, which OpenClaw expects to be its plugin id.
+            let mut refused = None;
+            if !slot.is_empty() {
+                let id = &report.manifest.id;
+                let mut probe = value.clone();
+                clawctx_plugin::apply_changes(&mut probe, &changes);
+                match registered_engines(global, &probe, &report.record.install_path).await {
+                    Ok(engines) => match clawctx_plugin::engine_to_select(id, &engines) {
+                        Ok(engine) => changes.push(clawctx_plugin::select_engine_change(&engine)),
+                        Err(why) => refused = Some(why),
+                    },
+                    Err(e) => {
+                        eprintln!(
+                            "warning: plugin {id} did not start ({e}); selecting its id as the engine"
+                        );
+                        changes.extend(slot);
+                    }
+                }
+            }
+            clawctx_plugin::apply_changes(&mut value, &changes);
+            let mut config = clawctx_config::ConfigFile::from_value(config.path(), value);
             config.save()?;
             println!(
                 "{} plugin {} {} from {}",
@@ -86,8 +111,11 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
                 report.manifest.version.as_deref().unwrap_or(""),
                 report.record.install_path.display()
             );
-            for c in &report.config_changes {
+            for c in &changes {
                 println!("  config: {}", c.describe());
+            }
+            if let Some(why) = refused {
+                println!("  engine not selected: {why}");
             }
             println!("run `clawctx doctor` to check that it loads");
         }
@@ -182,6 +210,25 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The engine ids the plugin in `dir` registers when started with `config` (its process is
+/// stopped again).
+async fn registered_engines(
+    global: &GlobalArgs,
+    config: &Value,
+    dir: &std::path::Path,
+) -> anyhow::Result<Vec<String>> {
+    let registry = crate::engines::builtin_registry()?;
+    let options = clawctx_plugin::PluginOptions {
+        agent_dir: Some(global.agent_dir("main")),
+        runtime_dir: Some(global.state_dir().join("runtime")),
+        ..Default::default()
+    };
+    let loaded = clawctx_plugin::register_plugin(&registry, dir, config, options).await?;
+    let ids = loaded.engines.iter().map(|e| e.id.clone()).collect();
+    loaded.host.shutdown().await;
+    Ok(ids)
 }
 
 fn set_enabled(global: &GlobalArgs, id: &str, enabled: bool) -> anyhow::Result<()> {

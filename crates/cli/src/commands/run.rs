@@ -40,6 +40,16 @@ pub async fn build_runtime(
     global: &GlobalArgs,
     model: Option<String>,
 ) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
+    build_runtime_with(global, model, false).await
+}
+
+/// [`build_runtime`]; with `model_optional`, no model is no error: the runtime is built on
+/// `Backend::unconfigured` (the gateway, whose engine API needs no model).
+pub async fn build_runtime_with(
+    global: &GlobalArgs,
+    model: Option<String>,
+    model_optional: bool,
+) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
     // A read-only state dir fails here, before any engine or plugin starts.
     global.writable_state_dir()?;
     let config = global.load_config()?;
@@ -65,6 +75,7 @@ pub async fn build_runtime(
             .iter()
             .flat_map(|p| p.agent_tools())
             .collect(),
+        model_optional,
     })
     .await?;
     Ok((runtime, engines))
