@@ -6,10 +6,13 @@
 //! `$CLAWCTX_STATE_DIR/clawctx.json` (state dir default `~/.clawctx`).
 //!
 //! Reading reports a malformed file with its path, line and column and a hint, and never
-//! panics. Writing keeps every key clawctx does not know, writes plain indented JSON (valid
-//! JSON5, comment-free and readable), and goes through a temporary file renamed into place, so
-//! a crash never leaves a half-written config.
+//! panics. Writing an existing file edits its text in place (`edit.rs`): only the changed
+//! values move, and comments, key order, quoting and layout stay byte for byte; a file that
+//! cannot be edited so is refused, with what to change by hand, rather than rewritten. A new
+//! file is written as plain indented JSON (valid JSON5). Every write goes through a temporary
+//! file renamed into place, so a crash never leaves a half-written config.
 
+mod edit;
 mod paths;
 mod problems;
 
@@ -62,6 +65,17 @@ pub enum ConfigError {
     /// A key path is empty or has an empty segment.
     #[error("invalid key `{0}`: use dotted keys such as plugins.slots.contextEngine")]
     InvalidKey(String),
+    /// The file's text cannot be edited in place keeping what the user wrote; nothing was
+    /// written.
+    #[error("{path}: cannot edit the file in place keeping its comments and layout: {reason}; nothing was written\n  hint: edit it by hand: {by_hand}")]
+    NotPreserved {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+        /// The change to make by hand.
+        by_hand: String,
+    },
     /// Reading or writing failed.
     #[error("{path}: {source}")]
     Io {
@@ -78,6 +92,10 @@ pub struct ConfigFile {
     path: PathBuf,
     exists: bool,
     value: Value,
+    /// The file's text as read (`None` for a missing file or an in-memory config).
+    text: Option<String>,
+    /// Changes since it was read, replayed on `text` by `save`.
+    edits: Vec<edit::Edit>,
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -122,6 +140,8 @@ impl ConfigFile {
                     path,
                     exists: false,
                     value: Value::Object(Map::new()),
+                    text: None,
+                    edits: Vec::new(),
                 })
             }
             Err(source) => return Err(ConfigError::Io { path, source }),
@@ -131,6 +151,8 @@ impl ConfigFile {
             path,
             exists: true,
             value,
+            text: Some(text),
+            edits: Vec::new(),
         })
     }
 
@@ -177,6 +199,8 @@ impl ConfigFile {
             path: path.into(),
             exists: false,
             value,
+            text: None,
+            edits: Vec::new(),
         }
     }
 
@@ -223,6 +247,10 @@ impl ConfigFile {
                 });
             };
             if i + 1 == parts.len() {
+                self.edits.push(edit::Edit::Set(
+                    parts.iter().map(|p| (*p).to_owned()).collect(),
+                    value.clone(),
+                ));
                 map.insert((*part).to_owned(), value);
                 return Ok(());
             }
@@ -238,11 +266,52 @@ impl ConfigFile {
     pub fn unset(&mut self, key: &str, prune_empty: bool) -> Result<Option<Value>, ConfigError> {
         let parts = split_key(key)?;
         let removed = remove_at(&mut self.value, &parts, prune_empty);
+        if removed.is_some() {
+            self.edits.push(edit::Edit::Unset(
+                parts.iter().map(|p| (*p).to_owned()).collect(),
+                prune_empty,
+            ));
+        }
         Ok(removed)
     }
 
-    /// Writes the config atomically (temp file in the same directory, then rename).
+    /// The text `save` would write: the file's own text with the edits applied in place
+    /// (checked by reading it back), or indented JSON for a file that had no content.
+    fn text_to_write(&self) -> Result<String, ConfigError> {
+        let original = self.text.as_deref().filter(|t| !t.trim().is_empty());
+        let Some(original) = original else {
+            let mut text =
+                serde_json::to_string_pretty(&self.value).map_err(|e| ConfigError::Io {
+                    path: self.path.clone(),
+                    source: std::io::Error::other(e),
+                })?;
+            text.push('\n');
+            return Ok(text);
+        };
+        let refuse = |reason: String| ConfigError::NotPreserved {
+            path: self.path.clone(),
+            reason,
+            by_hand: self
+                .edits
+                .iter()
+                .map(edit::Edit::by_hand)
+                .collect::<Vec<_>>()
+                .join(", then "),
+        };
+        let edited = edit::apply(original, &self.edits).map_err(refuse)?;
+        match json5::from_str::<Value>(&edited) {
+            Ok(v) if v == self.value => Ok(edited),
+            Ok(_) => Err(refuse(
+                "the edited text would not read back as the intended config".into(),
+            )),
+            Err(e) => Err(refuse(format!("the edited text would not parse ({e})"))),
+        }
+    }
+
+    /// Writes the config atomically (temp file in the same directory, then rename). An
+    /// existing file keeps its text outside the changed values (see the module header).
     pub fn save(&mut self) -> Result<(), ConfigError> {
+        let text = self.text_to_write()?;
         let io = |source| ConfigError::Io {
             path: self.path.clone(),
             source,
@@ -253,14 +322,13 @@ impl ConfigFile {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(io)?;
-        let mut text =
-            serde_json::to_string_pretty(&self.value).map_err(|e| io(std::io::Error::other(e)))?;
-        text.push('\n');
         let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
         std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io)?;
         tmp.as_file().sync_all().map_err(io)?;
         tmp.persist(&self.path).map_err(|e| io(e.error))?;
         self.exists = true;
+        self.text = Some(text);
+        self.edits.clear();
         Ok(())
     }
 }

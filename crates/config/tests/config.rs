@@ -95,10 +95,13 @@ fn set_and_unset_keep_unknown_keys_and_write_atomically() {
         Some(&json!(32))
     );
     let text = std::fs::read_to_string(&path).unwrap();
+    // The file is edited in place, in its own style: unquoted keys, single quotes.
     assert!(
-        text.contains("\n  \"plugins\""),
-        "indented, readable output: {text}"
+        text.starts_with("{ gateway: { port: 1 }, plugins: {"),
+        "untouched text kept: {text}"
     );
+    assert!(text.contains("contextEngine: 'lossless'"), "{text}");
+    assert!(text.contains("freshTailCount: 32"), "{text}");
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -157,4 +160,129 @@ fn problems_name_their_keys() {
         ]
     );
     assert!(check(&json!({"plugins": {"slots": {"contextEngine": "legacy"}}})).is_empty());
+}
+
+/// A user's `openclaw.json`, as OpenClaw's users write it: comments of both kinds, unquoted
+/// keys, trailing commas, a comment after a value.
+const OPENCLAW_JSON: &str = r#"// OpenClaw config — mine, shared with OpenClaw
+{
+  /* models */
+  models: {
+    providers: {
+      local: { api: "openai-completions", baseUrl: "http://127.0.0.1:8000/v1" }, // my box
+    },
+  },
+  plugins: {
+    // the engine
+    slots: { contextEngine: "legacy" },   // change me
+    entries: {
+      lossless: {
+        enabled: true,
+        config: {
+          freshTailCount: 8,  // small
+          contextThreshold: 0.75,
+        },
+      },
+    },
+  },
+}
+"#;
+
+#[allow(clippy::unwrap_used)]
+fn edited(edit: impl FnOnce(&mut ConfigFile)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("openclaw.json");
+    std::fs::write(&path, OPENCLAW_JSON).unwrap();
+    let mut c = ConfigFile::load(&path).unwrap();
+    edit(&mut c);
+    c.save().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        json5::from_str::<serde_json::Value>(&text).unwrap(),
+        *c.value(),
+        "the file reads back as the config in memory:\n{text}"
+    );
+    text
+}
+
+#[test]
+fn set_replaces_only_the_value_byte_for_byte() {
+    let text = edited(|c| {
+        c.set("plugins.slots.contextEngine", json!("lossless"))
+            .unwrap()
+    });
+    assert_eq!(
+        text,
+        OPENCLAW_JSON.replace(
+            "contextEngine: \"legacy\" }",
+            "contextEngine: \"lossless\" }"
+        )
+    );
+    let text = edited(|c| {
+        c.set("plugins.entries.lossless.config.freshTailCount", json!(32))
+            .unwrap()
+    });
+    assert_eq!(
+        text,
+        OPENCLAW_JSON.replace("freshTailCount: 8,", "freshTailCount: 32,")
+    );
+}
+
+#[test]
+fn unset_removes_only_the_property() {
+    let text = edited(|c| {
+        c.unset("plugins.entries.lossless.config.freshTailCount", false)
+            .unwrap();
+    });
+    assert_eq!(
+        text,
+        OPENCLAW_JSON.replace("          freshTailCount: 8,  // small\n", "")
+    );
+}
+
+#[test]
+fn a_new_key_goes_into_its_object_in_the_files_style() {
+    let text = edited(|c| {
+        c.set(
+            "plugins.entries.lossless.config.leafChunkTokens",
+            json!(2000),
+        )
+        .unwrap()
+    });
+    assert_eq!(
+        text,
+        OPENCLAW_JSON.replace(
+            "          contextThreshold: 0.75,\n",
+            "          contextThreshold: 0.75,\n          leafChunkTokens: 2000,\n"
+        )
+    );
+    // A new object under an existing one: only the enclosing object gains lines.
+    let text = edited(|c| {
+        c.set("plugins.entries.memory.enabled", json!(false))
+            .unwrap()
+    });
+    let (before, after) = OPENCLAW_JSON.split_at(OPENCLAW_JSON.find("    },\n  },\n}").unwrap());
+    assert!(text.starts_with(before), "{text}");
+    assert!(text.ends_with(after), "{text}");
+    assert!(text.contains("\n      memory: {\n"), "{text}");
+}
+
+#[test]
+fn a_file_that_cannot_be_edited_in_place_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("openclaw.json");
+    // A duplicated key: JSON5 reads the last one, the tree editor would change the first.
+    let original =
+        "{ plugins: { slots: { contextEngine: 'a' }, slots: { contextEngine: 'b' } } }\n";
+    std::fs::write(&path, original).unwrap();
+    let mut c = ConfigFile::load(&path).unwrap();
+    c.set("plugins.slots.contextEngine", json!("lossless"))
+        .unwrap();
+    let err = c.save().unwrap_err().to_string();
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(
+        err.contains("edit it by hand: set `plugins.slots.contextEngine` to \"lossless\""),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
 }
