@@ -10,8 +10,9 @@
 //!   client's apply on top). They are sent on every request and so are never stored.
 //! - **Client tools** (`tools`, `tool_choice`): offered to the model next to the engine's own
 //!   tools, whose names they may not reuse.
-//! - **Sampling**: `temperature`, `top_p`, `max_completion_tokens` (or `max_tokens`; capped
-//!   at the model's configured `maxTokens`, which the context budget leaves room for), `stop`,
+//! - **Sampling**: `temperature`, `top_p`, `max_completion_tokens` (or `max_tokens`; at most
+//!   the model's configured `maxTokens`, which the context budget leaves room for: the
+//!   handler refuses more, as OpenAI does), `stop`,
 //!   `seed`, `presence_penalty`, `frequency_penalty` go to the provider; `n` above 1 is
 //!   refused (one choice per turn).
 //! - **Images**: `image_url` parts with a `data:image/...;base64,` URL are stored with the
@@ -288,7 +289,9 @@ fn options(request: &ChatCompletionRequest, tools: &[ToolSpec]) -> Result<ModelO
         Some(_) => return Err(ApiError::invalid("tool_choice", "`tool_choice` must be a string or an object")),
     };
     Ok(ModelOptions {
-        temperature: range("temperature", request.temperature, 0.0, 2.0)?.map(|t| t as f32),
+        // f64 all the way to the provider's body, so 0.3 is sent as 0.3 (an f32 on the way
+        // turned it into 0.30000001192092896).
+        temperature: range("temperature", request.temperature, 0.0, 2.0)?,
         max_output_tokens,
         sampling: Sampling {
             top_p: range("top_p", request.top_p, 0.0, 1.0)?,

@@ -82,8 +82,13 @@ pub struct GatewayConfig {
     /// Requests that may wait for a busy session (`gateway.http.maxQueuedPerSession`); the
     /// next one gets 429.
     pub max_queued_per_session: usize,
-    /// Origins allowed by CORS (`gateway.http.allowedOrigins`); empty = CORS closed.
+    /// Origins allowed by CORS (`gateway.http.allowedOrigins`); empty = CORS closed. A request
+    /// whose `Origin` is neither the gateway's own nor listed here is refused (403).
     pub allowed_origins: Vec<String>,
+    /// `Host` names served besides the loopback ones (`gateway.http.allowedHosts`, lowercase,
+    /// each a name or `name:port`; `*` serves any): a request naming another host is refused
+    /// (421), which is what stops DNS rebinding.
+    pub allowed_hosts: Vec<String>,
     /// Time in-flight requests get after a stop signal (`gateway.shutdownTimeoutMs`).
     pub shutdown_timeout: Duration,
     /// Whether `/v1/chat/completions` is served
@@ -102,6 +107,7 @@ impl GatewayConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_queued_per_session: DEFAULT_MAX_QUEUED_PER_SESSION,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             chat_completions: true,
         }
@@ -233,26 +239,40 @@ impl GatewayConfig {
         .map_or(DEFAULT_MAX_QUEUED_PER_SESSION, |n| {
             usize::try_from(n).unwrap_or(usize::MAX)
         });
-        let allowed_origins = match http.get("allowedOrigins") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_str().map(str::to_owned).ok_or_else(|| {
-                        GatewayError::config(
-                            "gateway.http.allowedOrigins",
-                            format!("must be a list of origin strings; found {v}"),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?,
-            Some(v) => {
+        let allowed_origins = string_list(
+            &http,
+            "allowedOrigins",
+            "gateway.http.allowedOrigins",
+            "origin",
+        )?
+        .into_iter()
+        .map(|o| o.trim_end_matches('/').to_owned())
+        .collect::<Vec<_>>();
+        for o in &allowed_origins {
+            if !(o.starts_with("http://") || o.starts_with("https://")) {
                 return Err(GatewayError::config(
                     "gateway.http.allowedOrigins",
-                    format!("must be a list of origin strings; found {v}"),
-                ))
+                    format!("an origin is scheme://host[:port] (http://app.example:3000; no wildcard: list each one); found \"{o}\""),
+                ));
             }
-        };
+        }
+        let allowed_hosts = string_list(
+            &http,
+            "allowedHosts",
+            "gateway.http.allowedHosts",
+            "host name",
+        )?
+        .into_iter()
+        .map(|h| h.to_ascii_lowercase())
+        .collect::<Vec<_>>();
+        for h in &allowed_hosts {
+            if h.is_empty() || h.contains('/') || h.contains(char::is_whitespace) {
+                return Err(GatewayError::config(
+                    "gateway.http.allowedHosts",
+                    format!("a host is a name or name:port as clients put it in the Host header (gateway.example, gateway.example:18789, or * for any); found \"{h}\""),
+                ));
+            }
+        }
         let shutdown_timeout = u64_at(&g, "shutdownTimeoutMs", "gateway.shutdownTimeoutMs")?
             .map_or(DEFAULT_SHUTDOWN_TIMEOUT, Duration::from_millis);
         let chat_completions = match http.pointer("/endpoints/chatCompletions/enabled") {
@@ -273,6 +293,7 @@ impl GatewayConfig {
             request_timeout,
             max_queued_per_session,
             allowed_origins,
+            allowed_hosts,
             shutdown_timeout,
             chat_completions,
         })
@@ -295,12 +316,14 @@ fn resolve_token(g: &Value, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
             tracing::warn!("Gateway auth mode=none explicitly configured; all gateway connections are unauthenticated.");
             return Ok(None);
         }
-        Some(other @ ("password" | "trusted-proxy")) => return Err(GatewayError::config(
-            "gateway.auth.mode",
-            format!(
+        Some(other @ ("password" | "trusted-proxy")) => {
+            return Err(GatewayError::config(
+                "gateway.auth.mode",
+                format!(
                 "\"{other}\" is not supported by clawctx; use \"token\" (or \"none\" on loopback)"
             ),
-        )),
+            ))
+        }
         Some(other) => {
             return Err(GatewayError::config(
                 "gateway.auth.mode",
@@ -368,6 +391,28 @@ fn str_at(v: &Value, field: &str, key: &str) -> Result<Option<String>> {
     }
 }
 
+/// A list of strings at `v.field` (absent: empty); `what` names an item in the error.
+fn string_list(v: &Value, field: &str, key: &str, what: &str) -> Result<Vec<String>> {
+    let wrong = |found: &Value| {
+        GatewayError::config(
+            key,
+            format!("must be a list of {what} strings; found {found}"),
+        )
+    };
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(|s| s.trim().to_owned())
+                    .ok_or_else(|| wrong(i))
+            })
+            .collect(),
+        Some(other) => Err(wrong(other)),
+    }
+}
+
 fn u64_at(v: &Value, field: &str, key: &str) -> Result<Option<u64>> {
     match v.get(field) {
         None | Some(Value::Null) => Ok(None),
@@ -394,6 +439,22 @@ mod tests {
         assert!(c.token.is_none());
         assert_eq!(c.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         assert!(c.allowed_origins.is_empty());
+        assert!(c.allowed_hosts.is_empty());
+    }
+
+    #[test]
+    fn allowed_hosts_and_origins_are_read_normalized() {
+        let c = GatewayConfig::resolve(
+            &json!({"gateway": {"http": {
+                "allowedHosts": ["GW.Example", "gw.example:8443"],
+                "allowedOrigins": ["https://app.example/"]
+            }}}),
+            &Overrides::default(),
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(c.allowed_hosts, ["gw.example", "gw.example:8443"]);
+        assert_eq!(c.allowed_origins, ["https://app.example"]);
     }
 
     #[test]
@@ -514,6 +575,22 @@ mod tests {
             (
                 json!({"gateway": {"http": {"allowedOrigins": "*"}}}),
                 "gateway.http.allowedOrigins",
+            ),
+            (
+                json!({"gateway": {"http": {"allowedOrigins": ["app.example"]}}}),
+                "gateway.http.allowedOrigins",
+            ),
+            (
+                json!({"gateway": {"http": {"allowedOrigins": ["*"]}}}),
+                "no wildcard",
+            ),
+            (
+                json!({"gateway": {"http": {"allowedHosts": "gw.example"}}}),
+                "gateway.http.allowedHosts",
+            ),
+            (
+                json!({"gateway": {"http": {"allowedHosts": ["http://gw.example/"]}}}),
+                "gateway.http.allowedHosts",
             ),
         ];
         for (cfg, needle) in cases {

@@ -134,7 +134,12 @@ pub struct SessionRow {
 }
 
 /// The session a call belongs to: its lane key.
+/// Both ids are limited as chat's session header is (`crate::openai::check_session_key`).
 pub(crate) fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<String, ApiError> {
+    if let Some(k) = session_key {
+        crate::openai::check_session_key("sessionKey", k)?;
+    }
+    crate::openai::check_session_key("sessionId", session_id)?;
     let key = session_key
         .filter(|k| !k.trim().is_empty())
         .unwrap_or(session_id)

@@ -3,8 +3,8 @@
 //! One registry per gateway (not a process-global recorder), so several gateways in one test
 //! process never mix their counts. What an operator needs to see that the gateway works and
 //! where time goes: requests by route and status, turns by outcome with their wall time and
-//! the parts spent in the engine and in the gateway itself (the turn less the model and the
-//! engine), engine-API calls by method with their latency (assemble among them), errors by
+//! the parts spent in the model, in the engine and in the gateway itself (the turn less the
+//! model and the engine), engine-API calls by method with their latency (assemble among them), errors by
 //! kind, turns in flight, and the engines quarantined in this process (read from the registry
 //! at scrape time).
 //!
@@ -12,6 +12,9 @@
 //! chat turns and through the engine API alike (`source`); summarizer calls, failures and
 //! latency (every summary made in this process, by the runtime's compaction or inside the
 //! lossless engine, seen through `clawctx_summarize::observe`: process-wide, unlike the rest);
+//! the engine's own compaction passes (the lossless engine compacts inside `afterTurn` and
+//! `commitTurn`, out of the host's sight; reported through the same module), counted by
+//! outcome and timed; requests refused before routing (a foreign `Host` or `Origin`);
 //! and the size of the stores on disk (the lossless database with its write-ahead log, the
 //! gateway's transcripts), measured at scrape time.
 
@@ -21,7 +24,7 @@ use std::time::Duration;
 
 use clawctx_engine::ContextEngineRegistry;
 use clawctx_runtime::TurnOutcome;
-use clawctx_summarize::observe::{self, ObserverGuard};
+use clawctx_summarize::observe::{self, CompactionObserverGuard, ObserverGuard};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
@@ -46,7 +49,8 @@ pub struct RequestLabels {
 /// `outcome`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `ok`, `error`, `aborted`.
+    /// `ok`, `error`, `aborted`, or `rejected` (the request's own mistake found by the
+    /// runtime, such as a tool result for no open call: a 400, not a failure).
     pub outcome: String,
 }
 
@@ -71,6 +75,30 @@ pub struct CompactionLabels {
     pub source: String,
     /// `auto`, `overflow`, `preflight` (turns) or `api`.
     pub trigger: String,
+}
+
+/// `engine` and `outcome` of an engine's own compaction pass.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineCompactionLabels {
+    /// The engine (`lossless`).
+    pub engine: String,
+    /// `ok` or `error`.
+    pub outcome: String,
+}
+
+/// `engine`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineLabels {
+    /// The engine (`lossless`).
+    pub engine: String,
+}
+
+/// `reason` a request was refused before it reached a route.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// `host` (not a loopback name nor in `gateway.http.allowedHosts`) or `origin` (another
+    /// site's page, not in `gateway.http.allowedOrigins`).
+    pub reason: String,
 }
 
 /// `summarizer`: `llm` or `extractive`.
@@ -119,6 +147,8 @@ pub struct Metrics {
     pub turns: Family<OutcomeLabels, Counter>,
     /// Wall time of a turn.
     pub turn_seconds: Histogram,
+    /// Time a turn spent waiting for the model (every model call of the turn).
+    pub turn_model_seconds: Histogram,
     /// Time a turn spent in the engine (assemble, delivery, compaction, maintain).
     pub turn_engine_seconds: Histogram,
     /// Time a turn spent in the gateway and runtime themselves (wall − model − engine).
@@ -137,6 +167,14 @@ pub struct Metrics {
     pub summarizer_failures: Family<SummarizerLabels, Counter>,
     /// Summarizer latency, by summarizer.
     pub summarizer_seconds: Family<SummarizerLabels, Histogram, LatencyBuckets>,
+    /// Engines' own compaction passes, by engine and outcome.
+    pub engine_compactions: Family<EngineCompactionLabels, Counter>,
+    /// Duration of engines' own compaction passes, by engine.
+    pub engine_compaction_seconds: Family<EngineLabels, Histogram, LatencyBuckets>,
+    /// Keeps the compaction observer for as long as the metrics live.
+    _compactions: CompactionObserverGuard,
+    /// Requests refused before routing, by reason.
+    pub refused_requests: Family<ReasonLabels, Counter>,
     /// Bytes on disk, by store (set at scrape time).
     pub store_bytes: Family<StoreLabels, Gauge>,
     /// The stores measured.
@@ -171,6 +209,12 @@ impl Metrics {
         );
         let turn_seconds = Histogram::new(latency_buckets());
         registry.register("turn_seconds", "Wall time of a turn", turn_seconds.clone());
+        let turn_model_seconds = Histogram::new(latency_buckets());
+        registry.register(
+            "turn_model_seconds",
+            "Time a turn spent waiting for the model (all its model calls; turns that ended ok)",
+            turn_model_seconds.clone(),
+        );
         let turn_engine_seconds = Histogram::new(latency_buckets());
         registry.register(
             "turn_engine_seconds",
@@ -233,6 +277,49 @@ impl Metrics {
             "Summarizer latency",
             summarizer_seconds.clone(),
         );
+        let engine_compactions = Family::<EngineCompactionLabels, Counter>::default();
+        registry.register(
+            "engine_compactions",
+            "Compaction passes engines ran themselves or were asked for (the lossless engine's threshold compactions inside afterTurn/commitTurn included), by engine and outcome",
+            engine_compactions.clone(),
+        );
+        let engine_compaction_seconds =
+            Family::<EngineLabels, Histogram, LatencyBuckets>::new_with_constructor(LatencyBuckets);
+        registry.register(
+            "engine_compaction_seconds",
+            "Duration of engines' compaction passes, summaries included",
+            engine_compaction_seconds.clone(),
+        );
+        let compactions = {
+            let (count, seconds) = (
+                engine_compactions.clone(),
+                engine_compaction_seconds.clone(),
+            );
+            observe::add_compaction_observer(move |c| {
+                count
+                    .get_or_create(&EngineCompactionLabels {
+                        engine: c.engine.to_owned(),
+                        outcome: if c.ok { "ok" } else { "error" }.to_owned(),
+                    })
+                    .inc();
+                seconds
+                    .get_or_create(&EngineLabels {
+                        engine: c.engine.to_owned(),
+                    })
+                    .observe(c.took.as_secs_f64());
+            })
+        };
+        let refused_requests = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "refused_requests",
+            "Requests refused before routing: a Host that is not a loopback name nor in gateway.http.allowedHosts (host), another site's Origin not in gateway.http.allowedOrigins (origin)",
+            refused_requests.clone(),
+        );
+        for reason in ["host", "origin"] {
+            let _ = refused_requests.get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            });
+        }
         let store_bytes = Family::<StoreLabels, Gauge>::default();
         registry.register(
             "store_bytes",
@@ -299,6 +386,7 @@ impl Metrics {
             requests,
             turns,
             turn_seconds,
+            turn_model_seconds,
             turn_engine_seconds,
             turn_host_seconds,
             engine_calls,
@@ -308,6 +396,10 @@ impl Metrics {
             summarizer_calls,
             summarizer_failures,
             summarizer_seconds,
+            engine_compactions,
+            engine_compaction_seconds,
+            _compactions: compactions,
+            refused_requests,
             store_bytes,
             stores: Vec::new(),
             _summaries: summaries,
@@ -316,6 +408,15 @@ impl Metrics {
             requests_waiting,
             quarantines,
         }
+    }
+
+    /// Counts a request refused before routing.
+    pub fn refused(&self, reason: &str) {
+        self.refused_requests
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts an error of `kind`.
@@ -337,9 +438,9 @@ impl Metrics {
         self.turn_seconds.observe(wall.as_secs_f64());
         if outcome == "ok" {
             let engine = Duration::from_micros(engine_micros);
-            let host = wall
-                .saturating_sub(Duration::from_micros(model_micros))
-                .saturating_sub(engine);
+            let model = Duration::from_micros(model_micros);
+            let host = wall.saturating_sub(model).saturating_sub(engine);
+            self.turn_model_seconds.observe(model.as_secs_f64());
             self.turn_engine_seconds.observe(engine.as_secs_f64());
             self.turn_host_seconds.observe(host.as_secs_f64());
         }

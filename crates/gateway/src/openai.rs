@@ -85,13 +85,14 @@ pub struct ChatCompletionRequest {
     /// the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<Value>,
-    /// Sampling temperature (0-2).
+    /// Sampling temperature (0-2), forwarded as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
     /// Nucleus sampling (0-1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
-    /// Output token limit (capped at the model's configured `maxTokens`).
+    /// Output token limit: at most the model's configured `maxTokens` (more is a 400 naming
+    /// the limit, as OpenAI answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
     /// Output token limit; wins over `max_tokens`.
@@ -309,15 +310,25 @@ fn session_key(headers: &HeaderMap, user: Option<&str>) -> Result<String, ApiErr
             None => format!("agent:main:openai:{}", uuid::Uuid::new_v4()),
         },
     };
+    check_session_key(SESSION_HEADER, &key)?;
+    Ok(key)
+}
+
+/// Every session key the gateway takes (the chat header, the engine API's `sessionKey` and
+/// `sessionId`) is at most [`MAX_SESSION_KEY`] bytes without control characters: a key is
+/// stored, listed by `/v1/sessions` and written to logs; `param` names where it came from.
+pub(crate) fn check_session_key(param: &str, key: &str) -> Result<(), ApiError> {
     if key.len() > MAX_SESSION_KEY || key.chars().any(char::is_control) {
         return Err(ApiError::invalid(
-            SESSION_HEADER,
+            param,
             format!(
-                "a session key is at most {MAX_SESSION_KEY} characters without control characters"
+                "`{param}`: a session key is at most {MAX_SESSION_KEY} bytes without control characters; found {} bytes{}",
+                key.len(),
+                if key.chars().any(char::is_control) { " with control characters" } else { "" }
             ),
         ));
     }
-    Ok(key)
+    Ok(())
 }
 
 /// Aborts the turn when dropped before [`AbortOnDrop::disarm`]: the client went away (its
@@ -351,64 +362,107 @@ fn spawn_turn(
     controller: AbortController,
 ) -> tokio::task::JoinHandle<Result<TurnOutcome, RuntimeError>> {
     let tasks = shared.tasks.clone();
-    tasks.spawn(async move {
-        let _lane = lane;
-        shared.metrics.turns_in_flight.inc();
-        let started = Instant::now();
-        let signal = controller.signal();
-        let turn = shared.runtime.run_turn(request);
-        tokio::pin!(turn);
-        let deadline = tokio::time::sleep(shared.config.request_timeout);
-        tokio::pin!(deadline);
-        let mut deadline_passed = false;
-        let mut stopping = false;
-        let result = loop {
-            tokio::select! {
-                r = &mut turn => break r,
-                () = &mut deadline, if !deadline_passed => {
-                    deadline_passed = true;
-                    controller.abort(format!(
-                        "the request ran past gateway.http.requestTimeoutMs ({} ms)",
-                        shared.config.request_timeout.as_millis()
-                    ));
+    // The task runs in the request's span, so its log lines ("turn done", "turn failed") carry
+    // the request id as every other line of the request does.
+    let span = tracing::Span::current();
+    tasks.spawn(tracing::Instrument::instrument(
+        async move {
+            let _lane = lane;
+            shared.metrics.turns_in_flight.inc();
+            let started = Instant::now();
+            let signal = controller.signal();
+            let turn = shared.runtime.run_turn(request);
+            tokio::pin!(turn);
+            let deadline = tokio::time::sleep(shared.config.request_timeout);
+            tokio::pin!(deadline);
+            let mut deadline_passed = false;
+            let mut stopping = false;
+            let result = loop {
+                tokio::select! {
+                    r = &mut turn => break r,
+                    () = &mut deadline, if !deadline_passed => {
+                        deadline_passed = true;
+                        controller.abort(format!(
+                            "the request ran past gateway.http.requestTimeoutMs ({} ms)",
+                            shared.config.request_timeout.as_millis()
+                        ));
+                    }
+                    () = shared.abort_all.cancelled(), if !stopping => {
+                        stopping = true;
+                        controller.abort("the gateway is shutting down");
+                    }
                 }
-                () = shared.abort_all.cancelled(), if !stopping => {
-                    stopping = true;
-                    controller.abort("the gateway is shutting down");
+            };
+            shared.metrics.turns_in_flight.dec();
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(_) if signal.is_aborted() => "aborted",
+                Err(e) if is_client_mistake(e) => "rejected",
+                Err(_) => "error",
+            };
+            let (model, engine) = result
+                .as_ref()
+                .map_or((0, 0), |o| (o.model_micros, o.engine_micros));
+            shared
+                .metrics
+                .turn(outcome, started.elapsed(), model, engine);
+            if let Ok(o) = &result {
+                shared.metrics.turn_details(o);
+            }
+            match &result {
+                Ok(o) => tracing::info!(
+                    session = %o.session_key,
+                    engine = %o.engine,
+                    model_calls = o.model_calls,
+                    ms = started.elapsed().as_millis() as u64,
+                    "turn done"
+                ),
+                Err(e) if outcome == "aborted" => tracing::info!("turn aborted: {e}"),
+                Err(e) if outcome == "rejected" => {
+                    tracing::info!("turn refused (the request's mistake, answered 400): {e}")
+                }
+                Err(e) => {
+                    shared.metrics.error("turn");
+                    tracing::warn!("turn failed: {e}");
                 }
             }
-        };
-        shared.metrics.turns_in_flight.dec();
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(_) if signal.is_aborted() => "aborted",
-            Err(_) => "error",
-        };
-        let (model, engine) = result
-            .as_ref()
-            .map_or((0, 0), |o| (o.model_micros, o.engine_micros));
-        shared
-            .metrics
-            .turn(outcome, started.elapsed(), model, engine);
-        if let Ok(o) = &result {
-            shared.metrics.turn_details(o);
+            result
+        },
+        span,
+    ))
+}
+
+/// A turn error that is the request's own mistake (answered 400 by [`turn_error`]), not a
+/// failure of the gateway, the engine or the model: it is not counted or logged as one.
+fn is_client_mistake(e: &RuntimeError) -> bool {
+    matches!(e, RuntimeError::ToolResults { .. })
+}
+
+/// OpenAI refuses an output limit above the model's: so does the gateway, naming the limit
+/// (the model's configured `maxTokens`; the context budget leaves room for that much only).
+fn check_output_limit(
+    request: &ChatCompletionRequest,
+    asked: Option<u64>,
+    limit: u64,
+) -> Result<(), ApiError> {
+    match asked {
+        Some(n) if n > limit => {
+            let param = if request.max_completion_tokens.is_some() {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            Err(ApiError::invalid(
+                param,
+                format!(
+                    "`{param}` is too large: {n}. This model supports at most {limit} completion tokens \
+                     (its configured maxTokens), whereas you provided {n}."
+                ),
+            )
+            .with_code("invalid_value"))
         }
-        match &result {
-            Ok(o) => tracing::info!(
-                session = %o.session_key,
-                engine = %o.engine,
-                model_calls = o.model_calls,
-                ms = started.elapsed().as_millis() as u64,
-                "turn done"
-            ),
-            Err(e) if outcome == "aborted" => tracing::info!("turn aborted: {e}"),
-            Err(e) => {
-                shared.metrics.error("turn");
-                tracing::warn!("turn failed: {e}");
-            }
-        }
-        result
-    })
+        _ => Ok(()),
+    }
 }
 
 /// The HTTP error for a failed turn (`input`: what the request asked, to name its fields).
@@ -480,6 +534,11 @@ pub(crate) async fn chat_completions(
     }
     let key = session_key(&headers, request.user.as_deref())?;
     let mut input = crate::chat_input::read(&request, &shared.runtime.tool_names())?;
+    check_output_limit(
+        &request,
+        input.options.max_output_tokens,
+        shared.runtime.limits().max_output_tokens,
+    )?;
     if !input.tool_results.is_empty() && matches!(shared.runtime.store().get(&key), Ok(None)) {
         return Err(ApiError {
             status: StatusCode::NOT_FOUND,

@@ -166,6 +166,23 @@ pub fn document(ops_of: &[OpDoc]) -> Value {
             (None, media) => json!({"description": "OK", "content": {media: {}}}),
         };
         responses.insert("200".into(), ok);
+        let error_of = |description: &str| json!({"description": description, "content": {"application/json": {"schema": error}}});
+        if o.request.is_some() {
+            responses.insert(
+                "415".into(),
+                error_of("The body is not declared Content-Type: application/json"),
+            );
+        }
+        responses.insert(
+            "403".into(),
+            error_of("The request comes from a web page of another origin (its Origin is neither the gateway's own nor in gateway.http.allowedOrigins)"),
+        );
+        if o.auth {
+            responses.insert(
+                "421".into(),
+                error_of("The Host header names a host the gateway does not serve (not a loopback name, its bind address, nor in gateway.http.allowedHosts)"),
+            );
+        }
         responses.insert(
             "default".into(),
             json!({"description": "An error in OpenAI's shape", "content": {"application/json": {"schema": error}}}),
@@ -192,7 +209,11 @@ pub fn document(ops_of: &[OpDoc]) -> Value {
             "title": "clawctx gateway",
             "version": env!("CARGO_PKG_VERSION"),
             "description": "The context engine as a service: an OpenAI-compatible chat endpoint, the engine lifecycle \
-                            with the plugin protocol's method names and wire types, recall, health and metrics."
+                            with the plugin protocol's method names and wire types, recall, health and metrics. \
+                            Every error is JSON in OpenAI's shape. Request bodies must be sent as \
+                            Content-Type: application/json (415 otherwise); a request whose Origin is another \
+                            site's (403) or whose Host is not a loopback name or listed in \
+                            gateway.http.allowedHosts (421) is refused, so a web page cannot drive the gateway."
         },
         "paths": paths,
         "components": {

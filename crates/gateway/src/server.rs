@@ -2,9 +2,23 @@
 //! shutdown.
 //!
 //! Layers, outside in: a request id (`x-request-id`, the client's kept, else a UUID; echoed on
-//! the response and on every log line of the request's span), the trace span, CORS (only when
-//! `gateway.http.allowedOrigins` lists origins: closed by default), the per-request deadline,
-//! the bearer-token check (on every path but `/healthz` and `/readyz`), the body limit.
+//! the response and on every log line of the request's span), the trace span, the site check
+//! (below), CORS (only when `gateway.http.allowedOrigins` lists origins: closed by default),
+//! the per-request deadline, the bearer-token check (on every path but `/healthz` and
+//! `/readyz`), the body limit, and errors as JSON (axum's own 405s and rejections included).
+//!
+//! The site check is what keeps a web page the user happens to open from driving the gateway
+//! (which on loopback has no token by default). A `Host` that is not a loopback name
+//! (`localhost`, `127.0.0.0/8`, `[::1]`), the bind address, an IP literal when bound to all
+//! interfaces, or a name in `gateway.http.allowedHosts` is refused with 421: that is a page
+//! that reached the gateway through DNS rebinding (its own name now resolving to 127.0.0.1),
+//! and the browser would let it read the answers. An `Origin` other than the gateway's own
+//! (`http(s)://` + the request's `Host`) and not in `gateway.http.allowedOrigins` is refused
+//! with 403: a cross-site `fetch` or form, which browsers send without asking when it looks
+//! like a form (`no-cors`, text or no content type). JSON routes also take only
+//! `application/json` ([`crate::api_error::ApiJson`], 415), which no such request can carry.
+//! The probes (`/healthz`, `/readyz`) skip the `Host` check, so an orchestrator probing the
+//! pod's address needs no config; they answer nothing a page could use.
 //!
 //! Shutdown (SIGTERM, Ctrl-C, or the embedder's future): the listener stops accepting,
 //! `/readyz` turns 503, new turns are refused with 503, and in-flight requests get
@@ -204,11 +218,13 @@ impl Gateway {
 fn router(shared: AppState) -> Router {
     let mut app = crate::openapi::router(&shared)
         .merge(crate::dashboard::router())
+        .merge(crate::mcp::router(&shared))
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(
             shared.clone(),
             count_requests,
         ))
+        .layer(middleware::from_fn(crate::api_error::json_errors))
         .layer(middleware::from_fn_with_state(shared.clone(), deadline))
         .layer(middleware::from_fn_with_state(shared.clone(), auth))
         .layer(DefaultBodyLimit::max(shared.config.max_body_bytes))
@@ -216,6 +232,7 @@ fn router(shared: AppState) -> Router {
     if let Some(cors) = cors(&shared.config) {
         app = app.layer(cors);
     }
+    app = app.layer(middleware::from_fn_with_state(shared.clone(), same_site));
     let request_id = HeaderName::from_static(REQUEST_ID);
     app.layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(
@@ -249,6 +266,93 @@ fn cors(config: &GatewayConfig) -> Option<CorsLayer> {
                 HeaderName::from_static("x-clawctx-session"),
             ]),
     )
+}
+
+/// Refuses what a page of another site could send (see the module docs): a foreign `Host`
+/// (421) or a foreign `Origin` (403).
+async fn same_site(State(shared): State<AppState>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
+    if let Some(host) = &host {
+        if !PUBLIC_PATHS.contains(&req.uri().path()) && !host_allowed(&shared.config, host) {
+            shared.metrics.refused("host");
+            tracing::info!(
+                host = %host.chars().take(200).collect::<String>(),
+                "request refused: the Host header names a host this gateway does not serve"
+            );
+            return ApiError::misdirected_host(host).into_response();
+        }
+    }
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let origin = String::from_utf8_lossy(origin.as_bytes()).into_owned();
+        if !origin_allowed(&shared.config, &origin, host.as_deref()) {
+            shared.metrics.refused("origin");
+            tracing::info!(
+                origin = %origin.chars().take(200).collect::<String>(),
+                "request refused: it comes from a web page of another origin"
+            );
+            return ApiError::forbidden_origin(&origin).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The name of a `Host` value, lowercase, without its port and brackets (`[::1]:80` → `::1`).
+fn host_name(host: &str) -> String {
+    let host = host.trim();
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split_once(']').map_or(rest, |(name, _)| name)
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        }
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Whether the gateway serves a request naming `host`.
+fn host_allowed(config: &GatewayConfig, host: &str) -> bool {
+    let name = host_name(host);
+    if name == "localhost" {
+        return true;
+    }
+    let whole = host.trim().to_ascii_lowercase();
+    if config
+        .allowed_hosts
+        .iter()
+        .any(|h| h == "*" || *h == name || *h == whole)
+    {
+        return true;
+    }
+    match name.parse::<std::net::IpAddr>() {
+        // An IP literal is never a rebound name; the ones that reach this gateway are its own.
+        Ok(ip) => {
+            let bound = config.addr.ip();
+            ip.is_loopback() || ip == bound || bound.is_unspecified()
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether a request with `Origin: origin` may be served: the gateway's own origin (`http://` or
+/// `https://` + the request's `Host`), or one listed in `gateway.http.allowedOrigins`. `null`
+/// (a sandboxed page, a local file) is another origin.
+fn origin_allowed(config: &GatewayConfig, origin: &str, host: Option<&str>) -> bool {
+    let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+    if let Some(host) = host {
+        let host = host.trim().to_ascii_lowercase();
+        if origin == format!("http://{host}") || origin == format!("https://{host}") {
+            return true;
+        }
+    }
+    config
+        .allowed_origins
+        .iter()
+        .any(|o| o.eq_ignore_ascii_case(&origin))
 }
 
 /// The bearer check: both sides hashed to 32 bytes and compared in constant time, so neither
@@ -380,6 +484,73 @@ pub(crate) async fn metrics(State(shared): State<AppState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_names_the_bind_address_and_listed_hosts_are_served() {
+        let mut c = GatewayConfig::loopback(18789);
+        for ok in [
+            "localhost",
+            "localhost:18789",
+            "LOCALHOST.:1",
+            "127.0.0.1:18789",
+            "127.8.9.10",
+            "[::1]:18789",
+            "[::1]",
+        ] {
+            assert!(host_allowed(&c, ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:18789",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:18789",
+            "192.168.1.5:18789",
+            "[::2]:18789",
+            "",
+        ] {
+            assert!(!host_allowed(&c, bad), "{bad}");
+        }
+        c.allowed_hosts = vec!["gw.example".into(), "other.example:8443".into()];
+        assert!(host_allowed(&c, "GW.example:18789"));
+        assert!(host_allowed(&c, "other.example:8443"));
+        assert!(!host_allowed(&c, "other.example:9000"));
+        c.addr = "192.168.1.5:18789".parse().unwrap();
+        assert!(host_allowed(&c, "192.168.1.5:18789"));
+        assert!(!host_allowed(&c, "10.0.0.1:18789"));
+        c.addr = "0.0.0.0:18789".parse().unwrap();
+        assert!(
+            host_allowed(&c, "10.0.0.1:18789"),
+            "bound to all: any IP literal"
+        );
+        assert!(!host_allowed(&c, "evil.example:18789"));
+        c.allowed_hosts = vec!["*".into()];
+        assert!(host_allowed(&c, "evil.example:18789"));
+    }
+
+    #[test]
+    fn only_the_own_origin_and_listed_ones_are_served() {
+        let mut c = GatewayConfig::loopback(18789);
+        let host = Some("127.0.0.1:18789");
+        assert!(origin_allowed(&c, "http://127.0.0.1:18789", host));
+        assert!(origin_allowed(&c, "https://127.0.0.1:18789/", host));
+        assert!(origin_allowed(
+            &c,
+            "http://localhost:18789",
+            Some("localhost:18789")
+        ));
+        for bad in [
+            "http://127.0.0.1:3000",
+            "http://localhost:18789",
+            "null",
+            "http://evil.example",
+            "",
+        ] {
+            assert!(!origin_allowed(&c, bad, host), "{bad}");
+        }
+        assert!(!origin_allowed(&c, "http://127.0.0.1:18789", None));
+        c.allowed_origins = vec!["http://127.0.0.1:3000".into()];
+        assert!(origin_allowed(&c, "HTTP://127.0.0.1:3000", host));
+        assert!(!origin_allowed(&c, "http://127.0.0.1:3001", host));
+    }
 
     #[test]
     fn the_token_check_accepts_only_the_exact_token() {

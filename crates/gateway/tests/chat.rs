@@ -338,7 +338,7 @@ async fn bad_requests_get_openai_errors_naming_the_problem() {
             .send()
             .await
             .unwrap(),
-        400,
+        415,
     )
     .await;
     assert!(

@@ -828,6 +828,30 @@ pub(crate) async fn compact_conversation(
     conv_id: i64,
     opts: CompactionOptions,
 ) -> Result<CompactionReport> {
+    // Every pass that did something is reported to the host's observers (the gateway's
+    // `/metrics`): the engine's own threshold compactions happen inside `afterTurn` and
+    // `commitTurn`, where the host cannot time them.
+    let started = Instant::now();
+    let result = compact_rounds(store, summarizer, cfg, conv_id, opts).await;
+    let summaries = result.as_ref().map_or(0, |r| r.created());
+    if result.is_err() || summaries > 0 {
+        clawctx_summarize::observe::report_compaction(clawctx_summarize::observe::CompactionCall {
+            engine: crate::ENGINE_ID,
+            took: started.elapsed(),
+            summaries: u32::try_from(summaries).unwrap_or(u32::MAX),
+            ok: result.is_ok(),
+        });
+    }
+    result
+}
+
+async fn compact_rounds(
+    store: &dyn CompactionSteps,
+    summarizer: Arc<dyn Summarizer>,
+    cfg: Arc<LosslessConfig>,
+    conv_id: i64,
+    opts: CompactionOptions,
+) -> Result<CompactionReport> {
     let mut report = CompactionReport::default();
     let before = store.frontier_tokens(conv_id).await?;
     report.tokens_before = before.max(0) as u64;

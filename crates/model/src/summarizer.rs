@@ -98,7 +98,7 @@ pub struct LlmSummarizer {
     spend_guard: Option<Arc<SpendGuard>>,
     breaker: Option<Arc<CircuitBreaker>>,
     cancel: CancellationToken,
-    temperature: Option<f32>,
+    temperature: Option<f64>,
     max_output_tokens: Option<u64>,
 }
 
@@ -147,7 +147,7 @@ impl LlmSummarizer {
     }
 
     /// Sampling temperature for summary calls.
-    pub fn with_temperature(mut self, t: f32) -> Self {
+    pub fn with_temperature(mut self, t: f64) -> Self {
         self.temperature = Some(t);
         self
     }

@@ -35,7 +35,7 @@ pub struct CompletionRequest {
     /// configured `maxTokens`, then 4096).
     pub max_output_tokens: Option<u64>,
     /// Sampling temperature, when the caller wants one.
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     /// Further sampling settings and the tool choice a caller passed through (the gateway's
     /// OpenAI clients); empty by default.
     pub sampling: Sampling,

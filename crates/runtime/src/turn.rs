@@ -94,7 +94,7 @@ pub struct AssembledView {
 #[derive(Clone, Debug, Default)]
 pub struct ModelOptions {
     /// Sampling temperature.
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     /// Output token limit, at most the model's configured `maxTokens` (the context budget
     /// leaves room for that much only).
     pub max_output_tokens: Option<u64>,

@@ -6,6 +6,10 @@
 //! Observers are process-wide: compaction runs deep inside engines (the lossless engine's own
 //! passes, the runtime's built-in compaction), which get their summarizer from the host without
 //! knowing who watches.
+//!
+//! Whole compaction passes are reported the same way ([`report_compaction`]): an engine that
+//! compacts on its own (the lossless engine after a turn crosses its threshold) does so inside
+//! a call the host only sees as `afterTurn`/`commitTurn`, so the host could not time it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
@@ -71,6 +75,75 @@ pub fn report(call: SummaryCall) {
     }
 }
 
+/// One finished compaction pass of an engine (one or more summary rounds over a conversation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactionCall {
+    /// The engine that compacted (`lossless`).
+    pub engine: &'static str,
+    /// How long the pass took, summaries included.
+    pub took: Duration,
+    /// Summaries it created.
+    pub summaries: u32,
+    /// Whether it finished (a store or summarizer error that ended it counts as a failure).
+    pub ok: bool,
+}
+
+type CompactionObserver = Arc<dyn Fn(&CompactionCall) + Send + Sync>;
+
+static COMPACTION_OBSERVERS: LazyLock<RwLock<Vec<(u64, CompactionObserver)>>> =
+    LazyLock::new(Default::default);
+static ANY_COMPACTION: AtomicBool = AtomicBool::new(false);
+
+/// Removes its compaction observer when dropped.
+#[must_use = "the observer is removed when the guard is dropped"]
+pub struct CompactionObserverGuard(u64);
+
+impl Drop for CompactionObserverGuard {
+    fn drop(&mut self) {
+        let mut all = COMPACTION_OBSERVERS
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        all.retain(|(id, _)| *id != self.0);
+        ANY_COMPACTION.store(!all.is_empty(), Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for CompactionObserverGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompactionObserverGuard({})", self.0)
+    }
+}
+
+/// Calls `observer` for every engine compaction pass in this process until the guard is
+/// dropped.
+pub fn add_compaction_observer(
+    observer: impl Fn(&CompactionCall) + Send + Sync + 'static,
+) -> CompactionObserverGuard {
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut all = COMPACTION_OBSERVERS
+        .write()
+        .unwrap_or_else(|p| p.into_inner());
+    all.push((id, Arc::new(observer)));
+    ANY_COMPACTION.store(true, Ordering::Release);
+    CompactionObserverGuard(id)
+}
+
+/// Reports a finished compaction pass to every compaction observer (engines call this).
+pub fn report_compaction(call: CompactionCall) {
+    if !ANY_COMPACTION.load(Ordering::Acquire) {
+        return;
+    }
+    let observers: Vec<CompactionObserver> = COMPACTION_OBSERVERS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(_, o)| o.clone())
+        .collect();
+    for o in observers {
+        o(&call);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -98,5 +171,23 @@ mod tests {
             1
         );
         assert!(!seen.lock().unwrap().contains(&"extractive"));
+    }
+
+    #[test]
+    fn compaction_observers_see_passes_until_their_guard_is_dropped() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let guard = add_compaction_observer(move |c| s.lock().unwrap().push(c.summaries));
+        let pass = |summaries| CompactionCall {
+            engine: "test-engine",
+            took: Duration::ZERO,
+            summaries,
+            ok: true,
+        };
+        report_compaction(pass(3));
+        drop(guard);
+        report_compaction(pass(4));
+        let seen = seen.lock().unwrap();
+        assert!(seen.contains(&3) && !seen.contains(&4), "{seen:?}");
     }
 }
