@@ -4,24 +4,44 @@
 //! accepted turn, keyed by an `advancementKey` it stores atomically. The host writes the commit
 //! to the outbox (one JSON file per commit under `<state>/runtime/outbox/`, written to a
 //! temporary file, synced and renamed) *before* calling the engine, and removes it only once
-//! the engine acknowledged it (`committed` or `duplicate`). A commit that failed, or whose
-//! process died before the answer, is delivered again before the session's next
-//! `bootstrap`/`assemble`; the engine's idempotency makes a repeat harmless, so the turn
-//! reaches the engine exactly once. An unreadable outbox file is reported (with its path) and
-//! left where it is for `doctor` and the user: it is never dropped silently, and it never stops
-//! the turn.
+//! the engine acknowledged it (`committed` or `duplicate`).
+//!
+//! Why the transcript and the engine agree after any crash: the commit is written while the
+//! transcript's write lock is held, *before* the turn's terminal entry (the reply that ends
+//! the turn) is appended, and the terminal entry gets the id the commit names
+//! ([`clawctx_transcript::SessionFile::append_with`]). A kill before the commit is on disk
+//! leaves a turn without its terminal entry: an unfinished turn, as if the model had not
+//! answered, which no engine is owed. A kill after it leaves the commit in the outbox, and the
+//! next delivery first puts a missing terminal entry back (under its recorded id, at its
+//! recorded parent) and then delivers. So no complete turn in a transcript is ever missing
+//! from the outbox or the engine. (The other design, reconciling the transcript against the
+//! engine's committed keys at start, needs a way to ask every engine for its keys and to
+//! rebuild each turn's anchors from the file; writing the commit first needs neither.)
+//!
+//! Order: each commit carries a `sequence`, the terminal entry's index in the transcript file,
+//! which only grows within a session. A session's commits are delivered in that order, one at
+//! a time (a per-session lock), and delivery stops at the first failure: a later turn never
+//! reaches the engine before an earlier one. A commit that failed, or whose process died
+//! before the answer, is delivered again before the session's next `bootstrap`/`assemble`, and
+//! by the runtime's retry task (1 s after the failure, doubling to 30 s, for as long as the
+//! session has commits waiting: an engine whose database is down for a while gets the turns in
+//! order once it is back, without a restart or a new turn); a new runtime delivers what the
+//! outbox holds when it starts ([`crate::AgentRuntime::deliver_pending_commits`]). The
+//! engine's idempotency makes a repeat harmless, so the turn reaches the engine exactly once.
+//! An unreadable outbox file is reported (with its path) and left where it is for `doctor`
+//! and the user: it is never dropped silently, and it never stops the turn.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clawctx_engine::{ContextEngine, Method};
-use clawctx_protocol::transcript::TranscriptEntry;
+use clawctx_protocol::transcript::{EntryKind, TranscriptEntry};
 use clawctx_protocol::*;
 use clawctx_transcript::ResolvedSession;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{Result, RuntimeError};
+use crate::error::Result;
 use crate::maintain::MaintenanceReason;
 use crate::runtime::{lock, Inner};
 
@@ -40,7 +60,17 @@ struct PendingCommit {
     version: u64,
     session_key: String,
     session_id: String,
+    /// The terminal entry's index in the transcript file: the session's delivery order
+    /// (absent in files of earlier builds: read from `params.terminal.rawSeq`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sequence: Option<u64>,
     params: CommitTurnParams,
+}
+
+impl PendingCommit {
+    fn sequence(&self) -> u64 {
+        self.sequence.unwrap_or(self.params.terminal.raw_seq)
+    }
 }
 
 /// An outbox file that cannot be read back (reported by `doctor`).
@@ -121,11 +151,12 @@ fn file_safe(s: &str) -> String {
         .collect()
 }
 
-/// The file a commit waits in: named by session id, then the rest of the key, so a session's
-/// commits can be found without reading other sessions' files.
-fn commit_path(dir: &Path, session_id: &str, advancement_key: &str) -> PathBuf {
+/// The file a commit waits in: named by session id, then its sequence and the rest of the key,
+/// so a session's commits can be found without reading other sessions' files and list in
+/// their order.
+fn commit_path(dir: &Path, session_id: &str, sequence: u64, advancement_key: &str) -> PathBuf {
     dir.join(format!(
-        "{}.{}.json",
+        "{}.{sequence:012}.{}.json",
         file_safe(session_id),
         file_safe(advancement_key)
     ))
@@ -176,87 +207,184 @@ fn anchor(
     })
 }
 
+/// What delivering a session's outbox came to.
+#[derive(Debug, Default)]
+pub(crate) struct Delivery {
+    /// Commits the engine acknowledged.
+    pub(crate) acknowledged: usize,
+    /// The failure that stopped delivery, as a line for the log: that commit and the later
+    /// ones wait for the retry.
+    pub(crate) blocked: Option<String>,
+}
+
+/// A turn's commit as [`Inner::append_terminal`] wrote it: delivered by
+/// [`Inner::deliver_outbox`] in its place in the session's order.
+pub(crate) struct TurnCommit {
+    /// Its outbox file (`None`: the file could not be written; the commit is delivered from
+    /// memory and cannot be retried).
+    path: Option<PathBuf>,
+    sequence: u64,
+    params: CommitTurnParams,
+}
+
+/// The runtime's retry of commits that failed: the sessions with commits waiting, and
+/// whether the retry task runs.
+#[derive(Default)]
+pub(crate) struct RetryState {
+    sessions: std::collections::HashMap<String, ResolvedSession>,
+    running: bool,
+    /// The failure that stopped the last delivery, while commits wait.
+    last_failure: Option<String>,
+}
+
+/// The first wait of the retry task, and its longest (the wait doubles while nothing gets
+/// through).
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Commits the runtime is retrying (for `/readyz`, the dashboard and `/metrics`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryStatus {
+    /// Sessions with commits waiting for their engine.
+    pub sessions: usize,
+    /// Why the last delivery failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+}
+
+/// A commit to deliver: (sequence, its file, the commit as read from disk, or the fresh one's
+/// params).
+type Waiting = (
+    u64,
+    Option<PathBuf>,
+    Option<PendingCommit>,
+    Option<CommitTurnParams>,
+);
+
 impl Inner {
-    /// The `commitTurn` params of the turn whose entries run from `first` (the admitted user
-    /// entry) to `last` (the accepted terminal entry), at `positions` among the active
-    /// messages.
-    pub(crate) fn commit_params(
+    /// Appends the turn's terminal entry `message` after writing the turn's commit to the
+    /// outbox, both under the transcript's write lock (see the module header): the turn's
+    /// entries run from `first` (the admitted user entry) to the new one, at `positions` among
+    /// the active messages; `messages` are the turn's messages before this one. Answers the
+    /// new entry's id and the commit (`None` when the turn cannot be described: logged, the
+    /// entry is appended all the same).
+    pub(crate) fn append_terminal(
         &self,
         s: &ResolvedSession,
-        (first, last): (&str, &str),
+        message: AgentMessage,
+        first: &str,
         positions: (usize, usize),
-        messages: Vec<AgentMessage>,
+        mut messages: Vec<AgentMessage>,
         is_heartbeat: Option<bool>,
-    ) -> Result<CommitTurnParams> {
-        let file = self.file(&s.transcript_path)?;
-        let f = lock(&file)?;
+    ) -> Result<(String, Option<TurnCommit>)> {
+        messages.push(message.clone());
         let store_path = self
             .store
             .sessions_json_path(&s.agent_id)?
             .to_string_lossy()
             .into_owned();
-        let missing = |id: &str| {
-            RuntimeError::Internal(format!(
-                "turn entry {id} is not in {}",
-                s.transcript_path.display()
-            ))
-        };
-        let admission = anchor(s, &store_path, f.entries(), positions.0, first)
-            .ok_or_else(|| missing(first))?;
-        let terminal =
-            anchor(s, &store_path, f.entries(), positions.1, last).ok_or_else(|| missing(last))?;
-        Ok(CommitTurnParams {
-            advancement_key: format!("{}:{first}:{last}", s.entry.session_id),
-            admission: TranscriptTurnAdmission {
-                anchor: admission,
-                logical_turn_id: format!("turn-{first}"),
-                role: "user".into(),
+        let dir = outbox_dir(&self.state_dir);
+        let durable = self.durable;
+        let file = self.file(&s.transcript_path)?;
+        let mut f = lock(&file)?;
+        let mut written: Option<PathBuf> = None;
+        let appended = f.append_with(
+            EntryKind::Message(message),
+            |entry, entries| -> std::result::Result<Option<TurnCommit>, std::convert::Infallible> {
+                let Some(admission) = anchor(s, &store_path, entries, positions.0, first) else {
+                    tracing::warn!(
+                        "context engine commitTurn: cannot describe the turn: its first entry {first} is not in {}",
+                        s.transcript_path.display()
+                    );
+                    return Ok(None);
+                };
+                let sequence = entries.len() as u64;
+                let terminal = TranscriptEntryAnchor {
+                    agent_id: s.agent_id.clone(),
+                    session_id: s.entry.session_id.clone(),
+                    session_key: s.key.clone(),
+                    store_path: store_path.clone(),
+                    generation: Value::from(1),
+                    entry_id: entry.id.clone(),
+                    raw_seq: sequence,
+                    effective_parent_id: entry.parent_id.clone(),
+                    active_message_position: positions.1 as u64,
+                    idempotency_key: None,
+                };
+                let params = CommitTurnParams {
+                    advancement_key: format!("{}:{first}:{}", s.entry.session_id, entry.id),
+                    admission: TranscriptTurnAdmission {
+                        anchor: admission,
+                        logical_turn_id: format!("turn-{first}"),
+                        role: "user".into(),
+                    },
+                    terminal,
+                    messages,
+                    session_id: s.entry.session_id.clone(),
+                    session_key: Some(s.key.clone()),
+                    session_target: Some(self.session_target(s)),
+                    runtime_settings: None,
+                    runtime_context: None,
+                    is_heartbeat,
+                };
+                let path = commit_path(&dir, &s.entry.session_id, sequence, &params.advancement_key);
+                let pending = PendingCommit {
+                    version: OUTBOX_VERSION,
+                    session_key: s.key.clone(),
+                    session_id: s.entry.session_id.clone(),
+                    sequence: Some(sequence),
+                    params,
+                };
+                let kept = serde_json::to_vec_pretty(&pending)
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| write_commit(&path, &bytes, durable).map_err(|e| e.to_string()));
+                match kept {
+                    Ok(()) => written = Some(path.clone()),
+                    // Without the outbox the commit is still delivered; it just cannot be
+                    // retried.
+                    Err(e) => tracing::warn!(
+                        "context engine commitTurn: cannot write {}: {e}",
+                        path.display()
+                    ),
+                }
+                Ok(Some(TurnCommit {
+                    path: written.clone(),
+                    sequence,
+                    params: pending.params,
+                }))
             },
-            terminal,
-            messages,
-            session_id: s.entry.session_id.clone(),
-            session_key: Some(s.key.clone()),
-            session_target: Some(self.session_target(s)),
-            runtime_settings: None,
-            runtime_context: None,
-            is_heartbeat,
-        })
+        );
+        match appended {
+            Ok(Ok((id, commit))) => Ok((id, commit)),
+            Ok(Err(never)) => match never {},
+            Err(e) => {
+                // The reply is not in the transcript, so the turn is not accepted: its commit
+                // must not be delivered (nor restored by the next delivery).
+                if let Some(path) = written {
+                    let _ = std::fs::remove_file(path);
+                }
+                Err(e.into())
+            }
+        }
     }
 
-    /// Writes the commit to the outbox, then delivers it. `Err` is a line for the log: the
-    /// commit stays in the outbox for the next run.
-    pub(crate) async fn commit_through_outbox(
-        self: &Arc<Self>,
-        s: &ResolvedSession,
-        params: CommitTurnParams,
-    ) -> std::result::Result<(), String> {
-        let path = commit_path(
-            &outbox_dir(&self.state_dir),
-            &s.entry.session_id,
-            &params.advancement_key,
-        );
-        let pending = PendingCommit {
-            version: OUTBOX_VERSION,
-            session_key: s.key.clone(),
-            session_id: s.entry.session_id.clone(),
-            params,
+    /// The lock that makes one delivery at a time of session `session_id`'s commits.
+    fn outbox_gate(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let Ok(mut gates) = self.outbox_gates.lock() else {
+            return Arc::new(tokio::sync::Mutex::new(()));
         };
-        let bytes = serde_json::to_vec_pretty(&pending)
-            .map_err(|e| format!("context engine commitTurn: cannot encode the commit: {e}"))?;
-        if let Err(e) = write_commit(&path, &bytes, self.durable) {
-            // Without the outbox the commit is still attempted; it just cannot be retried.
-            tracing::warn!(
-                "context engine commitTurn: cannot write {}: {e}",
-                path.display()
-            );
+        // Gates nobody holds or waits for are dropped as others are made.
+        if gates.len() > 1024 {
+            gates.retain(|_, g| Arc::strong_count(g) > 1);
         }
-        self.deliver_commit(s, &path, pending.params).await
+        gates.entry(session_id.to_owned()).or_default().clone()
     }
 
     async fn deliver_commit(
         self: &Arc<Self>,
         s: &ResolvedSession,
-        path: &Path,
+        path: Option<&Path>,
         mut params: CommitTurnParams,
     ) -> std::result::Result<(), String> {
         params.runtime_settings = Some(self.runtime_settings());
@@ -269,60 +397,266 @@ impl Inner {
         {
             Ok(r) => {
                 tracing::debug!(advancement_key = %key, status = ?r.status, "context engine commitTurn");
-                if let Err(e) = std::fs::remove_file(path) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        tracing::warn!("context engine commitTurn: cannot remove {} after the acknowledgement: {e}", path.display());
+                if let Some(path) = path {
+                    if let Err(e) = std::fs::remove_file(path) {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            tracing::warn!("context engine commitTurn: cannot remove {} after the acknowledgement: {e}", path.display());
+                        }
                     }
                 }
                 Ok(())
             }
-            Err(e) => Err(format!(
-                "context engine commitTurn failed for {key} (kept in {} for the next run): {e}",
-                path.display()
-            )),
+            Err(e) => Err(match path {
+                Some(path) => format!(
+                    "context engine commitTurn failed for {key} (kept in {} and retried): {e}",
+                    path.display()
+                ),
+                None => format!(
+                    "context engine commitTurn failed for {key} (its outbox file could not be written, so it is not retried): {e}"
+                ),
+            }),
         }
     }
 
-    /// Delivers the commits of session `s` still in the outbox (oldest first), then offers
-    /// `maintain` once if any was acknowledged. Never fails the turn.
-    pub(crate) async fn deliver_outbox(self: &Arc<Self>, s: &ResolvedSession) {
-        if !self.engine.methods().has(Method::CommitTurn) {
-            return;
-        }
-        let dir = outbox_dir(&self.state_dir);
-        let prefix = format!("{}.", file_safe(&s.entry.session_id));
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+    /// Puts back a commit's terminal entry that a crash kept out of the transcript (the commit
+    /// was written first, see the module header): under its recorded id, when the
+    /// transcript's leaf is its recorded parent.
+    fn restore_terminal(&self, s: &ResolvedSession, p: &PendingCommit) {
+        let t = &p.params.terminal;
+        let Some(message) = p.params.messages.last().cloned() else {
             return;
         };
-        let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
-            .flatten()
-            .filter(|e| {
-                e.file_name()
+        let restored = (|| -> Result<Option<bool>> {
+            let file = self.file(&s.transcript_path)?;
+            let mut f = lock(&file)?;
+            f.refresh()?;
+            if f.session_id() != p.session_id {
+                // A rotated session's commit: its transcript is not this one.
+                return Ok(Some(false));
+            }
+            if f.entry(&t.entry_id).is_some() {
+                return Ok(Some(false));
+            }
+            if f.leaf_id() != t.effective_parent_id.as_deref() {
+                return Ok(None);
+            }
+            Ok(Some(f.append_with_id(
+                &t.entry_id,
+                EntryKind::Message(message),
+            )?))
+        })();
+        match restored {
+            Ok(Some(true)) => tracing::info!(
+                "context engine commitTurn: restored the turn's last entry {} to {} (the process stopped between the outbox and the transcript)",
+                t.entry_id,
+                s.transcript_path.display()
+            ),
+            Ok(Some(false)) => {}
+            Ok(None) => tracing::warn!(
+                "context engine commitTurn: the turn's last entry {} is not in {} and its parent is no longer the last entry; the commit is delivered as written",
+                t.entry_id,
+                s.transcript_path.display()
+            ),
+            Err(e) => tracing::warn!(
+                "context engine commitTurn: cannot restore the turn's last entry {} to {}: {e}",
+                t.entry_id,
+                s.transcript_path.display()
+            ),
+        }
+    }
+
+    /// Delivers the commits of session `s` waiting in the outbox, with `fresh` (the commit of
+    /// the turn that just ended) in its place, in the session's order, stopping at the first
+    /// failure (the retry task then takes the session). With `maintain_after`, offers
+    /// `maintain` once if any was acknowledged. Never fails the turn.
+    pub(crate) async fn deliver_outbox(
+        self: &Arc<Self>,
+        s: &ResolvedSession,
+        fresh: Option<TurnCommit>,
+        maintain_after: bool,
+    ) -> Delivery {
+        let mut out = Delivery::default();
+        if !self.engine.methods().has(Method::CommitTurn) {
+            return out;
+        }
+        let gate = self.outbox_gate(&s.entry.session_id);
+        let _one_at_a_time = gate.lock().await;
+        let dir = outbox_dir(&self.state_dir);
+        let prefix = format!("{}.", file_safe(&s.entry.session_id));
+        let mut waiting: Vec<Waiting> = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let named = e
+                    .file_name()
                     .to_str()
-                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json"))
-            })
-            .map(|e| {
-                (
-                    e.metadata()
-                        .and_then(|m| m.modified())
-                        .unwrap_or(std::time::UNIX_EPOCH),
-                    e.path(),
-                )
-            })
-            .collect();
-        files.sort();
-        let mut acknowledged = false;
-        for (_, path) in files {
-            match read_pending(&path) {
-                Ok(p) => match self.deliver_commit(s, &path, p.params).await {
-                    Ok(()) => acknowledged = true,
-                    Err(line) => tracing::warn!("{line}"),
-                },
-                Err(problem) => tracing::warn!("context engine commitTurn: outbox file {} is unreadable ({problem}); left in place, see `clawctx doctor`", path.display()),
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json"));
+                if !named {
+                    continue;
+                }
+                let path = e.path();
+                if fresh
+                    .as_ref()
+                    .is_some_and(|f| f.path.as_deref() == Some(&path))
+                {
+                    continue;
+                }
+                match read_pending(&path) {
+                    Ok(p) => waiting.push((p.sequence(), Some(path), Some(p), None)),
+                    Err(_) if !path.exists() => {}
+                    Err(problem) => tracing::warn!("context engine commitTurn: outbox file {} is unreadable ({problem}); left in place, see `clawctx doctor`", path.display()),
+                }
             }
         }
-        if acknowledged {
+        if let Some(f) = fresh {
+            waiting.push((f.sequence, f.path, None, Some(f.params)));
+        }
+        waiting.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (_, path, pending, params) in waiting {
+            let params = match (pending, params) {
+                (Some(p), _) => {
+                    self.restore_terminal(s, &p);
+                    p.params
+                }
+                (None, Some(params)) => params,
+                (None, None) => continue,
+            };
+            match self.deliver_commit(s, path.as_deref(), params).await {
+                Ok(()) => out.acknowledged += 1,
+                Err(line) => {
+                    out.blocked = Some(line);
+                    break;
+                }
+            }
+        }
+        drop(_one_at_a_time);
+        match &out.blocked {
+            Some(line) => self.retry_later(s, line),
+            None => self.retried(s),
+        }
+        if maintain_after && out.acknowledged > 0 {
             self.maintain(s, MaintenanceReason::Turn).await;
         }
+        out
+    }
+
+    /// Hands session `s` to the retry task (started when it is not running).
+    fn retry_later(self: &Arc<Self>, s: &ResolvedSession, line: &str) {
+        let start = {
+            let Ok(mut r) = self.retry.lock() else {
+                return;
+            };
+            r.sessions.insert(s.entry.session_id.clone(), s.clone());
+            r.last_failure = Some(line.to_owned());
+            !std::mem::replace(&mut r.running, true)
+        };
+        if !start {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(retry_task(Arc::downgrade(self)));
+            }
+            Err(_) => {
+                if let Ok(mut r) = self.retry.lock() {
+                    r.running = false;
+                }
+            }
+        }
+    }
+
+    /// Session `s` has no commit waiting any more.
+    fn retried(&self, s: &ResolvedSession) {
+        if let Ok(mut r) = self.retry.lock() {
+            if r.sessions.remove(&s.entry.session_id).is_some() && r.sessions.is_empty() {
+                r.last_failure = None;
+            }
+        }
+    }
+
+    /// The retry's state now.
+    pub(crate) fn retry_status(&self) -> RetryStatus {
+        match self.retry.lock() {
+            Ok(r) => RetryStatus {
+                sessions: r.sessions.len(),
+                last_failure: r.last_failure.clone(),
+            },
+            Err(_) => RetryStatus::default(),
+        }
+    }
+
+    /// Delivers every session's commits the outbox holds (a runtime's start: turns accepted
+    /// before a restart whose engine was down reach it without waiting for the session's next
+    /// turn). Answers the commits acknowledged.
+    pub(crate) async fn deliver_all(self: &Arc<Self>) -> usize {
+        if !self.engine.methods().has(Method::CommitTurn) {
+            return 0;
+        }
+        let Ok(entries) = std::fs::read_dir(outbox_dir(&self.state_dir)) else {
+            return 0;
+        };
+        let mut keys: std::collections::BTreeMap<String, String> = Default::default();
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("json") {
+                continue;
+            }
+            if let Ok(p) = read_pending(&path) {
+                keys.insert(p.session_id, p.session_key);
+            }
+        }
+        let mut acknowledged = 0;
+        for (session_id, key) in keys {
+            let s = match self.session(&key) {
+                Ok(s) if s.entry.session_id == session_id => s,
+                Ok(mut s) => {
+                    // A rotated session: its commits are delivered under their own id (the
+                    // transcript is the successor's, so nothing is restored to it).
+                    s.entry.session_id = session_id;
+                    s
+                }
+                Err(e) => {
+                    tracing::warn!("context engine commitTurn: cannot resolve session {key} for its waiting commits: {e}");
+                    continue;
+                }
+            };
+            acknowledged += self.deliver_outbox(&s, None, true).await.acknowledged;
+        }
+        acknowledged
+    }
+}
+
+/// The retry task: delivers the waiting sessions' commits, 1 s after a failure, the wait
+/// doubling to 30 s while nothing gets through, until no session has commits waiting. Holds
+/// the runtime only while it delivers, so a dropped runtime ends it.
+async fn retry_task(rt: std::sync::Weak<Inner>) {
+    let mut wait = RETRY_FIRST;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(inner) = rt.upgrade() else {
+            return;
+        };
+        let sessions: Vec<ResolvedSession> = match inner.retry.lock() {
+            Ok(r) => r.sessions.values().cloned().collect(),
+            Err(_) => return,
+        };
+        let mut progressed = false;
+        for s in sessions {
+            let d = inner.deliver_outbox(&s, None, true).await;
+            progressed |= d.acknowledged > 0;
+        }
+        {
+            let Ok(mut r) = inner.retry.lock() else {
+                return;
+            };
+            if r.sessions.is_empty() {
+                r.running = false;
+                return;
+            }
+        }
+        wait = if progressed {
+            RETRY_FIRST
+        } else {
+            (wait * 2).min(RETRY_MAX)
+        };
     }
 }

@@ -213,6 +213,8 @@ impl RuntimeBuilder {
                 subagents: Mutex::new(HashMap::new()),
                 projection_epochs: Mutex::new(HashMap::new()),
                 maintain_failures: Mutex::new(Vec::new()),
+                outbox_gates: Mutex::new(HashMap::new()),
+                retry: Mutex::new(Default::default()),
             }),
         }
     }
@@ -260,6 +262,11 @@ pub(crate) struct Inner {
     pub(crate) subagents: Mutex<HashMap<String, crate::subagent::SubagentRecord>>,
     pub(crate) projection_epochs: Mutex<HashMap<String, String>>,
     maintain_failures: Mutex<Vec<String>>,
+    /// One delivery at a time of a session's outbox commits, by session id
+    /// ([`crate::outbox`]).
+    pub(crate) outbox_gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Sessions whose commits failed and wait for the retry task ([`crate::outbox`]).
+    pub(crate) retry: Mutex<crate::outbox::RetryState>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -399,6 +406,20 @@ impl AgentRuntime {
     /// The token arithmetic in effect.
     pub fn limits(&self) -> Limits {
         self.inner.limits()
+    }
+
+    /// Delivers every session's durable-turn commits waiting in the outbox, in each session's
+    /// order (a server calls this when it starts: turns accepted while the engine was down
+    /// before a restart reach it without waiting for their session's next turn). What cannot
+    /// be delivered now is retried in the background. Answers the commits acknowledged.
+    pub async fn deliver_pending_commits(&self) -> usize {
+        self.inner.deliver_all().await
+    }
+
+    /// Sessions whose accepted turns wait in the outbox for their engine, and why the last
+    /// delivery failed (see [`crate::outbox`]).
+    pub fn commit_retry_status(&self) -> crate::outbox::RetryStatus {
+        self.inner.retry_status()
     }
 
     /// The `runtimeSettings` every engine call receives.

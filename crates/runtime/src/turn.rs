@@ -278,6 +278,12 @@ struct EmbeddedTurn {
     /// The engine has the full durable-turn declaration (§1.7): it gets `commitTurn` for the
     /// accepted turn instead of afterTurn/ingest, and sees only history before the turn.
     durable: bool,
+    /// The next persisted message ends the turn (durable engines: its commit goes to the
+    /// outbox before it goes to the transcript, see [`crate::outbox`]).
+    terminal_next: bool,
+    /// The commit [`EmbeddedTurn::persist`] wrote with the terminal entry, and the session it
+    /// belongs to; delivered by `finish`.
+    pending_commit: Option<(ResolvedSession, crate::outbox::TurnCommit)>,
     /// This turn's `runId` in plugin hook payloads.
     run_id: String,
     /// The merged `before_prompt_build` result, once it ran (first model call of the turn).
@@ -377,6 +383,8 @@ impl EmbeddedTurn {
             specs,
             precheck_done: false,
             durable,
+            terminal_next: false,
+            pending_commit: None,
             run_id: crate::hooks::new_run_id(),
             prompt_hook: None,
             hooked_system: None,
@@ -432,7 +440,26 @@ impl EmbeddedTurn {
     }
 
     fn persist(&mut self, message: AgentMessage) -> Result<()> {
-        let id = self.rt.append(&self.session, message.clone())?;
+        let terminal = std::mem::take(&mut self.terminal_next);
+        let first = self.turn_entry_ids.first().cloned();
+        let id = match first {
+            Some(first) if terminal && self.durable => {
+                // The commit is on disk before the turn is complete in the transcript.
+                self.sync_history()?;
+                let positions = (self.history_len, self.history.len());
+                let (id, commit) = self.rt.append_terminal(
+                    &self.session,
+                    message.clone(),
+                    &first,
+                    positions,
+                    self.turn.clone(),
+                    self.heartbeat(),
+                )?;
+                self.pending_commit = commit.map(|c| (self.session.clone(), c));
+                id
+            }
+            _ => self.rt.append(&self.session, message.clone())?,
+        };
         self.turn_ids.insert(id.clone());
         self.turn_entry_ids.push(id);
         self.turn.push(message);
@@ -444,7 +471,10 @@ impl EmbeddedTurn {
         // else of the session (§1.7 pre-run outbox recovery).
         if self.durable {
             let started = std::time::Instant::now();
-            self.rt.deliver_outbox(&self.session).await;
+            let delivery = self.rt.deliver_outbox(&self.session, None, true).await;
+            if let Some(line) = delivery.blocked {
+                tracing::warn!("{line}");
+            }
             self.out.engine_micros += started.elapsed().as_micros() as u64;
         }
         // Bootstrap only for a session file that already existed, and before the prompt is in
@@ -530,18 +560,28 @@ impl EmbeddedTurn {
             let usage = completion.usage();
             add_usage(&mut self.out.usage, &usage);
             let mut calls: Vec<ToolCall> = completion.tool_calls().into_iter().cloned().collect();
-            self.out.reply = completion.text();
-            self.persist(completion.into_agent_message())?;
-            if calls.is_empty() {
-                break;
-            }
             let client: Vec<ToolCall> = calls
                 .iter()
                 .filter(|c| self.client_names.contains(&c.name))
                 .cloned()
                 .collect();
             calls.retain(|c| !self.client_names.contains(&c.name));
-            self.run_tools(&calls).await?;
+            // The turn ends with this message when it asks for no tool the runtime runs, and
+            // with the last tool result when the caller's tools wait or the loop is at its
+            // bound: that entry is the terminal one.
+            let ends_here = calls.is_empty();
+            let ends_after_tools =
+                !client.is_empty() || iteration + 1 >= self.rt.max_tool_iterations;
+            self.out.reply = completion.text();
+            self.terminal_next = ends_here;
+            self.persist(completion.into_agent_message())?;
+            if ends_here {
+                if !client.is_empty() {
+                    self.out.client_tool_calls = client;
+                }
+                break;
+            }
+            self.run_tools(&calls, ends_after_tools).await?;
             if !client.is_empty() {
                 // The caller runs these; the turn ends here and its next request continues it.
                 self.out.client_tool_calls = client;
@@ -860,8 +900,8 @@ impl EmbeddedTurn {
     /// (its reason is the tool's error result) or rewrite its arguments; `after_tool_call`
     /// sees what the tool answered; `tool_result_persist` may rewrite the result before it is
     /// stored (and so before the model sees it).
-    async fn run_tools(&mut self, calls: &[ToolCall]) -> Result<()> {
-        for call in calls {
+    async fn run_tools(&mut self, calls: &[ToolCall], ends_turn: bool) -> Result<()> {
+        for (i, call) in calls.iter().enumerate() {
             if self.abort.is_aborted() {
                 return Err(self.aborted());
             }
@@ -901,6 +941,7 @@ impl EmbeddedTurn {
                 .site()
                 .tool_result_persist(tool_result(&call.id, &call.name, text, is_error))
                 .await;
+            self.terminal_next = ends_turn && i + 1 == calls.len();
             self.persist(message)?;
         }
         Ok(())
@@ -1246,35 +1287,16 @@ impl EmbeddedTurn {
     }
 
     /// The accepted turn goes to the engine's `commitTurn` through the outbox (§1.7): the
-    /// commit is on disk before the engine is called, and leaves only once acknowledged.
+    /// commit was written with the terminal entry ([`EmbeddedTurn::persist`]) and leaves the
+    /// outbox only once acknowledged; earlier commits of the session still waiting go first.
     async fn commit(&mut self) {
-        let (Some(first), Some(last)) = (
-            self.turn_entry_ids.first().cloned(),
-            self.turn_entry_ids.last().cloned(),
-        ) else {
+        let Some((session, commit)) = self.pending_commit.take() else {
             return;
         };
-        // The turn's messages end the prepared history (synced by `finish`).
-        let positions = (self.history_len, self.history.len().saturating_sub(1));
-        let params = match self.rt.commit_params(
-            &self.session,
-            (&first, &last),
-            positions,
-            self.turn.clone(),
-            self.heartbeat(),
-        ) {
-            Ok(p) => p,
-            Err(e) => {
-                let line = format!("context engine commitTurn: cannot describe the turn: {e}");
-                tracing::warn!("{line}");
-                self.out.warnings.push(line);
-                return;
-            }
-        };
         let started = std::time::Instant::now();
-        let committed = self.rt.commit_through_outbox(&self.session, params).await;
+        let delivery = self.rt.deliver_outbox(&session, Some(commit), false).await;
         self.out.engine_micros += started.elapsed().as_micros() as u64;
-        if let Err(line) = committed {
+        if let Some(line) = delivery.blocked {
             tracing::warn!("{line}");
             self.out.warnings.push(line);
         }

@@ -551,6 +551,50 @@ impl SessionFile {
         Ok(ids)
     }
 
+    /// Appends one entry as [`Self::append`] does, but first runs `before` under the write
+    /// lock with the entry as it will be written (id, parent) and the entries before it (the
+    /// new entry's index in the file is `entries.len()`). When `before` fails nothing is
+    /// written and its error is returned inside `Ok`. A host writes a record of the entry
+    /// elsewhere (a durable outbox) so that it exists no later than the entry itself.
+    pub fn append_with<T, E>(
+        &mut self,
+        kind: EntryKind,
+        before: impl FnOnce(&TranscriptEntry, &[TranscriptEntry]) -> std::result::Result<T, E>,
+    ) -> Result<std::result::Result<(String, T), E>> {
+        let lock = self.lock_and_sync()?;
+        let entry = TranscriptEntry {
+            id: self.fresh_id(&HashSet::new()),
+            parent_id: self.leaf_id().map(str::to_owned),
+            timestamp: iso_now(),
+            kind,
+        };
+        let made = match before(&entry, &self.entries) {
+            Ok(made) => made,
+            Err(e) => return Ok(Err(e)),
+        };
+        let id = entry.id.clone();
+        self.write_entries(&lock, vec![entry])?;
+        Ok(Ok((id, made)))
+    }
+
+    /// Appends an entry under a given id at the leaf (a host restoring an entry it recorded
+    /// with [`Self::append_with`] before a crash cut the append short). Answers `false`
+    /// without writing when an entry with that id is already in the file.
+    pub fn append_with_id(&mut self, id: &str, kind: EntryKind) -> Result<bool> {
+        let lock = self.lock_and_sync()?;
+        if self.index.contains_key(id) {
+            return Ok(false);
+        }
+        let entry = TranscriptEntry {
+            id: id.to_owned(),
+            parent_id: self.leaf_id().map(str::to_owned),
+            timestamp: iso_now(),
+            kind,
+        };
+        self.write_entries(&lock, vec![entry])?;
+        Ok(true)
+    }
+
     /// Appends a `message` entry. Returns its id.
     pub fn append_message(&mut self, message: AgentMessage) -> Result<String> {
         Ok(self.append(EntryKind::Message(message))?.id.clone())
