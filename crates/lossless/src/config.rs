@@ -94,6 +94,13 @@ pub struct LosslessConfig {
     /// Large payloads older than this many days, once summarized, are replaced by a
     /// placeholder (on `maintain`); `None` = kept forever.
     pub payload_retention_days: Option<f64>,
+    /// Why a key that chooses the store (`database`, `databaseEnv`, `databasePath`) did not
+    /// read (a number where a string goes), naming it; [`Self::store_location`] refuses
+    /// such a config. Every other key falls back to its default instead, but a store key
+    /// cannot: several gateways would each write a local file while the operator believes
+    /// they share one database. Not read from or written to the config.
+    #[serde(skip)]
+    pub store_key_error: Option<String>,
 }
 
 impl Default for LosslessConfig {
@@ -137,9 +144,16 @@ impl Default for LosslessConfig {
             database_env: None,
             pool_size: crate::pg::DEFAULT_POOL_SIZE,
             durability: Durability::Normal,
+            store_key_error: None,
         }
     }
 }
+
+/// The keys that choose the store, as written in the config (an alias included).
+const STORE_KEYS: [&str; 4] = ["database", "databaseEnv", "databasePath", "dbPath"];
+
+/// The config path of the engine's own keys, for errors.
+const CONFIG_PATH: &str = "plugins.entries.lossless.config";
 
 /// A database URL or path from the config. Its `Debug` form hides a URL's password, so the
 /// config can be logged; the value itself is kept as given.
@@ -149,12 +163,12 @@ pub struct DatabaseUrl(pub String);
 
 impl std::fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if !crate::pg::connect::is_postgres_url(&self.0) {
+        if !crate::pg::connect::is_postgres_connection_string(&self.0) {
             return write!(f, "{:?}", self.0);
         }
         match crate::pg::connect::PgTarget::parse(&self.0) {
             Ok(t) => write!(f, "{:?}", t.redacted()),
-            Err(_) => f.write_str("\"postgres://(not a valid URL)\""),
+            Err(_) => f.write_str("\"postgres://(not a valid connection string)\""),
         }
     }
 }
@@ -197,22 +211,42 @@ pub enum StoreLocation {
 
 impl LosslessConfig {
     /// Where the store is: `databaseEnv`'s variable, else `database`, else `databasePath`,
-    /// else the default SQLite file. An error names a `databaseEnv` variable that is not set.
+    /// else the default SQLite file. A PostgreSQL database is named by a `postgres://` URL or
+    /// libpq's `key=value` form (`host=db.example dbname=lcm`). An error names the key: a
+    /// `databaseEnv` variable that is not set, a store key of the wrong type, a connection
+    /// string that does not parse (without its password).
     pub fn store_location(&self) -> crate::error::Result<StoreLocation> {
-        let given = match &self.database_env {
+        if let Some(e) = &self.store_key_error {
+            return Err(crate::error::LosslessError::InvalidInput(e.clone()));
+        }
+        let (given, key) = match &self.database_env {
             Some(var) if !var.trim().is_empty() => match std::env::var(var.trim()) {
-                Ok(v) if !v.trim().is_empty() => Some(v),
-                _ => {
-                    return Err(crate::error::LosslessError::InvalidInput(format!(
-                        "plugins.entries.lossless.config.databaseEnv names the environment variable {}, which is not set",
+                Ok(v) if !v.trim().is_empty() => (
+                    Some(v),
+                    format!(
+                        "{CONFIG_PATH}.databaseEnv (the environment variable {})",
                         var.trim()
-                    )))
-                }
+                    ),
+                ),
+                _ => return Err(crate::error::LosslessError::InvalidInput(format!(
+                    "{CONFIG_PATH}.databaseEnv names the environment variable {}, which is not set",
+                    var.trim()
+                ))),
             },
-            _ => self.database.as_ref().map(|d| d.0.clone()),
+            _ => (
+                self.database.as_ref().map(|d| d.0.clone()),
+                format!("{CONFIG_PATH}.database"),
+            ),
         };
         Ok(match given {
-            Some(v) if crate::pg::connect::is_postgres_url(&v) => StoreLocation::Postgres(v),
+            Some(v) if crate::pg::connect::is_postgres_connection_string(&v) => {
+                if let Err(e) = crate::pg::connect::PgTarget::parse(&v) {
+                    return Err(crate::error::LosslessError::InvalidInput(format!(
+                        "{key}: {e}"
+                    )));
+                }
+                StoreLocation::Postgres(v)
+            }
             Some(v) if !v.trim().is_empty() => StoreLocation::Sqlite(Some(v.into())),
             _ => StoreLocation::Sqlite(self.database_path.clone().map(Into::into)),
         })
@@ -234,16 +268,30 @@ impl LosslessConfig {
                     "lossless: config did not parse as a whole ({e}); reading keys one by one"
                 );
                 let mut base = serde_json::to_value(Self::default()).unwrap_or(Value::Null);
+                let mut store_key_error = None;
                 if let (Value::Object(base_map), Value::Object(given)) = (&mut base, v) {
                     for (k, val) in given {
                         let mut probe = base_map.clone();
                         probe.insert(k.clone(), val.clone());
-                        if serde_json::from_value::<Self>(Value::Object(probe.clone())).is_ok() {
-                            *base_map = probe;
+                        match serde_json::from_value::<Self>(Value::Object(probe.clone())) {
+                            Ok(_) => *base_map = probe,
+                            Err(_) if STORE_KEYS.contains(&k.as_str()) => {
+                                store_key_error.get_or_insert_with(|| {
+                                    format!(
+                                        "{CONFIG_PATH}.{k} must be a string (a postgres:// URL, \
+                                         a libpq key=value connection string or a file path), \
+                                         not {}",
+                                        json_kind(val)
+                                    )
+                                });
+                            }
+                            Err(_) => {}
                         }
                     }
                 }
-                serde_json::from_value(base).unwrap_or_default()
+                let mut cfg: Self = serde_json::from_value(base).unwrap_or_default();
+                cfg.store_key_error = store_key_error;
+                cfg
             }
         };
         cfg.clamp();
@@ -306,6 +354,18 @@ impl LosslessConfig {
     }
 }
 
+/// What kind of JSON value `v` is, for errors.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 fn clamp_f(v: f64, lo: f64, hi: f64, dflt: f64) -> f64 {
     if v.is_finite() {
         v.clamp(lo, hi)
@@ -349,5 +409,67 @@ mod tests {
             LosslessConfig::default().store_location().unwrap(),
             StoreLocation::Sqlite(None)
         );
+    }
+
+    #[test]
+    fn a_libpq_key_value_string_is_postgres_not_a_file() {
+        let conn = "host=db.example port=6543 user=lcm password=secret-pw dbname=lcm";
+        let cfg = LosslessConfig::from_value(&serde_json::json!({"database": conn}));
+        assert_eq!(
+            cfg.store_location().unwrap(),
+            StoreLocation::Postgres(conn.into())
+        );
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("secret-pw"), "{shown}");
+        assert!(shown.contains("db.example:6543"), "{shown}");
+        // One that does not parse is an error naming the key, not a file of that name.
+        let cfg = LosslessConfig::from_value(
+            &serde_json::json!({"database": "host=db.example password=secret-pw nosuchkey=1"}),
+        );
+        let err = cfg.store_location().unwrap_err().to_string();
+        assert!(
+            err.contains("plugins.entries.lossless.config.database:"),
+            "{err}"
+        );
+        assert!(err.contains("nosuchkey"), "{err}");
+        assert!(!err.contains("secret-pw"), "{err}");
+        // A file path with an '=' further on is still a file.
+        let cfg = LosslessConfig::from_value(&serde_json::json!({"database": "/data/a=b.db"}));
+        assert_eq!(
+            cfg.store_location().unwrap(),
+            StoreLocation::Sqlite(Some("/data/a=b.db".into()))
+        );
+    }
+
+    #[test]
+    fn a_store_key_of_the_wrong_type_is_an_error_naming_it() {
+        for (key, value, kind) in [
+            ("database", serde_json::json!(5432), "a number"),
+            (
+                "database",
+                serde_json::json!({"url": "postgres://h/d"}),
+                "an object",
+            ),
+            ("databaseEnv", serde_json::json!(true), "a boolean"),
+            ("databasePath", serde_json::json!(["a.db"]), "an array"),
+        ] {
+            let cfg = LosslessConfig::from_value(&serde_json::json!({
+                key: value, "freshTailCount": 12
+            }));
+            // Other keys still read.
+            assert_eq!(cfg.fresh_tail_count, 12);
+            let err = cfg.store_location().unwrap_err().to_string();
+            assert!(
+                err.contains(&format!(
+                    "plugins.entries.lossless.config.{key} must be a string"
+                )),
+                "{key}: {err}"
+            );
+            assert!(err.contains(kind), "{key}: {err}");
+        }
+        // A wrong type elsewhere still falls back to its default, as before.
+        let cfg = LosslessConfig::from_value(&serde_json::json!({"freshTailCount": "many"}));
+        assert_eq!(cfg.fresh_tail_count, 64);
+        assert!(cfg.store_location().is_ok());
     }
 }

@@ -217,22 +217,32 @@ impl PgStore {
     /// session-level advisory lock on a connection of its own, released when the returned
     /// guard drops (the connection is then closed, not returned to the pool, so the lock
     /// cannot outlive the guard).
+    ///
+    /// The connection leaves the pool before the lock is asked for: a caller that goes away
+    /// while waiting (its future dropped) must not hand back a connection on which the wait
+    /// goes on, or the lock would later be granted to an idle pooled connection and held
+    /// forever. The dropped wait's statement is cancelled and its connection closed.
     pub(crate) async fn compaction_lock(
         &self,
         conv_id: i64,
         wait: bool,
     ) -> Result<Option<CompactionLock>> {
-        let client = self.client().await?;
+        let client = deadpool_postgres::Object::take(self.client().await?);
         // The two-integer form takes 32-bit halves: a conversation id past 2^31 wraps, which
         // can only make two conversations share a lock (they then compact one at a time).
         let key = conv_id as i32;
         if wait {
+            let mut cancel = CancelOnDrop {
+                target: self.target.clone(),
+                token: Some(client.cancel_token()),
+            };
             client
                 .execute(
                     "SELECT pg_advisory_lock($1, $2)",
                     &[&COMPACTION_LOCK_CLASS, &key],
                 )
                 .await?;
+            cancel.token = None;
         } else {
             let got: bool = client
                 .query_one(
@@ -245,7 +255,7 @@ impl PgStore {
                 return Ok(None);
             }
         }
-        Ok(Some(Box::new(HeldLock(Some(client)))))
+        Ok(Some(Box::new(HeldLock(client))))
     }
 
     /// `/new` and forks (see [`crate::store::Db::carry_summaries`], which this mirrors).
@@ -398,15 +408,26 @@ impl PgStore {
     }
 }
 
-/// A held compaction lock: the connection holding the advisory lock, closed on drop.
-struct HeldLock(Option<deadpool_postgres::Object>);
+/// A held compaction lock: the connection holding the advisory lock, taken out of the pool,
+/// so dropping it closes the connection and the server releases the session's advisory lock.
+struct HeldLock(#[allow(dead_code)] deadpool_postgres::ClientWrapper);
 
-impl Drop for HeldLock {
+/// Cancels a `pg_advisory_lock` wait whose future was dropped (the caller went away): without
+/// it the closed client's connection would stay in the lock's queue until the lock came free,
+/// and be granted it for a moment before it closes.
+struct CancelOnDrop {
+    target: Arc<super::connect::PgTarget>,
+    token: Option<tokio_postgres::CancelToken>,
+}
+
+impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(obj) = self.0.take() {
-            // Detached from the pool and dropped: the connection closes and the server
-            // releases the session's advisory lock.
-            drop(deadpool_postgres::Object::take(obj));
+        let Some(token) = self.token.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let target = self.target.clone();
+            runtime.spawn(async move { super::connect::cancel_query(&target, token).await });
         }
     }
 }
@@ -596,4 +617,113 @@ async fn guard_load(c: &impl GenericClient, conv_id: i64) -> Result<Guard> {
         },
         None => Guard::default(),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::pg::connect::PgTarget;
+    use clawctx_test_support::pg::test_database;
+
+    /// Advisory compaction locks of conversation `conv_id` in this database: (granted,
+    /// waiting).
+    async fn lock_rows(store: &PgStore, conv_id: i32) -> (i64, i64) {
+        let c = store.client().await.unwrap();
+        let row = c
+            .query_one(
+                "SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted)
+                 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+                 WHERE l.locktype = 'advisory' AND d.datname = current_database()
+                   AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 2",
+                &[&i64::from(COMPACTION_LOCK_CLASS), &i64::from(conv_id)],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    }
+
+    /// Polls `check` every 20 ms, at most 500 times (10 s: a bound on a hang, not a timing
+    /// claim), until it holds.
+    async fn eventually<F, Fut>(mut check: F) -> bool
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        for _ in 0..500 {
+            if check().await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// A node that stops waiting for the compaction lock (its caller went away) must not leave
+    /// the wait behind on a pooled connection: the lock would later be granted to that idle
+    /// connection and held forever, and every other node's compactions skipped or blocked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_lock_wait_leaves_no_lock_behind() {
+        let Some(db) = test_database("pg lock dropped wait") else {
+            return;
+        };
+        let target = PgTarget::parse(&db.url).unwrap();
+        let node_a = PgStore::open(target.clone(), 2).await.unwrap();
+        let node_b = PgStore::open(target.clone(), 2).await.unwrap();
+        let node_c = PgStore::open(target, 2).await.unwrap();
+        let held = node_a.compaction_lock(7, true).await.unwrap().unwrap();
+        assert_eq!(lock_rows(&node_a, 7).await, (1, 0));
+
+        // Node B waits, and goes away once its wait is in the server's queue.
+        {
+            let wait = node_b.compaction_lock(7, true);
+            tokio::pin!(wait);
+            let mut queued = false;
+            for _ in 0..500 {
+                tokio::select! {
+                    r = &mut wait => panic!("granted while node A holds it: {:?}", r.map(|l| l.is_some())),
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+                if lock_rows(&node_a, 7).await.1 == 1 {
+                    queued = true;
+                    break;
+                }
+            }
+            assert!(queued, "node B's wait never reached the server");
+        }
+        // The dropped wait is cancelled: nobody waits any more.
+        assert!(
+            eventually(|| async { lock_rows(&node_a, 7).await == (1, 0) }).await,
+            "the dropped wait is still queued: {:?}",
+            lock_rows(&node_a, 7).await
+        );
+
+        // Node A releases; node C can take the lock (before the fix, node B's pooled idle
+        // connection got it and held it forever).
+        drop(held);
+        let mut lock_c = None;
+        for _ in 0..500 {
+            lock_c = node_c.compaction_lock(7, false).await.unwrap();
+            if lock_c.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            lock_c.is_some(),
+            "node C never got the lock: {:?}",
+            lock_rows(&node_a, 7).await
+        );
+        assert_eq!(lock_rows(&node_a, 7).await, (1, 0), "only node C holds it");
+        // Node B's pool still serves it (its connections were not spoiled), and it waits its
+        // turn behind node C again.
+        assert!(node_b.compaction_lock(7, false).await.unwrap().is_none());
+        drop(lock_c);
+        assert!(
+            eventually(|| async { node_b.compaction_lock(7, false).await.unwrap().is_some() })
+                .await
+        );
+    }
 }
