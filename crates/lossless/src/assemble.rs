@@ -447,6 +447,70 @@ pub(crate) fn text_slots(m: &mut AgentMessage) -> Vec<&mut String> {
     }
 }
 
+/// Whether `m` is a block this engine renders into assembled context: a summary
+/// ([`render_summary`]) or the prompt-recall block ([`crate::prompt_recall`]). Such a block is
+/// never a message of the conversation: the host stores raw messages.
+pub fn is_own_block(m: &AgentMessage) -> bool {
+    let AgentMessage::User(_) = m else {
+        return false;
+    };
+    let text = m.plain_text();
+    parse_summary_header(&text).is_some() || crate::prompt_recall::is_recalled_block(&text)
+}
+
+/// Assembly over this engine's own output. OpenClaw assembles twice per model call: before the
+/// prompt, and again in its context hook with the first result as `messages` (and another
+/// budget). Assembling that again from the store would add a second `<recalled>` block and
+/// re-add raw messages the first call had summarized away. So when `messages` carries one of
+/// this engine's blocks, the answer is `messages` itself: each block once (a repeated summary
+/// or recalled block is dropped, the later recalled block kept when they differ), the host's
+/// messages after it kept as they are, the oldest units dropped only if the new budget is
+/// smaller. Assembling the result again returns it unchanged. `None`: no block of ours.
+pub fn reassemble_own_output(messages: &[AgentMessage], budget: u64) -> Option<Assembled> {
+    if !messages.iter().any(is_own_block) {
+        return None;
+    }
+    let last_recalled = messages.iter().rposition(|m| {
+        matches!(m, AgentMessage::User(_))
+            && crate::prompt_recall::is_recalled_block(&m.plain_text())
+    });
+    let mut seen_summaries = std::collections::HashSet::new();
+    let mut kept = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        if let AgentMessage::User(_) = m {
+            let text = m.plain_text();
+            if let Some((id, _)) = parse_summary_header(&text) {
+                if !seen_summaries.insert(id) {
+                    continue;
+                }
+            } else if crate::prompt_recall::is_recalled_block(&text) && Some(i) != last_recalled {
+                continue;
+            }
+        }
+        kept.push(m.clone());
+    }
+    let mut report = Default::default();
+    let mut kept = clawctx_engine::pipeline::fit_budget(kept, budget, &mut report);
+    shrink_to_fit(&mut kept, budget);
+    let mut out = Assembled {
+        tokens: kept.iter().map(message_tokens).sum(),
+        truncated: kept.len() < messages.len(),
+        ..Assembled::default()
+    };
+    for m in &kept {
+        if let AgentMessage::User(_) = m {
+            let text = m.plain_text();
+            if parse_summary_header(&text).is_some() {
+                out.summaries += 1;
+            } else if crate::prompt_recall::is_recalled_block(&text) {
+                out.recalled += text.matches("<message id=\"").count();
+            }
+        }
+    }
+    out.messages = kept;
+    Some(out)
+}
+
 /// Shortens the largest text slots of `msgs` until their estimate fits `budget`; clears
 /// `msgs` when that is impossible (e.g. a huge tool-call argument).
 pub(crate) fn shrink_to_fit(msgs: &mut Vec<AgentMessage>, budget: u64) {

@@ -324,6 +324,23 @@ impl ContextEngine for LosslessEngine {
         let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
         let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
         let mode = self.mode(&key);
+        if mode != SessionMode::Ignored {
+            // The host's second assemble of one model call passes the first result back.
+            if let Some(out) = crate::assemble::reassemble_own_output(&params.messages, budget) {
+                let conv = self.store.conversation(&key).await?;
+                return Ok(AssembleResult {
+                    messages: out.messages,
+                    estimated_tokens: out.tokens,
+                    system_prompt_addition: Some(SYSTEM_PROMPT_ADDITION.to_owned()),
+                    prompt_authority: None,
+                    context_projection: conv.map(|conv| ContextProjection {
+                        mode: ContextProjectionMode::ThreadBootstrap,
+                        epoch: Some(format!("{}:{}", conv.id, conv.epoch)),
+                        fingerprint: None,
+                    }),
+                });
+            }
+        }
         // Live candidates: the host's newest messages, checked newest-first against the store.
         let window = (self.cfg.fresh_tail_count + 16).min(params.messages.len());
         let recent: Vec<AgentMessage> = params.messages[params.messages.len() - window..].to_vec();

@@ -1,0 +1,113 @@
+//! OpenClaw assembles twice per model call (issue #28 item 5): before the prompt, and again in
+//! its context hook with the first result as `messages` and another budget. The engine must
+//! recognise its own output: no second `<recalled>` block, no summary twice, no raw message
+//! the first call had left to a summary coming back. Each test runs on both backends.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+
+use clawctx_engine::ContextEngine;
+use clawctx_lossless::assemble::{is_own_block, parse_summary_header};
+use clawctx_lossless::*;
+use clawctx_protocol::*;
+use common::*;
+
+/// 150 exchanges with a distinctive early fact, compacted into summaries.
+async fn compacted_history(e: &LosslessEngine) -> Vec<AgentMessage> {
+    let mut rng = Lcg(7);
+    let mut history = vec![
+        AgentMessage::user("My sister Marguerite adopted a greyhound called Biscuit last spring.")
+            .with_timestamp(1_000),
+        AgentMessage::assistant("That is lovely, greyhounds are gentle dogs.")
+            .with_timestamp(1_001),
+    ];
+    for t in 0..150 {
+        history.push(AgentMessage::user(words(&mut rng, 30)).with_timestamp(2_000 + t * 10));
+        history.push(AgentMessage::assistant(words(&mut rng, 40)).with_timestamp(2_001 + t * 10));
+    }
+    let b = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: history.clone(),
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&b, &cx()).await.unwrap();
+    let r = e
+        .compact(&compact_params(true, 1_500), &cx())
+        .await
+        .unwrap();
+    assert!(r.compacted, "the history must compact: {r:?}");
+    history
+}
+
+fn blocks(messages: &[AgentMessage]) -> (usize, HashMap<String, usize>) {
+    let mut recalled = 0;
+    let mut summaries = HashMap::new();
+    for m in messages {
+        let text = m.plain_text();
+        if text.starts_with("<recalled") {
+            recalled += 1;
+        }
+        if let Some((id, _)) = parse_summary_header(&text) {
+            *summaries.entry(id).or_insert(0) += 1;
+        }
+    }
+    (recalled, summaries)
+}
+
+on_both_backends! {
+async fn a_second_assemble_over_the_first_result_adds_nothing(store) {
+    let cfg = LosslessConfig { fresh_tail_count: 8, ..Default::default() };
+    let e = store.engine(cfg).await;
+    let history = compacted_history(&e).await;
+    let question = "What did Marguerite name her greyhound?";
+
+    // First call (OpenClaw's, before the prompt): the stored history, the prompt to follow.
+    let mut p = assemble_params(history.clone(), 8_000);
+    p.prompt = Some(question.into());
+    let first = e.assemble(&p, &cx()).await.unwrap();
+    let (recalled, summaries) = blocks(&first.messages);
+    assert_eq!(recalled, 1, "the first call quotes the old fact once");
+    assert!(!summaries.is_empty(), "the first call shows summaries: {:?}", first.messages.iter().map(|m| m.plain_text().chars().take(60).collect::<String>()).collect::<Vec<_>>());
+    assert!(first.messages.len() < history.len());
+
+    // Second call (its context hook): the first result as `messages`, the same or a larger
+    // budget. The answer is the first result, unchanged.
+    for budget in [8_000, 12_000, 40_000] {
+        let mut p2 = assemble_params(first.messages.clone(), budget);
+        p2.prompt = Some(question.into());
+        let second = e.assemble(&p2, &cx()).await.unwrap();
+        let (recalled, summaries2) = blocks(&second.messages);
+        assert_eq!(recalled, 1, "budget {budget}: one <recalled> block, not two");
+        assert!(summaries2.values().all(|n| *n == 1), "budget {budget}: a summary twice: {summaries2:?}");
+        assert_eq!(
+            second.messages, first.messages,
+            "budget {budget}: the second assemble must return the first result as it is \
+             (no raw message the first call had summarized comes back)"
+        );
+        assert_eq!(second.estimated_tokens, first.estimated_tokens);
+        assert!(second.system_prompt_addition.is_some());
+    }
+
+    // A smaller budget drops the oldest and keeps the rest as they were.
+    let mut p3 = assemble_params(first.messages.clone(), 3_000);
+    p3.prompt = Some(question.into());
+    let smaller = e.assemble(&p3, &cx()).await.unwrap();
+    assert!(smaller.estimated_tokens <= 3_000);
+    assert_eq!(blocks(&smaller.messages).0, 1, "the recalled block is the newest: kept");
+    assert!(first.messages.ends_with(&smaller.messages), "a suffix of the first result");
+
+    // A result that already carries a block twice (a host that concatenated) gets it once.
+    let mut doubled = first.messages.clone();
+    doubled.extend(first.messages.iter().filter(|m| is_own_block(m)).cloned());
+    let mut p4 = assemble_params(doubled, 40_000);
+    p4.prompt = Some(question.into());
+    let once = e.assemble(&p4, &cx()).await.unwrap();
+    let (recalled, summaries) = blocks(&once.messages);
+    assert_eq!(recalled, 1);
+    assert!(summaries.values().all(|n| *n == 1), "{summaries:?}");
+}
+}
