@@ -940,13 +940,8 @@ async fn compact_rounds(
                 guard.breaker_open_until_ms = 0;
             }
         }
-        for p in &produced {
-            if p.chunk.depth == 0 {
-                report.leaf_created += 1;
-            } else {
-                report.condensed_created += 1;
-            }
-        }
+        let leaves = produced.iter().filter(|p| p.chunk.depth == 0).count();
+        let condensed = produced.len() - leaves;
         // Committed oldest range first whatever order the summaries came back in, so
         // summary ids follow the history on every run and every backend.
         produced.sort_by_key(|p| p.chunk.first_ord);
@@ -955,6 +950,11 @@ async fn compact_rounds(
             .commit_round(conv_id, produced, guard, failures)
             .await?;
         report.engine_micros += t1.elapsed().as_micros() as u64;
+        // A round commits all of its summaries or none: only committed ones are counted.
+        if committed > 0 {
+            report.leaf_created += leaves;
+            report.condensed_created += condensed;
+        }
         if committed == 0 && failures == 0 {
             report.reason = "planned ranges changed concurrently".into();
             break;
@@ -962,12 +962,17 @@ async fn compact_rounds(
     }
     let after = store.frontier_tokens(conv_id).await?;
     report.tokens_after = after.max(0) as u64;
-    if report.reason.is_empty() {
-        report.reason = if report.created() > 0 {
-            "compacted".into()
-        } else {
-            "nothing compacted".into()
-        };
+    // The reason says what happened: a compaction that created summaries says so, not why its
+    // last round found nothing more to do ("compacted: true" with "nothing eligible" read as
+    // a contradiction).
+    if report.created() > 0 {
+        report.reason = format!(
+            "compacted: {} summaries in {} rounds",
+            report.created(),
+            report.rounds
+        );
+    } else if report.reason.is_empty() {
+        report.reason = "nothing compacted".into();
     }
     Ok(report)
 }

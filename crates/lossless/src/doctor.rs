@@ -84,14 +84,38 @@ pub struct DagLevel {
     pub max_fanout: u64,
 }
 
+/// The backend's own integrity check in a [`DoctorReport`], named for the backend, so a report
+/// of a PostgreSQL store does not claim a SQLite check: `"sqliteCheck": "ok"` (SQLite's
+/// `PRAGMA quick_check`) or `"postgresCheck": "ok"` (the schema check: the schema row names
+/// this application at this build's version; PostgreSQL checks its own storage).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum StoreCheck {
+    /// SQLite's `quick_check` result (`ok` or its findings).
+    #[serde(rename = "sqliteCheck")]
+    Sqlite(String),
+    /// The PostgreSQL schema check (`ok` or what is wrong).
+    #[serde(rename = "postgresCheck")]
+    Postgres(String),
+}
+
+impl StoreCheck {
+    /// The check's result (`ok` when nothing is wrong), whatever the backend.
+    pub fn result(&self) -> &str {
+        match self {
+            StoreCheck::Sqlite(r) | StoreCheck::Postgres(r) => r,
+        }
+    }
+}
+
 /// Doctor's verdict.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DoctorReport {
     /// No issues.
     pub ok: bool,
-    /// SQLite `quick_check` result.
-    pub sqlite_check: String,
+    /// The store's own check, named for its backend (`sqliteCheck` or `postgresCheck`).
+    #[serde(flatten)]
+    pub store_check: StoreCheck,
     /// Problems.
     pub issues: Vec<DoctorIssue>,
     /// Conversations checked.
@@ -304,7 +328,7 @@ impl Db {
         sort_issues(&mut issues);
         Ok(DoctorReport {
             ok: issues.is_empty(),
-            sqlite_check,
+            store_check: StoreCheck::Sqlite(sqlite_check),
             issues,
             conversations_checked: convs.len(),
             status: self.status()?,

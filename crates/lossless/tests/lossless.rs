@@ -141,6 +141,23 @@ async fn compaction_builds_dag_doctor_passes_and_epoch_changes(store) {
         .await
         .unwrap();
     assert!(r.ok && r.compacted, "{r:?}");
+    // `compacted: true` comes with a reason that says so (it said "nothing eligible", the
+    // last round's), and the summaries it counts are committed ones.
+    let reason = r.reason.clone().unwrap();
+    assert!(reason.starts_with("compacted: "), "{reason}");
+    let details = r.result.as_ref().unwrap().details.clone().unwrap();
+    let created = details["leafCreated"].as_u64().unwrap() + details["condensedCreated"].as_u64().unwrap();
+    assert!(created > 0, "{details}");
+    assert_eq!(e.backend().status().await.unwrap().summaries, created);
+    // Compacting until nothing is left: each answer is consistent with itself.
+    for _ in 0..10 {
+        let again = e.compact(&compact_params(true, 8_000), &cx()).await.unwrap();
+        let reason = again.reason.clone().unwrap();
+        assert_eq!(again.compacted, reason.starts_with("compacted: "), "{again:?}");
+        if !again.compacted {
+            break;
+        }
+    }
     let after = e
         .assemble(&assemble_params(history.clone(), 8_000), &cx())
         .await

@@ -238,7 +238,17 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
     let doc_b = pg.backend().doctor().await.unwrap();
     assert!(doc_a.ok, "SQLite doctor: {:?}", doc_a.issues);
     assert!(doc_b.ok, "PostgreSQL doctor: {:?}", doc_b.issues);
-    assert_eq!(doc_b.sqlite_check, "ok");
+    use clawctx_lossless::doctor::StoreCheck;
+    assert_eq!(doc_a.store_check, StoreCheck::Sqlite("ok".into()));
+    assert_eq!(doc_b.store_check, StoreCheck::Postgres("ok".into()));
+    // Each report names its own backend's check (`lcm doctor --database postgres://…` said
+    // `sqliteCheck`).
+    let json_a = serde_json::to_value(&doc_a).unwrap();
+    let json_b = serde_json::to_value(&doc_b).unwrap();
+    assert_eq!(json_a["sqliteCheck"], "ok");
+    assert!(json_a.get("postgresCheck").is_none(), "{json_a}");
+    assert_eq!(json_b["postgresCheck"], "ok");
+    assert!(json_b.get("sqliteCheck").is_none(), "{json_b}");
     assert_eq!(doc_a.conversations_checked, doc_b.conversations_checked);
 
     let session = |k: &str| Scope::Session(ConvKey::from_host(Some(k), "s1"));

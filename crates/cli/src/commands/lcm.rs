@@ -21,7 +21,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use clawctx_lossless::migrate::MigrateReport;
-use clawctx_lossless::pg::connect::{is_postgres_url, PgTarget};
+use clawctx_lossless::pg::connect::{is_postgres_connection_string, PgTarget};
 use clawctx_lossless::pg::PgStore;
 use clawctx_lossless::{
     Backend, ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore,
@@ -166,9 +166,9 @@ fn store_arg(
 ) -> anyhow::Result<StoreArg> {
     if let Some(p) = explicit {
         return Ok(match p.to_str() {
-            Some(s) if s.starts_with("env:") || is_postgres_url(s) => {
+            Some(s) if s.starts_with("env:") || is_postgres_connection_string(s) => {
                 let v = from_env(s, "--db")?;
-                if is_postgres_url(&v) {
+                if is_postgres_connection_string(&v) {
                     StoreArg::Postgres(v)
                 } else {
                     StoreArg::Sqlite(PathBuf::from(v))
@@ -325,8 +325,10 @@ async fn migrate(store: StoreArg, to: &str, apply: bool, json: bool) -> anyhow::
         anyhow::bail!("no lossless database at {} (pass --db PATH)", db.display());
     }
     let url = from_env(to, "--to")?;
-    if !is_postgres_url(&url) {
-        anyhow::bail!("--to must be a postgres:// URL (or env:NAME holding one)");
+    if !is_postgres_connection_string(&url) {
+        anyhow::bail!(
+            "--to must be a postgres:// URL or a libpq key=value connection string (or env:NAME holding one)"
+        );
     }
     let target = open_pg(&url).await?;
     let source = LosslessStore::open(&db).with_context(|| format!("opening {}", db.display()))?;

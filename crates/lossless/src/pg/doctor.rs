@@ -5,8 +5,9 @@
 //! totals, unique sequence numbers, orphan and childless summaries, missing children, depth
 //! consistency. What is SQLite's own has a PostgreSQL counterpart or none:
 //!
-//! - `sqliteCheck`: PostgreSQL checks its own storage; this field reports the schema check
-//!   instead (`ok` when the schema row names this application at this build's version);
+//! - `sqliteCheck`: PostgreSQL checks its own storage; the report has `postgresCheck` instead,
+//!   the schema check (`ok` when the schema row names this application at this build's
+//!   version);
 //! - the deduplicated-payload checks: PostgreSQL keeps every text inline (no `payloads`
 //!   table), so there is nothing to count.
 //!
@@ -22,7 +23,7 @@ use deadpool_postgres::GenericClient;
 use super::store::{conv_row, PgStore, CONV_COLS};
 use crate::doctor::{
     check_conversation, check_dag, sort_issues, Children, DagLevel, DoctorIssue, DoctorReport,
-    StatusReport,
+    StatusReport, StoreCheck,
 };
 use crate::error::Result;
 use crate::retention::{placeholder, replace_large_slots, RetentionReport};
@@ -242,7 +243,7 @@ impl PgStore {
         tx.commit().await?;
         Ok(DoctorReport {
             ok: issues.is_empty(),
-            sqlite_check: schema_check,
+            store_check: StoreCheck::Postgres(schema_check),
             issues,
             conversations_checked: convs.len(),
             status,
