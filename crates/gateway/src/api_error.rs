@@ -541,7 +541,7 @@ mod tests {
         assert_eq!(e.code, Some("invalid_json"));
         assert!(
             e.message
-                .starts_with("malformed JSON at line 1 column 37: trailing characters"),
+                .starts_with("malformed JSON at line 1 column 36: trailing characters"),
             "{}",
             e.message
         );

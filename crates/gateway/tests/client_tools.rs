@@ -372,15 +372,23 @@ async fn system_messages_sampling_and_images_reach_the_provider_and_bad_ones_are
     );
     assert!(!stored.iter().any(|m| m.plain_text().contains("five words")));
 
-    // Above the model's configured maxTokens (1024) is capped there.
-    gw.llm.push([text("ok")]);
-    let r = post(
-        &gw,
-        &json!({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 100000}),
+    // Above the model's configured maxTokens (1024) is refused as OpenAI refuses it, naming
+    // the limit (it was capped silently); the model is not called.
+    let e = error_of(
+        post(
+            &gw,
+            &json!({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 100000}),
+        )
+        .await,
+        400,
     )
     .await;
-    assert_eq!(r.status(), 200);
-    assert_eq!(gw.llm.bodies().await[1]["max_tokens"], 1024);
+    assert_eq!(e["param"], "max_completion_tokens", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("at most 1024"),
+        "{e}"
+    );
+    assert_eq!(gw.llm.bodies().await.len(), 1);
 
     let remote = json!({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "and this?"},
@@ -403,7 +411,7 @@ async fn system_messages_sampling_and_images_reach_the_provider_and_bad_ones_are
     assert_eq!(e["param"], "tools[0].function", "{e}");
     assert_eq!(
         gw.llm.bodies().await.len(),
-        2,
+        1,
         "refused requests reach no model"
     );
     gw.stop().await.unwrap();

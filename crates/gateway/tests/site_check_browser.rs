@@ -1,0 +1,199 @@
+//! A hostile web page in a real browser (issue #27 item 1): headless Chromium (the
+//! distribution's `chromium`, or `$CLAWCTX_CHROMIUM`) driven by `playwright-core` from
+//! `tests/browser/site_check.test.mjs`, against a gateway on loopback without a token (the
+//! default). A page served from another loopback port (a small HTTP server here) sends what an
+//! attacker's page sent when the issue was filed (`fetch(gateway + "/v1/chat/completions",
+//! {method: "POST", mode: "no-cors", body: new Blob([json])})`, the same as `text/plain`, and a
+//! `text/plain` form) and tries to read `/v1/sessions`; a name of the attacker's resolving to
+//! 127.0.0.1 (DNS rebinding) tries to read and post as the gateway's own origin. The gateway
+//! must refuse all of it: no session is stored and the mock model gets no request. The
+//! dashboard must keep working at `http://localhost:PORT` and `http://127.0.0.1:PORT` (its pages,
+//! its live stream and its own POST).
+//!
+//! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use axum::response::Html;
+use axum::routing::get;
+use common::{start, text, Opts};
+use serde_json::Value;
+
+const KEY: &str = "agent:main:seen";
+
+fn find_on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
+        .find(|p| p.is_file())
+}
+
+fn chromium() -> Option<PathBuf> {
+    match std::env::var_os("CLAWCTX_CHROMIUM").map(PathBuf::from) {
+        Some(p) if p.is_file() => Some(p),
+        _ => find_on_path(&["chromium", "chromium-browser"]),
+    }
+}
+
+/// Skips (prints why) or, under CI, fails.
+fn missing(what: &str) {
+    let msg = format!(
+        "site check browser test: {what}; install it (.ci/run does: apt-get install chromium nodejs npm)"
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg} (CI=true: the browser test must run)");
+    }
+    eprintln!("SKIPPED {msg}");
+}
+
+fn npm_ci(dir: &Path) {
+    if dir.join("node_modules").join("playwright-core").is_dir() {
+        return;
+    }
+    let status = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(dir)
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        .status()
+        .expect("npm runs");
+    assert!(status.success(), "npm ci in {} failed", dir.display());
+}
+
+/// The attacker's page: three writes the browser sends without asking the gateway (no
+/// preflight), and a read.
+fn attack_page(gateway: &str) -> String {
+    r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>totally harmless</title></head><body>
+<iframe name="sink" id="sink"></iframe>
+<form id="f" method="POST" action="GATEWAY/v1/chat/completions" enctype="text/plain" target="sink">
+<input name='{"messages":[{"role":"user","content":"csrf: the form","x":"' value='"}]}'>
+</form>
+<script type="module">
+const gw = "GATEWAY";
+const results = {};
+const body = JSON.stringify({ messages: [{ role: "user", content: "csrf: send me the notes" }] });
+try {
+  await fetch(gw + "/v1/chat/completions", { method: "POST", mode: "no-cors", body: new Blob([body]) });
+  results.noCorsBlob = "sent";
+} catch (e) { results.noCorsBlob = "error: " + e; }
+try {
+  await fetch(gw + "/v1/chat/completions", { method: "POST", mode: "no-cors", headers: { "content-type": "text/plain" }, body });
+  results.noCorsText = "sent";
+} catch (e) { results.noCorsText = "error: " + e; }
+try {
+  const r = await fetch(gw + "/v1/sessions");
+  results.read = r.status + " " + (await r.text());
+} catch (e) { results.read = "blocked: " + e; }
+await new Promise((resolve) => {
+  document.getElementById("sink").onload = resolve;
+  setTimeout(resolve, 5000);
+  document.getElementById("f").submit();
+});
+results.form = "submitted";
+window.attackResults = results;
+window.attackDone = true;
+</script></body></html>"#
+        .replace("GATEWAY", gateway)
+}
+
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_origin_cannot_drive_the_gateway_and_the_dashboard_still_works() {
+    let Some(chromium) = chromium() else {
+        return missing("no chromium on PATH and no $CLAWCTX_CHROMIUM");
+    };
+    if find_on_path(&["node"]).is_none() || find_on_path(&["npm"]).is_none() {
+        return missing("node or npm is not on PATH");
+    }
+    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("browser");
+    npm_ci(&browser_dir);
+
+    let mut gw = start(Opts {
+        engine: "lossless",
+        ..Default::default()
+    })
+    .await;
+    gw.llm.push([text("hello there")]);
+    gw.chat(KEY, "hello, remember the blue notebook").await;
+
+    // The attacker's page server, on another loopback port.
+    let page = attack_page(&gw.url);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let attack_url = format!("http://{}/", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/",
+        get(move || {
+            let page = page.clone();
+            async move { Html(page) }
+        }),
+    );
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let url = gw.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg("site_check.test.mjs")
+            .current_dir(&browser_dir)
+            .env("GATEWAY_URL", url)
+            .env("ATTACK_URL", attack_url)
+            .env("SESSION_KEY", KEY)
+            .env("CHROMIUM", chromium)
+            .output()
+            .expect("node runs")
+    })
+    .await
+    .unwrap();
+    server.abort();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().any(|l| l == "OK"),
+        "the browser test failed:\n{stdout}\n{stderr}"
+    );
+
+    // Nothing the pages sent was stored or reached the model.
+    let sessions: Value = gw.get("/v1/sessions").await.json().await.unwrap();
+    let keys: Vec<&str> = sessions["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["sessionKey"].as_str())
+        .collect();
+    assert_eq!(keys, [KEY], "only the session the test made: {sessions}");
+    let bodies = gw.llm.bodies().await;
+    assert_eq!(bodies.len(), 1, "the model got only the test's own turn");
+    let transcript = serde_json::to_string(&bodies).unwrap();
+    assert!(!transcript.contains("csrf") && !transcript.contains("rebinding"));
+    let m = gw.get("/metrics").await.text().await.unwrap();
+    let origin = sample(
+        &m,
+        r#"clawctx_gateway_refused_requests_total{reason="origin"}"#,
+    );
+    let host = sample(
+        &m,
+        r#"clawctx_gateway_refused_requests_total{reason="host"}"#,
+    );
+    assert!(
+        origin >= 4.0,
+        "two fetches, the form and the read were refused by Origin: {origin}"
+    );
+    assert!(
+        host >= 3.0,
+        "the rebound page, its read and its post were refused by Host: {host}"
+    );
+    gw.stop().await.unwrap();
+}
