@@ -45,6 +45,8 @@ enum Command {
     Plugins(commands::plugins::PluginsArgs),
     /// The lossless store: grep, describe, expand, status, doctor, import.
     Lcm(commands::lcm::LcmArgs),
+    /// Recall over MCP on stdio: lcm_grep, lcm_describe, lcm_expand, sessions_list, context_assemble.
+    Mcp(commands::mcp::McpArgs),
     /// Measure engines on a deterministic workload; `bench generate` writes the workload.
     Bench(commands::bench::BenchArgs),
     /// Score engines on a dataset (`eval locomo FILE`).
@@ -84,6 +86,7 @@ fn main() -> std::process::ExitCode {
             Command::Replay(args) => commands::replay::run(&cli.global, args).await,
             Command::Plugins(args) => commands::plugins::run(&cli.global, args).await,
             Command::Lcm(args) => commands::lcm::run(&cli.global, args).await,
+            Command::Mcp(args) => commands::mcp::run(&cli.global, args).await,
             Command::Bench(args) => commands::bench::run(args).await,
             Command::Eval(args) => commands::eval::run(args).await,
             Command::Demo(args) => commands::demo::run(args).await,

@@ -23,6 +23,7 @@
 //!   gateway, its dashboard and its MCP server read).
 //! - [`openapi`]: the route table the router is built from and `/openapi.json` generated from it.
 //! - [`dashboard`]: the web dashboard at `/` (embedded assets, its JSON endpoints, live events).
+//! - [`mcp`]: recall over the Model Context Protocol, at `/mcp` and for `clawctx mcp` (stdio).
 //!
 //! The binary side (building the runtime from config with every engine and plugin, the
 //! signals, the lock's lifetime) is `clawctx gateway` in `crates/cli`.
@@ -37,6 +38,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod lanes;
 pub mod lock;
+pub mod mcp;
 pub mod metrics;
 mod openai;
 pub mod openapi;

@@ -16,12 +16,14 @@ use std::sync::Arc;
 
 use clawctx_engine::ContextEngine;
 
-use crate::backend::Backend;
+use crate::assemble::SYSTEM_PROMPT_ADDITION;
+use crate::backend::{AssembleRequest, Backend};
 use crate::config::LosslessConfig;
 use crate::doctor::{DoctorReport, StatusReport};
 use crate::engine::LosslessEngine;
 use crate::error::Result;
 use crate::import::ImportReport;
+use crate::policy::{SessionMode, SessionPolicy};
 use crate::recall::{DescribeReport, ExpandReport, GrepQuery, GrepReport};
 use crate::store::{ConvKey, ConvRow, LosslessStore};
 
@@ -31,6 +33,37 @@ use crate::store::{ConvKey, ConvRow, LosslessStore};
 pub struct Recall {
     store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
+    policy: SessionPolicy,
+}
+
+/// What [`Recall::assemble`] answers: the context the engine would send.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssembledContext {
+    /// The messages, oldest first (summaries, the `<recalled>` block, raw messages).
+    pub messages: Vec<clawctx_protocol::AgentMessage>,
+    /// Their tokens (within the budget).
+    pub estimated_tokens: u64,
+    /// The engine's system prompt addition, when a stored conversation answered.
+    pub system_prompt_addition: Option<String>,
+    /// Summaries among the messages.
+    pub summaries: usize,
+    /// Stored messages quoted because they match the prompt.
+    pub recalled: usize,
+    /// Whether older frontier items were left out for the budget.
+    pub truncated: bool,
+}
+
+/// What [`Recall::ingest`] did.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IngestCount {
+    /// Messages stored now.
+    pub stored: usize,
+    /// Messages the conversation already held (ingest is idempotent).
+    pub duplicates: usize,
+    /// Whether the session's policy lets the engine write it at all.
+    pub writable: bool,
 }
 
 impl Recall {
@@ -43,8 +76,19 @@ impl Recall {
             .map(LosslessEngine::recall)
     }
 
-    pub(crate) fn new(store: Arc<dyn Backend>, cfg: Arc<LosslessConfig>) -> Self {
-        Self { store, cfg }
+    pub(crate) fn new(
+        store: Arc<dyn Backend>,
+        cfg: Arc<LosslessConfig>,
+        policy: SessionPolicy,
+    ) -> Self {
+        Self { store, cfg, policy }
+    }
+
+    fn mode(&self, key: &ConvKey) -> SessionMode {
+        if !self.cfg.enabled {
+            return SessionMode::Ignored;
+        }
+        self.policy.mode(&key.session_key)
     }
 
     /// The engine's store; its [`crate::inspect::Inspect`] views are the dashboard's.
@@ -88,6 +132,73 @@ impl Recall {
     /// Every conversation row.
     pub async fn conversations(&self) -> Result<Vec<ConvRow>> {
         self.store.conversations().await
+    }
+
+    /// What the engine's `assemble` would answer for the stored conversation of `key` within
+    /// `budget` (default: the engine's `defaultTokenBudget`) for `prompt`, with no new
+    /// messages from a host: the same packing, summaries and prompt recall. A session the
+    /// engine ignores, or one it never stored, answers an empty context. On SQLite this runs on
+    /// the store thread, as a turn's assembly does.
+    pub async fn assemble(
+        &self,
+        key: &ConvKey,
+        budget: Option<u64>,
+        prompt: Option<String>,
+    ) -> Result<AssembledContext> {
+        if self.mode(key) == SessionMode::Ignored {
+            return Ok(AssembledContext::default());
+        }
+        let budget = budget
+            .filter(|b| *b > 0)
+            .unwrap_or(self.cfg.default_token_budget);
+        let found = self
+            .store
+            .assemble(AssembleRequest {
+                key: key.clone(),
+                recent: Vec::new(),
+                budget,
+                prompt,
+                recall_reserve: self.cfg.prompt_recall_reserve(budget),
+                recall_max_messages: self.cfg.prompt_recall_max_messages,
+            })
+            .await?;
+        Ok(match found {
+            Some((_, out)) => AssembledContext {
+                messages: out.messages,
+                estimated_tokens: out.tokens,
+                system_prompt_addition: Some(SYSTEM_PROMPT_ADDITION.to_owned()),
+                summaries: out.summaries,
+                recalled: out.recalled,
+                truncated: out.truncated,
+            },
+            None => AssembledContext::default(),
+        })
+    }
+
+    /// Stores `messages` in `key`'s conversation as the engine's `ingestBatch` does
+    /// (idempotent; nothing for a session the engine's policy ignores or keeps read-only).
+    pub async fn ingest(
+        &self,
+        key: &ConvKey,
+        messages: Vec<clawctx_protocol::AgentMessage>,
+    ) -> Result<IngestCount> {
+        if self.mode(key) != SessionMode::Normal {
+            return Ok(IngestCount::default());
+        }
+        let total = messages.len();
+        let stored = self
+            .store
+            .ingest(key, messages)
+            .await?
+            .stored
+            .iter()
+            .filter(|s| **s)
+            .count();
+        Ok(IngestCount {
+            stored,
+            duplicates: total - stored,
+            writable: true,
+        })
     }
 }
 

@@ -23,6 +23,49 @@ use crate::store::Db;
 /// The system-prompt addition explaining the recall tools (static: cache-stable).
 pub const SYSTEM_PROMPT_ADDITION: &str = include_str!("prompts/recall_policy.md");
 
+/// The recall tools [`SYSTEM_PROMPT_ADDITION`] names.
+pub const RECALL_TOOL_NAMES: [&str; 3] = ["lcm_grep", "lcm_describe", "lcm_expand"];
+
+/// [`SYSTEM_PROMPT_ADDITION`] naming only the recall tools the model is offered: `available`
+/// is the host's `availableTools` (`None`: the host did not say, so all of them). A model told
+/// to call a tool it does not have wastes a turn on it (OpenClaw offers a context engine's
+/// tools only when its plugin registers them). Deterministic for one tool set (cache-stable).
+pub fn system_prompt_addition(available: Option<&[String]>) -> String {
+    let Some(available) = available else {
+        return SYSTEM_PROMPT_ADDITION.to_owned();
+    };
+    let offered = |name: &str| available.iter().any(|t| t == name);
+    if RECALL_TOOL_NAMES.iter().all(|t| offered(t)) {
+        return SYSTEM_PROMPT_ADDITION.to_owned();
+    }
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in SYSTEM_PROMPT_ADDITION.lines() {
+        if let Some(rest) = line.strip_prefix("- `") {
+            skipping = RECALL_TOOL_NAMES
+                .iter()
+                .any(|t| rest.starts_with(&format!("{t}`")) && !offered(t));
+        } else if !line.starts_with("  ") {
+            skipping = false;
+        }
+        // The closing advice is about expanding summaries.
+        if line.starts_with("Before quoting") && !offered("lcm_expand") {
+            skipping = true;
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if !RECALL_TOOL_NAMES.iter().any(|t| offered(t)) {
+        out = out.replace(
+            "every\noriginal message is still stored and can be recalled:",
+            "every\noriginal message is still stored:",
+        );
+    }
+    out.trim_end().to_owned() + "\n"
+}
+
 /// What [`Db::assemble`] produced.
 #[derive(Clone, Debug, Default)]
 pub struct Assembled {

@@ -22,7 +22,6 @@ use clawctx_engine::{
 use clawctx_protocol::*;
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 
-use crate::assemble::SYSTEM_PROMPT_ADDITION;
 use crate::backend::{AssembleRequest, Backend};
 use crate::compaction::{CompactionOptions, CompactionReport};
 use crate::config::{LosslessConfig, StoreLocation};
@@ -331,7 +330,9 @@ impl ContextEngine for LosslessEngine {
                 return Ok(AssembleResult {
                     messages: out.messages,
                     estimated_tokens: out.tokens,
-                    system_prompt_addition: Some(SYSTEM_PROMPT_ADDITION.to_owned()),
+                    system_prompt_addition: Some(crate::assemble::system_prompt_addition(
+                        params.available_tools.as_deref(),
+                    )),
                     prompt_authority: None,
                     context_projection: conv.map(|conv| ContextProjection {
                         mode: ContextProjectionMode::ThreadBootstrap,
@@ -375,7 +376,9 @@ impl ContextEngine for LosslessEngine {
         Ok(AssembleResult {
             messages: out.messages,
             estimated_tokens: out.tokens,
-            system_prompt_addition: Some(SYSTEM_PROMPT_ADDITION.to_owned()),
+            system_prompt_addition: Some(crate::assemble::system_prompt_addition(
+                params.available_tools.as_deref(),
+            )),
             prompt_authority: None,
             context_projection: Some(ContextProjection {
                 mode: ContextProjectionMode::ThreadBootstrap,
@@ -513,6 +516,19 @@ impl ContextEngine for LosslessEngine {
             return Ok(BootstrapResult {
                 bootstrapped: false,
                 reason: Some("no session file".into()),
+                ..Default::default()
+            });
+        }
+        // OpenClaw 2026.8+ keeps transcripts in SQLite and passes the session key here as a
+        // legacy marker ("agent:main:x"): never read a relative name from the working
+        // directory as a transcript. Its history comes through `ingestBatch` (the bridge).
+        if !path.is_absolute() || !path.is_file() {
+            return Ok(BootstrapResult {
+                bootstrapped: false,
+                reason: Some(format!(
+                    "sessionFile {:?} is not a transcript file's absolute path (OpenClaw 2026.8+ passes the session key); history is taken through ingestBatch",
+                    params.session_file
+                )),
                 ..Default::default()
             });
         }

@@ -82,7 +82,7 @@ pub mod session;
 pub mod store;
 pub mod tools;
 
-pub use api::Recall;
+pub use api::{AssembledContext, IngestCount, Recall};
 pub use backend::{AssembleRequest, Backend, BackendKind};
 pub use compaction::{CompactionOptions, CompactionReport};
 pub use config::{DatabaseUrl, Durability, LosslessConfig, StoreLocation};

@@ -111,3 +111,82 @@ async fn a_second_assemble_over_the_first_result_adds_nothing(store) {
     assert!(summaries.values().all(|n| *n == 1), "{summaries:?}");
 }
 }
+
+/// The system prompt addition names only the recall tools the model is offered (issue #28
+/// item 4): OpenClaw passes `availableTools`, and a model told of a tool it lacks wastes turns.
+#[tokio::test]
+async fn the_system_prompt_addition_names_only_offered_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, LosslessConfig::default());
+    let b = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: vec![AgentMessage::user("hello").with_timestamp(1)],
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&b, &cx()).await.unwrap();
+    let addition = |tools: Option<Vec<&str>>| {
+        let mut p = assemble_params(vec![], 4_000);
+        p.available_tools = tools.map(|t| t.into_iter().map(str::to_owned).collect());
+        let e = &e;
+        async move {
+            e.assemble(&p, &cx())
+                .await
+                .unwrap()
+                .system_prompt_addition
+                .unwrap()
+        }
+    };
+    let all = addition(None).await;
+    for t in ["lcm_grep", "lcm_describe", "lcm_expand"] {
+        assert!(
+            all.contains(t),
+            "without availableTools every tool is named: {all}"
+        );
+    }
+    assert_eq!(
+        addition(Some(vec!["read", "lcm_grep", "lcm_describe", "lcm_expand"])).await,
+        all
+    );
+    let none = addition(Some(vec!["read", "exec"])).await;
+    assert!(
+        !none.contains("lcm_"),
+        "no recall tool offered, none named: {none}"
+    );
+    assert!(
+        none.contains("<summary"),
+        "the summaries are still explained: {none}"
+    );
+    assert!(none.contains("<recalled>"), "{none}");
+    let grep_only = addition(Some(vec!["lcm_grep"])).await;
+    assert!(grep_only.contains("lcm_grep"), "{grep_only}");
+    assert!(
+        !grep_only.contains("lcm_describe") && !grep_only.contains("lcm_expand"),
+        "{grep_only}"
+    );
+}
+
+/// OpenClaw 2026.8+ passes the session key as `sessionFile`: a relative name is never read
+/// from the working directory as a transcript (issue #28 item 3).
+#[tokio::test]
+async fn bootstrap_never_takes_a_relative_name_for_a_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir, LosslessConfig::default());
+    // The test's working directory is the crate's: `Cargo.toml` exists there.
+    assert!(std::path::Path::new("Cargo.toml").is_file());
+    let p = BootstrapParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        session_file: "Cargo.toml".into(),
+        ..Default::default()
+    };
+    let r = e.bootstrap(&p, &cx()).await.unwrap();
+    assert!(!r.bootstrapped, "{r:?}");
+    assert!(
+        r.reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("absolute path"),
+        "{r:?}"
+    );
+}

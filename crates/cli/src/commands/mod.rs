@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod eval;
 pub mod gateway;
 pub mod lcm;
+pub mod mcp;
 pub mod plugins;
 pub mod replay;
 pub mod run;
