@@ -107,7 +107,7 @@ impl LosslessEngine {
 
     /// Recall and inspection over this engine's own store, with its configuration.
     pub fn recall(&self) -> crate::api::Recall {
-        crate::api::Recall::new(self.store.clone(), self.cfg.clone())
+        crate::api::Recall::new(self.store.clone(), self.cfg.clone(), self.policy.clone())
     }
 
     fn mode(&self, key: &ConvKey) -> SessionMode {
