@@ -12,7 +12,9 @@
 //! afterTurn / ingestBatch / ingest (or `commitTurn` through the outbox for durable engines) →
 //! `maintain`. A provider context overflow makes the engine compact and the call is retried
 //! exactly once. Whatever fails, the transcript stays a valid conversation: the user message is
-//! kept, and tool calls cut short by an abort get error results.
+//! kept, and tool calls cut short by an abort get error results. A turn whose prompt is the
+//! session's last entry, unanswered (a client retrying a failed request), continues from that
+//! entry instead of storing the prompt again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -439,6 +441,28 @@ impl EmbeddedTurn {
         Ok(())
     }
 
+    /// The session's last entry (id and message) when it is a user message with `content`
+    /// that nothing answered: the prompt of a turn that failed before any reply (a provider
+    /// error, an abort). A re-send of the same prompt continues that turn rather than leave
+    /// consecutive copies of one prompt in the session, which every later model call would
+    /// see. Reads only the leaf entry, so the cost does not grow with the session.
+    fn unanswered_prompt(&self, content: &Content) -> Result<Option<(String, AgentMessage)>> {
+        let file = self.rt.file(&self.session.transcript_path)?;
+        let mut f = crate::runtime::lock(&file)?;
+        f.refresh()?;
+        let Some(leaf) = f.leaf_id().map(str::to_owned) else {
+            return Ok(None);
+        };
+        Ok(match f.entry(&leaf).map(|e| &e.kind) {
+            Some(transcript::EntryKind::Message(m @ AgentMessage::User(u)))
+                if u.content == *content =>
+            {
+                Some((leaf, m.clone()))
+            }
+            _ => None,
+        })
+    }
+
     fn persist(&mut self, message: AgentMessage) -> Result<()> {
         let terminal = std::mem::take(&mut self.terminal_next);
         let first = self.turn_entry_ids.first().cloned();
@@ -499,7 +523,28 @@ impl EmbeddedTurn {
                 blocks.extend(self.images.drain(..).map(ContentBlock::Image));
                 u.content = Content::Blocks(blocks);
             }
-            self.persist(user)?;
+            let unanswered = match &user {
+                AgentMessage::User(u) => self.unanswered_prompt(&u.content)?,
+                _ => None,
+            };
+            match unanswered {
+                Some((id, stored)) => {
+                    // A retry of a turn that failed before its answer (the official OpenAI
+                    // client re-sends a 502 twice): the prompt is in the transcript already,
+                    // so this turn continues from it instead of storing a second copy.
+                    tracing::info!(
+                        session = %self.session.entry.session_id,
+                        "the session's last prompt was never answered and is sent again: the turn continues from it"
+                    );
+                    self.turn_ids.insert(id.clone());
+                    self.turn_entry_ids.push(id);
+                    self.turn.push(stored);
+                    // The history counted it as before the turn: it is the turn's now.
+                    self.sync_history()?;
+                    self.out.context_tokens_before = self.history_tokens;
+                }
+                None => self.persist(user)?,
+            }
         } else {
             // A continuation: the caller's results go where the user message would.
             self.rt.sync_history(&self.session, &mut self.history)?;
