@@ -524,6 +524,11 @@ const state = {
   engines: new Map(),
   toolRegistrations: [],
   tools: new Map(),
+  // Tools made by a factory (`api.registerTool((ctx) => tool)`), by name: OpenClaw calls the
+  // factory for each run with the run's session (`ctx.sessionKey`, `ctx.sessionId`), so a call
+  // runs the tool the factory makes for the calling session.
+  toolFactories: new Map(),
+  toolContext: {},
   // api.on registrations: {id, hookName, handler, priority, timeoutMs, modelOverridesOnly}.
   hooks: [],
   init: null,
@@ -773,6 +778,7 @@ function resolveTools(init) {
     workspaceDir: init.factoryContext && init.factoryContext.workspaceDir,
     pluginConfig: init.pluginConfig,
   };
+  state.toolContext = ctx;
   for (const { tool, opts } of state.toolRegistrations) {
     let produced = tool;
     if (typeof tool === 'function') {
@@ -788,6 +794,7 @@ function resolveTools(init) {
       const name = (t && t.name) || (opts && opts.name);
       if (!name || typeof t.execute !== 'function') continue;
       state.tools.set(name, t);
+      if (typeof tool === 'function') state.toolFactories.set(name, tool);
     }
   }
   return [...state.tools.entries()].map(([name, t]) => ({
@@ -882,9 +889,18 @@ const handlers = {
   },
 
   async 'tool/execute'(params, id) {
-    const tool = state.tools.get(params.name);
+    let tool = state.tools.get(params.name);
     if (!tool) throw new Error(`unknown tool "${params.name}"`);
     const ctx = params.context || {};
+    const factory = state.toolFactories.get(params.name);
+    if (factory && (ctx.sessionKey || ctx.sessionId)) {
+      const session = { ...state.toolContext };
+      if (ctx.sessionKey) session.sessionKey = ctx.sessionKey;
+      if (ctx.sessionId) session.sessionId = ctx.sessionId;
+      const produced = factory(session);
+      const list = Array.isArray(produced) ? produced : produced ? [produced] : [];
+      tool = list.find((t) => t && t.name === params.name && typeof t.execute === 'function') || tool;
+    }
     const controller = new AbortController();
     state.controllers.set(id, controller);
     try {

@@ -120,16 +120,98 @@ export function gatewayClient(config, fetchImpl = globalThis.fetch) {
   };
 }
 
+// --- History the gateway never saw ---------------------------------------------------------
+// OpenClaw 2026.8+ keeps transcripts in SQLite: the `sessionFile` an engine gets is the session
+// key, not a path. Turns answered before the bridge was selected, or on `legacy` while the
+// gateway was down, are only in that transcript. Before `bootstrap` and `assemble` the bridge
+// reads the transcript's visible messages it has not sent yet (OpenClaw's
+// `openclaw/plugin-sdk/session-transcript-runtime`, `readSessionTranscriptVisibleMessageDelta`,
+// cursor based) and sends them with `ingestBatch`; the engine's ingest is idempotent, so a
+// message the gateway already has (from `commitTurn`) is not stored twice.
+
+export const TRANSCRIPT_RUNTIME = 'openclaw/plugin-sdk/session-transcript-runtime';
+const DELTA_PAGE_MESSAGES = 500;
+const DELTA_MAX_PAGES = 200;
+
+async function importTranscriptRuntime() {
+  try {
+    return await import(TRANSCRIPT_RUNTIME);
+  } catch {
+    return null; // a host without it (an older OpenClaw): nothing to read
+  }
+}
+
+/**
+ * `sync(params)`: sends the session's transcript messages not yet sent (per session, a cursor
+ * kept in this process; a new process starts from the beginning). `loadRuntime` resolves the
+ * transcript runtime module (or null); `client.call('ingestBatch', …)` sends. A transcript
+ * that cannot be read is logged and skipped (the turn goes on); a gateway that fails throws.
+ */
+export function transcriptSync(client, { loadRuntime = importTranscriptRuntime, logger, methods } = {}) {
+  const cursors = new Map();
+  let runtime;
+  return async function sync(params) {
+    if (!params || typeof params.sessionId !== 'string') return 0;
+    if (methods && !methods.includes('ingestBatch')) return 0;
+    if (runtime === undefined) runtime = await loadRuntime();
+    const read = runtime && runtime.readSessionTranscriptVisibleMessageDelta;
+    if (typeof read !== 'function') return 0;
+    const target = { sessionId: params.sessionId };
+    if (typeof params.sessionKey === 'string') target.sessionKey = params.sessionKey;
+    if (typeof params.agentId === 'string') target.agentId = params.agentId;
+    const slot = `${params.sessionKey || ''}\u0000${params.sessionId}`;
+    let cursor = cursors.get(slot);
+    let sent = 0;
+    let resets = 0;
+    for (let page = 0; page < DELTA_MAX_PAGES; page++) {
+      let r;
+      try {
+        r = await read({ ...target, ...(cursor !== undefined ? { cursor } : {}), maxMessages: DELTA_PAGE_MESSAGES });
+      } catch (err) {
+        if (logger) logger.warn(`clawctx: cannot read the transcript of ${params.sessionKey || params.sessionId}: ${err && err.message}`);
+        return sent;
+      }
+      if (!r || typeof r !== 'object') return sent;
+      if (r.kind === 'reset') {
+        // A replaced transcript or a stale cursor: read again from its start (ingest is idempotent).
+        cursor = r.cursor;
+        cursors.set(slot, cursor);
+        if (++resets > 2) return sent;
+        continue;
+      }
+      if (r.kind !== 'page') return sent; // missing, unavailable: nothing to send now
+      const messages = (Array.isArray(r.entries) ? r.entries : [])
+        .map((e) => e && e.message)
+        .filter((m) => m && typeof m === 'object' && typeof m.role === 'string');
+      if (messages.length > 0) {
+        await client.call('ingestBatch', {
+          sessionId: params.sessionId,
+          ...(typeof params.sessionKey === 'string' ? { sessionKey: params.sessionKey } : {}),
+          messages,
+        });
+        sent += messages.length;
+      }
+      cursor = r.cursor;
+      cursors.set(slot, cursor);
+      if (!r.hasMore) return sent;
+    }
+    return sent;
+  };
+}
+
 /**
  * The engine object: `info` from the gateway (its id the one registered here), each lifecycle
- * method the gateway's engine implements forwarded, `dispose` a no-op (the gateway owns the engine).
+ * method the gateway's engine implements forwarded, `dispose` a no-op (the gateway owns the
+ * engine). Before `bootstrap` and `assemble`, the transcript's unsent messages go first
+ * (`options.sync`, see transcriptSync).
  */
 export async function createEngine(rawConfig, options = {}) {
   const config = resolveConfig(rawConfig, options.env || process.env);
-  const client = gatewayClient(config, options.fetch || globalThis.fetch);
+  const client = options.client || gatewayClient(config, options.fetch || globalThis.fetch);
   const reply = await client.info();
   const remote = reply && typeof reply.info === 'object' && reply.info !== null ? reply.info : {};
   const methods = reply && Array.isArray(reply.methods) ? reply.methods : [];
+  const sync = options.sync || transcriptSync(client, { logger: options.logger, methods, loadRuntime: options.loadRuntime });
   const engine = {
     info: {
       ...remote,
@@ -141,6 +223,14 @@ export async function createEngine(rawConfig, options = {}) {
   };
   for (const m of [...REQUIRED, ...OPTIONAL.filter((o) => methods.includes(o))]) {
     engine[m] = (params) => client.call(m, params);
+  }
+  for (const m of ['bootstrap', 'assemble']) {
+    const forward = engine[m];
+    if (!forward) continue;
+    engine[m] = async (params) => {
+      await sync(params);
+      return forward(params);
+    };
   }
   if (methods.includes('prepareSubagentSpawn')) {
     // The rollback stays in the gateway: the preparation's rollback asks it to run it.
@@ -158,7 +248,96 @@ export async function createEngine(rawConfig, options = {}) {
   return engine;
 }
 
+// --- Recall tools ----------------------------------------------------------------------------
+// The gateway's engine (lossless) has recall tools, but OpenClaw offers the model only tools a
+// plugin registers: the bridge registers them (declared in the manifest's `contracts.tools`, as
+// OpenClaw requires) and each call goes to the gateway's recall route for the calling session.
+
+export const RECALL_TOOLS = Object.freeze([
+  {
+    name: 'lcm_grep',
+    label: 'Search history',
+    description:
+      "Search this conversation's full stored history (including everything summarized away). Full-text by default " +
+      '(1-3 distinctive terms, all must match); mode "any_term" takes a whole question or description and ranks ' +
+      'what shares the most and rarest of its words; mode "regex" for patterns. Returns message/summary ids with ' +
+      'snippets; use lcm_describe / lcm_expand on an id for details.',
+    parameters: {
+      type: 'object',
+      properties: {
+        query: { type: 'string', description: 'Terms (full_text), free text (any_term) or a regular expression (regex).' },
+        mode: { type: 'string', enum: ['full_text', 'any_term', 'regex'], default: 'full_text' },
+        target: { type: 'string', enum: ['both', 'messages', 'summaries'], default: 'both' },
+        sort: { type: 'string', enum: ['relevance', 'recency'], default: 'relevance' },
+        scope: {
+          type: 'string',
+          enum: ['session', 'agent'],
+          default: 'session',
+          description: "session = this conversation (including before /new); agent = all of this agent's sessions.",
+        },
+        limit: { type: 'integer', minimum: 1, maximum: 200, default: 20 },
+        offset: { type: 'integer', minimum: 0, default: 0 },
+      },
+      required: ['query'],
+    },
+  },
+  {
+    name: 'lcm_describe',
+    label: 'Describe a summary or message',
+    description:
+      'Show a summary (sum_<n>) or message (msg_<n>) by id: time range, depth, parents, children and sources.',
+    parameters: {
+      type: 'object',
+      properties: { id: { type: 'string', description: 'sum_<n> or msg_<n> (from lcm_grep or a <summary> block).' } },
+      required: ['id'],
+    },
+  },
+  {
+    name: 'lcm_expand',
+    label: 'Expand a summary',
+    description:
+      'Open a summary (sum_<n>) back into its children or source messages, token-capped; check exact commands, ' +
+      'paths, identifiers and numbers here before quoting them from a summary.',
+    parameters: {
+      type: 'object',
+      properties: {
+        id: { type: 'string', description: 'sum_<n> (or msg_<n>).' },
+        maxTokens: { type: 'integer', minimum: 1, description: 'Cap on the returned text, in tokens.' },
+      },
+      required: ['id'],
+    },
+  },
+]);
+
+/** The recall tools for one tool context (OpenClaw's `toolContext`: its `sessionKey`). */
+export function recallTools(client, ctx) {
+  const sessionKey = (ctx && (ctx.sessionKey || ctx.sessionId)) || undefined;
+  return RECALL_TOOLS.map((spec) => ({
+    ...spec,
+    async execute(_toolCallId, args, signal) {
+      if (!sessionKey) {
+        return { content: [{ type: 'text', text: `${spec.name}: no session to search (the host gave no session key)` }], details: { error: 'no session key' } };
+      }
+      const params = { ...(args && typeof args === 'object' ? args : {}), sessionKey };
+      if (signal) params.abortSignal = signal;
+      try {
+        const result = await client.call(spec.name, params);
+        return { content: [{ type: 'text', text: JSON.stringify(result) }], details: result };
+      } catch (err) {
+        // A tool error the model can read; the turn goes on.
+        const message = err && err.message ? err.message : String(err);
+        return { content: [{ type: 'text', text: `${spec.name} failed: ${message}` }], details: { error: message } };
+      }
+    },
+  }));
+}
+
 export default function register(api) {
   const config = resolveConfig(api && api.pluginConfig);
-  api.registerContextEngine(config.engineId, () => createEngine(api.pluginConfig));
+  const logger = api && api.logger;
+  api.registerContextEngine(config.engineId, () => createEngine(api.pluginConfig, { logger }));
+  if (typeof api.registerTool === 'function') {
+    const client = gatewayClient(config);
+    api.registerTool((ctx) => recallTools(client, ctx), { names: RECALL_TOOLS.map((t) => t.name) });
+  }
 }

@@ -5,7 +5,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
 
-import register, { createEngine, resolveConfig } from '../index.js';
+import register, { createEngine, resolveConfig, transcriptSync, recallTools, RECALL_TOOLS } from '../index.js';
 
 const TOKEN = 'secret-token-8086';
 const requests = [];
@@ -33,6 +33,8 @@ before(async () => {
       const m = req.url.replace('/v1/engine/', '');
       const results = {
         ingest: { ingested: true },
+        ingestBatch: { ingestedCount: 0 },
+        lcm_grep: { hits: [{ id: 'msg_1', snippet: 'Ferdinand' }] },
         assemble: { messages: [{ role: 'user', content: 'hi' }], estimatedTokens: 3 },
         compact: { ok: true, compacted: false },
         afterTurn: null,
@@ -52,13 +54,18 @@ after(() => new Promise((r) => server.close(r)));
 
 function fakeApi(pluginConfig) {
   const engines = new Map();
+  const tools = [];
   return {
     id: 'clawctx',
     pluginConfig,
     registerContextEngine(id, factory) {
       engines.set(id, factory);
     },
+    registerTool(tool, opts) {
+      tools.push({ tool, opts });
+    },
     engines,
+    tools,
   };
 }
 
@@ -113,6 +120,7 @@ test('every method forwards its params to POST /v1/engine/<method> with the toke
   };
   const expected = {
     ingest: { ingested: true },
+    ingestBatch: { ingestedCount: 0 },
     assemble: { messages: [{ role: 'user', content: 'hi' }], estimatedTokens: 3 },
     compact: { ok: true, compacted: false },
     afterTurn: null,
@@ -224,4 +232,128 @@ test('a slow gateway times out', async () => {
     slow.closeAllConnections();
     await new Promise((r) => slow.close(r));
   }
+});
+
+// A fake of OpenClaw's transcript runtime: `entries` are the session's visible messages; the
+// cursor is the count already read; `resetOnce` answers one reset first.
+function fakeTranscript(entries, { resetOnce = false, pageSize = 2 } = {}) {
+  const reads = [];
+  let reset = resetOnce;
+  return {
+    reads,
+    entries,
+    module: {
+      async readSessionTranscriptVisibleMessageDelta(params) {
+        reads.push(params);
+        if (reset) {
+          reset = false;
+          return { kind: 'reset', cursor: '0', reason: 'generation_mismatch' };
+        }
+        const from = params.cursor === undefined ? 0 : Number(params.cursor);
+        const page = entries.slice(from, from + Math.min(pageSize, params.maxMessages));
+        return {
+          kind: 'page',
+          cursor: String(from + page.length),
+          entries: page.map((message, i) => ({ entryId: `e${from + i}`, seq: from + i, message, role: message.role })),
+          hasMore: from + page.length < entries.length,
+        };
+      },
+    },
+  };
+}
+
+test('before assemble and bootstrap, the transcript messages the gateway has not seen go with ingestBatch', async () => {
+  const history = [
+    { role: 'user', content: 'the invoice is INV-42', timestamp: 1 },
+    { role: 'assistant', content: [{ type: 'text', text: 'noted' }], timestamp: 2 },
+    { role: 'user', content: 'and the walrus is Ferdinand', timestamp: 3 },
+  ];
+  const t = fakeTranscript(history);
+  const engine = await createEngine({ gatewayUrl: url }, { loadRuntime: async () => t.module });
+  requests.length = 0;
+  await engine.bootstrap({ sessionId: 's9', sessionKey: 'agent:main:invoice', sessionFile: 'agent:main:invoice' });
+  const batches = requests.filter((r) => r.path === '/v1/engine/ingestBatch');
+  assert.deepEqual(
+    batches.map((r) => r.body.messages.length),
+    [2, 1],
+    'two pages of the transcript, in order',
+  );
+  assert.deepEqual(batches.flatMap((r) => r.body.messages), history);
+  assert.equal(batches[0].body.sessionKey, 'agent:main:invoice');
+  assert.equal(batches[0].body.sessionId, 's9');
+  assert.equal(requests.at(-1).path, '/v1/engine/bootstrap', 'the history goes before the call');
+  assert.equal(t.reads[0].sessionKey, 'agent:main:invoice');
+  assert.equal(t.reads[0].cursor, undefined, 'a new process reads from the start');
+
+  // The next call sends only what was appended since (a turn answered elsewhere, say).
+  history.push({ role: 'user', content: 'answered on legacy', timestamp: 4 });
+  requests.length = 0;
+  await engine.assemble({ sessionId: 's9', sessionKey: 'agent:main:invoice', messages: [], tokenBudget: 1000 });
+  assert.deepEqual(
+    requests.map((r) => r.path),
+    ['/v1/engine/ingestBatch', '/v1/engine/assemble'],
+  );
+  assert.deepEqual(requests[0].body.messages, [history[3]]);
+  requests.length = 0;
+  await engine.assemble({ sessionId: 's9', sessionKey: 'agent:main:invoice', messages: [], tokenBudget: 1000 });
+  assert.deepEqual(requests.map((r) => r.path), ['/v1/engine/assemble'], 'nothing new, nothing sent');
+});
+
+test('a reset cursor reads the transcript again from its start; an unreadable one is skipped', async () => {
+  const t = fakeTranscript([{ role: 'user', content: 'a', timestamp: 1 }], { resetOnce: true });
+  const sent = [];
+  const client = { call: async (m, p) => sent.push([m, p]) };
+  const sync = transcriptSync(client, { loadRuntime: async () => t.module });
+  assert.equal(await sync({ sessionId: 's', sessionKey: 'k' }), 1);
+  assert.equal(t.reads[1].cursor, '0');
+  const warnings = [];
+  const broken = transcriptSync(client, {
+    loadRuntime: async () => ({
+      readSessionTranscriptVisibleMessageDelta: async () => {
+        throw new Error('Transcript read cursor has crossed the current-turn admission fence');
+      },
+    }),
+    logger: { warn: (m) => warnings.push(m) },
+  });
+  assert.equal(await broken({ sessionId: 's', sessionKey: 'k' }), 0);
+  assert.match(warnings[0], /cannot read the transcript of k/);
+  const without = transcriptSync(client, { loadRuntime: async () => null });
+  assert.equal(await without({ sessionId: 's' }), 0, 'a host without the module: nothing to do');
+});
+
+test('the recall tools are registered, declared in the manifest, and call the gateway for the calling session', async () => {
+  const manifest = JSON.parse(readFileSync(new URL('../openclaw.plugin.json', import.meta.url), 'utf8'));
+  assert.deepEqual(manifest.contracts.tools, ['lcm_grep', 'lcm_describe', 'lcm_expand']);
+  const api = fakeApi({ gatewayUrl: url, token: TOKEN });
+  register(api);
+  assert.equal(api.tools.length, 1);
+  assert.deepEqual(api.tools[0].opts.names, manifest.contracts.tools, 'registered = declared');
+  const tools = api.tools[0].tool({ sessionKey: 'agent:main:invoice', sessionId: 'uuid-1' });
+  assert.deepEqual(tools.map((t) => t.name), manifest.contracts.tools);
+  for (const t of tools) {
+    assert.equal(t.parameters.type, 'object', t.name);
+    assert.ok(t.description.length > 20, t.name);
+  }
+  requests.length = 0;
+  const r = await tools[0].execute('call-1', { query: 'Ferdinand', mode: 'any_term' });
+  assert.deepEqual(requests[0], {
+    method: 'POST',
+    path: '/v1/engine/lcm_grep',
+    auth: `Bearer ${TOKEN}`,
+    body: { query: 'Ferdinand', mode: 'any_term', sessionKey: 'agent:main:invoice' },
+  });
+  assert.equal(r.content[0].type, 'text');
+  assert.match(r.content[0].text, /Ferdinand/);
+  assert.deepEqual(r.details, { hits: [{ id: 'msg_1', snippet: 'Ferdinand' }] });
+
+  failWith = 503;
+  try {
+    const e = await tools[0].execute('call-2', { query: 'x' });
+    assert.match(e.content[0].text, /^lcm_grep failed: .*HTTP 503/, 'a tool error the model can read, no throw');
+  } finally {
+    failWith = null;
+  }
+  assert.equal(RECALL_TOOLS.length, 3);
+  const noSession = recallTools({ call: async () => assert.fail('no call without a session') }, {});
+  assert.match((await noSession[0].execute('c', { query: 'x' })).content[0].text, /no session/);
 });
