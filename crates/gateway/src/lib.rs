@@ -9,11 +9,13 @@
 //! - [`config`]: the `gateway` config section (OpenClaw's keys and defaults) and the startup
 //!   refusals (no token off loopback).
 //! - [`lock`]: one gateway per state dir (an OS advisory lock whose file names the holder).
-//! - [`server`]: the router, its layers (request id, trace, CORS, deadline, body limit, bearer
-//!   auth), `/healthz`, `/readyz`, `/metrics`, and the serve loop with graceful shutdown.
+//! - [`server`]: the router, its layers (request id, trace, the site check that refuses a
+//!   foreign `Host` or `Origin`, CORS, deadline, body limit, bearer auth, errors as JSON),
+//!   `/healthz`, `/readyz`, `/metrics`, and the serve loop with graceful shutdown.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`lanes`]: one turn at a time per session, with a bounded queue.
-//! - [`api_error`]: OpenAI-shaped error responses and the JSON extractor that names bad fields.
+//! - [`api_error`]: OpenAI-shaped error responses and the JSON extractor that takes only
+//!   `application/json` and names bad fields.
 //! - [`status`]: what `clawctx gateway status` reports.
 //! - `openai`: `/v1/chat/completions` (plain and SSE) and `/v1/models`; `chat_input` reads
 //!   what a request asks of its turn (prompt or tool results, system messages, client tools,
