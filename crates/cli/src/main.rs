@@ -3,6 +3,26 @@
 //! Commands are thin: they parse arguments, build the host pieces from the library crates and
 //! print. Errors end here, as `anyhow` with context, printed once on stderr with a non-zero exit.
 
+/// `println!` that cannot panic on a closed pipe (see [`out`]); shadows std's in every module
+/// declared below.
+macro_rules! println {
+    () => { $crate::out::print_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::out::print_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `print!` that cannot panic on a closed pipe (see [`out`]).
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::out::print_out(format_args!($($arg)*)) };
+}
+
+/// `eprintln!` that cannot panic when stderr is gone (see [`out`]).
+macro_rules! eprintln {
+    () => { $crate::out::print_err(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::out::print_err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+mod out;
+
 mod commands;
 mod engines;
 mod global;
@@ -97,6 +117,8 @@ fn main() -> std::process::ExitCode {
     });
     match result {
         Ok(code) => code,
+        // The reader of stdout went away (`clawctx … | head`): nothing is wrong, nothing to say.
+        Err(e) if out::is_closed_stdout(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE

@@ -41,9 +41,10 @@ pub fn configured_slot(config: Option<&Value>) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Why a plugin is switched off by policy, if it is.
+/// Why a plugin is switched off by policy, if it is. JSON is camelCase in its fields too
+/// (`{"kind": "pluginDisabled", "pluginId": …}`), as `doctor --json` documents.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
 pub enum PolicyBlock {
     /// `plugins.enabled: false`.
     PluginsDisabled,

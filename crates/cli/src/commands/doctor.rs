@@ -11,6 +11,15 @@
 //! write, and lists what failed there: the operation, the reason, when, and whether that
 //! process is still running. Doctor only reads the mirror; a mirror that cannot be read is
 //! reported with its path.
+//!
+//! Config: a file that does not parse is reported as existing and invalid, with its line and
+//! column (`configError`), never as absent. Each engine's own settings are checked against the
+//! type that reads them, key by key, so a wrong type names its key (`plugins.entries.lossless.
+//! config.freshTailCount: expected an integer, got "lots"`) instead of passing with a log line
+//! while the engine quietly uses its default; a plugin's config is checked against its
+//! manifest's `configSchema` when the plugin is loaded, and a mismatch is listed under the key
+//! it names. With the lossless engine selected, doctor names its store (PostgreSQL without the
+//! password) and whether it opened. Each step logs at debug level (`CLAWCTX_LOG=debug`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -201,6 +210,48 @@ fn ago(t: std::time::SystemTime) -> String {
     }
 }
 
+/// A config file that exists but cannot be read.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigErrorReport {
+    /// The whole message (file, position, the parser's words, a hint).
+    pub message: String,
+    /// 1-based line of a syntax error.
+    pub line: Option<usize>,
+    /// 1-based column of a syntax error.
+    pub column: Option<usize>,
+}
+
+impl ConfigErrorReport {
+    fn of(error: &anyhow::Error) -> Self {
+        let position = match error.downcast_ref::<clawctx_config::ConfigError>() {
+            Some(clawctx_config::ConfigError::Syntax { line, column, .. }) if *line > 0 => {
+                Some((*line, *column))
+            }
+            _ => None,
+        };
+        Self {
+            message: format!("{error:#}"),
+            line: position.map(|p| p.0),
+            column: position.map(|p| p.1).filter(|c| *c > 0),
+        }
+    }
+}
+
+/// Where the lossless engine keeps its messages.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreReport {
+    /// `sqlite` or `postgres`.
+    pub backend: &'static str,
+    /// The SQLite file, or the PostgreSQL database as a URL without its password.
+    pub target: String,
+    /// Whether the engine opened it in this doctor run (`false`: see `quarantines` for why).
+    pub ok: bool,
+    /// Why the store setting cannot be used, when it cannot.
+    pub problem: Option<String>,
+}
+
 /// The whole report.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -211,8 +262,11 @@ pub struct DoctorReport {
     pub status: Status,
     /// The config file.
     pub config_path: PathBuf,
-    /// Whether it exists.
+    /// Whether it exists (a file that cannot be parsed exists: see `config_error`).
     pub config_exists: bool,
+    /// Why the config file cannot be read, when it cannot: doctor then reports on the built-in
+    /// defaults and `--fix` writes nothing.
+    pub config_error: Option<ConfigErrorReport>,
     /// The state dir.
     pub state_dir: PathBuf,
     /// The selected engine.
@@ -234,6 +288,8 @@ pub struct DoctorReport {
     pub summarizer_breaker: Option<BreakerSnapshot>,
     /// Durable turns' commits waiting for their engine, and outbox files that cannot be read.
     pub outbox: OutboxReport,
+    /// The lossless engine's store, when the slot selects `lossless`.
+    pub lossless_store: Option<StoreReport>,
     /// Config problems.
     pub config_problems: Vec<ConfigProblem>,
     /// Repairs applied by `--fix`.
@@ -417,11 +473,19 @@ fn explain(reason: &SelectionReason, configured: &str) -> String {
 pub async fn build_report(
     global: &GlobalArgs,
     config: &mut ConfigFile,
-    config_error: Option<String>,
+    config_error: Option<ConfigErrorReport>,
     fix: bool,
 ) -> anyhow::Result<DoctorReport> {
     let value = Arc::new(config.value().clone());
+    tracing::debug!(config = %config.path().display(), exists = config.exists(), readable = config_error.is_none(), "doctor: config");
+    tracing::debug!(state_dir = %global.state_dir().display(), "doctor: loading engines and plugins");
     let engines = crate::engines::load(global, &value).await?;
+    tracing::debug!(
+        plugins_loaded = engines.plugins.len(),
+        plugins_failed = engines.failed.len(),
+        engines = ?engines.registry.ids(),
+        "doctor: engines loaded"
+    );
     let registry = engines.registry.clone();
     let mut plugins: Vec<PluginReport> = engines
         .plugins
@@ -451,6 +515,7 @@ pub async fn build_report(
     let resolved = registry
         .resolve(Some(value.clone()), Some(global.agent_dir("main")), None)
         .await?;
+    tracing::debug!(configured = %resolved.configured_id, effective = %resolved.effective_id, reason = ?resolved.reason, "doctor: engine resolved");
     let info = resolved.engine.info();
     let hosts = configured_hosts(&value);
     let host_compatibility: Vec<HostReport> = hosts
@@ -487,15 +552,31 @@ pub async fn build_report(
     }
 
     let mut config_problems = clawctx_config::check(config.value());
-    if let Some(e) = config_error {
+    config_problems.extend(lossless_config_problems(config.value()));
+    config_problems.extend(plugin_config_problems(&engines.failed));
+    if let Some(e) = &config_error {
         config_problems.insert(
             0,
             ConfigProblem {
                 key: "(file)".into(),
                 severity: Severity::Error,
-                message: e,
+                message: e.message.clone(),
             },
         );
+    }
+    tracing::debug!(problems = config_problems.len(), "doctor: config checked");
+    // Not for a slot switched off by policy: the engine was not meant to open its store.
+    let lossless_store = (resolved.configured_id == clawctx_lossless::ENGINE_ID
+        && !matches!(resolved.reason, SelectionReason::PolicyDisabled { .. }))
+    .then(|| {
+        store_report(
+            global,
+            config.value(),
+            resolved.effective_id == clawctx_lossless::ENGINE_ID,
+        )
+    });
+    if let Some(store) = &lossless_store {
+        tracing::debug!(backend = store.backend, target = %store.target, ok = store.ok, "doctor: lossless store");
     }
     let loads = !matches!(
         resolved.reason,
@@ -547,11 +628,19 @@ pub async fn build_report(
     if !outbox.problems.is_empty() {
         warn(&mut status);
     }
+    tracing::debug!(
+        pending = outbox.pending,
+        problems = outbox.problems.len(),
+        quarantines = quarantines.len(),
+        ?status,
+        "doctor: outbox and quarantines read"
+    );
     Ok(DoctorReport {
         schema_version: DOCTOR_SCHEMA_VERSION,
         status,
         config_path: config.path().to_owned(),
-        config_exists: config.exists(),
+        config_exists: config.exists() || config_error.is_some(),
+        config_error,
         state_dir: global.state_dir(),
         context_engine: EngineReport {
             explanation: explain(&resolved.reason, &resolved.configured_id),
@@ -575,9 +664,120 @@ pub async fn build_report(
         summarizers,
         summarizer_breaker,
         outbox,
+        lossless_store,
         config_problems,
         fixes,
     })
+}
+
+/// `plugins.entries.lossless.config` read key by key with the type the engine reads it with:
+/// one problem per key of the wrong type, naming it. (The engine itself falls back to the
+/// default for such a key, with a warning in the log only.)
+fn lossless_config_problems(config: &Value) -> Vec<ConfigProblem> {
+    let base = "plugins.entries.lossless.config";
+    let Some(Value::Object(map)) = config.pointer("/plugins/entries/lossless/config") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (key, value) in map {
+        let one = Value::Object([(key.clone(), value.clone())].into_iter().collect());
+        if let Err(e) = serde_path_to_error::deserialize::<_, clawctx_lossless::LosslessConfig>(one)
+        {
+            let path = e.path().to_string();
+            let at = if path.is_empty() || path == "?" {
+                key.clone()
+            } else {
+                path
+            };
+            let got = (at == *key).then_some(value);
+            out.push(ConfigProblem {
+                key: format!("{base}.{at}"),
+                severity: Severity::Error,
+                message: type_message(&e.into_inner().to_string(), got),
+            });
+        }
+    }
+    out
+}
+
+/// serde's `invalid type: string "lots", expected usize` in a config user's words:
+/// `expected an integer, got "lots"`.
+fn type_message(serde: &str, got: Option<&Value>) -> String {
+    let expected = serde
+        .rsplit_once(", expected ")
+        .map(|(_, e)| e.trim())
+        .map(|e| match e {
+            "usize" | "u64" | "u32" | "u16" | "u8" => "a non-negative integer",
+            "isize" | "i64" | "i32" | "i16" | "i8" => "an integer",
+            "f64" | "f32" => "a number",
+            "a boolean" | "bool" => "a boolean",
+            "a sequence" => "an array",
+            "a map" => "an object",
+            other if other.starts_with("struct ") => "an object",
+            other => other,
+        });
+    match (expected, got) {
+        (Some(expected), Some(got)) => format!("expected {expected}, got {got}"),
+        (Some(expected), None) => format!("expected {expected} ({serde})"),
+        _ => serde.to_owned(),
+    }
+}
+
+/// A plugin whose config does not match its manifest's `configSchema` does not load; list it
+/// under the key the schema check names too.
+fn plugin_config_problems(failed: &[(PathBuf, clawctx_plugin::PluginError)]) -> Vec<ConfigProblem> {
+    failed
+        .iter()
+        .filter_map(|(_, e)| match e {
+            clawctx_plugin::PluginError::ConfigInvalid { path, message, .. } => {
+                Some(ConfigProblem {
+                    key: path.clone(),
+                    severity: Severity::Error,
+                    message: format!("{message} (the plugin's configSchema)"),
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The lossless engine's store as its config places it (`opened`: whether the engine came up
+/// in this run, which for PostgreSQL means the database answered).
+fn store_report(global: &GlobalArgs, config: &Value, opened: bool) -> StoreReport {
+    let lcm = clawctx_lossless::LosslessConfig::from_host_config(config);
+    match lcm.store_location() {
+        Ok(clawctx_lossless::StoreLocation::Postgres(url)) => {
+            match clawctx_lossless::pg::connect::PgTarget::parse(&url) {
+                Ok(target) => StoreReport {
+                    backend: "postgres",
+                    target: target.redacted(),
+                    ok: opened,
+                    problem: None,
+                },
+                Err(e) => StoreReport {
+                    backend: "postgres",
+                    target: "(unparseable URL)".into(),
+                    ok: false,
+                    problem: Some(e.to_string()),
+                },
+            }
+        }
+        Ok(clawctx_lossless::StoreLocation::Sqlite(path)) => StoreReport {
+            backend: "sqlite",
+            target: path
+                .unwrap_or_else(|| global.agent_dir("main").join("lossless.db"))
+                .display()
+                .to_string(),
+            ok: opened,
+            problem: None,
+        },
+        Err(e) => StoreReport {
+            backend: "unknown",
+            target: String::new(),
+            ok: false,
+            problem: Some(e.to_string()),
+        },
+    }
 }
 
 /// How many of a plugin's last stderr lines the text report shows (`--json` has all 8 KiB).
@@ -595,10 +795,17 @@ fn print_text(r: &DoctorReport) {
     println!(
         "  config          {}{}",
         r.config_path.display(),
-        if r.config_exists {
-            ""
-        } else {
-            " (not found: built-in defaults)"
+        match (&r.config_error, r.config_exists) {
+            (Some(e), _) => match (e.line, e.column) {
+                (Some(l), Some(c)) => {
+                    format!(" (exists but is invalid at line {l}, column {c}: built-in defaults)")
+                }
+                (Some(l), None) =>
+                    format!(" (exists but is invalid at line {l}: built-in defaults)"),
+                _ => " (exists but cannot be read: built-in defaults)".to_owned(),
+            },
+            (None, true) => String::new(),
+            (None, false) => " (not found: built-in defaults)".to_owned(),
         }
     );
     println!("  state dir       {}", r.state_dir.display());
@@ -650,6 +857,16 @@ fn print_text(r: &DoctorReport) {
             b.consecutive_failures,
             b.last_error.as_deref().unwrap_or("?")
         );
+    }
+    if let Some(store) = &r.lossless_store {
+        match (&store.problem, store.ok) {
+            (Some(p), _) => println!("  [!!] store       {} {}: {p}", store.backend, store.target),
+            (None, true) => println!("  [ok] store       {} {}", store.backend, store.target),
+            (None, false) => println!(
+                "  [!!] store       {} {} did not open (see the quarantine below)",
+                store.backend, store.target
+            ),
+        }
     }
     if r.outbox.pending > 0 {
         println!(
@@ -750,10 +967,11 @@ pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCo
         Ok(c) => (c, None),
         Err(e) => (
             ConfigFile::from_value(global.config_path(), Value::Object(Default::default())),
-            Some(format!("{e:#}")),
+            Some(ConfigErrorReport::of(&e)),
         ),
     };
     let report = build_report(global, &mut config, config_error, args.fix).await?;
+    tracing::debug!(status = ?report.status, "doctor: report built");
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
