@@ -52,6 +52,9 @@ pub struct CompactionOptions {
     pub force: bool,
     /// Extra summary instructions.
     pub custom_instructions: Option<String>,
+    /// Raw messages kept out of the summaries instead of `freshTailCount` (a forced overflow
+    /// recovery reaching into the fresh tail, see `LosslessEngine::compact`).
+    pub fresh_tail: Option<usize>,
 }
 
 /// What a compaction did.
@@ -454,7 +457,8 @@ pub(crate) fn choose_ranges(
     // starts with a tool result.
     let mut b = items.len();
     let mut raw_seen = 0usize;
-    while b > 0 && raw_seen < cfg.fresh_tail_count {
+    let fresh_tail = opts.fresh_tail.unwrap_or(cfg.fresh_tail_count);
+    while b > 0 && raw_seen < fresh_tail {
         b -= 1;
         if items[b].kind == 0 {
             raw_seen += 1;

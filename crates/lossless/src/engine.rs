@@ -150,8 +150,7 @@ impl LosslessEngine {
         };
         let opts = CompactionOptions {
             budget,
-            force: false,
-            custom_instructions: None,
+            ..Default::default()
         };
         let report = self
             .store
@@ -402,12 +401,13 @@ impl ContextEngine for LosslessEngine {
                 result: None,
             });
         }
-        let opts = CompactionOptions {
+        let mut opts = CompactionOptions {
             budget: self.budget(params.token_budget, params.runtime_context.as_ref()),
             force: params.force.unwrap_or(false),
             custom_instructions: params.custom_instructions.clone(),
+            fresh_tail: None,
         };
-        let Some(report) = self.compact_session(&key, opts).await? else {
+        let Some(mut report) = self.compact_session(&key, opts.clone()).await? else {
             return Ok(CompactResult {
                 ok: true,
                 compacted: false,
@@ -415,6 +415,49 @@ impl ContextEngine for LosslessEngine {
                 result: None,
             });
         };
+        // Overflow recovery: the host's request did not fit (`force` with `compactionTarget:
+        // "budget"`, OpenClaw after a provider's context overflow), and a failed recovery fails
+        // the user's turn. When the pass freed less than the host says is needed
+        // (`currentTokenCount` over the budget; unknown: anything at all), reach into the fresh
+        // tail: first keeping the newest exchange, then keeping nothing raw.
+        let budget_target = match params.compaction_target {
+            Some(clawctx_protocol::CompactionTarget::Budget) => true,
+            Some(clawctx_protocol::CompactionTarget::Threshold) => false,
+            None => params.current_token_count.is_some(),
+        };
+        if opts.force && budget_target {
+            let needed = params
+                .current_token_count
+                .or_else(|| {
+                    params
+                        .runtime_context
+                        .as_ref()
+                        .and_then(|r| r.current_token_count)
+                        .map(|n| n.max(0.0) as u64)
+                })
+                .map_or(1, |n| n.saturating_sub(opts.budget).max(1));
+            for tail in [2usize, 0] {
+                let freed = report.tokens_before.saturating_sub(report.tokens_after);
+                if (report.created() > 0 && freed >= needed) || self.cfg.fresh_tail_count <= tail {
+                    continue;
+                }
+                opts.fresh_tail = Some(tail);
+                if let Some(r) = self.compact_session(&key, opts.clone()).await? {
+                    report.rounds += r.rounds;
+                    report.leaf_created += r.leaf_created;
+                    report.condensed_created += r.condensed_created;
+                    report.failed += r.failed;
+                    report.extractive_used += r.extractive_used;
+                    report.engine_micros += r.engine_micros;
+                    report.summarizer_micros += r.summarizer_micros;
+                    report.tokens_after = r.tokens_after;
+                    report.reason = format!(
+                        "{} (reaching into the fresh tail, {tail} raw messages kept)",
+                        r.reason
+                    );
+                }
+            }
+        }
         Ok(CompactResult {
             ok: true,
             compacted: report.created() > 0,
