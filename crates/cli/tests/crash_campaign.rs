@@ -4,6 +4,10 @@
 //! after each restart. The full
 //! campaign (at least 100 kills per backend) is the same command with `--kills 100`.
 //!
+//! The `reply-commit` kill point gets a run of its own: a host killed between a turn's reply
+//! and its `commitTurn` must leave no complete turn in its transcript that the engine never
+//! receives, and the engine must hold the turns in order (issue #27 item 3).
+//!
 //! The PostgreSQL half needs `CLAWCTX_TEST_PG_URL` (the campaign creates its databases on that
 //! server and drops them); it skips without it, except under `CI=true`, where a missing server
 //! is a failure.
@@ -81,6 +85,55 @@ fn a_few_kills_per_backend_lose_and_duplicate_nothing() {
             "integrityFailures",
             "readbackFailures",
             "searchMisses",
+        ] {
+            assert_eq!(sum(&report, b, field), 0, "{b}: {field}:\n{shown}");
+        }
+    }
+}
+
+#[test]
+fn a_host_killed_between_reply_and_commit_leaves_no_turn_the_engine_never_gets() {
+    let work = tempfile::tempdir().unwrap();
+    let pg = test_url();
+    let mut args = vec![
+        "--points",
+        "reply-commit",
+        "--kills",
+        "8",
+        "--seed",
+        "20261203",
+    ];
+    if pg.is_some() {
+        args.extend(["--backends", "sqlite,postgres", "--pg-url-env", URL_VAR]);
+    } else {
+        args.extend(["--backends", "sqlite"]);
+    }
+    let (code, report, stderr) = campaign(work.path(), &args);
+    let shown = serde_json::to_string_pretty(&report).unwrap();
+    assert_eq!(
+        code, 0,
+        "the campaign failed:\n{shown}\n--- stderr\n{stderr}"
+    );
+    let mut backends = vec!["sqlite"];
+    if pg.is_some() {
+        backends.push("postgres");
+    }
+    for b in backends {
+        assert!(
+            sum(&report, b, "kills") >= 8,
+            "{b}: fewer than 8 kills:\n{shown}"
+        );
+        assert!(
+            sum(&report, b, "killedAfterReply") >= 1,
+            "{b}: no kill landed between a reply and its commit:\n{shown}"
+        );
+        for field in [
+            "turnsMissingFromEngine",
+            "outOfOrder",
+            "lost",
+            "duplicated",
+            "unexpected",
+            "runFailures",
         ] {
             assert_eq!(sum(&report, b, field), 0, "{b}: {field}:\n{shown}");
         }

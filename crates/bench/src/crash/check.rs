@@ -196,3 +196,55 @@ async fn pg_texts(url: &str, sql: &str) -> Result<Vec<String>> {
     let _ = driver.await;
     Ok(rows?.iter().map(|r| r.get::<_, String>(0)).collect())
 }
+
+/// The token ids of `session_key`'s stored messages in the order the SQLite store at `path`
+/// holds them (by conversation, then sequence).
+pub async fn sqlite_session_order(path: &std::path::Path, session_key: &str) -> Result<Vec<u64>> {
+    let p = path.to_owned();
+    let store = tokio::task::spawn_blocking(move || LosslessStore::open(&p))
+        .await
+        .map_err(|e| BenchError::engine("lossless", "open", e))?
+        .map_err(failed("open"))?;
+    let key = session_key.to_owned();
+    let texts = store
+        .call(move |db| {
+            db.tx(|c| {
+                let mut st = c.prepare(
+                    "SELECT m.text FROM message_rows m JOIN conversations c ON c.id = m.conv_id
+                     WHERE c.session_key = ?1 ORDER BY m.conv_id, m.seq",
+                )?;
+                let rows = st
+                    .query_map([&key], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+        })
+        .await
+        .map_err(failed("reading the session's messages"));
+    store.close_wait().await;
+    Ok(texts?
+        .iter()
+        .filter_map(|t| tokens_in(t).first().copied())
+        .collect())
+}
+
+/// [`sqlite_session_order`] on the PostgreSQL store at `url`.
+pub async fn postgres_session_order(url: &str, session_key: &str) -> Result<Vec<u64>> {
+    if session_key.contains('\'') {
+        return Err(BenchError::InvalidArgument(format!(
+            "a session key with a quote: {session_key}"
+        )));
+    }
+    let texts = pg_texts(
+        url,
+        &format!(
+            "SELECT m.text FROM messages m JOIN conversations c ON c.id = m.conv_id
+             WHERE c.session_key = '{session_key}' ORDER BY m.conv_id, m.seq"
+        ),
+    )
+    .await?;
+    Ok(texts
+        .iter()
+        .filter_map(|t| tokens_in(t).first().copied())
+        .collect())
+}

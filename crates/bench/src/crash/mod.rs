@@ -20,6 +20,12 @@
 //!   threshold compaction), a turn acknowledged by its printed line; the next run's start
 //!   delivers what the outbox kept, and the session transcript must hold every acknowledged
 //!   message exactly once too;
+//! - `reply-commit`: a whole host in the child ([`runtime_child`]: the runtime's turn loop, its
+//!   session transcript and durable-turn outbox, the lossless engine) killed in the moment
+//!   after the model's reply and before the engine's `commitTurn` (a random delay of at most
+//!   4 ms after a random turn's `REPLY` line); after each run a recovery run delivers what the
+//!   outbox kept, and then every complete turn of the transcript (the prompt and its reply)
+//!   must be in the store, and the store must hold the session's messages in turn order;
 //! - `concurrent`: two children on the one store at once (per-turn ingest in one session,
 //!   batched ingest in another, as a gateway and a CLI share a store); the first is killed,
 //!   the second must run to its end through the other's death;
@@ -37,6 +43,7 @@
 
 pub mod check;
 pub mod child;
+pub mod runtime_child;
 pub mod workload;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -68,6 +75,10 @@ const IDS_PER_RUN: u64 = 100_000;
 const IMPORT_MESSAGES: u64 = 3_000;
 /// Messages in a replayed recording (30 turns of five).
 const REPLAY_MESSAGES: u64 = 150;
+/// Turns of a `reply-commit` run.
+const RUNTIME_TURNS: u64 = 12;
+/// The longest delay after a `REPLY` line at which a `reply-commit` run is killed.
+const AFTER_REPLY_MAX_MICROS: u64 = 4_000;
 /// The longest a run that is not killed may take.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -81,6 +92,8 @@ pub enum KillPoint {
     Batch,
     /// `clawctx replay` through the runtime (transcript, outbox, `commitTurn`).
     Replay,
+    /// The runtime killed between a turn's reply and its `commitTurn`.
+    ReplyCommit,
     /// Two children on one store, one killed.
     Concurrent,
     /// Forced compaction with a slow summarizer.
@@ -93,10 +106,11 @@ pub enum KillPoint {
 
 impl KillPoint {
     /// Every kill point.
-    pub const ALL: [KillPoint; 7] = [
+    pub const ALL: [KillPoint; 8] = [
         KillPoint::Turns,
         KillPoint::Batch,
         KillPoint::Replay,
+        KillPoint::ReplyCommit,
         KillPoint::Concurrent,
         KillPoint::Compact,
         KillPoint::Import,
@@ -109,6 +123,7 @@ impl KillPoint {
             KillPoint::Turns => "turns",
             KillPoint::Batch => "batch",
             KillPoint::Replay => "replay",
+            KillPoint::ReplyCommit => "reply-commit",
             KillPoint::Concurrent => "concurrent",
             KillPoint::Compact => "compact",
             KillPoint::Import => "import",
@@ -123,7 +138,7 @@ impl KillPoint {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 BenchError::InvalidArgument(format!(
-                    "unknown kill point `{s}` (turns, batch, replay, concurrent, compact, import, migrate)"
+                    "unknown kill point `{s}` (turns, batch, replay, reply-commit, concurrent, compact, import, migrate)"
                 ))
             })
     }
@@ -133,7 +148,9 @@ impl KillPoint {
             KillPoint::Turns | KillPoint::Concurrent => Some(ChildMode::Turns),
             KillPoint::Batch => Some(ChildMode::Batch),
             KillPoint::Compact => Some(ChildMode::Compact),
-            KillPoint::Replay | KillPoint::Import | KillPoint::Migrate => None,
+            KillPoint::Replay | KillPoint::ReplyCommit | KillPoint::Import | KillPoint::Migrate => {
+                None
+            }
         }
     }
 
@@ -143,6 +160,7 @@ impl KillPoint {
             KillPoint::Turns | KillPoint::Concurrent => 40,
             KillPoint::Batch => 4,
             KillPoint::Compact => 30,
+            KillPoint::ReplyCommit => RUNTIME_TURNS,
             KillPoint::Replay | KillPoint::Import | KillPoint::Migrate => 1,
         }
     }
@@ -214,6 +232,13 @@ pub struct PointRow {
     pub partial_migrations: u64,
     /// Runs that failed on their own (an error exit, not a kill; must be 0).
     pub run_failures: u64,
+    /// Kills after a turn's reply and before its `commitTurn` started (`reply-commit`).
+    pub killed_after_reply: u64,
+    /// Complete turns in the session transcript that the store did not hold after the
+    /// recovery run (`reply-commit`; must be 0).
+    pub turns_missing_from_engine: u64,
+    /// Stored messages of the session out of turn order (`reply-commit`; must be 0).
+    pub out_of_order: u64,
     /// The longest run that finished, in milliseconds (the kill delays are drawn below it).
     pub longest_run_ms: u64,
 }
@@ -229,6 +254,8 @@ impl PointRow {
             + self.search_misses
             + self.partial_migrations
             + self.run_failures
+            + self.turns_missing_from_engine
+            + self.out_of_order
     }
 }
 
@@ -316,6 +343,12 @@ pub fn render_crash_table(report: &CrashReport) -> String {
     for t in totals.values() {
         out.push_str(&line(t));
     }
+    for r in report.rows.iter().filter(|r| r.point == "reply-commit") {
+        out.push_str(&format!(
+            "{} reply-commit: {} kills after a reply and before its commitTurn; complete turns missing from the engine: {}; stored out of turn order: {}\n",
+            r.backend, r.killed_after_reply, r.turns_missing_from_engine, r.out_of_order
+        ));
+    }
     for f in &report.failures {
         out.push_str(&format!("FAILURE: {f}\n"));
     }
@@ -342,8 +375,19 @@ struct Run {
 /// Runs `cmd`, killing it with SIGKILL `kill_after` after it printed the line `marker` (after
 /// its spawn without one) when it is still running then.
 fn run_process(
+    cmd: Command,
+    marker: Option<&'static str>,
+    kill_after: Option<Duration>,
+) -> Result<Run> {
+    run_process_at(cmd, marker, 0, kill_after)
+}
+
+/// [`run_process`] counting the delay from the `nth` (from 0) line that is `marker` or starts
+/// with it and a space.
+fn run_process_at(
     mut cmd: Command,
     marker: Option<&'static str>,
+    nth: usize,
     kill_after: Option<Duration>,
 ) -> Result<Run> {
     cmd.stdin(Stdio::null())
@@ -379,10 +423,17 @@ fn run_process(
         None
     };
     let mut killed = false;
+    let mut seen = 0usize;
     let status = loop {
         while let Ok(line) = rx.try_recv() {
-            if anchor.is_none() && marker == Some(line.as_str()) {
-                anchor = Some(Instant::now());
+            let matches = marker.is_some_and(|m| {
+                line == m || line.strip_prefix(m).is_some_and(|r| r.starts_with(' '))
+            });
+            if anchor.is_none() && matches {
+                if seen == nth {
+                    anchor = Some(Instant::now());
+                }
+                seen += 1;
             }
             lines.push(line);
         }
@@ -703,6 +754,7 @@ impl Campaign<'_> {
                 self.ledger.sent.extend(first..first + REPLAY_MESSAGES);
                 replay_turns = workload::turn_ranges(first, REPLAY_MESSAGES);
             }
+            KillPoint::ReplyCommit => return self.reply_commit_episode(kill, first, rng).await,
             KillPoint::Migrate => return self.migrate_episode(kill_after, rng).await,
         }
         if let Some((f, n)) = whole {
@@ -952,6 +1004,208 @@ impl Campaign<'_> {
             );
         }
         self.check_store(point, rng).await
+    }
+
+    /// The state dir of the `reply-commit` runs (session transcript, outbox).
+    fn runtime_state(&self) -> PathBuf {
+        self.dir.join("runtime-state")
+    }
+
+    /// A `reply-commit` child: `units` turns from `first` (none: the recovery run).
+    fn runtime_child(&self, first: u64, units: u64) -> Command {
+        let mut cmd = self.base_command();
+        cmd.args(["bench", "crash-child", "--mode", "runtime", "--store"])
+            .arg(self.store_arg())
+            .args(["--first", &first.to_string(), "--units", &units.to_string()])
+            .arg("--runtime-state")
+            .arg(self.runtime_state());
+        cmd
+    }
+
+    /// `reply-commit`: a run killed a moment after a random turn's reply (or left to finish:
+    /// the calibration), then a recovery run, then the transcript against the store.
+    async fn reply_commit_episode(
+        &mut self,
+        kill: Option<Kill>,
+        first: u64,
+        rng: &mut Rng,
+    ) -> Result<()> {
+        let point = KillPoint::ReplyCommit;
+        self.ledger.last_acked.clear();
+        let units = point.units();
+        let (nth, after) = match kill {
+            Some(_) => (
+                rng.range(0, units - 1) as usize,
+                Some(Duration::from_micros(rng.range(0, AFTER_REPLY_MAX_MICROS))),
+            ),
+            None => (0, None),
+        };
+        let cmd = self.runtime_child(first, units);
+        let run =
+            tokio::task::spawn_blocking(move || run_process_at(cmd, Some("REPLY"), nth, after))
+                .await
+                .map_err(|e| BenchError::engine("crash", "run", e))??;
+        if !run.killed && !run.success {
+            self.row(point).run_failures += 1;
+            let message = format!(
+                "a reply-commit run failed on its own; its stderr:\n{}",
+                tail(&run.stderr)
+            );
+            self.fail(message);
+        }
+        let (acked, _) = self.absorb(&run.lines);
+        // (The window only tells `delay` that this point has run once; the kill delay is this
+        // point's own.)
+        self.states.entry(point).or_default().adapt(&run);
+        let phase = run
+            .lines
+            .iter()
+            .rev()
+            .find_map(|l| l.split_whitespace().next())
+            .unwrap_or("")
+            .to_owned();
+        let opened = run.lines.iter().any(|l| l == "OPEN");
+        let row = self.row(point);
+        row.acknowledged += acked;
+        if run.killed {
+            row.kills += 1;
+            match phase.as_str() {
+                _ if !opened => row.killed_opening += 1,
+                "REPLY" => row.killed_after_reply += 1,
+                "SEND" | "COMMIT" => row.killed_in_write += 1,
+                _ => row.killed_between += 1,
+            }
+        } else {
+            row.ran_to_end += 1;
+            row.longest_run_ms = row.longest_run_ms.max(run.elapsed.as_millis() as u64);
+        }
+        if self.opts.verbose {
+            eprintln!(
+                "[{}] reply-commit {} after turn {nth}'s reply + {} us, {acked} messages acknowledged (last line: {:?})",
+                self.name,
+                if run.killed { "killed" } else { "ran to end" },
+                after.map_or(0, |d| d.as_micros()),
+                run.lines.last().map_or("", String::as_str)
+            );
+        }
+        // The restart: a run that only delivers what the outbox kept.
+        let cmd = self.runtime_child(first + 2 * units, 0);
+        let recovery = tokio::task::spawn_blocking(move || run_process(cmd, None, None))
+            .await
+            .map_err(|e| BenchError::engine("crash", "run", e))??;
+        if !recovery.success {
+            self.row(point).run_failures += 1;
+            let message = format!(
+                "the recovery run after a reply-commit kill failed; its stderr:\n{}",
+                tail(&recovery.stderr)
+            );
+            self.fail(message);
+        }
+        self.judge_runtime_transcript().await;
+        self.check_store(point, rng).await
+    }
+
+    /// The `reply-commit` session transcript against the store: every complete turn (a prompt
+    /// with id `x` followed by its reply `x + 1`) must be stored, and the session's stored
+    /// messages must be in turn order.
+    async fn judge_runtime_transcript(&mut self) {
+        let mut turns: Vec<u64> = Vec::new();
+        let mut problems: Vec<String> = Vec::new();
+        let dir = self.runtime_state().join("agents");
+        let mut stack = vec![dir];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if path.extension().and_then(|x| x.to_str()) != Some("jsonl") {
+                    continue;
+                }
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    problems.push(format!("{} cannot be read", path.display()));
+                    continue;
+                };
+                // (role, id) of each message entry, in file order.
+                let mut messages: Vec<(String, u64)> = Vec::new();
+                for line in text.lines() {
+                    let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                        continue;
+                    };
+                    if v.get("type").and_then(|t| t.as_str()) != Some("message") {
+                        continue;
+                    }
+                    let role = v["message"]["role"].as_str().unwrap_or("").to_owned();
+                    let body = v.get("message").map(|m| m.to_string()).unwrap_or_default();
+                    if let Some(id) = workload::tokens_in(&body).first() {
+                        messages.push((role, *id));
+                    }
+                }
+                for w in messages.windows(2) {
+                    if w[0].0 == "user" && w[1].0 == "assistant" && w[1].1 == w[0].1 + 1 {
+                        turns.push(w[0].1);
+                    }
+                }
+            }
+        }
+        let order = match self.kind {
+            BackendKind::Sqlite => {
+                check::sqlite_session_order(
+                    Path::new(&self.store),
+                    runtime_child::RUNTIME_SESSION_KEY,
+                )
+                .await
+            }
+            BackendKind::Postgres => {
+                check::postgres_session_order(&self.store, runtime_child::RUNTIME_SESSION_KEY).await
+            }
+        };
+        let order = match order {
+            Ok(o) => o,
+            Err(e) => {
+                self.row(KillPoint::ReplyCommit).readback_failures += 1;
+                self.fail(format!(
+                    "the reply-commit session's stored order cannot be read: {e}"
+                ));
+                return;
+            }
+        };
+        let stored: HashSet<u64> = order.iter().copied().collect();
+        let mut missing: Vec<u64> = turns
+            .iter()
+            .copied()
+            .filter(|x| !(stored.contains(x) && stored.contains(&(x + 1))))
+            .filter(|x| self.ledger.reported.insert(*x))
+            .collect();
+        missing.sort_unstable();
+        let out_of_order: Vec<(u64, u64)> = order
+            .windows(2)
+            .filter(|w| w[1] <= w[0])
+            .map(|w| (w[0], w[1]))
+            .collect();
+        let row = self.row(KillPoint::ReplyCommit);
+        row.turns_missing_from_engine += missing.len() as u64;
+        row.out_of_order += out_of_order.len() as u64;
+        if !missing.is_empty() {
+            self.fail(format!(
+                "{} complete turns of the transcript are not in the store after the recovery run (prompt ids {:?})",
+                missing.len(),
+                &missing[..missing.len().min(20)]
+            ));
+        }
+        if !out_of_order.is_empty() {
+            self.fail(format!(
+                "the reply-commit session's messages are stored out of turn order at {:?}",
+                &out_of_order[..out_of_order.len().min(20)]
+            ));
+        }
+        if !problems.is_empty() {
+            self.fail(format!("reply-commit transcripts: {problems:?}"));
+        }
     }
 
     /// The state dir of the `replay` runs (config, session transcript, outbox).

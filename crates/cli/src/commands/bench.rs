@@ -54,11 +54,11 @@ struct CrashArgs {
     /// Kills per backend, spread over its kill points.
     #[arg(long, default_value_t = 100)]
     kills: usize,
-    /// Kill points, comma-separated: turns, batch, replay, concurrent, compact, import,
-    /// migrate (PostgreSQL only).
+    /// Kill points, comma-separated: turns, batch, replay, reply-commit, concurrent, compact,
+    /// import, migrate (PostgreSQL only).
     #[arg(
         long,
-        default_value = "turns,batch,replay,concurrent,compact,import,migrate"
+        default_value = "turns,batch,replay,reply-commit,concurrent,compact,import,migrate"
     )]
     points: String,
     /// Seed of the kill delays (default: from the clock; printed either way).
@@ -106,6 +106,9 @@ struct CrashChildArgs {
     /// Acknowledge before writing (the campaign's self-check).
     #[arg(long)]
     ack_before_write: bool,
+    /// `--mode runtime`: the state dir of the child's runtime (transcript, outbox).
+    #[arg(long, value_name = "DIR")]
+    runtime_state: Option<PathBuf>,
 }
 
 /// `clawctx bench stores`.
@@ -312,6 +315,15 @@ async fn crash_child(a: CrashChildArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--store env:{var}: the variable {var} is not set"))?,
         None => a.store.clone(),
     };
+    if a.mode == "runtime" {
+        let state = a
+            .runtime_state
+            .clone()
+            .context("crash-child --mode runtime needs --runtime-state DIR")?;
+        clawctx_bench::crash::runtime_child::run_runtime_child(&store, state, a.first, a.units)
+            .await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let resend = match &a.resend {
         None => None,
         Some(s) => {
