@@ -397,6 +397,13 @@ pub trait ContextEngine: Send + Sync {
         None
     }
 
+    /// Whether the engine can serve now: [`EngineError::Unavailable`] while its store cannot be
+    /// reached (a readiness probe asks this, so it must be cheap: one round trip at most).
+    /// `Ok` by default (an engine without a remote store is always there).
+    async fn probe(&self) -> Result<(), EngineError> {
+        Ok(())
+    }
+
     /// Stores one message. `ingested: false` for a duplicate or a no-op.
     async fn ingest(
         &self,

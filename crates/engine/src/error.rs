@@ -4,6 +4,10 @@
 //! never quarantine; `NotImplemented` means "absent optional method" (the host picks another
 //! path); `HostRequirement` fails the run closed before it starts; everything an engine throws
 //! while working is `Failed`, which the quarantine guard turns into a fallback to `legacy`.
+//! `Unavailable` is the one transient failure: the engine's store cannot be reached for now (a
+//! database outage). It is not a fault of the engine, so it never quarantines: the guard
+//! answers that one call as a failure would be answered and calls the engine again next time,
+//! and a host keeps what it must deliver (the outbox's commits) until the store is back.
 
 use crate::engine::Method;
 
@@ -14,6 +18,11 @@ pub enum EngineError {
     /// the quarantine `reason` (`error.message`).
     #[error("{0}")]
     Failed(String),
+    /// The engine's store cannot be reached for now (the database is down or unreachable).
+    /// The message names the database (host and port, never a password). Transient: never
+    /// quarantines (see the module header).
+    #[error("{0}")]
+    Unavailable(String),
     /// The operation was cancelled. When the caller's abort signal is aborted this propagates
     /// without quarantine; an abort error with a live signal is an ordinary failure.
     #[error("{reason}")]
@@ -48,6 +57,11 @@ impl EngineError {
     /// Shorthand for [`EngineError::Failed`].
     pub fn failed(msg: impl Into<String>) -> Self {
         EngineError::Failed(msg.into())
+    }
+
+    /// Whether this is the transient [`EngineError::Unavailable`].
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, EngineError::Unavailable(_))
     }
 
     /// Whether this error looks like an abort rejection (§4.1 step 4): an `Aborted` error, or a

@@ -5,10 +5,19 @@
 //! 1. rejects at once, without calling the engine, when the caller's signal is already aborted;
 //! 2. goes to the fallback when the engine is already quarantined;
 //! 3. calls the engine with host-projected params;
-//! 4. on failure: the caller's own abort propagates untouched; anything else quarantines the
-//!    engine for the process, then `compact` and `prepareSubagentSpawn` rethrow (fail closed)
-//!    while every other method answers with the fallback's result for the same params (the
-//!    original error if the fallback fails too).
+//! 4. on failure: the caller's own abort propagates untouched; a store outage
+//!    ([`EngineError::Unavailable`]) does not quarantine: `assemble` is answered by the
+//!    fallback for that call only (the turn goes on from the transcript), every other method
+//!    returns the error (a host's outbox keeps the turn's commit until the store is back), and
+//!    the next call goes to the engine again; anything else quarantines the engine for the
+//!    process, then `compact` and `prepareSubagentSpawn` rethrow (fail closed) while every
+//!    other method answers with the fallback's result for the same params (the original error
+//!    if the fallback fails too).
+//!
+//! Why an outage is not a fault: a database that is restarting or briefly unreachable comes
+//! back, and a quarantine for the life of the process would send every later turn to `legacy`
+//! while the engine could serve again (issue #27 item 2). The guard remembers the last outage
+//! until a call or a [`ContextEngine::probe`] succeeds ([`GuardedEngine::unavailable`]).
 //!
 //! The fallback (`legacy`) is built lazily, once per wrapper, from the factory captured when the
 //! wrapper was made; concurrent failures share that one factory call.
@@ -63,6 +72,8 @@ pub struct GuardedEngine {
     fallback_factory: Option<Factory>,
     factory_ctx: FactoryContext,
     fallback: OnceCell<Arc<dyn ContextEngine>>,
+    /// Why the engine's store could not be reached at the last call, until one succeeds.
+    unavailable: std::sync::Mutex<Option<String>>,
 }
 
 type Call<P, T> = for<'b> fn(
@@ -89,6 +100,41 @@ impl GuardedEngine {
             fallback_factory,
             factory_ctx,
             fallback: OnceCell::new(),
+            unavailable: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Why the engine's store could not be reached at the last call or probe (`None` once one
+    /// succeeded, or before any failed).
+    pub fn unavailable(&self) -> Option<String> {
+        self.unavailable.lock().ok().and_then(|u| u.clone())
+    }
+
+    /// Records the outcome of a call for [`Self::unavailable`].
+    fn note_availability(&self, err: Option<&EngineError>) {
+        let Ok(mut u) = self.unavailable.lock() else {
+            return;
+        };
+        match err {
+            Some(EngineError::Unavailable(why)) => {
+                if u.is_none() {
+                    tracing::warn!(
+                        "[context-engine] {} cannot reach its store ({why}); not quarantined: \
+                         turns are answered from the transcript and their commits wait until it is back",
+                        self.engine_id
+                    );
+                }
+                *u = Some(why.clone());
+            }
+            Some(_) => {}
+            None => {
+                if u.take().is_some() {
+                    tracing::info!(
+                        "[context-engine] {} reaches its store again",
+                        self.engine_id
+                    );
+                }
+            }
         }
     }
 
@@ -158,11 +204,24 @@ impl GuardedEngine {
         let projected = project_params(params, &info);
         let pcx = project_context(cx, &info, method);
         match call(self.inner.as_ref(), projected.as_ref(), &pcx).await {
-            Ok(v) => Ok(v),
+            Ok(v) => {
+                self.note_availability(None);
+                Ok(v)
+            }
             Err(err) => {
                 let caller_aborted = cx.abort.as_ref().is_some_and(|s| s.is_aborted());
                 if caller_aborted && err.looks_like_abort() {
                     return Err(err);
+                }
+                if err.is_unavailable() {
+                    self.note_availability(Some(&err));
+                    if method != Method::Assemble {
+                        return Err(err);
+                    }
+                    return match self.via_fallback(method, params, cx, call, canned).await {
+                        Ok(v) => Ok(v),
+                        Err(_) => Err(err),
+                    };
                 }
                 self.registry.quarantine(
                     &self.engine_id,
