@@ -82,6 +82,16 @@ function safeJson(v) {
   }
 }
 
+// The first touch of `api.llm`/`api.runtime` switches the storage on. When it happens inside a
+// call (a plugin reading `api.llm` lazily), that call is not inside the storage: entering it
+// now binds the rest of the call (everything after its next await) to its id, so a second
+// `complete` after an await still names the call.
+function useCallStore() {
+  if (callStoreInUse) return;
+  callStoreInUse = true;
+  if (syncCallId !== undefined) callStore.enterWith(syncCallId);
+}
+
 function llmComplete(request) {
   const id = callStore.getStore();
   return llmCompleteFor(id !== undefined ? id : syncCallId, request);
@@ -567,11 +577,11 @@ function makeApi(init) {
     pluginConfig: init.pluginConfig == null ? {} : init.pluginConfig,
     logger,
     get llm() {
-      callStoreInUse = true;
+      useCallStore();
       return llm;
     },
     get runtime() {
-      callStoreInUse = true;
+      useCallStore();
       return runtime;
     },
     registerContextEngine(id, factory) {
