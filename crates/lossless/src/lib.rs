@@ -8,16 +8,21 @@
 //! (`lcm_grep`, `lcm_describe`, `lcm_expand`) reach everything that was summarized away.
 //!
 //! Module map: [`store`] (the SQLite file, its store, read and checkpoint threads, schema and
-//! message codec), [`compaction`], [`assemble`], [`prompt_recall`] (stored messages matching
-//! the prompt, quoted in the context), [`search`] (ranked any-term search), [`recall`]
-//! (grep/describe/expand), [`tools`] (the agent tools), [`retention`] (large payloads after
-//! summarization), [`doctor`] (integrity and size), [`import`] (OpenClaw JSONL), [`session`]
-//! (`/new` and forks), [`policy`] (ignored / read-only session globs), [`config`], [`engine`]
-//! (the `ContextEngine`, factory and registration), [`api`] (async library API for the CLI,
-//! and [`Recall`]: recall and inspection over a running engine's own store),
-//! [`inspect`] (the gateway dashboard's read-only views, the same on both backends: the DAG,
-//! message pages, timeline, frontier),
-//! [`migrate`] (copying a SQLite store into PostgreSQL).
+//! message codec), [`pg`] (the PostgreSQL store), [`compaction`], [`assemble`],
+//! `prompt_recall` (stored messages matching the prompt, quoted in the context), [`search`]
+//! (ranked any-term search), `recall` (grep/describe/expand), `tools` (the agent tools),
+//! `retention` (large payloads after summarization), [`doctor`] (integrity and size), `import`
+//! (OpenClaw JSONL), `session` (`/new` and forks), `policy` (ignored / read-only session
+//! globs), `config`, `engine` (the `ContextEngine`, factory and registration), `api` (async
+//! library API for the CLI, and [`Recall`]: recall and inspection over a running engine's own
+//! store), [`inspect`] (the gateway dashboard's read-only views, the same on both backends: the
+//! DAG, message pages, timeline, frontier), [`migrate`] (copying a SQLite store into
+//! PostgreSQL).
+//!
+//! The public surface is what other crates use (the engine and its factory, [`Recall`], the
+//! stores, the reports, the config) plus the storage modules the tests, benches and fuzz
+//! targets reach into (`store`, `pg`, `compaction`, `search`, `assemble`); the rest is private
+//! and reached through the re-exports below.
 //!
 //! # Configuration (`plugins.entries.lossless.config`)
 //!
@@ -60,30 +65,30 @@
 //! | `promptRecallMaxTokens` | `6000` | cap of that share |
 //! | `promptRecallMaxMessages` | `40` | messages quoted at most |
 
-pub mod api;
+mod api;
 pub mod assemble;
-pub mod backend;
+mod backend;
 pub mod compaction;
-pub mod config;
+mod config;
 pub mod doctor;
-pub mod engine;
+mod engine;
 pub mod error;
-pub mod ids;
-pub mod import;
+mod ids;
+mod import;
 pub mod inspect;
 pub mod migrate;
 pub mod pg;
-pub mod policy;
-pub mod prompt_recall;
-pub mod recall;
-pub mod retention;
+mod policy;
+mod prompt_recall;
+mod recall;
+mod retention;
 pub mod search;
-pub mod session;
+mod session;
 pub mod store;
-pub mod tools;
+mod tools;
 
 pub use api::{AssembledContext, IngestCount, Recall};
-pub use backend::{AssembleRequest, Backend, BackendKind};
+pub use backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
 pub use compaction::{CompactionOptions, CompactionReport};
 pub use config::{DatabaseUrl, Durability, LosslessConfig, StoreLocation};
 pub use doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};
@@ -91,7 +96,8 @@ pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGI
 pub use error::LosslessError;
 pub use import::ImportReport;
 pub use recall::{
-    DescribeReport, ExpandReport, GrepMode, GrepQuery, GrepReport, GrepSort, GrepTarget, Scope,
+    DescribeReport, ExpandReport, ExpandedItem, GrepHit, GrepMode, GrepQuery, GrepReport, GrepSort,
+    GrepTarget, MessageInfo, Scope, SummaryInfo,
 };
 pub use retention::RetentionReport;
 pub use session::CarryReport;
