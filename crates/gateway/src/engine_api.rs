@@ -167,17 +167,6 @@ pub(crate) fn check_advancement_key(p: &CommitTurnParams) -> Result<(), ApiError
     Ok(())
 }
 
-/// Aborts the engine call when the client goes away before it has answered.
-struct CallGuard(AbortController, bool);
-
-impl Drop for CallGuard {
-    fn drop(&mut self) {
-        if self.1 {
-            self.0.abort("the client disconnected");
-        }
-    }
-}
-
 fn engine_error(method: Method, e: EngineError, engine: &str) -> ApiError {
     match e {
         EngineError::NotImplemented(_) => ApiError {
@@ -197,11 +186,23 @@ fn engine_error(method: Method, e: EngineError, engine: &str) -> ApiError {
 }
 
 /// One lifecycle call: shutdown check, the optional-method check, the session's lane, the
-/// call with an abort signal tied to the request, metrics.
-async fn call<T, F, Fut>(shared: &Shared, method: Method, key: String, f: F) -> Result<T, ApiError>
+/// call, metrics.
+///
+/// The call runs in a task of its own (tracked for shutdown) that holds the session's lane
+/// until the engine has answered, as a chat turn does: a client that disconnects, or the
+/// request deadline, drops only the wait for the answer, never the engine's call mid-write
+/// (an `ingest` or `commitTurn` half done, its connection handed back to a pool with a
+/// statement still running). Only a gateway shutdown aborts it, through its abort signal.
+async fn call<T, F, Fut>(
+    shared: &AppState,
+    method: Method,
+    key: String,
+    f: F,
+) -> Result<T, ApiError>
 where
-    F: FnOnce(CallContext) -> Fut,
-    Fut: std::future::Future<Output = Result<T, EngineError>>,
+    F: FnOnce(CallContext) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
+    T: Send + 'static,
 {
     if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(ApiError::unavailable("the gateway is shutting down"));
@@ -215,20 +216,44 @@ where
             &engine_id,
         ));
     }
-    let _lane = shared.lanes.acquire(&key).await?;
+    let lane = shared.lanes.acquire(&key).await?;
     if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(ApiError::unavailable(
             "the gateway is shutting down; the call was not made",
         ));
     }
-    let controller = AbortController::new();
-    let mut guard = CallGuard(controller.clone(), true);
-    let started = Instant::now();
-    let result = f(CallContext::none().with_abort(controller.signal())).await;
-    guard.1 = false;
-    shared
-        .metrics
-        .engine_call(method.name(), started.elapsed(), result.is_ok());
+    let task_shared = shared.clone();
+    let task = shared.tasks.spawn(async move {
+        let _lane = lane;
+        let controller = AbortController::new();
+        let started = Instant::now();
+        let call = f(CallContext::none().with_abort(controller.signal()));
+        tokio::pin!(call);
+        let result = tokio::select! {
+            r = &mut call => r,
+            () = task_shared.abort_all.cancelled() => {
+                controller.abort("the gateway is shutting down");
+                call.await
+            }
+        };
+        task_shared
+            .metrics
+            .engine_call(method.name(), started.elapsed(), result.is_ok());
+        if result.is_ok() && task_shared.abort_all.is_cancelled() {
+            tracing::debug!(
+                method = method.name(),
+                "engine call finished during shutdown"
+            );
+        }
+        result
+    });
+    let result = task.await.map_err(|e| {
+        ApiError::internal(format!(
+            "context engine \"{engine_id}\" failed in {}: its task ended without an answer ({e})",
+            method.name()
+        ))
+        .with_code("engine_error")
+    })?;
     result.map_err(|e| {
         tracing::warn!(method = method.name(), "engine call failed: {e}");
         engine_error(method, e, &engine_id)
