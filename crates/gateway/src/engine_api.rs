@@ -416,6 +416,7 @@ pub(crate) async fn on_subagent_ended(
     State(s): State<AppState>,
     ApiJson(p): ApiJson<SubagentEndedParams>,
 ) -> Result<Json<Value>, ApiError> {
+    crate::openai::check_session_key("childSessionKey", &p.child_session_key)?;
     let key = lane_key(Some(&p.child_session_key), "")?;
     let engine = s.runtime.engine().clone();
     let child = p.child_session_key.clone();
@@ -437,6 +438,8 @@ pub(crate) async fn prepare_subagent_spawn(
             "`parentSessionKey` must not be empty",
         ));
     }
+    crate::openai::check_session_key("parentSessionKey", &p.parent_session_key)?;
+    crate::openai::check_session_key("childSessionKey", &p.child_session_key)?;
     let key = lane_key(Some(&p.child_session_key), "")
         .map_err(|_| ApiError::invalid("childSessionKey", "`childSessionKey` must not be empty"))?;
     let engine = s.runtime.engine().clone();

@@ -124,6 +124,33 @@ async fn engine_api_session_keys_are_limited_as_chats_are() {
     )
     .await;
     assert_eq!(e["param"], "sessionKey", "{e}");
+    for (body, param) in [
+        (
+            json!({"parentSessionKey": "agent:main:p", "childSessionKey": long}),
+            "childSessionKey",
+        ),
+        (
+            json!({"parentSessionKey": "agent:main:p\u{0}", "childSessionKey": "agent:main:c"}),
+            "parentSessionKey",
+        ),
+    ] {
+        let e = error_of(gw.post("/v1/engine/prepareSubagentSpawn", &body).await, 400).await;
+        assert_eq!(e["param"], param, "{e}");
+        assert!(
+            e["message"].as_str().unwrap().contains("at most 512 bytes"),
+            "{e}"
+        );
+    }
+    let e = error_of(
+        gw.post(
+            "/v1/engine/onSubagentEnded",
+            &json!({"childSessionKey": long, "reason": "completed"}),
+        )
+        .await,
+        400,
+    )
+    .await;
+    assert_eq!(e["param"], "childSessionKey", "{e}");
     // Exactly 512 is accepted, as chat accepts it.
     let ok = "k".repeat(512);
     let r = gw.post("/v1/engine/ingest", &ingest("s1", Some(&ok))).await;
