@@ -3,9 +3,11 @@
 //! Every trait call becomes one `engine/<method>` request. Results are **checked before
 //! use**: a result that does not deserialize into the wire type (a bad message is named by its
 //! index), a `toolResult` without a `toolCallId`, a tool result whose call is not before it, or
-//! an assembled context over `tokenBudget` is a contract violation
-//! (`EngineError::Failed("contract violation: …")`), which the registry's guard turns into a
-//! quarantine plus the `legacy` answer. Extra fields are ignored; `null` is fine for void
+//! an assembled context over `tokenBudget` from an engine that owns compaction is a contract
+//! violation (`EngineError::Failed("contract violation: …")`), which the registry's guard turns
+//! into a quarantine plus the `legacy` answer. An engine that lets the host compact
+//! (`ownsCompaction: false`) or marks its result `promptAuthority: "preassembly_may_overflow"`
+//! is clamped to the budget instead, with one warning: OpenClaw never quarantines for size. Extra fields are ignored; `null` is fine for void
 //! methods (and read as the empty result for ingest-like ones).
 //!
 //! `system` messages: OpenClaw's message model (contract §2) has no `system` role, but plugins
@@ -70,6 +72,9 @@ pub struct PluginEngine {
     methods: MethodSet,
     instance: tokio::sync::Mutex<(u64, String)>,
     tools: Vec<Arc<dyn AgentTool>>,
+    /// Whether an over-budget `assemble` of a plugin that lets the host compact was warned
+    /// about (once per engine; see [`ContextEngine::assemble`] below).
+    warned_over_budget: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PluginEngine {
@@ -195,6 +200,7 @@ impl PluginEngine {
             methods,
             instance: tokio::sync::Mutex::new((generation, created.instance_id)),
             tools,
+            warned_over_budget: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -682,7 +688,7 @@ fn is_system(m: &AgentMessage) -> bool {
 /// `tokenBudget`: the runtime moves them into the system prompt and counts them there, as it
 /// does `systemPromptAddition`. `Err` is the violation's description.
 pub fn check_assembled(params: &AssembleParams, result: &AssembleResult) -> Result<(), String> {
-    check_assembled_with(params, result, &[])
+    check_assembled_with(params, result, &[], true)
 }
 
 /// [`check_assembled`] with the encoded lengths of (some of) the result's messages already
@@ -691,6 +697,7 @@ fn check_assembled_with(
     params: &AssembleParams,
     result: &AssembleResult,
     known_lengths: &[Option<u64>],
+    enforce_budget: bool,
 ) -> Result<(), String> {
     clawctx_engine::guard::check_assembled_messages(&result.messages)?;
     let mut calls: HashSet<&str> = HashSet::new();
@@ -706,7 +713,7 @@ fn check_assembled_with(
             }
         }
     }
-    if let Some(budget) = params.token_budget {
+    if let Some(budget) = params.token_budget.filter(|_| enforce_budget) {
         // Every o200k token covers at least one byte, so the byte count bounds the token count:
         // when that bound fits, the exact (much dearer) count is not needed.
         if byte_bound(&result.messages, known_lengths) <= budget {
@@ -756,9 +763,43 @@ impl ContextEngine for PluginEngine {
                 encode_assemble(instance_id, params, abortable, refs)
             })
             .await?;
-        let (result, lengths) = decode_assembled(params, &sent, &reply)?;
-        check_assembled_with(params, &result, &lengths)
+        let (mut result, lengths) = decode_assembled(params, &sent, &reply)?;
+        // A plugin that lets the host compact (`ownsCompaction: false`), or says its result may
+        // overflow (`promptAuthority: "preassembly_may_overflow"`), may hand back more than the
+        // budget: OpenClaw never quarantines for size, it compacts or clamps. The result is
+        // clamped here (oldest pairing units first), with one warning per engine; the runtime's
+        // own preflight compaction then runs as for any history. Only an engine that owns
+        // compaction and claims its result is over budget.
+        let lenient = !self.info.owns_compaction()
+            || result.prompt_authority == Some(PromptAuthority::PreassemblyMayOverflow);
+        check_assembled_with(params, &result, &lengths, !lenient)
             .map_err(|e| EngineError::failed(format!("contract violation: {e}")))?;
+        if let (true, Some(budget)) = (lenient, params.token_budget) {
+            if check_assembled_with(params, &result, &lengths, true).is_err() {
+                let tokens = clawctx_tokens::messages_tokens(
+                    result.messages.iter().filter(|m| !is_system(m)),
+                );
+                if !self
+                    .warned_over_budget
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        engine = %self.engine_id,
+                        "context engine \"{}\" returned {tokens} tokens from assemble, over the token budget of {budget}; the context is clamped to the budget (the engine lets the host compact, so it is not quarantined); warned once",
+                        self.engine_id
+                    );
+                }
+                let (system, rest): (Vec<_>, Vec<_>) =
+                    result.messages.into_iter().partition(is_system);
+                let mut report = Default::default();
+                let mut kept = clawctx_engine::pipeline::fit_budget(rest, budget, &mut report);
+                let mut all = system;
+                all.append(&mut kept);
+                result.estimated_tokens =
+                    clawctx_tokens::messages_tokens(all.iter().filter(|m| !is_system(m)));
+                result.messages = all;
+            }
+        }
         Ok(result)
     }
 
@@ -1255,10 +1296,10 @@ mod tests {
             ..Default::default()
         };
         p.token_budget = Some(5);
-        let err = check_assembled_with(&p, &result, &[Some(1); 4]).expect_err("over budget");
+        let err = check_assembled_with(&p, &result, &[Some(1); 4], true).expect_err("over budget");
         assert!(err.contains("over the token budget of 5"), "{err}");
         p.token_budget = Some(10_000);
-        check_assembled_with(&p, &result, &[Some(1); 4]).expect("fits");
+        check_assembled_with(&p, &result, &[Some(1); 4], true).expect("fits");
     }
 
     #[test]
@@ -1283,12 +1324,12 @@ mod tests {
             token_budget: Some(rest),
             ..p.clone()
         };
-        check_assembled_with(&fits, &got, &lengths).expect("the history alone fits");
+        check_assembled_with(&fits, &got, &lengths, true).expect("the history alone fits");
         let tight = AssembleParams {
             token_budget: Some(rest - 1),
             ..p
         };
-        let err = check_assembled_with(&tight, &got, &lengths).expect_err("over budget");
+        let err = check_assembled_with(&tight, &got, &lengths, true).expect_err("over budget");
         assert!(err.contains("over the token budget"), "{err}");
     }
 
@@ -1304,7 +1345,7 @@ mod tests {
             let result = json!({"messages": [p.messages[0], call, bad], "estimatedTokens": 1});
             let outcome =
                 decode_assembled(&p, &request(&p), &reply(result)).and_then(|(got, lengths)| {
-                    check_assembled_with(&p, &got, &lengths)
+                    check_assembled_with(&p, &got, &lengths, true)
                         .map_err(|e| EngineError::failed(format!("contract violation: {e}")))
                 });
             let err = outcome.expect_err("a violation").to_string();
