@@ -24,7 +24,10 @@
 //!
 //! Plugin→host callbacks act for a session, so they are served with the runtime services of
 //! the host request their `callId` names, and of no other: a callback that names no call in
-//! progress is refused (`host/log` needs no session and is always served).
+//! progress is refused (`host/log` needs no session and is always served). The time the host
+//! spends serving a call's `host/llm.complete` is the host's, not the plugin's: the call's
+//! deadline for its answer stops while one is served and moves on by that time (a compaction
+//! that summarizes through the host for longer than the timeout is not killed for it).
 //!
 //! Cost matters here: every lifecycle call crosses this code twice with the whole history in
 //! it. Requests are written from bytes the caller serialized straight from its typed params
@@ -219,6 +222,84 @@ impl Reply {
 struct Pending {
     tx: oneshot::Sender<Result<Reply, PluginError>>,
     services: Option<Arc<dyn RuntimeServices>>,
+    /// The time the host spends serving this call's `host/llm.complete` callbacks, which
+    /// does not count against the call's deadline.
+    clock: Arc<CallClock>,
+}
+
+/// How long the host has been busy serving callbacks of one call: its deadline stops while
+/// the host summarizes for it (a compaction that summarizes through the host for longer than
+/// the plugin's timeout is the host's time, not the plugin's).
+#[derive(Default)]
+struct CallClock {
+    /// Callbacks being served, the time spent on finished stretches, and when the current
+    /// stretch began.
+    state: std::sync::Mutex<(usize, Duration, Option<Instant>)>,
+    /// Told whenever a callback finishes.
+    finished: tokio::sync::Notify,
+}
+
+impl CallClock {
+    /// Marks a callback served until the returned guard drops.
+    fn serving(self: &Arc<Self>) -> ServingCallback {
+        if let Ok(mut st) = self.state.lock() {
+            if st.0 == 0 {
+                st.2 = Some(Instant::now());
+            }
+            st.0 += 1;
+        }
+        ServingCallback(self.clone())
+    }
+
+    /// Callbacks being served now, and the host's time so far.
+    fn snapshot(&self) -> (usize, Duration) {
+        match self.state.lock() {
+            Ok(st) => (st.0, st.1 + st.2.map_or(Duration::ZERO, |t| t.elapsed())),
+            Err(_) => (0, Duration::ZERO),
+        }
+    }
+}
+
+/// A callback being served (see [`CallClock::serving`]).
+struct ServingCallback(Arc<CallClock>);
+
+impl Drop for ServingCallback {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.0.state.lock() {
+            st.0 = st.0.saturating_sub(1);
+            if st.0 == 0 {
+                if let Some(since) = st.2.take() {
+                    st.1 += since.elapsed();
+                }
+            }
+        }
+        self.0.finished.notify_waiters();
+    }
+}
+
+/// `rx`'s answer by `deadline` plus the time the host spent serving the call's callbacks
+/// (none while one is being served); `None` when that passes first.
+async fn answer_by<T>(
+    rx: oneshot::Receiver<T>,
+    deadline: Instant,
+    clock: &CallClock,
+) -> Option<Result<T, oneshot::error::RecvError>> {
+    tokio::pin!(rx);
+    loop {
+        let finished = clock.finished.notified();
+        tokio::pin!(finished);
+        finished.as_mut().enable();
+        let (serving, host_time) = clock.snapshot();
+        let until = deadline + host_time;
+        if serving == 0 && until <= Instant::now() {
+            return None;
+        }
+        tokio::select! {
+            answer = &mut rx => return Some(answer),
+            () = tokio::time::sleep_until(until), if serving == 0 => {}
+            () = &mut finished, if serving > 0 => {}
+        }
+    }
 }
 
 /// Services used for plugin→host calls that cannot be tied to an in-flight call.
@@ -363,6 +444,13 @@ impl Shared {
     /// (set for callbacks made outside any call), or an error; with an id that is not a
     /// request in progress, an error. `Ok(None)`: the call has no services (and the host no
     /// defaults).
+    /// The clock of the call a callback's `callId` names, when it names one in progress.
+    fn clock_for(&self, params: &Value) -> Option<Arc<CallClock>> {
+        let id = params.get("callId")?.as_u64()?;
+        let pending = self.pending.lock().ok()?;
+        pending.get(&id).map(|call| call.clock.clone())
+    }
+
     fn services_for(
         &self,
         method: &str,
@@ -600,12 +688,14 @@ impl Connection {
         let abort = cx.and_then(|c| c.abort.as_ref());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
+        let clock = Arc::new(CallClock::default());
         if let Ok(mut p) = self.shared.pending.lock() {
             p.insert(
                 id,
                 Pending {
                     tx,
                     services: cx.and_then(|c| c.services.clone()),
+                    clock: clock.clone(),
                 },
             );
         }
@@ -699,14 +789,14 @@ impl Connection {
 
         // The answer, by the deadline. On an abort the plugin is told (best effort, bounded).
         let outcome = tokio::select! {
-            answer = tokio::time::timeout_at(deadline, rx) => match answer {
-                Ok(Ok(outcome)) => outcome,
-                Ok(Err(_)) => Err(PluginError::Dead(
+            answer = answer_by(rx, deadline, &clock) => match answer {
+                Some(Ok(outcome)) => outcome,
+                Some(Err(_)) => Err(PluginError::Dead(
                     self.shared
                         .dead_reason()
                         .unwrap_or_else(|| "plugin connection closed".into()),
                 )),
-                Err(_) => Err(self.shared.timed_out(method, timeout)),
+                None => Err(self.shared.timed_out(method, timeout)),
             },
             _ = aborted(abort) => {
                 self.remove_pending(id);
@@ -1076,6 +1166,8 @@ fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
                 let shared = shared.clone();
                 rt.spawn(async move {
                     let method = "host/llm.complete";
+                    // The host's time: the call's deadline waits until this is answered.
+                    let _serving = shared.clock_for(&params).map(|c| c.serving());
                     let reply = match (
                         shared.services_for(method, &params),
                         serde_json::from_value::<LlmCompleteRequest>(
