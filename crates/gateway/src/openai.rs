@@ -353,6 +353,22 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// A turn counted in `turns_in_flight` until dropped.
+struct InFlight(prometheus_client::metrics::gauge::Gauge);
+
+impl InFlight {
+    fn new(gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
+        gauge.inc();
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Runs the turn in a task of its own (tracked for shutdown), holding the session's lane until
 /// it has ended. The deadline and a gateway shutdown abort it through its signal.
 fn spawn_turn(
@@ -368,7 +384,8 @@ fn spawn_turn(
     tasks.spawn(tracing::Instrument::instrument(
         async move {
             let _lane = lane;
-            shared.metrics.turns_in_flight.inc();
+            // Decremented when the task ends, however it ends (a panic in the turn included).
+            let in_flight = InFlight::new(shared.metrics.turns_in_flight.clone());
             let started = Instant::now();
             let signal = controller.signal();
             let turn = shared.runtime.run_turn(request);
@@ -393,7 +410,7 @@ fn spawn_turn(
                     }
                 }
             };
-            shared.metrics.turns_in_flight.dec();
+            drop(in_flight);
             let outcome = match &result {
                 Ok(_) => "ok",
                 Err(_) if signal.is_aborted() => "aborted",
