@@ -3,7 +3,9 @@
 //! A recording is either an OpenClaw session transcript (JSONL with a `session` header; the
 //! active branch is replayed) or plain `{role, content}` JSONL lines. Each user message starts a
 //! turn; the recording's assistant messages become the scripted provider's replies, and its
-//! tool results are what the replayed tools return for the same calls. The runtime runs every
+//! tool results are what the replayed tools return for the same calls. Completions an engine or
+//! plugin asks for itself (`llm.complete`) do not take the recording's replies: they go to the
+//! configured model, or fail naming the key to set. The runtime runs every
 //! turn for real — assembly, budget, compaction triggers, maintenance — so the report shows per
 //! turn the context tokens before and after, the tokens actually sent, the compactions and the
 //! engine in charge, all offline and deterministic.
@@ -385,6 +387,15 @@ pub async fn replay(
     if let Some(hooks) = options.hooks.clone() {
         builder = builder.hooks(hooks);
     }
+    // A plugin's own completions (`api.llm.complete`) get their own answerer: the configured
+    // model, else an error naming the key to set. Served from the script, they would take
+    // the recording's replies and shift every later turn (issue #28 item 9).
+    builder = builder.services_backend(
+        match crate::model::select_backend(&config, None, &clawctx_model::process_env) {
+            Ok(b @ Backend::Model(_)) => b,
+            _ => Backend::unconfigured(),
+        },
+    );
     let mut names: Vec<&String> = queues.keys().collect();
     names.sort();
     for name in names {

@@ -83,9 +83,18 @@ pub struct RuntimeBuilder {
     compact_timeout: Duration,
     hooks: crate::hooks::Hooks,
     fallback_reason: Option<String>,
+    services_backend: Option<Backend>,
 }
 
 impl RuntimeBuilder {
+    /// The model that serves engines' and plugins' `llm.complete` (runtime services) when it
+    /// is not the turn's model: `replay` answers turns from the recording, and a plugin's own
+    /// completions must not consume the recording's replies (issue #28 item 9).
+    pub fn services_backend(mut self, backend: Backend) -> Self {
+        self.services_backend = Some(backend);
+        self
+    }
+
     /// The selected engine's id and how it was selected (for `runtimeSettings`).
     pub fn selection(mut self, selected_id: impl Into<String>, source: SelectionSource) -> Self {
         self.selected_id = selected_id.into();
@@ -190,6 +199,7 @@ impl RuntimeBuilder {
                 selected_info_id,
                 selected_id: self.selected_id,
                 source: self.source,
+                services_backend: self.services_backend,
                 backend: self.backend,
                 host,
                 compaction: self.compaction,
@@ -236,6 +246,8 @@ pub(crate) struct Inner {
     pub(crate) selected_id: String,
     pub(crate) source: SelectionSource,
     pub(crate) backend: Backend,
+    /// See [`RuntimeBuilder::services_backend`].
+    pub(crate) services_backend: Option<Backend>,
     pub(crate) host: HostDescriptor,
     pub(crate) compaction: CompactionSettings,
     pub(crate) system_prompt: String,
@@ -348,6 +360,7 @@ impl AgentRuntime {
             workspace_dir: None,
             compact_timeout: DEFAULT_COMPACT_TIMEOUT,
             fallback_reason: None,
+            services_backend: None,
             hooks: None,
         }
     }
@@ -1136,7 +1149,12 @@ impl RuntimeServices for SessionServices {
         &self,
         request: LlmCompleteRequest,
     ) -> std::result::Result<LlmCompleteResult, EngineError> {
-        let Backend::Model(binding) = &self.inner.backend else {
+        let backend = self
+            .inner
+            .services_backend
+            .as_ref()
+            .unwrap_or(&self.inner.backend);
+        let Backend::Model(binding) = backend else {
             return Err(EngineError::failed(
                 "runtime LLM completion is not available on a CLI backend host",
             ));
