@@ -168,6 +168,13 @@ export function transcriptSync(client, { loadRuntime = importTranscriptRuntime, 
       try {
         r = await read({ ...target, ...(cursor !== undefined ? { cursor } : {}), maxMessages: DELTA_PAGE_MESSAGES });
       } catch (err) {
+        // A cursor past the current turn's fence (OpenClaw rewrote the turn, say after an
+        // overflow compaction): read again from the start once (ingest is idempotent).
+        if (cursor !== undefined && resets++ < 2) {
+          cursor = undefined;
+          cursors.delete(slot);
+          continue;
+        }
         if (logger) logger.warn(`clawctx: cannot read the transcript of ${params.sessionKey || params.sessionId}: ${err && err.message}`);
         return sent;
       }
