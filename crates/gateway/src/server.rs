@@ -95,6 +95,8 @@ pub(crate) struct Shared {
     pub(crate) started: Instant,
     /// The dashboard's last assemblies and live bus.
     pub(crate) dashboard: crate::dashboard::Dashboard,
+    /// Each session's last plain chat answer, for re-sent requests.
+    pub(crate) recent: crate::openai::RecentAnswers,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -136,6 +138,7 @@ impl Gateway {
                 spawns: Default::default(),
                 started: Instant::now(),
                 dashboard: crate::dashboard::Dashboard::default(),
+                recent: Default::default(),
             }),
         }
     }
@@ -169,6 +172,11 @@ impl Gateway {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
         let shared = self.shared.clone();
+        // Turns accepted before a restart whose engine was down reach it now (the outbox).
+        let recovering = shared.clone();
+        tokio::spawn(async move {
+            recovering.runtime.deliver_pending_commits().await;
+        });
         let app = router(shared.clone());
         let stop = CancellationToken::new();
         let trigger = stop.clone();
@@ -459,13 +467,17 @@ pub(crate) async fn readyz(State(shared): State<AppState>) -> Response {
         .as_ref()
         .map(|r| r.quarantines().into_iter().map(|q| q.engine_id).collect())
         .unwrap_or_default();
+    let stopping = shared.stopping.load(Ordering::SeqCst);
+    // The configured engine not serving (its store down, turns waiting for it): 503 with why.
+    let problem = crate::status::readiness_problem(&shared.runtime).await;
     let body = json!({
-        "status": if shared.stopping.load(Ordering::SeqCst) { "stopping" } else { "ready" },
+        "status": if stopping { "stopping" } else if problem.is_some() { "degraded" } else { "ready" },
         "engine": shared.runtime.engine_id(),
         "quarantined": quarantined,
         "sessionsBusy": shared.lanes.active(),
+        "problem": problem,
     });
-    let status = if shared.stopping.load(Ordering::SeqCst) {
+    let status = if stopping || problem.is_some() {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK

@@ -1,8 +1,15 @@
-//! `clawctx gateway status`: whether a gateway holds the state dir, and whether it answers.
+//! `clawctx gateway status`: whether a gateway holds the state dir, and whether it answers;
+//! and what `/readyz` says about the configured engine.
 //!
 //! The lock tells whether a gateway process is alive (the OS releases it when the process
 //! dies); `/healthz` at the address its lock file records tells whether it serves. Both are
 //! reported, since a gateway can be alive and stuck.
+//!
+//! Readiness is about the engine, not the process: while the configured engine's store cannot
+//! be reached (a PostgreSQL outage), or turns it accepted still wait in the outbox for it, the
+//! gateway answers turns from the transcript (legacy assembles them; their commits wait), and
+//! `/readyz` says 503 with the reason, so a load balancer sends new turns to a node whose
+//! engine serves ([`readiness_problem`]).
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,6 +19,7 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::lock::{probe, LockState};
+use clawctx_runtime::AgentRuntime;
 
 /// What `gateway status` reports.
 #[derive(Clone, Debug, Serialize)]
@@ -86,4 +94,10 @@ pub async fn status(state_dir: &Path) -> Result<GatewayStatus> {
         Err(e) => out.problem = Some(format!("{url}/healthz did not answer: {e}")),
     }
     Ok(out)
+}
+
+/// Why `/readyz` must answer 503 for `runtime`'s engine (see the module header), `None` when
+/// it serves.
+pub async fn readiness_problem(runtime: &AgentRuntime) -> Option<String> {
+    runtime.engine_not_serving().await
 }

@@ -85,8 +85,15 @@ pub trait Backend: crate::inspect::Inspect + Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether the store answers now (a readiness probe: one round trip to a database server,
+    /// nothing for a local file).
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The active conversation of `key`.
     async fn conversation(&self, key: &ConvKey) -> Result<Option<ConvRow>>;
+
     /// Every conversation, archived ones included.
     async fn conversations(&self) -> Result<Vec<ConvRow>>;
     /// Stores `msgs` in one transaction, skipping those already stored (by identity).

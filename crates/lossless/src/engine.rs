@@ -641,6 +641,10 @@ impl ContextEngine for LosslessEngine {
         })))
     }
 
+    async fn probe(&self) -> Result<(), EngineError> {
+        self.store.ping().await.map_err(EngineError::from)
+    }
+
     async fn on_subagent_ended(
         &self,
         _params: &SubagentEndedParams,

@@ -78,7 +78,8 @@ pub enum LosslessError {
     /// A stored payload could not be decoded (the row is damaged).
     #[error("corrupt stored record: {0}")]
     Corrupt(String),
-    /// The PostgreSQL database could not be reached (or refused the login) at start.
+    /// The PostgreSQL database could not be reached (or refused the login): at start, or when
+    /// a connection broke and no new one could be made (the server is down or restarting).
     #[error("cannot reach the PostgreSQL database at {target}: {reason}")]
     Unreachable {
         /// The database's URL without its password (`PgTarget::redacted`).
@@ -267,8 +268,16 @@ fn probe_errno(path: &std::path::Path) -> Option<i32> {
 }
 
 impl From<LosslessError> for EngineError {
+    /// A database that cannot be reached ([`LosslessError::Unreachable`], a connection lost
+    /// and not made again) is [`EngineError::Unavailable`]: an outage, which the host's guard
+    /// does not quarantine; everything else is a failure.
     fn from(e: LosslessError) -> Self {
-        EngineError::failed(format!("lossless: {e}"))
+        match e {
+            LosslessError::Unreachable { .. } | LosslessError::ConnectionLost(_) => {
+                EngineError::Unavailable(format!("lossless: {e}"))
+            }
+            other => EngineError::failed(format!("lossless: {other}")),
+        }
     }
 }
 

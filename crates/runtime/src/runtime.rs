@@ -435,6 +435,32 @@ impl AgentRuntime {
         self.inner.retry_status()
     }
 
+    /// Why the engine is not serving now, `None` when it is: its store cannot be reached
+    /// ([`ContextEngine::probe`], bounded to 3 s), or accepted turns still wait in the outbox
+    /// for it (a readiness probe: a load balancer should send new turns elsewhere meanwhile).
+    pub async fn engine_not_serving(&self) -> Option<String> {
+        let probe = tokio::time::timeout(Duration::from_secs(3), self.inner.engine.probe()).await;
+        match probe {
+            Err(_) => {
+                return Some(format!(
+                    "context engine \"{}\" did not answer its readiness probe within 3 s",
+                    self.inner.selected_id
+                ))
+            }
+            Ok(Err(e)) if e.is_unavailable() => return Some(e.to_string()),
+            Ok(_) => {}
+        }
+        let waiting = self.commit_retry_status();
+        if waiting.sessions > 0 {
+            return Some(format!(
+                "accepted turns of {} session(s) wait in the outbox for the context engine: {}",
+                waiting.sessions,
+                waiting.last_failure.unwrap_or_default()
+            ));
+        }
+        None
+    }
+
     /// The `runtimeSettings` every engine call receives.
     pub fn runtime_settings(&self) -> RuntimeSettings {
         self.inner.runtime_settings()

@@ -143,9 +143,36 @@ impl PgStore {
             .await?)
     }
 
-    /// A pooled connection.
+    /// A pooled connection. The pool makes a new connection for every one that broke, so a
+    /// store whose server went away reconnects by itself once the server is back; until then
+    /// this fails with [`LosslessError::Unreachable`] naming the database (no password), which
+    /// the engine reports as a transient outage, not a fault.
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
-        Ok(self.pool.get().await?)
+        self.pool
+            .get()
+            .await
+            .map_err(|e| self.named(LosslessError::from(e)))
+    }
+
+    /// A lost connection as an outage of this database: [`LosslessError::Unreachable`] naming
+    /// it (redacted). Other errors as they are.
+    pub(crate) fn named(&self, e: LosslessError) -> LosslessError {
+        match e {
+            LosslessError::ConnectionLost(reason) => LosslessError::Unreachable {
+                target: self.target.redacted(),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    /// One round trip to the server on a pooled connection (a readiness probe).
+    pub async fn ping(&self) -> Result<()> {
+        let c = self.client().await?;
+        c.simple_query("SELECT 1")
+            .await
+            .map_err(|e| self.named(LosslessError::from(e)))?;
+        Ok(())
     }
 
     /// Runs `op`, and once more on a new connection when its connection broke
@@ -158,7 +185,13 @@ impl PgStore {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        match op().await {
+        let first = match op().await {
+            Err(LosslessError::Unreachable { reason, .. }) => {
+                Err(LosslessError::ConnectionLost(reason))
+            }
+            other => other,
+        };
+        match first {
             Err(LosslessError::ConnectionLost(why)) => {
                 tracing::warn!(
                     "lossless: lost the connection to {} ({why}); retrying on a new one",
@@ -168,7 +201,7 @@ impl PgStore {
                 // cut), and one whose end has not been noticed yet passes the pool's check:
                 // drop them all, so the retry really runs on a new connection.
                 self.pool.retain(|_, _| false);
-                op().await
+                op().await.map_err(|e| self.named(e))
             }
             other => other,
         }
@@ -249,6 +282,10 @@ impl Backend for PgStore {
 
     fn location(&self) -> String {
         self.target.redacted()
+    }
+
+    async fn ping(&self) -> Result<()> {
+        PgStore::ping(self).await
     }
 
     async fn conversation(&self, key: &ConvKey) -> Result<Option<ConvRow>> {
