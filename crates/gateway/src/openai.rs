@@ -22,6 +22,14 @@
 //! verbatim; else `agent:main:openai-user:<user>` from the request's `user` field; else a fresh
 //! `agent:main:openai:<uuid>` (OpenClaw's key shapes). The response names it in the same header.
 //!
+//! A re-sent plain (non-streamed) request is answered again, not run as a second turn: one
+//! with the `Idempotency-Key` of the session's last answered request (kept 24 hours) gets that
+//! answer (a different body under the same key is a 409), and so does a byte-identical request
+//! without a key within 10 seconds of it (a client's retry of an answer it did not get). Such
+//! an answer carries `x-clawctx-replayed: true`. Only each session's last answer is kept, in
+//! memory (a restart forgets it). A request that failed before its answer keeps nothing: its
+//! retry runs, and the runtime continues the unanswered prompt instead of storing it twice.
+//!
 //! A turn runs in a task of its own that holds the session's lane until the turn has ended
 //! and written the transcript. The HTTP side only watches it: when the client goes away (a
 //! dropped connection, a closed stream) or the deadline passes, the turn is aborted through
@@ -58,6 +66,115 @@ const MAX_SESSION_KEY: usize = 512;
 /// How often an idle stream sends an SSE comment: it keeps proxies from closing the stream and
 /// is how a client that went away is noticed while the model is still thinking.
 const STREAM_KEEP_ALIVE: Duration = Duration::from_millis(500);
+
+/// The header naming a request's idempotency key.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// The header marking an answer given again to a re-sent request.
+pub const REPLAYED_HEADER: &str = "x-clawctx-replayed";
+/// An idempotency key's longest accepted length.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+/// How long a byte-identical re-send without a key is the same request.
+const RESEND_WINDOW: Duration = Duration::from_secs(10);
+/// How long an answer is kept for its idempotency key.
+const KEYED_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+/// Sessions whose last answer is kept at most (the oldest goes first).
+const RECENT_SESSIONS: usize = 4096;
+
+/// Each session's last plain answer, so that a re-sent request is answered again instead of
+/// being run as a new turn (see the module's text).
+#[derive(Default)]
+pub(crate) struct RecentAnswers(std::sync::Mutex<std::collections::HashMap<String, Recent>>);
+
+struct Recent {
+    key: Option<String>,
+    fingerprint: [u8; 32],
+    body: ChatCompletion,
+    at: Instant,
+}
+
+/// What to do with a request given the session's last answer.
+enum Replay {
+    /// Run it.
+    Run,
+    /// Answer this again.
+    Answer(Box<ChatCompletion>),
+    /// The key was used for a different request.
+    Conflict,
+}
+
+impl RecentAnswers {
+    fn check(&self, session: &str, key: Option<&str>, fingerprint: &[u8; 32]) -> Replay {
+        let Ok(map) = self.0.lock() else {
+            return Replay::Run;
+        };
+        let Some(last) = map.get(session) else {
+            return Replay::Run;
+        };
+        let age = last.at.elapsed();
+        match (key, last.key.as_deref()) {
+            (Some(k), Some(prev)) if k == prev && age <= KEYED_WINDOW => {
+                if last.fingerprint == *fingerprint {
+                    Replay::Answer(Box::new(last.body.clone()))
+                } else {
+                    Replay::Conflict
+                }
+            }
+            (None, _) if last.fingerprint == *fingerprint && age <= RESEND_WINDOW => {
+                Replay::Answer(Box::new(last.body.clone()))
+            }
+            _ => Replay::Run,
+        }
+    }
+
+    fn remember(
+        &self,
+        session: &str,
+        key: Option<String>,
+        fingerprint: [u8; 32],
+        body: &ChatCompletion,
+    ) {
+        let Ok(mut map) = self.0.lock() else {
+            return;
+        };
+        if map.len() >= RECENT_SESSIONS && !map.contains_key(session) {
+            let oldest = map.iter().min_by_key(|(_, r)| r.at).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(
+            session.to_owned(),
+            Recent {
+                key,
+                fingerprint,
+                body: body.clone(),
+                at: Instant::now(),
+            },
+        );
+    }
+}
+
+/// The request's `Idempotency-Key`, checked.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_HEADER) else {
+        return Ok(None);
+    };
+    let key = value.to_str().map(str::trim).unwrap_or("");
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || key.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            "Idempotency-Key",
+            format!("an Idempotency-Key is 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+        ));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// A request as the gateway read it, hashed: equal for a byte-for-byte re-send.
+fn fingerprint(request: &ChatCompletionRequest) -> [u8; 32] {
+    use sha2::Digest;
+    let bytes = serde_json::to_vec(request).unwrap_or_default();
+    sha2::Sha256::digest(&bytes).into()
+}
 
 /// A chat completion request (the fields the gateway reads; every other field is accepted and
 /// not used).
@@ -550,6 +667,7 @@ pub(crate) async fn chat_completions(
         .with_code("model_not_configured"));
     }
     let key = session_key(&headers, request.user.as_deref())?;
+    let idempotency = idempotency_key(&headers)?;
     let mut input = crate::chat_input::read(&request, &shared.runtime.tool_names())?;
     check_output_limit(
         &request,
@@ -581,6 +699,36 @@ pub(crate) async fn chat_completions(
             "the gateway is shutting down; the request was not run; retry after its restart",
         ));
     }
+    let session_header = HeaderValue::from_str(&key)
+        .map_err(|_| ApiError::invalid(SESSION_HEADER, "invalid session key"))?;
+    // A re-send of the session's last answered request (waited for on the lane above, so one
+    // still running has answered by now) gets that answer again.
+    let plain = request.stream != Some(true);
+    let request_print = fingerprint(&request);
+    if plain {
+        match shared
+            .recent
+            .check(&key, idempotency.as_deref(), &request_print)
+        {
+            Replay::Run => {}
+            Replay::Conflict => {
+                return Err(ApiError {
+                    param: Some("Idempotency-Key".into()),
+                    ..ApiError::conflict(
+                        "this Idempotency-Key was used for a different request on this session",
+                    )
+                })
+            }
+            Replay::Answer(body) => {
+                tracing::info!(session = %key, "a re-sent request is answered again, not run as a new turn");
+                let mut response = (StatusCode::OK, Json(*body)).into_response();
+                let headers = response.headers_mut();
+                headers.insert(SESSION_HEADER, session_header);
+                headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+                return Ok(response);
+            }
+        }
+    }
     let controller = AbortController::new();
     let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
     turn.abort = Some(controller.signal());
@@ -591,8 +739,6 @@ pub(crate) async fn chat_completions(
     turn.images = std::mem::take(&mut input.images);
     turn.model_options = std::mem::take(&mut input.options);
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-    let session_header = HeaderValue::from_str(&key)
-        .map_err(|_| ApiError::invalid(SESSION_HEADER, "invalid session key"))?;
 
     if request.stream == Some(true) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -669,6 +815,9 @@ pub(crate) async fn chat_completions(
             finish_reason: finish_reason(&outcome).into(),
         }],
     };
+    shared
+        .recent
+        .remember(&key, idempotency, request_print, &body);
     let mut response = (StatusCode::OK, Json(body)).into_response();
     response
         .headers_mut()

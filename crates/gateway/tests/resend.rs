@@ -1,0 +1,93 @@
+//! A re-sent chat request is one turn (issue #27 item 5): the same `Idempotency-Key` on the
+//! session gets the first answer again (a different body under it is a 409), and so does a
+//! byte-identical re-send without a key right after the answer; the model is asked once and
+//! the session holds the prompt once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{start, text, Opts, TestGateway};
+use serde_json::{json, Value};
+
+const KEY: &str = "agent:main:resend";
+
+async fn send(gw: &TestGateway, body: &Value, idempotency: Option<&str>) -> (u16, bool, Value) {
+    let mut r = gw
+        .http
+        .post(gw.at("/v1/chat/completions"))
+        .header("x-clawctx-session", KEY)
+        .json(body);
+    if let Some(k) = idempotency {
+        r = r.header("Idempotency-Key", k);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let replayed = r.headers().get("x-clawctx-replayed").is_some();
+    (status, replayed, r.json().await.unwrap())
+}
+
+fn ask(prompt: &str) -> Value {
+    json!({"model": "mock/test-model", "messages": [{"role": "user", "content": prompt}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_sent_requests_are_one_turn() {
+    let gw = start(Opts::default()).await;
+    gw.llm.push([
+        text("first answer"),
+        text("second answer"),
+        text("third answer"),
+    ]);
+
+    // With a key: the second send is answered again.
+    let (s1, r1, a1) = send(&gw, &ask("where is the cache?"), Some("req-1")).await;
+    assert_eq!((s1, r1), (200, false), "{a1}");
+    let (s2, r2, a2) = send(&gw, &ask("where is the cache?"), Some("req-1")).await;
+    assert_eq!((s2, r2), (200, true), "{a2}");
+    assert_eq!(a1, a2);
+    assert_eq!(gw.llm.bodies().await.len(), 1, "the model was asked once");
+    // The same key for another request is refused, naming the header.
+    let (s3, _, e3) = send(&gw, &ask("something else"), Some("req-1")).await;
+    assert_eq!(s3, 409, "{e3}");
+    assert_eq!(e3["error"]["param"], "Idempotency-Key", "{e3}");
+
+    // Without a key: a byte-identical re-send right after the answer is the same request.
+    let (s4, r4, a4) = send(&gw, &ask("and the database?"), None).await;
+    assert_eq!((s4, r4), (200, false), "{a4}");
+    assert_eq!(a4["choices"][0]["message"]["content"], "second answer");
+    let (s5, r5, a5) = send(&gw, &ask("and the database?"), None).await;
+    assert_eq!((s5, r5), (200, true), "{a5}");
+    assert_eq!(a4, a5);
+    // A new key is a new request, even with the same words.
+    let (s6, r6, a6) = send(&gw, &ask("and the database?"), Some("req-2")).await;
+    assert_eq!((s6, r6), (200, false), "{a6}");
+    assert_eq!(a6["choices"][0]["message"]["content"], "third answer");
+    assert_eq!(gw.llm.bodies().await.len(), 3);
+
+    let prompts: Vec<String> = gw
+        .runtime
+        .context(KEY)
+        .unwrap()
+        .iter()
+        .map(|m| m.plain_text())
+        .collect();
+    assert_eq!(
+        prompts,
+        vec![
+            "where is the cache?",
+            "first answer",
+            "and the database?",
+            "second answer",
+            "and the database?",
+            "third answer"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_bad_idempotency_key_is_refused_naming_the_header() {
+    let gw = start(Opts::default()).await;
+    let (status, _, e) = send(&gw, &ask("hi"), Some(&"k".repeat(300))).await;
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(e["error"]["param"], "Idempotency-Key", "{e}");
+}
