@@ -260,3 +260,69 @@ fn debug_logging_shows_doctors_steps() {
     let quiet = clawctx(dir.path(), &["doctor"], &[]);
     assert!(!quiet.stderr.contains("doctor: config"), "{quiet}");
 }
+
+#[test]
+fn doctor_names_the_postgresql_store_without_its_password_reachable_or_not() {
+    let Some(db) = clawctx_test_support::pg::test_database("doctor") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path();
+    write_config(
+        state,
+        "{ plugins: { slots: { contextEngine: 'lossless' }, entries: { lossless: { config: { databaseEnv: 'CLAWCTX_LCM_DATABASE' } } } } }",
+    );
+    let password = db
+        .url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('@').next())
+        .and_then(|userinfo| userinfo.split_once(':'))
+        .map(|(_, p)| p.to_owned())
+        .filter(|p| !p.is_empty());
+    // Reachable.
+    let run = clawctx(
+        state,
+        &["doctor", "--json"],
+        &[("CLAWCTX_LCM_DATABASE", db.url.as_str())],
+    );
+    let r: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}\n{run}"));
+    assert_eq!(r["losslessStore"]["backend"], "postgres", "{run}");
+    assert_eq!(r["losslessStore"]["ok"], true, "{run}");
+    let target = r["losslessStore"]["target"].as_str().unwrap().to_owned();
+    assert!(target.starts_with("postgres://"), "{target}");
+    assert!(target.ends_with(&format!("/{}", db.name)), "{target}");
+    let text = clawctx(
+        state,
+        &["doctor"],
+        &[("CLAWCTX_LCM_DATABASE", db.url.as_str())],
+    );
+    assert!(
+        text.stdout
+            .contains(&format!("[ok] store       postgres {target}")),
+        "{text}"
+    );
+    // Unreachable: the same target shape, and why.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let down = format!("postgres://clawctx:s3cret-pw@127.0.0.1:{port}/lcm");
+    let run = clawctx(
+        state,
+        &["doctor", "--json"],
+        &[("CLAWCTX_LCM_DATABASE", down.as_str())],
+    );
+    let r: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}\n{run}"));
+    assert_eq!(r["losslessStore"]["ok"], false, "{run}");
+    assert_eq!(
+        r["losslessStore"]["target"],
+        format!("postgres://clawctx@127.0.0.1:{port}/lcm"),
+        "{run}"
+    );
+    for out in [&run.stdout, &run.stderr, &text.stdout, &text.stderr] {
+        assert!(!out.contains("s3cret-pw"), "a password is shown: {out}");
+        if let Some(p) = &password {
+            assert!(!out.contains(p.as_str()), "the password is shown: {out}");
+        }
+    }
+}
