@@ -44,7 +44,11 @@ pub fn configured_slot(config: Option<&Value>) -> Option<String> {
 /// Why a plugin is switched off by policy, if it is. JSON is camelCase in its fields too
 /// (`{"kind": "pluginDisabled", "pluginId": …}`), as `doctor --json` documents.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "kind"
+)]
 pub enum PolicyBlock {
     /// `plugins.enabled: false`.
     PluginsDisabled,
