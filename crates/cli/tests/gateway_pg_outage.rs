@@ -342,3 +342,35 @@ async fn two_gateways_ride_out_a_postgres_outage_without_a_restart() {
         "node B's engine assembles node A's outage turn from the store: {body}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_while_its_database_is_down_is_not_ready_and_says_why() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Model)
+        .mount(&server)
+        .await;
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &server);
+    let url = format!("postgres://clawctx:hunter2-not-shown@127.0.0.1:{port}/store");
+    let node = spawn_node(dir.path(), &url).await;
+    let http = reqwest::Client::new();
+    let (status, body) = readyz(&http, &node.url).await;
+    assert_eq!(status, 503, "{body}");
+    let problem = body["problem"].as_str().unwrap_or("");
+    assert!(
+        problem.contains(&format!("127.0.0.1:{port}")) && problem.contains("lossless"),
+        "{body}"
+    );
+    assert!(!body.to_string().contains("hunter2"), "{body}");
+    // The turn is still answered (by legacy, from the transcript).
+    let (status, reply) = turn(&http, &node.url, "agent:main:main", "hello").await;
+    assert_eq!(status, 200, "{reply}");
+}

@@ -469,7 +469,8 @@ pub(crate) async fn readyz(State(shared): State<AppState>) -> Response {
         .unwrap_or_default();
     let stopping = shared.stopping.load(Ordering::SeqCst);
     // The configured engine not serving (its store down, turns waiting for it): 503 with why.
-    let problem = crate::status::readiness_problem(&shared.runtime).await;
+    let problem =
+        crate::status::readiness_problem(&shared.runtime, shared.registry.as_deref()).await;
     let body = json!({
         "status": if stopping { "stopping" } else if problem.is_some() { "degraded" } else { "ready" },
         "engine": shared.runtime.engine_id(),

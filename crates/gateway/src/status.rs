@@ -97,7 +97,21 @@ pub async fn status(state_dir: &Path) -> Result<GatewayStatus> {
 }
 
 /// Why `/readyz` must answer 503 for `runtime`'s engine (see the module header), `None` when
-/// it serves.
-pub async fn readiness_problem(runtime: &AgentRuntime) -> Option<String> {
+/// it serves: the configured engine was quarantined (its factory failed at start, as when a
+/// gateway starts while its PostgreSQL server is down, or it failed for real later: `legacy`
+/// answers instead), its store cannot be reached now, or accepted turns wait for it.
+pub async fn readiness_problem(
+    runtime: &AgentRuntime,
+    registry: Option<&clawctx_engine::ContextEngineRegistry>,
+) -> Option<String> {
+    if let Some(q) = registry.and_then(|r| r.quarantines().into_iter().next()) {
+        return Some(format!(
+            "context engine \"{}\" is quarantined for this process (it failed in {}: {}); \"{}\" answers instead",
+            q.engine_id,
+            q.operation,
+            q.reason,
+            runtime.engine_id()
+        ));
+    }
     runtime.engine_not_serving().await
 }
