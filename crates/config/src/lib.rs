@@ -261,6 +261,17 @@ impl ConfigFile {
         Ok(())
     }
 
+    /// Replaces the whole config with `value` (a copy of [`ConfigFile::value`] changed by
+    /// code that edits a `Value`, as the plugin installer does). `save` then edits the file in
+    /// place as if each difference had been `set` or `unset`: keys that went are removed, keys
+    /// that came or changed are written, objects present on both sides are compared key by key.
+    pub fn replace_value(&mut self, value: Value) {
+        let mut edits = Vec::new();
+        diff(&self.value, &value, &mut Vec::new(), &mut edits);
+        self.edits.extend(edits);
+        self.value = value;
+    }
+
     /// Removes a dotted key; returns the removed value. Parents emptied by the removal are
     /// removed too when `prune_empty` is set (as `doctor --fix` does for `plugins.slots`).
     pub fn unset(&mut self, key: &str, prune_empty: bool) -> Result<Option<Value>, ConfigError> {
@@ -330,6 +341,29 @@ impl ConfigFile {
         self.text = Some(text);
         self.edits.clear();
         Ok(())
+    }
+}
+
+/// The edits that turn `old` into `new` (objects compared key by key).
+fn diff(old: &Value, new: &Value, at: &mut Vec<String>, out: &mut Vec<edit::Edit>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            for key in a.keys().filter(|k| !b.contains_key(*k)) {
+                let mut path = at.clone();
+                path.push(key.clone());
+                out.push(edit::Edit::Unset(path, false));
+            }
+            for (key, nv) in b {
+                at.push(key.clone());
+                match a.get(key) {
+                    Some(ov) => diff(ov, nv, at, out),
+                    None => out.push(edit::Edit::Set(at.clone(), nv.clone())),
+                }
+                at.pop();
+            }
+        }
+        _ if old == new => {}
+        _ => out.push(edit::Edit::Set(at.clone(), new.clone())),
     }
 }
 

@@ -286,3 +286,27 @@ fn a_file_that_cannot_be_edited_in_place_is_refused_and_left_alone() {
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
 }
+
+#[test]
+fn a_replaced_value_is_saved_as_in_place_edits() {
+    let text = edited(|c| {
+        let mut v = c.value().clone();
+        v["plugins"]["slots"]["contextEngine"] = json!("last-ten");
+        v["plugins"]["entries"]["last-ten"] = json!({"enabled": true});
+        v["plugins"]["entries"]["lossless"]["config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("contextThreshold");
+        c.replace_value(v);
+    });
+    let expected = OPENCLAW_JSON
+        .replace(
+            "contextEngine: \"legacy\" }",
+            "contextEngine: \"last-ten\" }",
+        )
+        .replace("          contextThreshold: 0.75,\n", "");
+    // Everything above the new entry is as it was.
+    let head = &expected[..expected.find("    },\n  },\n}").unwrap()];
+    assert!(text.starts_with(head), "{text}");
+    assert!(text.contains("\n      \"last-ten\": {\n"), "{text}");
+}
