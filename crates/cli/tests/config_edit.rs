@@ -140,3 +140,31 @@ fn lcm_help_names_every_lcm_command() {
         assert!(lcm_line.contains(c), "`{c}` is missing from `{lcm_line}`");
     }
 }
+
+#[test]
+fn plugins_install_and_uninstall_keep_the_users_comments() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path();
+    let original = "// my clawctx config\n{\n  gateway: { port: 18790 }, // not the default\n}\n";
+    std::fs::write(state.join("clawctx.json"), original).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/node-memories");
+    let r = clawctx(
+        state,
+        &["plugins", "install", "-l", fixture.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 0, "{r}");
+    let text = std::fs::read_to_string(state.join("clawctx.json")).unwrap();
+    assert!(
+        text.starts_with(
+            "// my clawctx config\n{\n  gateway: { port: 18790 }, // not the default\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("plugins: {"), "{text}");
+    let id = "memories";
+    let r = clawctx(state, &["plugins", "uninstall", id]);
+    assert_eq!(r.code, 0, "{r}");
+    let text = std::fs::read_to_string(state.join("clawctx.json")).unwrap();
+    assert!(text.starts_with("// my clawctx config\n"), "{text}");
+    assert!(text.contains("// not the default"), "{text}");
+}

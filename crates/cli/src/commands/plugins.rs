@@ -74,7 +74,7 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
             let opts = clawctx_plugin::InstallOptions { link, force };
             let report = clawctx_plugin::install_with(&spec, &state, &opts)
                 .with_context(|| format!("installing {spec}"))?;
-            let config = global.load_config()?;
+            let mut config = global.load_config()?;
             let mut value = config.value().clone();
             let (slot, mut changes): (Vec<_>, Vec<_>) = report
                 .config_changes
@@ -102,7 +102,8 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
                 }
             }
             clawctx_plugin::apply_changes(&mut value, &changes);
-            let mut config = clawctx_config::ConfigFile::from_value(config.path(), value);
+            // Edited in place: the user's comments and layout stay (clawctx_config::edit).
+            config.replace_value(value);
             config.save()?;
             println!(
                 "{} plugin {} {} from {}",
@@ -166,7 +167,7 @@ pub async fn run(global: &GlobalArgs, args: PluginsArgs) -> anyhow::Result<ExitC
             let report = clawctx_plugin::uninstall(&state, &id, config.value(), keep_files)?;
             let mut value = config.value().clone();
             clawctx_plugin::apply_changes(&mut value, &report.config_changes);
-            config = clawctx_config::ConfigFile::from_value(config.path(), value);
+            config.replace_value(value);
             config.save()?;
             println!(
                 "uninstalled {id}{}",
