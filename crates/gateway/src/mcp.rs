@@ -814,3 +814,70 @@ pub(crate) fn router(shared: &crate::server::AppState) -> axum::Router<crate::se
         );
     axum::Router::new().nest_service("/mcp", service)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_result_too_large_is_cut_to_the_cap_and_stays_json() {
+        let big = "word ".repeat(40_000);
+        let v = json!({"id": "sum_1", "text": big, "items": [{"text": big}, {"text": "short"}]});
+        let text = fit(v);
+        assert!(text.len() <= MAX_RESULT_CHARS, "{}", text.len());
+        let back: Value = serde_json::from_str(&text).expect("still JSON");
+        assert_eq!(back["id"], "sum_1");
+        assert_eq!(back["items"][1]["text"], "short", "short strings are kept");
+        assert!(back["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("[cut to fit the result cap]"));
+        // Multi-byte text is cut on a character boundary.
+        let v = json!({"text": "é".repeat(40_000)});
+        let text = fit(v);
+        assert!(text.len() <= MAX_RESULT_CHARS);
+        serde_json::from_str::<Value>(&text).expect("still JSON");
+    }
+
+    #[test]
+    fn a_cursor_reads_back_only_for_its_own_query() {
+        let a = fingerprint(&["obsidian", "FullText", ""]);
+        let b = fingerprint(&["obsidian", "Regex", ""]);
+        assert_ne!(a, b);
+        assert_eq!(read_cursor(&cursor(&a, 40), &a).unwrap(), 40);
+        assert!(read_cursor(&cursor(&a, 40), &b).is_err());
+        for bad in ["", "40", "x.y", &format!("{a}.-1"), &format!("{a}.")] {
+            assert!(read_cursor(bad, &a).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_two_lcm_uri_shapes_are_resources() {
+        assert!(matches!(
+            parse_uri("lcm://conversations/12/summaries"),
+            Some(Uri::Conversation(12))
+        ));
+        assert!(
+            matches!(parse_uri("lcm://summaries/sum_7"), Some(Uri::Summary(s)) if s == "sum_7")
+        );
+        for bad in [
+            "lcm://summaries/msg_7",
+            "lcm://summaries/sum_x",
+            "lcm://conversations/x/summaries",
+            "lcm://conversations/1",
+            "file:///etc/passwd",
+            "",
+        ] {
+            assert!(parse_uri(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn session_keys_are_checked_like_chats() {
+        assert!(key_of("agent:main:x").is_ok());
+        assert!(key_of("  ").is_err());
+        assert!(key_of(&"k".repeat(513)).is_err());
+        assert!(key_of("agent:main:\u{7}").is_err());
+    }
+}
