@@ -169,7 +169,8 @@ async fn spawn_node(state: &Path, db_url: &str) -> Node {
     Node { _child: child, url }
 }
 
-/// One turn in session `key` on `node`: the status and the body.
+/// One turn in session `key` on `node`: the status and the body (with the `x-clawctx-commit`
+/// header's value appended after a newline when there is one).
 async fn turn(http: &reqwest::Client, node: &str, key: &str, prompt: &str) -> (u16, String) {
     let r = http
         .post(format!("{node}/v1/chat/completions"))
@@ -178,7 +179,15 @@ async fn turn(http: &reqwest::Client, node: &str, key: &str, prompt: &str) -> (u
         .send()
         .await
         .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap_or_default())
+    let commit = r
+        .headers()
+        .get("x-clawctx-commit")
+        .map(|v| format!("\nx-clawctx-commit: {}", v.to_str().unwrap_or("")))
+        .unwrap_or_default();
+    (
+        r.status().as_u16(),
+        r.text().await.unwrap_or_default() + &commit,
+    )
 }
 
 /// `/readyz`: the status and the body.
@@ -226,6 +235,12 @@ async fn two_gateways_ride_out_a_postgres_outage_without_a_restart() {
                 let p = format!("note {phase} {i} for {key}: the release gate checks latency");
                 let (status, body) = turn(&http, &url, key, &p).await;
                 assert_eq!(status, 200, "{phase}: a turn on {url} was refused: {body}");
+                // The client can tell a turn the engine does not have yet.
+                assert_eq!(
+                    body.ends_with("x-clawctx-commit: waiting"),
+                    phase == "during",
+                    "{phase}: {body}"
+                );
                 done.push(p);
             }
             done

@@ -71,6 +71,9 @@ const STREAM_KEEP_ALIVE: Duration = Duration::from_millis(500);
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// The header marking an answer given again to a re-sent request.
 pub const REPLAYED_HEADER: &str = "x-clawctx-replayed";
+/// Set to `waiting` on a non-streamed answer whose turn did not reach the context engine yet
+/// (its store is down): the turn is kept and delivered in order once the store is back.
+pub const COMMIT_HEADER: &str = "x-clawctx-commit";
 /// An idempotency key's longest accepted length.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 /// How long a byte-identical re-send without a key is the same request.
@@ -822,6 +825,13 @@ pub(crate) async fn chat_completions(
     response
         .headers_mut()
         .insert(SESSION_HEADER, session_header);
+    if outcome.commit_waiting.is_some() {
+        // The engine's store is down: the turn is kept (transcript, outbox) and reaches the
+        // engine when it is back; until then it is not in the shared store.
+        response
+            .headers_mut()
+            .insert(COMMIT_HEADER, HeaderValue::from_static("waiting"));
+    }
     Ok(response)
 }
 

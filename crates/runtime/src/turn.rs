@@ -184,6 +184,11 @@ pub struct TurnOutcome {
     pub client_tool_calls: Vec<ToolCall>,
     /// Non-fatal problems (engine afterTurn failures and the like).
     pub warnings: Vec<String>,
+    /// Why the turn's commit did not reach its durable engine (its store is down): the turn
+    /// is in the transcript and its commit waits in the outbox, retried until the engine has
+    /// it ([`crate::outbox`]). `None` when the engine acknowledged it (or got no commit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_waiting: Option<String>,
 }
 
 impl AgentRuntime {
@@ -1343,6 +1348,7 @@ impl EmbeddedTurn {
         self.out.engine_micros += started.elapsed().as_micros() as u64;
         if let Some(line) = delivery.blocked {
             tracing::warn!("{line}");
+            self.out.commit_waiting = Some(line.clone());
             self.out.warnings.push(line);
         }
     }

@@ -243,6 +243,10 @@ async fn waiting_commits_reach_the_engine_once_it_is_back_without_a_new_turn() {
         .unwrap();
     assert_eq!(outcome.reply, "reply 0", "the turn is answered");
     assert!(
+        outcome.commit_waiting.is_some(),
+        "the caller is told the engine does not have the turn yet"
+    );
+    assert!(
         outcome.warnings.iter().any(|w| w.contains("retried")),
         "{:?}",
         outcome.warnings
