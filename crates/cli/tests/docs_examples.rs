@@ -35,7 +35,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use wiremock::matchers::{body_partial_json, method, path};
+use wiremock::matchers::{body_partial_json, body_string_contains, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// How long one block may run before it counts as hung (a guard, not a measurement).
@@ -430,8 +430,62 @@ fn run_console(body: &str, scratch: &Scratch) -> Result<(), String> {
     Ok(())
 }
 
+/// The model behind every block: a plain answer, except for the README's client-tool example
+/// (a request offering `get_weather` is answered with a call of it, `call_1`, until its result,
+/// `light rain`, is in the request; then a plain answer).
 async fn mock_model() -> MockServer {
     let server = MockServer::start().await;
+    let answer = json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "An answer from the mock model."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}
+    });
+    let call = json!({"index": 0, "id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}});
+    let call_sse = format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    );
+    let call_json = json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
+            "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}
+    });
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_string_contains("light rain"))
+        .and(body_partial_json(json!({"stream": true})))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            "data: {\"choices\": [{\"index\": 0, \"delta\": {\"role\": \"assistant\", \"content\": \"Light rain in Oslo.\"}}]}\n\ndata: {\"choices\": [{\"index\": 0, \"delta\": {}, \"finish_reason\": \"stop\"}]}\n\ndata: [DONE]\n\n",
+            "text/event-stream",
+        ))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_string_contains("light rain"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer.clone()))
+        .with_priority(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_string_contains("get_weather"))
+        .and(body_partial_json(json!({"stream": true})))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(call_sse, "text/event-stream"))
+        .with_priority(3)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_string_contains("get_weather"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(call_json))
+        .with_priority(4)
+        .mount(&server)
+        .await;
     let sse = concat!(
         "data: {\"choices\": [{\"index\": 0, \"delta\": {\"role\": \"assistant\"}}]}\n\n",
         "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"An answer from the mock model.\"}}]}\n\n",
