@@ -63,6 +63,10 @@ async fn a_lazy_first_read_of_api_llm_still_completes_twice_in_one_call() {
         );
     }
     assert_eq!(model.calls.load(Ordering::SeqCst), 6);
-    assert!(registry.quarantines().is_empty(), "{:?}", registry.quarantines());
+    assert!(
+        registry.quarantines().is_empty(),
+        "{:?}",
+        registry.quarantines()
+    );
     loaded.host.shutdown().await;
 }
