@@ -205,7 +205,18 @@ impl GuardedEngine {
         let pcx = project_context(cx, &info, method);
         match call(self.inner.as_ref(), projected.as_ref(), &pcx).await {
             Ok(v) => {
-                self.note_availability(None);
+                // Only a call that needs the store says it is back (a `maintain` or
+                // `bootstrap` with nothing to do may succeed without it).
+                if matches!(
+                    method,
+                    Method::Assemble
+                        | Method::CommitTurn
+                        | Method::Ingest
+                        | Method::IngestBatch
+                        | Method::AfterTurn
+                ) {
+                    self.note_availability(None);
+                }
                 Ok(v)
             }
             Err(err) => {
