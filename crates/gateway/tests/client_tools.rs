@@ -201,8 +201,24 @@ async fn a_client_tool_call_comes_back_to_the_client_and_its_result_continues_th
         ("get_weather", &[ContentBlock::text("sunny, 21 C")][..])
     );
 
-    // The same request again (a client retry) stores nothing and calls no model.
-    let e = error_of(post(&gw, &second).await, 400).await;
+    // The same request again right away (a client retry) is answered again: it stores
+    // nothing and calls no model.
+    let again = post(&gw, &second).await;
+    assert_eq!(again.status(), 200);
+    assert!(again.headers().get("x-clawctx-replayed").is_some());
+    // Sent as a new request (its own Idempotency-Key), its results answer no open call.
+    let e = error_of(
+        gw.http
+            .post(gw.at("/v1/chat/completions"))
+            .header("x-clawctx-session", SESSION)
+            .header("Idempotency-Key", "a-new-request")
+            .json(&second)
+            .send()
+            .await
+            .unwrap(),
+        400,
+    )
+    .await;
     assert!(
         e["message"].as_str().unwrap().contains("already answered"),
         "{e}"

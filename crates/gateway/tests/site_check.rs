@@ -182,6 +182,8 @@ async fn a_foreign_origin_is_refused_the_own_and_listed_ones_are_served() {
             .header("origin", origin)
             .header("content-type", "application/json")
             .header("x-clawctx-session", "agent:main:origin")
+            // Each origin's request is its own (an identical re-send would be answered again).
+            .header("idempotency-key", origin)
             .body(chat_body())
             .send()
     };
