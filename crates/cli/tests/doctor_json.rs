@@ -326,3 +326,33 @@ fn doctor_names_the_postgresql_store_without_its_password_reachable_or_not() {
         }
     }
 }
+
+#[test]
+fn a_plugin_that_does_not_load_matches_the_schema_with_its_load_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path();
+    let plugin = state.join("broken-plugin");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::write(
+        plugin.join("openclaw.plugin.json"),
+        r#"{"id": "broken", "kind": "context-engine", "entry": "./index.js", "configSchema": {"type": "object"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        plugin.join("index.js"),
+        "import counter from \"no-such-package-for-clawctx\";\nexport default function register(api) { counter(api); }\n",
+    )
+    .unwrap();
+    write_config(
+        state,
+        &format!(
+            "{{ plugins: {{ slots: {{ contextEngine: 'broken' }}, load: {{ paths: [{}] }} }} }}",
+            serde_json::to_string(&plugin.display().to_string()).unwrap()
+        ),
+    );
+    let r = checked_report(state);
+    let p = &r["plugins"][0];
+    assert_eq!(p["loaded"], false, "{r:#}");
+    assert_eq!(p["loadError"]["kind"], "missing-package", "{r:#}");
+    assert!(p["loadError"]["stderrTail"].is_string(), "{r:#}");
+}
