@@ -181,7 +181,7 @@ fn a_wrong_type_in_an_engine_config_fails_doctor_naming_the_key() {
         &format!(
             "{{ plugins: {{ slots: {{ contextEngine: 'lossless' }}, load: {{ paths: [{}] }},
                entries: {{ strict: {{ config: {{ depth: 'deep' }} }},
-                          lossless: {{ config: {{ freshTailCount: 'lots', contextThreshold: 0.6 }} }} }} }} }}",
+                          lossless: {{ config: {{ freshTailCount: 'lots', contextThreshold: 0.6, freshTailcount: 4 }} }} }} }} }}",
             serde_json::to_string(&plugin.display().to_string()).unwrap()
         ),
     );
@@ -210,6 +210,13 @@ fn a_wrong_type_in_an_engine_config_fails_doctor_naming_the_key() {
             .iter()
             .any(|(k, _)| k.ends_with("contextThreshold")),
         "a right value is not a problem: {problems:?}"
+    );
+    assert!(
+        problems.iter().any(
+            |(k, m)| k == "plugins.entries.lossless.config.freshTailcount"
+                && m.contains("not a lossless setting")
+        ),
+        "a misspelt key is named: {problems:?}"
     );
     assert!(
         problems

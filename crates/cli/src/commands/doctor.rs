@@ -679,6 +679,22 @@ fn lossless_config_problems(config: &Value) -> Vec<ConfigProblem> {
         return Vec::new();
     };
     let mut out = Vec::new();
+    // The keys the engine reads: every field (a default config serializes all of them) and
+    // the older names it still accepts.
+    let known: Vec<String> = serde_json::to_value(clawctx_lossless::LosslessConfig::default())
+        .ok()
+        .and_then(|v| v.as_object().map(|m| m.keys().cloned().collect()))
+        .unwrap_or_default();
+    let aliases = ["dbPath", "statelessSessionPatterns"];
+    for key in map.keys() {
+        if !known.is_empty() && !known.contains(key) && !aliases.contains(&key.as_str()) {
+            out.push(ConfigProblem {
+                key: format!("{base}.{key}"),
+                severity: Severity::Warning,
+                message: "is not a lossless setting: the engine ignores it (a misspelling?)".into(),
+            });
+        }
+    }
     for (key, value) in map {
         let one = Value::Object([(key.clone(), value.clone())].into_iter().collect());
         if let Err(e) = serde_path_to_error::deserialize::<_, clawctx_lossless::LosslessConfig>(one)
