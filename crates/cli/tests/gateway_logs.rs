@@ -73,6 +73,8 @@ async fn the_log_has_no_colour_codes_off_a_terminal_and_turn_lines_carry_the_req
         let r = http
             .post(format!("{url}/v1/chat/completions"))
             .header("x-request-id", id)
+            // Two requests by the client's word (an identical re-send is answered again).
+            .header("idempotency-key", id)
             .header("x-clawctx-session", "agent:main:logs")
             .json(&json!({"messages": [{"role": "user", "content": "hello"}]}))
             .send()
