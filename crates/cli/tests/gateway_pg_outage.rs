@@ -389,3 +389,56 @@ async fn a_gateway_started_while_its_database_is_down_is_not_ready_and_says_why(
     let (status, reply) = turn(&http, &node.url, "agent:main:main", "hello").await;
     assert_eq!(status, 200, "{reply}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_while_its_database_is_down_recovers_when_it_comes_back() {
+    if test_url().is_none() {
+        return;
+    }
+    let cluster = Cluster::start();
+    std::env::set_var(URL_VAR, &cluster.url);
+    let db = test_database("pg_down_at_start").unwrap();
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Model)
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &server);
+    pg_throwaway("pause", &cluster.dir);
+    let node = spawn_node(dir.path(), &db.url).await;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let (status, body) = readyz(&http, &node.url).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["quarantined"], json!([]), "{body}");
+    let prompt = "note while the database was down at start: the release gate checks latency";
+    let (status, reply) = turn(&http, &node.url, "agent:main:main", prompt).await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(reply.ends_with("x-clawctx-commit: waiting"), "{reply}");
+
+    pg_throwaway("resume", &cluster.dir);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (status, body) = readyz(&http, &node.url).await;
+        if status == 200 {
+            assert_eq!(body["engine"], "lossless", "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not become ready after the database came back: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let stored = db.scalar(&format!(
+        "SELECT count(*) FROM messages WHERE text = '{prompt}'"
+    ));
+    assert_eq!(
+        stored, 1,
+        "the turn accepted while the database was down reached it"
+    );
+}

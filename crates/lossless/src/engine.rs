@@ -690,7 +690,8 @@ pub fn lossless_factory() -> Factory {
             StoreLocation::Postgres(url) => {
                 let target = PgTarget::parse(&url)?;
                 tracing::info!("lossless: store in PostgreSQL at {}", target.redacted());
-                let store = PgStore::open(target, cfg.pool_size)
+                // A server that is down at start is waited for (degraded until it answers).
+                let store = PgStore::open_or_wait(target, cfg.pool_size)
                     .await?
                     .with_large_payload_bytes(cfg.large_payload_bytes);
                 LosslessEngine::over(Arc::new(store), cfg)?

@@ -354,6 +354,32 @@ pub fn is_postgres_connection_string(s: &str) -> bool {
 /// (redacted) and why (`connection refused`, the server's `password authentication failed
 /// for user "..."`, a certificate the roots do not trust or that names another host, ...).
 pub async fn connect_pool(target: &PgTarget, max_size: usize) -> Result<Pool> {
+    let pool = build_pool(target, max_size)?;
+    match pool.get().await {
+        Ok(_first) => Ok(pool),
+        Err(e) => Err(LosslessError::Unreachable {
+            target: target.redacted(),
+            reason: target.scrub(unreachable_reason(&e)),
+        }),
+    }
+}
+
+/// Whether a failed first connection is an outage that may end by itself (no answer from a
+/// server: refused, timed out, unreachable) rather than a refusal that will not (a login or a
+/// database the server rejected).
+pub(crate) async fn outage_only(target: &PgTarget) -> bool {
+    let Ok(pool) = build_pool(target, 1) else {
+        return false;
+    };
+    match pool.get().await {
+        Err(deadpool_postgres::PoolError::Backend(e)) => e.as_db_error().is_none(),
+        Err(deadpool_postgres::PoolError::Timeout(_)) => true,
+        _ => false,
+    }
+}
+
+/// The pool of [`connect_pool`] without its first connection (nothing is connected yet).
+pub(crate) fn build_pool(target: &PgTarget, max_size: usize) -> Result<Pool> {
     let mut config = target.config.clone();
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
@@ -365,21 +391,14 @@ pub async fn connect_pool(target: &PgTarget, max_size: usize) -> Result<Pool> {
         Some(tls) => Manager::from_config(config, tls, manager_config),
         None => Manager::from_config(config, NoTls, manager_config),
     };
-    let pool = Pool::builder(manager)
+    Pool::builder(manager)
         .max_size(max_size.max(1))
         .build()
         .map_err(|e| {
             LosslessError::Postgres(format!(
                 "cannot build the connection pool for {target}: {e}"
             ))
-        })?;
-    match pool.get().await {
-        Ok(_first) => Ok(pool),
-        Err(e) => Err(LosslessError::Unreachable {
-            target: target.redacted(),
-            reason: target.scrub(unreachable_reason(&e)),
-        }),
-    }
+        })
 }
 
 /// Why the first connection failed, as short as is still clear: the server's message for a

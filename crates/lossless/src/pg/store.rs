@@ -54,6 +54,10 @@ pub struct PgStore {
     pub(crate) target: Arc<PgTarget>,
     /// Texts this large count as payloads for retention (`largePayloadBytes`).
     pub(crate) large_payload_bytes: usize,
+    /// Set once the schema is known to be up to date: at [`PgStore::open`], or, for a store
+    /// opened while its server was down ([`PgStore::open_or_wait`]), by the first connection
+    /// made once it is back.
+    schema_ready: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -94,7 +98,33 @@ impl PgStore {
             pool,
             target: Arc::new(target),
             large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
+            schema_ready: Arc::new(tokio::sync::OnceCell::new_with(Some(()))),
         })
+    }
+
+    /// [`Self::open`], except that a server that does not answer (refused, timed out: an
+    /// outage, not a refused login or a missing database) gives a store that is not connected
+    /// yet: every call fails with [`LosslessError::Unreachable`] until the server answers, and
+    /// the first connection then brings the schema up to date. A host that starts while its
+    /// database is down so serves degraded and recovers by itself.
+    pub async fn open_or_wait(target: PgTarget, pool_size: usize) -> Result<Self> {
+        match Self::open(target.clone(), pool_size).await {
+            Err(LosslessError::Unreachable {
+                target: shown,
+                reason,
+            }) if super::connect::outage_only(&target).await => {
+                tracing::warn!(
+                    "lossless: cannot reach the PostgreSQL database at {shown} ({reason}); starting without it, every call waits for it to come back"
+                );
+                Ok(Self {
+                    pool: super::connect::build_pool(&target, pool_size)?,
+                    target: Arc::new(target),
+                    large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
+                    schema_ready: Arc::new(tokio::sync::OnceCell::new()),
+                })
+            }
+            other => other,
+        }
     }
 
     /// Texts of at least `bytes` count as large payloads for retention (`largePayloadBytes`;
@@ -148,10 +178,24 @@ impl PgStore {
     /// this fails with [`LosslessError::Unreachable`] naming the database (no password), which
     /// the engine reports as a transient outage, not a fault.
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
-        self.pool
+        let mut c = self
+            .pool
             .get()
             .await
-            .map_err(|e| self.named(LosslessError::from(e)))
+            .map_err(|e| self.named(LosslessError::from(e)))?;
+        if !self.schema_ready.initialized() {
+            let shown = self.target.redacted();
+            let client: &mut tokio_postgres::Client = &mut c;
+            self.schema_ready
+                .get_or_try_init(|| async {
+                    super::schema::migrate(client, &shown).await?;
+                    tracing::info!("lossless: reached the PostgreSQL database at {shown}");
+                    Ok::<(), LosslessError>(())
+                })
+                .await
+                .map_err(|e| self.named(e))?;
+        }
+        Ok(c)
     }
 
     /// A lost connection as an outage of this database: [`LosslessError::Unreachable`] naming
