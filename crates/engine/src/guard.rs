@@ -398,6 +398,18 @@ impl ContextEngine for GuardedEngine {
         self.inner.tools()
     }
 
+    async fn probe(&self) -> Result<(), EngineError> {
+        if self.is_quarantined() {
+            return Ok(());
+        }
+        let r = self.inner.probe().await;
+        match &r {
+            Ok(()) => self.note_availability(None),
+            Err(e) => self.note_availability(Some(e)),
+        }
+        r
+    }
+
     /// The wrapped engine, quarantined or not: what a host reads through it (the lossless
     /// engine's store, for recall) is the engine's own, not the fallback's.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
