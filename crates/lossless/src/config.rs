@@ -228,10 +228,12 @@ impl LosslessConfig {
                         var.trim()
                     ),
                 ),
-                _ => return Err(crate::error::LosslessError::InvalidInput(format!(
+                _ => {
+                    return Err(crate::error::LosslessError::InvalidInput(format!(
                     "{CONFIG_PATH}.databaseEnv names the environment variable {}, which is not set",
                     var.trim()
-                ))),
+                )))
+                }
             },
             _ => (
                 self.database.as_ref().map(|d| d.0.clone()),
