@@ -246,7 +246,8 @@ pub struct StoreReport {
     pub backend: &'static str,
     /// The SQLite file, or the PostgreSQL database as a URL without its password.
     pub target: String,
-    /// Whether the engine opened it in this doctor run (`false`: see `quarantines` for why).
+    /// Whether the engine loaded and its store answered in this doctor run (`false`: see
+    /// `problem`, or `quarantines` when the engine did not load).
     pub ok: bool,
     /// Why the store setting cannot be used, when it cannot.
     pub problem: Option<String>,
@@ -530,6 +531,13 @@ pub async fn build_report(
             }
         })
         .collect();
+    // The lossless engine starts while its PostgreSQL server is down (it waits for it), so
+    // whether the store answers is asked, not inferred from the engine having loaded.
+    let store_probe = if resolved.effective_id == clawctx_lossless::ENGINE_ID {
+        Some(resolved.engine.probe().await.map_err(|e| e.to_string()))
+    } else {
+        None
+    };
     let _ = resolved.engine.dispose().await;
     for p in &engines.plugins {
         p.host.shutdown().await;
@@ -568,13 +576,7 @@ pub async fn build_report(
     // Not for a slot switched off by policy: the engine was not meant to open its store.
     let lossless_store = (resolved.configured_id == clawctx_lossless::ENGINE_ID
         && !matches!(resolved.reason, SelectionReason::PolicyDisabled { .. }))
-    .then(|| {
-        store_report(
-            global,
-            config.value(),
-            resolved.effective_id == clawctx_lossless::ENGINE_ID,
-        )
-    });
+    .then(|| store_report(global, config.value(), store_probe.clone()));
     if let Some(store) = &lossless_store {
         tracing::debug!(backend = store.backend, target = %store.target, ok = store.ok, "doctor: lossless store");
     }
@@ -594,6 +596,9 @@ pub async fn build_report(
         || quarantine_mirror.problem.is_some()
         || plugins.iter().any(|p| !p.loaded)
     {
+        warn(&mut status);
+    }
+    if lossless_store.as_ref().is_some_and(|s| !s.ok) {
         warn(&mut status);
     }
     for p in &config_problems {
@@ -759,7 +764,18 @@ fn plugin_config_problems(failed: &[(PathBuf, clawctx_plugin::PluginError)]) -> 
 
 /// The lossless engine's store as its config places it (`opened`: whether the engine came up
 /// in this run, which for PostgreSQL means the database answered).
-fn store_report(global: &GlobalArgs, config: &Value, opened: bool) -> StoreReport {
+/// `probe` is `None` when the lossless engine did not load (see `quarantines`), else whether
+/// its store answered.
+fn store_report(
+    global: &GlobalArgs,
+    config: &Value,
+    probe: Option<Result<(), String>>,
+) -> StoreReport {
+    let opened = matches!(probe, Some(Ok(())));
+    let unreachable = match probe {
+        Some(Err(e)) => Some(e),
+        _ => None,
+    };
     let lcm = clawctx_lossless::LosslessConfig::from_host_config(config);
     match lcm.store_location() {
         Ok(clawctx_lossless::StoreLocation::Postgres(url)) => {
@@ -768,7 +784,7 @@ fn store_report(global: &GlobalArgs, config: &Value, opened: bool) -> StoreRepor
                     backend: "postgres",
                     target: target.redacted(),
                     ok: opened,
-                    problem: None,
+                    problem: unreachable,
                 },
                 Err(e) => StoreReport {
                     backend: "postgres",
@@ -785,7 +801,7 @@ fn store_report(global: &GlobalArgs, config: &Value, opened: bool) -> StoreRepor
                 .display()
                 .to_string(),
             ok: opened,
-            problem: None,
+            problem: unreachable,
         },
         Err(e) => StoreReport {
             backend: "unknown",
