@@ -13,8 +13,9 @@
 //! `maintain`. A provider context overflow makes the engine compact and the call is retried
 //! exactly once. Whatever fails, the transcript stays a valid conversation: the user message is
 //! kept, and tool calls cut short by an abort get error results. A turn whose prompt is the
-//! session's last entry, unanswered (a client retrying a failed request), continues from that
-//! entry instead of storing the prompt again.
+//! session's last message, unanswered (a client retrying a failed request; entries outside
+//! the context after it, such as the compaction of a failed overflow recovery, do not count),
+//! continues from that entry instead of storing the prompt again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -446,26 +447,56 @@ impl EmbeddedTurn {
         Ok(())
     }
 
-    /// The session's last entry (id and message) when it is a user message with `content`
+    /// The session's last message (id and message) when it is a user message with `content`
     /// that nothing answered: the prompt of a turn that failed before any reply (a provider
     /// error, an abort). A re-send of the same prompt continues that turn rather than leave
     /// consecutive copies of one prompt in the session, which every later model call would
-    /// see. Reads only the leaf entry, so the cost does not grow with the session.
+    /// see. Entries outside the model's context after it (a compaction the failed turn's
+    /// overflow recovery appended, a label) do not answer it; a compaction that summarized the
+    /// prompt away does (the prompt is no longer a message of the context). Reads back from
+    /// the leaf only over such entries, so the cost does not grow with the session.
     fn unanswered_prompt(&self, content: &Content) -> Result<Option<(String, AgentMessage)>> {
         let file = self.rt.file(&self.session.transcript_path)?;
         let mut f = crate::runtime::lock(&file)?;
         f.refresh()?;
-        let Some(leaf) = f.leaf_id().map(str::to_owned) else {
-            return Ok(None);
-        };
-        Ok(match f.entry(&leaf).map(|e| &e.kind) {
-            Some(transcript::EntryKind::Message(m @ AgentMessage::User(u)))
-                if u.content == *content =>
-            {
-                Some((leaf, m.clone()))
+        let mut at = f.leaf_id().map(str::to_owned);
+        let mut compaction: Option<String> = None;
+        let mut skipped: Vec<String> = Vec::new();
+        while let Some(id) = at {
+            let Some(entry) = f.entry(&id) else {
+                return Ok(None);
+            };
+            match &entry.kind {
+                transcript::EntryKind::Message(m @ AgentMessage::User(u))
+                    if u.content == *content =>
+                {
+                    let kept = match &compaction {
+                        None => true,
+                        // The prompt stays in the rebuilt context only when the latest
+                        // compaction keeps it (its first kept entry is the prompt or earlier).
+                        Some(first_kept) => {
+                            !skipped.contains(first_kept)
+                                && (first_kept == &id
+                                    || f.active_path()
+                                        .iter()
+                                        .take_while(|e| e.id != id)
+                                        .any(|e| &e.id == first_kept))
+                        }
+                    };
+                    return Ok(kept.then(|| (id.clone(), m.clone())));
+                }
+                transcript::EntryKind::Compaction(c) => {
+                    if compaction.is_none() {
+                        compaction = Some(c.first_kept_entry_id.clone());
+                    }
+                }
+                transcript::EntryKind::Other { .. } => {}
+                _ => return Ok(None),
             }
-            _ => None,
-        })
+            skipped.push(id.clone());
+            at = entry.parent_id.clone();
+        }
+        Ok(None)
     }
 
     fn persist(&mut self, message: AgentMessage) -> Result<()> {
