@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use clawctx_engine::legacy::LegacyEngine;
 use clawctx_engine::*;
-use clawctx_protocol::*;
 use clawctx_runtime::*;
 use clawctx_test_support::test_engine::TestEngine;
 use common::*;
