@@ -30,6 +30,11 @@ pub struct LosslessConfig {
     pub context_threshold: f64,
     /// Compaction continues until frontier tokens are at or below this fraction of the budget.
     pub low_water_ratio: f64,
+    /// Threshold compaction is debt paid by background maintenance (`maintain` with
+    /// `allowDeferredCompactionExecution`, after the reply) instead of inside
+    /// `afterTurn`/`commitTurn`; a turn still compacts in the foreground when its frontier is
+    /// over the whole budget. `false`: every turn compacts inline (the reply waits).
+    pub background_compaction: bool,
     /// Budget used when the host gives none.
     pub default_token_budget: u64,
     /// Newest raw messages that are never compacted.
@@ -110,6 +115,7 @@ impl Default for LosslessConfig {
             database_path: None,
             context_threshold: 0.75,
             low_water_ratio: 0.5,
+            background_compaction: true,
             default_token_budget: 128_000,
             fresh_tail_count: 64,
             leaf_chunk_tokens: 20_000,

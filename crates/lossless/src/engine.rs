@@ -1,13 +1,25 @@
 //! `LosslessEngine`: the `ContextEngine` implementation, its factory and registration.
 //!
 //! Lifecycle mapping: `ingest`/`ingestBatch` store messages idempotently; `afterTurn` stores
-//! the turn's new messages (those past `prePromptMessageCount`) and compacts when the frontier
-//! is over the threshold; `commitTurn` (durable admitted turns, declared in `info`) stores an
-//! accepted turn and its `advancementKey` in one transaction, once per key, then compacts the
-//! same way; `assemble` returns the budgeted frontier plus the host's messages the
-//! store has not seen yet (the current prompt); `compact` compacts (now, with `force`);
+//! the turn's new messages (those past `prePromptMessageCount`); `commitTurn` (durable admitted
+//! turns, declared in `info`) stores an accepted turn and its `advancementKey` in one
+//! transaction, once per key; `assemble` returns the budgeted frontier plus the host's messages
+//! the store has not seen yet (the current prompt); `compact` compacts (now, with `force`);
 //! `bootstrap` imports the session transcript into an empty conversation; `prepareSubagentSpawn`
-//! gives a forked child the parent's summaries. One compaction per conversation runs at a time.
+//! gives a forked child the parent's summaries. One compaction per conversation runs at a time
+//! (a process lock on SQLite, an advisory lock on PostgreSQL, so also across gateways).
+//!
+//! Replies never wait for summaries: `info.turnMaintenanceMode` is `"background"`, so the host
+//! calls `maintain` after the reply on a per-session lane with
+//! `runtimeContext.allowDeferredCompactionExecution`, and that call pays the threshold
+//! compaction a turn left as debt (the frontier over `contextThreshold × budget`: the debt is
+//! the stored state itself, nothing else to persist or lose). `afterTurn`/`commitTurn` compact in
+//! the foreground only when the frontier is over the whole budget (the model's window would be
+//! exceeded: assembly would have to leave stored messages out), and never wait for a compaction
+//! already running. A background pass that is aborted (runtime shutdown, gateway SIGTERM) is
+//! dropped between or inside rounds: each round commits its summaries in one transaction, so
+//! what it leaves is either committed or never written, and the next turn's maintenance picks
+//! the debt up again. `backgroundCompaction: false` restores inline compaction.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -124,29 +136,41 @@ impl LosslessEngine {
             .unwrap_or(self.cfg.default_token_budget)
     }
 
-    /// Threshold compaction after a turn was stored (`afterTurn`, `commitTurn`): compacts the
-    /// conversation of `key` when its frontier is over the threshold of `budget`. `conv` is
-    /// the conversation as the storing transaction left it; `None` (a turn without new
-    /// messages) reads it.
-    async fn compact_over_threshold(
+    /// The frontier size above which a turn (`afterTurn`, `commitTurn`) compacts before it
+    /// returns: the threshold when compaction is inline, the whole budget (the model's window)
+    /// when it is background maintenance's debt.
+    fn foreground_limit(&self, budget: u64) -> u64 {
+        if self.cfg.background_compaction {
+            budget
+        } else {
+            self.cfg.threshold_tokens(budget)
+        }
+    }
+
+    /// Compacts the conversation of `key` when its frontier is over `limit` tokens (a
+    /// compaction then goes down to the low-water mark of `budget`). `conv` is the
+    /// conversation as the storing transaction left it; `None` reads it. Never waits for a
+    /// compaction of the same conversation already running (here or, on PostgreSQL, in another
+    /// gateway): that one covers this turn too. `Some(report)` when it compacted.
+    async fn compact_over(
         &self,
         key: &ConvKey,
         conv: Option<ConvRow>,
         budget: u64,
-    ) -> Result<()> {
+        limit: u64,
+    ) -> Result<Option<CompactionReport>> {
         let conv = match conv {
             Some(conv) => conv,
             None => match self.store.conversation(key).await? {
                 Some(conv) => conv,
-                None => return Ok(()),
+                None => return Ok(None),
             },
         };
-        if (conv.frontier_tokens.max(0) as u64) <= self.cfg.threshold_tokens(budget) {
-            return Ok(());
+        if (conv.frontier_tokens.max(0) as u64) <= limit {
+            return Ok(None);
         }
-        // A compaction already running for this conversation will cover this turn too.
         let Some(_lock) = self.store.lock_compaction(conv.id, false).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let opts = CompactionOptions {
             budget,
@@ -157,6 +181,50 @@ impl LosslessEngine {
             .compact(conv.id, self.summarizer.clone(), self.cfg.clone(), opts)
             .await?;
         tracing::debug!(?report, "lossless: threshold compaction");
+        Ok(Some(report))
+    }
+
+    /// The compaction a turn cannot leave to background maintenance: over the threshold when
+    /// compaction is inline, over the whole budget when it is background debt.
+    async fn compact_after_turn(
+        &self,
+        key: &ConvKey,
+        conv: Option<ConvRow>,
+        budget: u64,
+    ) -> Result<()> {
+        self.compact_over(key, conv, budget, self.foreground_limit(budget))
+            .await
+            .map(|_| ())
+    }
+
+    /// Background maintenance's part of `maintain`: pays the conversation's compaction debt
+    /// (frontier over the threshold) unless `abort` fires first, in which case the pass is
+    /// dropped (each round is one transaction: nothing half-written) and the debt stays for
+    /// the next run.
+    async fn pay_compaction_debt(
+        &self,
+        key: &ConvKey,
+        budget: u64,
+        abort: Option<&clawctx_engine::AbortSignal>,
+    ) -> Result<()> {
+        let work = self.compact_over(key, None, budget, self.cfg.threshold_tokens(budget));
+        let outcome = match abort {
+            Some(signal) => {
+                tokio::select! {
+                    r = work => Some(r?),
+                    _ = signal.aborted() => None,
+                }
+            }
+            None => Some(work.await?),
+        };
+        match outcome {
+            None => tracing::info!(
+                session = %key.session_key,
+                "lossless: background compaction abandoned (shutting down); the next turn's maintenance compacts"
+            ),
+            Some(Some(report)) => tracing::debug!(?report, "lossless: background compaction"),
+            Some(None) => {}
+        }
         Ok(())
     }
 
@@ -207,7 +275,8 @@ pub fn lossless_info() -> ContextEngineInfo {
         name: "Lossless Context Engine".into(),
         version: Some(env!("CARGO_PKG_VERSION").into()),
         owns_compaction: Some(true),
-        turn_maintenance_mode: Some(TurnMaintenanceMode::Foreground),
+        // Threshold compaction is paid by `maintain` after the reply (see the module header).
+        turn_maintenance_mode: Some(TurnMaintenanceMode::Background),
         // The engine owns compaction and builds the prompt itself: on a host that does not
         // let assemble() control the prompt (a generic CLI backend) its history would diverge
         // from what the model saw, so it refuses to run there (contract §5).
@@ -252,7 +321,11 @@ pub fn lossless_info() -> ContextEngineInfo {
 #[async_trait]
 impl ContextEngine for LosslessEngine {
     fn info(&self) -> ContextEngineInfo {
-        lossless_info()
+        let mut info = lossless_info();
+        if !self.cfg.background_compaction {
+            info.turn_maintenance_mode = Some(TurnMaintenanceMode::Foreground);
+        }
+        info
     }
 
     fn methods(&self) -> MethodSet {
@@ -355,6 +428,7 @@ impl ContextEngine for LosslessEngine {
                     prompt: params.prompt.clone(),
                     recall_reserve: self.cfg.prompt_recall_reserve(budget),
                     recall_max_messages: self.cfg.prompt_recall_max_messages,
+                    cache_block_share: self.cfg.cache_block_share,
                 })
                 .await?
         };
@@ -486,14 +560,13 @@ impl ContextEngine for LosslessEngine {
             .ingest(&key, params.messages[start..].to_vec())
             .await?;
         let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
-        self.compact_over_threshold(&key, outcome.conv, budget)
-            .await?;
+        self.compact_after_turn(&key, outcome.conv, budget).await?;
         Ok(())
     }
 
     /// One atomic, idempotent write keyed by `advancementKey` (contract §1.7): the turn's
     /// messages and the key go into the store in one transaction (`Db::commit_turn`). The
-    /// first write answers `committed` and runs the same threshold compaction as `afterTurn`;
+    /// first write answers `committed` and runs the same turn compaction as `afterTurn`;
     /// a key committed before (a retry from the host's outbox, also after a restart) answers
     /// `duplicate` and writes nothing.
     ///
@@ -530,10 +603,7 @@ impl ContextEngine for LosslessEngine {
             });
         };
         let budget = self.budget(None, params.runtime_context.as_ref());
-        if let Err(e) = self
-            .compact_over_threshold(&key, outcome.conv, budget)
-            .await
-        {
+        if let Err(e) = self.compact_after_turn(&key, outcome.conv, budget).await {
             tracing::warn!("lossless: threshold compaction after commitTurn failed: {e}");
         }
         Ok(CommitTurnResult {
@@ -594,11 +664,27 @@ impl ContextEngine for LosslessEngine {
         })
     }
 
+    /// Background maintenance (`allowDeferredCompactionExecution`, after the reply) pays the
+    /// session's compaction debt first; every call then applies payload retention. Inline
+    /// maintenance (bootstrap, after a compaction) has no permission to compact.
     async fn maintain(
         &self,
-        _params: &MaintainParams,
-        _cx: &CallContext,
+        params: &MaintainParams,
+        cx: &CallContext,
     ) -> Result<TranscriptRewriteResult, EngineError> {
+        let rc = params.runtime_context.as_ref();
+        let deferred_allowed = rc
+            .and_then(|r| r.allow_deferred_compaction_execution)
+            .unwrap_or(false);
+        let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
+        if self.cfg.background_compaction
+            && deferred_allowed
+            && self.mode(&key) == SessionMode::Normal
+        {
+            let budget = self.budget(None, rc);
+            self.pay_compaction_debt(&key, budget, cx.abort.as_ref())
+                .await?;
+        }
         if let Some(days) = self.cfg.payload_retention_days {
             let cutoff = crate::store::now_ms() - (days * 86_400_000.0) as i64;
             let report = self.store.expire_payloads(cutoff, true).await?;

@@ -140,6 +140,12 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode
         }
     }
     println!();
+    // Background maintenance (the lossless engine's compaction after the reply) finishes
+    // before the process exits; Ctrl-C abandons it (nothing half-written: see RELIABILITY.md).
+    tokio::select! {
+        _ = runtime.wait_for_maintenance() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
     runtime.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -140,6 +140,12 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         .session
         .unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
     let (result, printed) = turn_with_ctrl_c(&runtime, &key, &args.prompt, !args.json).await;
+    // Background maintenance (the lossless engine's compaction after the reply) finishes
+    // before the process exits; Ctrl-C abandons it (nothing half-written: see RELIABILITY.md).
+    tokio::select! {
+        _ = runtime.wait_for_maintenance() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
     runtime.shutdown().await;
     let outcome = result.context("the turn failed")?;
     // Engines quarantined during this run (this process): the reply came from legacy.
