@@ -9,6 +9,18 @@
 //! rows are decoded, so the work is proportional to what is returned, not to history length.
 //! The sum of the returned messages' estimates never exceeds the budget: a lone unit that is
 //! too big is shortened with `truncate_middle`, and dropped if even that cannot fit.
+//!
+//! Cache-stable front (hysteresis): providers cache the longest unchanged prefix of a request,
+//! so the oldest message shown must not move every turn. Dropping just the oldest unit that no
+//! longer fits would shift the whole conversation part of the prompt by one message each turn
+//! once the budget is full (a cache miss on every turn). Instead each conversation's assembly
+//! remembers where it started (its [`FrontKey`], kept by the backend in [`Fronts`]): while
+//! everything from that front to the newest message fits, the walk stops there even when older
+//! items would fit too (growing the front backwards changes the prefix as much as shrinking
+//! it); when it no longer fits, or the front was compacted away, the oldest units are dropped
+//! in one block so that what is kept is at most `1 − cacheBlockShare` of the history budget,
+//! and the next many turns fit behind the same front. A compaction rewrites the front once for
+//! many turns. The per-turn `<recalled>` block stays after the stable part (before the prompt).
 
 use clawctx_protocol::{AgentMessage, Content, ContentBlock};
 use clawctx_tokens::{message_tokens, truncate_middle};
@@ -66,6 +78,49 @@ pub fn system_prompt_addition(available: Option<&[String]>) -> String {
     out.trim_end().to_owned() + "\n"
 }
 
+/// The first frontier item an assembly showed: where the next assembly of the same
+/// conversation starts while everything after it fits (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FrontKey {
+    /// A stored message (its id).
+    Message(i64),
+    /// A summary (its id).
+    Summary(i64),
+}
+
+/// How assembly keeps the front of the context still (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Hysteresis {
+    /// Where the previous assembly of this conversation started (`None`: not known).
+    pub front: Option<FrontKey>,
+    /// Share of the history budget dropped at once when the context no longer fits behind
+    /// `front` (`cacheBlockShare`); `0` drops only what does not fit (the front moves every turn
+    /// once the budget is full).
+    pub block_share: f64,
+}
+
+/// Each conversation's [`FrontKey`], kept by a backend for the life of the process (a restart,
+/// or another gateway on the same PostgreSQL store, starts a fresh front once: one cache miss).
+#[derive(Debug, Default)]
+pub(crate) struct Fronts(std::sync::Mutex<std::collections::HashMap<i64, FrontKey>>);
+
+impl Fronts {
+    /// The remembered front of conversation `conv_id`.
+    pub(crate) fn get(&self, conv_id: i64) -> Option<FrontKey> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&conv_id).copied()
+    }
+
+    /// Remembers (or, with `None`, forgets) the front of conversation `conv_id`.
+    pub(crate) fn set(&self, conv_id: i64, front: Option<FrontKey>) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match front {
+            Some(f) => map.insert(conv_id, f),
+            None => map.remove(&conv_id),
+        };
+    }
+}
+
 /// What [`Db::assemble`] produced.
 #[derive(Clone, Debug, Default)]
 pub struct Assembled {
@@ -81,6 +136,9 @@ pub struct Assembled {
     pub truncated: bool,
     /// Stored messages quoted in the `<recalled>` block (0 = no block).
     pub recalled: usize,
+    /// The first frontier item shown (`None`: no stored item shown), for the next assembly's
+    /// [`Hysteresis::front`].
+    pub front: Option<FrontKey>,
 }
 
 /// An epoch-ms timestamp as the model sees it in context blocks (`2024-05-01T13:56Z`).
@@ -155,6 +213,13 @@ impl Item {
             Item::Summary { .. } => false,
         }
     }
+    fn front_key(&self) -> Option<FrontKey> {
+        match self {
+            Item::Live(..) => None,
+            Item::Message { id, .. } => Some(FrontKey::Message(*id)),
+            Item::Summary { id, .. } => Some(FrontKey::Summary(*id)),
+        }
+    }
     fn calls(&self) -> bool {
         match self {
             Item::Live(m, _) => m.tool_calls().next().is_some(),
@@ -219,6 +284,11 @@ pub(crate) struct Packer<'r> {
     recall: Option<&'r PromptRecall>,
     n_live: usize,
     has_conv: bool,
+    hysteresis: Hysteresis,
+    /// The unit holding [`Hysteresis::front`] was kept: the walk ends at the next item.
+    at_front: bool,
+    /// Older items exist that the walk did not take.
+    older_left: bool,
 }
 
 impl<'r> Packer<'r> {
@@ -229,6 +299,7 @@ impl<'r> Packer<'r> {
         budget: u64,
         recall: Option<&'r PromptRecall>,
         has_conv: bool,
+        hysteresis: Hysteresis,
     ) -> Self {
         let recall = recall.filter(|r| {
             r.reserve > 0
@@ -246,6 +317,9 @@ impl<'r> Packer<'r> {
             recall,
             n_live: live.len(),
             has_conv,
+            hysteresis,
+            at_front: false,
+            older_left: false,
         };
         for m in live.into_iter().rev() {
             let t = message_tokens(&m);
@@ -264,6 +338,12 @@ impl<'r> Packer<'r> {
         if self.done {
             return;
         }
+        if self.at_front {
+            // Everything from the remembered front on fits: keep the front where it was.
+            self.older_left = true;
+            self.done = true;
+            return;
+        }
         if item.is_tool_result() {
             self.pending.push(item);
             return;
@@ -280,12 +360,43 @@ impl<'r> Packer<'r> {
         let cost: u64 = unit.iter().map(Item::tokens).sum();
         if self.used + cost <= self.budget {
             self.used += cost;
+            let front = self.hysteresis.front;
+            if front.is_some() && unit.iter().any(|i| i.front_key() == front) {
+                self.at_front = true;
+            }
             self.kept.push(unit);
         } else {
             if self.kept.is_empty() {
                 self.oversized = Some(unit);
+            } else {
+                self.evict_block();
             }
+            self.older_left = true;
             self.done = true;
+        }
+    }
+
+    /// The context no longer fits behind the remembered front: drops the oldest kept units
+    /// until at most `1 − block_share` of the budget is used, so that the next turns fit
+    /// behind the new front (the newest unit is always kept).
+    fn evict_block(&mut self) {
+        let share = self.hysteresis.block_share.clamp(0.0, 0.95);
+        if share <= 0.0 {
+            return;
+        }
+        let keep = ((1.0 - share) * self.budget as f64).floor() as u64;
+        while self.used > keep && self.kept.len() > 1 {
+            // Live messages (the current prompt) are never dropped for the block: they are
+            // the newest units, so the oldest kept unit is stored whenever one is.
+            let Some(oldest) = self.kept.last() else {
+                break;
+            };
+            if oldest.iter().any(|i| matches!(i, Item::Live(..))) {
+                break;
+            }
+            let cost: u64 = oldest.iter().map(Item::tokens).sum();
+            self.kept.pop();
+            self.used -= cost;
         }
     }
 
@@ -299,12 +410,16 @@ impl<'r> Packer<'r> {
     ) -> Result<Packed<'r>> {
         let mut out = Assembled {
             // Only the stored history counts as truncated, not the live messages alone.
-            truncated: self.done && self.has_conv,
+            truncated: self.older_left && self.has_conv,
             ..Default::default()
         };
         let oversized = self.oversized.take();
         let mut units = std::mem::take(&mut self.kept);
         units.reverse();
+        out.front = units
+            .first()
+            .and_then(|u| u.first())
+            .and_then(Item::front_key);
         let mut shown = std::collections::HashSet::new();
         for unit in units {
             for item in unit {
@@ -332,6 +447,7 @@ impl<'r> Packer<'r> {
                 out.tokens = t;
                 out.messages = msgs;
             }
+            out.front = None;
             return Ok(Packed {
                 out,
                 recall: None,
@@ -388,7 +504,20 @@ impl Db {
         budget: u64,
         recall: Option<&PromptRecall>,
     ) -> Result<Assembled> {
-        let mut p = Packer::new(live, budget, recall, conv_id.is_some());
+        self.assemble_stable(conv_id, live, budget, recall, Hysteresis::default())
+    }
+
+    /// [`Db::assemble`] keeping the front still as `hysteresis` says (see the module docs);
+    /// the result's [`Assembled::front`] is the next call's `hysteresis.front`.
+    pub fn assemble_stable(
+        &self,
+        conv_id: Option<i64>,
+        live: Vec<AgentMessage>,
+        budget: u64,
+        recall: Option<&PromptRecall>,
+        hysteresis: Hysteresis,
+    ) -> Result<Assembled> {
+        let mut p = Packer::new(live, budget, recall, conv_id.is_some(), hysteresis);
         if let Some(conv_id) = conv_id {
             // The walk reads only what packing needs; a message's stored columns are read (by
             // its key) only when it is not decoded already, which on consecutive turns is the

@@ -56,6 +56,9 @@ pub struct AssembleRequest {
     pub recall_reserve: u64,
     /// Messages the block quotes at most.
     pub recall_max_messages: usize,
+    /// Share of the history budget dropped at once when the context is full
+    /// (`cacheBlockShare`, see [`crate::assemble`]); `0`: the front moves every turn.
+    pub cache_block_share: f64,
 }
 
 /// Which kind of database a backend is.
@@ -316,6 +319,7 @@ impl Backend for LosslessStore {
     }
 
     async fn assemble(&self, req: AssembleRequest) -> Result<Option<(ConvRow, Assembled)>> {
+        let fronts = self.fronts();
         self.call(move |db| {
             db.read(|db| {
                 let Some(conv) = db.conversation(&req.key)? else {
@@ -327,7 +331,18 @@ impl Backend for LosslessStore {
                 let recall = recall_for(&req, &live, || {
                     db.scope_conversations(&Scope::Session(req.key.clone()))
                 })?;
-                let out = db.assemble(Some(conv.id), live, req.budget, recall.as_ref())?;
+                let hysteresis = crate::assemble::Hysteresis {
+                    front: fronts.get(conv.id),
+                    block_share: req.cache_block_share,
+                };
+                let out = db.assemble_stable(
+                    Some(conv.id),
+                    live,
+                    req.budget,
+                    recall.as_ref(),
+                    hysteresis,
+                )?;
+                fronts.set(conv.id, out.front);
                 Ok(Some((conv, out)))
             })
         })

@@ -94,6 +94,12 @@ pub struct LosslessConfig {
     pub prompt_recall_max_tokens: u64,
     /// Messages quoted at most.
     pub prompt_recall_max_messages: usize,
+    /// Share of the history budget (the budget less the recall reserve) dropped at once when
+    /// the assembled context is full, so that the front of the prompt stays still for the
+    /// next many turns and the provider's prompt cache keeps hitting (see
+    /// [`crate::assemble`]); `0` drops only what no longer fits, moving the front every turn.
+    /// Clamped to `0..=0.95`.
+    pub cache_block_share: f64,
     /// Message texts of at least this many bytes are stored once per content; `0` = never.
     pub large_payload_bytes: usize,
     /// Large payloads older than this many days, once summarized, are replaced by a
@@ -144,6 +150,7 @@ impl Default for LosslessConfig {
             prompt_recall_share: 0.25,
             prompt_recall_max_tokens: 6_000,
             prompt_recall_max_messages: 40,
+            cache_block_share: 0.5,
             large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
             payload_retention_days: None,
             database: None,
@@ -323,6 +330,7 @@ impl LosslessConfig {
         self.max_compaction_rounds = self.max_compaction_rounds.clamp(1, 64);
         self.summary_concurrency = self.summary_concurrency.clamp(1, 32);
         self.prompt_recall_share = clamp_f(self.prompt_recall_share, 0.0, 0.5, 0.25);
+        self.cache_block_share = clamp_f(self.cache_block_share, 0.0, 0.95, 0.5);
         self.prompt_recall_max_messages = self.prompt_recall_max_messages.min(200);
         self.payload_retention_days = self
             .payload_retention_days

@@ -64,6 +64,7 @@
 //! | `promptRecallShare` | `0.25` | budget share for stored messages matching the prompt, quoted verbatim (`0` = off) |
 //! | `promptRecallMaxTokens` | `6000` | cap of that share |
 //! | `promptRecallMaxMessages` | `40` | messages quoted at most |
+//! | `cacheBlockShare` | `0.5` | when the context is full, share of the history budget dropped at once so the prompt's front (provider prompt cache) stays still for the next turns (`0` = drop one unit at a time) |
 
 mod api;
 pub mod assemble;

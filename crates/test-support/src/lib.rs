@@ -10,6 +10,8 @@
 //! - [`conformance`]: the one engine conformance suite, run against `legacy`, `lossless` and
 //!   plugin engines alike;
 //! - [`pg`]: the PostgreSQL test server (`CLAWCTX_TEST_PG_URL`) and a fresh database per test;
+//! - [`mock_model`]: a model that reports prefix caching as providers do (cached tokens of the
+//!   longest prefix shared with an earlier request of the session), offline or on loopback;
 //! - [`small_fs`]: a tiny `tmpfs` mounted by the test (out-of-space and read-only state dirs).
 //!
 //! Panicking is how a test fails, so this crate may `unwrap`/`expect` freely.
@@ -19,6 +21,7 @@ pub mod conformance;
 pub mod host;
 pub mod logs;
 pub mod messages;
+pub mod mock_model;
 pub mod pg;
 pub mod small_fs;
 pub mod test_engine;

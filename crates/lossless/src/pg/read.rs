@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use deadpool_postgres::{GenericClient, Transaction};
 
 use super::store::PgStore;
-use crate::assemble::{Assembled, Item, Packer, Stored};
+use crate::assemble::{Assembled, Hysteresis, Item, Packer, Stored};
 use crate::backend::{live_tail, recall_for, AssembleRequest};
 use crate::error::Result;
 use crate::prompt_recall::{block_of, wanted, PromptRecall, RecalledBlock};
@@ -91,7 +91,11 @@ impl PgStore {
             Vec::new()
         };
         let recall = recall_for(req, &live, || Ok(convs))?;
-        let mut p = Packer::new(live, req.budget, recall.as_ref(), true);
+        let hysteresis = Hysteresis {
+            front: self.fronts.get(conv.id),
+            block_share: req.cache_block_share,
+        };
+        let mut p = Packer::new(live, req.budget, recall.as_ref(), true, hysteresis);
         // Page by page, newest first, each page a query of its own with its LIMIT: planned for
         // the rows it returns (a portal over the whole frontier is planned for all of them, and
         // joined every message's text before the first row came back).
@@ -158,6 +162,7 @@ impl PgStore {
         };
         let out = packed.with_recall(block);
         tx.commit().await?;
+        self.fronts.set(conv.id, out.front);
         Ok(Some((conv, out)))
     }
 

@@ -58,6 +58,8 @@ pub struct PgStore {
     /// opened while its server was down ([`PgStore::open_or_wait`]), by the first connection
     /// made once it is back.
     schema_ready: Arc<tokio::sync::OnceCell<()>>,
+    /// Where each conversation's last assembly by this process started (cache-stable front).
+    pub(crate) fronts: Arc<crate::assemble::Fronts>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -99,6 +101,7 @@ impl PgStore {
             target: Arc::new(target),
             large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
             schema_ready: Arc::new(tokio::sync::OnceCell::new_with(Some(()))),
+            fronts: Arc::default(),
         })
     }
 
@@ -121,6 +124,7 @@ impl PgStore {
                     target: Arc::new(target),
                     large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
                     schema_ready: Arc::new(tokio::sync::OnceCell::new()),
+                    fronts: Arc::default(),
                 })
             }
             other => other,

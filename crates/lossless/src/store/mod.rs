@@ -85,6 +85,8 @@ struct Inner {
     path: PathBuf,
     /// One compaction at a time per conversation (see `Backend::lock_compaction`).
     compactions: Mutex<FxMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Where each conversation's last assembly started (cache-stable front).
+    fronts: Arc<crate::assemble::Fronts>,
 }
 
 /// Where jobs go: both `None` once closed.
@@ -213,8 +215,14 @@ impl LosslessStore {
                 closed: Mutex::new(Some(closed_rx)),
                 path,
                 compactions: Mutex::new(FxMap::default()),
+                fronts: Arc::default(),
             }),
         })
+    }
+
+    /// Where each conversation's last assembly started (see [`crate::assemble`]).
+    pub(crate) fn fronts(&self) -> Arc<crate::assemble::Fronts> {
+        self.inner.fronts.clone()
     }
 
     /// The compaction lock of conversation `conv_id` in this process.
