@@ -158,6 +158,10 @@ pub struct EngineReport {
     pub assembled_messages_last: u64,
     /// Assembles whose output exceeded the budget (must be 0).
     pub over_budget: u64,
+    /// The provider's prompt cache over the assembled requests (the system prompt addition,
+    /// then the messages), as the mock model of `clawctx_test_support::mock_model` reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheFigures>,
     /// Recall latency.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grep: Option<GrepFigures>,
@@ -184,6 +188,18 @@ pub struct EngineReport {
     pub peak_rss_bytes: Option<u64>,
     /// Whether the peak was reset before this engine (otherwise it includes earlier runs).
     pub peak_rss_isolated: bool,
+}
+
+/// Prompt-cache figures of one engine (see [`EngineReport::cache`]).
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheFigures {
+    /// Requests after the first (those that could hit the cache).
+    pub requests: u64,
+    /// Share of their prompt tokens the provider would serve from its cache.
+    pub cached_share: f64,
+    /// Requests sharing less than half of the previous one, per 100.
+    pub breaks_per_100: f64,
 }
 
 /// A ratio between an engine and the baseline (first engine).
@@ -357,6 +373,7 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
     let (mut ingest, mut check, mut prep, mut assemble, mut overhead) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut assembled_tokens: Vec<u64> = Vec::new();
+    let mut cache = clawctx_test_support::mock_model::PrefixCache::new();
     let started = Instant::now();
     let mut loop_time = Duration::ZERO;
     for turn in opts.source.turns()? {
@@ -410,6 +427,13 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
                 report.over_budget += 1;
             }
             assembled_tokens.push(used);
+            let mut parts: Vec<String> = out.system_prompt_addition.iter().cloned().collect();
+            for m in &out.messages {
+                parts.push(
+                    serde_json::to_string(m).map_err(|e| BenchError::engine(id, "serialize", e))?,
+                );
+            }
+            cache.observe(SESSION_ID, &parts);
             report.assembled_tokens_last = used;
             report.assembled_messages_last = out.messages.len() as u64;
         }
@@ -421,6 +445,24 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
         let before = counters.totals();
         let t2 = Instant::now();
         deliver_turn(&eut, SESSION_ID, SESSION_KEY, &turn.messages, budget).await?;
+        if eut.owns_compaction && eut.engine.methods().has(Method::Maintain) {
+            // The host's maintenance after the reply, where a background engine compacts.
+            let p = MaintainParams {
+                session_id: SESSION_ID.into(),
+                session_key: Some(SESSION_KEY.into()),
+                session_file: format!("{SESSION_ID}.jsonl"),
+                runtime_context: Some(ContextEngineRuntimeContext {
+                    allow_deferred_compaction_execution: Some(true),
+                    token_budget: Some(budget),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            eut.engine
+                .maintain(&p, &host.call_context())
+                .await
+                .map_err(|e| BenchError::engine(id, "maintain", e))?;
+        }
         let dt = t2.elapsed();
         loop_time += dt;
         let during = counters.totals().since(before);
@@ -493,6 +535,14 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
     assembled_tokens.sort_unstable();
     report.assembled_tokens_p50 = percentile_u64(&assembled_tokens, 50.0);
     report.assembled_tokens_max = assembled_tokens.last().copied().unwrap_or(0);
+    let c = cache.totals();
+    if c.follow_ups > 0 {
+        report.cache = Some(CacheFigures {
+            requests: c.follow_ups,
+            cached_share: c.cached_share(),
+            breaks_per_100: c.breaks_per_100(),
+        });
+    }
 
     report.grep = grep_figures(&eut).await?;
     if let Some(store) = &eut.store {
@@ -633,6 +683,13 @@ pub fn render_table(r: &BenchReport) -> String {
         )
     });
     row("over budget", &|e| e.over_budget.to_string());
+    row(
+        "prompt cache: cached share / breaks per 100",
+        &|e| match &e.cache {
+            Some(c) => format!("{:.1}% / {:.1}", c.cached_share * 100.0, c.breaks_per_100),
+            None => "n/a".into(),
+        },
+    );
     row("grep full-text / regex p50", &|e| match &e.grep {
         Some(g) => format!("{:.2} / {:.2} ms", g.full_text.p50_ms, g.regex.p50_ms),
         None => "n/a".into(),
