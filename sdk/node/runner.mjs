@@ -101,6 +101,41 @@ function llmCompleteFor(callId, request) {
   return hostRequest('host/llm.complete', { request, callId: typeof callId === 'number' ? callId : null });
 }
 
+// --- the session transcript (openclaw/plugin-sdk/session-transcript-runtime) ------------------
+// OpenClaw's transcript functions take a session identity, not a call: the host serves a read
+// with the services of an engine call in progress for that session (the runtime answers only
+// for its own session). Engine calls in progress, by request id, with their session:
+const inflight = new Map();
+
+function transcriptCallFor(request) {
+  const current = callStoreInUse ? callStore.getStore() : syncCallId;
+  const named = request.sessionId !== undefined || request.sessionKey !== undefined;
+  const matches = (s) =>
+    s &&
+    (request.sessionId === undefined || s.sessionId === request.sessionId) &&
+    (request.sessionKey === undefined || s.sessionKey === request.sessionKey);
+  if (current !== undefined && (!named || matches(inflight.get(current)))) return current;
+  if (named) {
+    let found;
+    for (const [id, s] of inflight) if (matches(s)) found = id;
+    if (found !== undefined) return found;
+  }
+  return current;
+}
+
+globalThis[Symbol.for('clawctx.runner')] = Object.freeze({
+  transcriptRead(method, request) {
+    const callId = transcriptCallFor(request);
+    if (callId === undefined) {
+      const who = request.sessionKey || request.sessionId || 'no session named';
+      return Promise.reject(
+        new Error(`the session transcript (${who}) can be read only during an engine call for that session (clawctx serves it with that call's session)`),
+      );
+    }
+    return hostRequest(method, { request, callId: typeof callId === 'number' ? callId : null });
+  },
+});
+
 // --- SDK module resolution ------------------------------------------------------------------
 const SDK_ESM = {
   'openclaw/plugin-sdk': 'plugin-sdk/index.mjs',
@@ -109,6 +144,8 @@ const SDK_ESM = {
   'clawctx/plugin-sdk': 'plugin-sdk/index.mjs',
   'clawctx/plugin-sdk/core': 'plugin-sdk/core.mjs',
   'clawctx/plugin-sdk/plugin-entry': 'plugin-sdk/plugin-entry.mjs',
+  'openclaw/plugin-sdk/session-transcript-runtime': 'plugin-sdk/session-transcript-runtime.mjs',
+  'clawctx/plugin-sdk/session-transcript-runtime': 'plugin-sdk/session-transcript-runtime.mjs',
 };
 const SDK_CJS = {
   'openclaw/plugin-sdk': 'plugin-sdk/core.cjs',
@@ -117,6 +154,8 @@ const SDK_CJS = {
   'clawctx/plugin-sdk': 'plugin-sdk/core.cjs',
   'clawctx/plugin-sdk/core': 'plugin-sdk/core.cjs',
   'clawctx/plugin-sdk/plugin-entry': 'plugin-sdk/plugin-entry.cjs',
+  'openclaw/plugin-sdk/session-transcript-runtime': 'plugin-sdk/session-transcript-runtime.cjs',
+  'clawctx/plugin-sdk/session-transcript-runtime': 'plugin-sdk/session-transcript-runtime.cjs',
 };
 
 let cjsPatched = false;
@@ -1052,6 +1091,7 @@ async function callEngine(method, params, id) {
     p.abortSignal = controller.signal;
   }
   const pristine = byReference ? Object.assign({}, p) : null;
+  inflight.set(id, { sessionId: p.sessionId, sessionKey: p.sessionKey });
   try {
     let result;
     try {
@@ -1080,6 +1120,7 @@ async function callEngine(method, params, id) {
     if (byReference) result = referenceResult(result, byReference);
     return result === undefined ? null : result;
   } finally {
+    inflight.delete(id);
     if (abortable) state.controllers.delete(id);
   }
 }

@@ -255,6 +255,18 @@ pub trait RuntimeServices: Send + Sync {
         ))
     }
 
+    /// OpenClaw's `readSessionTranscriptVisibleMessageDelta` (contract §1.7): one page of the
+    /// visible messages of this call's session after a cursor. Fails for another session and
+    /// on a host without transcripts.
+    async fn read_transcript_delta(
+        &self,
+        _request: clawctx_protocol::transcript::TranscriptDeltaRequest,
+    ) -> Result<clawctx_protocol::transcript::TranscriptDelta, EngineError> {
+        Err(EngineError::failed(
+            "reading the session transcript is not available on this host",
+        ))
+    }
+
     /// The runtime's built-in summarization compaction, the target of
     /// `delegateCompactionToRuntime` (contract §7.2, §7.4).
     async fn compact_session(

@@ -1,8 +1,8 @@
 //! The JSON-RPC 2.0 client side of the plugin protocol (see `docs/plugin-protocol.md`).
 //!
 //! One JSON message per line over the child's stdio: requests and responses go both ways
-//! (the plugin calls back into the host for `host/log`, `host/llm.complete` and
-//! `host/rewriteTranscriptEntries`). A
+//! (the plugin calls back into the host for `host/log`, `host/llm.complete`,
+//! `host/rewriteTranscriptEntries` and `host/transcript.readVisibleMessageDelta`). A
 //! [`Connection`] owns the process; a reader task routes responses to pending calls and serves
 //! plugin→host requests. Anything that breaks the framing — a line that is not a JSON object,
 //! a line over the size cap, EOF — fails every pending call with a message saying what
@@ -50,6 +50,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use clawctx_engine::{AbortSignal, CallContext, LlmCompleteRequest, RuntimeServices};
+use clawctx_protocol::transcript::TranscriptDeltaRequest;
 use clawctx_protocol::{TranscriptRewriteRequest, TranscriptRewriteResult};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -1187,6 +1188,43 @@ fn dispatch(shared: &Arc<Shared>, msg: Incoming, rt: &Handle) {
                         ),
                         (Ok(Some(services)), Ok(request)) => {
                             match services.llm_complete(request).await {
+                                Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
+                                Err(e) => rpc_error(&id, ENGINE_ERROR, &e.to_string()),
+                            }
+                        }
+                    };
+                    shared.reply(method, &reply).await;
+                });
+            }
+            "host/transcript.readVisibleMessageDelta" => {
+                // `openclaw/plugin-sdk/session-transcript-runtime`'s
+                // `readSessionTranscriptVisibleMessageDelta`, served with the services of the
+                // call it names (the runtime answers only for that call's session).
+                let Some(id) = id else { return };
+                let shared = shared.clone();
+                rt.spawn(async move {
+                    let method = "host/transcript.readVisibleMessageDelta";
+                    let reply = match (
+                        shared.services_for(method, &params),
+                        serde_json::from_value::<TranscriptDeltaRequest>(
+                            params.get("request").cloned().unwrap_or(Value::Null),
+                        ),
+                    ) {
+                        (Err(message), _) => rpc_error(&id, INVALID_PARAMS, &message),
+                        (_, Err(e)) => rpc_error(
+                            &id,
+                            INVALID_PARAMS,
+                            &format!(
+                                "invalid readSessionTranscriptVisibleMessageDelta request: {e}"
+                            ),
+                        ),
+                        (Ok(None), _) => rpc_error(
+                            &id,
+                            ENGINE_ERROR,
+                            "reading the session transcript is not available on this host",
+                        ),
+                        (Ok(Some(services)), Ok(request)) => {
+                            match services.read_transcript_delta(request).await {
                                 Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
                                 Err(e) => rpc_error(&id, ENGINE_ERROR, &e.to_string()),
                             }

@@ -36,6 +36,14 @@ pub const NODE_FILES: &[(&str, &str)] = &[
         include_str!("../../../sdk/node/plugin-sdk/plugin-entry.mjs"),
     ),
     (
+        "plugin-sdk/session-transcript-runtime.cjs",
+        include_str!("../../../sdk/node/plugin-sdk/session-transcript-runtime.cjs"),
+    ),
+    (
+        "plugin-sdk/session-transcript-runtime.mjs",
+        include_str!("../../../sdk/node/plugin-sdk/session-transcript-runtime.mjs"),
+    ),
+    (
         "plugin-sdk/index.mjs",
         include_str!("../../../sdk/node/plugin-sdk/index.mjs"),
     ),

@@ -315,3 +315,82 @@ pub fn context_messages(path: &[TranscriptEntry]) -> Vec<AgentMessage> {
     }
     out
 }
+
+/// A read of the transcript's visible messages after a cursor: OpenClaw's
+/// `readSessionTranscriptVisibleMessageDelta` (`openclaw/plugin-sdk/session-transcript-runtime`,
+/// contract §1.7), which plugins use to read history the host never handed them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptDeltaRequest {
+    /// The session to read (must be the session of the call that asks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Its session key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<String>,
+    /// Its agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The opaque cursor of the previous page; absent: from the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// At most this many messages (1 to 10,000; default 1,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<f64>,
+    /// At most this many bytes of serialized messages (1 to 64 MiB; default 1,000,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<f64>,
+    /// `"reset-window"`: from the latest reset of the session (a clawctx session file has
+    /// none inside it: `/new` starts a new session), which is its start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+}
+
+/// One visible message of a [`TranscriptDelta::Page`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptDeltaEntry {
+    /// The transcript entry id.
+    pub entry_id: String,
+    /// The entry before it on the active branch.
+    pub parent_id: Option<String>,
+    /// Its position in the file (ordered, not a cursor).
+    pub seq: u64,
+    /// The message.
+    pub message: AgentMessage,
+    /// The message's role.
+    pub role: String,
+    /// The entry's timestamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+/// The answer to a [`TranscriptDeltaRequest`], in OpenClaw's shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum TranscriptDelta {
+    /// The messages after the cursor (at most the limits), and the cursor to read on from.
+    #[serde(rename_all = "camelCase")]
+    Page {
+        /// Read on from here.
+        cursor: String,
+        /// The messages, oldest first.
+        entries: Vec<TranscriptDeltaEntry>,
+        /// More messages wait after this page.
+        has_more: bool,
+        /// Bytes of the page's serialized messages.
+        serialized_bytes: u64,
+    },
+    /// The cursor does not fit the transcript (rewritten, replaced, another session, not a
+    /// cursor): read again from its start with `cursor`.
+    #[serde(rename_all = "camelCase")]
+    Reset {
+        /// The cursor of the transcript's start.
+        cursor: String,
+        /// `invalid_cursor`, `scope_mismatch`, `generation_mismatch`, `anchor_missing` or
+        /// `anchor_moved`.
+        reason: String,
+    },
+    /// The session has no transcript.
+    Missing,
+}

@@ -19,7 +19,9 @@ use clawctx_engine::host::{assert_host_requirements, embedded_host};
 use clawctx_engine::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
 use clawctx_engine::*;
 use clawctx_model::{CompletionRequest, ModelProvider};
-use clawctx_protocol::transcript::{EntryKind, TranscriptEntry};
+use clawctx_protocol::transcript::{
+    EntryKind, TranscriptDelta, TranscriptDeltaRequest, TranscriptEntry,
+};
 use clawctx_protocol::*;
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 use clawctx_transcript::{ResolvedSession, SessionFile, SessionStore};
@@ -225,6 +227,7 @@ impl RuntimeBuilder {
                 maintain_failures: Mutex::new(Vec::new()),
                 outbox_gates: Mutex::new(HashMap::new()),
                 retry: Mutex::new(Default::default()),
+                turn_fences: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -279,6 +282,10 @@ pub(crate) struct Inner {
     pub(crate) outbox_gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions whose commits failed and wait for the retry task ([`crate::outbox`]).
     pub(crate) retry: Mutex<crate::outbox::RetryState>,
+    /// The first entry of each session's turn in progress, by session id: a plugin's
+    /// transcript delta read ends before it (the turn reaches the engine through
+    /// `afterTurn`/`commitTurn`), see [`crate::turn`].
+    pub(crate) turn_fences: Mutex<HashMap<String, String>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -1215,6 +1222,41 @@ impl RuntimeServices for SessionServices {
             usage: completion.message.usage.clone(),
             text: completion.text(),
         })
+    }
+
+    async fn read_transcript_delta(
+        &self,
+        request: TranscriptDeltaRequest,
+    ) -> std::result::Result<TranscriptDelta, EngineError> {
+        let own = &self.session.entry.session_id;
+        let asked = (
+            request.session_id.as_deref(),
+            request.session_key.as_deref(),
+        );
+        if asked.0.is_some_and(|id| id != own) || asked.1.is_some_and(|k| k != self.session.key) {
+            return Err(EngineError::failed(format!(
+                "the transcript of session {:?} (key {:?}) was asked for, but this call is bound to session {own:?} (key {:?})",
+                asked.0.unwrap_or(""),
+                asked.1.unwrap_or(""),
+                self.session.key
+            )));
+        }
+        if !self.session.transcript_path.exists() {
+            return Ok(TranscriptDelta::Missing);
+        }
+        let fence = lock(&self.inner.turn_fences)
+            .map_err(|e| EngineError::failed(e.to_string()))?
+            .get(own)
+            .cloned();
+        let file = self
+            .inner
+            .file(&self.session.transcript_path)
+            .map_err(|e| EngineError::failed(e.to_string()))?;
+        let mut f = lock(&file).map_err(|e| EngineError::failed(e.to_string()))?;
+        f.refresh()
+            .map_err(|e| EngineError::failed(e.to_string()))?;
+        f.visible_message_delta(&request, &self.session.agent_id, fence.as_deref())
+            .map_err(|e| EngineError::failed(e.to_string()))
     }
 
     async fn compact_session(

@@ -307,7 +307,37 @@ struct EmbeddedTurn {
     /// The system prompt as the prompt hook last left it (so it is applied once per
     /// assembled system prompt).
     hooked_system: Option<String>,
+    /// The transcript read fence of this turn (see [`TurnFence`]).
+    fence: Option<TurnFence>,
     out: TurnOutcome,
+}
+
+/// While a turn runs, a plugin's transcript delta read (OpenClaw's
+/// `readSessionTranscriptVisibleMessageDelta`) ends before the turn's first entry, as
+/// OpenClaw's current-turn admission fence does: the turn reaches the engine through
+/// `afterTurn`/`commitTurn`, not through the transcript. Lifted when the turn ends.
+struct TurnFence {
+    rt: Arc<Inner>,
+    session_id: String,
+}
+
+impl TurnFence {
+    fn set(rt: &Arc<Inner>, session_id: &str, first_entry: &str) -> Option<Self> {
+        let mut fences = crate::runtime::lock(&rt.turn_fences).ok()?;
+        fences.insert(session_id.to_owned(), first_entry.to_owned());
+        Some(Self {
+            rt: rt.clone(),
+            session_id: session_id.to_owned(),
+        })
+    }
+}
+
+impl Drop for TurnFence {
+    fn drop(&mut self) {
+        if let Ok(mut fences) = self.rt.turn_fences.lock() {
+            fences.remove(&self.session_id);
+        }
+    }
 }
 
 impl EmbeddedTurn {
@@ -396,6 +426,7 @@ impl EmbeddedTurn {
             run_id: crate::hooks::new_run_id(),
             prompt_hook: None,
             hooked_system: None,
+            fence: None,
         })
     }
 
@@ -591,6 +622,7 @@ impl EmbeddedTurn {
             self.sync_history()?;
             self.out.context_tokens_before = before;
         }
+        self.set_fence();
 
         let owns = self.engine().info().owns_compaction();
         let mut overflow_retried = false;
@@ -1230,7 +1262,16 @@ impl EmbeddedTurn {
                 self.turn_entry_ids.push(id);
             }
         }
+        self.set_fence();
         Ok(())
+    }
+
+    /// Fences this turn's entries off transcript delta reads (see [`TurnFence`]).
+    fn set_fence(&mut self) {
+        self.fence = None;
+        if let Some(first) = self.turn_entry_ids.first() {
+            self.fence = TurnFence::set(&self.rt, &self.session.entry.session_id, first);
+        }
     }
 
     /// Provider overflow: the engine compacts (observed token count, else a minimally

@@ -17,6 +17,7 @@
 
 mod atomic;
 mod context;
+mod delta;
 mod error;
 pub mod key;
 mod lock;
@@ -24,6 +25,7 @@ mod rewrite;
 mod session_file;
 mod store;
 
+pub use delta::DeltaError;
 pub use error::{Result, TranscriptError};
 pub use key::{
     agent_id_of, main_session_key, new_subagent_session_key, SessionKey, SessionKeyKind,

@@ -1,0 +1,26 @@
+// ESM face of session-transcript-runtime.cjs ("openclaw/plugin-sdk/session-transcript-runtime").
+import m from './session-transcript-runtime.cjs';
+
+export const readSessionTranscriptVisibleMessageDelta = m.readSessionTranscriptVisibleMessageDelta;
+export const readVisibleSessionTranscriptMessageEntries = m.readVisibleSessionTranscriptMessageEntries;
+export const readLatestAssistantTextByIdentity = m.readLatestAssistantTextByIdentity;
+export const appendAssistantMirrorMessageByIdentity = m.appendAssistantMirrorMessageByIdentity;
+export const appendSessionTranscriptMessageByIdentity = m.appendSessionTranscriptMessageByIdentity;
+export const appendSessionTranscriptMessageByIdentityStrict = m.appendSessionTranscriptMessageByIdentityStrict;
+export const appendSessionTranscriptMessagesByIdentity = m.appendSessionTranscriptMessagesByIdentity;
+export const appendSessionYieldContext = m.appendSessionYieldContext;
+export const createSessionCatalogGitHubLinker = m.createSessionCatalogGitHubLinker;
+export const createSessionCatalogSourceActorProjector = m.createSessionCatalogSourceActorProjector;
+export const formatSessionTranscriptMemoryHitKey = m.formatSessionTranscriptMemoryHitKey;
+export const hasPromptImageInput = m.hasPromptImageInput;
+export const parseSessionTranscriptMemoryHitKey = m.parseSessionTranscriptMemoryHitKey;
+export const publishSessionTranscriptUpdateByIdentity = m.publishSessionTranscriptUpdateByIdentity;
+export const readSessionTranscriptCatalogPage = m.readSessionTranscriptCatalogPage;
+export const readSessionTranscriptCatalogTitle = m.readSessionTranscriptCatalogTitle;
+export const readSessionTranscriptEvents = m.readSessionTranscriptEvents;
+export const readSessionTranscriptRawDelta = m.readSessionTranscriptRawDelta;
+export const resolveSessionTranscriptIdentity = m.resolveSessionTranscriptIdentity;
+export const resolveSessionTranscriptMemoryHitKeyToSessionKeys = m.resolveSessionTranscriptMemoryHitKeyToSessionKeys;
+export const resolveSessionTranscriptTarget = m.resolveSessionTranscriptTarget;
+export const withSessionTranscriptWriteLock = m.withSessionTranscriptWriteLock;
+export default m;
