@@ -205,3 +205,113 @@ impl SessionFile {
         })
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use clawctx_protocol::AgentMessage;
+
+    fn request(cursor: Option<String>, max: u64) -> TranscriptDeltaRequest {
+        TranscriptDeltaRequest {
+            cursor,
+            max_messages: Some(max as f64),
+            ..Default::default()
+        }
+    }
+
+    fn page(d: TranscriptDelta) -> (String, Vec<String>, bool) {
+        match d {
+            TranscriptDelta::Page {
+                cursor,
+                entries,
+                has_more,
+                ..
+            } => (
+                cursor,
+                entries.iter().map(|e| e.message.plain_text()).collect(),
+                has_more,
+            ),
+            other => panic!("not a page: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn pages_follow_the_cursor_and_never_repeat_a_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = SessionFile::create(dir.path().join("s.jsonl"), "s1", "/").unwrap();
+        for t in ["a", "b", "c"] {
+            f.append_message(AgentMessage::user(t)).unwrap();
+        }
+        let (c1, got, more) = page(
+            f.visible_message_delta(&request(None, 2), "main", None)
+                .unwrap(),
+        );
+        assert_eq!((got, more), (vec!["a".to_owned(), "b".to_owned()], true));
+        let (c2, got, more) = page(
+            f.visible_message_delta(&request(Some(c1), 2), "main", None)
+                .unwrap(),
+        );
+        assert_eq!((got, more), (vec!["c".to_owned()], false));
+        f.append_message(AgentMessage::user("d")).unwrap();
+        let (_, got, _) = page(
+            f.visible_message_delta(&request(Some(c2), 2), "main", None)
+                .unwrap(),
+        );
+        assert_eq!(got, vec!["d".to_owned()]);
+    }
+
+    #[test]
+    fn the_turn_in_progress_is_fenced_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = SessionFile::create(dir.path().join("s.jsonl"), "s1", "/").unwrap();
+        f.append_message(AgentMessage::user("before")).unwrap();
+        let fence = f.append_message(AgentMessage::user("the turn")).unwrap();
+        let (c, got, more) = page(
+            f.visible_message_delta(&request(None, 10), "main", Some(&fence))
+                .unwrap(),
+        );
+        assert_eq!((got, more), (vec!["before".to_owned()], false));
+        // Without the fence the cursor reads on to the turn; with it, a cursor past it throws.
+        let (past, _, _) = page(
+            f.visible_message_delta(&request(Some(c), 10), "main", None)
+                .unwrap(),
+        );
+        assert_eq!(
+            f.visible_message_delta(&request(Some(past), 10), "main", Some(&fence)),
+            Err(DeltaError::FenceCrossed)
+        );
+    }
+
+    #[test]
+    fn a_cursor_that_does_not_fit_is_a_reset_to_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = SessionFile::create(dir.path().join("s.jsonl"), "s1", "/").unwrap();
+        let first = f.append_message(AgentMessage::user("a")).unwrap();
+        f.append_message(AgentMessage::user("b")).unwrap();
+        let (c, _, _) = page(
+            f.visible_message_delta(&request(None, 10), "main", None)
+                .unwrap(),
+        );
+        let reason = |d: TranscriptDelta| match d {
+            TranscriptDelta::Reset { reason, .. } => reason,
+            other => panic!("not a reset: {other:?}"),
+        };
+        // The branch is rewritten under the cursor ("b" abandoned).
+        f.branch_from(&first).unwrap();
+        f.append_message(AgentMessage::user("b2")).unwrap();
+        let d = f.visible_message_delta(&request(Some(c.clone()), 10), "main", None);
+        assert_eq!(reason(d.unwrap()), "anchor_missing");
+        let d = f.visible_message_delta(&request(Some("zz".into()), 10), "main", None);
+        assert_eq!(reason(d.unwrap()), "invalid_cursor");
+        let d = f.visible_message_delta(&request(Some(c), 10), "other-agent", None);
+        assert_eq!(reason(d.unwrap()), "scope_mismatch");
+        assert_eq!(
+            f.visible_message_delta(&request(None, 0), "main", None),
+            Err(DeltaError::Limit {
+                name: "maxMessages",
+                max: 10_000
+            })
+        );
+    }
+}
