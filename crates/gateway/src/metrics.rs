@@ -17,6 +17,13 @@
 //! outcome and timed; requests refused before routing (a foreign `Host` or `Origin`);
 //! and the size of the stores on disk (the lossless database with its write-ahead log, the
 //! gateway's transcripts), measured at scrape time.
+//!
+//! And whether the provider's prompt cache hits, per session: the prompt tokens of each
+//! session's model calls and the part the provider served from its cache (`cacheRead` of the
+//! turn's usage, from OpenAI's `prompt_tokens_details.cached_tokens` or Anthropic's
+//! `cache_read_input_tokens`), with their ratio as a gauge. A context engine that rewrites the
+//! front of the prompt every turn shows here as a low ratio. One series per session the
+//! gateway served since it started (the dashboard's session view shows the same figures).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -91,6 +98,30 @@ pub struct EngineCompactionLabels {
 pub struct EngineLabels {
     /// The engine (`lossless`).
     pub engine: String,
+}
+
+/// `session`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SessionLabels {
+    /// The session key.
+    pub session: String,
+}
+
+/// A session's prompt-cache figures (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCache {
+    /// Prompt tokens of the session's model calls (cached ones included).
+    pub prompt_tokens: u64,
+    /// Of those, the tokens the provider served from its cache.
+    pub cached_tokens: u64,
+}
+
+impl SessionCache {
+    /// `cached_tokens / prompt_tokens` (`None` before any prompt token).
+    pub fn hit_ratio(&self) -> Option<f64> {
+        (self.prompt_tokens > 0).then(|| self.cached_tokens as f64 / self.prompt_tokens as f64)
+    }
 }
 
 /// `reason` a request was refused before it reached a route.
@@ -189,6 +220,14 @@ pub struct Metrics {
     pub requests_waiting: Gauge,
     /// Engines quarantined in this process (set at scrape time).
     pub quarantines: Gauge,
+    /// Prompt tokens of each session's model calls.
+    pub session_prompt_tokens: Family<SessionLabels, Counter>,
+    /// Of those, the tokens served from the provider's prompt cache.
+    pub session_cached_tokens: Family<SessionLabels, Counter>,
+    /// `cached / prompt` tokens of each session.
+    pub session_cache_hit_ratio: Family<SessionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// The same figures for the dashboard, by session key.
+    session_cache: std::sync::Mutex<std::collections::HashMap<String, SessionCache>>,
 }
 
 impl Metrics {
@@ -380,6 +419,25 @@ impl Metrics {
             "Engines quarantined in this process (legacy serves for them)",
             quarantines.clone(),
         );
+        let session_prompt_tokens = Family::<SessionLabels, Counter>::default();
+        registry.register(
+            "session_prompt_tokens",
+            "Prompt tokens of each session's model calls, cached ones included",
+            session_prompt_tokens.clone(),
+        );
+        let session_cached_tokens = Family::<SessionLabels, Counter>::default();
+        registry.register(
+            "session_cached_prompt_tokens",
+            "Prompt tokens of each session's model calls that the provider served from its prompt cache",
+            session_cached_tokens.clone(),
+        );
+        let session_cache_hit_ratio =
+            Family::<SessionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "session_cache_hit_ratio",
+            "Share of each session's prompt tokens served from the provider's prompt cache",
+            session_cache_hit_ratio.clone(),
+        );
         Metrics {
             registry,
             engines,
@@ -407,7 +465,41 @@ impl Metrics {
             turns_in_flight,
             requests_waiting,
             quarantines,
+            session_prompt_tokens,
+            session_cached_tokens,
+            session_cache_hit_ratio,
+            session_cache: Default::default(),
         }
+    }
+
+    /// Records the prompt cache figures of a finished turn's model calls.
+    pub fn session_usage(&self, session: &str, usage: &clawctx_protocol::Usage) {
+        let prompt = usage.input + usage.cache_read + usage.cache_write;
+        if prompt == 0 {
+            return;
+        }
+        let labels = SessionLabels {
+            session: session.to_owned(),
+        };
+        self.session_prompt_tokens
+            .get_or_create(&labels)
+            .inc_by(prompt);
+        self.session_cached_tokens
+            .get_or_create(&labels)
+            .inc_by(usage.cache_read);
+        let mut map = self.session_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = map.entry(session.to_owned()).or_default();
+        entry.prompt_tokens += prompt;
+        entry.cached_tokens += usage.cache_read;
+        if let Some(r) = entry.hit_ratio() {
+            self.session_cache_hit_ratio.get_or_create(&labels).set(r);
+        }
+    }
+
+    /// The prompt cache figures of `session` so far (`None`: no model call recorded).
+    pub fn session_cache(&self, session: &str) -> Option<SessionCache> {
+        let map = self.session_cache.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(session).copied()
     }
 
     /// Counts a request refused before routing.
@@ -480,6 +572,7 @@ impl Metrics {
     /// Records what a finished turn reports of its engine calls: each `assemble` and each
     /// compaction.
     pub fn turn_details(&self, outcome: &TurnOutcome) {
+        self.session_usage(&outcome.session_key, &outcome.usage);
         let turn = self.assemble_seconds.get_or_create(&SourceLabels {
             source: "turn".into(),
         });

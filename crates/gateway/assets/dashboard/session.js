@@ -73,6 +73,9 @@ export async function renderSession(main, key, params) {
       `Engine ${summary.engine} · ${num(st.messages)} messages stored · ${num(st.storedTokens)} tokens stored`,
       st.frontierTokens !== undefined ? ` · ${num(st.frontierTokens)} tokens in the active frontier` : '',
       ` · prompt budget ${num(summary.limits.promptBudget)}`,
+      summary.cache?.hitRatio != null
+        ? ` · prompt cache hit ratio ${(summary.cache.hitRatio * 100).toFixed(1)}% (${num(summary.cache.cachedTokens)} of ${num(summary.cache.promptTokens)} prompt tokens)`
+        : '',
     );
     renderContext(context, summary, { onOpen: (id) => (select('dag', false), dag?.reveal(id, [])) });
     renderTimeline(panels.timeline, summary);

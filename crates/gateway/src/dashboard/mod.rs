@@ -498,6 +498,10 @@ async fn session(
             "at": r.at_ms, "source": r.source, "sessionId": r.session_id, "tokenBudget": r.token_budget,
             "historyMessages": r.history_messages, "breakdown": b,
         })),
+        // The provider's prompt cache over this session's model calls (see `metrics`).
+        "cache": s.metrics.session_cache(&key).map(|c| json!({
+            "promptTokens": c.prompt_tokens, "cachedTokens": c.cached_tokens, "hitRatio": c.hit_ratio(),
+        })),
     });
     if let Some(store) = lossless_store(&s).await? {
         let conv_key = ConvKey::from_host(Some(&key), &key);
