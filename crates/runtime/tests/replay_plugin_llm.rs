@@ -158,3 +158,120 @@ fn walk(dir: &std::path::Path) -> String {
     }
     out
 }
+
+/// The same with a real Node plugin (as in the issue, a published plugin summarizing through
+/// `runtimeContext.llm.complete` in `assemble`): its completions fail with the error naming the
+/// key to set, and every recorded reply still goes to its own turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_plugins_completions_do_not_take_the_recordings_replies() {
+    let dir = tempfile::tempdir().unwrap();
+    let turns = 4;
+    let mut text = String::new();
+    for i in 0..turns {
+        for m in [
+            AgentMessage::user(format!("question {i}")),
+            AgentMessage::assistant(format!("recorded answer {i}")),
+        ] {
+            text.push_str(&serde_json::to_string(&m).unwrap());
+            text.push('\n');
+        }
+    }
+    let path = dir.path().join("rec.jsonl");
+    std::fs::write(&path, text).unwrap();
+    let rec = Recording::load(&path).unwrap();
+
+    let root = dir.path().join("asks-node");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(
+        root.join("openclaw.plugin.json"),
+        serde_json::json!({"id": "asks-node", "entry": "index.mjs", "configSchema": {"type": "object"}})
+            .to_string(),
+    )
+    .unwrap();
+    let log = dir.path().join("answers.log");
+    std::fs::write(
+        root.join("index.mjs"),
+        r#"
+import * as fs from 'node:fs';
+export default function register(api) {
+  api.registerContextEngine('asks-node', () => ({
+    info: { id: 'asks-node', name: 'asks the model', ownsCompaction: false },
+    async ingest() { return { ingested: true }; },
+    async compact() { return { ok: true, compacted: false }; },
+    async assemble(params) {
+      let line;
+      try {
+        const r = await params.runtimeContext.llm.complete({ prompt: 'summarize this' });
+        line = { ok: r.text };
+      } catch (err) {
+        line = { err: String(err && err.message) };
+      }
+      fs.appendFileSync(api.pluginConfig.log, JSON.stringify(line) + '\n');
+      return { messages: params.messages, estimatedTokens: 0 };
+    },
+  }));
+}
+"#,
+    )
+    .unwrap();
+    let config = serde_json::json!({"plugins": {
+        "slots": {"contextEngine": "asks-node"},
+        "entries": {"asks-node": {"enabled": true, "config": {"log": log}}}
+    }});
+    let registry = Arc::new(ContextEngineRegistry::with_legacy());
+    let loaded = clawctx_plugin::register_plugin(
+        &registry,
+        &root,
+        &config,
+        clawctx_plugin::PluginOptions {
+            runtime_dir: Some(dir.path().join("runtime")),
+            call_timeout: Some(std::time::Duration::from_secs(20)),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let options = ReplayOptions {
+        engine: Some("asks-node".into()),
+        budget: 4_000,
+        state_dir: dir.path().join("state"),
+        config,
+        hooks: None,
+    };
+    let report = replay(registry.clone(), rec, options, &mut |_| {})
+        .await
+        .expect("the replay runs every turn");
+    assert_eq!(report.turns.len(), turns);
+    assert!(
+        report.turns.iter().all(|t| t.engine == "asks-node"),
+        "{:?} {:?}",
+        report.turns,
+        registry.quarantines()
+    );
+    let answers = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = answers
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() >= turns, "{answers}");
+    for l in &lines {
+        let e = l["err"]
+            .as_str()
+            .expect("no model configured: the completion fails");
+        assert!(
+            e.contains("no model is configured") && e.contains("agents.defaults.model.primary"),
+            "{e}"
+        );
+    }
+    let transcript: String = walk(&dir.path().join("state"));
+    for i in 0..turns {
+        assert_eq!(
+            transcript
+                .matches(&format!("recorded answer {i}\""))
+                .count(),
+            1,
+            "turn {i}'s reply is in the transcript once"
+        );
+    }
+    loaded.host.shutdown().await;
+}
