@@ -110,7 +110,7 @@ fn main() -> std::process::ExitCode {
             Command::Lcm(args) => commands::lcm::run(&cli.global, args).await,
             Command::Mcp(args) => commands::mcp::run(&cli.global, args).await,
             Command::Bench(args) => commands::bench::run(args).await,
-            Command::Eval(args) => commands::eval::run(args).await,
+            Command::Eval(args) => commands::eval::run(&cli.global, args).await,
             Command::Demo(args) => commands::demo::run(args).await,
             Command::Gateway(args) => commands::gateway::run(&cli.global, args).await,
         }

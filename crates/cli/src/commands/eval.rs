@@ -1,5 +1,12 @@
 //! `clawctx eval locomo FILE`: replay LoCoMo conversations through engines at several budgets
 //! and score whether each question's evidence is still reachable (in context or by recall).
+//!
+//! The lossless engine runs with the config every other command reads (`--config`, else the
+//! state dir's `clawctx.json`: `plugins.entries.lossless.config`), changed by `--set key=value`
+//! for quick comparisons, so a setting (the recall share, the fresh tail) can be measured. The
+//! eval is a measurement: a key the engine does not read, or a value of the wrong type, is an
+//! error naming it (the engine itself would fall back to the default and only log it), and the
+//! report shows the config in effect. The store keys are replaced by the eval's own file.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +15,10 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use clawctx_bench::engines::parse_engine_list;
 use clawctx_bench::eval::{render_table, run_eval, EvalOptions};
+use clawctx_config::parse_cli_value;
+use serde_json::{Map, Value};
+
+use crate::global::GlobalArgs;
 
 /// `clawctx eval`.
 #[derive(Debug, Args)]
@@ -38,13 +49,24 @@ struct LocomoArgs {
     /// Only the first N conversations.
     #[arg(long)]
     limit: Option<usize>,
+    /// A lossless setting for this run, over the config file's
+    /// `plugins.entries.lossless.config` (repeatable), e.g. `--set promptRecallShare=0`. The
+    /// value is JSON5 when it parses, else a string.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
     /// Print the report (with per-question outcomes) as JSON.
     #[arg(long)]
     json: bool,
 }
 
+/// The config keys that choose the store: the eval uses a file of its own.
+const STORE_KEYS: [&str; 4] = ["database", "databaseEnv", "databasePath", "dbPath"];
+/// Older key names the engine still reads.
+const ALIASES: [&str; 2] = ["dbPath", "statelessSessionPatterns"];
+const BASE: &str = "plugins.entries.lossless.config";
+
 /// Runs the command.
-pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(global: &GlobalArgs, args: EvalArgs) -> anyhow::Result<ExitCode> {
     let EvalCommand::Locomo(a) = args.command;
     let engines = parse_engine_list(&a.engine)?;
     let budgets = a
@@ -57,6 +79,9 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("invalid budget `{b}`"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let config = global.load_config()?;
+    let lossless_config =
+        lossless_config(config.value(), &config.path().display().to_string(), &a.set)?;
     let mut conversations = clawctx_bench::locomo::load(&a.file)?;
     if let Some(n) = a.limit {
         conversations.truncate(n);
@@ -67,7 +92,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         budgets,
         k: a.k,
         work_dir: temp.path().to_owned(),
-        lossless_config: serde_json::json!({}),
+        lossless_config,
     };
     let report = run_eval(&a.file, &conversations, &opts).await?;
     if a.json {
@@ -76,4 +101,95 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         print!("{}", render_table(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The lossless engine's config for the eval: `plugins.entries.lossless.config` of `root`
+/// (read from `file`), then each `KEY=VALUE` of `sets` (a key relative to that object, or the
+/// whole dotted path), store keys removed; every key checked against what the engine reads.
+fn lossless_config(root: &Value, file: &str, sets: &[String]) -> anyhow::Result<Value> {
+    let mut cfg = match root.pointer("/plugins/entries/lossless/config") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(other) => anyhow::bail!("{file}: {BASE} must be an object, not {}", kind(other)),
+    };
+    for (key, value) in &cfg {
+        check_key(key, value).with_context(|| format!("{file}: {BASE}.{key}"))?;
+    }
+    for s in sets {
+        let Some((key, text)) = s.split_once('=') else {
+            anyhow::bail!("--set {s}: expected KEY=VALUE (e.g. --set promptRecallShare=0)");
+        };
+        let key = key.trim();
+        let key = key
+            .strip_prefix(BASE)
+            .and_then(|k| k.strip_prefix('.'))
+            .unwrap_or(key);
+        let parts: Vec<&str> = key.split('.').collect();
+        if key.is_empty() || parts.iter().any(|p| p.is_empty()) {
+            anyhow::bail!("--set {s}: `{key}` is not a key (e.g. --set freshTailCount=16)");
+        }
+        let value = parse_cli_value(text);
+        // `a.b=v` sets inside the object at `a`.
+        let top = parts[0].to_owned();
+        let mut whole = cfg.get(&top).cloned().unwrap_or(Value::Null);
+        set_path(&mut whole, &parts[1..], value)
+            .with_context(|| format!("--set {s}: {BASE}.{top} is not an object"))?;
+        check_key(&top, &whole).with_context(|| format!("--set {s}"))?;
+        cfg.insert(top, whole);
+    }
+    for k in STORE_KEYS {
+        cfg.remove(k);
+    }
+    Ok(Value::Object(cfg))
+}
+
+/// `key` is a setting the engine reads and `value` has the type it reads it with.
+fn check_key(key: &str, value: &Value) -> anyhow::Result<()> {
+    let known: Vec<String> = serde_json::to_value(clawctx_lossless::LosslessConfig::default())
+        .ok()
+        .and_then(|v| v.as_object().map(|m| m.keys().cloned().collect()))
+        .unwrap_or_default();
+    if !known.iter().any(|k| k == key) && !ALIASES.contains(&key) {
+        anyhow::bail!(
+            "`{key}` is not a lossless setting (the engine reads: {})",
+            known.join(", ")
+        );
+    }
+    if STORE_KEYS.contains(&key) {
+        return Ok(());
+    }
+    let one = Value::Object([(key.to_owned(), value.clone())].into_iter().collect());
+    if let Err(e) = serde_json::from_value::<clawctx_lossless::LosslessConfig>(one) {
+        anyhow::bail!("`{key}`: {value} is not a valid value ({e})");
+    }
+    Ok(())
+}
+
+fn set_path(target: &mut Value, path: &[&str], value: Value) -> anyhow::Result<()> {
+    let Some((first, rest)) = path.split_first() else {
+        *target = value;
+        return Ok(());
+    };
+    if target.is_null() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(map) = target else {
+        anyhow::bail!("found {}", kind(target));
+    };
+    set_path(
+        map.entry((*first).to_owned()).or_insert(Value::Null),
+        rest,
+        value,
+    )
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
