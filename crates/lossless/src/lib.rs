@@ -82,6 +82,7 @@ pub mod pg;
 mod policy;
 mod prompt_recall;
 mod recall;
+mod relative_dates;
 mod retention;
 pub mod search;
 mod session;

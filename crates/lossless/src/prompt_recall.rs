@@ -10,11 +10,19 @@
 //! ([`crate::LosslessConfig::prompt_recall_reserve`]), so the rest of the context starts at
 //! the same message every turn and the cached prompt prefix survives; the block, which changes
 //! with every prompt, comes after it.
+//!
+//! Two methods widen what a search hit gives the model (issue #30; each measured on its own
+//! in BENCHMARKS.md §3): a quoted message that asks a question brings the message after it
+//! (the answer, which rarely shares the prompt's words), and a quoted message's relative time
+//! expressions ("yesterday", "last Friday") are resolved against its own date
+//! ([`crate::relative_dates`]), since a quote out of its place loses what they meant.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 
 use clawctx_protocol::AgentMessage;
 use clawctx_tokens::{message_tokens, text_tokens};
+
+use rusqlite::OptionalExtension;
 
 use crate::error::Result;
 use crate::store::{codec, Db};
@@ -85,9 +93,23 @@ impl Db {
         let mut st = self
             .conn
             .prepare_cached("SELECT role, ts, text FROM message_rows WHERE id = ?1")?;
-        block_of(r, ranked, |id| {
-            Ok(st.query_row([id], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)))?)
-        })
+        let mut next = self.conn.prepare_cached(
+            "SELECT n.id, n.tokens FROM messages h JOIN messages n \
+             ON n.conv_id = h.conv_id AND n.seq = h.seq + 1 WHERE h.id = ?1",
+        )?;
+        block_of(
+            r,
+            ranked,
+            exclude,
+            |id| Ok(st.query_row([id], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?)))?),
+            |id| {
+                Ok(next
+                    .query_row([id], |x| {
+                        Ok((x.get::<_, i64>(0)?, x.get::<_, i64>(1)?.max(0) as u64))
+                    })
+                    .optional()?)
+            },
+        )
     }
 }
 
@@ -97,35 +119,60 @@ pub(crate) fn wanted(r: &PromptRecall) -> bool {
 }
 
 /// The block quoting the best of `ranked` (best first, from [`crate::search`]) that fit `r`'s
-/// reserve; `message` reads a message's `(role, ts, text)`. Shared by every backend.
+/// reserve, none of `exclude`; `message` reads a message's `(role, ts, text)`, `next` the
+/// `(id, tokens)` of the message after a message in its conversation. Shared by every backend.
+///
+/// A quoted message that asks something (`?`) brings the message after it along, right after
+/// it in rank: a question's words are what the prompt shares, and the answer, which holds the
+/// fact, often shares none ("What did you name him?" / "Pixel, after the camera."). Measured in
+/// BENCHMARKS.md (LoCoMo: +7 points of evidence reached at 4k tokens). A quoted message with
+/// relative time expressions gets them resolved against its own date
+/// ([`crate::relative_dates::note`]).
 pub(crate) fn block_of(
     r: &PromptRecall,
     ranked: Vec<crate::search::RankedMessage>,
+    exclude: &HashSet<i64>,
     mut message: impl FnMut(i64) -> Result<(i64, Option<i64>, String)>,
+    mut next: impl FnMut(i64) -> Result<Option<(i64, u64)>>,
 ) -> Result<Option<RecalledBlock>> {
     if ranked.is_empty() {
         return Ok(None);
     }
     let frame = text_tokens(OPEN) + text_tokens(CLOSE) + clawctx_tokens::MESSAGE_OVERHEAD_TOKENS;
     let mut left = r.reserve.saturating_sub(frame);
-    // Best first while they fit (a large tool output is skipped, smaller ones still go in).
+    // Best first while they fit (a large tool output is skipped, smaller ones still go in);
+    // `(id, tokens, is a ranked hit)`.
+    let mut queue: VecDeque<(i64, u64, bool)> =
+        ranked.iter().map(|h| (h.id, h.tokens, true)).collect();
+    let mut seen: HashSet<i64> = HashSet::new();
     let mut chosen: Vec<(i64, String)> = Vec::new();
-    for hit in ranked {
-        if hit.tokens > left {
+    while let Some((id, tokens, hit)) = queue.pop_front() {
+        if tokens > left || exclude.contains(&id) || !seen.insert(id) {
             continue;
         }
-        let (role, ts, text) = message(hit.id)?;
+        let (role, ts, text) = message(id)?;
+        let note = crate::relative_dates::note(&text, ts)
+            .map(|n| format!("\n{n}"))
+            .unwrap_or_default();
         let entry = format!(
-            "<message id=\"{}\" role=\"{}\" at=\"{}\">\n{}\n</message>\n",
-            crate::ids::message_id(hit.id),
+            "<message id=\"{}\" role=\"{}\" at=\"{}\">\n{}{}\n</message>\n",
+            crate::ids::message_id(id),
             codec::role_name(role).unwrap_or("other"),
             crate::assemble::fmt_minute(ts),
-            text.replace("</recalled", "&lt;/recalled")
+            text.replace("</recalled", "&lt;/recalled"),
+            note
         );
         let cost = text_tokens(&entry);
-        if cost <= left {
-            left -= cost;
-            chosen.push((hit.id, entry));
+        if cost > left {
+            continue;
+        }
+        left -= cost;
+        chosen.push((id, entry));
+        // The answer to a quoted question comes next (its neighbours are not followed).
+        if hit && text.contains('?') {
+            if let Some((n, n_tokens)) = next(id)? {
+                queue.push_front((n, n_tokens, false));
+            }
         }
     }
     chosen.sort_by_key(|(id, _)| *id);

@@ -92,7 +92,7 @@ impl PgStore {
         };
         let recall = recall_for(req, &live, || Ok(convs))?;
         let hysteresis = Hysteresis {
-            front: self.fronts.get(conv.id),
+            front: self.fronts.get(conv.id, req.budget),
             block_share: req.cache_block_share,
         };
         let mut p = Packer::new(live, req.budget, recall.as_ref(), true, hysteresis);
@@ -162,7 +162,7 @@ impl PgStore {
         };
         let out = packed.with_recall(block);
         tx.commit().await?;
-        self.fronts.set(conv.id, out.front);
+        self.fronts.set(conv.id, req.budget, out.front);
         Ok(Some((conv, out)))
     }
 
@@ -199,11 +199,38 @@ impl PgStore {
             let id: i64 = row.try_get(0)?;
             texts.insert(id, (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?));
         }
-        block_of(r, ranked, |id| {
-            texts.remove(&id).ok_or_else(|| {
-                crate::error::LosslessError::Corrupt(format!("ranked message {id} is not stored"))
-            })
-        })
+        // The message after each hit, which the block quotes after a hit that asks something
+        // (see `block_of`), read with the hits in one statement.
+        let rows = tx
+            .query(
+                "SELECT h.id, n.id, n.tokens, n.role::bigint, n.ts, n.text FROM messages h \
+                 JOIN messages n ON n.conv_id = h.conv_id AND n.seq = h.seq + 1 \
+                 WHERE h.id = ANY($1)",
+                &[&ids],
+            )
+            .await?;
+        let mut next = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let (hit, id, tokens): (i64, i64, i64) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            next.insert(hit, (id, tokens.max(0) as u64));
+            texts
+                .entry(id)
+                .or_insert((row.try_get(3)?, row.try_get(4)?, row.try_get(5)?));
+        }
+        block_of(
+            r,
+            ranked,
+            exclude,
+            |id| {
+                texts.remove(&id).ok_or_else(|| {
+                    crate::error::LosslessError::Corrupt(format!(
+                        "ranked message {id} is not stored"
+                    ))
+                })
+            },
+            |id| Ok(next.get(&id).copied()),
+        )
     }
 
     /// The corpus the ranking normalizes by: every message of the store.

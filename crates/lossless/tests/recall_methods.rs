@@ -1,0 +1,118 @@
+//! Prompt recall's methods beyond the ranked search itself (issue #30 item 1), each on a small
+//! synthetic conversation and on both backends: a recalled question brings its answer along,
+//! and relative dates in a recalled message are resolved against the day it was said.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+use clawctx_engine::ContextEngine;
+use clawctx_lossless::*;
+use clawctx_protocol::*;
+use common::*;
+
+/// 8 May 2023, 13:56 UTC, in milliseconds.
+const MAY_8_2023: i64 = 1_683_554_160_000;
+
+/// `early` (oldest first, one minute apart from 8 May 2023), then 150 exchanges of filler
+/// that share no word with the tests' prompts, stored; the whole history is returned.
+async fn stored_history(e: &LosslessEngine, early: Vec<AgentMessage>) -> Vec<AgentMessage> {
+    let mut rng = Lcg(7);
+    let mut history: Vec<AgentMessage> = early
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| m.with_timestamp(MAY_8_2023 + i as i64 * 60_000))
+        .collect();
+    let start = MAY_8_2023 + 86_400_000;
+    for t in 0..150 {
+        history.push(AgentMessage::user(words(&mut rng, 30)).with_timestamp(start + t * 10));
+        history
+            .push(AgentMessage::assistant(words(&mut rng, 40)).with_timestamp(start + t * 10 + 1));
+    }
+    let b = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: history.clone(),
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&b, &cx()).await.unwrap();
+    history
+}
+
+/// The `<recalled>` block assembled for `question` as the next prompt (budget 2,000, fresh
+/// tail 8: the early messages are far outside the raw context).
+async fn recalled_for(store: &TestStore, early: Vec<AgentMessage>, question: &str) -> String {
+    let e = store
+        .engine(LosslessConfig {
+            fresh_tail_count: 8,
+            ..Default::default()
+        })
+        .await;
+    let mut msgs = stored_history(&e, early).await;
+    msgs.push(AgentMessage::user(question).with_timestamp(MAY_8_2023 + 90 * 86_400_000));
+    let mut p = assemble_params(msgs, 2_000);
+    p.prompt = Some(question.into());
+    let out = e.assemble(&p, &cx()).await.unwrap();
+    assert!(out.estimated_tokens <= 2_000);
+    let n = out.messages.len();
+    assert_eq!(
+        out.messages[n - 1].plain_text(),
+        question,
+        "the prompt stays last"
+    );
+    let block = out.messages[n - 2].plain_text();
+    assert!(
+        block.starts_with("<recalled"),
+        "a recalled block before the prompt: {block}"
+    );
+    block
+}
+
+on_both_backends! {
+async fn a_recalled_question_brings_its_answer(store) {
+    let block = recalled_for(
+        store,
+        vec![
+            AgentMessage::user("What did you end up naming the kitten you adopted?"),
+            AgentMessage::assistant("Pixel, after my old camera."),
+            AgentMessage::user("The kitten sleeps on the radiator all day."),
+            AgentMessage::assistant("Sounds like a warm spot for a nap."),
+        ],
+        "What is the kitten called?",
+    )
+    .await;
+    // Both kitten turns match the prompt; the answer shares no word with it and comes in
+    // only as the reply to the question.
+    assert!(block.contains("naming the kitten"), "{block}");
+    assert!(block.contains("radiator"), "{block}");
+    assert!(
+        block.contains("Pixel, after my old camera."),
+        "the answer to the recalled question must follow it: {block}"
+    );
+    // A hit that asks nothing brings nothing along; the answer comes right after its question.
+    assert!(!block.contains("warm spot"), "{block}");
+    let (q, a) = (block.find("naming the kitten").unwrap(), block.find("Pixel").unwrap());
+    assert!(q < a && a < block.find("radiator").unwrap(), "in conversation order: {block}");
+    assert_eq!(block.matches("Pixel").count(), 1, "quoted once: {block}");
+}
+}
+
+on_both_backends! {
+async fn relative_dates_in_a_recalled_message_are_resolved(store) {
+    let block = recalled_for(
+        store,
+        vec![AgentMessage::user(
+            "I went to the support group yesterday and I start pottery classes next week.",
+        )],
+        "When did I go to the support group?",
+    )
+    .await;
+    assert!(block.contains("support group yesterday"), "{block}");
+    assert!(
+        block.contains(
+            "[said on 8 May 2023: yesterday = 7 May 2023; next week = the week after 8 May 2023]"
+        ),
+        "the relative dates must be resolved against the message's own date: {block}"
+    );
+}
+}
