@@ -62,7 +62,11 @@ async fn each_request_once(llm: &MockLlm) {
     }
 }
 
-type Case = (&'static str, Arc<dyn ContextEngine>, Option<Arc<TestEngine>>);
+type Case = (
+    &'static str,
+    Arc<dyn ContextEngine>,
+    Option<Arc<TestEngine>>,
+);
 
 /// `legacy` (built-in compaction), an engine that owns compaction, and `lossless` (owns
 /// compaction, durable turns through `commitTurn`). `db` holds the lossless store.
