@@ -20,7 +20,8 @@
 //! it); when it no longer fits, or the front was compacted away, the oldest units are dropped
 //! in one block so that what is kept is at most `1 − cacheBlockShare` of the history budget,
 //! and the next many turns fit behind the same front. A compaction rewrites the front once for
-//! many turns. The per-turn `<recalled>` block stays after the stable part (before the prompt).
+//! many turns. A first assembly (no front known for this budget) is packed as full as the
+//! budget allows. The per-turn `<recalled>` block stays after the stable part (before the prompt).
 
 use clawctx_protocol::{AgentMessage, Content, ContentBlock};
 use clawctx_tokens::{message_tokens, truncate_middle};
@@ -91,7 +92,9 @@ pub enum FrontKey {
 /// How assembly keeps the front of the context still (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Hysteresis {
-    /// Where the previous assembly of this conversation started (`None`: not known).
+    /// Where the previous assembly of this conversation (at this budget) started. `None`: not
+    /// known, so the context is packed as full as the budget allows, and the next assembly
+    /// keeps that front.
     pub front: Option<FrontKey>,
     /// Share of the history budget dropped at once when the context no longer fits behind
     /// `front` (`cacheBlockShare`); `0` drops only what does not fit (the front moves every turn
@@ -99,23 +102,28 @@ pub struct Hysteresis {
     pub block_share: f64,
 }
 
-/// Each conversation's [`FrontKey`], kept by a backend for the life of the process (a restart,
-/// or another gateway on the same PostgreSQL store, starts a fresh front once: one cache miss).
+/// Each conversation's [`FrontKey`] with the budget it was assembled for, kept by a backend for
+/// the life of the process (a restart, or another gateway on the same PostgreSQL store, starts
+/// a fresh front once: one cache miss). An assembly for another budget (a one-off through the
+/// engine API, an inspection) is packed plainly, as full as the budget allows, and becomes the
+/// front for that budget.
 #[derive(Debug, Default)]
-pub(crate) struct Fronts(std::sync::Mutex<std::collections::HashMap<i64, FrontKey>>);
+pub(crate) struct Fronts(std::sync::Mutex<std::collections::HashMap<i64, (FrontKey, u64)>>);
 
 impl Fronts {
-    /// The remembered front of conversation `conv_id`.
-    pub(crate) fn get(&self, conv_id: i64) -> Option<FrontKey> {
+    /// The remembered front of conversation `conv_id`, when it was assembled for `budget`.
+    pub(crate) fn get(&self, conv_id: i64, budget: u64) -> Option<FrontKey> {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&conv_id).copied()
+        map.get(&conv_id)
+            .filter(|(_, b)| *b == budget)
+            .map(|(f, _)| *f)
     }
 
-    /// Remembers (or, with `None`, forgets) the front of conversation `conv_id`.
-    pub(crate) fn set(&self, conv_id: i64, front: Option<FrontKey>) {
+    /// Remembers (or, with `None`, forgets) the front of conversation `conv_id` at `budget`.
+    pub(crate) fn set(&self, conv_id: i64, budget: u64, front: Option<FrontKey>) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match front {
-            Some(f) => map.insert(conv_id, f),
+            Some(f) => map.insert(conv_id, (f, budget)),
             None => map.remove(&conv_id),
         };
     }
@@ -381,7 +389,7 @@ impl<'r> Packer<'r> {
     /// behind the new front (the newest unit is always kept).
     fn evict_block(&mut self) {
         let share = self.hysteresis.block_share.clamp(0.0, 0.95);
-        if share <= 0.0 {
+        if share <= 0.0 || self.hysteresis.front.is_none() {
             return;
         }
         let keep = ((1.0 - share) * self.budget as f64).floor() as u64;

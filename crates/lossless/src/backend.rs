@@ -332,7 +332,7 @@ impl Backend for LosslessStore {
                     db.scope_conversations(&Scope::Session(req.key.clone()))
                 })?;
                 let hysteresis = crate::assemble::Hysteresis {
-                    front: fronts.get(conv.id),
+                    front: fronts.get(conv.id, req.budget),
                     block_share: req.cache_block_share,
                 };
                 let out = db.assemble_stable(
@@ -342,7 +342,7 @@ impl Backend for LosslessStore {
                     recall.as_ref(),
                     hysteresis,
                 )?;
-                fronts.set(conv.id, out.front);
+                fronts.set(conv.id, req.budget, out.front);
                 Ok(Some((conv, out)))
             })
         })
