@@ -248,12 +248,14 @@ impl Fixture {
         body
     }
 
-    /// A lossless session of `n` pre-filled messages, stored and compacted by one turn.
+    /// A lossless session of `n` pre-filled messages, stored by one turn and compacted by its
+    /// background maintenance (waited for: the reply does not wait for it).
     pub async fn lossless_session(&self, key: &str, n: usize) -> Duration {
         let started = Instant::now();
         self.prefill(key, n);
         self.turn(key, "What was the launch code?", "I will look it up.")
             .await;
+        self.runtime.wait_for_maintenance().await;
         started.elapsed()
     }
 
