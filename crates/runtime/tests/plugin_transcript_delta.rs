@@ -54,7 +54,13 @@ function register(api) {
         if (!page.hasMore) break;
         page = await readSessionTranscriptVisibleMessageDelta({ sessionId: params.sessionId, cursor: page.cursor, maxMessages: 1 });
       }
-      fs.appendFileSync(api.pluginConfig.log, JSON.stringify({ kind: r.kind, entries }) + '\n');
+      let unsupported = null;
+      try {
+        await readSessionTranscriptEvents({ sessionId: params.sessionId });
+      } catch (err) {
+        unsupported = err.message;
+      }
+      fs.appendFileSync(api.pluginConfig.log, JSON.stringify({ kind: r.kind, entries, unsupported }) + '\n');
       return { messages: params.messages, estimatedTokens: 0 };
     },
   }));
@@ -67,14 +73,14 @@ fn source(flavour: &str) -> (&'static str, String) {
         "esm" => (
             "index.mjs",
             ENGINE
-                .replace("IMPORT", "import { readSessionTranscriptVisibleMessageDelta } from 'openclaw/plugin-sdk/session-transcript-runtime';\nimport * as nodeFs from 'node:fs';")
+                .replace("IMPORT", "import { readSessionTranscriptVisibleMessageDelta, readSessionTranscriptEvents } from 'openclaw/plugin-sdk/session-transcript-runtime';\nimport * as nodeFs from 'node:fs';")
                 .replace("FS", "nodeFs")
                 .replace("EXPORT", "export default register;"),
         ),
         _ => (
             "index.cjs",
             ENGINE
-                .replace("IMPORT", "const { readSessionTranscriptVisibleMessageDelta } = require('openclaw/plugin-sdk/session-transcript-runtime');")
+                .replace("IMPORT", "const { readSessionTranscriptVisibleMessageDelta, readSessionTranscriptEvents } = require('openclaw/plugin-sdk/session-transcript-runtime');")
                 .replace("FS", "require('node:fs')")
                 .replace("EXPORT", "module.exports = register;"),
         ),
@@ -162,6 +168,12 @@ async fn three_turns(flavour: &str) {
             })
             .collect()
     };
+    // The module's other exports are there (the plugin loaded) and say they are not offered.
+    assert_eq!(
+        reads[0]["unsupported"],
+        "readSessionTranscriptEvents() of openclaw/plugin-sdk/session-transcript-runtime is not supported by clawctx",
+        "{flavour}"
+    );
     // Turn 1: nothing before the turn (its prompt is fenced off).
     assert_eq!(reads[0]["kind"], "page", "{flavour}: {reads:?}");
     assert!(texts(&reads[0]).is_empty(), "{flavour}: {reads:?}");
