@@ -159,7 +159,7 @@ pub struct EngineReport {
     /// Assembles whose output exceeded the budget (must be 0).
     pub over_budget: u64,
     /// The provider's prompt cache over the assembled requests (the system prompt addition,
-    /// then the messages), as the mock model of `clawctx_test_support::mock_model` reports it.
+    /// then the messages), as a provider would report it (`clawctx_model::prefix_cache`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheFigures>,
     /// Recall latency.
@@ -373,7 +373,7 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
     let (mut ingest, mut check, mut prep, mut assemble, mut overhead) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut assembled_tokens: Vec<u64> = Vec::new();
-    let mut cache = clawctx_test_support::mock_model::PrefixCache::new();
+    let mut cache = clawctx_model::prefix_cache::PrefixCache::new();
     let started = Instant::now();
     let mut loop_time = Duration::ZERO;
     for turn in opts.source.turns()? {

@@ -13,6 +13,8 @@
 //! [`SpendGuard`] and a persisted [`CircuitBreaker`].
 //!
 //! This crate knows nothing of engines: it turns messages into a reply and text into a summary.
+//! [`prefix_cache`] models the prompt cache a provider keeps (the cached tokens it reports), for
+//! the benches and the test mock model.
 
 pub mod anthropic;
 pub mod config;
@@ -20,6 +22,7 @@ mod error;
 pub mod guard;
 mod http;
 pub mod openai;
+pub mod prefix_cache;
 mod provider;
 pub mod scripted;
 pub mod summarizer;
