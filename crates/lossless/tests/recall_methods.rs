@@ -116,3 +116,59 @@ async fn relative_dates_in_a_recalled_message_are_resolved(store) {
     );
 }
 }
+
+on_both_backends! {
+async fn the_answer_is_the_next_message_of_the_same_conversation(store) {
+    // Two sessions written in turns: the message stored right after the question belongs to
+    // the other session and must not be quoted; the question's own answer must.
+    let e = store
+        .engine(LosslessConfig {
+            fresh_tail_count: 8,
+            ..Default::default()
+        })
+        .await;
+    let other = "agent:main:test:direct:2";
+    let ingest = |key: &'static str, session: &'static str, m: AgentMessage| {
+        let e = &e;
+        async move {
+            let p = IngestParams {
+                session_id: session.into(),
+                session_key: Some(key.into()),
+                message: m,
+                is_heartbeat: None,
+            };
+            e.ingest(&p, &cx()).await.unwrap();
+        }
+    };
+    let mut mine = vec![
+        AgentMessage::user("What did you end up naming the kitten you adopted?").with_timestamp(1_000),
+        AgentMessage::assistant("Pixel, after my old camera.").with_timestamp(1_002),
+    ];
+    ingest(KEY, "s1", mine[0].clone()).await;
+    ingest(other, "s2", AgentMessage::assistant("Zebra crossings are striped.").with_timestamp(1_001)).await;
+    ingest(KEY, "s1", mine[1].clone()).await;
+    let mut rng = Lcg(3);
+    let mut filler = Vec::new();
+    for t in 0..100 {
+        filler.push(AgentMessage::user(words(&mut rng, 30)).with_timestamp(2_000 + t * 10));
+        filler.push(AgentMessage::assistant(words(&mut rng, 40)).with_timestamp(2_001 + t * 10));
+    }
+    let b = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: filler.clone(),
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&b, &cx()).await.unwrap();
+    mine.extend(filler);
+    let question = "What is the kitten called?";
+    mine.push(AgentMessage::user(question).with_timestamp(99_999));
+    let mut p = assemble_params(mine, 2_000);
+    p.prompt = Some(question.into());
+    let out = e.assemble(&p, &cx()).await.unwrap();
+    let block = out.messages[out.messages.len() - 2].plain_text();
+    assert!(block.starts_with("<recalled"), "{block}");
+    assert!(block.contains("Pixel, after my old camera."), "{block}");
+    assert!(!block.contains("Zebra"), "another session's message is never quoted: {block}");
+}
+}
