@@ -493,12 +493,15 @@ impl ContextEngine for LosslessEngine {
         // "budget"`, OpenClaw after a provider's context overflow), and a failed recovery fails
         // the user's turn. When the pass freed less than the host says is needed
         // (`currentTokenCount` over the budget; unknown: anything at all), reach into the fresh
-        // tail: first keeping the newest exchange, then keeping nothing raw.
-        let budget_target = match params.compaction_target {
-            Some(clawctx_protocol::CompactionTarget::Budget) => true,
-            Some(clawctx_protocol::CompactionTarget::Threshold) => false,
-            None => params.current_token_count.is_some(),
-        };
+        // tail: first keeping the newest exchange, then keeping nothing raw. A user's manual
+        // `/compact` (`forceReason: "manual"`) is not a recovery: it keeps the fresh tail.
+        let manual = params.force_reason == Some(ForceReason::Manual);
+        let budget_target = !manual
+            && match params.compaction_target {
+                Some(clawctx_protocol::CompactionTarget::Budget) => true,
+                Some(clawctx_protocol::CompactionTarget::Threshold) => false,
+                None => params.current_token_count.is_some(),
+            };
         if opts.force && budget_target {
             let needed = params
                 .current_token_count
