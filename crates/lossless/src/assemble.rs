@@ -20,8 +20,9 @@
 //! it); when it no longer fits, or the front was compacted away, the oldest units are dropped
 //! in one block so that what is kept is at most `1 − cacheBlockShare` of the history budget,
 //! and the next many turns fit behind the same front. A compaction rewrites the front once for
-//! many turns. A first assembly (no front known for this budget) is packed as full as the
-//! budget allows. The per-turn `<recalled>` block stays after the stable part (before the prompt).
+//! many turns. A first assembly (no front known for this budget), and one over the same
+//! stored history as the last (another prompt over it, nothing new stored), is packed as full
+//! as the budget allows. The per-turn `<recalled>` block stays after the stable part (before the prompt).
 
 use clawctx_protocol::{AgentMessage, Content, ContentBlock};
 use clawctx_tokens::{message_tokens, truncate_middle};
@@ -89,13 +90,24 @@ pub enum FrontKey {
     Summary(i64),
 }
 
+/// Where an assembly started and the newest stored item it saw: the next assembly of the same
+/// conversation keeps `start` as its front when the history grew since (a new turn), and packs
+/// plainly otherwise (the same history asked again, e.g. another prompt over it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Front {
+    /// The first frontier item shown.
+    pub start: FrontKey,
+    /// The newest stored item shown.
+    pub newest: FrontKey,
+}
+
 /// How assembly keeps the front of the context still (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Hysteresis {
     /// Where the previous assembly of this conversation (at this budget) started. `None`: not
     /// known, so the context is packed as full as the budget allows, and the next assembly
     /// keeps that front.
-    pub front: Option<FrontKey>,
+    pub front: Option<Front>,
     /// Share of the history budget dropped at once when the context no longer fits behind
     /// `front` (`cacheBlockShare`); `0` drops only what does not fit (the front moves every turn
     /// once the budget is full).
@@ -108,11 +120,11 @@ pub struct Hysteresis {
 /// engine API, an inspection) is packed plainly, as full as the budget allows, and becomes the
 /// front for that budget.
 #[derive(Debug, Default)]
-pub(crate) struct Fronts(std::sync::Mutex<std::collections::HashMap<i64, (FrontKey, u64)>>);
+pub(crate) struct Fronts(std::sync::Mutex<std::collections::HashMap<i64, (Front, u64)>>);
 
 impl Fronts {
     /// The remembered front of conversation `conv_id`, when it was assembled for `budget`.
-    pub(crate) fn get(&self, conv_id: i64, budget: u64) -> Option<FrontKey> {
+    pub(crate) fn get(&self, conv_id: i64, budget: u64) -> Option<Front> {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&conv_id)
             .filter(|(_, b)| *b == budget)
@@ -120,7 +132,7 @@ impl Fronts {
     }
 
     /// Remembers (or, with `None`, forgets) the front of conversation `conv_id` at `budget`.
-    pub(crate) fn set(&self, conv_id: i64, budget: u64, front: Option<FrontKey>) {
+    pub(crate) fn set(&self, conv_id: i64, budget: u64, front: Option<Front>) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match front {
             Some(f) => map.insert(conv_id, (f, budget)),
@@ -144,9 +156,9 @@ pub struct Assembled {
     pub truncated: bool,
     /// Stored messages quoted in the `<recalled>` block (0 = no block).
     pub recalled: usize,
-    /// The first frontier item shown (`None`: no stored item shown), for the next assembly's
-    /// [`Hysteresis::front`].
-    pub front: Option<FrontKey>,
+    /// The first and newest stored items shown (`None`: no stored item shown), for the next
+    /// assembly's [`Hysteresis::front`].
+    pub front: Option<Front>,
 }
 
 /// An epoch-ms timestamp as the model sees it in context blocks (`2024-05-01T13:56Z`).
@@ -295,6 +307,10 @@ pub(crate) struct Packer<'r> {
     hysteresis: Hysteresis,
     /// The unit holding [`Hysteresis::front`] was kept: the walk ends at the next item.
     at_front: bool,
+    /// The newest stored item pushed.
+    newest: Option<FrontKey>,
+    /// The history grew since the remembered front was set: keep it (else pack plainly).
+    follow_front: bool,
     /// Older items exist that the walk did not take.
     older_left: bool,
 }
@@ -327,6 +343,8 @@ impl<'r> Packer<'r> {
             has_conv,
             hysteresis,
             at_front: false,
+            newest: None,
+            follow_front: false,
             older_left: false,
         };
         for m in live.into_iter().rev() {
@@ -352,6 +370,12 @@ impl<'r> Packer<'r> {
             self.done = true;
             return;
         }
+        if self.newest.is_none() {
+            if let Some(k) = item.front_key() {
+                self.newest = Some(k);
+                self.follow_front = self.hysteresis.front.is_some_and(|f| f.newest != k);
+            }
+        }
         if item.is_tool_result() {
             self.pending.push(item);
             return;
@@ -368,8 +392,8 @@ impl<'r> Packer<'r> {
         let cost: u64 = unit.iter().map(Item::tokens).sum();
         if self.used + cost <= self.budget {
             self.used += cost;
-            let front = self.hysteresis.front;
-            if front.is_some() && unit.iter().any(|i| i.front_key() == front) {
+            let start = self.hysteresis.front.map(|f| f.start);
+            if self.follow_front && unit.iter().any(|i| i.front_key() == start) {
                 self.at_front = true;
             }
             self.kept.push(unit);
@@ -389,7 +413,7 @@ impl<'r> Packer<'r> {
     /// behind the new front (the newest unit is always kept).
     fn evict_block(&mut self) {
         let share = self.hysteresis.block_share.clamp(0.0, 0.95);
-        if share <= 0.0 || self.hysteresis.front.is_none() {
+        if share <= 0.0 || !self.follow_front {
             return;
         }
         let keep = ((1.0 - share) * self.budget as f64).floor() as u64;
@@ -424,10 +448,13 @@ impl<'r> Packer<'r> {
         let oversized = self.oversized.take();
         let mut units = std::mem::take(&mut self.kept);
         units.reverse();
-        out.front = units
+        let start = units
             .first()
             .and_then(|u| u.first())
             .and_then(Item::front_key);
+        out.front = start
+            .zip(self.newest)
+            .map(|(start, newest)| Front { start, newest });
         let mut shown = std::collections::HashSet::new();
         for unit in units {
             for item in unit {
