@@ -110,6 +110,12 @@ async fn dropping_one_unit_at_a_time_breaks_the_cache_on_most_turns(store) {
     let cfg = LosslessConfig { cache_block_share: 0.0, ..Default::default() };
     let e = store.engine(cfg).await;
     let t = run(&e).await;
+    eprintln!(
+        "{} (cacheBlockShare 0): cached share {:.3}, breaks per 100 turns {:.1}",
+        store.name(),
+        t.cached_share(),
+        t.breaks_per_100()
+    );
     assert!(
         t.breaks_per_100() > 50.0,
         "{:.1} breaks per 100 turns without block eviction: {t:?}",
