@@ -31,6 +31,18 @@
 //! offer a steady rate below capacity, as agents whose model takes time do, and the latency is
 //! what one turn costs under that load.
 //!
+//! `LOAD_SUMMARY_MS=N` (issue #29 "replies never wait for summaries") makes compaction summarize
+//! with the model, as `clawctx gateway` does with a configured one: the mock answers a summary
+//! request (the summarizer's system prompt) after N ms, with the first tenth of its input.
+//! `LOAD_WINDOW` (default 1,000,000) is the model's context window: set it small (8,000) for
+//! compactions to run. It adds `turns_waiting_1s` (turns whose added latency was 1 s or more),
+//! `summary_calls` and, on lossless, `stored_messages` (read after background maintenance has
+//! settled: every acknowledged turn's two messages, nothing lost).
+//!
+//! ```sh
+//! LOAD_ENGINE=lossless LOAD_SESSIONS=1 LOAD_TURNS=500 LOAD_PREFILL=0 LOAD_WINDOW=8000 LOAD_SUMMARY_MS=2000 cargo bench -p clawctx-gateway --bench load
+//! ```
+//!
 //! Output: plain lines `FIGURE <name> <value>`. "Added latency" is the client-measured request
 //! time minus the model server's own time for that request (from its request head arriving,
 //! reading and parsing the body, to its answer; matched by the turn's unique prompt): loopback
@@ -72,6 +84,8 @@ fn env_num(name: &str, default: u64) -> u64 {
 struct ModelTime {
     nanos: AtomicU64,
     calls: AtomicU64,
+    /// Summary requests answered (`LOAD_SUMMARY_MS`), not counted in `nanos`/`calls`.
+    summary_calls: AtomicU64,
     /// Each request's model time by its last user message (unique per session and turn), so a
     /// driver subtracts exactly its own model call even while others run.
     by_prompt: std::sync::Mutex<std::collections::HashMap<String, u64>>,
@@ -90,7 +104,36 @@ fn last_user_text(body: &Value) -> Option<String> {
     }
 }
 
-async fn start_model(time: Arc<ModelTime>) -> String {
+/// Whether a request is the summarizer's (its system prompt), not a chat turn.
+fn is_summary_request(body: &Value) -> bool {
+    body["messages"].as_array().is_some_and(|ms| {
+        ms.iter().any(|m| {
+            m["role"] == "system"
+                && m["content"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("handoff notes"))
+        })
+    })
+}
+
+/// A summary request's answer after `delay`: the first tenth of its last user message.
+async fn summary_response(body: &Value, delay: Duration) -> axum::response::Response {
+    tokio::time::sleep(delay).await;
+    let source = last_user_text(body).unwrap_or_default();
+    let words: Vec<&str> = source.split_whitespace().collect();
+    let text = words[..words.len() / 10].join(" ");
+    let reply = json!({
+        "id": "chatcmpl-summary",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+    });
+    axum::response::Response::builder()
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(reply.to_string()))
+        .expect("a JSON response")
+}
+
+async fn start_model(time: Arc<ModelTime>, summary_delay: Option<Duration>) -> String {
     // The model's own time starts when its request's head has arrived: reading and parsing the
     // body (the whole assembled context) is work the model server does, not the gateway.
     let handler = move |request: axum::extract::Request| {
@@ -101,6 +144,10 @@ async fn start_model(time: Arc<ModelTime>) -> String {
                 .await
                 .unwrap_or_default();
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if let Some(delay) = summary_delay.filter(|_| is_summary_request(&body)) {
+                time.summary_calls.fetch_add(1, Ordering::Relaxed);
+                return summary_response(&body, delay).await;
+            }
             let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
             let usage = json!({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110});
             let response = if stream {
@@ -177,6 +224,10 @@ fn main() {
     let workers = env_num("LOAD_WORKERS", 2) as usize;
     let think = Duration::from_millis(env_num("LOAD_THINK_MS", 0));
     let nodes = env_num("LOAD_GATEWAYS", 1).max(1) as usize;
+    let window = env_num("LOAD_WINDOW", 1_000_000);
+    let summary_delay = std::env::var("LOAD_SUMMARY_MS")
+        .is_ok()
+        .then(|| Duration::from_millis(env_num("LOAD_SUMMARY_MS", 0)));
     let pg = std::env::var("LOAD_PG").is_ok_and(|v| v == "1");
     assert!(
         !pg || engine == "lossless",
@@ -194,10 +245,28 @@ fn main() {
         .expect("a tokio runtime");
     let db_url = database.as_ref().map(|d| d.url.clone());
     rt.block_on(run(
-        engine, sessions, turns, prefill, timeout, think, nodes, db_url,
+        engine,
+        sessions,
+        turns,
+        prefill,
+        timeout,
+        think,
+        nodes,
+        db_url,
+        Summaries {
+            window,
+            delay: summary_delay,
+        },
     ));
     drop(rt);
     drop(database);
+}
+
+/// The model's window and, with `LOAD_SUMMARY_MS`, how long a summary takes.
+#[derive(Clone, Copy)]
+struct Summaries {
+    window: u64,
+    delay: Option<Duration>,
 }
 
 /// One gateway of the run.
@@ -219,6 +288,7 @@ async fn run(
     think: Duration,
     nodes: usize,
     db_url: Option<String>,
+    summaries: Summaries,
 ) {
     println!(
         "load: engine {engine}, {sessions} sessions x {turns} turns, {prefill} messages pre-filled, think {} ms, timeout {} s, {nodes} gateway(s), store {}",
@@ -227,19 +297,26 @@ async fn run(
         if db_url.is_some() { "PostgreSQL" } else { "SQLite" }
     );
     let model_time = Arc::new(ModelTime::default());
-    let model_url = start_model(model_time.clone()).await;
+    let model_url = start_model(model_time.clone(), summaries.delay).await;
+    // A summary call must not time out before the mock answers it.
+    let model_timeout_ms = 20_000 + summaries.delay.map_or(0, |d| d.as_millis() as u64 * 2);
     let mut config = json!({
         "models": {"providers": {"mock": {
             "api": "openai-completions",
             "baseUrl": format!("{model_url}/v1"),
-            "models": [{"id": "test-model", "contextWindow": 1_000_000, "maxTokens": 1024}],
-            "maxRetries": 0, "timeoutMs": 20000
+            "models": [{"id": "test-model", "contextWindow": summaries.window, "maxTokens": 1024}],
+            "maxRetries": 0, "timeoutMs": model_timeout_ms
         }}},
         "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},
         "plugins": {"slots": {"contextEngine": engine}}
     });
     if let Some(url) = &db_url {
         config["plugins"]["entries"] = json!({"lossless": {"config": {"database": url}}});
+    }
+    if summaries.delay.is_some() {
+        // The mock's summary (the first tenth of its input) keeps few of the source's salient
+        // terms: accept it, so every compaction waits for the model (no extractive fallback).
+        config["plugins"]["entries"]["lossless"]["config"]["minSalientRetention"] = json!(0);
     }
     let config = Arc::new(config);
     let keys: Vec<String> = (0..sessions)
@@ -248,7 +325,7 @@ async fn run(
     let t_fill = Instant::now();
     let mut gateways = Vec::with_capacity(nodes);
     for _ in 0..nodes {
-        gateways.push(start_node(engine, &config, &keys, prefill).await);
+        gateways.push(start_node(engine, &config, &keys, prefill, summaries.delay.is_some()).await);
     }
     println!(
         "FIGURE prefill_seconds {:.2}",
@@ -333,6 +410,23 @@ async fn run(
         errors.extend(e);
     }
     let wall = t0.elapsed().as_secs_f64();
+    // Background maintenance settles (the debt is paid) before the store is counted.
+    let mut stored_messages = None;
+    if summaries.delay.is_some() {
+        for n in &gateways {
+            n.runtime.wait_for_maintenance().await;
+        }
+        if let Some(recall) = gateways
+            .first()
+            .and_then(|n| clawctx_lossless::Recall::of(n.runtime.engine().as_ref()))
+        {
+            let convs = recall
+                .conversations()
+                .await
+                .expect("the lossless conversations");
+            stored_messages = Some(convs.iter().map(|c| c.msg_count).sum::<i64>());
+        }
+    }
     let mut runtimes = Vec::new();
     for n in gateways {
         let _ = n.stop.send(());
@@ -390,6 +484,21 @@ async fn run(
         "FIGURE added_latency_ms_max {:.2}",
         added.last().copied().unwrap_or(f64::NAN)
     );
+    println!(
+        "FIGURE turns_waiting_1s {}",
+        added.iter().filter(|ms| **ms >= 1000.0).count()
+    );
+    if let Some(delay) = summaries.delay {
+        println!("FIGURE window_tokens {}", summaries.window);
+        println!("FIGURE summary_ms {}", delay.as_millis());
+        println!(
+            "FIGURE summary_calls {}",
+            model_time.summary_calls.load(Ordering::Relaxed)
+        );
+    }
+    if let Some(n) = stored_messages {
+        println!("FIGURE stored_messages {n}");
+    }
     println!("FIGURE model_calls {calls}");
     println!("FIGURE model_time_us_mean {model_mean_us:.1}");
     println!("FIGURE peak_rss_mb {:.1}", vm_hwm_kb() as f64 / 1024.0);
@@ -405,11 +514,25 @@ async fn start_node(
     config: &Arc<Value>,
     keys: &[String],
     prefill: u64,
+    llm_summaries: bool,
 ) -> Node {
     let state = tempfile::tempdir().expect("a temp state dir");
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     clawctx_lossless::register(&registry).expect("register lossless");
     let agent_dir = state.path().join("agents").join("main");
+    let backend = select_backend(config, None, &|_| None).expect("the mock backend");
+    // Summaries by the model (the mock), as `clawctx gateway` sets up a configured model.
+    let summarizer = llm_summaries.then(|| {
+        let h = clawctx_runtime::setup::host_summarizer(
+            config,
+            Some(&backend),
+            &|_| None,
+            state.path(),
+        )
+        .expect("the model summarizer");
+        registry.set_host_summarizer(h.llm.clone());
+        h.for_runtime()
+    });
     let resolved = registry
         .resolve(
             Some(config.clone()),
@@ -422,11 +545,13 @@ async fn start_node(
         resolved.effective_id, engine,
         "the engine under load must serve"
     );
-    let backend = select_backend(config, None, &|_| None).expect("the mock backend");
-    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
+    let mut builder = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
         .selection(resolved.effective_id.clone(), SelectionSource::Configured)
-        .workspace_dir(agent_dir.to_string_lossy().into_owned())
-        .build();
+        .workspace_dir(agent_dir.to_string_lossy().into_owned());
+    if let Some(s) = summarizer {
+        builder = builder.summarizer(s);
+    }
+    let runtime = builder.build();
     // Pre-fill: each session's transcript, before its first turn (the same messages on every
     // node, so their identities are the same in a shared store).
     for (i, key) in keys.iter().enumerate() {

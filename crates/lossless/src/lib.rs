@@ -36,6 +36,7 @@
 //! | `durability` | `normal` | SQLite: `normal` (a commit is synced at the next checkpoint: an OS crash or power cut can lose the last ones) or `full` (every commit synced before it is acknowledged); see `BENCHMARKS.md` §11 for the cost |
 //! | `contextThreshold` | `0.75` | compact when frontier tokens > threshold × budget |
 //! | `lowWaterRatio` | `0.5` | compaction goes down to this fraction of the budget |
+//! | `backgroundCompaction` | `true` | threshold compaction runs in background maintenance after the reply (`turnMaintenanceMode: "background"`); a turn compacts in the foreground only over the whole budget; `false`: inline, the reply waits |
 //! | `defaultTokenBudget` | `128000` | budget when the host gives none |
 //! | `freshTailCount` | `64` | newest raw messages never compacted |
 //! | `leafChunkTokens` | `20000` | max source tokens per leaf summary (and per condensed chunk) |
