@@ -21,6 +21,7 @@
 //! what it leaves is either committed or never written, and the next turn's maintenance picks
 //! the debt up again. `backgroundCompaction: false` restores inline compaction.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -53,6 +54,69 @@ pub struct LosslessEngine {
     cfg: Arc<LosslessConfig>,
     policy: SessionPolicy,
     summarizer: Arc<dyn Summarizer>,
+    message_budgets: MessageBudgets,
+}
+
+/// The message budget each conversation's host last assembled with, for the compaction
+/// thresholds of the turn's end and of maintenance.
+///
+/// A host that renders its own system prompt and tool schemas (OpenClaw: about 12.6k tokens)
+/// passes `assemble` the window less that overhead, but `afterTurn`, `commitTurn` and
+/// `maintain` the whole window (`runtimeContext.tokenBudget`). An engine that owns compaction
+/// makes OpenClaw skip its own overflow precheck, so compacting against the whole window would
+/// let the stored history grow past what the next request has room for. The engine therefore
+/// compacts against the smaller of the budget it is given and the smallest assemble budget of
+/// the conversation's last turn (OpenClaw assembles twice per call, the second time with a
+/// larger budget). Kept in memory: after a restart the first turn's assemble sets it again.
+#[derive(Default)]
+struct MessageBudgets {
+    inner: std::sync::Mutex<HashMap<ConvKey, TurnBudget>>,
+}
+
+#[derive(Clone, Copy)]
+struct TurnBudget {
+    /// The smallest assemble budget since the turn began.
+    budget: u64,
+    /// A turn ended since it was set: the next assemble starts a new minimum.
+    ended: bool,
+}
+
+impl MessageBudgets {
+    /// Conversations remembered at most; past it the map starts over (an engine serving more
+    /// sessions than this loses only the refinement for one turn each).
+    const MAX: usize = 65_536;
+
+    fn assembled(&self, key: &ConvKey, budget: u64) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= Self::MAX && !map.contains_key(key) {
+            map.clear();
+        }
+        let entry = map.entry(key.clone()).or_insert(TurnBudget {
+            budget,
+            ended: false,
+        });
+        if entry.ended {
+            *entry = TurnBudget {
+                budget,
+                ended: false,
+            };
+        } else {
+            entry.budget = entry.budget.min(budget);
+        }
+    }
+
+    /// The budget to compact against: `given`, or less when the host assembled with less.
+    /// `end_turn` marks the turn over (`afterTurn`, `commitTurn`).
+    fn limit(&self, key: &ConvKey, given: u64, end_turn: bool) -> u64 {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(key) {
+            Some(entry) => {
+                entry.ended |= end_turn;
+                given.min(entry.budget)
+            }
+            None => given,
+        }
+    }
 }
 
 impl std::fmt::Debug for LosslessEngine {
@@ -86,6 +150,7 @@ impl LosslessEngine {
             cfg: Arc::new(cfg),
             policy,
             summarizer: Arc::new(ExtractiveSummarizer),
+            message_budgets: MessageBudgets::default(),
         })
     }
 
@@ -395,6 +460,7 @@ impl ContextEngine for LosslessEngine {
         let key = ConvKey::from_host(params.session_key.as_deref(), &params.session_id);
         let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
         let mode = self.mode(&key);
+        self.message_budgets.assembled(&key, budget);
         if mode != SessionMode::Ignored {
             // The host's second assemble of one model call passes the first result back.
             if let Some(out) = crate::assemble::reassemble_own_output(&params.messages, budget) {
@@ -562,7 +628,8 @@ impl ContextEngine for LosslessEngine {
             .store
             .ingest(&key, params.messages[start..].to_vec())
             .await?;
-        let budget = self.budget(params.token_budget, params.runtime_context.as_ref());
+        let given = self.budget(params.token_budget, params.runtime_context.as_ref());
+        let budget = self.message_budgets.limit(&key, given, true);
         self.compact_after_turn(&key, outcome.conv, budget).await?;
         Ok(())
     }
@@ -605,7 +672,8 @@ impl ContextEngine for LosslessEngine {
                 status: CommitTurnStatus::Duplicate,
             });
         };
-        let budget = self.budget(None, params.runtime_context.as_ref());
+        let given = self.budget(None, params.runtime_context.as_ref());
+        let budget = self.message_budgets.limit(&key, given, true);
         if let Err(e) = self.compact_after_turn(&key, outcome.conv, budget).await {
             tracing::warn!("lossless: threshold compaction after commitTurn failed: {e}");
         }
@@ -684,7 +752,9 @@ impl ContextEngine for LosslessEngine {
             && deferred_allowed
             && self.mode(&key) == SessionMode::Normal
         {
-            let budget = self.budget(None, rc);
+            let budget = self
+                .message_budgets
+                .limit(&key, self.budget(None, rc), false);
             self.pay_compaction_debt(&key, budget, cx.abort.as_ref())
                 .await?;
         }
