@@ -151,6 +151,23 @@ impl MaintenanceScheduler {
         }
     }
 
+    /// Resolves when no run is in progress or requested for `session_key`.
+    pub async fn wait_lane_idle(&self, session_key: &str) {
+        loop {
+            let notified = self.state.idle.notified();
+            if self
+                .state
+                .lanes
+                .lock()
+                .map(|l| !l.contains_key(session_key))
+                .unwrap_or(true)
+            {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Aborts running lanes (their `abortSignal` fires) and refuses new work.
     pub fn shutdown(&self) {
         self.state.shutdown.abort("runtime shutting down");

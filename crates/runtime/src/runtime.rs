@@ -495,6 +495,12 @@ impl AgentRuntime {
         self.inner.scheduler.wait_idle().await
     }
 
+    /// Waits for the background maintenance of one session to settle (a turn schedules it
+    /// before the turn ends).
+    pub async fn wait_for_session_maintenance(&self, session_key: &str) {
+        self.inner.scheduler.wait_lane_idle(session_key).await
+    }
+
     /// Stops background maintenance and disposes the engine.
     pub async fn shutdown(&self) {
         self.inner.scheduler.shutdown();

@@ -143,10 +143,31 @@ pub(crate) fn watch_turn(
                 );
             }
             shared.dashboard.live.publish(&key, "turnDone", json!({}));
+            // A background engine compacts after the reply, on the session's maintenance lane
+            // (scheduled before the turn ended): show that compaction too once it settles.
+            let settled = tokio::time::timeout(
+                MAINTENANCE_WATCH,
+                shared.runtime.wait_for_session_maintenance(&key),
+            )
+            .await;
+            if settled.is_ok() && after.is_some() && shared.dashboard.live.listened() {
+                let later = compaction_marker(&shared, &key).await;
+                if later.is_some() && later != after {
+                    shared.dashboard.live.publish(
+                        &key,
+                        "compaction",
+                        json!({"before": after, "after": later, "background": true}),
+                    );
+                }
+            }
         }
     });
     tx
 }
+
+/// How long a turn's watcher waits for the session's background maintenance before it stops
+/// watching (a summary by a slow model takes seconds; the next turn's events show the rest).
+const MAINTENANCE_WATCH: Duration = Duration::from_secs(300);
 
 /// `?key=` of the event stream (absent: every session).
 #[derive(Debug, Deserialize)]

@@ -179,6 +179,8 @@ try {
   await page.waitForFunction(() => (document.body.dataset.events ?? '').split(' ').includes('turnDone'), null, { timeout: 30_000 });
   await page.waitForFunction((b) => document.querySelector('[data-testid="ctx-total"]')?.textContent.trim() !== b, before, { timeout: 30_000 });
   check(true, 'the context bar updated live from the turn');
+  // lossless compacts after the reply (background maintenance): its event follows the turn's.
+  await page.waitForFunction(() => (document.body.dataset.events ?? '').split(' ').includes('compaction'), null, { timeout: 60_000 }).catch(() => {});
   check((await page.locator('#live-status').getAttribute('data-event')) === 'compaction', 'a compaction during the turn was shown live');
   await page.click('#tab-timeline');
   check((await page.locator('[data-testid="timeline-list"] li').count()) >= 2, 'the compaction timeline lists the compactions');
