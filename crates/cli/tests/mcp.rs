@@ -326,6 +326,46 @@ async fn the_python_mcp_client_over_http_needs_the_gateways_token() {
     let _ = gw.child.wait().await;
 }
 
+/// A gateway whose engine is not lossless has no store to serve over MCP: `/mcp` answers 409
+/// naming the engine in charge, not a bare 500.
+#[tokio::test]
+async fn mcp_on_a_gateway_without_lossless_says_which_engine_is_in_charge() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path();
+    write_config(
+        state,
+        json!({
+            "plugins": {"slots": {"contextEngine": "legacy"}},
+            "models": {"providers": {"mock": {"api": "openai-completions", "baseUrl": "http://127.0.0.1:9/v1",
+                "models": [{"id": "m", "contextWindow": 16000, "maxTokens": 512}], "maxRetries": 0}}},
+            "agents": {"defaults": {"model": {"primary": "mock/m"}}}
+        }),
+    );
+    let mut gw = spawn_gateway(state).await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let r = reqwest::Client::new()
+        .post(format!("{}/mcp", gw.url))
+        .header("accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    assert_eq!(status, 409, "{body}");
+    let message = serde_json::from_str::<Value>(&body).unwrap()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("lossless") && message.contains("\"legacy\""),
+        "the error names what is needed and the engine in charge: {body}"
+    );
+    gw.child.start_kill().unwrap();
+    let _ = gw.child.wait().await;
+}
+
 #[tokio::test]
 async fn the_python_mcp_client_reads_a_postgresql_store() {
     let Some(python) = python() else {

@@ -812,7 +812,24 @@ pub(crate) fn router(shared: &crate::server::AppState) -> axum::Router<crate::se
             Default::default(),
             config,
         );
-    axum::Router::new().nest_service("/mcp", service)
+    // Without the lossless engine there is no store to serve: a 409 naming the engine in
+    // charge (as the recall routes answer), not the SDK's generic 500 from the factory above.
+    let weak = Arc::downgrade(shared);
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let weak = weak.clone();
+                async move {
+                    if let Some(shared) = weak.upgrade() {
+                        if let Err(e) = crate::recall::handle(&shared) {
+                            return axum::response::IntoResponse::into_response(e);
+                        }
+                    }
+                    next.run(req).await
+                }
+            },
+        ))
 }
 
 #[cfg(test)]
