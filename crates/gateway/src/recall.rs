@@ -244,6 +244,7 @@ pub(crate) async fn lcm_grep(
     ApiJson(r): ApiJson<GrepRequest>,
 ) -> Result<Json<RecallReport>, ApiError> {
     started(&s)?;
+    crate::openai::check_session_key("sessionKey", &r.session_key)?;
     if r.query.trim().is_empty() {
         return Err(ApiError::invalid("query", "`query` must not be empty"));
     }
@@ -274,6 +275,7 @@ pub(crate) async fn lcm_describe(
     ApiJson(r): ApiJson<DescribeRequest>,
 ) -> Result<Json<RecallReport>, ApiError> {
     started(&s)?;
+    crate::openai::check_session_key("sessionKey", &r.session_key)?;
     let recall = handle(&s)?;
     let agent = ConvKey::from_host(Some(&r.session_key), &r.session_key).agent_id;
     let at = Instant::now();
@@ -288,6 +290,7 @@ pub(crate) async fn lcm_expand(
     ApiJson(r): ApiJson<ExpandRequest>,
 ) -> Result<Json<RecallReport>, ApiError> {
     started(&s)?;
+    crate::openai::check_session_key("sessionKey", &r.session_key)?;
     let recall = handle(&s)?;
     let agent = ConvKey::from_host(Some(&r.session_key), &r.session_key).agent_id;
     let at = Instant::now();

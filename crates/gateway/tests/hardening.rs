@@ -151,6 +151,24 @@ async fn engine_api_session_keys_are_limited_as_chats_are() {
     )
     .await;
     assert_eq!(e["param"], "childSessionKey", "{e}");
+    // The recall routes take the same keys.
+    for (route, body) in [
+        (
+            "/v1/engine/lcm_grep",
+            json!({"sessionKey": long, "query": "x"}),
+        ),
+        (
+            "/v1/engine/lcm_describe",
+            json!({"sessionKey": long, "id": "sum_1"}),
+        ),
+        (
+            "/v1/engine/lcm_expand",
+            json!({"sessionKey": "agent:main:\u{1b}[2J", "id": "sum_1"}),
+        ),
+    ] {
+        let e = error_of(gw.post(route, &body).await, 400).await;
+        assert_eq!(e["param"], "sessionKey", "{route}: {e}");
+    }
     // Exactly 512 is accepted, as chat accepts it.
     let ok = "k".repeat(512);
     let r = gw.post("/v1/engine/ingest", &ingest("s1", Some(&ok))).await;
