@@ -22,11 +22,13 @@
 //! verbatim; else `agent:main:openai-user:<user>` from the request's `user` field; else a fresh
 //! `agent:main:openai:<uuid>` (OpenClaw's key shapes). The response names it in the same header.
 //!
-//! A re-sent plain (non-streamed) request is answered again, not run as a second turn: one
-//! with the `Idempotency-Key` of the session's last answered request (kept 24 hours) gets that
-//! answer (a different body under the same key is a 409), and so does a byte-identical request
-//! without a key within 10 seconds of it (a client's retry of an answer it did not get). Such
-//! an answer carries `x-clawctx-replayed: true`. Only each session's last answer is kept, in
+//! A re-sent request is answered again, not run as a second turn: one with the
+//! `Idempotency-Key` of the session's last answered request (kept 24 hours) gets that answer (a
+//! different body under the same key is a 409), and so does a byte-identical request without a
+//! key within 10 seconds of it (a client's retry of an answer it did not get). Streamed or not
+//! does not make two requests differ: a streamed answer is kept once its stream has ended, and
+//! a kept answer is given again as the re-send asks for it (a JSON body, or a stream of the
+//! same reply). Such an answer carries `x-clawctx-replayed: true`. Only each session's last answer is kept, in
 //! memory (a restart forgets it). A request that failed before its answer keeps nothing: its
 //! retry runs, and the runtime continues the unanswered prompt instead of storing it twice.
 //!
@@ -83,7 +85,7 @@ const KEYED_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 /// Sessions whose last answer is kept at most (the oldest goes first).
 const RECENT_SESSIONS: usize = 4096;
 
-/// Each session's last plain answer, so that a re-sent request is answered again instead of
+/// Each session's last answer (plain or streamed to its end), so that a re-sent request is answered again instead of
 /// being run as a new turn (see the module's text).
 #[derive(Default)]
 pub(crate) struct RecentAnswers(std::sync::Mutex<std::collections::HashMap<String, Recent>>);
@@ -172,10 +174,14 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_owned()))
 }
 
-/// A request as the gateway read it, hashed: equal for a byte-for-byte re-send.
+/// A request as the gateway read it, hashed: equal for a byte-for-byte re-send, streamed or not
+/// (a client may retry a broken stream as a plain request).
 fn fingerprint(request: &ChatCompletionRequest) -> [u8; 32] {
     use sha2::Digest;
-    let bytes = serde_json::to_vec(request).unwrap_or_default();
+    let mut request = request.clone();
+    request.stream = None;
+    request.stream_options = None;
+    let bytes = serde_json::to_vec(&request).unwrap_or_default();
     sha2::Sha256::digest(&bytes).into()
 }
 
@@ -706,9 +712,12 @@ pub(crate) async fn chat_completions(
         .map_err(|_| ApiError::invalid(SESSION_HEADER, "invalid session key"))?;
     // A re-send of the session's last answered request (waited for on the lane above, so one
     // still running has answered by now) gets that answer again.
-    let plain = request.stream != Some(true);
     let request_print = fingerprint(&request);
-    if plain {
+    let include_usage = request
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.include_usage);
+    {
         match shared
             .recent
             .check(&key, idempotency.as_deref(), &request_print)
@@ -724,7 +733,17 @@ pub(crate) async fn chat_completions(
             }
             Replay::Answer(body) => {
                 tracing::info!(session = %key, "a re-sent request is answered again, not run as a new turn");
-                let mut response = (StatusCode::OK, Json(*body)).into_response();
+                let mut response = if request.stream == Some(true) {
+                    let events = replay_stream(&body, include_usage);
+                    Sse::new(futures::stream::iter(
+                        events
+                            .into_iter()
+                            .map(|item| Ok::<Event, Infallible>(item.into_event())),
+                    ))
+                    .into_response()
+                } else {
+                    (StatusCode::OK, Json(*body)).into_response()
+                };
                 let headers = response.headers_mut();
                 headers.insert(SESSION_HEADER, session_header);
                 headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
@@ -747,10 +766,6 @@ pub(crate) async fn chat_completions(
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         turn.events = Some(tx);
         let handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
-        let include_usage = request
-            .stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage);
         let events = stream_events(
             shared,
             handle,
@@ -761,6 +776,9 @@ pub(crate) async fn chat_completions(
                 created: unix_now(),
                 include_usage,
                 input,
+                session: key.clone(),
+                idempotency,
+                request_print,
             },
         );
         let guard = AbortOnDrop {
@@ -801,23 +819,7 @@ pub(crate) async fn chat_completions(
         Ok(Err(e)) => return Err(turn_error(&e, &shared, &input)),
         Err(e) => return Err(ApiError::internal(format!("the turn task failed: {e}"))),
     };
-    let body = ChatCompletion {
-        id,
-        object: "chat.completion".into(),
-        created: unix_now(),
-        model,
-        usage: usage_of(&outcome),
-        choices: vec![Choice {
-            index: 0,
-            message: AssistantReply {
-                role: "assistant".into(),
-                content: Some(outcome.reply.clone())
-                    .filter(|r| !r.is_empty() || outcome.client_tool_calls.is_empty()),
-                tool_calls: reply_tool_calls(&outcome),
-            },
-            finish_reason: finish_reason(&outcome).into(),
-        }],
-    };
+    let body = completion(id, model, unix_now(), &outcome);
     shared
         .recent
         .remember(&key, idempotency, request_print, &body);
@@ -835,12 +837,75 @@ pub(crate) async fn chat_completions(
     Ok(response)
 }
 
+/// The answer to a turn, as a plain response carries it (and as it is kept for re-sends).
+fn completion(id: String, model: String, created: u64, outcome: &TurnOutcome) -> ChatCompletion {
+    ChatCompletion {
+        id,
+        object: "chat.completion".into(),
+        created,
+        model,
+        usage: usage_of(outcome),
+        choices: vec![Choice {
+            index: 0,
+            message: AssistantReply {
+                role: "assistant".into(),
+                content: Some(outcome.reply.clone())
+                    .filter(|r| !r.is_empty() || outcome.client_tool_calls.is_empty()),
+                tool_calls: reply_tool_calls(outcome),
+            },
+            finish_reason: finish_reason(outcome).into(),
+        }],
+    }
+}
+
+/// A kept answer given again as a stream: the role, the whole reply in one delta, the client's
+/// tool calls, the finish reason, the usage when asked for, `[DONE]`.
+fn replay_stream(body: &ChatCompletion, include_usage: bool) -> Vec<Streamed> {
+    let chunk = |choices: Value| json!({"id": body.id, "object": "chat.completion.chunk", "created": body.created, "model": body.model, "choices": choices});
+    let mut out = vec![Streamed::Chunk(chunk(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+    ))];
+    if let Some(choice) = body.choices.first() {
+        if let Some(text) = choice.message.content.as_deref().filter(|t| !t.is_empty()) {
+            out.push(Streamed::Chunk(chunk(
+                json!([{"index": 0, "delta": {"content": text}, "finish_reason": null}]),
+            )));
+        }
+        let calls: Vec<Value> = choice
+            .message
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| json!({"index": i, "id": c.id, "type": c.kind, "function": c.function}))
+            .collect();
+        if !calls.is_empty() {
+            out.push(Streamed::Chunk(chunk(
+                json!([{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": null}]),
+            )));
+        }
+        out.push(Streamed::Chunk(chunk(
+            json!([{"index": 0, "delta": {}, "finish_reason": choice.finish_reason}]),
+        )));
+    }
+    if include_usage {
+        let mut last = chunk(json!([]));
+        last["usage"] = serde_json::to_value(&body.usage).unwrap_or(Value::Null);
+        out.push(Streamed::Chunk(last));
+    }
+    out.push(Streamed::Done);
+    out
+}
+
 struct StreamMeta {
     id: String,
     model: String,
     created: u64,
     include_usage: bool,
     input: ChatInput,
+    /// Where the answer is kept for a re-send, once the stream has ended.
+    session: String,
+    idempotency: Option<String>,
+    request_print: [u8; 32],
 }
 
 /// One SSE event of a streamed reply.
@@ -913,6 +978,10 @@ fn stream_events(
                 if meta.include_usage {
                     out.push(chunk(json!([]), serde_json::to_value(usage_of(&o)).ok()));
                 }
+                let body = completion(meta.id.clone(), meta.model.clone(), meta.created, &o);
+                shared
+                    .recent
+                    .remember(&meta.session, meta.idempotency.clone(), meta.request_print, &body);
             }
             Ok(Err(e)) => out.push(Streamed::Error(json!(turn_error(&e, &shared, &meta.input).body()))),
             Err(e) => out.push(Streamed::Error(json!(ApiError::internal(format!("the turn task failed: {e}")).body()))),

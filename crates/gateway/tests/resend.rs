@@ -84,6 +84,90 @@ async fn re_sent_requests_are_one_turn() {
     );
 }
 
+/// Sends a streamed request; answers whether it was replayed, the reply text put together
+/// from its deltas, its finish reason and whether it ended with `[DONE]`.
+async fn send_streamed(
+    gw: &TestGateway,
+    body: &Value,
+    idempotency: Option<&str>,
+) -> (bool, String, String, bool) {
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    let mut r = gw
+        .http
+        .post(gw.at("/v1/chat/completions"))
+        .header("x-clawctx-session", KEY)
+        .json(&body);
+    if let Some(k) = idempotency {
+        r = r.header("Idempotency-Key", k);
+    }
+    let r = r.send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let replayed = r.headers().get("x-clawctx-replayed").is_some();
+    let text = r.text().await.unwrap();
+    let (mut reply, mut finish, mut done) = (String::new(), String::new(), false);
+    for data in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        let choice = &chunk["choices"][0];
+        reply.push_str(choice["delta"]["content"].as_str().unwrap_or_default());
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_owned();
+        }
+    }
+    (replayed, reply, finish, done)
+}
+
+/// A streamed answer is kept once its stream has ended: a streamed re-send gets the same reply
+/// as a stream, a plain re-send (a client retrying a broken stream without it) as JSON, and the
+/// model is asked once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_sent_streamed_requests_are_one_turn() {
+    let gw = start(Opts::default()).await;
+    gw.llm
+        .push([text("streamed answer"), text("another answer")]);
+
+    let first = send_streamed(&gw, &ask("what did the audit find?"), Some("s-1")).await;
+    assert_eq!(
+        first,
+        (false, "streamed answer".into(), "stop".into(), true)
+    );
+    let again = send_streamed(&gw, &ask("what did the audit find?"), Some("s-1")).await;
+    assert_eq!(again, (true, "streamed answer".into(), "stop".into(), true));
+    let (status, replayed, plain) = send(&gw, &ask("what did the audit find?"), Some("s-1")).await;
+    assert_eq!((status, replayed), (200, true), "{plain}");
+    assert_eq!(plain["choices"][0]["message"]["content"], "streamed answer");
+    // Without a key, a byte-identical streamed re-send right after is the same request too.
+    let keyless = send_streamed(&gw, &ask("and the follow-up?"), None).await;
+    assert_eq!(keyless.1, "another answer");
+    assert!(!keyless.0);
+    let keyless_again = send_streamed(&gw, &ask("and the follow-up?"), None).await;
+    assert_eq!(
+        keyless_again,
+        (true, "another answer".into(), "stop".into(), true)
+    );
+    assert_eq!(gw.llm.bodies().await.len(), 2, "the model was asked twice");
+    let stored: Vec<String> = gw
+        .runtime
+        .context(KEY)
+        .unwrap()
+        .iter()
+        .map(|m| m.plain_text())
+        .collect();
+    assert_eq!(
+        stored,
+        vec![
+            "what did the audit find?",
+            "streamed answer",
+            "and the follow-up?",
+            "another answer"
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_bad_idempotency_key_is_refused_naming_the_header() {
     let gw = start(Opts::default()).await;
