@@ -1,4 +1,5 @@
 //! Config file: JSON5 in, precise errors, atomic writes that keep unknown keys.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use clawctx_config::*;
 use serde_json::json;

@@ -1,5 +1,6 @@
 //! The runtime's built-in compaction (§7.4), the history pipeline (§7.5), and the conformance
 //! suite run against `legacy` and the test engine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! Legacy parity, delegated compaction, host-param projection, host requirements and
 //! runtimeSettings: contract §1.6, §5, §6, §7.2, §7.3 and checklist §12.1, §12.8–§12.10.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

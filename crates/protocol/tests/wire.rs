@@ -1,5 +1,6 @@
 //! Wire compatibility: JSON written from the contract (§1–§2, §6) must parse into our types and
 //! serialize back to the same JSON. A field renamed, dropped or added on the way out fails here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use clawctx_protocol::*;
 use serde::de::DeserializeOwned;

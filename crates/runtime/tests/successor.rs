@@ -1,5 +1,6 @@
 //! §1.3 / §7.2: a compaction that reports a successor session (`result.sessionTarget`) moves the
 //! session key to it; the next turn is written to the successor's transcript, not the old one.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 //!
 //! Random strings (ASCII-heavy and arbitrary Unicode), fixed corpora (code, JSON, prose,
 //! emoji/CJK/accents) and, when the data is present, every LoCoMo dialogue turn.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use clawctx_tokens::text_tokens;
 use proptest::prelude::*;
