@@ -187,14 +187,17 @@ pub(crate) struct Guard {
     pub(crate) breaker_open_until_ms: i64,
 }
 
+/// A leaf summary's target: at most what leaves room for its `<summary …>` wrapper within the
+/// source, so that the summary in the frontier is smaller than what it replaces.
 fn leaf_target(cfg: &LosslessConfig, source: u64) -> u64 {
     let t = cfg.leaf_target_tokens.min(source * 35 / 100).max(192);
-    t.min(source.saturating_sub(1)).max(1)
+    t.min(source.saturating_sub(RENDER_OVERHEAD + 1)).max(1)
 }
 
+/// A condensed summary's target, with the same room for its wrapper.
 fn condensed_target(cfg: &LosslessConfig, source: u64) -> u64 {
     let t = cfg.condensed_target_tokens.min(source / 2).max(128);
-    t.min(source.saturating_sub(1)).max(1)
+    t.min(source.saturating_sub(RENDER_OVERHEAD + 1)).max(1)
 }
 
 /// Per-summary rendering overhead (the `<summary …>` wrapper), for projections.
@@ -738,6 +741,26 @@ async fn summarize_chunk(
                 .await
                 .unwrap_or_else(|e| Some(e.to_string()))
             };
+            // The summary takes its items' place in the frontier wrapped in `<summary …>`: a
+            // compaction must never make the context larger (a condensation of small summaries
+            // with a summary close to its source's size would). The id is a placeholder of ten
+            // digits, longer than any real one.
+            let check = check.or_else(|| {
+                let rendered = render_summary(
+                    9_999_999_999,
+                    chunk.depth,
+                    chunk.ts_lo,
+                    chunk.ts_hi,
+                    &text,
+                );
+                let tokens = message_tokens(&rendered);
+                (tokens >= chunk.source_tokens).then(|| {
+                    format!(
+                        "summary with its wrapper ({tokens} tokens) is not smaller than what it replaces ({})",
+                        chunk.source_tokens
+                    )
+                })
+            });
             match check {
                 Some(why) => Outcome::Failed(why),
                 None => Outcome::Ok(

@@ -112,6 +112,10 @@ async fn compaction_counts_the_room_the_host_left_for_messages_not_the_whole_win
         );
         e.maintain(&background_maintain(), &cx()).await.unwrap();
         let settled = frontier_tokens(&e).await;
+        assert!(
+            settled <= after_commit,
+            "turn {t}: maintenance's compaction grew the history from {after_commit} to {settled} tokens"
+        );
         compacted |= settled < before;
         highest = highest.max(settled);
     }
