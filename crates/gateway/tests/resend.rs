@@ -26,6 +26,16 @@ async fn send(gw: &TestGateway, body: &Value, idempotency: Option<&str>) -> (u16
     (status, replayed, r.json().await.unwrap())
 }
 
+/// The texts of the session's stored messages, oldest first.
+fn stored_texts(gw: &TestGateway) -> Vec<String> {
+    gw.runtime
+        .context(KEY)
+        .unwrap()
+        .iter()
+        .map(|m| m.plain_text())
+        .collect()
+}
+
 fn ask(prompt: &str) -> Value {
     json!({"model": "mock/test-model", "messages": [{"role": "user", "content": prompt}]})
 }
@@ -64,15 +74,8 @@ async fn re_sent_requests_are_one_turn() {
     assert_eq!(a6["choices"][0]["message"]["content"], "third answer");
     assert_eq!(gw.llm.bodies().await.len(), 3);
 
-    let prompts: Vec<String> = gw
-        .runtime
-        .context(KEY)
-        .unwrap()
-        .iter()
-        .map(|m| m.plain_text())
-        .collect();
     assert_eq!(
-        prompts,
+        stored_texts(&gw),
         vec![
             "where is the cache?",
             "first answer",
@@ -150,15 +153,8 @@ async fn re_sent_streamed_requests_are_one_turn() {
         (true, "another answer".into(), "stop".into(), true)
     );
     assert_eq!(gw.llm.bodies().await.len(), 2, "the model was asked twice");
-    let stored: Vec<String> = gw
-        .runtime
-        .context(KEY)
-        .unwrap()
-        .iter()
-        .map(|m| m.plain_text())
-        .collect();
     assert_eq!(
-        stored,
+        stored_texts(&gw),
         vec![
             "what did the audit find?",
             "streamed answer",

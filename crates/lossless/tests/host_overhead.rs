@@ -39,26 +39,9 @@ fn whole_window() -> Option<ContextEngineRuntimeContext> {
 }
 
 fn commit(t: usize, messages: Vec<AgentMessage>) -> CommitTurnParams {
-    let anchor = |entry: String| TranscriptEntryAnchor {
-        agent_id: "main".into(),
-        session_id: "s1".into(),
-        session_key: KEY.into(),
-        entry_id: entry,
-        ..Default::default()
-    };
     CommitTurnParams {
-        advancement_key: format!("t{t}"),
-        admission: TranscriptTurnAdmission {
-            anchor: anchor(format!("t{t}:user")),
-            logical_turn_id: format!("turn-{t}"),
-            role: "user".into(),
-        },
-        terminal: anchor(format!("t{t}:terminal")),
-        messages,
-        session_id: "s1".into(),
-        session_key: Some(KEY.into()),
         runtime_context: whole_window(),
-        ..Default::default()
+        ..commit_params(t, messages)
     }
 }
 

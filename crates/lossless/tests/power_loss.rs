@@ -27,10 +27,7 @@ use std::path::Path;
 
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::*;
-use clawctx_protocol::{
-    AgentMessage, CommitTurnParams, IngestBatchParams, TranscriptEntryAnchor,
-    TranscriptTurnAdmission,
-};
+use clawctx_protocol::{AgentMessage, IngestBatchParams};
 use clawctx_sqlite_power_cut::{Loss, PowerCut};
 use common::*;
 
@@ -77,29 +74,6 @@ fn turn_of(rng: &mut Lcg, t: usize) -> Vec<AgentMessage> {
             }
         })
         .collect()
-}
-
-fn commit_params(t: usize, messages: Vec<AgentMessage>) -> CommitTurnParams {
-    let anchor = |entry: String| TranscriptEntryAnchor {
-        agent_id: "main".into(),
-        session_id: "s1".into(),
-        session_key: KEY.into(),
-        entry_id: entry,
-        ..Default::default()
-    };
-    CommitTurnParams {
-        advancement_key: format!("k{t}"),
-        admission: TranscriptTurnAdmission {
-            anchor: anchor(format!("k{t}:user")),
-            logical_turn_id: format!("turn-{t}"),
-            role: "user".into(),
-        },
-        terminal: anchor(format!("k{t}:terminal")),
-        messages,
-        session_id: "s1".into(),
-        session_key: Some(KEY.into()),
-        ..Default::default()
-    }
 }
 
 /// Runs the workload on a store in `live`, stopping at the cut (or cutting at its end).

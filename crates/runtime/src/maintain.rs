@@ -136,32 +136,20 @@ impl MaintenanceScheduler {
 
     /// Resolves when no lane is running.
     pub async fn wait_idle(&self) {
-        loop {
-            let notified = self.state.idle.notified();
-            if self
-                .state
-                .lanes
-                .lock()
-                .map(|l| l.is_empty())
-                .unwrap_or(true)
-            {
-                return;
-            }
-            notified.await;
-        }
+        self.wait_until(|lanes| lanes.is_empty()).await
     }
 
     /// Resolves when no run is in progress or requested for `session_key`.
     pub async fn wait_lane_idle(&self, session_key: &str) {
+        self.wait_until(|lanes| !lanes.contains_key(session_key))
+            .await
+    }
+
+    /// Resolves once `settled` holds for the lanes, checked whenever a lane ends.
+    async fn wait_until(&self, settled: impl Fn(&HashMap<String, Lane>) -> bool) {
         loop {
             let notified = self.state.idle.notified();
-            if self
-                .state
-                .lanes
-                .lock()
-                .map(|l| !l.contains_key(session_key))
-                .unwrap_or(true)
-            {
+            if self.state.lanes.lock().map(|l| settled(&l)).unwrap_or(true) {
                 return;
             }
             notified.await;

@@ -326,6 +326,30 @@ pub fn after_turn(history: &[AgentMessage], pre: usize, budget: u64) -> AfterTur
     }
 }
 
+/// `commitTurn` params for turn `t` of session `s1` (key [`KEY`]): advancement key `k<t>`.
+pub fn commit_params(t: usize, messages: Vec<AgentMessage>) -> CommitTurnParams {
+    let anchor = |entry: String| TranscriptEntryAnchor {
+        agent_id: "main".into(),
+        session_id: "s1".into(),
+        session_key: KEY.into(),
+        entry_id: entry,
+        ..Default::default()
+    };
+    CommitTurnParams {
+        advancement_key: format!("k{t}"),
+        admission: TranscriptTurnAdmission {
+            anchor: anchor(format!("k{t}:user")),
+            logical_turn_id: format!("turn-{t}"),
+            role: "user".into(),
+        },
+        terminal: anchor(format!("k{t}:terminal")),
+        messages,
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        ..Default::default()
+    }
+}
+
 pub fn assemble_params(messages: Vec<AgentMessage>, budget: u64) -> AssembleParams {
     AssembleParams {
         session_id: "s1".into(),
