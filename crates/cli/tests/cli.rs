@@ -8,23 +8,11 @@ mod common;
 use common::Run;
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
 fn clawctx(state: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))
-        .args(args)
-        .env("CLAWCTX_STATE_DIR", state)
-        .env_remove("CLAWCTX_LOG")
-        .output()
-        .expect("running clawctx");
-    Run {
-        cmd: format!("clawctx {}", args.join(" ")),
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    common::run(state, args)
 }
 
 fn json(run: &Run) -> Value {

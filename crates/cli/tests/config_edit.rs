@@ -7,23 +7,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::Run;
 
 fn clawctx(state: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))
-        .args(args)
-        .env("CLAWCTX_STATE_DIR", state)
-        .env_remove("CLAWCTX_LOG")
-        .output()
-        .expect("running clawctx");
-    Run {
-        cmd: format!("clawctx {}", args.join(" ")),
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    common::run(state, args)
 }
 
 const OPENCLAW_JSON: &str = "// OpenClaw's own config\n{\n  agents: { defaults: { model: { primary: 'local/my-model' } } }, // the agent\n  /* engines */\n  plugins: {\n    slots: { contextEngine: 'legacy' },\n    entries: {\n      lossless: {\n        config: {\n          freshTailCount: 8, // small\n        },\n      },\n    },\n  },\n}\n";

@@ -91,18 +91,17 @@ impl MessageBudgets {
         if map.len() >= Self::MAX && !map.contains_key(key) {
             map.clear();
         }
+        // A new conversation starts as if its last turn had ended: this budget starts the minimum.
         let entry = map.entry(key.clone()).or_insert(TurnBudget {
             budget,
-            ended: false,
+            ended: true,
         });
-        if entry.ended {
-            *entry = TurnBudget {
-                budget,
-                ended: false,
-            };
+        entry.budget = if entry.ended {
+            budget
         } else {
-            entry.budget = entry.budget.min(budget);
-        }
+            entry.budget.min(budget)
+        };
+        entry.ended = false;
     }
 
     /// The budget to compact against: `given`, or less when the host assembled with less.

@@ -107,14 +107,16 @@ pub async fn run(global: &GlobalArgs, args: EvalArgs) -> anyhow::Result<ExitCode
 /// (read from `file`), then each `KEY=VALUE` of `sets` (a key relative to that object, or the
 /// whole dotted path), store keys removed; every key checked against what the engine reads.
 fn lossless_config(root: &Value, file: &str, sets: &[String]) -> anyhow::Result<Value> {
-    let mut cfg = match root.pointer("/plugins/entries/lossless/config") {
+    let cfg = match root.pointer("/plugins/entries/lossless/config") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
-        Some(other) => anyhow::bail!("{file}: {BASE} must be an object, not {}", kind(other)),
+        Some(other) => anyhow::bail!("{file}: {BASE} must be an object, not {other}"),
     };
     for (key, value) in &cfg {
         check_key(key, value).with_context(|| format!("{file}: {BASE}.{key}"))?;
     }
+    // The config's own dotted-key setter (as `clawctx config set`), over the engine's object.
+    let mut edited = clawctx_config::ConfigFile::from_value(BASE, Value::Object(cfg));
     for s in sets {
         let Some((key, text)) = s.split_once('=') else {
             anyhow::bail!("--set {s}: expected KEY=VALUE (e.g. --set promptRecallShare=0)");
@@ -124,19 +126,17 @@ fn lossless_config(root: &Value, file: &str, sets: &[String]) -> anyhow::Result<
             .strip_prefix(BASE)
             .and_then(|k| k.strip_prefix('.'))
             .unwrap_or(key);
-        let parts: Vec<&str> = key.split('.').collect();
-        if key.is_empty() || parts.iter().any(|p| p.is_empty()) {
-            anyhow::bail!("--set {s}: `{key}` is not a key (e.g. --set freshTailCount=16)");
-        }
-        let value = parse_cli_value(text);
-        // `a.b=v` sets inside the object at `a`.
-        let top = parts[0].to_owned();
-        let mut whole = cfg.get(&top).cloned().unwrap_or(Value::Null);
-        set_path(&mut whole, &parts[1..], value)
-            .with_context(|| format!("--set {s}: {BASE}.{top} is not an object"))?;
-        check_key(&top, &whole).with_context(|| format!("--set {s}"))?;
-        cfg.insert(top, whole);
+        edited
+            .set(key, parse_cli_value(text))
+            .with_context(|| format!("--set {s}"))?;
+        // `a.b=v` sets inside the object at `a`: the whole of `a` is checked.
+        let top = key.split('.').next().unwrap_or(key);
+        let whole = edited.value().get(top).cloned().unwrap_or(Value::Null);
+        check_key(top, &whole).with_context(|| format!("--set {s}"))?;
     }
+    let Value::Object(mut cfg) = edited.value().clone() else {
+        anyhow::bail!("{BASE} is not an object");
+    };
     for k in STORE_KEYS {
         cfg.remove(k);
     }
@@ -163,33 +163,4 @@ fn check_key(key: &str, value: &Value) -> anyhow::Result<()> {
         anyhow::bail!("`{key}`: {value} is not a valid value ({e})");
     }
     Ok(())
-}
-
-fn set_path(target: &mut Value, path: &[&str], value: Value) -> anyhow::Result<()> {
-    let Some((first, rest)) = path.split_first() else {
-        *target = value;
-        return Ok(());
-    };
-    if target.is_null() {
-        *target = Value::Object(Map::new());
-    }
-    let Value::Object(map) = target else {
-        anyhow::bail!("found {}", kind(target));
-    };
-    set_path(
-        map.entry((*first).to_owned()).or_insert(Value::Null),
-        rest,
-        value,
-    )
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }

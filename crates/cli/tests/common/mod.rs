@@ -18,6 +18,23 @@ pub fn clawctx(state: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs `clawctx args…` with `state` as its state directory and no `CLAWCTX_LOG`, as a
+/// [`Run`] that prints the command with its output.
+pub fn run(state: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_clawctx"))
+        .args(args)
+        .env("CLAWCTX_STATE_DIR", state)
+        .env_remove("CLAWCTX_LOG")
+        .output()
+        .expect("running clawctx");
+    Run {
+        cmd: format!("clawctx {}", args.join(" ")),
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// A finished `clawctx` run; printed, it shows the command with its exit code, stdout and
 /// stderr (what a failing test should say).
 pub struct Run {
