@@ -370,6 +370,15 @@ async fn a_client_that_disconnects_mid_stream_aborts_the_turn_and_the_session_go
         String::from_utf8_lossy(&first).contains("\"role\":\"assistant\""),
         "{first:?}"
     );
+    // The role chunk goes out before the model is asked: leave only once the slow reply is
+    // being served, or (on a loaded machine) the next turn would take it from the queue.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while gw.llm.bodies().await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the model is asked for the first reply");
     drop(r);
 
     wait_for_metric(&gw, r#"clawctx_gateway_turns_total{outcome="aborted"} 1"#).await;
