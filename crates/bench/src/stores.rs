@@ -274,6 +274,7 @@ async fn measure(
             prompt: None,
             recall_reserve: cfg.prompt_recall_reserve(opts.budget),
             recall_max_messages: cfg.prompt_recall_max_messages,
+            recall_max_tokens: cfg.prompt_recall_max_tokens,
             cache_block_share: cfg.cache_block_share,
         };
         let t = Instant::now();

@@ -160,6 +160,7 @@ impl Recall {
                 prompt,
                 recall_reserve: self.cfg.prompt_recall_reserve(budget),
                 recall_max_messages: self.cfg.prompt_recall_max_messages,
+                recall_max_tokens: self.cfg.prompt_recall_max_tokens,
                 cache_block_share: self.cfg.cache_block_share,
             })
             .await?;

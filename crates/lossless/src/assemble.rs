@@ -10,8 +10,15 @@
 //! The sum of the returned messages' estimates never exceeds the budget: a lone unit that is
 //! too big is shortened with `truncate_middle`, and dropped if even that cannot fit.
 //!
-//! Cache-stable front (hysteresis): providers cache the longest unchanged prefix of a request,
-//! so the oldest message shown must not move every turn. Dropping just the oldest unit that no
+//! Cache-stable front: providers cache the longest unchanged prefix of a request, so the oldest
+//! item shown must not move every turn. Mostly compaction sees to it: with the fresh tail capped
+//! in tokens (`freshTailMaxTokens`), a compaction brings the whole frontier under the budget,
+//! the context is then the whole frontier (summaries first, then the raw messages since) and
+//! grows by appending until the next compaction, which rewrites the front once for many turns.
+//! When the frontier is over the history budget anyway (compaction failed or is not done yet),
+//! the rule below keeps the front still.
+//!
+//! Hysteresis: the oldest message shown must not move every turn. Dropping just the oldest unit that no
 //! longer fits would shift the whole conversation part of the prompt by one message each turn
 //! once the budget is full (a cache miss on every turn). Instead each conversation's assembly
 //! remembers where it started (its [`FrontKey`], kept by the backend in [`Fronts`]): while
@@ -23,6 +30,12 @@
 //! many turns. A first assembly (no front known for this budget), and one over the same
 //! stored history as the last (another prompt over it, nothing new stored), is packed as full
 //! as the budget allows. The per-turn `<recalled>` block stays after the stable part (before the prompt).
+//!
+//! The budget split: the history gets the budget less the recall reserve (`promptRecallShare`);
+//! behind a kept front it may also grow into half of that reserve before a block is dropped;
+//! the `<recalled>` block then gets what the history left, at least its reserve when packed
+//! plainly and at most `promptRecallMaxTokens`. Summaries are frontier items like raw messages:
+//! they are shown whenever the frontier from them on fits (after a compaction, always).
 
 use clawctx_protocol::{AgentMessage, Content, ContentBlock};
 use clawctx_tokens::{message_tokens, truncate_middle};
@@ -374,6 +387,11 @@ impl<'r> Packer<'r> {
             if let Some(k) = item.front_key() {
                 self.newest = Some(k);
                 self.follow_front = self.hysteresis.front.is_some_and(|f| f.newest != k);
+                if self.follow_front {
+                    // Behind a kept front the history may grow into half of the recall
+                    // reserve before a block is dropped (the block gets what is left).
+                    self.budget += self.recall.map_or(0, |r| r.reserve / 2);
+                }
             }
         }
         if item.is_tool_result() {
@@ -439,7 +457,7 @@ impl<'r> Packer<'r> {
         mut self,
         full_budget: u64,
         mut cache: Option<&mut DecodedCache>,
-    ) -> Result<Packed<'r>> {
+    ) -> Result<Packed> {
         let mut out = Assembled {
             // Only the stored history counts as truncated, not the live messages alone.
             truncated: self.older_left && self.has_conv,
@@ -489,30 +507,37 @@ impl<'r> Packer<'r> {
                 shown,
             });
         }
-        let recall = self.recall.filter(|r| {
-            let prompt_kept =
-                out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
-            prompt_kept || r.prompt_follows
-        });
+        let recall = self
+            .recall
+            .filter(|r| {
+                let prompt_kept =
+                    out.live > 0 && matches!(out.messages.last(), Some(AgentMessage::User(_)));
+                prompt_kept || r.prompt_follows
+            })
+            .map(|r| PromptRecall {
+                // What the history left, up to the reserve.
+                reserve: full_budget.saturating_sub(out.tokens).min(r.max_tokens),
+                ..r.clone()
+            });
         Ok(Packed { out, recall, shown })
     }
 }
 
 /// A packed context waiting for its recall block (see [`Packer::finish`]).
-pub(crate) struct Packed<'r> {
+pub(crate) struct Packed {
     /// The context so far.
     pub(crate) out: Assembled,
-    /// The recall to search for, when the block is wanted.
-    pub(crate) recall: Option<&'r PromptRecall>,
+    /// The recall to search for, when the block is wanted, with the room the history left it.
+    pub(crate) recall: Option<PromptRecall>,
     /// Stored messages already in the context.
     pub(crate) shown: std::collections::HashSet<i64>,
 }
 
-impl Packed<'_> {
+impl Packed {
     /// The context with `block` (the search's result for [`Packed::recall`]) in place: right
     /// before the prompt, or last when the prompt follows the context.
     pub(crate) fn with_recall(mut self, block: Option<RecalledBlock>) -> Assembled {
-        if let (Some(r), Some(block)) = (self.recall, block) {
+        if let (Some(r), Some(block)) = (self.recall.as_ref(), block) {
             let at = if r.prompt_follows {
                 self.out.messages.len()
             } else {
@@ -598,7 +623,7 @@ impl Db {
             }
         }
         let packed = p.finish(budget, Some(&mut self.decoded.borrow_mut()))?;
-        let block = match packed.recall {
+        let block = match &packed.recall {
             Some(r) => self.recalled_block(r, &packed.shown)?,
             None => None,
         };

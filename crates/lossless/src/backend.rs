@@ -56,6 +56,9 @@ pub struct AssembleRequest {
     pub recall_reserve: u64,
     /// Messages the block quotes at most.
     pub recall_max_messages: usize,
+    /// Tokens the block may use at most when the history leaves more room than the reserve
+    /// (`promptRecallMaxTokens`).
+    pub recall_max_tokens: u64,
     /// Share of the history budget dropped at once when the context is full
     /// (`cacheBlockShare`, see [`crate::assemble`]); `0`: the front moves every turn.
     pub cache_block_share: f64,
@@ -259,6 +262,7 @@ pub(crate) fn recall_for(
             terms: crate::search::prompt_terms(&text),
             convs: convs()?,
             reserve: req.recall_reserve,
+            max_tokens: req.recall_max_tokens.max(req.recall_reserve),
             max_messages: req.recall_max_messages,
             prompt_follows,
         }),

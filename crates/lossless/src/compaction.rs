@@ -456,14 +456,30 @@ pub(crate) fn choose_ranges(
     let threshold = cfg.threshold_tokens(opts.budget);
     let goal = cfg.low_water_tokens(opts.budget);
     let force_now = opts.force && first_round;
-    // Fresh tail: the newest `freshTailCount` raw messages, extended back so it never
-    // starts with a tool result.
+    // Fresh tail: the newest `freshTailCount` raw messages within the tail's token cap (the
+    // newest user message and what follows it whatever their size), extended back so it
+    // never starts with a tool result. An explicit `opts.fresh_tail` (overflow recovery) is
+    // a count only.
     let mut b = items.len();
     let mut raw_seen = 0usize;
     let fresh_tail = opts.fresh_tail.unwrap_or(cfg.fresh_tail_count);
+    let cap = match opts.fresh_tail {
+        Some(_) => u64::MAX,
+        None => cfg.fresh_tail_tokens(opts.budget),
+    };
+    let newest_user = items
+        .iter()
+        .rposition(|x| x.kind == 0 && x.role == role::USER);
+    let mut tail_tokens = 0u64;
     while b > 0 && raw_seen < fresh_tail {
+        let cand = &items[b - 1];
+        let must = newest_user.is_some_and(|u| b - 1 >= u);
+        if !must && tail_tokens + cand.tokens > cap {
+            break;
+        }
         b -= 1;
-        if items[b].kind == 0 {
+        tail_tokens += cand.tokens;
+        if cand.kind == 0 {
             raw_seen += 1;
         }
     }
@@ -1007,5 +1023,62 @@ async fn compact_rounds(
 impl From<tokio::task::JoinError> for LosslessError {
     fn from(e: tokio::task::JoinError) -> Self {
         LosslessError::Corrupt(format!("worker task failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` raw messages of `tokens` each, alternating user and assistant.
+    fn raw(n: usize, tokens: u64) -> Vec<FItem> {
+        (0..n)
+            .map(|i| {
+                let r = if i % 2 == 0 {
+                    role::USER
+                } else {
+                    role::ASSISTANT
+                };
+                FItem::message(i as i64, i as i64 + 1, tokens, r, i as i64, None)
+            })
+            .collect()
+    }
+
+    fn leaf_end(items: &[FItem], cfg: &LosslessConfig, budget: u64) -> Option<usize> {
+        let total = items.iter().map(|x| x.tokens).sum();
+        let opts = CompactionOptions {
+            budget,
+            ..Default::default()
+        };
+        choose_ranges(items, total, cfg, &opts, true, &HashSet::new())
+            .first()
+            .map(|(_, e, _)| *e)
+    }
+
+    #[test]
+    fn the_fresh_tail_is_capped_in_tokens() {
+        // 100 messages of 100 tokens at a budget of 8,000: 64 messages (6,400 tokens) would be
+        // more than the low-water mark; the cap (8,000 / 16 = 500 tokens) keeps 5.
+        let items = raw(100, 100);
+        let cfg = LosslessConfig::default();
+        assert_eq!(cfg.fresh_tail_tokens(8_000), 500);
+        assert_eq!(leaf_end(&items, &cfg, 8_000), Some(95));
+
+        // By count only (the cap lifted): the newest 64 stay raw.
+        let cfg = LosslessConfig {
+            fresh_tail_max_tokens: u64::MAX / 4,
+            ..Default::default()
+        };
+        assert_eq!(leaf_end(&items, &cfg, 8_000), Some(36));
+    }
+
+    #[test]
+    fn the_newest_prompt_and_what_follows_stay_raw_whatever_their_size() {
+        // The newest user message is 3,000 tokens, over the cap: it and the reply after it
+        // stay in the tail.
+        let mut items = raw(40, 100);
+        items[38].tokens = 3_000;
+        let cfg = LosslessConfig::default();
+        assert_eq!(leaf_end(&items, &cfg, 8_000), Some(38));
     }
 }

@@ -39,6 +39,10 @@ pub struct LosslessConfig {
     pub default_token_budget: u64,
     /// Newest raw messages that are never compacted.
     pub fresh_tail_count: usize,
+    /// Token cap of that fresh tail (the newest user message and what follows it are always
+    /// in it); `0` = derived (a sixteenth of the budget), so that at a small budget compaction
+    /// can bring the frontier down to the low-water mark instead of leaving the tail over it.
+    pub fresh_tail_max_tokens: u64,
     /// Maximum source tokens of one leaf summary.
     pub leaf_chunk_tokens: u64,
     /// Target size of a leaf summary (capped at 35% of its source, at least 192).
@@ -119,11 +123,12 @@ impl Default for LosslessConfig {
         Self {
             enabled: true,
             database_path: None,
-            context_threshold: 0.75,
+            context_threshold: 0.8,
             low_water_ratio: 0.5,
             background_compaction: true,
             default_token_budget: 128_000,
             fresh_tail_count: 64,
+            fresh_tail_max_tokens: 0,
             leaf_chunk_tokens: 20_000,
             leaf_target_tokens: 2_400,
             condensed_target_tokens: 2_000,
@@ -314,7 +319,7 @@ impl LosslessConfig {
     }
 
     fn clamp(&mut self) {
-        self.context_threshold = clamp_f(self.context_threshold, 0.05, 1.0, 0.75);
+        self.context_threshold = clamp_f(self.context_threshold, 0.05, 1.0, 0.8);
         self.low_water_ratio = clamp_f(self.low_water_ratio, 0.01, self.context_threshold, 0.5);
         self.min_salient_retention = clamp_f(self.min_salient_retention, 0.0, 1.0, 0.25);
         self.summary_max_overage_factor = clamp_f(self.summary_max_overage_factor, 1.0, 10.0, 1.5);
@@ -346,6 +351,15 @@ impl LosslessConfig {
         }
         ((self.prompt_recall_share * budget as f64).floor() as u64)
             .min(self.prompt_recall_max_tokens)
+    }
+
+    /// Tokens the fresh tail holds at most at `budget` (see `fresh_tail_max_tokens`).
+    pub fn fresh_tail_tokens(&self, budget: u64) -> u64 {
+        if self.fresh_tail_max_tokens > 0 {
+            self.fresh_tail_max_tokens
+        } else {
+            budget / 16
+        }
     }
 
     /// The threshold in tokens for `budget`.

@@ -34,11 +34,12 @@
 //! | `databaseEnv` | none | name of an environment variable holding that URL (keeps the password out of the config) |
 //! | `poolSize` | `16` | PostgreSQL connections at most |
 //! | `durability` | `normal` | SQLite: `normal` (a commit is synced at the next checkpoint: an OS crash or power cut can lose the last ones) or `full` (every commit synced before it is acknowledged); see `BENCHMARKS.md` §11 for the cost |
-//! | `contextThreshold` | `0.75` | compact when frontier tokens > threshold × budget |
+//! | `contextThreshold` | `0.8` | compact when frontier tokens > threshold × budget |
 //! | `lowWaterRatio` | `0.5` | compaction goes down to this fraction of the budget |
 //! | `backgroundCompaction` | `true` | threshold compaction runs in background maintenance after the reply (`turnMaintenanceMode: "background"`); a turn compacts in the foreground only over the whole budget; `false`: inline, the reply waits |
 //! | `defaultTokenBudget` | `128000` | budget when the host gives none |
 //! | `freshTailCount` | `64` | newest raw messages never compacted |
+//! | `freshTailMaxTokens` | `0` (= budget/16) | token cap of that tail (the newest user message and what follows it always stay raw); at a small budget it lets compaction bring the frontier well under the threshold, so the context then grows by appending for many turns (prompt cache) |
 //! | `leafChunkTokens` | `20000` | max source tokens per leaf summary (and per condensed chunk) |
 //! | `leafTargetTokens` | `2400` | leaf summary target (≤ 35% of source, ≥ 192) |
 //! | `condensedTargetTokens` | `2000` | condensed summary target (≤ 50% of source, ≥ 128) |
@@ -62,8 +63,8 @@
 //! | `customInstructions` | none | passed to every summary request |
 //! | `largePayloadBytes` | `8192` | message texts this large are stored once per content (`0` = never) |
 //! | `payloadRetentionDays` | none | large payloads older than this, once summarized, become a placeholder (`maintain`, `clawctx lcm prune`) |
-//! | `promptRecallShare` | `0.25` | budget share for stored messages matching the prompt, quoted verbatim (`0` = off) |
-//! | `promptRecallMaxTokens` | `6000` | cap of that share |
+//! | `promptRecallShare` | `0.25` | budget share kept for stored messages matching the prompt, quoted verbatim (`0` = off); the block also takes what the history leaves |
+//! | `promptRecallMaxTokens` | `6000` | cap of the block (and of that share) |
 //! | `promptRecallMaxMessages` | `40` | messages quoted at most |
 //! | `cacheBlockShare` | `0.5` | when the context is full, share of the history budget dropped at once so the prompt's front (provider prompt cache) stays still for the next turns (`0` = drop one unit at a time) |
 

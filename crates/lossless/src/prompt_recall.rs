@@ -6,10 +6,13 @@
 //! assembly does the first search itself: the prompt's words are looked up with the ranked
 //! any-term search ([`crate::search`]), and the best matches that are not already in the
 //! context are quoted, oldest first, in one user-role `<recalled>` block placed right before
-//! the prompt. The block has its own fixed share of the budget
+//! the prompt. The block has its own share of the budget, which the history never takes
 //! ([`crate::LosslessConfig::prompt_recall_reserve`]), so the rest of the context starts at
 //! the same message every turn and the cached prompt prefix survives; the block, which changes
-//! with every prompt, comes after it.
+//! with every prompt, comes after it, and also takes the room the history leaves (up to
+//! `promptRecallMaxTokens`). Only telling words cue recall ([`crate::search::RankFor::Prompt`]:
+//! words in fewer than one stored message in ten): a prompt of common words quotes nothing,
+//! instead of a block of loose matches that costs uncached tokens on every turn.
 //!
 //! Two methods widen what a search hit gives the model (issue #30; each measured on its own
 //! in BENCHMARKS.md §3): a quoted message that asks a question brings the message after it
@@ -34,8 +37,11 @@ pub struct PromptRecall {
     pub terms: Vec<String>,
     /// Conversations searched (the session's, archived ones included).
     pub convs: Vec<i64>,
-    /// Tokens the block may use.
+    /// Tokens kept for the block: the history never uses them.
     pub reserve: u64,
+    /// Tokens the block may use at most: assembly gives it what the history left, at least
+    /// the reserve and at most this.
+    pub max_tokens: u64,
     /// Messages quoted at most.
     pub max_messages: usize,
     /// The prompt is not among the host's messages: the host appends it after the assembled
@@ -88,7 +94,7 @@ impl Db {
             &r.convs,
             r.max_messages,
             exclude,
-            crate::search::PROMPT_TERM_WINDOW,
+            crate::search::RankFor::Prompt,
         )?;
         let mut st = self
             .conn

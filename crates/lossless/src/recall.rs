@@ -855,7 +855,7 @@ impl Db {
                         &convs,
                         want,
                         &Default::default(),
-                        crate::search::TERM_WINDOW,
+                        crate::search::RankFor::Grep,
                     )?;
                     for r in ranked {
                         hits.push(self.message_hit(r.id, Some(-r.score), &terms)?);

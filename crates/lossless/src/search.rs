@@ -32,6 +32,39 @@ pub const TERM_WINDOW: usize = 4_000;
 /// in more rows than this is common enough that its IDF barely counts (LoCoMo reachability
 /// was the same at 1,000).
 pub const PROMPT_TERM_WINDOW: usize = 500;
+/// What a ranked search is for: how many rows each term reads, and which terms count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankFor {
+    /// `lcm_grep`: every term, [`TERM_WINDOW`] rows each.
+    Grep,
+    /// Prompt recall, on every assembly: [`PROMPT_TERM_WINDOW`] rows a term, and only the
+    /// terms that cue recall ([`RankFor::keeps`]).
+    Prompt,
+}
+
+impl RankFor {
+    /// Newest matches read per term.
+    pub fn window(self) -> usize {
+        match self {
+            RankFor::Grep => TERM_WINDOW,
+            RankFor::Prompt => PROMPT_TERM_WINDOW,
+        }
+    }
+
+    /// Whether a term found in `df` stored messages (read up to [`RankFor::window`]) counts,
+    /// in a corpus of `corpus` messages. For prompt recall only a telling word does: one in
+    /// fewer than one stored message in ten, and in fewer than the window. A prompt made of
+    /// common words ("what do you think about it now?") then quotes nothing instead of a
+    /// block of messages that share those words with it, which would fill a quarter of the
+    /// context with noise that is never cached (issue #29).
+    pub(crate) fn keeps(self, corpus: &Corpus, df: usize) -> bool {
+        match self {
+            RankFor::Grep => true,
+            RankFor::Prompt => df < self.window() && df as f64 * 10.0 <= corpus.n,
+        }
+    }
+}
+
 /// Terms of one query at most (the first ones win).
 pub const MAX_TERMS: usize = 24;
 /// Terms of a prompt searched by prompt recall at most: the longest ones (long words tend to
@@ -295,15 +328,15 @@ impl Db {
     }
 
     /// The `k` best messages of conversations `convs` for `terms` (see the module docs),
-    /// skipping the ids in `exclude`, reading at most `window` rows per term ([`TERM_WINDOW`]
-    /// or [`PROMPT_TERM_WINDOW`]). Best first; ties go to the newer message.
+    /// skipping the ids in `exclude`, with the terms and rows `rank_for` says. Best first;
+    /// ties go to the newer message.
     pub fn ranked_messages(
         &self,
         terms: &[String],
         convs: &[i64],
         k: usize,
         exclude: &HashSet<i64>,
-        window: usize,
+        rank_for: RankFor,
     ) -> Result<Vec<RankedMessage>> {
         if terms.is_empty() || convs.is_empty() || k == 0 {
             return Ok(Vec::new());
@@ -312,8 +345,10 @@ impl Db {
         let corpus = self.corpus()?;
         let mut term_rows = Vec::with_capacity(terms.len().min(MAX_TERMS));
         for t in terms.iter().take(MAX_TERMS) {
-            if let Some(rows) = self.term_rows(t, window.max(1))? {
-                term_rows.push(rows);
+            if let Some(rows) = self.term_rows(t, rank_for.window())? {
+                if rank_for.keeps(&corpus, rows.len()) {
+                    term_rows.push(rows);
+                }
             }
         }
         let cands = score_terms(&corpus, &term_rows, exclude);

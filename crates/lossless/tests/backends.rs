@@ -277,6 +277,7 @@ async fn a_lost_connection_is_retried_and_loses_nothing() {
         prompt: None,
         recall_reserve: 0,
         recall_max_messages: 0,
+        recall_max_tokens: 0,
         cache_block_share: 0.0,
     };
     let (_, assembled) = store.assemble(req).await.unwrap().unwrap();

@@ -32,7 +32,10 @@ async fn short_heavy_history(e: &LosslessEngine) {
 
 on_both_backends! {
 async fn a_forced_budget_compaction_reaches_into_the_fresh_tail(store) {
-    let e = store.engine(LosslessConfig::default()).await;
+    // The tail protected by its count alone (six messages of 900 words, far over the default
+    // token cap, which would let a plain compaction take them).
+    let cfg = LosslessConfig { fresh_tail_max_tokens: u64::MAX / 4, ..Default::default() };
+    let e = store.engine(cfg).await;
     short_heavy_history(&e).await;
 
     // A plain forced compaction keeps the fresh tail: nothing eligible.

@@ -202,3 +202,79 @@ async fn a_prompt_the_host_appends_after_the_context_gets_the_recalled_block_las
     assert!(!out.messages.iter().any(|m| m.plain_text() == question), "the host appends the prompt, not the engine");
 }
 }
+
+on_both_backends! {
+async fn a_prompt_of_common_words_quotes_nothing(store) {
+    // Every word of this prompt is in most stored messages: none tells which one the prompt is
+    // after, so no block (which would fill its share with noise the provider never caches).
+    let e = store.engine(LosslessConfig::default()).await;
+    let mut history = chat_with_early_facts(&e).await;
+    let prompt = "the build failed because the config parser rejected the value";
+    history.push(AgentMessage::user(prompt).with_timestamp(99_999));
+    let mut p = assemble_params(history.clone(), 2_000);
+    p.prompt = Some(prompt.into());
+    let out = e.assemble(&p, &cx()).await.unwrap();
+    assert!(
+        !out.messages.iter().any(|m| m.plain_text().starts_with("<recalled")),
+        "common words only: no recalled block"
+    );
+
+    // One telling word among them (in 2 of ~300 stored messages) brings its messages.
+    let prompt = "the build failed because the greyhound rejected the value";
+    history.pop();
+    history.push(AgentMessage::user(prompt).with_timestamp(99_999));
+    let mut p = assemble_params(history, 2_000);
+    p.prompt = Some(prompt.into());
+    let out = e.assemble(&p, &cx()).await.unwrap();
+    let block = out.messages[out.messages.len() - 2].plain_text();
+    assert!(block.starts_with("<recalled"), "{block}");
+    assert!(block.contains("greyhound called Biscuit"), "{block}");
+    assert!(
+        !block.contains("config"),
+        "a message sharing only common words is not quoted: {block}"
+    );
+}
+}
+
+on_both_backends! {
+async fn the_block_takes_the_room_the_history_leaves(store) {
+    // Many stored messages name the prompt's rare word; the history is short (a fresh store
+    // holding little else), so the block may use more than its reserve, up to the budget.
+    let e = store.engine(LosslessConfig::default()).await;
+    let mut history = Vec::new();
+    for t in 0..40 {
+        history.push(
+            AgentMessage::user(format!("note {t}: the zeppelin hangar needs painting, item {t}"))
+                .with_timestamp(1_000 + t * 10),
+        );
+        history.push(AgentMessage::assistant(format!("noted {t}")).with_timestamp(1_001 + t * 10));
+    }
+    for t in 0..400 {
+        history.push(AgentMessage::user(format!("filler {t} about the weather")).with_timestamp(5_000 + t));
+    }
+    let b = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: history.clone(),
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&b, &cx()).await.unwrap();
+    // Compacted: the history left in context is small.
+    e.compact(&compact_params(true, 4_000), &cx()).await.unwrap();
+    let budget = 4_000;
+    let reserve = LosslessConfig::default().prompt_recall_reserve(budget);
+    let prompt = "What about the zeppelin hangar?";
+    history.push(AgentMessage::user(prompt).with_timestamp(99_999));
+    let mut p = assemble_params(history, budget);
+    p.prompt = Some(prompt.into());
+    let out = e.assemble(&p, &cx()).await.unwrap();
+    assert!(out.estimated_tokens <= budget, "{}", out.estimated_tokens);
+    let block = &out.messages[out.messages.len() - 2];
+    assert!(block.plain_text().starts_with("<recalled"));
+    let block_tokens = clawctx_tokens::message_tokens(block);
+    assert!(
+        block_tokens > reserve,
+        "the block ({block_tokens} tokens) uses the room the history left, beyond its reserve of {reserve}"
+    );
+}
+}

@@ -106,6 +106,7 @@ async fn common(store: &dyn Backend, search: &[u64], snap: &mut Snapshot) -> Res
             prompt: None,
             recall_reserve: 0,
             recall_max_messages: 0,
+            recall_max_tokens: 0,
             cache_block_share: 0.0,
         };
         match store.assemble(req).await {

@@ -18,8 +18,8 @@ use crate::backend::{live_tail, recall_for, AssembleRequest};
 use crate::error::Result;
 use crate::prompt_recall::{block_of, wanted, PromptRecall, RecalledBlock};
 use crate::search::{
-    finish_ranking, lookup_bound, ranking_pool, score_terms, sort_candidates, Corpus,
-    RankedMessage, MAX_TERMS, PROMPT_TERM_WINDOW,
+    finish_ranking, lookup_bound, ranking_pool, score_terms, sort_candidates, Corpus, RankFor,
+    RankedMessage, MAX_TERMS,
 };
 use crate::store::terms::{normalize, words};
 use crate::store::ConvRow;
@@ -156,7 +156,7 @@ impl PgStore {
             }
         }
         let packed = p.finish(req.budget, None)?;
-        let block = match packed.recall {
+        let block = match &packed.recall {
             Some(r) => Self::recalled_block(&tx, r, &packed.shown).await?,
             None => None,
         };
@@ -181,7 +181,7 @@ impl PgStore {
             &r.convs,
             r.max_messages,
             exclude,
-            PROMPT_TERM_WINDOW,
+            RankFor::Prompt,
         )
         .await?;
         if ranked.is_empty() {
@@ -271,7 +271,7 @@ impl PgStore {
         convs: &[i64],
         k: usize,
         exclude: &HashSet<i64>,
-        window: usize,
+        rank_for: RankFor,
     ) -> Result<Vec<RankedMessage>> {
         if terms.is_empty() || convs.is_empty() || k == 0 {
             return Ok(Vec::new());
@@ -279,7 +279,10 @@ impl PgStore {
         let corpus = Self::corpus(c).await?;
         let mut term_rows = Vec::with_capacity(terms.len().min(MAX_TERMS));
         for t in terms.iter().take(MAX_TERMS) {
-            term_rows.push(Self::term_rows(c, t, window.max(1)).await?);
+            let rows = Self::term_rows(c, t, rank_for.window()).await?;
+            if rank_for.keeps(&corpus, rows.len()) {
+                term_rows.push(rows);
+            }
         }
         let cands = score_terms(&corpus, &term_rows, exclude);
         Self::finish_ranking(c, &corpus, cands, convs, k, ranking_pool(k)).await

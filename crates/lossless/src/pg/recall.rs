@@ -398,7 +398,7 @@ impl PgStore {
                         &convs,
                         want,
                         &HashSet::new(),
-                        TERM_WINDOW,
+                        crate::search::RankFor::Grep,
                     )
                     .await?;
                     let scored: Vec<(i64, Option<f64>)> =
