@@ -94,6 +94,8 @@ pub struct GatewayConfig {
     /// Whether `/v1/chat/completions` is served
     /// (`gateway.http.endpoints.chatCompletions.enabled`, default true).
     pub chat_completions: bool,
+    /// The per-turn trace (`gateway.trace`: `enabled`, `maxTurnsPerSession`, `maxBytes`).
+    pub trace: crate::trace::TraceSettings,
 }
 
 impl GatewayConfig {
@@ -110,6 +112,7 @@ impl GatewayConfig {
             allowed_hosts: Vec::new(),
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             chat_completions: true,
+            trace: crate::trace::TraceSettings::default(),
         }
     }
 
@@ -285,6 +288,40 @@ impl GatewayConfig {
                 ))
             }
         };
+        let t = g.get("trace").cloned().unwrap_or(Value::Null);
+        if !t.is_null() && !t.is_object() {
+            return Err(GatewayError::config(
+                "gateway.trace",
+                format!("must be an object; found {t}"),
+            ));
+        }
+        let trace =
+            crate::trace::TraceSettings {
+                enabled: match t.get("enabled") {
+                    None | Some(Value::Null) => true,
+                    Some(Value::Bool(b)) => *b,
+                    Some(v) => {
+                        return Err(GatewayError::config(
+                            "gateway.trace.enabled",
+                            format!("must be true or false; found {v}"),
+                        ))
+                    }
+                },
+                max_turns_per_session: match u64_at(
+                    &t,
+                    "maxTurnsPerSession",
+                    "gateway.trace.maxTurnsPerSession",
+                )? {
+                    Some(0) => return Err(GatewayError::config(
+                        "gateway.trace.maxTurnsPerSession",
+                        "must be at least 1 (set gateway.trace.enabled: false to keep no trace)",
+                    )),
+                    Some(n) => n,
+                    None => crate::trace::DEFAULT_MAX_TURNS_PER_SESSION,
+                },
+                max_bytes: u64_at(&t, "maxBytes", "gateway.trace.maxBytes")?
+                    .unwrap_or(crate::trace::DEFAULT_MAX_BYTES),
+            };
         Ok(GatewayConfig {
             addr,
             bind_mode,
@@ -296,6 +333,7 @@ impl GatewayConfig {
             allowed_hosts,
             shutdown_timeout,
             chat_completions,
+            trace,
         })
     }
 }

@@ -26,6 +26,8 @@
 //! - [`openapi`]: the route table the router is built from and `/openapi.json` generated from it.
 //! - [`dashboard`]: the web dashboard at `/` (embedded assets, its JSON endpoints, live events).
 //! - [`mcp`]: recall over the Model Context Protocol, at `/mcp` and for `clawctx mcp` (stdio).
+//! - [`trace`]: the per-turn trace in the state dir (what the model saw on every turn and
+//!   why), its JSON routes, and the reader `clawctx sessions trace` uses.
 //!
 //! The binary side (building the runtime from config with every engine and plugin, the
 //! signals, the lock's lifetime) is `clawctx gateway` in `crates/cli`.
@@ -47,6 +49,7 @@ pub mod openapi;
 mod recall;
 pub mod server;
 pub mod status;
+pub mod trace;
 
 pub use config::{GatewayConfig, Overrides, Token};
 pub use error::{GatewayError, Result};

@@ -502,6 +502,7 @@ fn spawn_turn(
     lane: LaneGuard,
     request: TurnRequest,
     controller: AbortController,
+    ended: Option<tokio::sync::oneshot::Sender<crate::trace::TurnEnd>>,
 ) -> tokio::task::JoinHandle<Result<TurnOutcome, RuntimeError>> {
     let tasks = shared.tasks.clone();
     // The task runs in the request's span, so its log lines ("turn done", "turn failed") carry
@@ -551,6 +552,10 @@ fn spawn_turn(
                 .turn(outcome, started.elapsed(), model, engine);
             if let Ok(o) = &result {
                 shared.metrics.turn_details(o);
+            }
+            // The turn's trace is finished by its watcher (the dashboard's), off this task.
+            if let Some(ended) = ended {
+                let _ = ended.send(crate::trace::TurnEnd::of(&result, started.elapsed()));
             }
             match &result {
                 Ok(o) => tracing::info!(
@@ -754,7 +759,8 @@ pub(crate) async fn chat_completions(
     let controller = AbortController::new();
     let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
     turn.abort = Some(controller.signal());
-    turn.assembled = Some(crate::dashboard::watch_turn(&shared, &key));
+    let (assembled, ended) = crate::dashboard::watch_turn(&shared, &key);
+    turn.assembled = Some(assembled);
     turn.client_tools = std::mem::take(&mut input.tools);
     turn.tool_results = input.tool_results.iter().map(|(_, r)| r.clone()).collect();
     turn.system_extra = input.system_extra.take();
@@ -765,7 +771,7 @@ pub(crate) async fn chat_completions(
     if request.stream == Some(true) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         turn.events = Some(tx);
-        let handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
+        let handle = spawn_turn(shared.clone(), lane, turn, controller.clone(), ended);
         let events = stream_events(
             shared,
             handle,
@@ -804,7 +810,7 @@ pub(crate) async fn chat_completions(
     // counters and maintenance finish on the session's lane after the response.
     let (answered_tx, mut answered) = tokio::sync::mpsc::unbounded_channel();
     turn.answered = Some(answered_tx);
-    let mut handle = spawn_turn(shared.clone(), lane, turn, controller.clone());
+    let mut handle = spawn_turn(shared.clone(), lane, turn, controller.clone(), ended);
     let mut guard = AbortOnDrop {
         controller,
         armed: true,

@@ -18,6 +18,9 @@ use crate::engine_api::{self as engine, EngineInfoResponse, SessionList};
 use crate::openai::{self, ChatCompletion, ChatCompletionRequest, ModelList};
 use crate::recall::{self, RecallReport};
 use crate::server::{self, AppState};
+use crate::trace::api as trace;
+use crate::trace::store::TurnPage;
+use crate::trace::views::{SessionRecord, TurnDiff, TurnView};
 use clawctx_protocol::*;
 
 type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
@@ -113,6 +116,10 @@ pub(crate) fn operations(shared: &AppState) -> Vec<Op> {
         op("post", "/v1/engine/lcm_describe", "lcmDescribe", "recall", "Describe a summary or message (the lcm_describe tool)", Some(schema::<recall::DescribeRequest>), Some(schema::<RecallReport>), post(recall::lcm_describe)),
         op("post", "/v1/engine/lcm_expand", "lcmExpand", "recall", "Expand a summary (the lcm_expand tool)", Some(schema::<recall::ExpandRequest>), Some(schema::<RecallReport>), post(recall::lcm_expand)),
         op("get", "/v1/sessions", "listSessions", "engine", "The gateway's sessions (newest first) and the lossless store's conversations", None, Some(schema::<SessionList>), get(engine::sessions)),
+        op("get", "/v1/dashboard/trace/turns", "traceTurns", "trace", "A session's stored turn traces, newest first: ?key=<session key>&before=<turn>&limit=<n> (default 50, at most 500); page on with nextBefore", None, Some(schema::<TurnPage>), get(trace::turns)),
+        op("get", "/v1/dashboard/trace/turn", "traceTurn", "trace", "One stored turn: ?key=&turn=<n> (the newest without turn): the parts sent in order with tokens and references, what was left out and why, model latency and usage, compactions, warnings in words", None, Some(schema::<TurnView>), get(trace::turn)),
+        op("get", "/v1/dashboard/trace/diff", "traceDiff", "trace", "What changed between turn N and the turn kept before it: ?key=&turn=<n>: parts that came in, went out, new summaries, recall changes", None, Some(schema::<TurnDiff>), get(trace::diff)),
+        op("get", "/v1/dashboard/trace/session", "traceSession", "trace", "A session's record over its stored turns: ?key=: the engines that served it and its last assembly against its own budget", None, Some(schema::<SessionRecord>), get(trace::session)),
         op("get", "/openapi.json", "openapi", "operations", "This document", None, None, get(document_handler)),
         Op { produces: "application/openmetrics-text", ..op("get", "/metrics", "metrics", "operations", "Prometheus metrics", None, None, get(server::metrics)) },
     ];

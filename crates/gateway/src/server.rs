@@ -97,6 +97,8 @@ pub(crate) struct Shared {
     pub(crate) dashboard: crate::dashboard::Dashboard,
     /// Each session's last plain chat answer, for re-sent requests.
     pub(crate) recent: crate::openai::RecentAnswers,
+    /// The per-turn trace's writer (and reader) in the state dir.
+    pub(crate) tracer: crate::trace::Tracer,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -119,6 +121,10 @@ impl Gateway {
         if let Ok(dir) = parts.runtime.store().sessions_dir("main") {
             metrics.watch_store("transcripts", dir);
         }
+        let tracer = crate::trace::Tracer::start(
+            crate::trace::trace_path(parts.runtime.state_dir()),
+            parts.config.trace.clone(),
+        );
         let lanes = Lanes::new(
             parts.config.max_queued_per_session,
             metrics.requests_waiting.clone(),
@@ -139,6 +145,7 @@ impl Gateway {
                 started: Instant::now(),
                 dashboard: crate::dashboard::Dashboard::default(),
                 recent: Default::default(),
+                tracer,
             }),
         }
     }
@@ -218,6 +225,8 @@ impl Gateway {
             let _ = tokio::time::timeout(ABORT_GRACE, shared.tasks.wait()).await;
         }
         shared.runtime.shutdown().await;
+        // The last turns' traces are in the file before the process exits.
+        let _ = tokio::time::timeout(ABORT_GRACE, shared.tracer.flush()).await;
         tracing::info!("gateway stopped");
         result.map_err(GatewayError::Serve)
     }

@@ -112,6 +112,40 @@ pub struct Part {
     pub tokens: u64,
     /// The start of its text.
     pub preview: String,
+    /// FNV-1a hash of its role and text: how the turn trace refers to a message without
+    /// keeping it ([`crate::trace`]).
+    #[serde(skip)]
+    pub digest: u32,
+    /// The stored messages a `<recalled>` block quotes (`msg_<n>` numbers).
+    #[serde(skip)]
+    pub quotes: Vec<u64>,
+}
+
+/// FNV-1a (32 bits) of `role`, a zero byte and `text`: stable across builds and processes,
+/// which the stored traces need.
+pub fn digest(role: &str, text: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in role.bytes().chain([0u8]).chain(text.bytes()) {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// The `msg_<n>` numbers a `<recalled>` block quotes (its `<message id="msg_n"` openings).
+pub fn recalled_quotes(text: &str) -> Vec<u64> {
+    const OPEN: &str = "<message id=\"msg_";
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(OPEN) {
+        rest = &rest[at + OPEN.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if let Ok(n) = rest[..digits].parse() {
+            out.push(n);
+        }
+        rest = &rest[digits..];
+    }
+    out
 }
 
 /// Totals per kind.
@@ -169,6 +203,8 @@ pub fn breakdown(result: &AssembleResult) -> Breakdown {
             role: None,
             tokens,
             preview: inspect::preview(add),
+            digest: digest("system", add),
+            quotes: Vec::new(),
         });
     }
     for (i, m) in result.messages.iter().enumerate() {
@@ -200,14 +236,21 @@ pub fn breakdown(result: &AssembleResult) -> Breakdown {
                 totals.raw_count += 1;
             }
         }
+        let quotes = if kind == "recalled" {
+            recalled_quotes(&text)
+        } else {
+            Vec::new()
+        };
         parts.push(Part {
             kind,
             index: Some(i),
             id,
             depth,
+            digest: digest(&role, &text),
             role: Some(role),
             tokens,
             preview: inspect::preview(&text),
+            quotes,
         });
     }
     let total_tokens = parts.iter().map(|p| p.tokens).sum();
@@ -259,7 +302,19 @@ mod tests {
                 + clawctx_tokens::message_tokens(&result.messages[3])
         );
         assert_eq!(b.estimated_tokens, 42);
+        assert_ne!(b.parts[3].digest, b.parts[4].digest);
+        assert_eq!(b.parts[3].digest, digest("assistant", "plain answer"));
         assert_eq!(b.message_count, 4);
+    }
+
+    #[test]
+    fn a_recalled_blocks_quotes_are_read_from_its_message_openings() {
+        let text = "<recalled note=\"x\">\n<message id=\"msg_12\" role=\"user\" at=\"t\">\nhello\n</message>\n\
+                    <message id=\"msg_345\" role=\"assistant\" at=\"t\">\nmsg_9 is not a quote\n</message>\n</recalled>";
+        assert_eq!(recalled_quotes(text), vec![12, 345]);
+        assert!(recalled_quotes("no quotes").is_empty());
+        // Pinned: stored traces compare digests written by earlier builds.
+        assert_eq!(digest("", ""), 0x050c_5d1f);
     }
 
     #[test]

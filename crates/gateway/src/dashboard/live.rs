@@ -94,17 +94,30 @@ async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
     }
 }
 
-/// The turn path's hook: a sender for [`clawctx_runtime::TurnRequest::assembled`]. A task
-/// records every assembly it receives and, when someone listens, publishes the turn's
-/// events; the runtime drops the sender when the turn ends, which ends the task.
+/// The turn path's hook: a sender for [`clawctx_runtime::TurnRequest::assembled`] and one
+/// for the turn's end. A task records every assembly it receives (reading the lossless
+/// frontier after each, while the model answers, for the turn trace) and, when someone
+/// listens, publishes the turn's events; the runtime drops the sender when the turn ends,
+/// and the turn's task sends its end, after which the task writes the turn's trace
+/// ([`crate::trace`]).
 pub(crate) fn watch_turn(
     shared: &AppState,
     key: &str,
-) -> tokio::sync::mpsc::UnboundedSender<AssembledView> {
+) -> (
+    tokio::sync::mpsc::UnboundedSender<AssembledView>,
+    Option<tokio::sync::oneshot::Sender<crate::trace::TurnEnd>>,
+) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<AssembledView>();
+    let (ended_tx, ended) = if shared.tracer.enabled() {
+        let (a, b) = tokio::sync::oneshot::channel::<crate::trace::TurnEnd>();
+        (Some(a), Some(b))
+    } else {
+        (None, None)
+    };
     let shared = shared.clone();
     let key = key.to_owned();
     tokio::spawn(async move {
+        let mut trace = crate::trace::Builder::new(&key, "turn");
         let listened = shared.dashboard.live.listened();
         let before = if listened {
             compaction_marker(&shared, &key).await
@@ -118,7 +131,7 @@ pub(crate) fn watch_turn(
                 .publish(&key, "turnStarted", json!({}));
         }
         while let Some(view) = rx.recv().await {
-            super::record(
+            let recorded = super::record(
                 &shared,
                 &key,
                 Recorded {
@@ -132,6 +145,19 @@ pub(crate) fn watch_turn(
                     split: Default::default(),
                 },
             );
+            if ended.is_some() {
+                trace.assembled(&recorded);
+                super::trace_left_out(&shared, &key, &mut trace).await;
+            }
+        }
+        if let Some(ended) = ended {
+            // Sent by the turn's task once the turn has ended (dropped if it panicked).
+            let end = ended.await.ok();
+            if trace.has_assembly() {
+                let summaries = shared.tracer.summaries_since(trace.started());
+                let t = trace.finish(&shared, end, summaries);
+                shared.tracer.write(t);
+            }
         }
         if listened || shared.dashboard.live.listened() {
             let after = compaction_marker(&shared, &key).await;
@@ -162,7 +188,7 @@ pub(crate) fn watch_turn(
             }
         }
     });
-    tx
+    (tx, ended_tx)
 }
 
 /// How long a turn's watcher waits for the session's background maintenance before it stops

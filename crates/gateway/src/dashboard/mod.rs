@@ -81,7 +81,8 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The engine API's `assemble` handler records its answer here.
+/// The engine API's `assemble` handler records its answer here (and in the turn trace, on a
+/// task of its own: the answer does not wait for the frontier read nor the write).
 pub(crate) fn engine_assembled(
     shared: &AppState,
     params: &AssembleParams,
@@ -93,7 +94,7 @@ pub(crate) fn engine_assembled(
         .filter(|k| !k.trim().is_empty())
         .unwrap_or(&params.session_id)
         .trim();
-    record(
+    let recorded = record(
         shared,
         key,
         Recorded {
@@ -107,12 +108,38 @@ pub(crate) fn engine_assembled(
             split: Default::default(),
         },
     );
+    if shared.tracer.enabled() {
+        let shared = shared.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move {
+            let mut b = crate::trace::Builder::new(&key, "engine-api");
+            b.assembled(&recorded);
+            trace_left_out(&shared, &key, &mut b).await;
+            let summaries = shared.tracer.summaries_since(b.started());
+            let trace = b.finish(&shared, None, summaries);
+            shared.tracer.write(trace);
+        });
+    }
+}
+
+/// What the last assembly of `b` left out: from the lossless frontier (read now, on the store's
+/// read thread), else from the history the engine was given.
+pub(crate) async fn trace_left_out(shared: &AppState, key: &str, b: &mut crate::trace::Builder) {
+    if let Some(recall) = crate::recall::lossless(shared) {
+        let conv_key = ConvKey::from_host(Some(key), key);
+        match recall.store().session_view(&conv_key).await {
+            Ok(view) => b.frontier(view.as_ref()),
+            Err(e) => tracing::debug!("the turn trace reads no frontier for {key}: {e}"),
+        }
+    } else {
+        b.history_left_out();
+    }
 }
 
 /// Keeps `r` as `key`'s last assembly, with the lossless conversation's epoch it was made at
 /// (lossless names it in `contextProjection.epoch` as `<conversation>:<epoch>`), so a later
 /// compaction marks the record's "left out" stale. Costs the turn nothing more than the copy.
-pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
+pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) -> Arc<Recorded> {
     if r.epoch.is_none() && is_lossless(shared) {
         r.epoch = r
             .result
@@ -135,10 +162,9 @@ pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) {
         );
     }
     r.result.messages = Vec::new();
-    shared
-        .dashboard
-        .recorder
-        .record(key, std::sync::Arc::new(r));
+    let r = Arc::new(r);
+    shared.dashboard.recorder.record(key, r.clone());
+    r
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,359 @@
+//! A turn's trace from what the gateway sees: the split of each `assemble` answer (already
+//! made for the dashboard, so no token is counted twice), the lossless frontier read while
+//! the model answers (which tells what was left out and which stored message each part is),
+//! and the turn's outcome.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use clawctx_lossless::inspect::SessionView;
+use clawctx_runtime::{RuntimeError, TurnOutcome};
+
+use super::{CompactionTrace, EngineServed, LeftItem, LeftOut, ModelTrace, TracePart, TurnTrace};
+use crate::dashboard::last_assembled::Recorded;
+use crate::server::Shared;
+
+/// Left-out items listed one by one at most (the rest are counted).
+const LISTED: usize = 32;
+/// Runtime warnings kept per turn, and their length.
+const WARNINGS: usize = 8;
+const WARNING_CHARS: usize = 300;
+
+/// What a turn's task hands the trace when the turn has ended.
+pub(crate) struct TurnEnd {
+    model: ModelTrace,
+    engine: Option<String>,
+    compactions: Vec<CompactionTrace>,
+    warnings: Vec<String>,
+}
+
+impl TurnEnd {
+    /// From the turn's result and its wall time.
+    pub(crate) fn of(result: &Result<TurnOutcome, RuntimeError>, wall: Duration) -> TurnEnd {
+        let turn_ms = wall.as_secs_f64() * 1000.0;
+        match result {
+            Ok(o) => TurnEnd {
+                model: ModelTrace {
+                    calls: o.model_calls as u64,
+                    latency_ms: o.model_micros as f64 / 1000.0,
+                    turn_ms,
+                    input_tokens: o.usage.input,
+                    output_tokens: o.usage.output,
+                    cached_tokens: o.usage.cache_read,
+                    cache_write_tokens: o.usage.cache_write,
+                    prompt_estimates: o.prompt_tokens.clone(),
+                    outcome: "ok".into(),
+                },
+                engine: Some(o.engine.clone()),
+                compactions: o
+                    .compactions
+                    .iter()
+                    .map(|c| CompactionTrace {
+                        trigger: c.trigger.clone(),
+                        by: c.by.clone(),
+                        tokens_before: c.tokens_before,
+                        tokens_after: c.tokens_after,
+                        ms: c.micros as f64 / 1000.0,
+                    })
+                    .collect(),
+                warnings: o
+                    .warnings
+                    .iter()
+                    .take(WARNINGS)
+                    .map(|w| w.chars().take(WARNING_CHARS).collect())
+                    .collect(),
+            },
+            Err(e) => TurnEnd {
+                model: ModelTrace {
+                    turn_ms,
+                    outcome: e.to_string().chars().take(WARNING_CHARS).collect(),
+                    ..Default::default()
+                },
+                engine: None,
+                compactions: Vec::new(),
+                warnings: Vec::new(),
+            },
+        }
+    }
+}
+
+/// The engine that served and why, from the runtime's selection and the registry's
+/// quarantines.
+pub(crate) fn engine_served(shared: &Shared, served: &str) -> EngineServed {
+    let settings = shared.runtime.runtime_settings();
+    let selection = settings.context_engine_selection;
+    let source = serde_json::to_value(selection.source)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into());
+    let selected = selection.selected_id;
+    let reason = match selected.as_deref() {
+        Some(s) if s == served => match source.as_str() {
+            "configured" => format!("{served} is the configured engine"),
+            "default" => format!("{served} is the default engine"),
+            _ => format!("{served} is the engine in charge"),
+        },
+        Some(s) => {
+            let quarantine = shared
+                .registry
+                .as_ref()
+                .and_then(|r| r.quarantines().into_iter().find(|q| q.engine_id == s));
+            match quarantine {
+                Some(q) => format!(
+                    "fallback: {s} is quarantined ({}: {}), so {served} answered",
+                    q.operation,
+                    q.reason.chars().take(WARNING_CHARS).collect::<String>()
+                ),
+                None => format!("fallback: {s} did not answer, so {served} did"),
+            }
+        }
+        None => format!("{served} is the engine in charge"),
+    };
+    EngineServed {
+        id: served.to_owned(),
+        selected: selected.filter(|s| s != served),
+        reason,
+    }
+}
+
+/// A trace in the making: fed every assembly of a turn, the frontier after it, then the end.
+pub(crate) struct Builder {
+    started: Instant,
+    trace: TurnTrace,
+}
+
+impl Builder {
+    /// A trace for `key`'s turn from `source` (`turn` or `engine-api`).
+    pub(crate) fn new(key: &str, source: &str) -> Builder {
+        Builder {
+            started: Instant::now(),
+            trace: TurnTrace {
+                session_key: key.to_owned(),
+                source: source.to_owned(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// When the turn began (summarizer calls are taken from then on).
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Whether an assembly was seen.
+    pub(crate) fn has_assembly(&self) -> bool {
+        self.trace.assemble_calls > 0
+    }
+
+    /// One `assemble` answer (the last one's parts are kept).
+    pub(crate) fn assembled(&mut self, r: &Recorded) {
+        let b = r.breakdown();
+        let t = &mut self.trace;
+        t.assemble_calls += 1;
+        t.at_ms = r.at_ms;
+        t.session_id.clone_from(&r.session_id);
+        t.token_budget = r.token_budget;
+        t.history_messages = r.history_messages as u64;
+        t.gateway_tokens = b.total_tokens;
+        t.engine_estimate = b.estimated_tokens;
+        t.epoch = r
+            .result
+            .context_projection
+            .as_ref()
+            .and_then(|p| p.epoch.clone());
+        t.left_out = None;
+        t.parts = b
+            .parts
+            .iter()
+            .map(|p| {
+                // Legacy's compaction summary is a summary too (no id: it lives in the
+                // transcript).
+                let summary_role = matches!(
+                    p.role.as_deref(),
+                    Some("compactionSummary" | "branchSummary")
+                );
+                TracePart {
+                    kind: if summary_role {
+                        "summary".into()
+                    } else {
+                        p.kind.to_owned()
+                    },
+                    index: p.index.map(|i| i.min(u32::MAX as usize) as u32),
+                    id: p.id.clone(),
+                    depth: p.depth,
+                    role: p.role.clone(),
+                    tokens: p.tokens,
+                    digest: format!("{:08x}", p.digest),
+                    span: None,
+                    quotes: p.quotes.iter().map(|n| format!("msg_{n}")).collect(),
+                }
+            })
+            .collect();
+    }
+
+    /// What was left out, for an engine other than lossless: the history messages the answer
+    /// does not hold.
+    pub(crate) fn history_left_out(&mut self) {
+        let t = &mut self.trace;
+        let sent = t
+            .parts
+            .iter()
+            .filter(|p| p.kind == "raw" || p.kind == "summary")
+            .count() as u64;
+        let items = t.history_messages.saturating_sub(sent);
+        t.left_out = Some(LeftOut {
+            known: true,
+            items,
+            messages: items,
+            listed: Vec::new(),
+            ..Default::default()
+        });
+    }
+
+    /// The lossless frontier read after the assembly: which stored item each sent part is,
+    /// and what was left out with why.
+    pub(crate) fn frontier(&mut self, view: Option<&SessionView>) {
+        let t = &mut self.trace;
+        let Some(view) = view else {
+            t.left_out = Some(LeftOut {
+                known: false,
+                unknown: Some("the engine's store has no conversation for this session yet".into()),
+                ..Default::default()
+            });
+            return;
+        };
+        let now = view.conversation.epoch;
+        let then = t
+            .epoch
+            .as_deref()
+            .and_then(|e| e.rsplit_once(':'))
+            .and_then(|(_, n)| n.parse::<i64>().ok());
+        if let Some(then) = then.filter(|e| *e != now) {
+            t.left_out = Some(LeftOut {
+                known: false,
+                unknown: Some(format!(
+                    "the store was compacted before its frontier was read (epoch {then}, now {now})"
+                )),
+                stored_messages: Some(view.conversation.msg_count),
+                ..Default::default()
+            });
+            return;
+        }
+        let frontier = &view.frontier;
+        // The sent summaries and raw messages, in order: a suffix of the frontier, but the last
+        // one or two (the prompt, a turn's own messages) may not be stored yet.
+        let seq: Vec<usize> = t
+            .parts
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.kind == "summary" || p.kind == "raw")
+            .map(|(i, _)| i)
+            .collect();
+        let n = seq.len();
+        let aligned = (0..=n.min(2)).find_map(|unstored| {
+            let m = n - unstored;
+            let start = frontier.len().checked_sub(m)?;
+            let fits = seq[..m].iter().zip(&frontier[start..]).all(|(&i, item)| {
+                let p = &t.parts[i];
+                if p.kind == "summary" {
+                    p.id.as_deref() == Some(item.id.as_str())
+                } else {
+                    item.id.starts_with("msg_")
+                }
+            });
+            fits.then_some((start, m))
+        });
+        let kept_from = match aligned {
+            Some((start, m)) => {
+                for (&i, item) in seq[..m].iter().zip(&frontier[start..]) {
+                    let p = &mut t.parts[i];
+                    if p.kind == "summary" {
+                        p.span = Some([item.first_seq, item.last_seq]);
+                    } else {
+                        p.id = Some(item.id.clone());
+                    }
+                }
+                start
+            }
+            None => frontier.len().saturating_sub(n),
+        };
+        let left = &frontier[..kept_from];
+        let quoted: HashSet<&str> = t
+            .parts
+            .iter()
+            .flat_map(|p| p.quotes.iter().map(String::as_str))
+            .collect();
+        let unused = t.token_budget.unwrap_or(0).saturating_sub(t.gateway_tokens) as i64;
+        let listed: Vec<LeftItem> = left
+            .iter()
+            .rev()
+            .take(LISTED)
+            .map(|item| {
+                let mut reason = if t.token_budget.is_some() && item.tokens <= unused {
+                    format!(
+                        "left out with room to spare ({unused} tokens unused): the assembly keeps the \
+                         cache-stable front it started from"
+                    )
+                } else {
+                    format!(
+                        "over budget: {} tokens, {} left of the budget",
+                        item.tokens,
+                        unused.max(0)
+                    )
+                };
+                if quoted.contains(item.id.as_str()) {
+                    reason.push_str("; quoted in the recalled block");
+                }
+                LeftItem {
+                    id: item.id.clone(),
+                    tokens: item.tokens,
+                    first_seq: item.first_seq,
+                    last_seq: item.last_seq,
+                    reason,
+                }
+            })
+            .collect();
+        let span = |a: i64, b: i64| (b - a + 1).max(0) as u64;
+        t.left_out = Some(LeftOut {
+            known: aligned.is_some() || left.is_empty(),
+            unknown: aligned.is_none().then(|| {
+                "the sent parts do not line up with the frontier; counts are estimates".into()
+            }),
+            items: left.len() as u64,
+            tokens: left.iter().map(|i| i.tokens.max(0) as u64).sum(),
+            messages: left.iter().map(|i| span(i.first_seq, i.last_seq)).sum(),
+            listed,
+            stored_messages: Some(view.conversation.msg_count),
+            summarized_messages: t
+                .parts
+                .iter()
+                .filter_map(|p| p.span)
+                .map(|[a, b]| span(a, b))
+                .sum(),
+        });
+    }
+
+    /// The finished trace; `end` is the turn's (`None` for an engine-API assembly).
+    pub(crate) fn finish(
+        mut self,
+        shared: &Shared,
+        end: Option<TurnEnd>,
+        summarizer: Vec<super::SummarizerTrace>,
+    ) -> TurnTrace {
+        let served = end
+            .as_ref()
+            .and_then(|e| e.engine.clone())
+            .unwrap_or_else(|| shared.runtime.engine_id());
+        self.trace.engine = engine_served(shared, &served);
+        if let Some(end) = end {
+            self.trace.model = Some(end.model);
+            self.trace.compactions = end.compactions;
+            self.trace.runtime_warnings = end.warnings;
+        }
+        self.trace.summarizer = summarizer;
+        if self.trace.at_ms == 0 {
+            self.trace.at_ms = crate::dashboard::now_ms();
+        }
+        self.trace
+    }
+}

@@ -1,0 +1,564 @@
+//! The per-turn trace: what the model saw on every turn and why, kept in the state dir.
+//!
+//! Why: the dashboard's [`crate::dashboard::last_assembled`] keeps only each session's last
+//! `assemble` answer, in memory, so "what did the model see on turn N, and why was the rest
+//! left out?" could not be answered one compaction or one restart later (issue #31). This
+//! module records, for every turn through `/v1/chat/completions` and every
+//! `POST /v1/engine/assemble`, the time, the engine that served it and why, the budget, the
+//! parts sent in order with their tokens, what was left out with a reason per item when the
+//! engine's store tells, the gateway's count against the engine's estimate, the model's
+//! latency and usage (cached tokens included), the compactions the turn triggered and the
+//! summarizer calls made meanwhile. Messages are never stored a second time: a part is a
+//! reference (a lossless `msg_<n>`/`sum_<n>` id when the frontier tells which, else a 32-bit
+//! hash of its text) with its token count, so a turn costs about a kilobyte (`codec`).
+//!
+//! - [`store`]: the SQLite file `<state>/runtime/turn-trace.sqlite` (WAL), its schema,
+//!   retention (`gateway.trace.maxTurnsPerSession`, `gateway.trace.maxBytes`, oldest first)
+//!   and the queries, shared by the gateway and `clawctx sessions trace` (which opens the file
+//!   read-only).
+//! - `codec`: the compact binary form of a turn's parts.
+//! - `build`: a trace from what the turn path and the engine API hand over.
+//! - [`views`]: what is derived on reading: warnings in words, the diff between a turn and
+//!   the one before, the session's record of engines and usage.
+//! - `api`: the JSON routes under `/v1/dashboard/trace/` (in the OpenAPI document).
+//!
+//! Writing never fails or slows a turn: [`Tracer`] hands a finished trace to its own thread,
+//! the connection's one owner, through a bounded channel (full: the trace is dropped and
+//! counted); errors are logged and counted, never returned to the turn. Reads for the API go
+//! through the same thread. The process-wide summarizer observer (`clawctx_summarize::observe`)
+//! is sampled into a ring, and a trace takes the calls made during its turn (process-wide: a
+//! concurrent session's summaries show there too).
+
+pub(crate) mod api;
+mod build;
+mod codec;
+pub mod store;
+pub mod views;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub(crate) use build::{Builder, TurnEnd};
+
+/// The trace file under the state dir.
+pub fn trace_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("runtime").join("turn-trace.sqlite")
+}
+
+/// Default `gateway.trace.maxTurnsPerSession`.
+pub const DEFAULT_MAX_TURNS_PER_SESSION: u64 = 1000;
+/// Default `gateway.trace.maxBytes` (256 MiB).
+pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+/// Traces waiting for the writer at most; more are dropped (and counted).
+const QUEUE: usize = 1024;
+/// Summarizer calls remembered for the traces of running turns.
+const SUMMARY_RING: usize = 256;
+
+/// `gateway.trace`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceSettings {
+    /// `gateway.trace.enabled` (default true).
+    pub enabled: bool,
+    /// Turns kept per session, oldest dropped first (`gateway.trace.maxTurnsPerSession`).
+    pub max_turns_per_session: u64,
+    /// Bytes of traces kept in all, oldest dropped first (`gateway.trace.maxBytes`).
+    pub max_bytes: u64,
+}
+
+impl Default for TraceSettings {
+    fn default() -> Self {
+        TraceSettings {
+            enabled: true,
+            max_turns_per_session: DEFAULT_MAX_TURNS_PER_SESSION,
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+/// What can go wrong with the trace file. None of it reaches a turn.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// SQLite refused (file damaged, disk full, read-only): the traces of this process are
+    /// logged and counted as failed; the turns go on.
+    #[error("turn trace {path}: {source}")]
+    Sqlite {
+        /// The trace file.
+        path: String,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The file or its directory could not be made.
+    #[error("turn trace {path}: {source}")]
+    Io {
+        /// The trace file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A stored row that does not decode (written by a newer clawctx, or damaged).
+    #[error("turn trace {path}: a stored turn does not decode: {what}")]
+    Corrupt {
+        /// The trace file.
+        path: String,
+        /// What did not decode.
+        what: String,
+    },
+    /// The trace file is of a newer schema than this build reads.
+    #[error("turn trace {path}: schema version {found} is newer than this clawctx reads ({supported}); upgrade clawctx")]
+    NewerSchema {
+        /// The trace file.
+        path: String,
+        /// Its `user_version`.
+        found: i64,
+        /// What this build writes.
+        supported: i64,
+    },
+    /// The writer thread is gone (the gateway is stopping) or tracing is disabled.
+    #[error("the turn trace is not available: {0}")]
+    Unavailable(String),
+}
+
+/// One part of an assembled context as the trace keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TracePart {
+    /// `systemPromptAddition`, `summary`, `recalled` or `raw`.
+    pub kind: String,
+    /// Position in the assembled messages (none for the system prompt addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// `sum_<n>` for a lossless summary, `msg_<n>` for a raw message the store identified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// A summary's depth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<i64>,
+    /// The message's role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Tokens (the one estimator).
+    pub tokens: u64,
+    /// A 32-bit hash of the part's text (hex): the reference when no id is known, and what the
+    /// diff compares.
+    pub digest: String,
+    /// The message sequences a summary stands for, `[first, last]`, when the frontier told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<[i64; 2]>,
+    /// The stored messages a `<recalled>` block quotes (`msg_<n>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotes: Vec<String>,
+}
+
+/// One frontier item that was not sent, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftItem {
+    /// `msg_<n>` or `sum_<n>`.
+    pub id: String,
+    /// Its tokens.
+    pub tokens: i64,
+    /// The message sequences it stands for.
+    pub first_seq: i64,
+    /// Last of them.
+    pub last_seq: i64,
+    /// Why it was not sent, in words.
+    pub reason: String,
+}
+
+/// What was left out of a turn's context.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftOut {
+    /// Whether the reasons are known; `false` with `unknown` saying why.
+    pub known: bool,
+    /// Why the reasons are not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<String>,
+    /// Items left out (frontier items under lossless, history messages otherwise).
+    pub items: u64,
+    /// Their tokens, when known.
+    pub tokens: u64,
+    /// Stored messages they stand for.
+    pub messages: u64,
+    /// The newest of them, one reason each (at most 32).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listed: Vec<LeftItem>,
+    /// Stored messages of the session (lossless), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_messages: Option<i64>,
+    /// Stored messages that reached the model only inside a summary that was sent.
+    pub summarized_messages: u64,
+}
+
+/// The model calls of a turn.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelTrace {
+    /// Calls made (retries included).
+    pub calls: u64,
+    /// Time waiting for the model (ms).
+    pub latency_ms: f64,
+    /// The whole turn's wall time in the gateway (ms).
+    pub turn_ms: f64,
+    /// Input tokens the provider reported.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input tokens read from the provider's prompt cache (`cacheRead`).
+    pub cached_tokens: u64,
+    /// Tokens written to the prompt cache (`cacheWrite`).
+    pub cache_write_tokens: u64,
+    /// The gateway's estimate of each call's prompt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_estimates: Vec<u64>,
+    /// `ok`, or the error that ended the turn.
+    pub outcome: String,
+}
+
+/// A compaction the turn ran or asked for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionTrace {
+    /// `auto`, `overflow`, `preflight` or `manual`.
+    pub trigger: String,
+    /// The engine id, or `runtime`.
+    pub by: String,
+    /// Tokens before.
+    pub tokens_before: u64,
+    /// Tokens after, when reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_after: Option<u64>,
+    /// How long it took (ms).
+    pub ms: f64,
+}
+
+/// Summarizer calls observed while the turn ran (process-wide).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SummarizerTrace {
+    /// The summarizer's name (`extractive`, `llm`, ...).
+    pub summarizer: String,
+    /// Calls that succeeded.
+    pub ok: u64,
+    /// Calls that failed.
+    pub failed: u64,
+    /// Their time (ms).
+    pub ms: f64,
+}
+
+/// The engine that served a turn, and why it was that one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineServed {
+    /// The engine that answered.
+    pub id: String,
+    /// The engine the config selects, when it differs or is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected: Option<String>,
+    /// Why this engine answered, in words.
+    pub reason: String,
+}
+
+/// One turn's trace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TurnTrace {
+    /// The session key.
+    pub session_key: String,
+    /// The turn's number in the session's trace (1, 2, ...; given by the store).
+    pub turn: u64,
+    /// When the turn's (last) assembly was made (epoch ms).
+    pub at_ms: i64,
+    /// `turn` (a chat completion) or `engine-api` (`POST /v1/engine/assemble`).
+    pub source: String,
+    /// The session id the engine was called with.
+    pub session_id: String,
+    /// Who served it.
+    pub engine: EngineServed,
+    /// The `tokenBudget` the engine got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_budget: Option<u64>,
+    /// History messages the engine was given.
+    pub history_messages: u64,
+    /// `assemble` calls in the turn (the parts are the last one's).
+    pub assemble_calls: u64,
+    /// The parts sent, in order (the system prompt addition first).
+    pub parts: Vec<TracePart>,
+    /// The gateway's count of the parts.
+    pub gateway_tokens: u64,
+    /// The engine's own `estimatedTokens` (0: none given).
+    pub engine_estimate: u64,
+    /// `contextProjection.epoch` of the assembly, when the engine gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+    /// What was left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<LeftOut>,
+    /// The model's side (turns only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelTrace>,
+    /// Compactions the turn ran or asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compactions: Vec<CompactionTrace>,
+    /// Summarizer calls while it ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub summarizer: Vec<SummarizerTrace>,
+    /// The runtime's warnings for the turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime_warnings: Vec<String>,
+}
+
+/// Counters of the writer, for logs and the API.
+#[derive(Debug, Default)]
+pub struct TraceCounters {
+    /// Traces written.
+    pub written: AtomicU64,
+    /// Traces that failed to write (logged).
+    pub failed: AtomicU64,
+    /// Traces dropped because the writer was behind or gone.
+    pub dropped: AtomicU64,
+}
+
+/// The counters as numbers.
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceStats {
+    /// Traces written by this process.
+    pub written: u64,
+    /// Traces that failed to write.
+    pub failed: u64,
+    /// Traces dropped (writer behind or gone).
+    pub dropped: u64,
+}
+
+type ReadJob = Box<dyn FnOnce(Result<&store::TraceDb, &TraceError>) + Send>;
+
+enum Job {
+    Write(Box<TurnTrace>),
+    Read(ReadJob),
+}
+
+/// A summarizer call seen by the process-wide observer.
+#[derive(Clone, Debug)]
+struct SummaryCallSeen {
+    at: std::time::Instant,
+    summarizer: &'static str,
+    ok: bool,
+    took: std::time::Duration,
+}
+
+/// The gateway's handle on its trace: the writer thread's queue, counters and the summarizer
+/// ring. Cheap to clone.
+#[derive(Clone)]
+pub struct Tracer {
+    tx: Option<std::sync::mpsc::SyncSender<Job>>,
+    counters: Arc<TraceCounters>,
+    summaries: Arc<Mutex<VecDeque<SummaryCallSeen>>>,
+    _observer: Option<Arc<clawctx_summarize::observe::ObserverGuard>>,
+    path: PathBuf,
+}
+
+impl Tracer {
+    /// Starts the writer on `path` (created with its directory when missing). A file that
+    /// cannot be opened is logged; the tracer then answers reads with the error and counts
+    /// writes as failed.
+    pub fn start(path: PathBuf, settings: TraceSettings) -> Tracer {
+        let counters = Arc::new(TraceCounters::default());
+        let summaries: Arc<Mutex<VecDeque<SummaryCallSeen>>> = Arc::default();
+        if !settings.enabled {
+            return Tracer {
+                tx: None,
+                counters,
+                summaries,
+                _observer: None,
+                path,
+            };
+        }
+        let ring = summaries.clone();
+        let observer = clawctx_summarize::observe::add_observer(move |c| {
+            if let Ok(mut r) = ring.lock() {
+                if r.len() >= SUMMARY_RING {
+                    r.pop_front();
+                }
+                r.push_back(SummaryCallSeen {
+                    at: std::time::Instant::now(),
+                    summarizer: c.summarizer,
+                    ok: c.ok,
+                    took: c.took,
+                });
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(QUEUE);
+        let c = counters.clone();
+        let p = path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("clawctx-trace".into())
+            .spawn(move || writer(p, settings, rx, c));
+        let tx = match spawned {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                tracing::warn!("the turn trace writer did not start: {e}; turns are not traced");
+                None
+            }
+        };
+        Tracer {
+            tx,
+            counters,
+            summaries,
+            _observer: Some(Arc::new(observer)),
+            path,
+        }
+    }
+
+    /// A tracer that records nothing (tracing disabled).
+    pub fn disabled(path: PathBuf) -> Tracer {
+        Tracer::start(
+            path,
+            TraceSettings {
+                enabled: false,
+                ..TraceSettings::default()
+            },
+        )
+    }
+
+    /// The trace file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether traces are recorded.
+    pub fn enabled(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Queues `trace` for writing; never blocks. A full queue or a stopped writer drops it
+    /// (counted).
+    pub fn write(&self, trace: TurnTrace) {
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        if tx.try_send(Job::Write(Box::new(trace))).is_err() {
+            let n = self.counters.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    dropped = n,
+                    "turn traces dropped: the trace writer is behind"
+                );
+            }
+        }
+    }
+
+    /// Runs `f` on the writer thread over the connection (after the writes queued before it).
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&store::TraceDb) -> Result<T, TraceError> + Send + 'static,
+    ) -> Result<T, TraceError> {
+        let Some(tx) = &self.tx else {
+            return Err(TraceError::Unavailable(
+                "tracing is disabled (gateway.trace.enabled: false)".into(),
+            ));
+        };
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let job: ReadJob = Box::new(move |db| {
+            let _ = done.send(match db {
+                Ok(db) => f(db),
+                Err(e) => Err(TraceError::Unavailable(e.to_string())),
+            });
+        });
+        // A blocking send off the async workers: the queue may be full of writes.
+        let tx = tx.clone();
+        tokio::task::spawn_blocking(move || tx.send(Job::Read(job)))
+            .await
+            .map_err(|e| TraceError::Unavailable(e.to_string()))?
+            .map_err(|_| TraceError::Unavailable("the trace writer stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| TraceError::Unavailable("the trace writer stopped".into()))?
+    }
+
+    /// Waits until the traces queued before this call are written (shutdown).
+    pub async fn flush(&self) {
+        if self.tx.is_some() {
+            let _ = self.read(|_| Ok(())).await;
+        }
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> TraceStats {
+        TraceStats {
+            written: self.counters.written.load(Ordering::Relaxed),
+            failed: self.counters.failed.load(Ordering::Relaxed),
+            dropped: self.counters.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Summarizer calls seen since `since`, per summarizer.
+    pub(crate) fn summaries_since(&self, since: std::time::Instant) -> Vec<SummarizerTrace> {
+        let Ok(ring) = self.summaries.lock() else {
+            return Vec::new();
+        };
+        let mut out: Vec<SummarizerTrace> = Vec::new();
+        for c in ring.iter().filter(|c| c.at >= since) {
+            let i = match out.iter().position(|s| s.summarizer == c.summarizer) {
+                Some(i) => i,
+                None => {
+                    out.push(SummarizerTrace {
+                        summarizer: c.summarizer.to_owned(),
+                        ..Default::default()
+                    });
+                    out.len() - 1
+                }
+            };
+            let s = &mut out[i];
+            if c.ok {
+                s.ok += 1;
+            } else {
+                s.failed += 1;
+            }
+            s.ms += c.took.as_secs_f64() * 1000.0;
+        }
+        out
+    }
+}
+
+/// The writer thread: the connection's one owner.
+fn writer(
+    path: PathBuf,
+    settings: TraceSettings,
+    rx: std::sync::mpsc::Receiver<Job>,
+    counters: Arc<TraceCounters>,
+) {
+    let mut db = store::TraceDb::open(&path, settings);
+    if let Err(e) = &db {
+        tracing::warn!("{e}; turns are not traced");
+    }
+    while let Ok(job) = rx.recv() {
+        match job {
+            Job::Write(t) => {
+                let result = match &mut db {
+                    Ok(db) => db.insert(&t).map(|_| ()),
+                    Err(e) => Err(TraceError::Unavailable(e.to_string())),
+                };
+                match result {
+                    Ok(()) => {
+                        counters.written.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        let n = counters.failed.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n.is_power_of_two() {
+                            tracing::warn!(failed = n, "a turn trace was not written: {e}");
+                        }
+                    }
+                }
+            }
+            Job::Read(f) => f(db.as_ref()),
+        }
+    }
+    // Failed opens are retried by no one: the next gateway start tries again.
+    drop(db);
+}
