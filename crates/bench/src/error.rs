@@ -38,6 +38,14 @@ pub enum BenchError {
         /// The engine's error.
         message: String,
     },
+    /// A model call of the judged eval failed (check the provider's config, key and limits).
+    #[error("model `{model}`: {message}")]
+    Model {
+        /// The model ref.
+        model: String,
+        /// The provider's error.
+        message: String,
+    },
     /// An invariant the instruments check was broken (a bug in the engine under test).
     #[error("engine `{engine}` broke an invariant: {message}")]
     Invariant {

@@ -17,6 +17,10 @@
 //!   context (n/a for questions without an answer);
 //! - **reachable** = (a) or (b).
 //!
+//! - **J score** (with `--answer-model` and `--judge-model`, [`crate::judged`]): the share of
+//!   questions with a gold answer (categories 1–4) whose answer from the assembled context the
+//!   judge model grades CORRECT.
+//!
 //! `lcm_grep` in its default mode ANDs its terms, which almost never matches a whole
 //! question; that figure is reported separately (`grepAnd`, queried with the question's
 //! content words) so the difference is visible.
@@ -36,6 +40,7 @@ use serde_json::json;
 use crate::engines::{open_engine, EngineUnderTest};
 use crate::error::{BenchError, Result};
 use crate::host::BenchHost;
+use crate::judged::{cache_key, judge, JudgedCost, Judging, Verdict};
 use crate::locomo::Conversation;
 use crate::runner::deliver_turn;
 
@@ -52,6 +57,10 @@ pub struct EvalOptions {
     pub work_dir: PathBuf,
     /// The lossless engine's config object (defaults when empty).
     pub lossless_config: serde_json::Value,
+    /// Only the first this many questions of each conversation (all when `None`).
+    pub questions: Option<usize>,
+    /// The judged mode: answer and judge models (off when `None`).
+    pub judging: Option<Judging>,
 }
 
 /// Counts for one group of questions.
@@ -74,6 +83,10 @@ pub struct Scores {
     pub answer_in_context: u64,
     /// Questions whose evidence names a turn the conversation does not have (never reachable).
     pub unresolved_evidence: u64,
+    /// Questions the judge graded (judged mode).
+    pub judged: u64,
+    /// Of those, graded CORRECT.
+    pub judged_correct: u64,
 }
 
 impl Scores {
@@ -92,6 +105,15 @@ impl Scores {
             self.answer_in_context += a as u64;
         }
         self.unresolved_evidence += o.unresolved as u64;
+        if let Some(v) = &o.verdict {
+            self.judged += 1;
+            self.judged_correct += v.correct as u64;
+        }
+    }
+
+    /// The J score: graded CORRECT as a percentage of the graded (judged mode).
+    pub fn j_pct(&self) -> Option<f64> {
+        (self.judged > 0).then(|| 100.0 * self.judged_correct as f64 / self.judged as f64)
     }
 
     /// `n / questions` as a percentage.
@@ -130,6 +152,11 @@ pub struct QuestionScore {
     pub answer: Option<bool>,
     /// Evidence names an unknown turn.
     pub unresolved: bool,
+    /// Context tokens assembled for it.
+    pub context_tokens: u64,
+    /// The answer and the judge's verdict (judged mode, questions with a gold answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
 }
 
 /// One engine at one budget.
@@ -150,6 +177,9 @@ pub struct EvalRun {
     pub context_tokens_max: u64,
     /// Per question.
     pub questions: Vec<QuestionScore>,
+    /// The judged mode's calls and tokens (`None`: not judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judged: Option<JudgedCost>,
 }
 
 /// The eval result.
@@ -166,8 +196,21 @@ pub struct EvalReport {
     pub k: usize,
     /// The lossless engine's config object the runs used (`{}`: the defaults).
     pub lossless_config: serde_json::Value,
+    /// The answer and judge models (judged mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models: Option<JudgeModels>,
     /// Runs.
     pub runs: Vec<EvalRun>,
+}
+
+/// The models of a judged eval, by ref.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JudgeModels {
+    /// Answers the questions.
+    pub answer: String,
+    /// Grades the answers.
+    pub judge: String,
 }
 
 /// Content words of a question, as the lossless engine's search picks them
@@ -378,9 +421,16 @@ pub async fn run_eval(
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),
         conversations: conversations.len(),
-        questions: conversations.iter().map(|c| c.questions.len()).sum(),
+        questions: conversations
+            .iter()
+            .map(|c| c.questions.len().min(opts.questions.unwrap_or(usize::MAX)))
+            .sum(),
         k: opts.k,
         lossless_config: opts.lossless_config.clone(),
+        models: opts.judging.as_ref().map(|j| JudgeModels {
+            answer: j.answer.model_ref.clone(),
+            judge: j.judge.model_ref.clone(),
+        }),
         runs,
     })
 }
@@ -405,6 +455,7 @@ async fn run_one(
         context_tokens_mean: 0.0,
         context_tokens_max: 0,
         questions: Vec::new(),
+        judged: opts.judging.as_ref().map(|_| JudgedCost::default()),
     };
     let mut token_sum = 0u64;
     let mut assembled = 0u64;
@@ -418,7 +469,8 @@ async fn run_one(
             .filter_map(|m| Some((m.message.timestamp_ms()?, m.dia_id?)))
             .collect();
         let key = session_key(&conv.sample_id);
-        for (i, q) in conv.questions.iter().enumerate() {
+        let n_questions = opts.questions.unwrap_or(usize::MAX);
+        for (i, q) in conv.questions.iter().enumerate().take(n_questions) {
             let context = assemble_for(&eut, &host, conv, budget, &q.question).await?;
             let used = clawctx_tokens::messages_tokens(&context);
             token_sum += used;
@@ -458,6 +510,21 @@ async fn run_one(
                 .map(normalize)
                 .filter(|a| !a.is_empty())
                 .map(|a| context_words.contains(&format!(" {a} ")));
+            let gold = q
+                .answer
+                .as_deref()
+                .filter(|a| !a.trim().is_empty() && q.category != 5);
+            let verdict = match (&opts.judging, gold) {
+                (Some(j), Some(gold)) => {
+                    let ck = cache_key(j, engine, budget, &conv.sample_id, i, &context);
+                    let (v, cached) = judge(j, &ck, &context, &q.question, gold).await?;
+                    if let Some(cost) = run.judged.as_mut() {
+                        cost.add(&v, cached);
+                    }
+                    Some(v)
+                }
+                _ => None,
+            };
             let score = QuestionScore {
                 sample_id: conv.sample_id.clone(),
                 index: i,
@@ -467,6 +534,8 @@ async fn run_one(
                 grep_and: grep,
                 answer,
                 unresolved,
+                context_tokens: used,
+                verdict,
             };
             run.overall.add(&score);
             run.categories.entry(q.category).or_default().add(&score);
@@ -503,14 +572,28 @@ pub fn render_table(r: &EvalReport) -> String {
         };
         s.push_str(&format!("lossless config: {shown}\n"));
     }
+    if let Some(m) = &r.models {
+        s.push_str(&format!(
+            "judged: answers by {}, graded by {} (J = graded CORRECT, categories 1-4)\n",
+            m.answer, m.judge
+        ));
+    }
     for run in &r.runs {
         s.push_str(&format!(
             "\n{} @ budget {} (context tokens: mean {:.0}, max {})\n",
             run.engine, run.budget, run.context_tokens_mean, run.context_tokens_max
         ));
+        let judged = run.judged.is_some();
         s.push_str(&format!(
-            "  {:<16} {:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}\n",
-            "category", "n", "(a) raw", "(b) rec@k", "grep-AND", "reachable", "(c) answer"
+            "  {:<16} {:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}{}\n",
+            "category",
+            "n",
+            "(a) raw",
+            "(b) rec@k",
+            "grep-AND",
+            "reachable",
+            "(c) answer",
+            if judged { "          J" } else { "" }
         ));
         let rows = run
             .categories
@@ -522,8 +605,18 @@ pub fn render_table(r: &EvalReport) -> String {
                 v.map(|n| format!("{:.1}%", sc.pct(n)))
                     .unwrap_or_else(|| "n/a".into())
             };
+            let j = if judged {
+                format!(
+                    "  {:>9}",
+                    sc.j_pct()
+                        .map(|p| format!("{p:.1}%"))
+                        .unwrap_or_else(|| "n/a".into())
+                )
+            } else {
+                String::new()
+            };
             s.push_str(&format!(
-                "  {:<16} {:>5}  {:>8.1}%  {:>9}  {:>9}  {:>8.1}%  {:>9}\n",
+                "  {:<16} {:>5}  {:>8.1}%  {:>9}  {:>9}  {:>8.1}%  {:>9}{j}\n",
                 name,
                 sc.questions,
                 sc.pct(sc.raw_in_context),
@@ -533,6 +626,19 @@ pub fn render_table(r: &EvalReport) -> String {
                 sc.answer_pct()
                     .map(|p| format!("{p:.1}%"))
                     .unwrap_or_else(|| "n/a".into())
+            ));
+        }
+        if let Some(c) = &run.judged {
+            s.push_str(&format!(
+                "  judged {} questions ({} asked now, {} from the answer cache, {} unparsed verdicts); tokens: answers {} in / {} out, judge {} in / {} out\n",
+                c.asked + c.cached,
+                c.asked,
+                c.cached,
+                c.unparsed,
+                c.answer_tokens.input,
+                c.answer_tokens.output,
+                c.judge_tokens.input,
+                c.judge_tokens.output
             ));
         }
     }

@@ -25,6 +25,7 @@ pub mod engines;
 pub mod error;
 pub mod eval;
 pub mod host;
+pub mod judged;
 pub mod locomo;
 pub mod rng;
 pub mod runner;

@@ -29,6 +29,8 @@ async fn eval(
         k: 5,
         work_dir: dir.path().to_owned(),
         lossless_config: lossless,
+        questions: None,
+        judging: None,
     };
     run_eval(path, &convs, &opts).await.expect("eval")
 }

@@ -7,6 +7,12 @@
 //! eval is a measurement: a key the engine does not read, or a value of the wrong type, is an
 //! error naming it (the engine itself would fall back to the default and only log it), and the
 //! report shows the config in effect. The store keys are replaced by the eval's own file.
+//!
+//! With `--answer-model` and `--judge-model` (any configured `provider/model`, as `clawctx chat
+//! --model` takes) the eval also answers every question with a gold answer from the assembled
+//! context and has the judge grade it ([`clawctx_bench::judged`]); verdicts are kept in the
+//! answer cache (`--answers`, default `<state dir>/eval-answers.jsonl`), so a rerun asks only
+//! what it has not.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,6 +21,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use clawctx_bench::engines::parse_engine_list;
 use clawctx_bench::eval::{render_table, run_eval, EvalOptions};
+use clawctx_bench::judged::{AnswerCache, Judging, ModelUse};
 use clawctx_config::parse_cli_value;
 use serde_json::{Map, Value};
 
@@ -54,6 +61,20 @@ struct LocomoArgs {
     /// value is JSON5 when it parses, else a string.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Only the first N questions of each conversation.
+    #[arg(long, value_name = "N")]
+    questions: Option<usize>,
+    /// Answer each question from the assembled context with this model (`provider/model`);
+    /// needs `--judge-model`.
+    #[arg(long, value_name = "PROVIDER/MODEL", requires = "judge_model")]
+    answer_model: Option<String>,
+    /// Grade the answers with this model (`provider/model`); needs `--answer-model`.
+    #[arg(long, value_name = "PROVIDER/MODEL", requires = "answer_model")]
+    judge_model: Option<String>,
+    /// The answer cache of the judged mode (JSONL; reused and extended by every run).
+    /// Default: `<state dir>/eval-answers.jsonl`.
+    #[arg(long, value_name = "FILE")]
+    answers: Option<PathBuf>,
     /// Print the report (with per-question outcomes) as JSON.
     #[arg(long)]
     json: bool,
@@ -86,6 +107,37 @@ pub async fn run(global: &GlobalArgs, args: EvalArgs) -> anyhow::Result<ExitCode
     if let Some(n) = a.limit {
         conversations.truncate(n);
     }
+    let judging = match (&a.answer_model, &a.judge_model) {
+        (Some(answer), Some(judge)) => {
+            let env = |n: &str| std::env::var(n).ok();
+            let models = clawctx_model::ModelsConfig::from_config(config.value(), &env)
+                .with_context(|| format!("{}: models", config.path().display()))?;
+            let model_use = |r: &str, flag: &str| -> anyhow::Result<ModelUse> {
+                let (provider, spec) = models
+                    .provider_for(r)
+                    .with_context(|| format!("{flag} {r}"))?;
+                Ok(ModelUse {
+                    provider,
+                    model: spec.id,
+                    model_ref: r.to_owned(),
+                })
+            };
+            let path = a
+                .answers
+                .clone()
+                .unwrap_or_else(|| global.state_dir().join("eval-answers.jsonl"));
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            Some(Judging {
+                answer: model_use(answer, "--answer-model")?,
+                judge: model_use(judge, "--judge-model")?,
+                cache: std::sync::Arc::new(AnswerCache::open(&path)?),
+            })
+        }
+        _ => None,
+    };
     let temp = clawctx_bench::temp_dir().context("creating a temporary directory")?;
     let opts = EvalOptions {
         engines,
@@ -93,6 +145,8 @@ pub async fn run(global: &GlobalArgs, args: EvalArgs) -> anyhow::Result<ExitCode
         k: a.k,
         work_dir: temp.path().to_owned(),
         lossless_config,
+        questions: a.questions,
+        judging,
     };
     let report = run_eval(&a.file, &conversations, &opts).await?;
     if a.json {
