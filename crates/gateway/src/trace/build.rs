@@ -283,7 +283,17 @@ impl Builder {
             .iter()
             .flat_map(|p| p.quotes.iter().map(String::as_str))
             .collect();
-        let unused = t.token_budget.unwrap_or(0).saturating_sub(t.gateway_tokens) as i64;
+        // The system prompt addition is outside the engine's budget.
+        let addition: u64 = t
+            .parts
+            .iter()
+            .filter(|p| p.kind == "systemPromptAddition")
+            .map(|p| p.tokens)
+            .sum();
+        let unused = t
+            .token_budget
+            .unwrap_or(0)
+            .saturating_sub(t.gateway_tokens.saturating_sub(addition)) as i64;
         let listed: Vec<LeftItem> = left
             .iter()
             .rev()

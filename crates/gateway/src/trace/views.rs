@@ -116,11 +116,13 @@ pub fn warnings(t: &TurnTrace) -> Vec<String> {
         out.push("recall empty: no stored message was quoted for this prompt".into());
     }
     if t.engine_estimate > 0 {
-        let (a, b) = (t.gateway_tokens as f64, t.engine_estimate as f64);
+        // Engines estimate the messages; the addition is the system prompt's.
+        let counted = t.gateway_tokens.saturating_sub(tot.system_prompt_addition);
+        let (a, b) = (counted as f64, t.engine_estimate as f64);
         if (a - b).abs() > 0.1 * b.max(1.0) {
             out.push(format!(
-                "the engine estimated {} tokens, the gateway counts {}",
-                t.engine_estimate, t.gateway_tokens
+                "the engine estimated {} tokens for the messages, the gateway counts {counted}",
+                t.engine_estimate
             ));
         }
     }
