@@ -13,10 +13,11 @@
 //! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod browser_support;
 mod common;
 mod dashboard_fixture;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use clawctx_protocol::AgentMessage;
@@ -28,42 +29,6 @@ const BIG_KEY: &str = "agent:main:browser-10k";
 const TOKEN: &str = "dashboard-test-token-8812";
 const SECRET: &str = "sk-test-do-not-show-5531";
 
-fn find_on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
-        .find(|p| p.is_file())
-}
-
-fn chromium() -> Option<PathBuf> {
-    match std::env::var_os("CLAWCTX_CHROMIUM").map(PathBuf::from) {
-        Some(p) if p.is_file() => Some(p),
-        _ => find_on_path(&["chromium", "chromium-browser"]),
-    }
-}
-
-/// Skips (prints why) or, under CI, fails.
-fn missing(what: &str) {
-    let msg = format!("dashboard browser test: {what}; install it (.ci/run does: apt-get install chromium nodejs npm)");
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg} (CI=true: the browser test must run)");
-    }
-    eprintln!("SKIPPED {msg}");
-}
-
-fn npm_ci(dir: &Path) {
-    if dir.join("node_modules").join("playwright-core").is_dir() {
-        return;
-    }
-    let status = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(dir)
-        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-        .status()
-        .expect("npm runs");
-    assert!(status.success(), "npm ci in {} failed", dir.display());
-}
-
 fn tokens_of(m: &Value) -> u64 {
     let m: AgentMessage = serde_json::from_value(m.clone()).unwrap();
     clawctx_tokens::message_tokens(&m)
@@ -71,16 +36,21 @@ fn tokens_of(m: &Value) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_works_in_a_real_browser() {
-    let Some(chromium) = chromium() else {
-        return missing("no chromium on PATH and no $CLAWCTX_CHROMIUM");
+    let Some(chromium) = browser_support::chromium() else {
+        return browser_support::missing(
+            "dashboard browser test",
+            "no chromium on PATH and no $CLAWCTX_CHROMIUM",
+        );
     };
-    if find_on_path(&["node"]).is_none() || find_on_path(&["npm"]).is_none() {
-        return missing("node or npm is not on PATH");
+    if browser_support::find_on_path(&["node"]).is_none()
+        || browser_support::find_on_path(&["npm"]).is_none()
+    {
+        return browser_support::missing("dashboard browser test", "node or npm is not on PATH");
     }
     let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join("browser");
-    npm_ci(&browser_dir);
+    browser_support::npm_ci(&browser_dir);
 
     let mut extra = dashboard_fixture::small_chunks();
     extra["models"]["providers"]["mock"]["apiKey"] = json!(SECRET);

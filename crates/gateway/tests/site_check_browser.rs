@@ -13,9 +13,10 @@
 //! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod browser_support;
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use axum::response::Html;
@@ -24,44 +25,6 @@ use common::{start, text, Opts};
 use serde_json::Value;
 
 const KEY: &str = "agent:main:seen";
-
-fn find_on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
-        .find(|p| p.is_file())
-}
-
-fn chromium() -> Option<PathBuf> {
-    match std::env::var_os("CLAWCTX_CHROMIUM").map(PathBuf::from) {
-        Some(p) if p.is_file() => Some(p),
-        _ => find_on_path(&["chromium", "chromium-browser"]),
-    }
-}
-
-/// Skips (prints why) or, under CI, fails.
-fn missing(what: &str) {
-    let msg = format!(
-        "site check browser test: {what}; install it (.ci/run does: apt-get install chromium nodejs npm)"
-    );
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg} (CI=true: the browser test must run)");
-    }
-    eprintln!("SKIPPED {msg}");
-}
-
-fn npm_ci(dir: &Path) {
-    if dir.join("node_modules").join("playwright-core").is_dir() {
-        return;
-    }
-    let status = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(dir)
-        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-        .status()
-        .expect("npm runs");
-    assert!(status.success(), "npm ci in {} failed", dir.display());
-}
 
 /// The attacker's page: three writes the browser sends without asking the gateway (no
 /// preflight), and a read.
@@ -110,16 +73,21 @@ fn sample(metrics: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_of_another_origin_cannot_drive_the_gateway_and_the_dashboard_still_works() {
-    let Some(chromium) = chromium() else {
-        return missing("no chromium on PATH and no $CLAWCTX_CHROMIUM");
+    let Some(chromium) = browser_support::chromium() else {
+        return browser_support::missing(
+            "site check browser test",
+            "no chromium on PATH and no $CLAWCTX_CHROMIUM",
+        );
     };
-    if find_on_path(&["node"]).is_none() || find_on_path(&["npm"]).is_none() {
-        return missing("node or npm is not on PATH");
+    if browser_support::find_on_path(&["node"]).is_none()
+        || browser_support::find_on_path(&["npm"]).is_none()
+    {
+        return browser_support::missing("site check browser test", "node or npm is not on PATH");
     }
     let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join("browser");
-    npm_ci(&browser_dir);
+    browser_support::npm_ci(&browser_dir);
 
     let mut gw = start(Opts {
         engine: "lossless",

@@ -1,8 +1,10 @@
-// One session: the last assembled context, the transcript, the summary DAG, the compaction
-// timeline and recall search; live while a turn runs.
+// One session: the last assembled context, the stored turns (what the model saw on each, and
+// why), the transcript, the summary DAG, the compaction timeline and recall search; live while a
+// turn runs. The tab and the open turn are in the URL.
 import { get } from './api.js';
 import { createDag } from './dag.js';
 import { createSearch } from './search.js';
+import { createTurns } from './turns.js';
 import { ago, errorBox, fill, h, highlight, messageText, num, stackedBar, when } from './ui.js';
 
 const KIND_LABEL = { systemPromptAddition: 'System prompt addition', summary: 'Summaries', recalled: 'Recalled', raw: 'Raw tail' };
@@ -12,12 +14,13 @@ export async function renderSession(main, key, params) {
   const meta = h('p', { class: 'muted', 'data-testid': 'session-meta' }, 'Loading…');
   const context = h('section', { class: 'card', 'aria-labelledby': 'ctx-h', 'data-testid': 'context' });
   const panels = {
+    turns: h('section', { class: 'panel', id: 'panel-turns', role: 'tabpanel', 'aria-labelledby': 'tab-turns', 'data-testid': 'turns' }),
     transcript: h('section', { class: 'panel', id: 'panel-transcript', role: 'tabpanel', 'aria-labelledby': 'tab-transcript', 'data-testid': 'transcript' }),
     dag: h('section', { class: 'panel', id: 'panel-dag', role: 'tabpanel', 'aria-labelledby': 'tab-dag', 'data-testid': 'dag' }),
     timeline: h('section', { class: 'panel', id: 'panel-timeline', role: 'tabpanel', 'aria-labelledby': 'tab-timeline', 'data-testid': 'timeline' }),
     search: h('section', { class: 'panel', id: 'panel-search', role: 'tabpanel', 'aria-labelledby': 'tab-search', 'data-testid': 'search' }),
   };
-  const tabNames = { transcript: 'Transcript', dag: 'Summary DAG', timeline: 'Compactions', search: 'Recall search' };
+  const tabNames = { turns: 'Turns', transcript: 'Transcript', dag: 'Summary DAG', timeline: 'Compactions', search: 'Recall search' };
   const tabs = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Session views' });
   const tabButtons = {};
   for (const [id, label] of Object.entries(tabNames)) {
@@ -39,6 +42,8 @@ export async function renderSession(main, key, params) {
     }
   });
   function select(id, focus) {
+    if (!tabNames[id]) id = 'transcript';
+    remember({ tab: id });
     for (const [k, b] of Object.entries(tabButtons)) {
       const on = k === id;
       b.setAttribute('aria-selected', String(on));
@@ -48,11 +53,29 @@ export async function renderSession(main, key, params) {
     if (focus) tabButtons[id].focus();
   }
 
+  // The tab and the open turn go into the URL (replaced, not pushed: Back leaves the session).
+  function remember(state) {
+    for (const [k, v] of Object.entries(state)) params.set(k, String(v));
+    history.replaceState(null, '', `#/session/${encodeURIComponent(key)}/${params}`);
+  }
+
   fill(main, h('p', {}, h('a', { href: '#/' }, '← Sessions')), title, meta, context, tabs, ...Object.values(panels));
   select(params.get('tab') || 'transcript', false);
 
   let summary = null;
   const transcript = createTranscript(panels.transcript, key);
+  const turns = createTurns(panels.turns, key, {
+    onTurn: (n) => remember({ tab: 'turns', turn: n }),
+    openItem: (id) => {
+      if (id.startsWith('msg_')) {
+        select('transcript', false);
+        transcript.load({ around: id, mark: id });
+      } else {
+        select('dag', false);
+        dag?.reveal(id, []);
+      }
+    },
+  });
   let dag = null;
   const search = createSearch(panels.search, key, {
     showInTranscript: (id, terms) => {
@@ -82,7 +105,7 @@ export async function renderSession(main, key, params) {
   }
 
   const started = performance.now();
-  const jobs = [loadSummary().catch((e) => fill(context, errorBox(e))), transcript.load(params.get('around') ? { around: params.get('around'), mark: params.get('around') } : {})];
+  const jobs = [loadSummary().catch((e) => fill(context, errorBox(e))), turns.load(params.get('turn')), transcript.load(params.get('around') ? { around: params.get('around'), mark: params.get('around') } : {})];
   const overview = await jobs[0].then(() => summary);
   if (overview?.lossless) {
     dag = createDag(panels.dag, key, { openMessage: (id) => (select('transcript', false), transcript.load({ around: id, mark: id })) });
@@ -104,6 +127,7 @@ export async function renderSession(main, key, params) {
     pending = setTimeout(async () => {
       try {
         await loadSummary();
+        if (what === 'turnDone') await turns.load();
         if (what !== 'assembled') {
           if (transcript.atEnd()) await transcript.load({});
           if (dag) await dag.load();

@@ -318,6 +318,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../assets/dashboard/dag.js"),
     ),
     (
+        "turns.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/dashboard/turns.js"),
+    ),
+    (
         "search.js",
         "text/javascript; charset=utf-8",
         include_str!("../../assets/dashboard/search.js"),

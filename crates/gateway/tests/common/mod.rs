@@ -188,6 +188,12 @@ pub struct TestGateway {
 pub async fn start(opts: Opts) -> TestGateway {
     let llm = MockLlm::start().await;
     let state = tempfile::tempdir().unwrap();
+    start_on(llm, state, opts).await
+}
+
+/// A gateway on `state` (a state dir another gateway may have used: a restart) talking to
+/// `llm`.
+pub async fn start_on(llm: MockLlm, state: tempfile::TempDir, opts: Opts) -> TestGateway {
     let config = Arc::new(llm.config(opts.engine));
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     clawctx_lossless::register(&registry).unwrap();
@@ -302,6 +308,15 @@ impl TestGateway {
             .await
             .expect("the gateway stops within 60 s")
             .unwrap()
+    }
+
+    /// Stops this gateway and starts a new one on the same state dir and mock model (a
+    /// restart: whatever is kept in the state dir must be there again).
+    pub async fn restart(self, opts: Opts) -> TestGateway {
+        let mut old = self;
+        old.stop().await.expect("the gateway stops cleanly");
+        let TestGateway { llm, state, .. } = old;
+        start_on(llm, state, opts).await
     }
 
     /// Signals shutdown without waiting.

@@ -1,0 +1,93 @@
+// The Turns tab (the stored per-turn trace) in headless Chromium. Started by
+// crates/gateway/tests/trace_browser.rs after a gateway restart, with DASHBOARD_URL,
+// DASHBOARD_EXPECT (JSON: key, turn = the newest stored turn, previous = the one before),
+// CHROMIUM and ARTIFACTS. Prints `CHECK <name>` per check and `OK` at the end; exits non-zero
+// with the reason on the first failure.
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const url = process.env.DASHBOARD_URL;
+const expect = JSON.parse(process.env.DASHBOARD_EXPECT ?? '{}');
+const artifacts = process.env.ARTIFACTS;
+mkdirSync(artifacts, { recursive: true });
+
+function check(ok, name, detail = '') {
+  if (!ok) throw new Error(`${name} failed${detail ? `: ${detail}` : ''}`);
+  console.log(`CHECK ${name}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM,
+  headless: true,
+  args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+});
+const errors = [];
+let failed = null;
+let page = null;
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  page = await context.newPage();
+  page.on('console', (m) => m.type() === 'error' && errors.push(m.text()));
+  page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+  page.setDefaultTimeout(30_000);
+  const at = `${url}/#/session/${encodeURIComponent(expect.key)}/tab=turns&turn=${expect.turn}`;
+
+  // A turn named in the URL opens with the tab, from the stored trace (the gateway restarted).
+  await page.goto(at);
+  await page.waitForSelector('body[data-ready="session"]');
+  check((await page.getAttribute('#tab-turns', 'aria-selected')) === 'true', 'the Turns tab is selected from the URL');
+  const title = page.locator('[data-testid="turn-title"]');
+  await title.waitFor();
+  check((await title.innerText()).trim() === `Turn ${expect.turn}`, 'the turn named in the URL is shown', await title.innerText());
+
+  // What was left out, with a reason per item.
+  const left = page.locator('[data-testid="turn-left-out"]');
+  const reasons = await left.locator('.reason').allInnerTexts();
+  check(reasons.length > 0 && reasons.every((r) => r.trim().length > 3), 'left-out items carry their reasons', JSON.stringify(reasons));
+  const leftText = await left.innerText();
+  check(/items left out/.test(leftText), 'the left-out count is said in words', leftText);
+  const parts = await page.locator('[data-testid="turn-parts"] li').count();
+  check(parts > 0, 'the parts sent are listed in order', String(parts));
+
+  // The diff to the turn before.
+  const diff = page.locator('[data-testid="turn-diff"]');
+  const diffText = await diff.innerText();
+  check(diffText.includes(`Since turn ${expect.previous}`), 'the diff names the turn before', diffText.slice(0, 200));
+  check(/Came in/.test(diffText) && /Went out/.test(diffText), 'the diff says what came in and went out');
+  await page.screenshot({ path: join(artifacts, 'turn.png'), fullPage: true });
+
+  // Another turn from the list: shown, and kept in the URL.
+  await page.click(`[data-testid="turn-${expect.previous}"]`);
+  await page.waitForFunction((n) => document.querySelector('[data-testid="turn-title"]')?.textContent === `Turn ${n}`, expect.previous);
+  check(new URL(page.url()).hash.includes(`turn=${expect.previous}`), 'the open turn is in the URL', page.url());
+
+  // A reload of that URL lands on the same turn.
+  await page.reload();
+  await page.waitForFunction((n) => document.querySelector('[data-testid="turn-title"]')?.textContent === `Turn ${n}`, expect.previous);
+  check(true, 'a reload lands on the same turn');
+
+  // Phone width: no horizontal scroll on the Turns tab.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.waitForTimeout(200);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  await page.screenshot({ path: join(artifacts, 'turn-390.png'), fullPage: true });
+  check(overflow <= 0, 'no horizontal scroll at 390 px on the Turns tab', `${overflow} px too wide`);
+
+  check(errors.length === 0, 'no console errors', errors.join('\n'));
+} catch (e) {
+  failed = e;
+  if (page) {
+    await page.screenshot({ path: join(artifacts, 'failed.png'), fullPage: true }).catch(() => {});
+    const shown = await page.locator('main').innerText().catch(() => '');
+    console.error(`the page showed:\n${shown.slice(0, 2000)}`);
+    if (errors.length) console.error(`console errors:\n${errors.join('\n')}`);
+  }
+} finally {
+  await browser.close();
+}
+if (failed) {
+  console.error(failed.message);
+  process.exit(1);
+}
+console.log('OK');
