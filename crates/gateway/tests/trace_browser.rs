@@ -3,8 +3,9 @@
 //! the gateway restarted on the same state dir. `tests/browser/turns.test.mjs` opens the
 //! session's Turns tab from a URL naming a turn (after the restart: only the stored trace can
 //! answer), reads the left-out items with their reasons and the diff to the turn before, opens
-//! another turn (which goes into the URL) and checks that the tab has no horizontal scroll at a
-//! phone's 390 px.
+//! another turn (which goes into the URL), sends a burst of back-to-back turns while the
+//! Transcript tab is open and waits for it to show the last of them (live refresh must not drop
+//! an update), and checks that the tab has no horizontal scroll at a phone's 390 px.
 //!
 //! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -68,7 +69,21 @@ async fn stored_turns_are_shown_after_a_restart() {
     let left = page["turns"][0]["leftOut"].as_u64().unwrap_or(0);
     assert!(left > 0, "the tight assemble left items out: {page}");
 
-    let expect = json!({"key": KEY, "turn": last, "previous": page["turns"][1]["turn"]});
+    // The live burst the script sends while it watches the transcript.
+    let burst = 6;
+    for i in 0..burst {
+        f.llm.push([text(&format!("Burst reply {i} done."))]);
+    }
+    let stored = f
+        .runtime
+        .session(KEY)
+        .map(|_| 8)
+        .expect("the session survived the restart");
+    let expect = json!({
+        "key": KEY, "turn": last, "previous": page["turns"][1]["turn"],
+        "burst": burst, "lastReply": format!("Burst reply {} done.", burst - 1),
+        "storedAfterBurst": stored + 2 * burst,
+    });
     browser_support::run_script(
         dir,
         "turns.test.mjs",

@@ -121,21 +121,37 @@ export async function renderSession(main, key, params) {
   // Live: a turn in this session updates the page as it runs.
   const status = document.getElementById('live-status');
   const events = new EventSource(`/v1/dashboard/events?key=${encodeURIComponent(key)}`);
+  // Events of back-to-back turns come faster than a refresh: their kinds are gathered while
+  // one refresh waits or runs, and the next refresh covers all of them (a `turnDone` followed
+  // by the next turn's `assembled` must still reload the transcript and the DAG).
   let pending = null;
-  const refresh = (what) => {
-    clearTimeout(pending);
-    pending = setTimeout(async () => {
-      try {
-        await loadSummary();
-        if (what === 'turnDone') await turns.load();
-        if (what !== 'assembled') {
-          if (transcript.atEnd()) await transcript.load({});
-          if (dag) await dag.load();
-        }
-      } catch (e) {
-        status.textContent = `update failed: ${e.message}`;
+  let running = false;
+  let kinds = new Set();
+  const run = async () => {
+    if (running) {
+      pending = setTimeout(run, 150);
+      return;
+    }
+    const what = kinds;
+    kinds = new Set();
+    running = true;
+    try {
+      await loadSummary();
+      if ([...what].some((k) => k !== 'assembled')) {
+        if (transcript.atEnd()) await transcript.load({});
+        if (dag) await dag.load();
+        await turns.load();
       }
-    }, 150);
+    } catch (e) {
+      status.textContent = `update failed: ${e.message}`;
+    } finally {
+      running = false;
+    }
+  };
+  const refresh = (what) => {
+    kinds.add(what);
+    clearTimeout(pending);
+    pending = setTimeout(run, 150);
   };
   events.onmessage = (m) => {
     let e;

@@ -203,6 +203,23 @@ try {
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(overflow <= 1, 'no horizontal scroll at phone width', String(overflow));
   await page.screenshot({ path: join(artifacts, 'session-phone.png'), fullPage: false });
+  // The DAG and the compaction timeline of the 10,000-message session (deep DAG, many passes).
+  for (const tab of ['dag', 'timeline', 'turns']) {
+    await page.goto(`${sessionUrl(expect.bigKey)}/tab=${tab}`);
+    await page.waitForSelector('body[data-ready="session"]', { timeout: 60_000 });
+    if (tab === 'dag') {
+      // Open the deepest path: the first child of each level, down to the leaves.
+      for (let i = 0; i < 8; i++) {
+        const closed = page.locator('[data-testid="dag"] [aria-expanded="false"]').first();
+        if ((await closed.count()) === 0) break;
+        await closed.click();
+        await page.waitForTimeout(100);
+      }
+    }
+    const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    await page.screenshot({ path: join(artifacts, `${tab}-phone.png`), fullPage: false });
+    check(over <= 1, `${tab}: no horizontal scroll at phone width`, String(over));
+  }
   await page.goto(`${url}/#/`);
   await page.waitForSelector('body[data-ready="sessions"]');
   const overflow2 = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);

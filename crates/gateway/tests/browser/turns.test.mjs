@@ -67,6 +67,32 @@ try {
   await page.waitForFunction((n) => document.querySelector('[data-testid="turn-title"]')?.textContent === `Turn ${n}`, expect.previous);
   check(true, 'a reload lands on the same turn');
 
+  // A burst of back-to-back turns while the transcript is open: it ends current.
+  await page.click('#tab-transcript');
+  await page.waitForSelector('[data-testid="messages"] .msg');
+  // All sent at once: the gateway runs them one after another on the session's lane, so their
+  // events arrive back to back.
+  await Promise.all(
+    Array.from({ length: expect.burst }, async (_, i) => {
+      const r = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-clawctx-session': expect.key },
+        body: JSON.stringify({ messages: [{ role: 'user', content: `burst turn ${i}` }] }),
+      });
+      if (r.status !== 200) throw new Error(`burst turn ${i}: HTTP ${r.status} ${await r.text()}`);
+    }),
+  );
+  await page.waitForFunction(
+    ([reply, n]) => {
+      const el = document.querySelector('[data-testid="transcript"]');
+      return el && el.innerText.includes(reply) && el.innerText.includes(`of ${n}`);
+    },
+    [expect.lastReply, expect.storedAfterBurst],
+    { timeout: 15_000 },
+  );
+  check(true, 'a live burst of turns leaves the transcript current');
+  await page.click('#tab-turns');
+
   // Phone width: no horizontal scroll on the Turns tab.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(200);
