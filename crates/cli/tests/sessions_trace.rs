@@ -81,8 +81,10 @@ fn write_traces(state: &std::path::Path) {
                 tokens: 300,
                 first_seq: 10,
                 last_seq: 10,
-                reason: "over budget: 300 tokens, 0 left of the budget".into(),
+                quoted: false,
+                reason: String::new(),
             }],
+            unused: Some(0),
             stored_messages: Some(13),
             summarized_messages: 10,
             ..Default::default()

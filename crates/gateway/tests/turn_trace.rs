@@ -173,21 +173,38 @@ async fn a_stored_turn_is_read_back_after_a_restart_with_its_parts_reasons_and_d
     // An engine-API assemble in a budget smaller than the frontier leaves items out.
     let last = gw.ok(&format!("/v1/dashboard/trace/turn?key={KEY}")).await;
     let sid = last["sessionId"].as_str().unwrap().to_owned();
-    let r = gw
-        .http
-        .post(format!("{}/v1/engine/assemble", gw.url))
-        .json(&json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 700}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let assembled: Value = r.json().await.unwrap();
-    gw.wait_turns(KEY, TURNS + 1).await;
+    // The last turn's background compaction may still run: a trace whose frontier was read
+    // after a compaction says its reasons are not known, so assemble again until one is.
+    let mut n = TURNS;
+    let mut assembled = Value::Null;
+    for _ in 0..20 {
+        let r = gw
+            .http
+            .post(format!("{}/v1/engine/assemble", gw.url))
+            .json(&json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 700}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assembled = r.json().await.unwrap();
+        n += 1;
+        gw.wait_turns(KEY, n).await;
+        let t = gw
+            .ok(&format!("/v1/dashboard/trace/turn?key={KEY}&turn={n}"))
+            .await;
+        if t["leftOut"]["known"] == true {
+            break;
+        }
+        assert!(t["warnings"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("left-out reasons not known")));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     gw.stop().await;
 
     // A new gateway on the same state dir reads it all back.
     let gw = start(state.path(), &model, |_| {}).await;
-    let n = TURNS + 1;
     let turn = gw
         .ok(&format!("/v1/dashboard/trace/turn?key={KEY}&turn={n}"))
         .await;
@@ -284,21 +301,25 @@ async fn a_stored_turn_is_read_back_after_a_restart_with_its_parts_reasons_and_d
     );
     assert!(chat["model"]["latencyMs"].as_f64().unwrap() > 0.0);
 
-    // The diff between the engine-API assembly (tight budget) and the turn before it.
+    // The diff between the engine-API assembly (tight budget) and the turn before it (the
+    // last chat turn, or an earlier try in the same budget).
     let diff = gw
         .ok(&format!("/v1/dashboard/trace/diff?key={KEY}&turn={n}"))
         .await;
-    assert_eq!(diff["previous"], TURNS, "{diff}");
-    assert!(!diff["wentOut"].as_array().unwrap().is_empty(), "{diff}");
-    assert!(
-        diff["tokensAfter"].as_u64().unwrap() < diff["tokensBefore"].as_u64().unwrap(),
-        "{diff}"
-    );
-    assert!(diff["words"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|w| w.as_str().unwrap().contains("went out")));
+    assert_eq!(diff["previous"], n - 1, "{diff}");
+    if n == TURNS + 1 {
+        // Against the last chat turn (a retry's diff to an earlier try may be empty).
+        assert!(!diff["wentOut"].as_array().unwrap().is_empty(), "{diff}");
+        assert!(
+            diff["tokensAfter"].as_u64().unwrap() < diff["tokensBefore"].as_u64().unwrap(),
+            "{diff}"
+        );
+        assert!(diff["words"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("went out")));
+    }
     // And between two chat turns: the new turn's messages came in, and somewhere along the
     // session compaction made summaries (what was summarized).
     let mut summarized = 0;
@@ -322,6 +343,7 @@ async fn a_stored_turn_is_read_back_after_a_restart_with_its_parts_reasons_and_d
     assert_eq!(rec["turns"], n);
     assert_eq!(rec["engines"][0]["engine"], "lossless");
     assert_eq!(rec["engines"][0]["turns"], n);
+    assert_eq!(rec["engines"].as_array().unwrap().len(), 1);
     assert_eq!(rec["last"]["turn"], n);
     assert_eq!(rec["last"]["tokenBudget"], 700);
 

@@ -10,7 +10,7 @@ use clawctx_lossless::inspect::SessionView;
 use clawctx_runtime::{RuntimeError, TurnOutcome};
 
 use super::{CompactionTrace, EngineServed, LeftItem, LeftOut, ModelTrace, TracePart, TurnTrace};
-use crate::dashboard::last_assembled::Recorded;
+use crate::dashboard::last_assembled::{Breakdown, Recorded};
 use crate::server::Shared;
 
 /// Left-out items listed one by one at most (the rest are counted).
@@ -116,6 +116,37 @@ pub(crate) fn engine_served(shared: &Shared, served: &str) -> EngineServed {
     }
 }
 
+/// The trace's parts of a split answer (no text is read again: the split has the tokens and
+/// digests). Public for the trace bench.
+#[doc(hidden)]
+pub fn parts_of(b: &Breakdown) -> Vec<TracePart> {
+    b.parts
+        .iter()
+        .map(|p| {
+            // Legacy's compaction summary is a summary too (no id: it lives in the transcript).
+            let summary_role = matches!(
+                p.role.as_deref(),
+                Some("compactionSummary" | "branchSummary")
+            );
+            TracePart {
+                kind: if summary_role {
+                    "summary".into()
+                } else {
+                    p.kind.to_owned()
+                },
+                index: p.index.map(|i| i.min(u32::MAX as usize) as u32),
+                id: p.id.clone(),
+                depth: p.depth,
+                role: p.role.clone(),
+                tokens: p.tokens,
+                digest: format!("{:08x}", p.digest),
+                span: None,
+                quotes: p.quotes.iter().map(|n| format!("msg_{n}")).collect(),
+            }
+        })
+        .collect()
+}
+
 /// A trace in the making: fed every assembly of a turn, the frontier after it, then the end.
 pub(crate) struct Builder {
     started: Instant,
@@ -162,33 +193,7 @@ impl Builder {
             .as_ref()
             .and_then(|p| p.epoch.clone());
         t.left_out = None;
-        t.parts = b
-            .parts
-            .iter()
-            .map(|p| {
-                // Legacy's compaction summary is a summary too (no id: it lives in the
-                // transcript).
-                let summary_role = matches!(
-                    p.role.as_deref(),
-                    Some("compactionSummary" | "branchSummary")
-                );
-                TracePart {
-                    kind: if summary_role {
-                        "summary".into()
-                    } else {
-                        p.kind.to_owned()
-                    },
-                    index: p.index.map(|i| i.min(u32::MAX as usize) as u32),
-                    id: p.id.clone(),
-                    depth: p.depth,
-                    role: p.role.clone(),
-                    tokens: p.tokens,
-                    digest: format!("{:08x}", p.digest),
-                    span: None,
-                    quotes: p.quotes.iter().map(|n| format!("msg_{n}")).collect(),
-                }
-            })
-            .collect();
+        t.parts = parts_of(b);
     }
 
     /// What was left out, for an engine other than lossless: the history messages the answer
@@ -298,29 +303,14 @@ impl Builder {
             .iter()
             .rev()
             .take(LISTED)
-            .map(|item| {
-                let mut reason = if t.token_budget.is_some() && item.tokens <= unused {
-                    format!(
-                        "left out with room to spare ({unused} tokens unused): the assembly keeps the \
-                         cache-stable front it started from"
-                    )
-                } else {
-                    format!(
-                        "over budget: {} tokens, {} left of the budget",
-                        item.tokens,
-                        unused.max(0)
-                    )
-                };
-                if quoted.contains(item.id.as_str()) {
-                    reason.push_str("; quoted in the recalled block");
-                }
-                LeftItem {
-                    id: item.id.clone(),
-                    tokens: item.tokens,
-                    first_seq: item.first_seq,
-                    last_seq: item.last_seq,
-                    reason,
-                }
+            .map(|item| LeftItem {
+                id: item.id.clone(),
+                tokens: item.tokens,
+                first_seq: item.first_seq,
+                last_seq: item.last_seq,
+                quoted: quoted.contains(item.id.as_str()),
+                // In words on reading (`views::reasons`): the numbers are what is stored.
+                reason: String::new(),
             })
             .collect();
         let span = |a: i64, b: i64| (b - a + 1).max(0) as u64;
@@ -340,6 +330,7 @@ impl Builder {
                 .filter_map(|p| p.span)
                 .map(|[a, b]| span(a, b))
                 .sum(),
+            unused: t.token_budget.map(|_| unused),
         });
     }
 

@@ -43,6 +43,8 @@ use std::sync::{Arc, Mutex};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+#[doc(hidden)]
+pub use build::parts_of;
 pub(crate) use build::{Builder, TurnEnd};
 
 /// The trace file under the state dir.
@@ -166,7 +168,11 @@ pub struct LeftItem {
     pub first_seq: i64,
     /// Last of them.
     pub last_seq: i64,
-    /// Why it was not sent, in words.
+    /// Whether the recalled block quotes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quoted: bool,
+    /// Why it was not sent, in words (made on reading from the numbers, not stored).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
 }
 
@@ -193,6 +199,9 @@ pub struct LeftOut {
     pub stored_messages: Option<i64>,
     /// Stored messages that reached the model only inside a summary that was sent.
     pub summarized_messages: u64,
+    /// Tokens of the budget the assembly left unused (what a left-out item is compared with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unused: Option<i64>,
 }
 
 /// The model calls of a turn.

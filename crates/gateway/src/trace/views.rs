@@ -144,8 +144,35 @@ pub fn warnings(t: &TurnTrace) -> Vec<String> {
     out
 }
 
-/// A turn with its totals and warnings.
-pub fn view(trace: TurnTrace) -> TurnView {
+/// Each listed left-out item's reason in words, from its tokens and what the budget left.
+pub fn reasons(t: &mut TurnTrace) {
+    let Some(l) = &mut t.left_out else {
+        return;
+    };
+    let unused = l.unused;
+    for item in &mut l.listed {
+        let mut reason = match unused {
+            Some(room) if item.tokens <= room => format!(
+                "left out with room to spare ({room} tokens unused): the assembly keeps the \
+                 cache-stable front it started from"
+            ),
+            Some(room) => format!(
+                "over budget: {} tokens, {} left of the budget",
+                item.tokens,
+                room.max(0)
+            ),
+            None => "not sent (no budget was given)".to_owned(),
+        };
+        if item.quoted {
+            reason.push_str("; quoted in the recalled block");
+        }
+        item.reason = reason;
+    }
+}
+
+/// A turn with its totals, warnings and left-out reasons in words.
+pub fn view(mut trace: TurnTrace) -> TurnView {
+    reasons(&mut trace);
     TurnView {
         totals: totals(&trace.parts),
         warnings: warnings(&trace),
