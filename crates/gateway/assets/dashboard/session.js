@@ -89,11 +89,25 @@ export async function renderSession(main, key, params) {
   });
 
   async function loadSummary() {
-    summary = await get('/v1/dashboard/session', { key });
+    const [s, record] = await Promise.all([
+      get('/v1/dashboard/session', { key }),
+      // The session's own record (the engines that served its stored turns, its last
+      // assembly against its own budget); absent when tracing is off.
+      get('/v1/dashboard/trace/session', { key }).catch(() => null),
+    ]);
+    summary = s;
     const st = summary.stats ?? {};
+    const served = record?.engines?.length
+      ? record.engines.map((e) => `${e.engine} (${e.firstTurn === e.lastTurn ? `turn ${e.firstTurn}` : `turns ${e.firstTurn}–${e.lastTurn}`})`).join(', ')
+      : null;
+    const last = record?.last;
     fill(
       meta,
-      `Engine ${summary.engine} · ${num(st.messages)} messages stored · ${num(st.storedTokens)} tokens stored`,
+      served ? h('span', { 'data-testid': 'session-engines' }, `Served by ${served} · this gateway runs ${summary.engine}`) : `Engine ${summary.engine}`,
+      last?.tokenBudget
+        ? h('span', { 'data-testid': 'session-usage' }, ` · last assembly ${num(last.tokens)} of its budget ${num(last.tokenBudget)} (${Math.round((100 * last.tokens) / last.tokenBudget)}%)`)
+        : '',
+      ` · ${num(st.messages)} messages stored · ${num(st.storedTokens)} tokens stored`,
       st.frontierTokens !== undefined ? ` · ${num(st.frontierTokens)} tokens in the active frontier` : '',
       ` · prompt budget ${num(summary.limits.promptBudget)}`,
       summary.cache?.hitRatio != null
@@ -283,7 +297,8 @@ function renderTimeline(el, s) {
     fill(el, h('h2', {}, 'Compactions'), h('p', { class: 'muted' }, 'No compaction yet.'));
     return;
   }
-  const max = Math.max(...rows.map((r) => r.tokensBefore), 1);
+  // Bars are shares of the largest figure before or after, so none runs off the card.
+  const max = Math.max(...rows.map((r) => Math.max(r.tokensBefore ?? 0, r.tokensAfter ?? 0)), 1);
   fill(
     el,
     h('h2', {}, 'Compactions'),

@@ -81,8 +81,15 @@ export async function renderSessions(main) {
               h(
                 'td',
                 { 'data-label': 'Context usage', class: 'usage' },
-                stackedBar([{ kind: r.assembledTokens === undefined ? 'frontier' : 'raw', tokens: used, label: r.assembledTokens === undefined ? 'Frontier' : 'Assembled' }], budget, { small: true, label: `${num(used)} of ${num(budget)} tokens` }),
-                h('span', { class: 'small muted' }, `${budget ? Math.round((100 * used) / budget) : 0}% of ${num(budget)}`),
+                // Usage is the session's own last assembly against its own budget; without one
+                // (none since the gateway started) the stored frontier is not a usage of
+                // today's budget, so it is shown as a size, not a percentage.
+                r.assembledTokens === undefined
+                  ? h('span', { class: 'small muted' }, `no assembly recorded · frontier ${num(used)} tokens`)
+                  : [
+                      stackedBar([{ kind: 'raw', tokens: used, label: 'Assembled' }], budget, { small: true, label: `${num(used)} of ${num(budget)} tokens` }),
+                      h('span', { class: 'small muted' }, `${budget ? Math.round((100 * used) / budget) : 0}% of ${num(budget)}`),
+                    ],
               ),
               h('td', { 'data-label': 'Last activity' }, ago(r.lastActivity)),
               h('td', { 'data-label': 'Compactions', class: 'n' }, num(r.compactions)),

@@ -41,6 +41,10 @@ try {
   await title.waitFor();
   check((await title.innerText()).trim() === `Turn ${expect.turn}`, 'the turn named in the URL is shown', await title.innerText());
 
+  // The session's own record: the engine that served its turns.
+  const engines = await page.locator('[data-testid="session-engines"]').innerText();
+  check(/Served by lossless \(turns 1–\d+\)/.test(engines), 'the session names the engines that served its turns', engines);
+
   // What was left out, with a reason per item.
   const left = page.locator('[data-testid="turn-left-out"]');
   const reasons = await left.locator('.reason').allInnerTexts();
