@@ -189,14 +189,35 @@ pub(crate) struct Guard {
 
 /// A leaf summary's target: at most what leaves room for its `<summary …>` wrapper within the
 /// source, so that the summary in the frontier is smaller than what it replaces.
-fn leaf_target(cfg: &LosslessConfig, source: u64) -> u64 {
-    let t = cfg.leaf_target_tokens.min(source * 35 / 100).max(192);
+fn leaf_target(cfg: &LosslessConfig, source: u64, budget: u64) -> u64 {
+    let t = cfg
+        .leaf_target_tokens
+        .min(summary_cap(budget))
+        .min(source * 35 / 100)
+        .max(192);
     t.min(source.saturating_sub(RENDER_OVERHEAD + 1)).max(1)
 }
 
+/// The most a summary may take of a `budget` (a sixteenth; no cap when the budget is not
+/// known): at a small window the configured targets (2,400 and 2,000 tokens, sized for a
+/// 128k one) would fill a compaction's low point with a few summaries, leaving the context
+/// little room to grow before the next compaction (prompt cache) and the recall block little
+/// room for quotes.
+fn summary_cap(budget: u64) -> u64 {
+    if budget == 0 {
+        u64::MAX
+    } else {
+        budget / 16
+    }
+}
+
 /// A condensed summary's target, with the same room for its wrapper.
-fn condensed_target(cfg: &LosslessConfig, source: u64) -> u64 {
-    let t = cfg.condensed_target_tokens.min(source / 2).max(128);
+fn condensed_target(cfg: &LosslessConfig, source: u64, budget: u64) -> u64 {
+    let t = cfg
+        .condensed_target_tokens
+        .min(summary_cap(budget))
+        .min(source / 2)
+        .max(128);
     t.min(source.saturating_sub(RENDER_OVERHEAD + 1)).max(1)
 }
 
@@ -256,7 +277,7 @@ impl Db {
         }
         let mut chunks = Vec::with_capacity(chosen.len());
         for (s, e, depth) in chosen {
-            chunks.push(self.build_chunk(conv_id, &items[s..e], depth, cfg)?);
+            chunks.push(self.build_chunk(conv_id, &items[s..e], depth, cfg, opts.budget)?);
         }
         Ok((chunks, String::new()))
     }
@@ -267,6 +288,7 @@ impl Db {
         items: &[FItem],
         depth: i64,
         cfg: &LosslessConfig,
+        budget: u64,
     ) -> Result<Chunk> {
         let input = if depth == 0 {
             let mut st = self.conn.prepare_cached(
@@ -291,7 +313,7 @@ impl Db {
             }
             condensed_input(&sources)
         };
-        Ok(make_chunk(conv_id, items, depth, cfg, input))
+        Ok(make_chunk(conv_id, items, depth, cfg, budget, input))
     }
 
     /// Commits the round's summaries in one transaction. A chunk whose range changed since it
@@ -531,7 +553,7 @@ pub(crate) fn choose_ranges(
             break;
         }
         let src: u64 = eligible[s..e].iter().map(|x| x.tokens).sum();
-        let est = leaf_target(cfg, src) + RENDER_OVERHEAD;
+        let est = leaf_target(cfg, src, opts.budget) + RENDER_OVERHEAD;
         projected = projected.saturating_sub(src.saturating_sub(est));
         chosen.push((s, e, 0i64));
     }
@@ -628,13 +650,14 @@ pub(crate) fn make_chunk(
     items: &[FItem],
     depth: i64,
     cfg: &LosslessConfig,
+    budget: u64,
     input: String,
 ) -> Chunk {
     let source_tokens: u64 = items.iter().map(|x| x.tokens).sum();
     let max_tokens = if depth == 0 {
-        leaf_target(cfg, source_tokens)
+        leaf_target(cfg, source_tokens, budget)
     } else {
-        condensed_target(cfg, source_tokens)
+        condensed_target(cfg, source_tokens, budget)
     };
     Chunk {
         conv_id,

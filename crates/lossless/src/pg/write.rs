@@ -468,7 +468,14 @@ impl CompactionSteps for PgStore {
         let mut chunks = Vec::with_capacity(chosen.len());
         for (s, e, depth) in chosen {
             let input = Self::chunk_input(&tx, &items[s..e], depth).await?;
-            chunks.push(make_chunk(conv_id, &items[s..e], depth, &cfg, input));
+            chunks.push(make_chunk(
+                conv_id,
+                &items[s..e],
+                depth,
+                &cfg,
+                opts.budget,
+                input,
+            ));
         }
         tx.commit().await?;
         Ok((chunks, String::new(), guard))
