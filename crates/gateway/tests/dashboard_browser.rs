@@ -17,9 +17,6 @@ mod browser_support;
 mod common;
 mod dashboard_fixture;
 
-use std::path::Path;
-use std::process::Command;
-
 use clawctx_protocol::AgentMessage;
 use dashboard_fixture::{start, Setup, PLANTED};
 use serde_json::{json, Value};
@@ -36,21 +33,9 @@ fn tokens_of(m: &Value) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_works_in_a_real_browser() {
-    let Some(chromium) = browser_support::chromium() else {
-        return browser_support::missing(
-            "dashboard browser test",
-            "no chromium on PATH and no $CLAWCTX_CHROMIUM",
-        );
+    let Some((browser_dir, chromium)) = browser_support::ready("dashboard browser test") else {
+        return;
     };
-    if browser_support::find_on_path(&["node"]).is_none()
-        || browser_support::find_on_path(&["npm"]).is_none()
-    {
-        return browser_support::missing("dashboard browser test", "node or npm is not on PATH");
-    }
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("browser");
-    browser_support::npm_ci(&browser_dir);
 
     let mut extra = dashboard_fixture::small_chunks();
     extra["models"]["providers"]["mock"]["apiKey"] = json!(SECRET);
@@ -171,40 +156,22 @@ async fn the_dashboard_works_in_a_real_browser() {
         "quarantinedEngine": "vector-memory", "quarantineReason": "cannot reach the vector store at 127.0.0.1:6333",
         "secret": SECRET, "livePrompt": live_prompt,
     });
-    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("..")
-        .join("target")
-        .join("test-artifacts")
-        .join("dashboard");
-    let url = f.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg("dashboard.test.mjs")
-            .current_dir(&browser_dir)
-            .env("DASHBOARD_URL", url)
-            .env("DASHBOARD_TOKEN", TOKEN)
-            .env("DASHBOARD_EXPECT", expect.to_string())
-            .env("CHROMIUM", chromium)
-            .env("ARTIFACTS", &artifacts)
-            .output()
-            .expect("node runs")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    for line in stdout.lines().filter(|l| l.starts_with("FIGURE ")) {
-        eprintln!("{line}");
-    }
+    browser_support::run_script(
+        browser_dir,
+        "dashboard.test.mjs",
+        vec![
+            ("DASHBOARD_URL".into(), f.url.clone()),
+            ("DASHBOARD_TOKEN".into(), TOKEN.into()),
+            ("DASHBOARD_EXPECT".into(), expect.to_string()),
+            ("CHROMIUM".into(), chromium.to_string_lossy().into_owned()),
+            (
+                "ARTIFACTS".into(),
+                browser_support::artifacts("dashboard")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+        ],
+    )
+    .await;
     f.stop().await;
-    assert!(
-        out.status.success(),
-        "the browser test failed:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.lines().any(|l| l == "OK"),
-        "the browser test did not finish:\n{stdout}\n{stderr}"
-    );
 }

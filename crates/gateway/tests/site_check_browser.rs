@@ -16,8 +16,6 @@
 mod browser_support;
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 
 use axum::response::Html;
 use axum::routing::get;
@@ -73,21 +71,9 @@ fn sample(metrics: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_of_another_origin_cannot_drive_the_gateway_and_the_dashboard_still_works() {
-    let Some(chromium) = browser_support::chromium() else {
-        return browser_support::missing(
-            "site check browser test",
-            "no chromium on PATH and no $CLAWCTX_CHROMIUM",
-        );
+    let Some((browser_dir, chromium)) = browser_support::ready("site check browser test") else {
+        return;
     };
-    if browser_support::find_on_path(&["node"]).is_none()
-        || browser_support::find_on_path(&["npm"]).is_none()
-    {
-        return browser_support::missing("site check browser test", "node or npm is not on PATH");
-    }
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("browser");
-    browser_support::npm_ci(&browser_dir);
 
     let mut gw = start(Opts {
         engine: "lossless",
@@ -110,28 +96,18 @@ async fn a_page_of_another_origin_cannot_drive_the_gateway_and_the_dashboard_sti
     );
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let url = gw.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg("site_check.test.mjs")
-            .current_dir(&browser_dir)
-            .env("GATEWAY_URL", url)
-            .env("ATTACK_URL", attack_url)
-            .env("SESSION_KEY", KEY)
-            .env("CHROMIUM", chromium)
-            .output()
-            .expect("node runs")
-    })
-    .await
-    .unwrap();
+    browser_support::run_script(
+        browser_dir,
+        "site_check.test.mjs",
+        vec![
+            ("GATEWAY_URL".into(), gw.url.clone()),
+            ("ATTACK_URL".into(), attack_url),
+            ("SESSION_KEY".into(), KEY.into()),
+            ("CHROMIUM".into(), chromium.to_string_lossy().into_owned()),
+        ],
+    )
+    .await;
     server.abort();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.lines().any(|l| l == "OK"),
-        "the browser test failed:\n{stdout}\n{stderr}"
-    );
 
     // Nothing the pages sent was stored or reached the model.
     let sessions: Value = gw.get("/v1/sessions").await.json().await.unwrap();

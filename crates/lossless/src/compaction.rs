@@ -495,7 +495,7 @@ pub(crate) fn choose_ranges(
     let mut tail_tokens = 0u64;
     while b > 0 && raw_seen < fresh_tail {
         let cand = &items[b - 1];
-        let must = newest_user.is_some_and(|u| b - 1 >= u);
+        let must = newest_user.is_some_and(|u| b > u);
         if !must && tail_tokens + cand.tokens > cap {
             break;
         }
