@@ -3,6 +3,21 @@
 import { get } from './api.js';
 import { errorBox, fill, h, num, when } from './ui.js';
 
+// The runtime settings' reason codes (contract §runtimeSettings), said in words.
+const REASONS = {
+  provider_timeout: 'the model provider timed out',
+  provider_unavailable: 'the model provider is unavailable',
+  rate_limited: 'the model provider is rate limiting',
+  context_overflow: 'the context overflowed the model window',
+  runtime_unavailable: 'the selected engine is unavailable (quarantined), so legacy answers',
+  unknown: 'an unknown failure',
+};
+
+/** A reason code in words (anything else as given). */
+function inWords(reason) {
+  return REASONS[reason] ? `${REASONS[reason]} (${reason})` : reason;
+}
+
 function kv(rows) {
   return h('dl', { class: 'kv' }, rows.filter(Boolean).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v ?? '–')]));
 }
@@ -20,8 +35,8 @@ export async function renderEngines(main) {
   const sel = d.selection ?? {};
   const why = [
     `selected “${sel.selectedId ?? 'legacy (default)'}” from ${sel.source ?? 'default'}`,
-    d.diagnostics?.fallbackReason ? `; fallback in effect: ${d.diagnostics.fallbackReason}` : '',
-    d.diagnostics?.degradedReason ? `; degraded: ${d.diagnostics.degradedReason}` : '',
+    d.diagnostics?.fallbackReason ? `; fallback in effect: ${inWords(d.diagnostics.fallbackReason)}` : '',
+    d.diagnostics?.degradedReason ? `; degraded: ${inWords(d.diagnostics.degradedReason)}` : '',
   ].join('');
   const reqs = info.hostRequirements ? Object.entries(info.hostRequirements) : [];
   const caps = new Set((d.host?.capabilities ?? []).map(String));
