@@ -127,6 +127,10 @@ async fn seen_whole(setup: Setup) {
     );
     assert!(!s["timeline"].as_array().unwrap().is_empty());
     assert_eq!(s["timeline"][0]["kind"], "leaf");
+    // `timelineTotal` counts every event (the view sends the newest ones: see
+    // dashboard_browser.rs for a session with more than fit).
+    let all = s["timeline"].as_array().unwrap().clone();
+    assert_eq!(s["timelineTotal"].as_u64(), Some(all.len() as u64));
 
     // Transcript paging: the first page starts at seq 0 and holds the planted message; the
     // default page is the newest.

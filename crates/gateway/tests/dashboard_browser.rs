@@ -61,6 +61,28 @@ async fn the_dashboard_works_in_a_real_browser() {
         "cannot reach the vector store at 127.0.0.1:6333 (connection refused)",
     );
 
+    // The 10,000-message session's timeline: the newest passes by default, all on request.
+    let big = |q: &str| {
+        format!(
+            "/v1/dashboard/session?key={}{q}",
+            BIG_KEY.replace(':', "%3A")
+        )
+    };
+    let newest = f.get_json(&big("")).await;
+    let all = f.get_json(&big("&timelineLimit=0")).await;
+    let (newest, all, total) = (
+        newest["timeline"].as_array().unwrap().clone(),
+        all["timeline"].as_array().unwrap().clone(),
+        all["timelineTotal"].as_u64().unwrap() as usize,
+    );
+    assert_eq!(all.len(), total);
+    assert!(total > 1, "the big session has several compaction passes");
+    assert_eq!(newest.len(), total.min(100));
+    assert_eq!(newest.last(), all.last(), "the newest pass is kept");
+    let one = f.get_json(&big("&timelineLimit=1")).await;
+    assert_eq!(one["timeline"].as_array().unwrap().len(), 1);
+    assert_eq!(one["timeline"][0], *all.last().unwrap());
+
     // The planted message's id and sequence.
     let page = f
         .get_json(&format!(

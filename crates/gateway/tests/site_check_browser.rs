@@ -16,7 +16,6 @@
 mod browser_support;
 mod common;
 
-
 use axum::response::Html;
 use axum::routing::get;
 use common::{start, text, Opts};

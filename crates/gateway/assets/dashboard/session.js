@@ -63,6 +63,8 @@ export async function renderSession(main, key, params) {
   select(params.get('tab') || 'transcript', false);
 
   let summary = null;
+  // The newest compactions only, unless the user asked for all of them.
+  let timelineAll = false;
   const transcript = createTranscript(panels.transcript, key);
   const turns = createTurns(panels.turns, key, {
     onTurn: (n) => remember({ tab: 'turns', turn: n }),
@@ -90,7 +92,7 @@ export async function renderSession(main, key, params) {
 
   async function loadSummary() {
     const [s, record] = await Promise.all([
-      get('/v1/dashboard/session', { key }),
+      get('/v1/dashboard/session', { key, timelineLimit: timelineAll ? 0 : undefined }),
       // The session's own record (the engines that served its stored turns, its last
       // assembly against its own budget); absent when tracing is off.
       get('/v1/dashboard/trace/session', { key }).catch(() => null),
@@ -115,7 +117,10 @@ export async function renderSession(main, key, params) {
         : '',
     );
     renderContext(context, summary, { onOpen: (id) => (select('dag', false), dag?.reveal(id, [])) });
-    renderTimeline(panels.timeline, summary);
+    renderTimeline(panels.timeline, summary, () => {
+      timelineAll = true;
+      return loadSummary();
+    });
   }
 
   const started = performance.now();
@@ -291,17 +296,28 @@ function renderContext(el, s, { onOpen }) {
   );
 }
 
-function renderTimeline(el, s) {
+function renderTimeline(el, s, showAll) {
   const rows = s.timeline ?? [];
   if (!rows.length) {
     fill(el, h('h2', {}, 'Compactions'), h('p', { class: 'muted' }, 'No compaction yet.'));
     return;
   }
+  const total = s.timelineTotal ?? rows.length;
+  const more =
+    total > rows.length
+      ? h(
+          'p',
+          { class: 'muted', 'data-testid': 'timeline-more' },
+          `The newest ${num(rows.length)} of ${num(total)} compaction passes. `,
+          h('button', { type: 'button', onclick: () => showAll().catch((e) => fill(el, errorBox(e))) }, `Show all ${num(total)}`),
+        )
+      : '';
   // Bars are shares of the largest figure before or after, so none runs off the card.
   const max = Math.max(...rows.map((r) => Math.max(r.tokensBefore ?? 0, r.tokensAfter ?? 0)), 1);
   fill(
     el,
     h('h2', {}, 'Compactions'),
+    more,
     h(
       'ol',
       { class: 'timeline', 'data-testid': 'timeline-list' },

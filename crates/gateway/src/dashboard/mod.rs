@@ -510,12 +510,43 @@ struct KeyQuery {
     key: Option<String>,
 }
 
-/// `GET /v1/dashboard/session?key=`.
+/// Compaction events the session view sends by default: the newest ones. A long session has
+/// thousands (4,335 rows, 682 KB, were re-sent on every live event); the page asks for all of
+/// them only when the user does.
+const TIMELINE_NEWEST: usize = 100;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionQuery {
+    key: Option<String>,
+    /// Newest compaction events to send (default [`TIMELINE_NEWEST`]; `0`: all of them).
+    timeline_limit: Option<usize>,
+}
+
+/// Keeps the newest `limit` events of `timeline` (an array, oldest first; `0`: all) and says in
+/// `out["timelineTotal"]` how many there were.
+fn newest_events(out: &mut Value, timeline: Value, limit: usize) {
+    let mut events = match timeline {
+        Value::Array(a) => a,
+        other => {
+            out["timeline"] = other;
+            return;
+        }
+    };
+    out["timelineTotal"] = json!(events.len());
+    if limit > 0 && events.len() > limit {
+        events.drain(..events.len() - limit);
+    }
+    out["timeline"] = Value::Array(events);
+}
+
+/// `GET /v1/dashboard/session?key=[&timelineLimit=N]`.
 async fn session(
     State(s): State<AppState>,
-    Query(q): Query<KeyQuery>,
+    Query(q): Query<SessionQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key_param(q.key)?;
+    let timeline_limit = q.timeline_limit.unwrap_or(TIMELINE_NEWEST);
     let limits = s.runtime.limits();
     let last = s.dashboard.recorder.last(&key);
     let split = last.as_ref().map(|r| r.breakdown());
@@ -545,7 +576,7 @@ async fn session(
             out["stats"] = json!({"messages": conv.msg_count, "storedTokens": conv.msg_tokens,
                                   "frontierTokens": conv.frontier_tokens, "frontierItems": conv.frontier_items,
                                   "epoch": conv.epoch});
-            out["timeline"] = json!(timeline);
+            newest_events(&mut out, json!(timeline), timeline_limit);
             let stale = last
                 .as_ref()
                 .and_then(|r| r.epoch)
@@ -586,9 +617,10 @@ async fn session(
             .as_ref()
             .and_then(|r| r.host_summarizer())
             .map(|x| x.name().to_owned());
-        out["timeline"] = blocking(move || transcript_compactions(&rt, &k, summarizer.as_deref()))
+        let timeline = blocking(move || transcript_compactions(&rt, &k, summarizer.as_deref()))
             .await?
             .map_err(|e| ApiError::internal(format!("reading the compactions of {key}: {e}")))?;
+        newest_events(&mut out, timeline, timeline_limit);
     }
     Ok(Json(out))
 }
