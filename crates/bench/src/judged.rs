@@ -13,7 +13,8 @@
 //! under a key naming the engine, budget, question, both models and a digest of the context: a
 //! rerun (after a crash, or with more engines) asks again only what it has not asked, and a
 //! changed context (another engine setting) is asked afresh. A torn last line (a crash in the
-//! middle of an append) is skipped; any other bad line is an error naming the file and line.
+//! middle of an append) is cut off and asked again; any other bad line is an error naming the
+//! file and line.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -120,12 +121,14 @@ impl AnswerCache {
                     }
                 }
                 if torn_tail {
-                    // Later appends must start on a line of their own.
-                    let mut f = std::fs::OpenOptions::new()
-                        .append(true)
+                    // The torn line goes (it is asked again), so that later appends follow the
+                    // last whole line and the file holds whole lines only.
+                    let whole = text.rfind('\n').map_or(0, |i| i + 1) as u64;
+                    std::fs::OpenOptions::new()
+                        .write(true)
                         .open(path)
+                        .and_then(|f| f.set_len(whole))
                         .map_err(|e| BenchError::io(path, e))?;
-                    f.write_all(b"\n").map_err(|e| BenchError::io(path, e))?;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -389,6 +392,8 @@ mod tests {
         assert_eq!(c.get("a"), Some(v.clone()));
         assert_eq!(c.len(), 1);
         c.put("b", &v).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 2, "the torn line is gone: {text}");
         assert_eq!(AnswerCache::open(&path).unwrap().len(), 2);
 
         std::fs::write(&path, "not json\n{}\n").unwrap();
