@@ -34,8 +34,11 @@ async fn demo_recalls_the_compacted_detail() {
         .recall_snippet
         .as_deref()
         .is_some_and(|s| s.contains(PLANTED_INVOICE)));
+    // Within the budget, and more than the fresh tail alone (a sixteenth of it): a
+    // compaction leaves summaries and the raw messages since, well under the budget, and the
+    // context grows back by appending until the next one (cache-stable, issue #29).
     assert!(
-        r.context_tokens <= 16_000 && r.context_tokens > 8_000,
+        r.context_tokens <= 16_000 && r.context_tokens > 16_000 / 16,
         "context {} tokens",
         r.context_tokens
     );
