@@ -155,22 +155,25 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
         let guard = add_observer(move |c| s.lock().unwrap().push(c.summarizer));
+        // Names no other test reports: the observers are process-wide and the crate's other
+        // tests summarize concurrently.
         report(SummaryCall {
-            summarizer: "llm",
+            summarizer: "observe-test-before",
             took: Duration::ZERO,
             ok: false,
         });
         drop(guard);
         report(SummaryCall {
-            summarizer: "extractive",
+            summarizer: "observe-test-after",
             took: Duration::ZERO,
             ok: true,
         });
+        let seen = seen.lock().unwrap();
         assert_eq!(
-            seen.lock().unwrap().iter().filter(|s| **s == "llm").count(),
+            seen.iter().filter(|s| **s == "observe-test-before").count(),
             1
         );
-        assert!(!seen.lock().unwrap().contains(&"extractive"));
+        assert!(!seen.contains(&"observe-test-after"));
     }
 
     #[test]
