@@ -109,7 +109,7 @@ impl AnswerCache {
                             entries.insert(l.key, l.verdict);
                         }
                         Err(_) if torn_tail && i + 1 == lines.len() => {
-                            tracing_skip(path, i + 1);
+                            say_skipped(path, i + 1);
                         }
                         Err(e) => {
                             return Err(BenchError::Format {
@@ -180,7 +180,7 @@ impl AnswerCache {
     }
 }
 
-fn tracing_skip(path: &Path, line: usize) {
+fn say_skipped(path: &Path, line: usize) {
     eprintln!(
         "{}: line {line} is incomplete (an interrupted write); skipped, it will be asked again",
         path.display()

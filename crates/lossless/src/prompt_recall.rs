@@ -37,7 +37,9 @@ pub struct PromptRecall {
     pub terms: Vec<String>,
     /// Conversations searched (the session's, archived ones included).
     pub convs: Vec<i64>,
-    /// Tokens kept for the block: the history never uses them.
+    /// Tokens kept for the block: the history never uses them. In the recall that packing
+    /// hands on (`Packed::recall`), the room the block may fill: the reserve plus what the
+    /// history left, up to [`PromptRecall::max_tokens`].
     pub reserve: u64,
     /// Tokens the block may use at most: assembly gives it what the history left, at least
     /// the reserve and at most this.
