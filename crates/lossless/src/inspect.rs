@@ -170,7 +170,14 @@ pub struct CompactionEvent {
     pub last_seq: i64,
     /// Summarizer(s) used, comma-separated.
     pub summarizer: String,
+    /// The summaries written, in write order: the first [`PASS_IDS_LISTED`] (`summaries` is
+    /// the count), so the dashboard can open what a pass made without a pass of thousands
+    /// weighing on every session view.
+    pub summary_ids: Vec<String>,
 }
+
+/// Summary ids a [`CompactionEvent`] lists.
+pub const PASS_IDS_LISTED: usize = 32;
 
 /// The start of `text`, at most [`PREVIEW_CHARS`] characters, `…` when cut.
 pub fn preview(text: &str) -> String {
@@ -503,6 +510,8 @@ pub(crate) fn page_of(
 /// A summary as the timeline reads it.
 #[derive(Clone, Debug)]
 pub(crate) struct SummaryStamp {
+    /// The summary's row id.
+    pub id: i64,
     pub created_at: i64,
     pub depth: i64,
     pub source_tokens: i64,
@@ -526,6 +535,9 @@ pub(crate) fn timeline_of(stamps: Vec<SummaryStamp>) -> Vec<CompactionEvent> {
                 e.tokens_after += s.tokens;
                 e.first_seq = e.first_seq.min(s.first_seq);
                 e.last_seq = e.last_seq.max(s.last_seq);
+                if e.summary_ids.len() < PASS_IDS_LISTED {
+                    e.summary_ids.push(ids::summary_id(s.id));
+                }
                 if !names.contains(&s.summarizer) {
                     e.summarizer.push(',');
                     e.summarizer.push_str(&s.summarizer);
@@ -543,6 +555,7 @@ pub(crate) fn timeline_of(stamps: Vec<SummaryStamp>) -> Vec<CompactionEvent> {
                     first_seq: s.first_seq,
                     last_seq: s.last_seq,
                     summarizer: s.summarizer.clone(),
+                    summary_ids: vec![ids::summary_id(s.id)],
                 });
                 names.clear();
                 names.push(s.summarizer);
@@ -644,6 +657,7 @@ mod tests {
 
     fn stamp(at: i64, depth: i64, seqs: (i64, i64), by: &str) -> SummaryStamp {
         SummaryStamp {
+            id: at * 100 + seqs.0,
             created_at: at,
             depth,
             source_tokens: 100,
@@ -685,6 +699,20 @@ mod tests {
                 (9, "leaf", 1, 100, 30, 39, "llm"),
             ]
         );
+        let ids: Vec<_> = t.iter().map(|e| e.summary_ids.join(" ")).collect();
+        assert_eq!(ids, ["sum_500 sum_510 sum_520", "sum_500", "sum_930"]);
+    }
+
+    #[test]
+    fn a_pass_lists_its_first_summary_ids_and_counts_them_all() {
+        let many: Vec<_> = (0..PASS_IDS_LISTED as i64 + 8)
+            .map(|i| stamp(5, 0, (i, i), "llm"))
+            .collect();
+        let t = timeline_of(many);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].summaries, PASS_IDS_LISTED as i64 + 8);
+        assert_eq!(t[0].summary_ids.len(), PASS_IDS_LISTED);
+        assert_eq!(t[0].summary_ids[0], "sum_500");
     }
 
     #[test]

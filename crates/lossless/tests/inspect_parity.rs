@@ -377,6 +377,29 @@ async fn every_dashboard_view_is_the_same_on_both_backends() {
         timeline.iter().any(|e| e.summaries > 1) && timeline.iter().any(|e| e.kind == "condensed"),
         "passes of several summaries and condensed ones: {timeline:?}"
     );
+    // Each pass names the summaries it wrote (the first few dozen): summaries of its depth
+    // whose path the DAG finds.
+    for e in &timeline {
+        assert_eq!(
+            e.summary_ids.len() as i64,
+            e.summaries
+                .min(clawctx_lossless::inspect::PASS_IDS_LISTED as i64),
+            "{e:?}"
+        );
+    }
+    let listed = &cmp
+        .sqlite
+        .session_view(&key(OTHER_KEY))
+        .await
+        .unwrap()
+        .unwrap()
+        .timeline;
+    for e in listed {
+        for id in &e.summary_ids {
+            let path = cmp.sqlite.dag_path(&key(OTHER_KEY), id).await.unwrap();
+            assert_eq!(path.last(), Some(id), "{e:?}");
+        }
+    }
     assert!(
         cmp.children > 50 && cmp.paths > 200 && cmp.pages > 300,
         "the walk must cover the stores: {} children lists, {} paths, {} pages",

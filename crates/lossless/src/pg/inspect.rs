@@ -261,7 +261,7 @@ async fn compaction_timeline(
 ) -> Result<Vec<CompactionEvent>> {
     let st = c
         .prepare_cached(
-            "SELECT created_at, depth::bigint, source_tokens, tokens, first_seq, last_seq, summarizer
+            "SELECT created_at, depth::bigint, source_tokens, tokens, first_seq, last_seq, summarizer, id
              FROM summaries WHERE conv_id = $1 ORDER BY created_at, depth, id",
         )
         .await?;
@@ -278,6 +278,7 @@ async fn compaction_timeline(
                 first_seq: r.try_get(4)?,
                 last_seq: r.try_get(5)?,
                 summarizer: r.try_get(6)?,
+                id: r.try_get(7)?,
             })
         })
         .collect::<Result<Vec<_>>>()?;

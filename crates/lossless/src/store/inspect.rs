@@ -244,7 +244,7 @@ impl Db {
         let stamps = self
             .conn
             .prepare_cached(
-                "SELECT created_at, depth, source_tokens, tokens, first_seq, last_seq, summarizer
+                "SELECT created_at, depth, source_tokens, tokens, first_seq, last_seq, summarizer, id
                  FROM summaries WHERE conv_id = ?1 ORDER BY created_at, depth, id",
             )?
             .query_map([conv.id], |r| {
@@ -256,6 +256,7 @@ impl Db {
                     first_seq: r.get(4)?,
                     last_seq: r.get(5)?,
                     summarizer: r.get(6)?,
+                    id: r.get(7)?,
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
