@@ -386,6 +386,62 @@ mod tests {
             .ends_with("Additional focus: keep the SQL"));
     }
 
+    /// A span with a person's name, a number and a date, as a LoCoMo-style chat carries them.
+    const FACT_SPAN: &str = "[User]: Caroline: I adopted Pixel, a 3-year-old tabby, on 7 May 2023.\n\n[Assistant]: Melanie: So you decided on the shelter in Tacoma after all!";
+
+    /// What a summary of any kind must be told to keep (issue #30 item 2): the names, numbers,
+    /// dates and decisions of the span. Checked on the instructions only (the text after the
+    /// conversation), so a word of the span cannot satisfy it.
+    #[test]
+    fn every_prompt_tells_the_model_to_keep_names_numbers_dates_and_decisions() {
+        let kinds = [
+            (SummaryKind::History, None),
+            (SummaryKind::History, Some("## Goal\nAdopt a cat.")),
+            (SummaryKind::TurnPrefix, None),
+            (SummaryKind::Leaf, None),
+            (SummaryKind::Condensed { depth: 1 }, None),
+        ];
+        for (kind, prev) in kinds {
+            let p = summary_prompt(&SummaryRequest {
+                kind: kind.clone(),
+                conversation: FACT_SPAN.into(),
+                previous_summary: prev.map(str::to_owned),
+                custom_instructions: None,
+                max_tokens: 300,
+            });
+            let span = format!("<conversation>\n{FACT_SPAN}\n</conversation>");
+            assert!(
+                p.user.contains(&span),
+                "{kind:?}: the span's text: {}",
+                p.user
+            );
+            let instructions = p
+                .user
+                .rsplit("</conversation>")
+                .next()
+                .unwrap_or_default()
+                .to_lowercase();
+            for word in ["names", "numbers", "dates", "decision"] {
+                assert!(
+                    instructions.contains(word),
+                    "{kind:?} (previous summary: {prev:?}): the instructions must ask to keep {word}:\n{instructions}"
+                );
+            }
+        }
+        // The leaf prompt (the lossless engine's summaries) spells the facts out and asks for
+        // them as written, with relative dates anchored.
+        let leaf = LEAF_PROMPT.to_lowercase();
+        for phrase in [
+            "names of people",
+            "numbers",
+            "dates",
+            "exactly as written",
+            "yesterday",
+        ] {
+            assert!(leaf.contains(phrase), "leaf prompt lacks `{phrase}`");
+        }
+    }
+
     #[test]
     fn kinds_pick_their_prompts() {
         assert!(summary_prompt(&req(SummaryKind::TurnPrefix, None, None))

@@ -973,6 +973,44 @@ async fn llm_summarizer_prompts_in_update_mode_and_returns_summary() {
         .contains("not a conversation you are part of"));
 }
 
+/// A lossless leaf summary of a chat span with a name, a number and a date: what reaches the
+/// model holds the span and the instruction to keep those facts, and the model's summary comes
+/// back as written.
+#[tokio::test]
+async fn llm_leaf_summary_asks_the_model_to_keep_names_numbers_and_dates() {
+    let reply = "- Caroline adopted Pixel, a 3-year-old tabby, on 7 May 2023 (shelter in Tacoma).";
+    let scripted = Arc::new(ScriptedProvider::from_texts([reply]));
+    let s = LlmSummarizer::new(scripted.clone(), "sum-model");
+    let span = "[User]: Caroline: I adopted Pixel, a 3-year-old tabby, on 7 May 2023.\n\n[User]: Melanie: So you decided on the shelter in Tacoma!";
+    let summary = s
+        .summarize(SummaryRequest {
+            kind: SummaryKind::Leaf,
+            conversation: span.into(),
+            previous_summary: None,
+            custom_instructions: None,
+            max_tokens: 200,
+        })
+        .await
+        .unwrap();
+    assert_eq!(summary.text, reply);
+    let prompt = scripted.requests()[0].messages[0].plain_text();
+    assert!(prompt.contains(span), "{prompt}");
+    let instructions = prompt
+        .rsplit("</conversation>")
+        .next()
+        .unwrap_or_default()
+        .to_lowercase();
+    for word in [
+        "names of people",
+        "numbers",
+        "dates",
+        "decided",
+        "exactly as written",
+    ] {
+        assert!(instructions.contains(word), "`{word}` in:\n{instructions}");
+    }
+}
+
 #[tokio::test]
 async fn llm_summarizer_never_asks_for_more_than_the_model_can_write() {
     let scripted = Arc::new(ScriptedProvider::from_texts([GOOD_SUMMARY, GOOD_SUMMARY]));
