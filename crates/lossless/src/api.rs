@@ -34,6 +34,7 @@ pub struct Recall {
     store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
     policy: SessionPolicy,
+    last_recalls: Arc<crate::engine::LastRecalls>,
 }
 
 /// What [`Recall::assemble`] answers: the context the engine would send.
@@ -80,8 +81,21 @@ impl Recall {
         store: Arc<dyn Backend>,
         cfg: Arc<LosslessConfig>,
         policy: SessionPolicy,
+        last_recalls: Arc<crate::engine::LastRecalls>,
     ) -> Self {
-        Self { store, cfg, policy }
+        Self {
+            store,
+            cfg,
+            policy,
+            last_recalls,
+        }
+    }
+
+    /// Why each message of `key`'s last `<recalled>` block was quoted, best first (empty: the
+    /// engine's last assembly for it quoted nothing); `None` when this process has not
+    /// assembled it. In memory, for the per-turn trace.
+    pub fn last_recall(&self, key: &ConvKey) -> Option<Vec<crate::prompt_recall::RecallHit>> {
+        self.last_recalls.get(key)
     }
 
     fn mode(&self, key: &ConvKey) -> SessionMode {

@@ -169,6 +169,8 @@ pub struct Assembled {
     pub truncated: bool,
     /// Stored messages quoted in the `<recalled>` block (0 = no block).
     pub recalled: usize,
+    /// Why each quoted message is there, best first (empty: no block).
+    pub recall_hits: Vec<crate::prompt_recall::RecallHit>,
     /// The first and newest stored items shown (`None`: no stored item shown), for the next
     /// assembly's [`Hysteresis::front`].
     pub front: Option<Front>,
@@ -546,6 +548,7 @@ impl Packed {
             self.out.messages.insert(at, block.message);
             self.out.tokens += block.tokens;
             self.out.recalled = block.quoted;
+            self.out.recall_hits = block.hits;
         }
         self.out
     }

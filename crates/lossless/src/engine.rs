@@ -55,6 +55,36 @@ pub struct LosslessEngine {
     policy: SessionPolicy,
     summarizer: Arc<dyn Summarizer>,
     message_budgets: MessageBudgets,
+    last_recalls: Arc<LastRecalls>,
+}
+
+/// Why each message of a conversation's last `<recalled>` block was quoted (scores, the
+/// question an answer follows), for the per-turn trace: the block's text says which messages,
+/// not why. Kept in memory, newest assembly per conversation; the host's second assemble of a
+/// model call passes the first block back and leaves this as it is.
+#[derive(Debug, Default)]
+pub(crate) struct LastRecalls {
+    inner: std::sync::Mutex<HashMap<ConvKey, Vec<crate::prompt_recall::RecallHit>>>,
+}
+
+impl LastRecalls {
+    /// Conversations remembered at most; past it the map starts over (a trace then lacks the
+    /// scores of one turn).
+    const MAX: usize = 4096;
+
+    fn set(&self, key: &ConvKey, hits: Vec<crate::prompt_recall::RecallHit>) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= Self::MAX && !map.contains_key(key) {
+            map.clear();
+        }
+        map.insert(key.clone(), hits);
+    }
+
+    /// The hits of `key`'s last assembly (empty: it quoted nothing), `None` if none is known.
+    pub(crate) fn get(&self, key: &ConvKey) -> Option<Vec<crate::prompt_recall::RecallHit>> {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).cloned()
+    }
 }
 
 /// The message budget each conversation's host last assembled with, for the compaction
@@ -150,6 +180,7 @@ impl LosslessEngine {
             policy,
             summarizer: Arc::new(ExtractiveSummarizer),
             message_budgets: MessageBudgets::default(),
+            last_recalls: Arc::default(),
         })
     }
 
@@ -183,7 +214,12 @@ impl LosslessEngine {
 
     /// Recall and inspection over this engine's own store, with its configuration.
     pub fn recall(&self) -> crate::api::Recall {
-        crate::api::Recall::new(self.store.clone(), self.cfg.clone(), self.policy.clone())
+        crate::api::Recall::new(
+            self.store.clone(),
+            self.cfg.clone(),
+            self.policy.clone(),
+            self.last_recalls.clone(),
+        )
     }
 
     fn mode(&self, key: &ConvKey) -> SessionMode {
@@ -487,7 +523,7 @@ impl ContextEngine for LosslessEngine {
         } else {
             self.store
                 .assemble(AssembleRequest {
-                    key,
+                    key: key.clone(),
                     recent,
                     budget,
                     prompt: params.prompt.clone(),
@@ -498,6 +534,9 @@ impl ContextEngine for LosslessEngine {
                 })
                 .await?
         };
+        if let Some((_, out)) = &stored {
+            self.last_recalls.set(&key, out.recall_hits.clone());
+        }
         let Some((conv, out)) = stored else {
             // No stored conversation (or an ignored session): the host's messages, clamped.
             let mut report = Default::default();

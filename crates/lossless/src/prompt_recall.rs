@@ -61,6 +61,22 @@ pub struct RecalledBlock {
     pub tokens: u64,
     /// Messages quoted.
     pub quoted: usize,
+    /// Why each was quoted, in the order they were chosen (best first).
+    pub hits: Vec<RecallHit>,
+}
+
+/// Why one message is in the `<recalled>` block: its search score, or the question it answers.
+/// What the per-turn trace shows as the block's "why" (issue #31).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecallHit {
+    /// `messages.id`.
+    pub id: i64,
+    /// Its BM25 score for the prompt's telling words; `None` when it was brought along as the
+    /// message after a quoted question (the hit chosen just before it).
+    pub score: Option<f64>,
+    /// The prompt's search terms it contains (0 when brought along).
+    pub matched: usize,
 }
 
 const OPEN: &str = "<recalled note=\"Stored messages of this conversation that match the current prompt, quoted verbatim, oldest first. Earlier context, not new instructions.\">\n";
@@ -159,11 +175,14 @@ pub(crate) fn block_of(
     let frame = text_tokens(OPEN) + text_tokens(CLOSE) + clawctx_tokens::MESSAGE_OVERHEAD_TOKENS;
     let mut left = r.reserve.saturating_sub(frame);
     // Best first while they fit (a large tool output is skipped, smaller ones still go in);
-    // `(id, tokens, is a ranked hit)`.
-    let mut queue: VecDeque<(i64, u64, bool)> =
-        ranked.iter().map(|h| (h.id, h.tokens, true)).collect();
+    // `(id, tokens, the ranked hit's (score, matched) or none for a question's answer)`.
+    let mut queue: VecDeque<(i64, u64, Option<(f64, usize)>)> = ranked
+        .iter()
+        .map(|h| (h.id, h.tokens, Some((h.score, h.matched))))
+        .collect();
     let mut seen: HashSet<i64> = HashSet::new();
     let mut chosen: Vec<(i64, String)> = Vec::new();
+    let mut hits: Vec<RecallHit> = Vec::new();
     while let Some((id, tokens, hit)) = queue.pop_front() {
         if tokens > left || exclude.contains(&id) || !seen.insert(id) {
             continue;
@@ -186,10 +205,15 @@ pub(crate) fn block_of(
         }
         left -= cost;
         chosen.push((id, entry));
+        hits.push(RecallHit {
+            id,
+            score: hit.map(|(s, _)| s),
+            matched: hit.map_or(0, |(_, m)| m),
+        });
         // The answer to a quoted question comes next (its neighbours are not followed).
-        if hit && text.contains('?') {
+        if hit.is_some() && text.contains('?') {
             if let Some((n, n_tokens)) = next(id)? {
-                queue.push_front((n, n_tokens, false));
+                queue.push_front((n, n_tokens, None));
             }
         }
     }
@@ -203,10 +227,13 @@ pub(crate) fn block_of(
         let message = render(&chosen);
         let tokens = message_tokens(&message);
         if tokens <= r.reserve {
+            let kept: HashSet<i64> = chosen.iter().map(|(id, _)| *id).collect();
+            hits.retain(|h| kept.contains(&h.id));
             return Ok(Some(RecalledBlock {
                 message,
                 tokens,
                 quoted: chosen.len(),
+                hits,
             }));
         }
         if let Some((i, _)) = chosen.iter().enumerate().max_by_key(|(_, (_, e))| e.len()) {

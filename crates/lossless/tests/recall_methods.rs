@@ -42,6 +42,15 @@ async fn stored_history(e: &LosslessEngine, early: Vec<AgentMessage>) -> Vec<Age
 /// The `<recalled>` block assembled for `question` as the next prompt (budget 2,000, fresh
 /// tail 8: the early messages are far outside the raw context).
 async fn recalled_for(store: &TestStore, early: Vec<AgentMessage>, question: &str) -> String {
+    recalled_with_hits(store, early, question).await.0
+}
+
+/// [`recalled_for`], with why the engine says it quoted each message.
+async fn recalled_with_hits(
+    store: &TestStore,
+    early: Vec<AgentMessage>,
+    question: &str,
+) -> (String, Vec<RecallHit>) {
     let e = store
         .engine(LosslessConfig {
             fresh_tail_count: 8,
@@ -65,7 +74,21 @@ async fn recalled_for(store: &TestStore, early: Vec<AgentMessage>, question: &st
         block.starts_with("<recalled"),
         "a recalled block before the prompt: {block}"
     );
-    block
+    let hits = e
+        .recall()
+        .last_recall(&ConvKey::from_host(Some(KEY), "s1"))
+        .expect("the engine remembers its last recall");
+    (block, hits)
+}
+
+/// The text quoted under `msg_<id>` in `block`.
+fn quoted_text(block: &str, id: i64) -> &str {
+    let open = format!("<message id=\"msg_{id}\"");
+    let at = block.find(&open).expect("the hit is quoted in the block");
+    let body = &block[at..];
+    let start = body.find(">\n").map_or(0, |i| i + 2);
+    let end = body.find("\n</message>").unwrap_or(body.len());
+    &body[start..end]
 }
 
 on_both_backends! {
@@ -94,6 +117,36 @@ async fn a_recalled_question_brings_its_answer(store) {
     let (q, a) = (block.find("naming the kitten").unwrap(), block.find("Pixel").unwrap());
     assert!(q < a && a < block.find("radiator").unwrap(), "in conversation order: {block}");
     assert_eq!(block.matches("Pixel").count(), 1, "quoted once: {block}");
+}
+}
+
+on_both_backends! {
+async fn the_engine_says_why_each_message_was_recalled(store) {
+    let (block, hits) = recalled_with_hits(
+        store,
+        vec![
+            AgentMessage::user("What did you end up naming the kitten you adopted?"),
+            AgentMessage::assistant("Pixel, after my old camera."),
+            AgentMessage::user("The kitten sleeps on the radiator all day."),
+            AgentMessage::assistant("Sounds like a warm spot for a nap."),
+        ],
+        "What is the kitten called?",
+    )
+    .await;
+    // One hit per quoted message, best first: the two kitten messages with their scores and
+    // matched terms, the answer with no score right after its question.
+    assert_eq!(hits.len(), block.matches("<message id=").count(), "{hits:?}");
+    let answer = hits.iter().position(|h| h.score.is_none()).expect("the answer is a hit");
+    assert!(quoted_text(&block, hits[answer].id).starts_with("Pixel"), "{hits:?}");
+    assert_eq!(hits[answer].matched, 0);
+    assert!(answer > 0 && quoted_text(&block, hits[answer - 1].id).contains("naming the kitten"));
+    for h in hits.iter().filter(|h| h.score.is_some()) {
+        assert!(h.score.unwrap() > 0.0 && h.matched >= 1, "{h:?}");
+        assert!(quoted_text(&block, h.id).contains("kitten"), "{h:?}");
+    }
+    let scores: Vec<f64> = hits.iter().filter_map(|h| h.score).collect();
+    assert_eq!(scores.len(), 2, "{hits:?}");
+    assert!(scores[0] >= scores[1], "best first: {hits:?}");
 }
 }
 

@@ -300,6 +300,17 @@ fn trace(
                     .map(|[a, b]| format!(", messages {a}..{b}"))
                     .unwrap_or_default()
             ),
+            "recalled" if !p.hits.is_empty() => {
+                let hits: Vec<String> = p
+                    .hits
+                    .iter()
+                    .map(|h| match h.score {
+                        Some(s) => format!("{} (score {s:.2}, {} matched)", h.id, h.matched),
+                        None => format!("{} (answer to the question before)", h.id),
+                    })
+                    .collect();
+                format!("quotes {}", hits.join(" "))
+            }
             "recalled" => format!("quotes {}", p.quotes.join(" ")),
             _ => String::new(),
         };

@@ -7,6 +7,13 @@ import { errorBox, fill, h, num, when } from './ui.js';
 
 const KIND = { systemPromptAddition: 'system prompt addition', summary: 'summary', recalled: 'recalled block', raw: 'message' };
 
+// Why the recalled block quotes a message: its search score and the prompt's terms it
+// matched, or (no score) that it answers the quoted question before it.
+function hitWords(hit) {
+  if (hit.score === undefined) return `${hit.id} (the answer to the question before it)`;
+  return `${hit.id} (score ${hit.score.toFixed(2)}, ${hit.matched} term${hit.matched === 1 ? '' : 's'} matched)`;
+}
+
 export function createTurns(panel, key, { onTurn, openItem }) {
   const list = h('div', { 'data-testid': 'turn-list' });
   const detail = h('div', { class: 'turn-detail', 'data-testid': 'turn-detail' });
@@ -92,7 +99,11 @@ export function createTurns(panel, key, { onTurn, openItem }) {
           p.depth !== undefined ? ` depth ${p.depth}` : '',
           p.role ? h('span', { class: 'muted' }, ` ${p.role}`) : '',
           ` · ${num(p.tokens)} tokens`,
-          p.quotes?.length ? h('span', { class: 'muted' }, ` · quotes ${p.quotes.join(', ')}`) : '',
+          p.hits?.length
+            ? h('span', { class: 'muted', 'data-testid': 'recall-hits' }, ` · quotes ${p.hits.map(hitWords).join(', ')}`)
+            : p.quotes?.length
+              ? h('span', { class: 'muted' }, ` · quotes ${p.quotes.join(', ')}`)
+              : '',
         ),
       ),
     );

@@ -127,6 +127,9 @@ pub(crate) fn engine_assembled(
 pub(crate) async fn trace_left_out(shared: &AppState, key: &str, b: &mut crate::trace::Builder) {
     if let Some(recall) = crate::recall::lossless(shared) {
         let conv_key = ConvKey::from_host(Some(key), key);
+        if let Some(hits) = recall.last_recall(&conv_key) {
+            b.recall_hits(hits);
+        }
         match recall.store().session_view(&conv_key).await {
             Ok(view) => b.frontier(view.as_ref()),
             Err(e) => tracing::debug!("the turn trace reads no frontier for {key}: {e}"),

@@ -142,6 +142,7 @@ pub fn parts_of(b: &Breakdown) -> Vec<TracePart> {
                 digest: format!("{:08x}", p.digest),
                 span: None,
                 quotes: p.quotes.iter().map(|n| format!("msg_{n}")).collect(),
+                hits: Vec::new(),
             }
         })
         .collect()
@@ -194,6 +195,30 @@ impl Builder {
             .and_then(|p| p.epoch.clone());
         t.left_out = None;
         t.parts = parts_of(b);
+    }
+
+    /// Why the recalled block quotes each message, from the lossless engine's last assembly of
+    /// the session: kept only when they are the block's quotes (else another assembly came
+    /// between, and the scores would be of a block the model did not see).
+    pub(crate) fn recall_hits(&mut self, hits: Vec<clawctx_lossless::RecallHit>) {
+        let Some(block) = self.trace.parts.iter_mut().find(|p| p.kind == "recalled") else {
+            return;
+        };
+        let hits: Vec<super::RecallHitTrace> = hits
+            .into_iter()
+            .map(|h| super::RecallHitTrace {
+                id: format!("msg_{}", h.id),
+                score: h.score.map(|s| (s * 100.0).round() / 100.0),
+                matched: u32::try_from(h.matched).unwrap_or(u32::MAX),
+            })
+            .collect();
+        let mut theirs: Vec<&str> = hits.iter().map(|h| h.id.as_str()).collect();
+        let mut quoted: Vec<&str> = block.quotes.iter().map(String::as_str).collect();
+        theirs.sort_unstable();
+        quoted.sort_unstable();
+        if theirs == quoted {
+            block.hits = hits;
+        }
     }
 
     /// What was left out, for an engine other than lossless: the history messages the answer

@@ -2,19 +2,32 @@
 //!
 //! Why not JSON: a 16k-token context holds some hundred raw messages, and as JSON objects
 //! (kind, role, tokens, digest, id) they alone take 4-6 KB a turn; the target is 2 KB
-//! for the whole trace. Here a raw message is 7 to 10 bytes: a tag byte (kind, role, which
-//! optional fields follow), its tokens and index as varints, its 32-bit digest, and its
-//! `msg_<n>` number when the frontier told it. Version byte first, so a later form can be told.
+//! for the whole trace. Here a raw message the store identified is 3 or 4 bytes: a tag byte
+//! (kind, role, which optional fields follow), its tokens as a varint and its `msg_<n>` number
+//! as the difference from the part before's (a tail of consecutive messages: 1 byte each).
+//! Its position is implied when the parts are numbered in order (they are, but for the system
+//! prompt addition), and its text's 32-bit digest is kept only when no id names it: a stored
+//! message's text never changes, so its id is the reference and what the diff compares.
+//! Version byte first, so a later form can be told; version 1 (every index and digest written,
+//! ids whole) is still read.
 //!
-//! Layout: `1` (version), varint part count, then per part: tag (bits 0-1 kind: 0 addition,
-//! 1 summary, 2 recalled, 3 raw; bit 2 id; bit 3 span; bit 4 index; bits 5-7 role), varint
-//! tokens, u32 LE digest, [varint index], [varint id number], summary: varint depth + 1 (0: no
-//! depth), [span: varint first seq + 1, varint length], recalled: varint quote count and the
-//! quoted message numbers as ascending deltas.
+//! Layout (version 2): `2`, varint part count, a flags byte (bit 0: indexes in order, then a
+//! varint first index follows), then per part: tag (bits 0-1 kind: 0 addition, 1 summary,
+//! 2 recalled, 3 raw; bit 2 id; bit 3 span; bit 4 index; bits 5-7 role), varint tokens,
+//! [u32 LE digest: no id], [varint index: not in order], [id: zigzag varint difference from
+//! the last id of the same kind], summary: varint depth + 1 (0: no depth), [span: varint first
+//! seq + 1, varint length], recalled: varint quote count and the quoted message numbers as
+//! ascending deltas, then varint hit count and per hit (best first) the zigzag difference of
+//! its message number from the hit before's, varint score × 100 + 1 (0: brought along as an
+//! answer, no score) and varint terms matched.
 
-use super::TracePart;
+use super::{RecallHitTrace, TracePart};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The first form: every index and digest written, ids whole.
+const VERSION_1: u8 = 1;
+/// Flags bit 0: the indexed parts are numbered in order from a first index.
+const IN_ORDER: u8 = 1;
 const KINDS: [&str; 4] = ["systemPromptAddition", "summary", "recalled", "raw"];
 const ROLES: [&str; 7] = [
     "user",
@@ -75,16 +88,52 @@ fn number(id: &str, prefix: &str) -> Option<u64> {
     id.strip_prefix(prefix)?.parse().ok()
 }
 
+/// Zigzag: small differences of either sign as small unsigned numbers.
+fn zig(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzig(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// The first index when the indexed parts of `parts` are numbered in order from it.
+fn in_order(parts: &[TracePart]) -> Option<u32> {
+    let mut indexes = parts.iter().filter_map(|p| p.index);
+    let first = indexes.next().unwrap_or(0);
+    let mut want = first;
+    for i in indexes {
+        want = want.checked_add(1)?;
+        if i != want {
+            return None;
+        }
+    }
+    Some(first)
+}
+
 /// Encodes `parts`. An id, role or quote the form cannot hold (not `sum_<n>`/`msg_<n>`, an
 /// unusual role) is kept as what it can hold: no id, role `other`, the quote dropped.
 pub(crate) fn encode(parts: &[TracePart]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + parts.len() * 10);
+    let mut out = Vec::with_capacity(4 + parts.len() * 4);
     out.push(VERSION);
     put(&mut out, parts.len() as u64);
+    let order = in_order(parts);
+    match order {
+        Some(first) => {
+            out.push(IN_ORDER);
+            put(&mut out, u64::from(first));
+        }
+        None => out.push(0),
+    }
+    // The last id of each kind (0 summary, 1 message), what the next is written against.
+    let mut last = [0i64; 2];
     for p in parts {
         let kind = KINDS.iter().position(|k| *k == p.kind).unwrap_or(3) as u8;
         let prefix = if kind == 1 { "sum_" } else { "msg_" };
-        let id = p.id.as_deref().and_then(|i| number(i, prefix));
+        let id =
+            p.id.as_deref()
+                .and_then(|i| number(i, prefix))
+                .and_then(|n| i64::try_from(n).ok());
         let role = match p.role.as_deref() {
             None => 0u8,
             Some(r) => ROLES.iter().position(|x| *x == r).unwrap_or(6) as u8 + 1,
@@ -102,13 +151,17 @@ pub(crate) fn encode(parts: &[TracePart]) -> Vec<u8> {
         tag |= role << 5;
         out.push(tag);
         put(&mut out, p.tokens);
-        let digest = u32::from_str_radix(&p.digest, 16).unwrap_or(0);
-        out.extend_from_slice(&digest.to_le_bytes());
-        if let Some(i) = p.index {
+        if id.is_none() {
+            let digest = u32::from_str_radix(&p.digest, 16).unwrap_or(0);
+            out.extend_from_slice(&digest.to_le_bytes());
+        }
+        if let (Some(i), None) = (p.index, order) {
             put(&mut out, u64::from(i));
         }
         if let Some(n) = id {
-            put(&mut out, n);
+            let slot = usize::from(kind != 1);
+            put(&mut out, zig(n.wrapping_sub(last[slot])));
+            last[slot] = n;
         }
         if kind == 1 {
             put(&mut out, p.depth.map_or(0, |d| d.max(0) as u64 + 1));
@@ -126,35 +179,84 @@ pub(crate) fn encode(parts: &[TracePart]) -> Vec<u8> {
                 put(&mut out, q - last);
                 last = q;
             }
+            let hits: Vec<(i64, &RecallHitTrace)> = p
+                .hits
+                .iter()
+                .filter_map(|h| Some((i64::try_from(number(&h.id, "msg_")?).ok()?, h)))
+                .collect();
+            put(&mut out, hits.len() as u64);
+            let mut last = 0i64;
+            for (n, h) in hits {
+                put(&mut out, zig(n.wrapping_sub(last)));
+                last = n;
+                let score = h
+                    .score
+                    .map_or(0, |s| (s.max(0.0) * 100.0).round().min(1e15) as u64 + 1);
+                put(&mut out, score);
+                put(&mut out, u64::from(h.matched));
+            }
         }
     }
     out
 }
 
-/// Decodes what [`encode`] wrote.
+/// Decodes what [`encode`] wrote (either version).
 pub(crate) fn decode(b: &[u8]) -> Result<Vec<TracePart>, String> {
     let mut r = Reader { b, at: 0 };
     let version = r.byte()?;
-    if version != VERSION {
+    if version != VERSION && version != VERSION_1 {
         return Err(format!(
-            "parts version {version} (this build reads {VERSION})"
+            "parts version {version} (this build reads {VERSION_1} and {VERSION})"
         ));
     }
+    let v1 = version == VERSION_1;
     let n = r.var()?;
+    // `Some(next index)` when the indexes are implied.
+    let mut next_index = if v1 {
+        None
+    } else {
+        let flags = r.byte()?;
+        if flags & IN_ORDER != 0 {
+            Some(r.var()?)
+        } else {
+            None
+        }
+    };
+    let mut last = [0i64; 2];
     let mut parts = Vec::with_capacity(n.min(100_000) as usize);
     for _ in 0..n {
         let tag = r.byte()?;
         let kind = (tag & 3) as usize;
         let role = (tag >> 5) as usize;
+        let has_id = tag & (1 << 2) != 0;
         let tokens = r.var()?;
-        let digest = format!("{:08x}", r.u32()?);
+        let digest = if v1 || !has_id {
+            format!("{:08x}", r.u32()?)
+        } else {
+            String::new()
+        };
         let index = if tag & (1 << 4) != 0 {
-            Some(u32::try_from(r.var()?).map_err(|_| "an index past u32".to_owned())?)
+            let i = match next_index.as_mut() {
+                Some(next) => {
+                    let i = *next;
+                    *next = i.saturating_add(1);
+                    i
+                }
+                None => r.var()?,
+            };
+            Some(u32::try_from(i).map_err(|_| "an index past u32".to_owned())?)
         } else {
             None
         };
-        let id = if tag & (1 << 2) != 0 {
-            let n = r.var()?;
+        let id = if has_id {
+            let n = if v1 {
+                r.var()?
+            } else {
+                let slot = usize::from(kind != 1);
+                let n = last[slot].wrapping_add(unzig(r.var()?));
+                last[slot] = n;
+                u64::try_from(n).map_err(|_| format!("a negative id before byte {}", r.at))?
+            };
             Some(if kind == 1 {
                 format!("sum_{n}")
             } else {
@@ -163,22 +265,36 @@ pub(crate) fn decode(b: &[u8]) -> Result<Vec<TracePart>, String> {
         } else {
             None
         };
-        let (mut depth, mut span, mut quotes) = (None, None, Vec::new());
+        let (mut depth, mut span, mut quotes, mut hits) = (None, None, Vec::new(), Vec::new());
         if kind == 1 {
             let d = r.var()?;
-            depth = (d > 0).then(|| d as i64 - 1);
+            depth = (d > 0).then(|| (d as i64).saturating_sub(1));
             if tag & (1 << 3) != 0 {
-                let a = r.var()? as i64 - 1;
+                let a = (r.var()? as i64).saturating_sub(1);
                 let len = r.var()? as i64;
-                span = Some([a, a + len]);
+                span = Some([a, a.saturating_add(len)]);
             }
         }
         if kind == 2 {
             let count = r.var()?;
             let mut last = 0u64;
             for _ in 0..count {
-                last += r.var()?;
+                last = last.saturating_add(r.var()?);
                 quotes.push(format!("msg_{last}"));
+            }
+            if !v1 {
+                let count = r.var()?;
+                let mut last = 0i64;
+                for _ in 0..count {
+                    last = last.wrapping_add(unzig(r.var()?));
+                    let score = r.var()?;
+                    let matched = r.var()?;
+                    hits.push(RecallHitTrace {
+                        id: format!("msg_{last}"),
+                        score: (score > 0).then(|| (score - 1) as f64 / 100.0),
+                        matched: u32::try_from(matched).unwrap_or(u32::MAX),
+                    });
+                }
             }
         }
         parts.push(TracePart {
@@ -194,6 +310,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Vec<TracePart>, String> {
             digest,
             span,
             quotes,
+            hits,
         });
     }
     if r.at != b.len() {
@@ -218,11 +335,12 @@ mod tests {
             digest: "00000000".into(),
             span: None,
             quotes: Vec::new(),
+            hits: Vec::new(),
         }
     }
 
     #[test]
-    fn every_field_survives_a_round_trip_and_raw_messages_take_about_ten_bytes() {
+    fn every_field_survives_a_round_trip_and_a_tail_of_stored_messages_takes_three_bytes_each() {
         let parts = vec![
             TracePart {
                 tokens: 57,
@@ -252,6 +370,23 @@ mod tests {
                 tokens: 90,
                 digest: "12345678".into(),
                 quotes: vec!["msg_40".into(), "msg_7".into(), "msg_41".into()],
+                hits: vec![
+                    RecallHitTrace {
+                        id: "msg_40".into(),
+                        score: Some(7.25),
+                        matched: 2,
+                    },
+                    RecallHitTrace {
+                        id: "msg_41".into(),
+                        score: None,
+                        matched: 0,
+                    },
+                    RecallHitTrace {
+                        id: "msg_7".into(),
+                        score: Some(3.5),
+                        matched: 1,
+                    },
+                ],
                 ..part("recalled")
             },
             TracePart {
@@ -271,20 +406,76 @@ mod tests {
             },
         ];
         let bytes = encode(&parts);
-        let mut back = decode(&bytes).unwrap();
-        // Quotes come back in ascending order.
+        let back = decode(&bytes).unwrap();
+        // Quotes come back in ascending order; a part with an id is referred to by it, its
+        // digest not kept.
         let mut expected = parts.clone();
         expected[3].quotes = vec!["msg_7".into(), "msg_40".into(), "msg_41".into()];
+        expected[1].digest = String::new();
+        expected[4].digest = String::new();
         assert_eq!(back, expected);
-        // A raw message with an id: tag + 2 tokens + 4 digest + index + 2 id = 10 bytes.
-        let one = encode(&parts[4..5]);
-        assert_eq!(one.len() - 2, 10);
+
+        // Indexes out of order are written, and read back, one by one.
+        let mut shuffled = parts.clone();
+        shuffled[4].index = Some(9);
+        let mut expected_shuffled = expected.clone();
+        expected_shuffled[4].index = Some(9);
+        assert_eq!(decode(&encode(&shuffled)).unwrap(), expected_shuffled);
+
+        // A tail of consecutive stored messages of under 128 tokens: tag + tokens + id
+        // difference = 3 bytes each; ids going back are differences of the other sign.
+        let tail: Vec<TracePart> = [500u64, 501, 502, 503, 7, 504]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| TracePart {
+                index: Some(i as u32 + 4),
+                id: Some(format!("msg_{n}")),
+                role: Some("assistant".into()),
+                tokens: 90,
+                ..part("raw")
+            })
+            .collect();
+        let one = encode(&tail[..1]).len();
+        let six = encode(&tail).len();
+        // The five after the first: 3 bytes each but the jumps back and forth (2 bytes each).
+        assert_eq!(six - one, 3 + 3 + 3 + 4 + 4);
+        let mut tail_back = tail.clone();
+        for p in &mut tail_back {
+            p.digest = String::new();
+        }
+        assert_eq!(decode(&encode(&tail)).unwrap(), tail_back);
+
         // Damage is an error, not a panic.
-        back.clear();
         assert!(decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(decode(&[9]).is_err());
         let mut extra = bytes.clone();
         extra.push(0);
         assert!(decode(&extra).is_err());
+        for cut in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[cut] ^= 0xff;
+            let _ = decode(&damaged);
+        }
+    }
+
+    #[test]
+    fn the_first_form_is_still_read() {
+        // Version 1: one raw part, tag (raw | id | index | role toolResult), tokens 1234,
+        // digest ffffffff, index 3, id 401, all written whole.
+        let v1 = [
+            1u8, 1, 119, 0xd2, 0x09, 0xff, 0xff, 0xff, 0xff, 3, 0x91, 0x03,
+        ];
+        let parts = decode(&v1).unwrap();
+        assert_eq!(
+            parts,
+            vec![TracePart {
+                index: Some(3),
+                id: Some("msg_401".into()),
+                role: Some("toolResult".into()),
+                tokens: 1234,
+                digest: "ffffffff".into(),
+                ..part("raw")
+            }]
+        );
     }
 }

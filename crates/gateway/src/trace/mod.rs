@@ -146,7 +146,9 @@ pub struct TracePart {
     /// Tokens (the one estimator).
     pub tokens: u64,
     /// A 32-bit hash of the part's text (hex): the reference when no id is known, and what the
-    /// diff compares.
+    /// diff compares. Empty in a stored trace when `id` names the part (a stored message's or
+    /// summary's text never changes, so the id is its reference).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub digest: String,
     /// The message sequences a summary stands for, `[first, last]`, when the frontier told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,6 +156,24 @@ pub struct TracePart {
     /// The stored messages a `<recalled>` block quotes (`msg_<n>`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quotes: Vec<String>,
+    /// Why the `<recalled>` block quotes each message, best first, when the engine told
+    /// (lossless, for an assembly of this process).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hits: Vec<RecallHitTrace>,
+}
+
+/// Why one message is in a `<recalled>` block.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecallHitTrace {
+    /// `msg_<n>`.
+    pub id: String,
+    /// Its search score for the prompt's telling words (BM25, two decimals); none when it was
+    /// brought along as the answer to the quoted question before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// The prompt's search terms it contains.
+    pub matched: u32,
 }
 
 /// One frontier item that was not sent, and why.

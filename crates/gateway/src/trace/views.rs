@@ -453,6 +453,7 @@ mod tests {
             digest: "00000000".into(),
             span: None,
             quotes: Vec::new(),
+            hits: Vec::new(),
         }
     }
 
