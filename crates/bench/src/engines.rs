@@ -59,6 +59,12 @@ impl EngineUnderTest {
 
 /// Parses `a,b,c` into engine ids, checking each is supported.
 pub fn parse_engine_list(list: &str) -> Result<Vec<String>> {
+    parse_engine_list_of(list, SUPPORTED_ENGINES)
+}
+
+/// Parses `a,b,c` into engine ids, checking each is one of `supported` (an instrument with
+/// choices of its own, such as the eval's `full` baseline, passes its list).
+pub fn parse_engine_list_of(list: &str, supported: &[&str]) -> Result<Vec<String>> {
     let ids: Vec<String> = list
         .split(',')
         .map(|s| s.trim().to_owned())
@@ -68,10 +74,10 @@ pub fn parse_engine_list(list: &str) -> Result<Vec<String>> {
         return Err(BenchError::InvalidArgument("no engine given".into()));
     }
     for id in &ids {
-        if !SUPPORTED_ENGINES.contains(&id.as_str()) {
+        if !supported.contains(&id.as_str()) {
             return Err(BenchError::InvalidArgument(format!(
                 "unknown engine `{id}` (supported: {})",
-                SUPPORTED_ENGINES.join(", ")
+                supported.join(", ")
             )));
         }
     }

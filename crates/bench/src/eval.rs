@@ -15,7 +15,19 @@
 //!   evidence turn in its top `k` (n/a for engines without recall);
 //! - **(c) answer in context**: the normalized answer occurs, as whole words, in the normalized
 //!   context (n/a for questions without an answer);
-//! - **reachable** = (a) or (b).
+//! - **reachable** = (a) or (b);
+//! - **(d) answer kept in summary**: of the evidence turns (of questions with an answer) that
+//!   were compacted, i.e. covered by a summary standing for them at question time (a summary of
+//!   the lossless frontier, or the runtime's compaction summary for `legacy`), the share whose
+//!   covering summary holds the normalized answer as whole words. Whether the summary reached
+//!   the context does not matter: this measures what summaries carry, not what assembly picks.
+//!   Of the same turns, how many hold the answer in their own text is reported beside it (an
+//!   answer worked out from several turns or from a date cannot be copied from one turn).
+//!
+//! Engines: `legacy` and `lossless` at each budget, and **`full`**, the ceiling: the whole
+//! conversation verbatim, no budget and no compaction (run once whatever the budgets, reported
+//! with budget 0 and its context tokens per question), so the judged mode and the presence
+//! figures show what a model does with everything in front of it.
 //!
 //! - **J score** (with `--answer-model` and `--judge-model`, [`crate::judged`]): the share of
 //!   questions with a gold answer (categories 1–4) whose answer from the assembled context the
@@ -37,12 +49,27 @@ use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::engines::{open_engine, EngineUnderTest};
+use clawctx_engine::LegacyEngine;
+use clawctx_lossless::inspect::Inspect;
+use clawctx_lossless::{Backend, ConvKey, DescribeReport};
+
+use crate::engines::{open_engine, parse_engine_list_of, EngineUnderTest};
 use crate::error::{BenchError, Result};
 use crate::host::BenchHost;
 use crate::judged::{cache_key, judge, JudgedCost, Judging, Verdict};
 use crate::locomo::Conversation;
 use crate::runner::deliver_turn;
+
+/// The `full` baseline: the whole conversation, no budget.
+pub const FULL_ENGINE: &str = "full";
+
+/// Engine ids the eval runs: the instruments' engines and the `full` baseline.
+pub const EVAL_ENGINES: &[&str] = &["legacy", "lossless", FULL_ENGINE];
+
+/// Parses `--engine a,b,c` for the eval, checking each is one of [`EVAL_ENGINES`].
+pub fn parse_eval_engines(list: &str) -> Result<Vec<String>> {
+    parse_engine_list_of(list, EVAL_ENGINES)
+}
 
 /// Eval settings.
 #[derive(Clone, Debug)]
@@ -87,6 +114,12 @@ pub struct Scores {
     pub judged: u64,
     /// Of those, graded CORRECT.
     pub judged_correct: u64,
+    /// (d) evidence turns of questions with an answer that a summary covered at question time.
+    pub compacted_evidence: u64,
+    /// Of those, the covering summary holds the answer.
+    pub answer_in_summary: u64,
+    /// Of those, the turn's own text holds the answer.
+    pub compacted_answer_in_turn: u64,
 }
 
 impl Scores {
@@ -109,6 +142,15 @@ impl Scores {
             self.judged += 1;
             self.judged_correct += v.correct as u64;
         }
+        self.compacted_evidence += o.compacted_evidence;
+        self.answer_in_summary += o.answer_in_summary;
+        self.compacted_answer_in_turn += o.compacted_answer_in_turn;
+    }
+
+    /// (d) as a percentage of the compacted evidence turns (`None`: none was compacted).
+    pub fn summary_pct(&self) -> Option<f64> {
+        (self.compacted_evidence > 0)
+            .then(|| 100.0 * self.answer_in_summary as f64 / self.compacted_evidence as f64)
     }
 
     /// The J score: graded CORRECT as a percentage of the graded (judged mode).
@@ -154,6 +196,12 @@ pub struct QuestionScore {
     pub unresolved: bool,
     /// Context tokens assembled for it.
     pub context_tokens: u64,
+    /// (d) its evidence turns a summary covered (0 without an answer).
+    pub compacted_evidence: u64,
+    /// Of those, the covering summary holds the answer.
+    pub answer_in_summary: u64,
+    /// Of those, the turn's own text holds the answer.
+    pub compacted_answer_in_turn: u64,
     /// The answer and the judge's verdict (judged mode, questions with a gold answer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
@@ -165,8 +213,11 @@ pub struct QuestionScore {
 pub struct EvalRun {
     /// Engine.
     pub engine: String,
-    /// Budget.
+    /// Budget (0 for `full`, which has none).
     pub budget: u64,
+    /// The engine was given no budget (`full`): the context is the whole conversation.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ignores_budget: bool,
     /// All questions.
     pub overall: Scores,
     /// Per category (`1`..`5`).
@@ -320,16 +371,19 @@ async fn grep_and(
 }
 
 /// Replays one conversation through one engine at one budget (ingest, and compaction for
-/// engines that delegate it).
+/// engines that delegate it; none for the `full` baseline, `budget` `None`).
 async fn replay(
     eut: &EngineUnderTest,
     host: &Arc<BenchHost>,
     conv: &Conversation,
-    budget: u64,
+    budget: Option<u64>,
 ) -> Result<()> {
     let key = session_key(&conv.sample_id);
     for m in conv.replay() {
         host.append(m.message.clone());
+        let Some(budget) = budget else {
+            continue;
+        };
         deliver_turn(eut, &key, &key, std::slice::from_ref(&m.message), budget).await?;
         if !eut.owns_compaction && host.should_compact(budget) {
             let p = CompactParams {
@@ -351,11 +405,13 @@ async fn replay(
 /// The context the engine assembles when the question arrives as the next user prompt (the
 /// host's prepared history plus the question, `prompt` set, as a runtime turn does). The
 /// question itself is part of what is returned; evidence is never the question's own text.
+/// With `budget` `None` (the `full` baseline) nothing is cut: the whole transcript and the
+/// question.
 async fn assemble_for(
     eut: &EngineUnderTest,
     host: &Arc<BenchHost>,
     conv: &Conversation,
-    budget: u64,
+    budget: Option<u64>,
     question: &str,
 ) -> Result<Vec<AgentMessage>> {
     let key = session_key(&conv.sample_id);
@@ -373,7 +429,7 @@ async fn assemble_for(
     let prepared = prepare_history(
         history,
         &PipelineOptions {
-            token_budget: Some(budget),
+            token_budget: budget,
             ..Default::default()
         },
     );
@@ -381,7 +437,7 @@ async fn assemble_for(
         session_id: key.clone(),
         session_key: Some(key.clone()),
         messages: prepared.messages,
-        token_budget: Some(budget),
+        token_budget: budget,
         prompt: Some(question.to_owned()),
         ..Default::default()
     };
@@ -390,6 +446,9 @@ async fn assemble_for(
         .assemble(&p, &host.call_context())
         .await
         .map_err(|e| BenchError::engine(&eut.id, "assemble", e))?;
+    let Some(budget) = budget else {
+        return Ok(out.messages);
+    };
     let used = clawctx_tokens::messages_tokens(&out.messages);
     if used > budget {
         return Err(BenchError::Invariant {
@@ -411,8 +470,13 @@ pub async fn run_eval(
     }
     let mut runs = Vec::new();
     for engine in &opts.engines {
+        if engine == FULL_ENGINE {
+            // No budget: one run stands for every budget.
+            runs.push(run_one(conversations, opts, engine, None).await?);
+            continue;
+        }
         for &budget in &opts.budgets {
-            runs.push(run_one(conversations, opts, engine, budget).await?);
+            runs.push(run_one(conversations, opts, engine, Some(budget)).await?);
         }
     }
     Ok(EvalReport {
@@ -435,21 +499,123 @@ pub async fn run_eval(
     })
 }
 
+/// A summary standing for compacted turns at question time: the span of message timestamps
+/// it covers and its normalized text (padded with spaces for whole-word matching).
+#[derive(Clone, Debug)]
+struct CoveringSummary {
+    from_ts: i64,
+    to_ts: i64,
+    words: String,
+}
+
+/// The summaries that stand for the compacted part of the conversation of `key` now: the
+/// lossless frontier's summaries (their full text, by `describe`), or the runtime's last
+/// compaction summary, which covers everything before its first kept entry. Reads no question.
+async fn covering_summaries(
+    eut: &EngineUnderTest,
+    host: &BenchHost,
+    key: &str,
+) -> Result<Vec<CoveringSummary>> {
+    let Some(store) = &eut.store else {
+        return Ok(host
+            .compacted()
+            .map(|c| CoveringSummary {
+                from_ts: i64::MIN,
+                to_ts: c.through_ts,
+                words: format!(" {} ", normalize(&c.summary)),
+            })
+            .into_iter()
+            .collect());
+    };
+    let err = |stage: &str, e: clawctx_lossless::LosslessError| {
+        BenchError::engine(&eut.id, &format!("{stage} ({key})"), e)
+    };
+    let Some(view) = store
+        .session_view(&ConvKey::from_host(Some(key), key))
+        .await
+        .map_err(|e| err("frontier", e))?
+    else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for item in view.frontier.iter().filter(|i| i.id.starts_with("sum_")) {
+        let DescribeReport::Summary(s) = Backend::describe(store, &item.id, None)
+            .await
+            .map_err(|e| err(&format!("describe {}", item.id), e))?
+        else {
+            continue;
+        };
+        let (Some(from_ts), Some(to_ts)) = (s.from_ts, s.to_ts) else {
+            return Err(BenchError::Invariant {
+                engine: eut.id.clone(),
+                message: format!("summary {} of {key} has no time range", s.id),
+            });
+        };
+        out.push(CoveringSummary {
+            from_ts,
+            to_ts,
+            words: format!(" {} ", normalize(&s.text)),
+        });
+    }
+    Ok(out)
+}
+
+/// (d) of one question (scoring: reads the gold answer): `(compacted, answer in summary,
+/// answer in the compacted turn)` over its evidence turns' timestamps and texts.
+fn summary_scores(
+    summaries: &[CoveringSummary],
+    answer: Option<&str>,
+    evidence: &[(i64, &str)],
+) -> (u64, u64, u64) {
+    let Some(answer) = answer.map(normalize).filter(|a| !a.is_empty()) else {
+        return (0, 0, 0);
+    };
+    let needle = format!(" {answer} ");
+    let mut counts = (0, 0, 0);
+    for (ts, text) in evidence {
+        let Some(s) = summaries
+            .iter()
+            .find(|s| s.from_ts <= *ts && *ts <= s.to_ts)
+        else {
+            continue;
+        };
+        counts.0 += 1;
+        counts.1 += s.words.contains(&needle) as u64;
+        counts.2 += format!(" {} ", normalize(text)).contains(&needle) as u64;
+    }
+    counts
+}
+
 async fn run_one(
     conversations: &[Conversation],
     opts: &EvalOptions,
     engine: &str,
-    budget: u64,
+    budget: Option<u64>,
 ) -> Result<EvalRun> {
-    let dir = opts.work_dir.join(format!("{engine}-{budget}"));
+    let dir = opts
+        .work_dir
+        .join(format!("{engine}-{}", budget.unwrap_or(0)));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| BenchError::io(&dir, e))?;
     }
     let summarizer: Arc<dyn Summarizer> = Arc::new(ExtractiveSummarizer);
-    let eut = open_engine(engine, &dir, summarizer.clone(), &opts.lossless_config).await?;
+    let eut = if engine == FULL_ENGINE {
+        // The host's whole transcript, passed through: legacy's assemble with no budget and
+        // no compaction.
+        EngineUnderTest {
+            id: engine.to_owned(),
+            engine: Arc::new(LegacyEngine),
+            store: None,
+            database_path: None,
+            owns_compaction: false,
+        }
+    } else {
+        open_engine(engine, &dir, summarizer.clone(), &opts.lossless_config).await?
+    };
     let mut run = EvalRun {
         engine: engine.to_owned(),
-        budget,
+        budget: budget.unwrap_or(0),
+        ignores_budget: budget.is_none(),
         overall: Scores::default(),
         categories: BTreeMap::new(),
         context_tokens_mean: 0.0,
@@ -469,6 +635,11 @@ async fn run_one(
             .filter_map(|m| Some((m.message.timestamp_ms()?, m.dia_id?)))
             .collect();
         let key = session_key(&conv.sample_id);
+        // Questions are not ingested and assembly does not compact: the summaries after the
+        // replay are those of every question's time.
+        let summaries = covering_summaries(&eut, &host, &key).await?;
+        let dia_to_ts: HashMap<&str, i64> =
+            ts_to_dia.iter().map(|(ts, d)| (d.as_str(), *ts)).collect();
         let n_questions = opts.questions.unwrap_or(usize::MAX);
         for (i, q) in conv.questions.iter().enumerate().take(n_questions) {
             let context = assemble_for(&eut, &host, conv, budget, &q.question).await?;
@@ -510,13 +681,20 @@ async fn run_one(
                 .map(normalize)
                 .filter(|a| !a.is_empty())
                 .map(|a| context_words.contains(&format!(" {a} ")));
+            let evidence_turns: Vec<(i64, &str)> = evidence
+                .iter()
+                .filter_map(|d| Some((*dia_to_ts.get(d.as_str())?, texts.get(*d)?.as_str())))
+                .collect();
+            let (compacted, in_summary, in_turn) =
+                summary_scores(&summaries, q.answer.as_deref(), &evidence_turns);
             let gold = q
                 .answer
                 .as_deref()
                 .filter(|a| !a.trim().is_empty() && q.category != 5);
             let verdict = match (&opts.judging, gold) {
                 (Some(j), Some(gold)) => {
-                    let ck = cache_key(j, engine, budget, &conv.sample_id, i, &context);
+                    let ck =
+                        cache_key(j, engine, budget.unwrap_or(0), &conv.sample_id, i, &context);
                     let (v, cached) = judge(j, &ck, &context, &q.question, gold).await?;
                     if let Some(cost) = run.judged.as_mut() {
                         cost.add(&v, cached);
@@ -535,6 +713,9 @@ async fn run_one(
                 answer,
                 unresolved,
                 context_tokens: used,
+                compacted_evidence: compacted,
+                answer_in_summary: in_summary,
+                compacted_answer_in_turn: in_turn,
                 verdict,
             };
             run.overall.add(&score);
@@ -579,13 +760,20 @@ pub fn render_table(r: &EvalReport) -> String {
         ));
     }
     for run in &r.runs {
-        s.push_str(&format!(
-            "\n{} @ budget {} (context tokens: mean {:.0}, max {})\n",
-            run.engine, run.budget, run.context_tokens_mean, run.context_tokens_max
-        ));
+        if run.ignores_budget {
+            s.push_str(&format!(
+                "\n{} (the whole conversation, no budget; context tokens: mean {:.0}, max {})\n",
+                run.engine, run.context_tokens_mean, run.context_tokens_max
+            ));
+        } else {
+            s.push_str(&format!(
+                "\n{} @ budget {} (context tokens: mean {:.0}, max {})\n",
+                run.engine, run.budget, run.context_tokens_mean, run.context_tokens_max
+            ));
+        }
         let judged = run.judged.is_some();
         s.push_str(&format!(
-            "  {:<16} {:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}{}\n",
+            "  {:<16} {:>5}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}  {:>11}{}\n",
             "category",
             "n",
             "(a) raw",
@@ -593,6 +781,7 @@ pub fn render_table(r: &EvalReport) -> String {
             "grep-AND",
             "reachable",
             "(c) answer",
+            "(d) summary",
             if judged { "          J" } else { "" }
         ));
         let rows = run
@@ -615,19 +804,27 @@ pub fn render_table(r: &EvalReport) -> String {
             } else {
                 String::new()
             };
+            let pct_or_na = |p: Option<f64>| {
+                p.map(|p| format!("{p:.1}%"))
+                    .unwrap_or_else(|| "n/a".into())
+            };
             s.push_str(&format!(
-                "  {:<16} {:>5}  {:>8.1}%  {:>9}  {:>9}  {:>8.1}%  {:>9}{j}\n",
+                "  {:<16} {:>5}  {:>8.1}%  {:>9}  {:>9}  {:>8.1}%  {:>10}  {:>11}{j}\n",
                 name,
                 sc.questions,
                 sc.pct(sc.raw_in_context),
                 opt(sc.recall_at_k),
                 opt(sc.grep_and_at_k),
                 sc.pct(sc.reachable),
-                sc.answer_pct()
-                    .map(|p| format!("{p:.1}%"))
-                    .unwrap_or_else(|| "n/a".into())
+                pct_or_na(sc.answer_pct()),
+                pct_or_na(sc.summary_pct()),
             ));
         }
+        let o = &run.overall;
+        s.push_str(&format!(
+            "  (d) answer kept in summary: {} of {} compacted evidence turns ({} of the {} hold the answer in their own text)\n",
+            o.answer_in_summary, o.compacted_evidence, o.compacted_answer_in_turn, o.compacted_evidence
+        ));
         if let Some(c) = &run.judged {
             s.push_str(&format!(
                 "  judged {} questions ({} asked now, {} from the answer cache, {} unparsed verdicts); tokens: answers {} in / {} out, judge {} in / {} out\n",

@@ -40,6 +40,15 @@ struct State {
     next_id: u64,
 }
 
+/// What the runtime's compaction left standing for the oldest messages ([`BenchHost::compacted`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compacted {
+    /// The last compaction's summary text (an update of the ones before, so it covers them).
+    pub summary: String,
+    /// The newest timestamp (ms) of the messages it covers.
+    pub through_ts: i64,
+}
+
 /// A single-session in-memory host.
 pub struct BenchHost {
     state: Mutex<State>,
@@ -117,6 +126,25 @@ impl BenchHost {
         out
     }
 
+    /// The last compaction's summary and the newest message timestamp it stands for (every
+    /// message before its first kept entry), or `None` before any compaction or when no message
+    /// before that entry has a timestamp.
+    pub fn compacted(&self) -> Option<Compacted> {
+        let s = self.lock();
+        let ci = s.last_compaction?;
+        let EntryKind::Compaction(c) = &s.path[ci].kind else {
+            return None;
+        };
+        let through_ts = s.path[..s.window_start]
+            .iter()
+            .rev()
+            .find_map(|e| e.message().and_then(AgentMessage::timestamp_ms))?;
+        Some(Compacted {
+            summary: c.summary.clone(),
+            through_ts,
+        })
+    }
+
     /// The runtime's estimate of the current context (running total).
     pub fn context_tokens(&self) -> u64 {
         self.lock().context_tokens
@@ -191,5 +219,52 @@ impl RuntimeServices for BenchHost {
         let kept: u64 = s.tokens[first_kept..].iter().sum();
         s.context_tokens = s.summary_tokens + kept;
         Ok(outcome.into())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use clawctx_summarize::ExtractiveSummarizer;
+
+    /// What the eval's (d) reads for `legacy`: after a runtime compaction, the summary and the
+    /// newest timestamp it stands for (the message just before the first kept one).
+    #[tokio::test]
+    async fn compacted_names_the_summary_and_what_it_covers() {
+        let settings = CompactionSettings {
+            keep_recent_tokens: 200,
+            ..Default::default()
+        };
+        let host = BenchHost::new(settings, Arc::new(ExtractiveSummarizer));
+        for i in 0..40 {
+            let text = if i == 0 {
+                "Ana: my passport expires on 14 March 2027.".to_owned()
+            } else {
+                format!("Ben: filler line number {i} about nothing in particular at all")
+            };
+            host.append(AgentMessage::user(text).with_timestamp(1_000 + i));
+        }
+        assert_eq!(host.compacted(), None, "before any compaction");
+        let outcome = host
+            .compact_session(RuntimeCompactionRequest {
+                token_budget: Some(2_000),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(outcome.compacted, "{outcome:?}");
+        let c = host.compacted().expect("a compaction summary");
+        let first_kept = host
+            .context()
+            .iter()
+            .filter_map(AgentMessage::timestamp_ms)
+            .min()
+            .unwrap();
+        assert!(
+            c.through_ts < first_kept && c.through_ts >= 1_000,
+            "{c:?}, first kept {first_kept}"
+        );
+        assert!(c.summary.contains("14 March 2027"), "{}", c.summary);
     }
 }

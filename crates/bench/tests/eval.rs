@@ -274,3 +274,188 @@ async fn locomo_dev_split_when_present() {
         lossless.overall.recall_at_k
     );
 }
+
+/// A synthetic LoCoMo conversation (hand-written, not LoCoMo data): Ana and Ben, three
+/// sessions of `per_session` turns. Session 1 opens with two facts: a passport number and its
+/// expiry date (salient: a code and a date), then, mid-session, a bland preference (a common
+/// lowercase word); the rest is filler. `qa` is the question list as LoCoMo writes it.
+fn synthetic(per_session: usize, qa: serde_json::Value) -> Vec<locomo::Conversation> {
+    let filler = [
+        "haha yes that sounds like a plan to me",
+        "I was just about to say the same thing really",
+        "okay let us see how the week goes then",
+        "sure, we can talk about that some other time",
+    ];
+    let mut conv = serde_json::Map::new();
+    conv.insert("speaker_a".into(), "Ana".into());
+    conv.insert("speaker_b".into(), "Ben".into());
+    for s in 1..=3 {
+        let turns: Vec<serde_json::Value> = (1..=per_session)
+            .map(|n| {
+                let speaker = if n % 2 == 1 { "Ana" } else { "Ben" };
+                let text = match (s, n) {
+                    (1, 1) => {
+                        "My passport number is X7731942 and it expires on 14 March 2027.".to_owned()
+                    }
+                    (1, 6) => "Honestly my favourite ice cream flavour is pistachio these days."
+                        .to_owned(),
+                    _ => format!("{} (session {s}, turn {n})", filler[n % filler.len()]),
+                };
+                serde_json::json!({"speaker": speaker, "dia_id": format!("D{s}:{n}"), "text": text})
+            })
+            .collect();
+        conv.insert(format!("session_{s}"), turns.into());
+        conv.insert(
+            format!("session_{s}_date_time"),
+            format!("10:00 am on {} May, 2023", s * 7).into(),
+        );
+    }
+    let data = serde_json::json!([{"sample_id": "synthetic-1", "conversation": conv, "qa": qa}]);
+    locomo::parse(Path::new("synthetic.json"), &data.to_string()).expect("synthetic conversation")
+}
+
+async fn eval_convs(
+    convs: &[locomo::Conversation],
+    engines: &[&str],
+    budgets: &[u64],
+    lossless: serde_json::Value,
+) -> EvalReport {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = EvalOptions {
+        engines: engines.iter().map(|s| (*s).to_owned()).collect(),
+        budgets: budgets.to_vec(),
+        k: 5,
+        work_dir: dir.path().to_owned(),
+        lossless_config: lossless,
+        questions: None,
+        judging: None,
+    };
+    run_eval(Path::new("synthetic.json"), convs, &opts)
+        .await
+        .expect("eval")
+}
+
+/// The `full` baseline (issue #30 item 3's "full conversation"): its context holds every turn
+/// verbatim whatever the budget (a question whose evidence is every turn is in context), it
+/// runs once for any number of budgets, says it ignores the budget, and reports the whole
+/// conversation's tokens; legacy at the same budget holds only the newest turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_baseline_holds_every_turn() {
+    let all: Vec<String> = (1..=3)
+        .flat_map(|s| (1..=20).map(move |n| format!("D{s}:{n}")))
+        .collect();
+    let convs = synthetic(
+        20,
+        serde_json::json!([
+            {"question": "What did Ana and Ben talk about?", "answer": "pistachio", "evidence": all, "category": 3},
+            {"question": "What is Ana's passport number?", "answer": "X7731942", "evidence": ["D1:1"], "category": 4},
+        ]),
+    );
+    let r = eval_convs(
+        &convs,
+        &["legacy", "full"],
+        &[300, 600],
+        serde_json::json!({}),
+    )
+    .await;
+    println!("{}", clawctx_bench::eval::render_table(&r));
+    let runs: Vec<(&str, u64, bool)> = r
+        .runs
+        .iter()
+        .map(|run| (run.engine.as_str(), run.budget, run.ignores_budget))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("legacy", 300, false),
+            ("legacy", 600, false),
+            ("full", 0, true)
+        ],
+        "full runs once, with no budget"
+    );
+    let full = &r.runs[2];
+    let whole: u64 = convs[0]
+        .replay()
+        .iter()
+        .map(|m| clawctx_tokens::message_tokens(&m.message))
+        .sum();
+    for q in &full.questions {
+        assert!(q.raw, "every turn in the full context: {q:?}");
+        assert_eq!(q.answer, Some(true), "{q:?}");
+        assert!(
+            q.context_tokens > whole,
+            "the whole conversation ({whole} tokens) and the question: {q:?}"
+        );
+        assert_eq!(q.compacted_evidence, 0, "nothing is compacted: {q:?}");
+    }
+    assert_eq!(full.overall.reachable, 2);
+    assert_eq!(full.overall.summary_pct(), None);
+    assert!(full.context_tokens_max > 600, "the budget does not bind it");
+    assert!(clawctx_bench::eval::render_table(&r)
+        .contains("full (the whole conversation, no budget; context tokens: mean"));
+    for legacy in &r.runs[..2] {
+        assert!(
+            !legacy.questions[0].raw && !legacy.questions[1].raw,
+            "legacy @ {}: the first session has left its context",
+            legacy.budget
+        );
+        assert!(legacy.context_tokens_max <= legacy.budget);
+    }
+    // The eval's engine list takes `full`; the lifecycle bench's does not.
+    assert_eq!(
+        clawctx_bench::eval::parse_eval_engines("legacy, full").unwrap(),
+        ["legacy", "full"]
+    );
+    assert!(clawctx_bench::engines::parse_engine_list("full").is_err());
+}
+
+/// (d) answer kept in summary (issue #30 item 2), with the extractive summarizer: session 1 is
+/// compacted; its passport turn's expiry date (a date: the summary lists the dates it covers
+/// as key facts) is in the summary covering it, its bland preference (`pistachio`, no salient
+/// term) is not, a turn of the raw tail is not counted as compacted, and a question without an
+/// answer counts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_kept_in_summary() {
+    let convs = synthetic(
+        20,
+        serde_json::json!([
+            {"question": "When does Ana's passport expire?", "answer": "14 March 2027", "evidence": ["D1:1"], "category": 2},
+            {"question": "Which ice cream flavour does Ben like?", "answer": "pistachio", "evidence": ["D1:6"], "category": 4},
+            {"question": "What did Ana say last?", "answer": "week", "evidence": ["D3:19"], "category": 4},
+            {"question": "Anything about a passport?", "evidence": ["D1:1"], "category": 5},
+        ]),
+    );
+    let r = eval_convs(
+        &convs,
+        &["lossless"],
+        &[600],
+        serde_json::json!({"freshTailCount": 8, "promptRecallShare": 0}),
+    )
+    .await;
+    println!("{}", clawctx_bench::eval::render_table(&r));
+    let q = &r.runs[0].questions;
+    let d = |i: usize| {
+        (
+            q[i].compacted_evidence,
+            q[i].answer_in_summary,
+            q[i].compacted_answer_in_turn,
+        )
+    };
+    assert_eq!(d(0), (1, 1, 1), "the expiry date is kept: {:?}", q[0]);
+    assert_eq!(d(1), (1, 0, 1), "the bland preference is not: {:?}", q[1]);
+    assert_eq!(d(2), (0, 0, 0), "the raw tail is not compacted: {:?}", q[2]);
+    assert_eq!(d(3), (0, 0, 0), "no answer, nothing to keep: {:?}", q[3]);
+    let run = &r.runs[0];
+    assert_eq!(
+        (
+            run.overall.compacted_evidence,
+            run.overall.answer_in_summary
+        ),
+        (2, 1)
+    );
+    assert_eq!(run.categories[&2].summary_pct(), Some(100.0));
+    assert_eq!(run.categories[&4].summary_pct(), Some(0.0));
+    assert_eq!(run.categories[&5].summary_pct(), None);
+    assert!(clawctx_bench::eval::render_table(&r)
+        .contains("(d) answer kept in summary: 1 of 2 compacted evidence turns"));
+}

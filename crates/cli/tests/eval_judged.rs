@@ -47,6 +47,10 @@ impl Respond for Model {
 }
 
 fn eval(state: &Path, answers: &Path) -> (common::Run, Value) {
+    eval_engine(state, answers, "lossless")
+}
+
+fn eval_engine(state: &Path, answers: &Path, engine: &str) -> (common::Run, Value) {
     let f = fixture();
     let run = common::run(
         state,
@@ -55,7 +59,7 @@ fn eval(state: &Path, answers: &Path) -> (common::Run, Value) {
             "locomo",
             f.to_str().unwrap(),
             "--engine",
-            "lossless",
+            engine,
             "--budget",
             "600",
             "--answer-model",
@@ -191,6 +195,72 @@ async fn answers_are_judged_per_category_and_cached() {
     assert_eq!(server.received_requests().await.unwrap().len(), 8, "{run}");
     assert_eq!(again["runs"][0]["judged"]["cached"], 4, "{run}");
     assert_eq!(again["runs"][0]["overall"]["judgedCorrect"], 2, "{run}");
+}
+
+/// The `full` baseline in the judged mode: the answer model is given the whole conversation
+/// (every turn of the fixture, far over the 600-token budget) and the report says the run had
+/// no budget.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_full_baseline_answers_from_the_whole_conversation() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Model {
+            answers: Arc::new(AtomicUsize::new(0)),
+        })
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "models": {"providers": {"mock": {"api": "openai-completions", "baseUrl": format!("{}/v1", server.uri()),
+            "models": [{"id": "m", "contextWindow": 16000, "maxTokens": 512}], "maxRetries": 0}}}
+    });
+    std::fs::write(dir.path().join("clawctx.json"), config.to_string()).unwrap();
+    let answers = dir.path().join("answers.jsonl");
+    let state = dir.path().to_owned();
+    let (run, report) = tokio::task::spawn_blocking(move || eval_engine(&state, &answers, "full"))
+        .await
+        .unwrap();
+    let r = &report["runs"][0];
+    assert_eq!(
+        (&r["engine"], &r["budget"], &r["ignoresBudget"]),
+        (&json!("full"), &json!(0), &json!(true)),
+        "{run}"
+    );
+    assert_eq!(r["overall"]["judged"], 4, "{run}");
+    assert!(r["contextTokensMax"].as_u64().unwrap() > 600, "{run}");
+    let fixture: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture()).unwrap()).unwrap();
+    let conv = fixture[0]["conversation"].as_object().unwrap();
+    let turns: Vec<String> = conv
+        .iter()
+        .filter(|(k, v)| k.starts_with("session_") && v.is_array())
+        .flat_map(|(_, v)| v.as_array().unwrap().iter())
+        .map(|t| t["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(turns.len() > 40, "the fixture's turns");
+    let requests = server.received_requests().await.unwrap();
+    let answer_calls: Vec<Value> = requests
+        .iter()
+        .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap())
+        .filter(|b| {
+            !b["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("You grade answers")
+        })
+        .collect();
+    assert_eq!(answer_calls.len(), 4, "{run}");
+    for b in &answer_calls {
+        let given = b["messages"].to_string();
+        for t in &turns {
+            let t = serde_json::to_string(t).unwrap();
+            assert!(
+                given.contains(t.trim_matches('"')),
+                "every turn reaches the answer model; missing {t}"
+            );
+        }
+    }
 }
 
 #[test]

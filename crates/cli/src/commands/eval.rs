@@ -19,8 +19,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use clawctx_bench::engines::parse_engine_list;
-use clawctx_bench::eval::{render_table, run_eval, EvalOptions};
+use clawctx_bench::eval::{parse_eval_engines, render_table, run_eval, EvalOptions};
 use clawctx_bench::judged::{AnswerCache, Judging, ModelUse};
 use clawctx_config::parse_cli_value;
 use serde_json::{Map, Value};
@@ -44,7 +43,9 @@ enum EvalCommand {
 struct LocomoArgs {
     /// A LoCoMo JSON file (e.g. locomo10.json or a split of it). Never bundled: CC BY-NC 4.0.
     file: PathBuf,
-    /// Engines, comma-separated.
+    /// Engines, comma-separated: `legacy`, `lossless`, and `full` (the ceiling: the whole
+    /// conversation verbatim, no budget and no compaction; run once whatever `--budget` says,
+    /// its context tokens reported per question).
     #[arg(long, default_value = "legacy,lossless")]
     engine: String,
     /// Token budgets, comma-separated.
@@ -89,7 +90,7 @@ const BASE: &str = "plugins.entries.lossless.config";
 /// Runs the command.
 pub async fn run(global: &GlobalArgs, args: EvalArgs) -> anyhow::Result<ExitCode> {
     let EvalCommand::Locomo(a) = args.command;
-    let engines = parse_engine_list(&a.engine)?;
+    let engines = parse_eval_engines(&a.engine)?;
     let budgets = a
         .budget
         .split(',')
