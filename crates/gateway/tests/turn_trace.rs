@@ -3,8 +3,10 @@
 //! cached tokens as providers do), an engine-API `assemble` in a budget too small for the
 //! frontier, then a new gateway on the same state dir reading turn N back through
 //! `/v1/dashboard/trace/*`: its parts in order with references and tokens, the left-out items
-//! with their reasons, warnings in words, the diff to turn N−1, and the session's record. A
-//! second test holds the retention setting to its word through the gateway.
+//! with their reasons, warnings in words, the diff to turn N−1, the session's record, and why
+//! the recalled block quotes each message. A second test holds the retention setting to its
+//! word through the gateway; a third shows an open summarizer circuit breaker in a turn's
+//! trace and on the engines page.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -14,6 +16,7 @@ use std::time::Duration;
 use clawctx_engine::ContextEngineRegistry;
 use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts};
 use clawctx_protocol::SelectionSource;
+use clawctx_runtime::setup::{host_summarizer, summarizer_breaker_path};
 use clawctx_runtime::{select_backend, AgentRuntime};
 use clawctx_test_support::mock_model::MockModel;
 use serde_json::{json, Value};
@@ -28,6 +31,17 @@ struct Running {
 }
 
 async fn start(state: &Path, model: &MockModel, tweak: impl FnOnce(&mut GatewayConfig)) -> Running {
+    start_with(state, model, false, tweak).await
+}
+
+/// [`start`], with the host's LLM summarizer (the mock model, behind its persisted circuit
+/// breaker) when `llm_summarizer`.
+async fn start_with(
+    state: &Path,
+    model: &MockModel,
+    llm_summarizer: bool,
+    tweak: impl FnOnce(&mut GatewayConfig),
+) -> Running {
     let config = Arc::new(json!({
         "models": {"providers": {"mock": {
             "api": "openai-completions",
@@ -42,6 +56,11 @@ async fn start(state: &Path, model: &MockModel, tweak: impl FnOnce(&mut GatewayC
     clawctx_lossless::register(&registry).unwrap();
     let agent_dir = state.join("agents").join("main");
     let backend = select_backend(&config, None, &|_| None).unwrap();
+    if llm_summarizer {
+        let h = host_summarizer(&config, Some(&backend), &|_| None, state).unwrap();
+        assert!(h.llm.is_some());
+        registry.set_host_summarizer(h.llm.clone());
+    }
     let resolved = registry
         .resolve(
             Some(config.clone()),
@@ -381,8 +400,10 @@ async fn a_stored_turn_is_read_back_after_a_restart_with_its_parts_reasons_and_d
     let r = gw
         .http
         .post(format!("{}/v1/engine/assemble", gw.url))
-        .json(&json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 1000,
-            "prompt": "Which one was the zephyrine valve?"}))
+        .json(
+            &json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 1000,
+            "prompt": "Which one was the zephyrine valve?"}),
+        )
         .send()
         .await
         .unwrap();
@@ -394,7 +415,10 @@ async fn a_stored_turn_is_read_back_after_a_restart_with_its_parts_reasons_and_d
     );
     gw.wait_turns(KEY, n + 2).await;
     let turn = gw
-        .ok(&format!("/v1/dashboard/trace/turn?key={KEY}&turn={}", n + 2))
+        .ok(&format!(
+            "/v1/dashboard/trace/turn?key={KEY}&turn={}",
+            n + 2
+        ))
         .await;
     let block = turn["parts"]
         .as_array()
@@ -456,5 +480,56 @@ async fn retention_keeps_the_newest_turns_of_a_session() {
         .ok("/v1/dashboard/trace/diff?key=agent:main:kept&turn=3")
         .await;
     assert_eq!(d["previous"], Value::Null);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_summarizer_breaker_is_said_in_the_turn_and_on_the_engines_page() {
+    let model = MockModel::start().await;
+    let state = tempfile::tempdir().unwrap();
+    // A previous process's summarizer failed three times in a row: its breaker, persisted in
+    // the state dir, is open.
+    let breaker = clawctx_model::CircuitBreaker::with_state_file(
+        3,
+        Duration::from_secs(600),
+        summarizer_breaker_path(state.path()),
+    );
+    for _ in 0..3 {
+        breaker.on_failure("401 invalid api key");
+    }
+    let gw = start_with(state.path(), &model, true, |_| {}).await;
+    let key = "agent:main:breaker";
+    gw.chat(key, &prompt(1)).await;
+    gw.wait_turns(key, 1).await;
+    let turn = gw
+        .ok(&format!("/v1/dashboard/trace/turn?key={key}&turn=1"))
+        .await;
+    let b = &turn["summarizerBreaker"];
+    assert_eq!(b["state"], "open", "{turn}");
+    assert_eq!(b["consecutiveFailures"], 3);
+    assert!(b["lastError"].as_str().unwrap().contains("401"));
+    assert!(
+        turn["warnings"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("the summarizer's circuit breaker is open after 3 failures")),
+        "{turn}"
+    );
+    let engines = gw.ok("/v1/dashboard/engines").await;
+    assert_eq!(
+        engines["summarizer"]["breaker"]["state"], "open",
+        "{engines}"
+    );
+
+    // Closed again (a call went through): neither says anything.
+    breaker.on_success();
+    gw.chat(key, &prompt(2)).await;
+    gw.wait_turns(key, 2).await;
+    let turn = gw
+        .ok(&format!("/v1/dashboard/trace/turn?key={key}&turn=2"))
+        .await;
+    assert!(turn["summarizerBreaker"].is_null(), "{turn}");
+    let engines = gw.ok("/v1/dashboard/engines").await;
+    assert!(engines["summarizer"]["breaker"].is_null(), "{engines}");
     gw.stop().await;
 }

@@ -176,7 +176,8 @@ pub(crate) fn block_of(
     let mut left = r.reserve.saturating_sub(frame);
     // Best first while they fit (a large tool output is skipped, smaller ones still go in);
     // `(id, tokens, the ranked hit's (score, matched) or none for a question's answer)`.
-    let mut queue: VecDeque<(i64, u64, Option<(f64, usize)>)> = ranked
+    type Candidate = (i64, u64, Option<(f64, usize)>);
+    let mut queue: VecDeque<Candidate> = ranked
         .iter()
         .map(|h| (h.id, h.tokens, Some((h.score, h.matched))))
         .collect();

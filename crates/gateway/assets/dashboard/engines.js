@@ -56,7 +56,7 @@ export async function renderEngines(main) {
         ['Owns compaction', info.ownsCompaction ? 'yes' : 'no'],
         ['Methods', d.engine.methods.join(', ')],
         ['Model', d.model],
-        ['Summarizer', [d.summarizer?.host ?? 'none configured (the engine\'s own or extractive)', summarizers.length ? ` · stored summaries by ${summarizers.map(([n, c]) => `${n} (${num(c)})`).join(', ')}` : '']],
+        ['Summarizer', [d.summarizer?.host ?? 'none configured (the engine\'s own or extractive)', summarizers.length ? ` · stored summaries by ${summarizers.map(([n, c]) => `${n} (${num(c)})`).join(', ')}` : '', breakerWords(d.summarizer?.breaker)]],
       ]),
     ),
     h(
@@ -120,4 +120,17 @@ export async function renderEngines(main) {
     h('section', { class: 'card' }, h('h2', {}, 'Config (secrets masked)'), h('pre', { class: 'config', 'data-testid': 'config' }, JSON.stringify(d.config, null, 2))),
   );
   document.body.dataset.ready = 'engines';
+}
+
+// The LLM summarizer's circuit breaker, when it is not closed: while open, compaction
+// summarizes extractively, which the stored summaries' names alone do not tell.
+function breakerWords(b) {
+  if (!b) return '';
+  const since = b.openedAtMs ? ` since ${new Date(b.openedAtMs).toLocaleString()}` : '';
+  const state = b.state === 'open' ? 'open' : 'letting one probe call through';
+  return h(
+    'span',
+    { class: 'error', 'data-testid': 'summarizer-breaker' },
+    ` · circuit breaker ${state}${since} after ${num(b.consecutiveFailures)} failures in a row${b.lastError ? ` (last: ${b.lastError})` : ''}: compaction summarizes extractively meanwhile`,
+  );
 }

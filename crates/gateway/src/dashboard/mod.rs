@@ -842,6 +842,11 @@ async fn engines(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         .as_ref()
         .and_then(|r| r.host_summarizer())
         .map(|x| x.name().to_owned());
+    // The LLM summarizer's circuit breaker when it is not closed (while open, compaction
+    // summarizes extractively).
+    let breaker = summarizer
+        .as_ref()
+        .and_then(|_| crate::trace::BreakerTrace::read(s.runtime.state_dir()));
     let mut stored_summarizers = Value::Null;
     if let Some(store) = lossless_store(&s).await? {
         if let Ok(names) = store.summarizers_used().await {
@@ -859,7 +864,7 @@ async fn engines(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "quarantines": quarantines,
         "quarantineMirror": {"path": mirror.path().display().to_string(), "error": mirror_error},
         "host": s.runtime.host(),
-        "summarizer": {"host": summarizer, "stored": stored_summarizers},
+        "summarizer": {"host": summarizer, "stored": stored_summarizers, "breaker": breaker},
         "model": s.model,
         "gateway": {
             "address": cfg.addr.to_string(), "bind": cfg.bind_mode, "auth": if cfg.token.is_some() { "token" } else { "none" },

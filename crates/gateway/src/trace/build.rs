@@ -377,6 +377,14 @@ impl Builder {
             self.trace.runtime_warnings = end.warnings;
         }
         self.trace.summarizer = summarizer;
+        // Only while an LLM summarizer is the host's (the file outlives a config change).
+        if shared
+            .registry
+            .as_ref()
+            .is_some_and(|r| r.host_summarizer().is_some())
+        {
+            self.trace.summarizer_breaker = super::BreakerTrace::read(shared.runtime.state_dir());
+        }
         if self.trace.at_ms == 0 {
             self.trace.at_ms = crate::dashboard::now_ms();
         }

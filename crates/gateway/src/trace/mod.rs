@@ -280,6 +280,44 @@ pub struct SummarizerTrace {
     pub ms: f64,
 }
 
+/// The LLM summarizer's circuit breaker when it was not closed at the end of a turn: while it
+/// is open, compaction summarizes extractively (the turn's summaries are not the model's).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakerTrace {
+    /// `open` or `halfOpen`.
+    pub state: String,
+    /// Failures in a row that it counts.
+    pub consecutive_failures: u32,
+    /// When it opened (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_at_ms: Option<u64>,
+    /// The failure that opened it (at most 300 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl BreakerTrace {
+    /// The breaker persisted under `state_dir` when it is not closed (`None`: closed, never
+    /// tripped, or its file unreadable, which the summarizer itself treats as closed).
+    pub fn read(state_dir: &Path) -> Option<BreakerTrace> {
+        let path = clawctx_runtime::setup::summarizer_breaker_path(state_dir);
+        let text = std::fs::read_to_string(path).ok()?;
+        let snap: clawctx_model::BreakerSnapshot = serde_json::from_str(&text).ok()?;
+        let state = match snap.state {
+            clawctx_model::BreakerState::Closed => return None,
+            clawctx_model::BreakerState::Open => "open",
+            clawctx_model::BreakerState::HalfOpen => "halfOpen",
+        };
+        Some(BreakerTrace {
+            state: state.into(),
+            consecutive_failures: snap.consecutive_failures,
+            opened_at_ms: snap.opened_at_ms,
+            last_error: snap.last_error.map(|e| e.chars().take(300).collect()),
+        })
+    }
+}
+
 /// The engine that served a turn, and why it was that one.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -337,6 +375,9 @@ pub struct TurnTrace {
     /// Summarizer calls while it ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub summarizer: Vec<SummarizerTrace>,
+    /// The LLM summarizer's circuit breaker at the turn's end, when it was not closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summarizer_breaker: Option<BreakerTrace>,
     /// The runtime's warnings for the turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runtime_warnings: Vec<String>,

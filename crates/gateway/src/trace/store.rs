@@ -511,6 +511,7 @@ fn body_json(t: &TurnTrace) -> serde_json::Result<String> {
         model: t.model.as_ref(),
         compactions: &t.compactions,
         summarizer: &t.summarizer,
+        summarizer_breaker: t.summarizer_breaker.as_ref(),
         runtime_warnings: &t.runtime_warnings,
     })
 }
@@ -539,6 +540,8 @@ struct Body<'a> {
     compactions: &'a [super::CompactionTrace],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     summarizer: &'a [super::SummarizerTrace],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summarizer_breaker: Option<&'a super::BreakerTrace>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     runtime_warnings: &'a [String],
 }

@@ -131,6 +131,21 @@ pub fn warnings(t: &TurnTrace) -> Vec<String> {
             out.push(format!("the turn failed: {}", m.outcome));
         }
     }
+    if let Some(b) = &t.summarizer_breaker {
+        let what = if b.state == "open" {
+            "is open"
+        } else {
+            "is letting one probe call through"
+        };
+        out.push(format!(
+            "the summarizer's circuit breaker {what} after {} failures in a row{}: compaction summarizes extractively meanwhile",
+            b.consecutive_failures,
+            b.last_error
+                .as_deref()
+                .map(|e| format!(" (last: {e})"))
+                .unwrap_or_default()
+        ));
+    }
     for s in &t.summarizer {
         if s.failed > 0 {
             out.push(format!(
