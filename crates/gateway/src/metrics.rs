@@ -139,7 +139,7 @@ pub struct SummarizerLabels {
     pub summarizer: String,
 }
 
-/// `store`: `lossless_db` or `transcripts`.
+/// `store`: `lossless_db`, `transcripts` or `turn_trace`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StoreLabels {
     /// Which store.
@@ -228,6 +228,11 @@ pub struct Metrics {
     pub session_cache_hit_ratio: Family<SessionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// The same figures for the dashboard, by session key.
     session_cache: std::sync::Mutex<std::collections::HashMap<String, SessionCache>>,
+    /// Per-turn traces by outcome (`written`, `failed`, `dropped`), read from the trace
+    /// writer's own counters at scrape time.
+    pub trace_turns: Family<OutcomeLabels, Counter>,
+    /// The trace writer whose counters `trace_turns` shows.
+    tracer: Option<crate::trace::Tracer>,
 }
 
 impl Metrics {
@@ -438,9 +443,17 @@ impl Metrics {
             "Share of each session's prompt tokens served from the provider's prompt cache",
             session_cache_hit_ratio.clone(),
         );
+        let trace_turns = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "trace_turns",
+            "Per-turn traces by outcome: written to the state dir, failed to write (logged), or dropped because the writer was behind",
+            trace_turns.clone(),
+        );
         Metrics {
             registry,
             engines,
+            trace_turns,
+            tracer: None,
             requests,
             turns,
             turn_seconds,
@@ -595,8 +608,31 @@ impl Metrics {
         self.stores.push((store, path));
     }
 
+    /// Shows `tracer`'s counters as `trace_turns` and its file's size as a store.
+    pub(crate) fn watch_trace(&mut self, tracer: &crate::trace::Tracer) {
+        if tracer.enabled() {
+            self.watch_store("turn_trace", tracer.path().to_path_buf());
+        }
+        self.tracer = Some(tracer.clone());
+    }
+
     /// The exposition text.
     pub fn render(&self) -> String {
+        if let Some(t) = &self.tracer {
+            let stats = t.stats();
+            for (outcome, n) in [
+                ("written", stats.written),
+                ("failed", stats.failed),
+                ("dropped", stats.dropped),
+            ] {
+                self.trace_turns
+                    .get_or_create(&OutcomeLabels {
+                        outcome: outcome.into(),
+                    })
+                    .inner()
+                    .store(n, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         if let Some(engines) = &self.engines {
             self.quarantines
                 .set(i64::try_from(engines.quarantines().len()).unwrap_or(i64::MAX));

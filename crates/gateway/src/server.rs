@@ -125,6 +125,7 @@ impl Gateway {
             crate::trace::trace_path(parts.runtime.state_dir()),
             parts.config.trace.clone(),
         );
+        metrics.watch_trace(&tracer);
         let lanes = Lanes::new(
             parts.config.max_queued_per_session,
             metrics.requests_waiting.clone(),

@@ -1,6 +1,7 @@
 //! `/metrics` after real turns and engine-API calls over loopback HTTP: the latency of
 //! `assemble` (in turns and through the engine API), of compactions (in a turn and through the
-//! engine API), summarizer calls and failures, and the stores' sizes on disk.
+//! engine API), summarizer calls and failures, the stores' sizes on disk, and the per-turn
+//! trace's writes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -82,6 +83,33 @@ async fn assemble_latency_and_store_sizes_for_turns_and_engine_api_calls_on_loss
         transcripts as u64, on_disk,
         "the transcripts' bytes on disk"
     );
+    // Two turns and one engine-API assemble: three traces written, none failed or dropped,
+    // and the trace file measured.
+    let m = metrics_once(&gw, |m| {
+        sample(m, r#"clawctx_gateway_trace_turns_total{outcome="written"}"#) == Some(3.0)
+    })
+    .await;
+    assert_eq!(
+        sample(
+            m.as_str(),
+            r#"clawctx_gateway_trace_turns_total{outcome="written"}"#
+        ),
+        Some(3.0),
+        "{m}"
+    );
+    for outcome in ["failed", "dropped"] {
+        assert_eq!(
+            sample(
+                &m,
+                &format!(r#"clawctx_gateway_trace_turns_total{{outcome="{outcome}"}}"#)
+            ),
+            Some(0.0),
+            "{m}"
+        );
+    }
+    let trace = sample(&m, r#"clawctx_gateway_store_bytes{store="turn_trace"}"#)
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(trace > 0.0, "{m}");
     gw.stop().await.unwrap();
 }
 
