@@ -21,8 +21,9 @@
 //!   the lossless frontier, or the runtime's compaction summary for `legacy`), the share whose
 //!   covering summary holds the normalized answer as whole words. Whether the summary reached
 //!   the context does not matter: this measures what summaries carry, not what assembly picks.
-//!   Of the same turns, how many hold the answer in their own text is reported beside it (an
-//!   answer worked out from several turns or from a date cannot be copied from one turn).
+//!   Of the same turns, how many hold the answer in their own text, and of those how many
+//!   kept it, are reported beside it (an answer worked out from several turns or from a date
+//!   cannot be copied from one turn).
 //!
 //! Engines: `legacy` and `lossless` at each budget, and **`full`**, the ceiling: the whole
 //! conversation verbatim, no budget and no compaction (run once whatever the budgets, reported
@@ -120,6 +121,8 @@ pub struct Scores {
     pub answer_in_summary: u64,
     /// Of those, the turn's own text holds the answer.
     pub compacted_answer_in_turn: u64,
+    /// Of those (answer in the turn's text), the covering summary holds it too.
+    pub compacted_answer_in_turn_kept: u64,
 }
 
 impl Scores {
@@ -145,6 +148,7 @@ impl Scores {
         self.compacted_evidence += o.compacted_evidence;
         self.answer_in_summary += o.answer_in_summary;
         self.compacted_answer_in_turn += o.compacted_answer_in_turn;
+        self.compacted_answer_in_turn_kept += o.compacted_answer_in_turn_kept;
     }
 
     /// (d) as a percentage of the compacted evidence turns (`None`: none was compacted).
@@ -202,6 +206,8 @@ pub struct QuestionScore {
     pub answer_in_summary: u64,
     /// Of those, the turn's own text holds the answer.
     pub compacted_answer_in_turn: u64,
+    /// Of those (answer in the turn's text), the covering summary holds it too.
+    pub compacted_answer_in_turn_kept: u64,
     /// The answer and the judge's verdict (judged mode, questions with a gold answer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
@@ -560,18 +566,27 @@ async fn covering_summaries(
     Ok(out)
 }
 
-/// (d) of one question (scoring: reads the gold answer): `(compacted, answer in summary,
-/// answer in the compacted turn)` over its evidence turns' timestamps and texts.
+/// (d) of one question's evidence turns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct SummaryCounts {
+    compacted: u64,
+    kept: u64,
+    in_turn: u64,
+    in_turn_kept: u64,
+}
+
+/// (d) of one question (scoring: reads the gold answer) over its evidence turns' timestamps
+/// and texts.
 fn summary_scores(
     summaries: &[CoveringSummary],
     answer: Option<&str>,
     evidence: &[(i64, &str)],
-) -> (u64, u64, u64) {
+) -> SummaryCounts {
+    let mut counts = SummaryCounts::default();
     let Some(answer) = answer.map(normalize).filter(|a| !a.is_empty()) else {
-        return (0, 0, 0);
+        return counts;
     };
     let needle = format!(" {answer} ");
-    let mut counts = (0, 0, 0);
     for (ts, text) in evidence {
         let Some(s) = summaries
             .iter()
@@ -579,9 +594,12 @@ fn summary_scores(
         else {
             continue;
         };
-        counts.0 += 1;
-        counts.1 += s.words.contains(&needle) as u64;
-        counts.2 += format!(" {} ", normalize(text)).contains(&needle) as u64;
+        let kept = s.words.contains(&needle);
+        let in_turn = format!(" {} ", normalize(text)).contains(&needle);
+        counts.compacted += 1;
+        counts.kept += kept as u64;
+        counts.in_turn += in_turn as u64;
+        counts.in_turn_kept += (kept && in_turn) as u64;
     }
     counts
 }
@@ -685,8 +703,7 @@ async fn run_one(
                 .iter()
                 .filter_map(|d| Some((*dia_to_ts.get(d.as_str())?, texts.get(*d)?.as_str())))
                 .collect();
-            let (compacted, in_summary, in_turn) =
-                summary_scores(&summaries, q.answer.as_deref(), &evidence_turns);
+            let d = summary_scores(&summaries, q.answer.as_deref(), &evidence_turns);
             let gold = q
                 .answer
                 .as_deref()
@@ -713,9 +730,10 @@ async fn run_one(
                 answer,
                 unresolved,
                 context_tokens: used,
-                compacted_evidence: compacted,
-                answer_in_summary: in_summary,
-                compacted_answer_in_turn: in_turn,
+                compacted_evidence: d.compacted,
+                answer_in_summary: d.kept,
+                compacted_answer_in_turn: d.in_turn,
+                compacted_answer_in_turn_kept: d.in_turn_kept,
                 verdict,
             };
             run.overall.add(&score);
@@ -822,8 +840,11 @@ pub fn render_table(r: &EvalReport) -> String {
         }
         let o = &run.overall;
         s.push_str(&format!(
-            "  (d) answer kept in summary: {} of {} compacted evidence turns ({} of the {} hold the answer in their own text)\n",
-            o.answer_in_summary, o.compacted_evidence, o.compacted_answer_in_turn, o.compacted_evidence
+            "  (d) answer kept in summary: {} of {} compacted evidence turns; of the {} whose own text holds the answer, {} kept\n",
+            o.answer_in_summary,
+            o.compacted_evidence,
+            o.compacted_answer_in_turn,
+            o.compacted_answer_in_turn_kept
         ));
         if let Some(c) = &run.judged {
             s.push_str(&format!(

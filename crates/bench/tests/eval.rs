@@ -439,12 +439,23 @@ async fn answer_kept_in_summary() {
             q[i].compacted_evidence,
             q[i].answer_in_summary,
             q[i].compacted_answer_in_turn,
+            q[i].compacted_answer_in_turn_kept,
         )
     };
-    assert_eq!(d(0), (1, 1, 1), "the expiry date is kept: {:?}", q[0]);
-    assert_eq!(d(1), (1, 0, 1), "the bland preference is not: {:?}", q[1]);
-    assert_eq!(d(2), (0, 0, 0), "the raw tail is not compacted: {:?}", q[2]);
-    assert_eq!(d(3), (0, 0, 0), "no answer, nothing to keep: {:?}", q[3]);
+    assert_eq!(d(0), (1, 1, 1, 1), "the expiry date is kept: {:?}", q[0]);
+    assert_eq!(
+        d(1),
+        (1, 0, 1, 0),
+        "the bland preference is not: {:?}",
+        q[1]
+    );
+    assert_eq!(
+        d(2),
+        (0, 0, 0, 0),
+        "the raw tail is not compacted: {:?}",
+        q[2]
+    );
+    assert_eq!(d(3), (0, 0, 0, 0), "no answer, nothing to keep: {:?}", q[3]);
     let run = &r.runs[0];
     assert_eq!(
         (
@@ -457,5 +468,5 @@ async fn answer_kept_in_summary() {
     assert_eq!(run.categories[&4].summary_pct(), Some(0.0));
     assert_eq!(run.categories[&5].summary_pct(), None);
     assert!(clawctx_bench::eval::render_table(&r)
-        .contains("(d) answer kept in summary: 1 of 2 compacted evidence turns"));
+        .contains("(d) answer kept in summary: 1 of 2 compacted evidence turns; of the 2 whose own text holds the answer, 1 kept"));
 }
