@@ -5,9 +5,14 @@
 //! `/?token=`, checks the sessions page, that the session page's context bar shows exactly what
 //! `POST /v1/engine/assemble` answered (its figures recomputed here with the one estimator),
 //! opens DAG nodes down to the planted message (by mouse and keyboard), finds it with recall
-//! search (highlighted, expanded, shown in the transcript and the DAG), watches a live turn
-//! compact, reads a quarantined plugin's reason from the persisted mirror, checks phone width
-//! and that no console error was logged, and measures the 10,000-message view's load.
+//! search (highlighted, expanded, shown in the transcript and the DAG), follows hits inside a
+//! folded tool call and tool result (the fold opens on the match), reloads to find the search,
+//! the message and the DAG node named in the URL again (Back and Forward too), opens a
+//! compaction pass's summaries and the context card's left-out summaries and raw messages,
+//! watches a live turn compact, reads a quarantined plugin's reason from the persisted mirror,
+//! checks phone width (the DAG's breadcrumb down a real and a synthetic ten-level path, the
+//! layer table's labels, no horizontal scroll) and that no console error was logged, and
+//! measures the 10,000-message view's load.
 //! Screenshots go to `target/test-artifacts/dashboard/`.
 //!
 //! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.
@@ -18,7 +23,7 @@ mod common;
 mod dashboard_fixture;
 
 use clawctx_protocol::AgentMessage;
-use dashboard_fixture::{start, Setup, PLANTED};
+use dashboard_fixture::{start, Setup, PLANTED, PLANTED_CALL_WORD, PLANTED_RESULT_WORD};
 use serde_json::{json, Value};
 
 const KEY: &str = "agent:main:browser-3k";
@@ -79,28 +84,37 @@ async fn the_dashboard_works_in_a_real_browser() {
     assert!(total > 1, "the big session has several compaction passes");
     assert_eq!(newest.len(), total.min(100));
     assert_eq!(newest.last(), all.last(), "the newest pass is kept");
+    // Each pass names what it wrote (the first 32 summaries; `summaries` counts them all).
+    for e in &all {
+        let ids = e["summaryIds"].as_array().unwrap();
+        let n = e["summaries"].as_u64().unwrap() as usize;
+        assert_eq!(ids.len(), n.min(32), "{e}");
+        assert!(ids.iter().all(|i| i.as_str().unwrap().starts_with("sum_")));
+    }
     let one = f.get_json(&big("&timelineLimit=1")).await;
     assert_eq!(one["timeline"].as_array().unwrap().len(), 1);
     assert_eq!(one["timeline"][0], *all.last().unwrap());
 
-    // The planted message's id and sequence.
+    // The planted messages' ids and sequences.
     let page = f
         .get_json(&format!(
-            "/v1/dashboard/transcript?key={}&from=0&limit=5",
+            "/v1/dashboard/transcript?key={}&from=0&limit=15",
             KEY.replace(':', "%3A")
         ))
         .await;
-    let planted = page["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| {
-            m["message"]["content"]
-                .as_str()
-                .is_some_and(|c| c.contains(PLANTED))
-        })
-        .expect("the planted message is stored")
-        .clone();
+    let stored = |word: &str| {
+        page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["message"].to_string().contains(word))
+            .unwrap_or_else(|| panic!("the message planted with {word} is stored"))
+            .clone()
+    };
+    let planted = stored(PLANTED);
+    let (call, result) = (stored(PLANTED_CALL_WORD), stored(PLANTED_RESULT_WORD));
+    assert_eq!(call["message"]["role"], "assistant");
+    assert_eq!(result["message"]["role"], "toolResult");
 
     // What assemble answers now: the page must show exactly this.
     let stats = f
@@ -174,7 +188,11 @@ async fn the_dashboard_works_in_a_real_browser() {
         "estimatedTokens": assembled["estimatedTokens"], "messageCount": messages.len(),
         "totalTokens": summary_tokens + raw_tokens + addition, "summaryTokens": summary_tokens, "rawTokens": raw_tokens,
         "summaryCount": summary_count, "budget": budget,
+        // An assembly narrower than the raw tail: raw messages are left out too.
+        "sessionId": sid, "narrowBudget": raw / 3,
         "plantedId": planted["id"], "plantedSeq": planted["seq"], "plantedWords": PLANTED,
+        "toolCallId": call["id"], "toolCallWord": PLANTED_CALL_WORD,
+        "toolResultId": result["id"], "toolResultWord": PLANTED_RESULT_WORD,
         "quarantinedEngine": "vector-memory", "quarantineReason": "cannot reach the vector store at 127.0.0.1:6333",
         "secret": SECRET, "livePrompt": live_prompt,
     });

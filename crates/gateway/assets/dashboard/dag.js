@@ -1,19 +1,68 @@
 // The summary DAG: layers by depth, the roots, children loaded when a node opens. A WAI-ARIA
 // tree: one item is tabbable; arrows move, Right/Enter open, Left closes or goes to the parent.
+// A long session's DAG is deeper than a phone is wide (each level indents), so the node in hand
+// also gets its path as a breadcrumb, root first, each crumb a link back up to that node; the
+// session keeps that node in the URL (`node=`), and a link or reload opens its path again.
 import { get } from './api.js';
 import { errorBox, fill, h, highlight, num, when } from './ui.js';
 
-export function createDag(el, key, { openMessage }) {
+const COLUMNS = ['Depth', 'Summaries', 'Tokens', 'Covering', 'In frontier'];
+
+/** `onNode(id, push)`: the node in hand changed (push: a navigation, worth a history entry);
+ * `hrefFor(id)`: the URL that opens a node. */
+export function createDag(el, key, { openMessage, onNode = () => {}, hrefFor = () => '#' }) {
   const layers = h('div', { class: 'layers', 'data-testid': 'dag-layers' });
   const tree = h('ul', { class: 'tree', role: 'tree', 'aria-label': 'Summary DAG', 'data-testid': 'dag-tree' });
+  const crumbs = h('nav', { class: 'crumbs', 'aria-label': 'Path to the node in hand', 'data-testid': 'dag-crumbs', hidden: true });
   fill(
     el,
     h('h2', {}, 'Summary DAG'),
     h('p', { class: 'muted small' }, 'Roots first; open a node to load its children, down to the stored messages. Highlighted: the active frontier (what assembly draws from). Keys: ↑ ↓ move, → or Enter open, ← close.'),
     layers,
+    crumbs,
     tree,
   );
   const nodes = new Map();
+  let current = null;
+
+  /** The path from a root down to `li` as crumbs (the DOM holds it: each level is nested). */
+  function showPath(li) {
+    const chain = [];
+    for (let x = li; x && tree.contains(x); x = x.parentElement?.closest('[role="treeitem"]')) chain.unshift(x);
+    crumbs.hidden = !chain.length;
+    fill(
+      crumbs,
+      h(
+        'ol',
+        {},
+        chain.map((x, i) => {
+          const last = i === chain.length - 1;
+          const depth = x.dataset.depth;
+          return h(
+            'li',
+            {},
+            h(
+              'a',
+              {
+                href: hrefFor(x.dataset.id),
+                'data-id': x.dataset.id,
+                'aria-current': last ? 'location' : null,
+                onclick: (e) => {
+                  if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+                  e.preventDefault();
+                  onNode(x.dataset.id, true);
+                  reveal(x.dataset.id);
+                },
+              },
+              depth !== undefined ? h('span', { class: `badge d${Math.min(Number(depth), 3)}` }, `d${depth}`) : null,
+              ' ',
+              x.dataset.id,
+            ),
+          );
+        }),
+      ),
+    );
+  }
 
   function label(n, terms) {
     const span = n.firstSeq === n.lastSeq ? `seq ${num(n.firstSeq)}` : `seq ${num(n.firstSeq)}–${num(n.lastSeq)}`;
@@ -39,6 +88,7 @@ export function createDag(el, key, { openMessage }) {
       'aria-level': String(level),
       'data-id': n.id,
       'data-kind': n.kind,
+      'data-depth': n.depth ?? null,
       'data-first-seq': n.firstSeq,
       'data-last-seq': n.lastSeq,
       class: `node ${n.inFrontier ? 'in-frontier' : ''}`,
@@ -89,10 +139,16 @@ export function createDag(el, key, { openMessage }) {
     else expand(li);
   }
 
-  function focus(li) {
+  /** Moves the tree's one tab stop (and the focus, unless `quiet`) to `li`: the node in hand. */
+  function focus(li, quiet = false) {
     for (const x of tree.querySelectorAll('[role="treeitem"][tabindex="0"]')) x.tabIndex = -1;
     li.tabIndex = 0;
-    li.focus({ preventScroll: false });
+    if (!quiet) li.focus({ preventScroll: false });
+    if (current !== li) {
+      current = li;
+      showPath(li);
+      onNode(li.dataset.id, false);
+    }
   }
 
   function visible() {
@@ -141,23 +197,33 @@ export function createDag(el, key, { openMessage }) {
       h(
         'table',
         { class: 'layer-table' },
-        h('thead', {}, h('tr', {}, ['Depth', 'Summaries', 'Tokens', 'Covering', 'In frontier'].map((t) => h('th', { scope: 'col' }, t)))),
+        h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', { scope: 'col' }, t)))),
         h(
           'tbody',
           {},
-          d.layers.map((l) => h('tr', { 'data-depth': l.depth }, h('td', {}, h('span', { class: `badge d${Math.min(l.depth, 3)}` }, `d${l.depth}`)), h('td', { class: 'n' }, num(l.count)), h('td', { class: 'n' }, num(l.tokens)), h('td', { class: 'n' }, num(l.sourceTokens)), h('td', { class: 'n' }, num(l.inFrontier)))),
-          h('tr', { class: 'raw-row' }, h('td', {}, h('span', { class: 'badge frontier' }, 'raw')), h('td', { class: 'n' }, `${num(d.uncovered.count)} msgs`), h('td', { class: 'n' }, num(d.uncovered.tokens)), h('td', { class: 'n' }, d.uncovered.count ? `seq ${num(d.uncovered.firstSeq)}–${num(d.uncovered.lastSeq)}` : '–'), h('td', { class: 'n' }, '')),
+          d.layers.map((l) => row({ 'data-depth': l.depth }, h('span', { class: `badge d${Math.min(l.depth, 3)}` }, `d${l.depth}`), num(l.count), num(l.tokens), num(l.sourceTokens), num(l.inFrontier))),
+          row({ class: 'raw-row' }, h('span', { class: 'badge frontier' }, 'raw'), `${num(d.uncovered.count)} msgs`, num(d.uncovered.tokens), d.uncovered.count ? `seq ${num(d.uncovered.firstSeq)}–${num(d.uncovered.lastSeq)}` : '–', ''),
         ),
       ),
     );
     nodes.clear();
+    current = null;
+    crumbs.hidden = true;
     fill(tree, d.roots.length ? d.roots.map((n) => item(n, 1)) : h('li', { class: 'muted' }, 'No summaries yet: everything is raw.'));
     const first = tree.querySelector('[role="treeitem"]');
     if (first) first.tabIndex = 0;
   }
 
-  /** Opens the path from a root down to `id` and marks it. */
-  async function reveal(id, terms = []) {
+  /** A row of the layer table; at phone width the table stacks and each cell says its column
+   * (`data-label`, shown by the stylesheet). */
+  function row(attrs, ...cells) {
+    return h('tr', attrs, cells.map((c, i) => h('td', { class: i ? 'n' : null, 'data-label': COLUMNS[i] }, c)));
+  }
+
+  /** Opens the path from a root down to `id` and marks it; `focus: false` leaves the focus
+   * where it is (a node restored from the URL while another tab shows). */
+  async function reveal(id, terms = [], { focus: take = true } = {}) {
+    for (const x of tree.querySelectorAll('.marked')) x.classList.remove('marked');
     let path;
     try {
       path = (await get('/v1/dashboard/dag/path', { key, id })).path;
@@ -165,7 +231,6 @@ export function createDag(el, key, { openMessage }) {
       tree.prepend(h('li', {}, errorBox(e)));
       return;
     }
-    for (const x of tree.querySelectorAll('.marked')) x.classList.remove('marked');
     for (const step of path.slice(0, -1)) {
       const li = nodes.get(step);
       if (!li) break;
@@ -176,10 +241,18 @@ export function createDag(el, key, { openMessage }) {
       target.classList.add('marked');
       const preview = target.querySelector(':scope > .node-label .preview');
       if (preview && terms.length) fill(preview, highlight(preview.textContent, terms));
-      focus(target);
-      target.scrollIntoView({ block: 'center' });
+      if (target.dataset.kind === 'summary') await expand(target, terms);
+      focus(target, !take);
+      if (take) target.scrollIntoView({ block: 'center' });
     }
   }
 
-  return { load, reveal };
+  /** Forgets the node in hand (the URL names none any more). */
+  function unmark() {
+    for (const x of tree.querySelectorAll('.marked')) x.classList.remove('marked');
+    current = null;
+    crumbs.hidden = true;
+  }
+
+  return { load, reveal, unmark };
 }

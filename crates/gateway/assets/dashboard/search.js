@@ -1,6 +1,7 @@
 // Recall search: lcm_grep in its modes over this session, lcm_expand on a hit, and a way to
 // see the hit in the transcript or the DAG (highlighted there). Keyboard: ↑ ↓ move between
-// hits, Enter expands, T shows in the transcript, D in the DAG.
+// hits, Enter expands, T shows in the transcript, D in the DAG. A search the user runs is
+// told to the session (`onSearch`), which keeps it in the URL; `search` runs one named there.
 import { post } from './api.js';
 import { errorBox, fill, h, highlight, num, when } from './ui.js';
 
@@ -13,7 +14,7 @@ export function termsOf(query, mode) {
     .filter((w) => w && !['AND', 'OR', 'NOT', 'NEAR'].includes(w));
 }
 
-export function createSearch(el, key, { showInTranscript, showInDag }) {
+export function createSearch(el, key, { showInTranscript, showInDag, onSearch = () => {} }) {
   const query = h('input', { type: 'search', name: 'q', required: true, placeholder: 'Search this session\'s history', 'aria-label': 'Search query', 'data-testid': 'search-query' });
   const mode = h('select', { name: 'mode', 'aria-label': 'Mode', 'data-testid': 'search-mode' }, h('option', { value: 'full_text' }, 'All terms (full text)'), h('option', { value: 'any_term' }, 'Any term (question)'), h('option', { value: 'regex' }, 'Regular expression'));
   const target = h('select', { name: 'target', 'aria-label': 'Search in' }, h('option', { value: 'both' }, 'Messages and summaries'), h('option', { value: 'messages' }, 'Messages'), h('option', { value: 'summaries' }, 'Summaries'));
@@ -22,11 +23,18 @@ export function createSearch(el, key, { showInTranscript, showInDag }) {
   const results = h('ol', { class: 'hits', 'aria-label': 'Search results', 'data-testid': 'search-results' });
   const info = h('p', { class: 'muted', role: 'status' });
   const more = h('button', { type: 'button', hidden: true, onclick: () => run(state.next) }, 'More results');
-  const form = h('form', { class: 'search-form', role: 'search', onsubmit: (e) => (e.preventDefault(), run(0)) }, query, mode, target, sort, button);
+  const form = h('form', { class: 'search-form', role: 'search', onsubmit: (e) => (e.preventDefault(), submit()) }, query, mode, target, sort, button);
   const state = { next: null, terms: [] };
   fill(el, h('h2', {}, 'Recall search'), form, info, results, more);
 
-  async function run(offset) {
+  function submit() {
+    const q = query.value.trim();
+    if (!q) return;
+    onSearch(q, mode.value);
+    return run(0);
+  }
+
+  async function run(offset, focus = true) {
     const q = query.value.trim();
     if (!q) return;
     state.terms = termsOf(q, mode.value);
@@ -45,7 +53,7 @@ export function createSearch(el, key, { showInTranscript, showInDag }) {
     info.textContent = `${num(shown)} hit${shown === 1 ? '' : 's'}${r.scanTruncated ? ' (the regex scan stopped at its row limit)' : ''}${r.ftsQuery ? ` · query ${r.ftsQuery}` : ''}`;
     state.next = r.nextOffset ?? null;
     more.hidden = state.next === null;
-    if (!offset) results.querySelector('.hit')?.focus();
+    if (!offset && focus) results.querySelector('.hit')?.focus();
   }
 
   function hitItem(hit) {
@@ -98,6 +106,20 @@ export function createSearch(el, key, { showInTranscript, showInDag }) {
   }
 
   return {
+    /** Runs `q` in `mode` (from the URL); `focus`: the first hit takes the focus. */
+    search(q, m, { focus = true } = {}) {
+      query.value = q;
+      if ([...mode.options].some((o) => o.value === m)) mode.value = m;
+      return run(0, focus);
+    },
+    /** Empties the query and the results (the URL names no search any more). */
+    clear() {
+      query.value = '';
+      results.replaceChildren();
+      info.textContent = '';
+      more.hidden = true;
+      state.next = null;
+    },
     disable(message) {
       for (const x of form.elements) x.disabled = true;
       info.textContent = message;

@@ -1,9 +1,14 @@
 // One session: the last assembled context, the stored turns (what the model saw on each, and
 // why), the transcript, the summary DAG, the compaction timeline and recall search; live while a
-// turn runs. The tab and the open turn are in the URL.
+// turn runs. What is open is in the URL, so a reload or a shared link shows it again: the tab,
+// the open turn, the message the transcript is around, the DAG node in hand (`node=`) and the
+// recall search (`q=`, `mode=`). Going somewhere (a search, a link to a message or a summary)
+// is a history entry, so Back returns; moving within a view (tabs, the tree, pages) replaces
+// the entry. The router hands a hash change within the same session to `update` rather than
+// building the page again.
 import { get } from './api.js';
 import { createDag } from './dag.js';
-import { createSearch } from './search.js';
+import { createSearch, termsOf } from './search.js';
 import { createTurns } from './turns.js';
 import { ago, errorBox, fill, h, highlight, messageText, num, stackedBar, when } from './ui.js';
 
@@ -53,10 +58,68 @@ export async function renderSession(main, key, params) {
     if (focus) tabButtons[id].focus();
   }
 
-  // The tab and the open turn go into the URL (replaced, not pushed: Back leaves the session).
-  function remember(state) {
-    for (const [k, v] of Object.entries(state)) params.set(k, String(v));
-    history.replaceState(null, '', `#/session/${encodeURIComponent(key)}/${params}`);
+  const here = () => {
+    const p = location.hash.replace(/^#/, '').split('/').filter(Boolean);
+    try {
+      return p[0] === 'session' && decodeURIComponent(p[1] ?? '') === key;
+    } catch {
+      return false;
+    }
+  };
+  const hrefWith = (p) => `#/session/${encodeURIComponent(key)}/${p}`;
+  // `state` goes into the URL (a null value drops its key): replacing the entry, or with
+  // `push` adding one (where the user went, so Back comes back).
+  function remember(state, push = false) {
+    if (!here()) return; // a load that finishes after the user left must not bring them back
+    for (const [k, v] of Object.entries(state)) {
+      if (v === null || v === undefined) params.delete(k);
+      else params.set(k, String(v));
+    }
+    if (push) history.pushState(null, '', hrefWith(params));
+    else history.replaceState(null, '', hrefWith(params));
+  }
+  /** The URL that shows `id`: a message in the transcript, a summary in the DAG. */
+  function hrefFor(id) {
+    const p = new URLSearchParams(params);
+    if (id.startsWith('msg_')) {
+      p.set('tab', 'transcript');
+      p.set('around', id);
+    } else {
+      p.set('tab', 'dag');
+      p.set('node', id);
+    }
+    return hrefWith(p);
+  }
+  /** The search's words, for highlighting what it found wherever it is shown. */
+  const searchTerms = () => (params.get('q') ? termsOf(params.get('q'), params.get('mode') || 'full_text') : []);
+  /** Goes to `id` (a history entry): a stored message opens the transcript around it, marked
+   * (unless `inDag`); anything else opens in the DAG with its path. */
+  function openItem(id, terms = searchTerms(), inDag = false) {
+    if (id.startsWith('msg_') && !inDag) {
+      remember({ tab: 'transcript', around: id }, true);
+      select('transcript', false);
+      return transcript.load({ around: id, mark: id, terms });
+    }
+    remember({ tab: 'dag', node: id }, true);
+    select('dag', false);
+    return dag?.reveal(id, terms);
+  }
+  /** A link (a real one: keyboard, new tab) to `id` that opens it in place. */
+  function itemLink(id, attrs = {}) {
+    return h(
+      'a',
+      {
+        href: hrefFor(id),
+        'data-item': id,
+        ...attrs,
+        onclick: (e) => {
+          if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+          e.preventDefault();
+          openItem(id);
+        },
+      },
+      id,
+    );
   }
 
   fill(main, h('p', {}, h('a', { href: '#/' }, '← Sessions')), title, meta, context, tabs, ...Object.values(panels));
@@ -65,29 +128,17 @@ export async function renderSession(main, key, params) {
   let summary = null;
   // The newest compactions only, unless the user asked for all of them.
   let timelineAll = false;
-  const transcript = createTranscript(panels.transcript, key);
+  // Paging away from the message the transcript was opened around forgets it.
+  const transcript = createTranscript(panels.transcript, key, { onPage: () => remember({ around: null }) });
   const turns = createTurns(panels.turns, key, {
     onTurn: (n) => remember({ tab: 'turns', turn: n }),
-    openItem: (id) => {
-      if (id.startsWith('msg_')) {
-        select('transcript', false);
-        transcript.load({ around: id, mark: id });
-      } else {
-        select('dag', false);
-        dag?.reveal(id, []);
-      }
-    },
+    openItem: (id) => openItem(id, []),
   });
   let dag = null;
   const search = createSearch(panels.search, key, {
-    showInTranscript: (id, terms) => {
-      select('transcript', false);
-      transcript.load({ around: id, mark: id, terms });
-    },
-    showInDag: (id, terms) => {
-      select('dag', false);
-      dag?.reveal(id, terms);
-    },
+    showInTranscript: (id, terms) => openItem(id, terms),
+    showInDag: (id, terms) => openItem(id, terms, true),
+    onSearch: (q, mode) => remember({ tab: 'search', q, mode: mode === 'full_text' ? null : mode }, q !== params.get('q')),
   });
 
   async function loadSummary() {
@@ -116,19 +167,27 @@ export async function renderSession(main, key, params) {
         ? ` · prompt cache hit ratio ${(summary.cache.hitRatio * 100).toFixed(1)}% (${num(summary.cache.cachedTokens)} of ${num(summary.cache.promptTokens)} prompt tokens)`
         : '',
     );
-    renderContext(context, summary, { onOpen: (id) => (select('dag', false), dag?.reveal(id, [])) });
-    renderTimeline(panels.timeline, summary, () => {
+    renderContext(context, summary, { itemLink });
+    renderTimeline(panels.timeline, summary, itemLink, () => {
       timelineAll = true;
       return loadSummary();
     });
   }
 
   const started = performance.now();
-  const jobs = [loadSummary().catch((e) => fill(context, errorBox(e))), turns.load(params.get('turn')), transcript.load(params.get('around') ? { around: params.get('around'), mark: params.get('around') } : {})];
+  const around = params.get('around');
+  const jobs = [loadSummary().catch((e) => fill(context, errorBox(e))), turns.load(params.get('turn')), transcript.load(around ? { around, mark: around, terms: searchTerms() } : {})];
   const overview = await jobs[0].then(() => summary);
   if (overview?.lossless) {
-    dag = createDag(panels.dag, key, { openMessage: (id) => (select('transcript', false), transcript.load({ around: id, mark: id })) });
-    jobs.push(dag.load());
+    dag = createDag(panels.dag, key, {
+      openMessage: (id) => openItem(id, []),
+      onNode: (id, push) => remember({ node: id }, push),
+      hrefFor,
+    });
+    // The node and the search the URL names come back (a reload, a shared link).
+    const node = params.get('node');
+    jobs.push(dag.load().then(() => node && dag.reveal(node, searchTerms(), { focus: params.get('tab') === 'dag' })));
+    if (params.get('q')) jobs.push(search.search(params.get('q'), params.get('mode') || 'full_text', { focus: params.get('tab') === 'search' }));
   } else {
     fill(panels.dag, h('p', { class: 'muted' }, 'The summary DAG is the lossless engine\'s; this gateway runs ', h('code', {}, overview?.engine ?? '?'), '.'));
     search.disable(`Recall search needs the lossless engine (this gateway runs ${overview?.engine ?? '?'}).`);
@@ -158,7 +217,11 @@ export async function renderSession(main, key, params) {
       await loadSummary();
       if ([...what].some((k) => k !== 'assembled')) {
         if (transcript.atEnd()) await transcript.load({});
-        if (dag) await dag.load();
+        if (dag) {
+          await dag.load();
+          // The tree is new: the node in hand opens again, the focus left where it is.
+          if (params.get('node')) await dag.reveal(params.get('node'), [], { focus: false });
+        }
         await turns.load();
       }
     } catch (e) {
@@ -200,7 +263,25 @@ export async function renderSession(main, key, params) {
     status.textContent = 'live: reconnecting';
     status.dataset.state = 'reconnecting';
   };
-  return () => {
+  // A hash change within this session (Back, Forward, a link): show what the URL names now.
+  async function update(next) {
+    const was = params;
+    params = next;
+    const tab = next.get('tab') || 'transcript';
+    select(tab, false);
+    const changed = (k) => (next.get(k) ?? null) !== (was.get(k) ?? null);
+    if (changed('turn') && next.get('turn')) await turns.load(next.get('turn'));
+    if (changed('around') && next.get('around')) await transcript.load({ around: next.get('around'), mark: next.get('around'), terms: searchTerms() });
+    if (dag && changed('node')) {
+      if (next.get('node')) await dag.reveal(next.get('node'), searchTerms(), { focus: tab === 'dag' });
+      else dag.unmark();
+    }
+    if (overview?.lossless && (changed('q') || changed('mode'))) {
+      if (next.get('q')) await search.search(next.get('q'), next.get('mode') || 'full_text', { focus: tab === 'search' });
+      else search.clear();
+    }
+  }
+  const stop = () => {
     events.close();
     clearTimeout(pending);
     status.textContent = '';
@@ -209,9 +290,11 @@ export async function renderSession(main, key, params) {
     delete document.body.dataset.events;
     delete document.body.dataset.lastEvent;
   };
+  stop.update = update;
+  return stop;
 }
 
-function renderContext(el, s, { onOpen }) {
+function renderContext(el, s, { itemLink }) {
   const last = s.lastAssembled;
   const heading = h('h2', { id: 'ctx-h' }, 'Last assembled context');
   if (!last) {
@@ -269,7 +352,7 @@ function renderContext(el, s, { onOpen }) {
                 h('strong', {}, num(left.items)),
                 ` frontier item(s), ${num(left.tokens)} tokens, standing for ${num(left.messages)} stored message(s)`,
                 left.firstSeq !== null && left.firstSeq !== undefined ? ` (seq ${num(left.firstSeq)}–${num(left.lastSeq)})` : '',
-                left.listed?.length ? [': ', left.listed.slice(0, 12).map((i, n) => [n ? ', ' : '', h('button', { type: 'button', class: 'link', onclick: () => onOpen(i.id) }, i.id)]), left.items > 12 ? ', …' : ''] : '',
+                left.listed?.length ? [': ', left.listed.slice(0, 12).map((i, n) => [n ? ', ' : '', itemLink(i.id)]), left.items > 12 ? ', …' : ''] : '',
               ]
             : ['Stored messages not in the assembled context: ', h('strong', {}, num(left.messages))],
         )
@@ -286,7 +369,7 @@ function renderContext(el, s, { onOpen }) {
             'li',
             { class: `part part-${p.kind}`, 'data-kind': p.kind },
             h('span', { class: `swatch seg-${p.kind === 'summary' ? `summary d${Math.min(p.depth ?? 0, 3)}` : p.kind}` }),
-            h('span', { class: 'part-kind' }, p.kind === 'summary' ? [h('button', { type: 'button', class: 'link', onclick: () => onOpen(p.id) }, p.id), ` depth ${p.depth}`] : p.kind === 'raw' ? p.role : KIND_LABEL[p.kind]),
+            h('span', { class: 'part-kind' }, p.kind === 'summary' ? [itemLink(p.id), ` depth ${p.depth}`] : p.kind === 'raw' ? p.role : KIND_LABEL[p.kind]),
             h('span', { class: 'n' }, `${num(p.tokens)} tok`),
             h('span', { class: 'preview' }, p.preview),
           ),
@@ -296,7 +379,7 @@ function renderContext(el, s, { onOpen }) {
   );
 }
 
-function renderTimeline(el, s, showAll) {
+function renderTimeline(el, s, itemLink, showAll) {
   const rows = s.timeline ?? [];
   if (!rows.length) {
     fill(el, h('h2', {}, 'Compactions'), h('p', { class: 'muted' }, 'No compaction yet.'));
@@ -334,14 +417,25 @@ function renderTimeline(el, s, showAll) {
             h('span', { class: 'tokens' }, `${num(r.tokensBefore)} → ${num(r.tokensAfter)} tokens`),
             h('span', { class: 'muted' }, r.summarizer),
             h('span', { class: 'mini' }, h('span', { class: 'mini-before', style: { width: `${(100 * r.tokensBefore) / max}%` } }), h('span', { class: 'mini-after', style: { width: `${(100 * r.tokensAfter) / max}%` } })),
+            // What the pass wrote, each a link into the DAG (the server lists the first few dozen).
+            r.summaryIds?.length
+              ? h(
+                  'span',
+                  { class: 'pass-summaries small', 'data-testid': 'pass-summaries' },
+                  'Wrote ',
+                  r.summaryIds.map((id, n) => [n ? ', ' : '', itemLink(id)]),
+                  r.summaries > r.summaryIds.length ? ` and ${num(r.summaries - r.summaryIds.length)} more` : '',
+                )
+              : null,
           ),
         ),
     ),
   );
 }
 
-/** The paged transcript with tool calls and results folded. */
-function createTranscript(el, key) {
+/** The paged transcript with tool calls and results folded; a message opened with search
+ * terms has the folds that hold them opened, the first match scrolled into view. */
+function createTranscript(el, key, { onPage }) {
   let page = null;
   const list = h('div', { class: 'messages', 'data-testid': 'messages' });
   const info = h('span', { class: 'muted' });
@@ -349,14 +443,15 @@ function createTranscript(el, key) {
   const nav = h(
     'div',
     { class: 'toolbar' },
-    h('button', { type: 'button', onclick: () => page && load({ from: 0 }) }, '⇤ First'),
-    h('button', { type: 'button', 'data-testid': 'older', onclick: () => page && load({ from: Math.max(0, page.fromSeq - page.limit) }) }, '← Older'),
-    h('button', { type: 'button', 'data-testid': 'newer', onclick: () => page?.nextSeq != null && load({ from: page.nextSeq }) }, 'Newer →'),
-    h('button', { type: 'button', onclick: () => load({}) }, 'Latest ⇥'),
-    h('form', { class: 'inline', onsubmit: (e) => (e.preventDefault(), jump.value !== '' && load({ from: Number(jump.value) })) }, jump, h('button', { type: 'submit' }, 'Go')),
+    h('button', { type: 'button', onclick: () => page && turn({ from: 0 }) }, '⇤ First'),
+    h('button', { type: 'button', 'data-testid': 'older', onclick: () => page && turn({ from: Math.max(0, page.fromSeq - page.limit) }) }, '← Older'),
+    h('button', { type: 'button', 'data-testid': 'newer', onclick: () => page?.nextSeq != null && turn({ from: page.nextSeq }) }, 'Newer →'),
+    h('button', { type: 'button', onclick: () => turn({}) }, 'Latest ⇥'),
+    h('form', { class: 'inline', onsubmit: (e) => (e.preventDefault(), jump.value !== '' && turn({ from: Number(jump.value) })) }, jump, h('button', { type: 'submit' }, 'Go')),
     info,
   );
   fill(el, h('h2', {}, 'Transcript'), nav, list);
+  const turn = (at) => (onPage(), load(at));
 
   async function load({ from, around, mark, terms } = {}) {
     try {
@@ -372,7 +467,9 @@ function createTranscript(el, key) {
       const target = list.querySelector(`[data-id="${CSS.escape(mark)}"]`);
       if (target) {
         target.classList.add('marked');
-        target.scrollIntoView({ block: 'center' });
+        // A match inside a folded tool call, tool result or thinking: open that fold.
+        for (const d of target.querySelectorAll('details')) if (d.querySelector('mark')) d.open = true;
+        (target.querySelector('mark') ?? target).scrollIntoView({ block: 'center' });
         target.focus({ preventScroll: true });
       }
     }
@@ -399,8 +496,8 @@ function renderMessage(m, terms) {
   } else {
     for (const b of msg.content ?? []) {
       if (b.type === 'text') body.append(h('div', { class: 'text' }, highlight(b.text ?? '', terms)));
-      else if (b.type === 'toolCall') body.append(h('details', { class: 'fold tool-call' }, h('summary', {}, `tool call · ${b.name}`), h('pre', {}, JSON.stringify(b.arguments ?? {}, null, 2))));
-      else if (b.type === 'thinking') body.append(h('details', { class: 'fold' }, h('summary', {}, 'thinking'), h('pre', {}, b.thinking ?? '')));
+      else if (b.type === 'toolCall') body.append(h('details', { class: 'fold tool-call' }, h('summary', {}, 'tool call · ', highlight(b.name ?? '', terms)), h('pre', {}, highlight(JSON.stringify(b.arguments ?? {}, null, 2), terms))));
+      else if (b.type === 'thinking') body.append(h('details', { class: 'fold' }, h('summary', {}, 'thinking'), h('pre', {}, highlight(b.thinking ?? '', terms))));
       else body.append(h('div', { class: 'muted' }, `[${b.type}]`));
     }
   }

@@ -166,6 +166,117 @@ try {
   await hit.waitFor();
   check(true, 'regex mode finds it too');
 
+  const hashParams = () => new URLSearchParams(new URL(page.url()).hash.split('/').slice(3).join('/'));
+  const inView = (loc) => loc.evaluate((el) => {
+    const r = el.getBoundingClientRect();
+    return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight;
+  });
+
+  // A hit inside a folded tool call (its arguments) and a folded tool result: following it
+  // opens that fold, with the match highlighted and scrolled into view.
+  for (const [word, id] of [[expect.toolCallWord, expect.toolCallId], [expect.toolResultWord, expect.toolResultId]]) {
+    await page.click('#tab-search');
+    await page.selectOption('[data-testid="search-mode"]', 'full_text');
+    await page.fill('[data-testid="search-query"]', word);
+    await page.click('[data-testid="search-go"]');
+    const toolHit = page.locator(`[data-testid="search-results"] .hit[data-id="${id}"]`);
+    await toolHit.waitFor();
+    await toolHit.locator('[data-action="transcript"]').click();
+    const article = page.locator(`[data-testid="messages"] article.marked[data-id="${id}"]`);
+    await article.waitFor();
+    const fold = article.locator('details.fold');
+    check((await fold.count()) === 1 && (await fold.evaluate((d) => d.open)), `the fold holding "${word}" is opened`);
+    const match = fold.locator('pre mark').first();
+    check((await match.count()) === 1 && (await match.innerText()).toLowerCase() === word, `"${word}" is highlighted inside the fold`);
+    check(await inView(match), `"${word}" is scrolled into view`);
+    check((await page.locator('[data-testid="messages"] article:not(.marked) details.fold:not([open])').count()) > 0, 'folds without a match stay folded');
+  }
+
+  // State in the URL: the search comes back on reload (its hits shown), and so does a message
+  // the transcript was opened around.
+  check(hashParams().get('q') === expect.toolResultWord && hashParams().get('around') === expect.toolResultId, 'the search and the message are in the URL', page.url());
+  await page.reload();
+  await page.waitForSelector('body[data-ready="session"]');
+  check(await page.locator(`[data-testid="messages"] article.marked[data-id="${expect.toolResultId}"] details.fold[open] mark`).isVisible(), 'reload: the transcript is around the message, its fold open');
+  await page.click('#tab-search');
+  check((await page.inputValue('[data-testid="search-query"]')) === expect.toolResultWord, 'reload: the query is back');
+  check((await page.locator(`[data-testid="search-results"] .hit[data-id="${expect.toolResultId}"]`).count()) === 1, 'reload: the search ran again, its hits shown');
+
+  // The compaction timeline: each pass links to the summaries it wrote; one opens in the DAG.
+  await page.click('#tab-timeline');
+  const passes = page.locator('[data-testid="timeline-list"] > li');
+  const passCount = await passes.count();
+  check(passCount > 0, 'the timeline lists passes');
+  for (let i = 0; i < passCount; i++) {
+    const links = await passes.nth(i).locator('[data-testid="pass-summaries"] a[data-item^="sum_"]').count();
+    check(links > 0, `pass ${i} links to its summaries`, String(links));
+  }
+  const passLink = passes.last().locator('[data-testid="pass-summaries"] a').first();
+  const passSummary = await passLink.getAttribute('data-item');
+  const nodeBefore = hashParams().get('node');
+  await passLink.click();
+  const openNode = page.locator(`[data-testid="dag-tree"] .node.marked[data-id="${passSummary}"]`);
+  await openNode.waitFor();
+  check((await page.getAttribute('#tab-dag', 'aria-selected')) === 'true' && hashParams().get('node') === passSummary, 'a timeline link opens its summary in the DAG, named in the URL', page.url());
+  const pathOf = (id) =>
+    page.evaluate((id) => {
+      const out = [];
+      for (let x = document.querySelector(`[data-testid="dag-tree"] [data-id="${id}"]`); x; x = x.parentElement?.closest('[role="treeitem"]')) out.unshift(x.dataset.id);
+      return out;
+    }, id);
+  const crumbIds = () => page.locator('[data-testid="dag-crumbs"] a').evaluateAll((as) => as.map((a) => a.dataset.item ?? a.dataset.id));
+  check(JSON.stringify(await crumbIds()) === JSON.stringify(await pathOf(passSummary)), 'the breadcrumb is the node\'s path');
+  // Reload: the node is open again, with its path expanded.
+  await page.reload();
+  await page.waitForSelector('body[data-ready="session"]');
+  await openNode.waitFor();
+  const path = await pathOf(passSummary);
+  const expanded = await page.evaluate((ids) => ids.slice(0, -1).every((id) => document.querySelector(`[data-testid="dag-tree"] [data-id="${id}"]`)?.getAttribute('aria-expanded') === 'true'), path);
+  check(expanded && path.at(-1) === passSummary, 'reload: the DAG node is open, its path expanded', JSON.stringify(path));
+  check(JSON.stringify(await crumbIds()) === JSON.stringify(path), 'reload: the breadcrumb is back');
+  // Back returns to where the link was followed; Forward goes there again.
+  await page.reload();
+  await page.waitForSelector('body[data-ready="session"]');
+  await page.goBack();
+  await page.waitForFunction(() => document.querySelector('#tab-timeline')?.getAttribute('aria-selected') === 'true');
+  check(hashParams().get('node') === nodeBefore && nodeBefore !== passSummary, 'Back: the timeline again, the node named before', page.url());
+  await page.waitForFunction(
+    ([gone, back]) => !document.querySelector(`[data-testid="dag-tree"] .node.marked[data-id="${gone}"]`) && document.querySelector(`[data-testid="dag-tree"] .node.marked[data-id="${back}"]`),
+    [passSummary, nodeBefore],
+  );
+  check(true, 'Back: the node named before is marked again, the summary no longer');
+  await page.goForward();
+  await page.waitForFunction(() => document.querySelector('#tab-dag')?.getAttribute('aria-selected') === 'true');
+  await openNode.waitFor();
+  check(true, 'Forward: the node again');
+
+  // The context card's left-out items land: a summary opens in the DAG, a raw message (a
+  // narrower assembly leaves some out) opens the transcript at it, highlighted.
+  const leftSummary = page.locator('[data-testid="ctx-left-out"] a[data-item^="sum_"]').first();
+  check((await leftSummary.count()) === 1, 'left-out summaries are links');
+  const leftSummaryId = await leftSummary.getAttribute('data-item');
+  await leftSummary.click();
+  await page.locator(`[data-testid="dag-tree"] .node.marked[data-id="${leftSummaryId}"]`).waitFor();
+  check(hashParams().get('node') === leftSummaryId, 'a left-out summary opens in the DAG');
+  const narrow = await fetch(`${url}/v1/engine/assemble`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ sessionId: expect.sessionId, sessionKey: expect.key, messages: [], tokenBudget: expect.narrowBudget }),
+  });
+  check(narrow.ok, 'the narrow assembly ran', String(narrow.status));
+  await page.reload();
+  await page.waitForSelector('body[data-ready="session"]');
+  const leftMessage = page.locator('[data-testid="ctx-left-out"] a[data-item^="msg_"]').first();
+  check((await leftMessage.count()) === 1, 'left-out raw messages are links', await text('ctx-left-out'));
+  const leftMessageId = await leftMessage.getAttribute('data-item');
+  await leftMessage.click();
+  const leftArticle = page.locator(`[data-testid="messages"] article.marked[data-id="${leftMessageId}"]`);
+  await leftArticle.waitFor();
+  check((await page.getAttribute('#tab-transcript', 'aria-selected')) === 'true' && (await inView(leftArticle)), 'a left-out raw message opens the transcript at it');
+  await page.goBack();
+  await page.waitForFunction(() => document.querySelector('#tab-dag')?.getAttribute('aria-selected') === 'true');
+  check(true, 'Back from the message: the DAG again');
+
   // Live: a turn on the open session updates the page, including a compaction.
   await page.click('#tab-transcript');
   await page.waitForSelector('#live-status[data-state="connected"]');
@@ -208,18 +319,89 @@ try {
     await page.goto(`${sessionUrl(expect.bigKey)}/tab=${tab}`);
     await page.waitForSelector('body[data-ready="session"]', { timeout: 60_000 });
     if (tab === 'dag') {
-      // Open the deepest path: the first child of each level, down to the leaves.
-      for (let i = 0; i < 8; i++) {
-        const closed = page.locator('[data-testid="dag"] [aria-expanded="false"]').first();
-        if ((await closed.count()) === 0) break;
-        await closed.click();
-        await page.waitForTimeout(100);
+      // Open the deepest path: the deepest child of each level, down to a leaf summary.
+      let node = page.locator('[data-testid="dag-tree"] > [role="treeitem"]').first();
+      const chain = [];
+      for (;;) {
+        chain.push(await node.getAttribute('data-id'));
+        await node.locator(':scope > .node-label').click();
+        await page.waitForFunction((el) => el.getAttribute('aria-expanded') === 'true' && el.querySelector(':scope > ul [role="treeitem"]'), await node.elementHandle());
+        const kids = node.locator(':scope > ul > [role="treeitem"][data-kind="summary"]');
+        const depths = await kids.evaluateAll((xs) => xs.map((x) => Number(x.dataset.depth)));
+        if (!depths.length) break;
+        node = kids.nth(depths.indexOf(Math.max(...depths)));
+        check(chain.length < 16, 'the DAG is not deeper than 16');
       }
+      console.log(`FIGURE dag_phone_levels ${chain.length}`);
+      check(chain.length >= 3, 'the 10,000-message DAG has several levels', String(chain.length));
+      const crumbs = page.locator('[data-testid="dag-crumbs"] a');
+      check(JSON.stringify(await crumbs.evaluateAll((as) => as.map((a) => a.dataset.id))) === JSON.stringify(chain), 'phone: the breadcrumb lists every level of the open path');
+      const box = await page.locator('[data-testid="dag-crumbs"]').evaluate((el) => el.getBoundingClientRect().right);
+      check(box <= (await page.evaluate(() => window.innerWidth)), 'phone: the breadcrumb stays inside the page', String(box));
+      // The layer table keeps its column labels: every cell of the stacked rows says its column.
+      const labels = await page.locator('[data-testid="dag-layers"] tr[data-depth]').first().locator('td').evaluateAll((tds) =>
+        tds.map((td) => [td.dataset.label, getComputedStyle(td, '::before').content, td.getBoundingClientRect().width]),
+      );
+      const headers = await page.locator('[data-testid="dag-layers"] th').allInnerTexts();
+      check(
+        labels.length === headers.length && labels.every(([l, content, w], i) => l === headers[i] && content !== 'none' && content !== 'normal' && w > 0),
+        'phone: the layer table labels each cell',
+        JSON.stringify(labels),
+      );
+      // A crumb goes back up: the second level opens (marked, focused, in the URL).
+      const up = chain[1];
+      await crumbs.nth(1).click();
+      await page.locator(`[data-testid="dag-tree"] .node.marked[data-id="${up}"]`).waitFor();
+      check((await page.evaluate(() => document.activeElement?.dataset.id)) === up, 'phone: a crumb opens its node and focuses it');
+      check((await crumbs.count()) === 2 && hashParams().get('node') === up, 'phone: the breadcrumb and the URL follow', page.url());
     }
     const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     await page.screenshot({ path: join(artifacts, `${tab}-phone.png`), fullPage: false });
     check(over <= 1, `${tab}: no horizontal scroll at phone width`, String(over));
   }
+  // Beyond six levels: the fixture's compaction stops at depth 3 (its budget), so the DAG
+  // routes answer a synthetic ten-level chain (long ids, two children a node) for this part.
+  const LEVELS = 10;
+  const sumNode = (depth) => ({
+    id: `sum_${9_000_000_000 + depth}`, kind: 'summary', depth, tokens: 300, sourceTokens: 3000 * (depth + 1), firstSeq: 0, lastSeq: 9999,
+    childCount: 2, inFrontier: depth === LEVELS - 1, preview: `A summary at depth ${depth} of everything below it, with words long enough to wrap: ${'transshipment '.repeat(8)}`,
+  });
+  const depthOf = (id) => Number(id.slice(4)) - 9_000_000_000;
+  await page.route(/\/v1\/dashboard\/dag(\/|\?)/, (route) => {
+    const u = new URL(route.request().url());
+    const id = u.searchParams.get('id');
+    let body;
+    if (u.pathname.endsWith('/dag')) {
+      body = { layers: Array.from({ length: LEVELS }, (_, d) => ({ depth: d, count: LEVELS - d, tokens: 300, sourceTokens: 3000, inFrontier: d === LEVELS - 1 ? 1 : 0 })), uncovered: { count: 0, tokens: 0 }, roots: [sumNode(LEVELS - 1)] };
+    } else if (u.pathname.endsWith('/children')) {
+      const d = depthOf(id);
+      const kids = d > 0 ? [sumNode(d - 1), { ...sumNode(d - 1), id: `sum_${8_000_000_000 + d}`, childCount: 0 }] : [{ id: 'msg_1', kind: 'message', role: 'user', tokens: 20, sourceTokens: 20, firstSeq: 1, lastSeq: 1, preview: 'a message' }];
+      body = { id, children: kids };
+    } else {
+      body = { id, path: Array.from({ length: LEVELS - depthOf(id) }, (_, i) => sumNode(LEVELS - 1 - i).id) };
+    }
+    return route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+  });
+  const deepest = sumNode(0).id;
+  await page.goto(`${url}/#/engines`);
+  await page.waitForSelector('body[data-ready="engines"]');
+  await page.goto(`${sessionUrl(expect.bigKey)}/tab=dag&node=${deepest}`);
+  await page.waitForSelector('body[data-ready="session"]', { timeout: 60_000 });
+  await page.locator(`[data-testid="dag-tree"] .node.marked[data-id="${deepest}"]`).waitFor();
+  const deepCrumbs = page.locator('[data-testid="dag-crumbs"] a');
+  const deepChain = Array.from({ length: LEVELS }, (_, i) => sumNode(LEVELS - 1 - i).id);
+  check(JSON.stringify(await deepCrumbs.evaluateAll((as) => as.map((a) => a.dataset.id))) === JSON.stringify(deepChain), `phone: a ${LEVELS}-level path from the URL, every level in the breadcrumb`);
+  const deepOver = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  const crumbBox = await page.locator('[data-testid="dag-crumbs"]').evaluate((el) => [el.getBoundingClientRect().right, el.scrollWidth - el.clientWidth]);
+  const deepLabel = await page.locator(`[data-testid="dag-tree"] [data-id="${deepest}"] > .node-label`).evaluate((el) => el.getBoundingClientRect());
+  await page.screenshot({ path: join(artifacts, 'dag-deep-phone.png'), fullPage: false });
+  check(deepOver <= 1 && crumbBox[0] <= 390 && crumbBox[1] <= 1, `phone: ${LEVELS} levels, no horizontal scroll (page or breadcrumb)`, `${deepOver} ${crumbBox}`);
+  check(deepLabel.width >= 200, 'phone: the deepest node keeps a usable width', String(deepLabel.width));
+  await deepCrumbs.nth(2).click();
+  await page.locator(`[data-testid="dag-tree"] .node.marked[data-id="${deepChain[2]}"]`).waitFor();
+  check((await deepCrumbs.count()) === 3 && hashParams().get('node') === deepChain[2] && (await page.evaluate(() => document.activeElement?.dataset.id)) === deepChain[2], 'phone: a crumb of the deep path opens its node');
+  await page.unroute(/\/v1\/dashboard\/dag(\/|\?)/);
+
   await page.goto(`${url}/#/`);
   await page.waitForSelector('body[data-ready="sessions"]');
   const overflow2 = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);

@@ -22,6 +22,11 @@ pub const PLANTED: &str = "heliotrope quokka-7731";
 pub const PLANTED_TEXT: &str =
     "Remember this: the launch code for project heliotrope quokka-7731 is 4242.";
 
+/// A word only the planted tool call's arguments hold (message 10, folded in the transcript).
+pub const PLANTED_CALL_WORD: &str = "wolframite";
+/// A word only the planted tool result holds (message 11, folded in the transcript).
+pub const PLANTED_RESULT_WORD: &str = "tourmaline";
+
 /// A running gateway.
 pub struct Fixture {
     pub url: String,
@@ -78,10 +83,20 @@ pub fn on_postgres(hint: &str) -> Option<(clawctx_test_support::pg::TestDatabase
 }
 
 /// The `n`th pre-filled message of a session: the planted one at 3, a tool call and its result
-/// every 50, plain user and assistant lines otherwise.
+/// every 50 (the first pair with a planted word each, [`PLANTED_CALL_WORD`] in the call's
+/// arguments and [`PLANTED_RESULT_WORD`] in the result), plain user and assistant lines otherwise.
 pub fn prefill_message(n: usize) -> AgentMessage {
     let v = if n == 3 {
         json!({"role": "user", "content": PLANTED_TEXT})
+    } else if n == 10 {
+        json!({"role": "assistant", "content": [
+            {"type": "text", "text": "Let me look at the first shipment."},
+            {"type": "toolCall", "id": "call_10", "name": "read_manifest",
+             "arguments": {"shipment": n, "note": format!("crates of {PLANTED_CALL_WORD} ore")}}
+        ]})
+    } else if n == 11 {
+        json!({"role": "toolResult", "toolCallId": "call_10", "toolName": "read_manifest",
+               "content": [{"type": "text", "text": format!("manifest 10: 12 pallets of {PLANTED_RESULT_WORD} and copper wire, bay 11")}], "isError": false})
     } else if n % 50 == 10 {
         json!({"role": "assistant", "content": [
             {"type": "text", "text": format!("Let me look at shipment {n}.")},
