@@ -6,7 +6,8 @@
 //! block quoting five messages, then raw messages of 20 to 400 tokens (`TRACE_MAX_MSG`), tool results among
 //! them), splits each as the dashboard does (the split's cost is reported, though the
 //! dashboard paid it before the trace existed), and then times what the trace adds per turn:
-//! the parts made from the split, the frontier's ids and spans set, eight left-out items
+//! the parts made from the split, the frontier's ids and spans set, the recalled block's hits
+//! with their scores, eight left-out items
 //! listed, the model's usage, and the write into the trace file (WAL, `synchronous = NORMAL`,
 //! retention at its default of 1,000 turns per session, so the second half of the run also
 //! deletes a turn per write). Bytes per turn are what the file's `bytes` column counts (body
@@ -22,7 +23,8 @@ use std::time::Instant;
 use clawctx_gateway::dashboard::last_assembled::breakdown;
 use clawctx_gateway::trace::store::TraceDb;
 use clawctx_gateway::trace::{
-    parts_of, trace_path, EngineServed, LeftItem, LeftOut, ModelTrace, TraceSettings, TurnTrace,
+    parts_of, trace_path, EngineServed, LeftItem, LeftOut, ModelTrace, RecallHitTrace,
+    TraceSettings, TurnTrace,
 };
 use clawctx_protocol::{AgentMessage, AssembleResult, ContextProjection, ContextProjectionMode};
 
@@ -173,6 +175,20 @@ fn main() {
         for p in &mut parts {
             match p.kind.as_str() {
                 "summary" => p.span = Some([0, 400]),
+                // Why the block quotes each message: the engine's scores, best first.
+                "recalled" => {
+                    p.hits = p
+                        .quotes
+                        .iter()
+                        .rev()
+                        .enumerate()
+                        .map(|(i, q)| RecallHitTrace {
+                            id: q.clone(),
+                            score: Some(12.5 - i as f64 * 1.75),
+                            matched: 2,
+                        })
+                        .collect()
+                }
                 "raw" => {
                     p.id = Some(format!("msg_{msg}"));
                     msg += 1;

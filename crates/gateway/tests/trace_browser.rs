@@ -2,7 +2,8 @@
 //! engine and an engine-API `assemble` in a budget too small for the session's frontier, then
 //! the gateway restarted on the same state dir. `tests/browser/turns.test.mjs` opens the
 //! session's Turns tab from a URL naming a turn (after the restart: only the stored trace can
-//! answer), reads the left-out items with their reasons and the diff to the turn before, opens
+//! answer), reads the left-out items with their reasons, why the recalled block quotes its
+//! message (its score) and the diff to the turn before, opens
 //! another turn (which goes into the URL), sends a burst of back-to-back turns while the
 //! Transcript tab is open and waits for it to show the last of them (live refresh must not drop
 //! an update), and checks that the tab has no horizontal scroll at a phone's 390 px.
@@ -31,6 +32,9 @@ async fn stored_turns_are_shown_after_a_restart() {
         return;
     };
     let f = start(lossless()).await;
+    // A short first turn naming what no other does, for the tight assemble's prompt to recall.
+    f.llm.push([text("Noted.")]);
+    f.chat(KEY, "The zephyrine valve sits behind dock 3.").await;
     for i in 0..4 {
         f.llm
             .push([text(&format!("Reply {i}: noted the crate and the dock."))]);
@@ -50,7 +54,8 @@ async fn stored_turns_are_shown_after_a_restart() {
     let r = f
         .post(
             "/v1/engine/assemble",
-            &json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 400}),
+            &json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 400,
+                "prompt": "Where is the zephyrine valve?"}),
         )
         .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
@@ -74,11 +79,12 @@ async fn stored_turns_are_shown_after_a_restart() {
     for i in 0..burst {
         f.llm.push([text(&format!("Burst reply {i} done."))]);
     }
-    let stored = f
-        .runtime
-        .session(KEY)
-        .map(|_| 8)
-        .expect("the session survived the restart");
+    assert!(
+        f.runtime.session(KEY).is_ok(),
+        "the session survived the restart"
+    );
+    // Five turns before the burst and each of the burst's: a prompt and a reply each.
+    let stored = 2 * 5;
     let expect = json!({
         "key": KEY, "turn": last, "previous": page["turns"][1]["turn"],
         "burst": burst, "lastReply": format!("Burst reply {} done.", burst - 1),

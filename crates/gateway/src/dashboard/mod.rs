@@ -8,14 +8,21 @@
 //! (SSE) for the open session's turns.
 //!
 //! - `GET /v1/dashboard/sessions`: every session with its counts, budget and last assembly.
-//! - `GET /v1/dashboard/session?key=`: one session: its last assembled context split into
-//!   parts ([`last_assembled`]), what was left out, the compaction timeline.
+//! - `GET /v1/dashboard/session?key=&timelineLimit=`: one session: its last assembled context
+//!   split into parts ([`last_assembled`]), what was left out, the compaction timeline (one row
+//!   per pass, newest 100 unless asked, each naming the first 32 summaries it wrote).
 //! - `GET /v1/dashboard/transcript?key=&from=&limit=&around=`: a page of the stored messages.
 //! - `GET /v1/dashboard/dag?key=`, `/dag/children?key=&id=`, `/dag/path?key=&id=`: the
 //!   summary DAG a layer at a time (lossless).
 //! - `GET /v1/dashboard/engines`: selection, engines, plugins, quarantines (the persisted
-//!   mirror and this process), host, summarizer, the config with secrets masked ([`secrets`]).
+//!   mirror and this process), host, summarizer (with its circuit breaker when not closed), the
+//!   config with secrets masked ([`secrets`]).
 //! - `GET /v1/dashboard/events?key=`: live events ([`live`]).
+//! - `GET /v1/dashboard/trace/*`: the per-turn trace ([`crate::trace`]).
+//!
+//! The page keeps what it shows in the URL's hash, so a reload or a shared link lands on it:
+//! `#/session/<key>/tab=<tab>` with `turn=`, `node=` (the open DAG node), `q=` and `mode=` (the
+//! recall search) and `around=` (the transcript's message).
 //!
 //! Under the lossless engine the sessions' counts, the session view's stats, timeline and
 //! frontier, the transcript pages and the DAG come from the engine's own store (its

@@ -53,6 +53,9 @@ try {
   check(/items left out/.test(leftText), 'the left-out count is said in words', leftText);
   const parts = await page.locator('[data-testid="turn-parts"] li').count();
   check(parts > 0, 'the parts sent are listed in order', String(parts));
+  // The recalled block says why it quotes its message: the search score and terms matched.
+  const hits = await page.locator('[data-testid="recall-hits"]').innerText();
+  check(/msg_\d+ \(score \d+\.\d\d, \d+ terms? matched\)/.test(hits), 'the recalled block shows each hit with its score', hits);
 
   // The diff to the turn before.
   const diff = page.locator('[data-testid="turn-diff"]');
