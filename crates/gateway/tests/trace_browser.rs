@@ -5,8 +5,10 @@
 //! answer), reads the left-out items with their reasons, why the recalled block quotes its
 //! message (its score) and the diff to the turn before, opens
 //! another turn (which goes into the URL), sends a burst of back-to-back turns while the
-//! Transcript tab is open and waits for it to show the last of them (live refresh must not drop
-//! an update), and checks that the tab has no horizontal scroll at a phone's 390 px.
+//! Transcript tab is open, then a second of engine-API assemblies (each an `assembled` event,
+//! which alone reloads only the context), and waits for the transcript to show the last turn
+//! (live refresh must not drop an update: with the last event's kind deciding what to reload,
+//! as before issue #31's fix, it stays stale and the test fails), and checks that the tab has no horizontal scroll at a phone's 390 px.
 //!
 //! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -89,6 +89,24 @@ try {
       if (r.status !== 200) throw new Error(`burst turn ${i}: HTTP ${r.status} ${await r.text()}`);
     }),
   );
+  // Then engine-API assemblies of the session, one every 50 ms for a second: each publishes an
+  // `assembled` event, so the last turn's `turnDone` is followed within a refresh's delay by
+  // one that alone would reload only the context. The refresh must still cover the turn.
+  await page.evaluate(async (key) => {
+    for (let i = 0; i < 20; i++) {
+      const r = await fetch('/v1/engine/assemble', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ sessionId: 'live-check', sessionKey: key, messages: [], tokenBudget: 400 }),
+      });
+      if (r.status !== 200) throw new Error(`assemble ${i}: HTTP ${r.status} ${await r.text()}`);
+      await new Promise((done) => setTimeout(done, 50));
+    }
+  }, expect.key);
+  check(
+    (await page.evaluate(() => document.body.dataset.lastEvent)) === 'assembled',
+    'the last live event is an assembly, after the turns',
+  );
   await page.waitForFunction(
     ([reply, n]) => {
       const el = document.querySelector('[data-testid="transcript"]');
