@@ -210,6 +210,17 @@ pub struct SessionView {
     pub frontier: Vec<FrontierItem>,
 }
 
+/// A conversation with its frontier only: what the per-turn trace reads after every assembly
+/// (the timeline, every summary's stamp, is not read for it).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontierView {
+    /// The conversation.
+    pub conversation: ConvRow,
+    /// Its active frontier in order.
+    pub frontier: Vec<FrontierItem>,
+}
+
 /// Where a page of stored messages starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PageAt {
@@ -234,6 +245,8 @@ pub trait Inspect: Send + Sync {
     /// The active conversation of `key` with its timeline and frontier; `None` when the store
     /// has no conversation for it.
     async fn session_view(&self, key: &ConvKey) -> Result<Option<SessionView>>;
+    /// The active conversation of `key` with its frontier (no timeline), in one snapshot.
+    async fn frontier_view(&self, key: &ConvKey) -> Result<Option<FrontierView>>;
     /// Layers, roots and the raw tail of the DAG of `key`'s active conversation.
     async fn dag_overview(&self, key: &ConvKey) -> Result<DagOverview>;
     /// The children of summary `id` (summaries, or the messages of a leaf) in order.

@@ -198,6 +198,20 @@ impl Compare<'_> {
             self.pg.session_view(key).await,
         )
         .flatten();
+        // The frontier alone: the session view's, on both backends.
+        let frontier = same(
+            &format!("frontier view of {name}"),
+            self.sqlite.frontier_view(key).await,
+            self.pg.frontier_view(key).await,
+        )
+        .flatten();
+        assert_eq!(
+            frontier.as_ref().map(|f| serde_json::to_value(f).unwrap()),
+            view.as_ref().map(|v| serde_json::json!({
+                "conversation": v.conversation, "frontier": v.frontier
+            })),
+            "the frontier view of {name} is the session view's"
+        );
         let overview = same(
             &format!("DAG overview of {name}"),
             self.sqlite.dag_overview(key).await,

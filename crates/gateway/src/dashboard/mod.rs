@@ -137,7 +137,7 @@ pub(crate) async fn trace_left_out(shared: &AppState, key: &str, b: &mut crate::
         if let Some(hits) = recall.last_recall(&conv_key) {
             b.recall_hits(hits);
         }
-        match recall.store().session_view(&conv_key).await {
+        match recall.store().frontier_view(&conv_key).await {
             Ok(view) => b.frontier(view.as_ref()),
             Err(e) => tracing::debug!("the turn trace reads no frontier for {key}: {e}"),
         }

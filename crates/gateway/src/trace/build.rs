@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use clawctx_lossless::inspect::SessionView;
+use clawctx_lossless::inspect::FrontierView;
 use clawctx_runtime::{RuntimeError, TurnOutcome};
 
 use super::{CompactionTrace, EngineServed, LeftItem, LeftOut, ModelTrace, TracePart, TurnTrace};
@@ -242,7 +242,7 @@ impl Builder {
 
     /// The lossless frontier read after the assembly: which stored item each sent part is,
     /// and what was left out with why.
-    pub(crate) fn frontier(&mut self, view: Option<&SessionView>) {
+    pub(crate) fn frontier(&mut self, view: Option<&FrontierView>) {
         let t = &mut self.trace;
         let Some(view) = view else {
             t.left_out = Some(LeftOut {

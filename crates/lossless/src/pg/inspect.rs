@@ -18,9 +18,9 @@ use crate::error::Result;
 use crate::inspect::{
     self, children_of, frontier_item, item_of, no_conversation, not_in, page_of, path_from,
     roots_of, stats_of, summary_of, timeline_of, uncovered_from, CompactionEvent,
-    ConversationStats, DagLayer, DagNode, DagOverview, Frontier, FrontierItem, Inspect,
-    MessagePage, MessageRow, PageAt, SessionView, SummaryRow, SummaryStamp, UncoveredRange,
-    PATH_MAX_HOPS, SUMMARY_HEAD_CHARS,
+    ConversationStats, DagLayer, DagNode, DagOverview, Frontier, FrontierItem, FrontierView,
+    Inspect, MessagePage, MessageRow, PageAt, SessionView, SummaryRow, SummaryStamp,
+    UncoveredRange, PATH_MAX_HOPS, SUMMARY_HEAD_CHARS,
 };
 use crate::store::{ConvKey, ConvRow};
 
@@ -365,6 +365,16 @@ async fn session_view(c: &impl GenericClient, key: &ConvKey) -> Result<Option<Se
     }))
 }
 
+async fn frontier_view(c: &impl GenericClient, key: &ConvKey) -> Result<Option<FrontierView>> {
+    let Some(conv) = PgStore::conversation_on(c, key).await? else {
+        return Ok(None);
+    };
+    Ok(Some(FrontierView {
+        frontier: frontier_items(c, &conv).await?,
+        conversation: conv,
+    }))
+}
+
 async fn summarizers_used(c: &impl GenericClient) -> Result<Vec<(String, i64)>> {
     c.query(
         "SELECT summarizer, count(*) FROM summaries GROUP BY summarizer
@@ -385,6 +395,10 @@ impl Inspect for PgStore {
 
     async fn session_view(&self, key: &ConvKey) -> Result<Option<SessionView>> {
         in_snapshot!(self, |tx| session_view(tx, key).await)
+    }
+
+    async fn frontier_view(&self, key: &ConvKey) -> Result<Option<FrontierView>> {
+        in_snapshot!(self, |tx| frontier_view(tx, key).await)
     }
 
     async fn dag_overview(&self, key: &ConvKey) -> Result<DagOverview> {

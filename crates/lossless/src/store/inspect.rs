@@ -10,9 +10,9 @@ use crate::error::Result;
 use crate::inspect::{
     self, children_of, frontier_item, item_of, no_conversation, not_in, page_of, path_from,
     roots_of, stats_of, summary_of, timeline_of, uncovered_from, CompactionEvent,
-    ConversationStats, DagLayer, DagNode, DagOverview, Frontier, FrontierItem, Inspect,
-    MessagePage, MessageRow, PageAt, SessionView, SummaryRow, SummaryStamp, UncoveredRange,
-    PATH_MAX_HOPS, SUMMARY_HEAD_CHARS,
+    ConversationStats, DagLayer, DagNode, DagOverview, Frontier, FrontierItem, FrontierView,
+    Inspect, MessagePage, MessageRow, PageAt, SessionView, SummaryRow, SummaryStamp,
+    UncoveredRange, PATH_MAX_HOPS, SUMMARY_HEAD_CHARS,
 };
 use crate::store::{ConvKey, ConvRow, Db, LosslessStore};
 
@@ -326,6 +326,20 @@ impl Inspect for LosslessStore {
             };
             Ok(Some(SessionView {
                 timeline: db.compaction_timeline(&conv)?,
+                frontier: db.frontier_items(&conv)?,
+                conversation: conv,
+            }))
+        })
+        .await
+    }
+
+    async fn frontier_view(&self, key: &ConvKey) -> Result<Option<FrontierView>> {
+        let key = key.clone();
+        self.call_read(move |db| {
+            let Some(conv) = db.conversation(&key)? else {
+                return Ok(None);
+            };
+            Ok(Some(FrontierView {
                 frontier: db.frontier_items(&conv)?,
                 conversation: conv,
             }))
