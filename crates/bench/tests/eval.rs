@@ -22,6 +22,17 @@ async fn eval(
 ) -> EvalReport {
     let mut convs = locomo::load(path).expect("load");
     convs.truncate(limit);
+    eval_at(path, &convs, engines, budgets, lossless).await
+}
+
+/// `convs` (read from `path`) evaluated on `engines` at `budgets`, top 5, in a temp dir.
+async fn eval_at(
+    path: &Path,
+    convs: &[locomo::Conversation],
+    engines: &[&str],
+    budgets: &[u64],
+    lossless: serde_json::Value,
+) -> EvalReport {
     let dir = tempfile::tempdir().expect("tempdir");
     let opts = EvalOptions {
         engines: engines.iter().map(|s| (*s).to_owned()).collect(),
@@ -32,7 +43,7 @@ async fn eval(
         questions: None,
         judging: None,
     };
-    run_eval(path, &convs, &opts).await.expect("eval")
+    run_eval(path, convs, &opts).await.expect("eval")
 }
 
 #[test]
@@ -320,19 +331,14 @@ async fn eval_convs(
     budgets: &[u64],
     lossless: serde_json::Value,
 ) -> EvalReport {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let opts = EvalOptions {
-        engines: engines.iter().map(|s| (*s).to_owned()).collect(),
-        budgets: budgets.to_vec(),
-        k: 5,
-        work_dir: dir.path().to_owned(),
-        lossless_config: lossless,
-        questions: None,
-        judging: None,
-    };
-    run_eval(Path::new("synthetic.json"), convs, &opts)
-        .await
-        .expect("eval")
+    eval_at(
+        Path::new("synthetic.json"),
+        convs,
+        engines,
+        budgets,
+        lossless,
+    )
+    .await
 }
 
 /// The `full` baseline (issue #30 item 3's "full conversation"): its context holds every turn

@@ -84,8 +84,9 @@ fn judged(report: &Value, category: &str) -> (u64, u64) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn answers_are_judged_per_category_and_cached() {
+/// The scripted model (answers and verdicts) on a mock server, and a state dir whose
+/// `clawctx.json` names it as provider `mock` (model `m`).
+async fn mock_models() -> (MockServer, tempfile::TempDir) {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
@@ -100,6 +101,12 @@ async fn answers_are_judged_per_category_and_cached() {
             "models": [{"id": "m", "contextWindow": 16000, "maxTokens": 512}], "maxRetries": 0}}}
     });
     std::fs::write(dir.path().join("clawctx.json"), config.to_string()).unwrap();
+    (server, dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn answers_are_judged_per_category_and_cached() {
+    let (server, dir) = mock_models().await;
     let answers = dir.path().join("answers.jsonl");
 
     let state = dir.path().to_owned();
@@ -202,20 +209,7 @@ async fn answers_are_judged_per_category_and_cached() {
 /// no budget.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_full_baseline_answers_from_the_whole_conversation() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(Model {
-            answers: Arc::new(AtomicUsize::new(0)),
-        })
-        .mount(&server)
-        .await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = json!({
-        "models": {"providers": {"mock": {"api": "openai-completions", "baseUrl": format!("{}/v1", server.uri()),
-            "models": [{"id": "m", "contextWindow": 16000, "maxTokens": 512}], "maxRetries": 0}}}
-    });
-    std::fs::write(dir.path().join("clawctx.json"), config.to_string()).unwrap();
+    let (server, dir) = mock_models().await;
     let answers = dir.path().join("answers.jsonl");
     let state = dir.path().to_owned();
     let (run, report) = tokio::task::spawn_blocking(move || eval_engine(&state, &answers, "full"))

@@ -81,6 +81,17 @@ async fn recalled_with_hits(
     (block, hits)
 }
 
+/// A question and its answer (which shares no word with the tests' prompt), then a kitten
+/// message that asks nothing and its reply.
+fn kitten_turns() -> Vec<AgentMessage> {
+    vec![
+        AgentMessage::user("What did you end up naming the kitten you adopted?"),
+        AgentMessage::assistant("Pixel, after my old camera."),
+        AgentMessage::user("The kitten sleeps on the radiator all day."),
+        AgentMessage::assistant("Sounds like a warm spot for a nap."),
+    ]
+}
+
 /// The text quoted under `msg_<id>` in `block`.
 fn quoted_text(block: &str, id: i64) -> &str {
     let open = format!("<message id=\"msg_{id}\"");
@@ -95,12 +106,7 @@ on_both_backends! {
 async fn a_recalled_question_brings_its_answer(store) {
     let block = recalled_for(
         store,
-        vec![
-            AgentMessage::user("What did you end up naming the kitten you adopted?"),
-            AgentMessage::assistant("Pixel, after my old camera."),
-            AgentMessage::user("The kitten sleeps on the radiator all day."),
-            AgentMessage::assistant("Sounds like a warm spot for a nap."),
-        ],
+        kitten_turns(),
         "What is the kitten called?",
     )
     .await;
@@ -124,12 +130,7 @@ on_both_backends! {
 async fn the_engine_says_why_each_message_was_recalled(store) {
     let (block, hits) = recalled_with_hits(
         store,
-        vec![
-            AgentMessage::user("What did you end up naming the kitten you adopted?"),
-            AgentMessage::assistant("Pixel, after my old camera."),
-            AgentMessage::user("The kitten sleeps on the radiator all day."),
-            AgentMessage::assistant("Sounds like a warm spot for a nap."),
-        ],
+        kitten_turns(),
         "What is the kitten called?",
     )
     .await;
