@@ -6,16 +6,15 @@
 //! after it; once released, the summary is written by background maintenance.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::post;
 use axum::Router;
-use clawctx_engine::ContextEngineRegistry;
-use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts};
-use clawctx_protocol::SelectionSource;
-use clawctx_runtime::{select_backend, AgentRuntime};
+use common::{serve, Serve};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
@@ -106,7 +105,7 @@ async fn a_reply_is_sent_while_its_compactions_summary_is_still_pending() {
     let release = Arc::new(Semaphore::new(0));
     let model_url = start_model(seen.clone(), release.clone()).await;
     let state = tempfile::tempdir().unwrap();
-    let config = Arc::new(json!({
+    let config = json!({
         "models": {"providers": {"mock": {
             "api": "openai-completions",
             "baseUrl": format!("{model_url}/v1"),
@@ -121,48 +120,19 @@ async fn a_reply_is_sent_while_its_compactions_summary_is_still_pending() {
                 "minSalientRetention": 0
             }}}
         }
-    }));
-    let registry = Arc::new(ContextEngineRegistry::with_legacy());
-    clawctx_lossless::register(&registry).unwrap();
-    let agent_dir = state.path().join("agents").join("main");
-    let backend = select_backend(&config, None, &|_| None).unwrap();
-    let summarizer =
-        clawctx_runtime::setup::host_summarizer(&config, Some(&backend), &|_| None, state.path())
-            .unwrap();
-    registry.set_host_summarizer(summarizer.llm.clone());
-    let resolved = registry
-        .resolve(
-            Some(config.clone()),
-            Some(agent_dir.clone()),
-            Some(agent_dir.clone()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(resolved.effective_id, "lossless");
-    // A small prompt budget (threshold 0.75 × 2,000 tokens): a few turns put the conversation
-    // over it, far from the model's window.
-    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
-        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
-        .workspace_dir(agent_dir.to_string_lossy().into_owned())
-        .summarizer(summarizer.for_runtime())
-        .prompt_budget(Some(2_000))
-        .build();
-    let gateway = Gateway::new(GatewayParts {
-        runtime: runtime.clone(),
-        registry: Some(registry),
-        host_config: config.clone(),
-        model: "mock/test-model".into(),
-        config: GatewayConfig::loopback(0),
     });
-    let listener = gateway.bind().await.unwrap();
-    let url = format!(
-        "http://{}/v1/chat/completions",
-        listener.local_addr().unwrap()
-    );
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serve = tokio::spawn(gateway.serve(listener, async move {
-        let _ = stop_rx.await;
-    }));
+    // The model summarizes (held by the mock until released). A small prompt budget
+    // (threshold 0.75 × 2,000 tokens): a few turns put the conversation over it, far from the
+    // model's window.
+    let mut gw = serve(Serve {
+        llm_summarizer: true,
+        prompt_budget: Some(2_000),
+        ..Serve::new(config, state.path(), "lossless")
+    })
+    .await;
+    let runtime = gw.runtime.clone();
+    let url = format!("{}/v1/chat/completions", gw.url);
+    let agent_dir = state.path().join("agents").join("main");
     let http = reqwest::Client::new();
     let db = agent_dir.join("lossless.db");
 
@@ -249,11 +219,6 @@ async fn a_reply_is_sent_while_its_compactions_summary_is_still_pending() {
         2 * turns as i64
     );
 
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(60), serve)
-        .await
-        .expect("the gateway stops")
-        .unwrap()
-        .unwrap();
+    gw.stop().await.unwrap();
     runtime.shutdown().await;
 }

@@ -5,13 +5,10 @@
 //! gateway shows: the runtime records it as the turn's `cacheRead`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod common;
 
-use clawctx_engine::ContextEngineRegistry;
-use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts};
-use clawctx_protocol::SelectionSource;
-use clawctx_runtime::{select_backend, AgentRuntime};
 use clawctx_test_support::mock_model::MockModel;
+use common::{serve, Serve};
 use serde_json::{json, Value};
 
 const KEY: &str = "agent:main:cache1";
@@ -29,7 +26,7 @@ fn sample(metrics: &str, name: &str) -> Option<f64> {
 async fn each_sessions_cache_hit_ratio_is_what_the_provider_reported() {
     let model = MockModel::start().await;
     let state = tempfile::tempdir().unwrap();
-    let config = Arc::new(json!({
+    let config = json!({
         "models": {"providers": {"mock": {
             "api": "openai-completions",
             "baseUrl": model.base_url,
@@ -38,38 +35,9 @@ async fn each_sessions_cache_hit_ratio_is_what_the_provider_reported() {
         }}},
         "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},
         "plugins": {"slots": {"contextEngine": "lossless"}}
-    }));
-    let registry = Arc::new(ContextEngineRegistry::with_legacy());
-    clawctx_lossless::register(&registry).unwrap();
-    let agent_dir = state.path().join("agents").join("main");
-    let backend = select_backend(&config, None, &|_| None).unwrap();
-    let resolved = registry
-        .resolve(
-            Some(config.clone()),
-            Some(agent_dir.clone()),
-            Some(agent_dir.clone()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(resolved.effective_id, "lossless");
-    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
-        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
-        .workspace_dir(agent_dir.to_string_lossy().into_owned())
-        .build();
-    let gateway = Gateway::new(GatewayParts {
-        runtime,
-        registry: Some(registry),
-        host_config: config,
-        model: "mock/test-model".into(),
-        config: GatewayConfig::loopback(0),
     });
-    let listener = gateway.bind().await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(gateway.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-    let http = reqwest::Client::new();
+    let mut gw = serve(Serve::new(config, state.path(), "lossless")).await;
+    let (url, http) = (gw.url.clone(), gw.http.clone());
 
     let words = "the deploy failed because the config parser rejected a value so we retried";
     for t in 0..30 {
@@ -145,6 +113,5 @@ async fn each_sessions_cache_hit_ratio_is_what_the_provider_reported() {
     assert_eq!(view["cache"]["promptTokens"], json!(prompt as u64));
     assert!((view["cache"]["hitRatio"].as_f64().unwrap() - ratio).abs() < 1e-9);
 
-    let _ = stop.send(());
-    serving.await.unwrap().unwrap();
+    gw.stop().await.unwrap();
 }

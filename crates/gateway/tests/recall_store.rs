@@ -9,13 +9,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use clawctx_engine::ContextEngineRegistry;
-use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts};
-use clawctx_protocol::SelectionSource;
-use clawctx_runtime::{select_backend, AgentRuntime};
 use common::{error_of, MockLlm};
 use serde_json::{json, Value};
 
@@ -23,58 +18,23 @@ const KEY: &str = "agent:main:recall-store";
 
 /// A gateway over `config` whose engine gets `agent_dir` (as `clawctx gateway` passes the
 /// agent's directory to the registry).
-struct Served {
-    url: String,
-    http: reqwest::Client,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    join: Option<tokio::task::JoinHandle<clawctx_gateway::Result<()>>>,
-}
+struct Served(common::Served);
 
 impl Served {
     async fn start(config: Value, state: &Path, agent_dir: PathBuf) -> Served {
-        let config = Arc::new(config);
-        let registry = Arc::new(ContextEngineRegistry::with_legacy());
-        clawctx_lossless::register(&registry).unwrap();
-        let backend = select_backend(&config, None, &|_| None).unwrap();
-        let resolved = registry
-            .resolve(
-                Some(config.clone()),
-                Some(agent_dir.clone()),
-                Some(agent_dir.clone()),
-            )
-            .await
-            .unwrap();
-        assert_eq!(resolved.effective_id, "lossless", "lossless must serve");
-        let runtime = AgentRuntime::builder(state, resolved.engine.clone(), backend)
-            .selection(resolved.effective_id.clone(), SelectionSource::Configured)
-            .build();
-        let gateway = Gateway::new(GatewayParts {
-            runtime,
-            registry: Some(registry),
-            host_config: config,
-            model: "mock/test-model".into(),
-            config: GatewayConfig::loopback(0),
-        });
-        let listener = gateway.bind().await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let join = tokio::spawn(gateway.serve(listener, async move {
-            let _ = rx.await;
-        }));
-        Served {
-            url,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .unwrap(),
-            stop: Some(tx),
-            join: Some(join),
-        }
+        Served(
+            common::serve(common::Serve {
+                agent_dir: Some(agent_dir),
+                ..common::Serve::new(config, state, "lossless")
+            })
+            .await,
+        )
     }
 
     async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.http
-            .post(format!("{}{path}", self.url))
+        self.0
+            .http
+            .post(format!("{}{path}", self.0.url))
             .json(body)
             .send()
             .await
@@ -82,8 +42,9 @@ impl Served {
     }
 
     async fn get(&self, path: &str) -> reqwest::Response {
-        self.http
-            .get(format!("{}{path}", self.url))
+        self.0
+            .http
+            .get(format!("{}{path}", self.0.url))
             .send()
             .await
             .unwrap()
@@ -116,15 +77,7 @@ impl Served {
     }
 
     async fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        let join = self.join.take().unwrap();
-        tokio::time::timeout(Duration::from_secs(60), join)
-            .await
-            .expect("the gateway stops")
-            .unwrap()
-            .unwrap();
+        self.0.stop().await.unwrap();
     }
 }
 

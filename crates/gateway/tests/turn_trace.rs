@@ -9,26 +9,21 @@
 //! trace and on the engines page.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use clawctx_engine::ContextEngineRegistry;
-use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts};
-use clawctx_protocol::SelectionSource;
-use clawctx_runtime::setup::{host_summarizer, summarizer_breaker_path};
-use clawctx_runtime::{select_backend, AgentRuntime};
+use clawctx_gateway::GatewayConfig;
+use clawctx_runtime::setup::summarizer_breaker_path;
 use clawctx_test_support::mock_model::MockModel;
+use common::{serve, Serve, Served};
 use serde_json::{json, Value};
 
 const KEY: &str = "agent:main:trace1";
 
-struct Running {
-    url: String,
-    http: reqwest::Client,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    join: tokio::task::JoinHandle<clawctx_gateway::Result<()>>,
-}
+/// A served gateway and the trace routes' helpers.
+struct Running(Served);
 
 async fn start(state: &Path, model: &MockModel, tweak: impl FnOnce(&mut GatewayConfig)) -> Running {
     start_with(state, model, false, tweak).await
@@ -42,7 +37,7 @@ async fn start_with(
     llm_summarizer: bool,
     tweak: impl FnOnce(&mut GatewayConfig),
 ) -> Running {
-    let config = Arc::new(json!({
+    let config = json!({
         "models": {"providers": {"mock": {
             "api": "openai-completions",
             "baseUrl": model.base_url,
@@ -51,57 +46,25 @@ async fn start_with(
         }}},
         "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},
         "plugins": {"slots": {"contextEngine": "lossless"}}
-    }));
-    let registry = Arc::new(ContextEngineRegistry::with_legacy());
-    clawctx_lossless::register(&registry).unwrap();
-    let agent_dir = state.join("agents").join("main");
-    let backend = select_backend(&config, None, &|_| None).unwrap();
-    if llm_summarizer {
-        let h = host_summarizer(&config, Some(&backend), &|_| None, state).unwrap();
-        assert!(h.llm.is_some());
-        registry.set_host_summarizer(h.llm.clone());
-    }
-    let resolved = registry
-        .resolve(
-            Some(config.clone()),
-            Some(agent_dir.clone()),
-            Some(agent_dir.clone()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(resolved.effective_id, "lossless");
-    let runtime = AgentRuntime::builder(state, resolved.engine.clone(), backend)
-        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
-        .workspace_dir(agent_dir.to_string_lossy().into_owned())
-        .build();
+    });
     let mut settings = GatewayConfig::loopback(0);
     tweak(&mut settings);
-    let gateway = Gateway::new(GatewayParts {
-        runtime,
-        registry: Some(registry),
-        host_config: config,
-        model: "mock/test-model".into(),
-        config: settings,
-    });
-    let listener = gateway.bind().await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let join = tokio::spawn(gateway.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-    Running {
-        url,
-        http: reqwest::Client::new(),
-        stop: Some(stop),
-        join,
-    }
+    Running(
+        serve(Serve {
+            llm_summarizer,
+            gateway: settings,
+            ..Serve::new(config, state, "lossless")
+        })
+        .await,
+    )
 }
 
 impl Running {
     async fn chat(&self, key: &str, prompt: &str) {
         let r = self
+            .0
             .http
-            .post(format!("{}/v1/chat/completions", self.url))
+            .post(format!("{}/v1/chat/completions", self.0.url))
             .header("x-clawctx-session", key)
             .json(&json!({"messages": [{"role": "user", "content": prompt}]}))
             .send()
@@ -110,10 +73,25 @@ impl Running {
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
     }
 
+    /// `POST /v1/engine/assemble` with `body`, which must succeed; its answer.
+    async fn assemble(&self, body: Value) -> Value {
+        let r = self
+            .0
+            .http
+            .post(format!("{}/v1/engine/assemble", self.0.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json().await.unwrap()
+    }
+
     async fn get(&self, path: &str) -> (u16, Value) {
         let r = self
+            .0
             .http
-            .get(format!("{}{path}", self.url))
+            .get(format!("{}{path}", self.0.url))
             .send()
             .await
             .unwrap();
@@ -142,12 +120,7 @@ impl Running {
     }
 
     async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        tokio::time::timeout(Duration::from_secs(60), self.join)
-            .await
-            .expect("the gateway stops")
-            .unwrap()
-            .unwrap();
+        self.0.stop().await.unwrap();
     }
 }
 
@@ -172,6 +145,11 @@ async fn a_stored_turn_is_read_back_after_a_restart_with_its_parts_reasons_and_d
     const TURNS: u64 = 14;
     for t in 0..TURNS as usize {
         gw.chat(KEY, &prompt(t)).await;
+        // A turn's compaction runs in the background after its reply: let it land before the
+        // next turn assembles, so the turns' diffs show what it summarized.
+        tokio::time::timeout(Duration::from_secs(60), gw.0.runtime.wait_for_maintenance())
+            .await
+            .expect("maintenance settles");
     }
     let page = gw.wait_turns(KEY, TURNS).await;
     assert_eq!(page["turns"][0]["turn"], TURNS, "newest first: {page}");
@@ -199,15 +177,11 @@ async fn a_stored_turn_is_read_back_after_a_restart_with_its_parts_reasons_and_d
     let mut n = TURNS;
     let mut assembled = Value::Null;
     for _ in 0..20 {
-        let r = gw
-            .http
-            .post(format!("{}/v1/engine/assemble", gw.url))
-            .json(&json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 300}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        assembled = r.json().await.unwrap();
+        assembled = gw
+            .assemble(
+                json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 300}),
+            )
+            .await;
         n += 1;
         gw.wait_turns(KEY, n).await;
         let t = gw
@@ -397,18 +371,12 @@ async fn a_stored_turn_is_read_back_after_a_restart_with_its_parts_reasons_and_d
 
     // A prompt naming what only the first turn said: the trace tells why each message of the
     // recalled block is there (its score and the terms it matched).
-    let r = gw
-        .http
-        .post(format!("{}/v1/engine/assemble", gw.url))
-        .json(
-            &json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 1000,
+    let assembled = gw
+        .assemble(
+            json!({"sessionId": sid, "sessionKey": KEY, "messages": [], "tokenBudget": 1000,
             "prompt": "Which one was the zephyrine valve?"}),
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let assembled: Value = r.json().await.unwrap();
+        .await;
     assert!(
         assembled.to_string().contains("<recalled"),
         "the planted word is recalled: {assembled}"

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -194,19 +195,117 @@ pub async fn start(opts: Opts) -> TestGateway {
 /// A gateway on `state` (a state dir another gateway may have used: a restart) talking to
 /// `llm`.
 pub async fn start_on(llm: MockLlm, state: tempfile::TempDir, opts: Opts) -> TestGateway {
-    let config = Arc::new(llm.config(opts.engine));
+    let mut settings = GatewayConfig::loopback(0);
+    settings.token = opts.token.map(Token::new);
+    (opts.tweak)(&mut settings);
+    let Served {
+        url,
+        http,
+        runtime,
+        stop,
+        join,
+        ..
+    } = serve(Serve {
+        llm_summarizer: opts.llm_summarizer,
+        gateway: settings,
+        ..Serve::new(llm.config(opts.engine), state.path(), opts.engine)
+    })
+    .await;
+    TestGateway {
+        url,
+        http,
+        llm,
+        runtime,
+        state,
+        stop,
+        join,
+    }
+}
+
+/// How [`serve`] builds a gateway, as `clawctx gateway` does from a config.
+pub struct Serve<'a> {
+    /// The host config (OpenClaw's shape).
+    pub config: Value,
+    /// The state dir.
+    pub state: &'a Path,
+    /// The engine the config must make serve.
+    pub engine: &'a str,
+    /// The host's LLM summarizer (the config's model, behind its persisted circuit breaker),
+    /// as `clawctx gateway` sets up for a configured model, instead of the extractive one alone.
+    pub llm_summarizer: bool,
+    /// The runtime's prompt budget, when not the model's window.
+    pub prompt_budget: Option<u64>,
+    /// The agent dir the registry gives engines (default `<state>/agents/main`).
+    pub agent_dir: Option<PathBuf>,
+    /// The gateway's settings.
+    pub gateway: GatewayConfig,
+}
+
+impl<'a> Serve<'a> {
+    /// `config` on `state`, `engine` serving, on a loopback port, nothing else set.
+    pub fn new(config: Value, state: &'a Path, engine: &'a str) -> Serve<'a> {
+        Serve {
+            config,
+            state,
+            engine,
+            llm_summarizer: false,
+            prompt_budget: None,
+            agent_dir: None,
+            gateway: GatewayConfig::loopback(0),
+        }
+    }
+}
+
+/// A gateway serving on loopback.
+pub struct Served {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub runtime: AgentRuntime,
+    pub registry: Arc<ContextEngineRegistry>,
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub join: Option<tokio::task::JoinHandle<clawctx_gateway::Result<()>>>,
+}
+
+impl Served {
+    /// Stops the serve loop and waits for it (at most 60 s).
+    pub async fn stop(&mut self) -> clawctx_gateway::Result<()> {
+        stop_serving(&mut self.stop, &mut self.join).await
+    }
+}
+
+/// Signals a serve loop to stop and waits for it (at most 60 s); once only.
+async fn stop_serving(
+    stop: &mut Option<tokio::sync::oneshot::Sender<()>>,
+    join: &mut Option<tokio::task::JoinHandle<clawctx_gateway::Result<()>>>,
+) -> clawctx_gateway::Result<()> {
+    if let Some(tx) = stop.take() {
+        let _ = tx.send(());
+    }
+    let join = join.take().expect("stopped once");
+    tokio::time::timeout(Duration::from_secs(60), join)
+        .await
+        .expect("the gateway stops within 60 s")
+        .unwrap()
+}
+
+/// Resolves the engine `s.config` selects through a registry holding legacy and lossless,
+/// builds the runtime and serves a gateway over it on loopback.
+pub async fn serve(s: Serve<'_>) -> Served {
+    let config = Arc::new(s.config);
     let registry = Arc::new(ContextEngineRegistry::with_legacy());
     clawctx_lossless::register(&registry).unwrap();
-    let agent_dir = state.path().join("agents").join("main");
+    let agent_dir = s
+        .agent_dir
+        .unwrap_or_else(|| s.state.join("agents").join("main"));
     let backend = select_backend(&config, None, &|_| None).unwrap();
-    let summarizer = opts.llm_summarizer.then(|| {
-        let h = clawctx_runtime::setup::host_summarizer(
-            &config,
-            Some(&backend),
-            &|_| None,
-            state.path(),
-        )
-        .unwrap();
+    let summarizer = s.llm_summarizer.then(|| {
+        let h =
+            clawctx_runtime::setup::host_summarizer(&config, Some(&backend), &|_| None, s.state)
+                .unwrap();
+        assert!(
+            h.llm.is_some(),
+            "the config names a model to summarize with"
+        );
         registry.set_host_summarizer(h.llm.clone());
         h.for_runtime()
     });
@@ -219,25 +318,25 @@ pub async fn start_on(llm: MockLlm, state: tempfile::TempDir, opts: Opts) -> Tes
         .await
         .unwrap();
     assert_eq!(
-        resolved.effective_id, opts.engine,
+        resolved.effective_id, s.engine,
         "the engine under test must serve"
     );
-    let mut builder = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
+    let mut builder = AgentRuntime::builder(s.state, resolved.engine.clone(), backend)
         .selection(resolved.effective_id.clone(), SelectionSource::Configured)
         .workspace_dir(agent_dir.to_string_lossy().into_owned());
-    if let Some(s) = summarizer {
-        builder = builder.summarizer(s);
+    if let Some(summarizer) = summarizer {
+        builder = builder.summarizer(summarizer);
+    }
+    if let Some(budget) = s.prompt_budget {
+        builder = builder.prompt_budget(Some(budget));
     }
     let runtime = builder.build();
-    let mut settings = GatewayConfig::loopback(0);
-    settings.token = opts.token.map(Token::new);
-    (opts.tweak)(&mut settings);
     let gateway = Gateway::new(GatewayParts {
         runtime: runtime.clone(),
-        registry: Some(registry),
+        registry: Some(registry.clone()),
         host_config: config,
         model: "mock/test-model".into(),
-        config: settings,
+        config: s.gateway,
     });
     let listener = gateway.bind().await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -249,12 +348,11 @@ pub async fn start_on(llm: MockLlm, state: tempfile::TempDir, opts: Opts) -> Tes
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
-    TestGateway {
+    Served {
         url,
         http,
-        llm,
         runtime,
-        state,
+        registry,
         stop: Some(tx),
         join: Some(join),
     }
@@ -300,14 +398,7 @@ impl TestGateway {
 
     /// Signals shutdown and waits (bounded) for the serve loop to return.
     pub async fn stop(&mut self) -> clawctx_gateway::Result<()> {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        let join = self.join.take().expect("stopped once");
-        tokio::time::timeout(Duration::from_secs(60), join)
-            .await
-            .expect("the gateway stops within 60 s")
-            .unwrap()
+        stop_serving(&mut self.stop, &mut self.join).await
     }
 
     /// Stops this gateway and starts a new one on the same state dir and mock model (a

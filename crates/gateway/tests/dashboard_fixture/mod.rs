@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clawctx_engine::ContextEngineRegistry;
-use clawctx_gateway::{Gateway, GatewayConfig, GatewayParts, Token};
-use clawctx_protocol::{AgentMessage, SelectionSource};
-use clawctx_runtime::{select_backend, AgentRuntime};
+use clawctx_gateway::{GatewayConfig, Token};
+use clawctx_protocol::AgentMessage;
+use clawctx_runtime::AgentRuntime;
 use clawctx_transcript::SessionFile;
 use serde_json::{json, Value};
 
-use super::common::{text, MockLlm};
+use super::common::{serve, text, MockLlm, Serve, Served};
 
 /// The planted message's distinctive words.
 pub const PLANTED: &str = "heliotrope quokka-7731";
@@ -138,42 +138,21 @@ pub async fn start(setup: Setup) -> Fixture {
     let state = tempfile::tempdir().unwrap();
     let mut config = llm.config(setup.engine);
     merge(&mut config, &setup.extra_config);
-    let config = Arc::new(config);
-    let registry = Arc::new(ContextEngineRegistry::with_legacy());
-    clawctx_lossless::register(&registry).unwrap();
-    let agent_dir = state.path().join("agents").join("main");
-    let resolved = registry
-        .resolve(
-            Some(config.clone()),
-            Some(agent_dir.clone()),
-            Some(agent_dir.clone()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        resolved.effective_id, setup.engine,
-        "the engine under test must serve"
-    );
-    let backend = select_backend(&config, None, &|_| None).unwrap();
-    let runtime = AgentRuntime::builder(state.path(), resolved.engine.clone(), backend)
-        .selection(resolved.effective_id.clone(), SelectionSource::Configured)
-        .workspace_dir(agent_dir.to_string_lossy().into_owned())
-        .build();
     let mut settings = GatewayConfig::loopback(0);
     settings.token = setup.token.map(Token::new);
-    let gateway = Gateway::new(GatewayParts {
-        runtime: runtime.clone(),
-        registry: Some(registry.clone()),
-        host_config: config,
-        model: "mock/test-model".into(),
-        config: settings,
-    });
-    let listener = gateway.bind().await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let join = tokio::spawn(gateway.serve(listener, async move {
-        let _ = rx.await;
-    }));
+    let Served {
+        url,
+        runtime,
+        registry,
+        stop,
+        join,
+        ..
+    } = serve(Serve {
+        gateway: settings,
+        ..Serve::new(config, state.path(), setup.engine)
+    })
+    .await;
+    // Loading the 10,000-message session's views takes longer than a turn.
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()
@@ -186,8 +165,8 @@ pub async fn start(setup: Setup) -> Fixture {
         registry,
         state,
         token: setup.token.map(str::to_owned),
-        stop: Some(tx),
-        join: Some(join),
+        stop,
+        join,
     }
 }
 
