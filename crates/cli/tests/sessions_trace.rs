@@ -8,7 +8,8 @@ mod common;
 
 use clawctx_gateway::trace::store::TraceDb;
 use clawctx_gateway::trace::{
-    trace_path, EngineServed, LeftItem, LeftOut, ModelTrace, TracePart, TraceSettings, TurnTrace,
+    trace_path, EngineServed, LeftItem, LeftOut, ModelTrace, RecallHitTrace, TracePart,
+    TraceSettings, TurnTrace,
 };
 
 const KEY: &str = "agent:main:cli-trace";
@@ -25,6 +26,16 @@ fn part(kind: &str, index: u32, id: Option<&str>, tokens: u64) -> TracePart {
         span: (kind == "summary").then_some([0, 9]),
         quotes: if kind == "recalled" {
             vec!["msg_3".into()]
+        } else {
+            Vec::new()
+        },
+        // Why the recalled block quotes its message: the engine's score.
+        hits: if kind == "recalled" {
+            vec![RecallHitTrace {
+                id: "msg_3".into(),
+                score: Some(4.5),
+                matched: 2,
+            }]
         } else {
             Vec::new()
         },
@@ -139,7 +150,7 @@ fn the_trace_of_a_session_is_shown_as_a_table_a_turn_and_json() {
         "engine lossless: lossless is the configured engine",
         "sum_4",
         "depth 1, messages 0..9",
-        "quotes msg_3",
+        "quotes msg_3 (score 4.50, 2 matched)",
         "msg_12",
         "left out: 1 items, 300 tokens",
         "msg_10",
