@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use clawctx_test_support::pg::{test_database, test_url, URL_VAR};
+use clawctx_test_support::pg::{test_database_at, test_url};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -203,8 +203,7 @@ async fn two_gateways_ride_out_a_postgres_outage_without_a_restart() {
     }
     let cluster = Cluster::start();
     // The store's database, made on this test's own cluster.
-    std::env::set_var(URL_VAR, &cluster.url);
-    let db = test_database("pg_outage").unwrap();
+    let db = test_database_at(&cluster.url, "pg_outage");
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
@@ -250,7 +249,8 @@ async fn two_gateways_ride_out_a_postgres_outage_without_a_restart() {
         acknowledged.extend(one_round("before").await);
     }
     for (url, _) in nodes {
-        assert_eq!(readyz(&http, url).await.0, 200, "{url} is ready before");
+        let (status, body) = readyz(&http, url).await;
+        assert_eq!(status, 200, "{url} is ready before: {body}");
     }
 
     // The outage: ten seconds of load with the server stopped.
@@ -396,8 +396,7 @@ async fn a_gateway_started_while_its_database_is_down_recovers_when_it_comes_bac
         return;
     }
     let cluster = Cluster::start();
-    std::env::set_var(URL_VAR, &cluster.url);
-    let db = test_database("pg_down_at_start").unwrap();
+    let db = test_database_at(&cluster.url, "pg_down_at_start");
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))

@@ -93,7 +93,18 @@ impl Drop for TestDatabase {
 /// When the server is given but the database cannot be created (a test failure: the server is
 /// down or the URL's user may not create databases).
 pub fn test_database(hint: &str) -> Option<TestDatabase> {
-    let admin_url = test_url()?;
+    Some(test_database_at(&test_url()?, hint))
+}
+
+/// [`test_database`] on the server of `admin_url` (a test's own cluster), not [`URL_VAR`]'s:
+/// tests of one binary run concurrently, so a test must not point the process-wide variable
+/// at its cluster.
+///
+/// # Panics
+///
+/// When the database cannot be created.
+pub fn test_database_at(admin_url: &str, hint: &str) -> TestDatabase {
+    let admin_url = admin_url.to_owned();
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     // A name left over from a crashed run with the same pid is skipped, never dropped.
     for _ in 0..20 {
@@ -106,20 +117,20 @@ pub fn test_database(hint: &str) -> Option<TestDatabase> {
         match on_fresh_thread(admin_url.clone(), move |client| client.batch_execute(&sql)) {
             Ok(()) => {
                 let url = with_dbname(&admin_url, &name);
-                return Some(TestDatabase {
+                return TestDatabase {
                     url,
                     name,
                     admin_url,
-                });
+                };
             }
             Err(e) if e.code() == Some(&postgres::error::SqlState::DUPLICATE_DATABASE) => continue,
             Err(e) => panic!(
-                "cannot create the test database {name} on the server of {URL_VAR}: {}",
+                "cannot create the test database {name} on the test server: {}",
                 describe(&e)
             ),
         }
     }
-    panic!("cannot create a test database for {hint:?} on the server of {URL_VAR}: every name tried already exists");
+    panic!("cannot create a test database for {hint:?} on the test server: every name tried already exists");
 }
 
 /// `clawctx_t_<sanitized hint>_<pid>_<counter>`, lowercase, at most 63 bytes.
