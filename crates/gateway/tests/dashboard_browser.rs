@@ -11,8 +11,9 @@
 //! compaction pass's summaries and the context card's left-out summaries and raw messages,
 //! watches a live turn compact, reads a quarantined plugin's reason from the persisted mirror,
 //! checks phone width (the DAG's breadcrumb down a real and a synthetic ten-level path, the
-//! layer table's labels, no horizontal scroll) and that no console error was logged, and
-//! measures the 10,000-message view's load.
+//! layer table's labels, no horizontal scroll), pages a timeline of 250 (synthetic) compaction
+//! passes 100 at a time, checks that no console error was logged, and measures the
+//! 10,000-message view's load.
 //! Screenshots go to `target/test-artifacts/dashboard/`.
 //!
 //! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.

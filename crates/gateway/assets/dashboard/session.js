@@ -126,8 +126,8 @@ export async function renderSession(main, key, params) {
   select(params.get('tab') || 'transcript', false);
 
   let summary = null;
-  // The newest compactions only, unless the user asked for all of them.
-  let timelineAll = false;
+  // Compaction passes asked of the server: the newest page, more as the user asks (0: all).
+  let timelineShown = TIMELINE_PAGE;
   // Paging away from the message the transcript was opened around forgets it.
   const transcript = createTranscript(panels.transcript, key, { onPage: () => remember({ around: null }) });
   const turns = createTurns(panels.turns, key, {
@@ -143,7 +143,7 @@ export async function renderSession(main, key, params) {
 
   async function loadSummary() {
     const [s, record] = await Promise.all([
-      get('/v1/dashboard/session', { key, timelineLimit: timelineAll ? 0 : undefined }),
+      get('/v1/dashboard/session', { key, timelineLimit: timelineShown }),
       // The session's own record (the engines that served its stored turns, its last
       // assembly against its own budget); absent when tracing is off.
       get('/v1/dashboard/trace/session', { key }).catch(() => null),
@@ -168,8 +168,8 @@ export async function renderSession(main, key, params) {
         : '',
     );
     renderContext(context, summary, { itemLink });
-    renderTimeline(panels.timeline, summary, itemLink, () => {
-      timelineAll = true;
+    renderTimeline(panels.timeline, summary, itemLink, (n) => {
+      timelineShown = n;
       return loadSummary();
     });
   }
@@ -379,7 +379,11 @@ function renderContext(el, s, { itemLink }) {
   );
 }
 
-function renderTimeline(el, s, itemLink, showAll) {
+// Compaction passes a page of the timeline shows.
+const TIMELINE_PAGE = 100;
+
+// `showMore(n)` reloads with the newest `n` passes (0: all of them).
+function renderTimeline(el, s, itemLink, showMore) {
   const rows = s.timeline ?? [];
   if (!rows.length) {
     fill(el, h('h2', {}, 'Compactions'), h('p', { class: 'muted' }, 'No compaction yet.'));
@@ -392,7 +396,13 @@ function renderTimeline(el, s, itemLink, showAll) {
           'p',
           { class: 'muted', 'data-testid': 'timeline-more' },
           `The newest ${num(rows.length)} of ${num(total)} compaction passes. `,
-          h('button', { type: 'button', onclick: () => showAll().catch((e) => fill(el, errorBox(e))) }, `Show all ${num(total)}`),
+          h(
+            'button',
+            { type: 'button', 'data-testid': 'timeline-older', onclick: () => showMore(rows.length + TIMELINE_PAGE >= total ? 0 : rows.length + TIMELINE_PAGE).catch((e) => fill(el, errorBox(e))) },
+            `Show ${num(Math.min(TIMELINE_PAGE, total - rows.length))} older`,
+          ),
+          ' ',
+          h('button', { type: 'button', 'data-testid': 'timeline-all', onclick: () => showMore(0).catch((e) => fill(el, errorBox(e))) }, `Show all ${num(total)}`),
         )
       : '';
   // Bars are shares of the largest figure before or after, so none runs off the card.

@@ -402,6 +402,43 @@ try {
   check((await deepCrumbs.count()) === 3 && hashParams().get('node') === deepChain[2] && (await page.evaluate(() => document.activeElement?.dataset.id)) === deepChain[2], 'phone: a crumb of the deep path opens its node');
   await page.unroute(/\/v1\/dashboard\/dag(\/|\?)/);
 
+  // Paging the timeline: the fixture's sessions have a few compaction passes, so the session
+  // route answers 250 synthetic ones for this part, the newest `timelineLimit` of them (0: all)
+  // as the server does.
+  const PASSES = 250;
+  const pass = (i) => ({
+    at: 1_700_000_000_000 + i * 60_000, kind: 'leaf', depth: 0, summaries: 1, summaryIds: [`sum_${7_000_000_000 + i}`],
+    firstSeq: i * 10, lastSeq: i * 10 + 9, tokensBefore: 3000, tokensAfter: 300, summarizer: 'extractive',
+  });
+  const sessionRoute = /\/v1\/dashboard\/session\?/;
+  const limits = [];
+  await page.route(sessionRoute, async (route) => {
+    const real = await route.fetch();
+    const body = await real.json();
+    const limit = Number(new URL(route.request().url()).searchParams.get('timelineLimit') ?? 100);
+    limits.push(limit);
+    const all = Array.from({ length: PASSES }, (_, i) => pass(i));
+    body.timeline = limit > 0 ? all.slice(-limit) : all;
+    body.timelineTotal = PASSES;
+    return route.fulfill({ response: real, json: body });
+  });
+  await page.goto(`${url}/#/engines`);
+  await page.waitForSelector('body[data-ready="engines"]');
+  await page.goto(`${sessionUrl(expect.bigKey)}/tab=timeline`);
+  await page.waitForSelector('body[data-ready="session"]', { timeout: 60_000 });
+  const passRows = () => page.evaluate(() => document.querySelectorAll('[data-testid="timeline-list"] > li').length);
+  check((await passRows()) === 100 && limits[0] === 100, 'timeline: the newest 100 passes first', `${await passRows()} ${limits}`);
+  check(/newest 100 of 250/.test(await page.locator('[data-testid="timeline-more"]').innerText()), 'timeline: says how many of how many');
+  await page.click('[data-testid="timeline-older"]');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="timeline-list"] > li').length === 200);
+  check(limits.at(-1) === 200, 'timeline: the next 100 older passes on request', String(limits));
+  await page.click('[data-testid="timeline-older"]');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="timeline-list"] > li').length === 250);
+  check((await page.locator('[data-testid="timeline-more"]').count()) === 0 && limits.at(-1) === 0, 'timeline: the last older page is the rest, and nothing more is offered', String(limits));
+  const timelineOver = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(timelineOver <= 1, 'timeline: 250 passes, no horizontal scroll at phone width', String(timelineOver));
+  await page.unroute(sessionRoute);
+
   await page.goto(`${url}/#/`);
   await page.waitForSelector('body[data-ready="sessions"]');
   const overflow2 = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
