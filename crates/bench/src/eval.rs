@@ -537,7 +537,7 @@ async fn covering_summaries(
         BenchError::engine(&eut.id, &format!("{stage} ({key})"), e)
     };
     let Some(view) = store
-        .session_view(&ConvKey::from_host(Some(key), key))
+        .frontier_view(&ConvKey::from_host(Some(key), key))
         .await
         .map_err(|e| err("frontier", e))?
     else {

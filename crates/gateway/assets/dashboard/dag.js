@@ -4,7 +4,7 @@
 // also gets its path as a breadcrumb, root first, each crumb a link back up to that node; the
 // session keeps that node in the URL (`node=`), and a link or reload opens its path again.
 import { get } from './api.js';
-import { errorBox, fill, h, highlight, num, when } from './ui.js';
+import { errorBox, fill, h, highlight, num, pageLink, when } from './ui.js';
 
 const COLUMNS = ['Depth', 'Summaries', 'Tokens', 'Covering', 'In frontier'];
 
@@ -41,19 +41,13 @@ export function createDag(el, key, { openMessage, onNode = () => {}, hrefFor = (
           return h(
             'li',
             {},
-            h(
-              'a',
-              {
-                href: hrefFor(x.dataset.id),
-                'data-id': x.dataset.id,
-                'aria-current': last ? 'location' : null,
-                onclick: (e) => {
-                  if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
-                  e.preventDefault();
-                  onNode(x.dataset.id, true);
-                  reveal(x.dataset.id);
-                },
+            pageLink(
+              hrefFor(x.dataset.id),
+              () => {
+                onNode(x.dataset.id, true);
+                reveal(x.dataset.id);
               },
+              { 'data-id': x.dataset.id, 'aria-current': last ? 'location' : null },
               depth !== undefined ? h('span', { class: `badge d${Math.min(Number(depth), 3)}` }, `d${depth}`) : null,
               ' ',
               x.dataset.id,
@@ -207,8 +201,7 @@ export function createDag(el, key, { openMessage, onNode = () => {}, hrefFor = (
       ),
     );
     nodes.clear();
-    current = null;
-    crumbs.hidden = true;
+    unmark();
     fill(tree, d.roots.length ? d.roots.map((n) => item(n, 1)) : h('li', { class: 'muted' }, 'No summaries yet: everything is raw.'));
     const first = tree.querySelector('[role="treeitem"]');
     if (first) first.tabIndex = 0;

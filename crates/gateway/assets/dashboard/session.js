@@ -10,7 +10,7 @@ import { get } from './api.js';
 import { createDag } from './dag.js';
 import { createSearch, termsOf } from './search.js';
 import { createTurns } from './turns.js';
-import { ago, errorBox, fill, h, highlight, messageText, num, stackedBar, when } from './ui.js';
+import { ago, errorBox, fill, h, highlight, messageText, num, pageLink, stackedBar, when } from './ui.js';
 
 const KIND_LABEL = { systemPromptAddition: 'System prompt addition', summary: 'Summaries', recalled: 'Recalled', raw: 'Raw tail' };
 
@@ -106,20 +106,7 @@ export async function renderSession(main, key, params) {
   }
   /** A link (a real one: keyboard, new tab) to `id` that opens it in place. */
   function itemLink(id, attrs = {}) {
-    return h(
-      'a',
-      {
-        href: hrefFor(id),
-        'data-item': id,
-        ...attrs,
-        onclick: (e) => {
-          if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
-          e.preventDefault();
-          openItem(id);
-        },
-      },
-      id,
-    );
+    return pageLink(hrefFor(id), () => openItem(id), { 'data-item': id, ...attrs }, id);
   }
 
   fill(main, h('p', {}, h('a', { href: '#/' }, '← Sessions')), title, meta, context, tabs, ...Object.values(panels));

@@ -16,6 +16,24 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/** A real link to `href` (keyboard, middle click and a new tab work) whose plain click runs
+ * `open` in the page instead of following it. */
+export function pageLink(href, open, attrs, ...children) {
+  return h(
+    'a',
+    {
+      href,
+      ...attrs,
+      onclick: (e) => {
+        if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+        e.preventDefault();
+        open();
+      },
+    },
+    ...children,
+  );
+}
+
 function append(el, children) {
   for (const c of children) {
     if (c === undefined || c === null || c === false) continue;

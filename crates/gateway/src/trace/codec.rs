@@ -339,6 +339,18 @@ mod tests {
         }
     }
 
+    /// A tool result the store named (`msg_401`) at position 3, with its digest.
+    fn stored_tool_result() -> TracePart {
+        TracePart {
+            index: Some(3),
+            id: Some("msg_401".into()),
+            role: Some("toolResult".into()),
+            tokens: 1234,
+            digest: "ffffffff".into(),
+            ..part("raw")
+        }
+    }
+
     #[test]
     fn every_field_survives_a_round_trip_and_a_tail_of_stored_messages_takes_three_bytes_each() {
         let parts = vec![
@@ -389,14 +401,7 @@ mod tests {
                 ],
                 ..part("recalled")
             },
-            TracePart {
-                index: Some(3),
-                id: Some("msg_401".into()),
-                role: Some("toolResult".into()),
-                tokens: 1234,
-                digest: "ffffffff".into(),
-                ..part("raw")
-            },
+            stored_tool_result(),
             TracePart {
                 index: Some(4),
                 role: Some("assistant".into()),
@@ -466,16 +471,6 @@ mod tests {
             1u8, 1, 119, 0xd2, 0x09, 0xff, 0xff, 0xff, 0xff, 3, 0x91, 0x03,
         ];
         let parts = decode(&v1).unwrap();
-        assert_eq!(
-            parts,
-            vec![TracePart {
-                index: Some(3),
-                id: Some("msg_401".into()),
-                role: Some("toolResult".into()),
-                tokens: 1234,
-                digest: "ffffffff".into(),
-                ..part("raw")
-            }]
-        );
+        assert_eq!(parts, vec![stored_tool_result()]);
     }
 }
