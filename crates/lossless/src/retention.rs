@@ -91,6 +91,10 @@ impl Db {
     pub fn expire_payloads(&mut self, cutoff_ms: i64, apply: bool) -> Result<RetentionReport> {
         if apply {
             self.decoded.get_mut().clear();
+            // The index keeps the original words only for messages already in the file's
+            // index: any other connection indexes the rest from their stored text, which this
+            // rewrites.
+            self.index_all_in_file();
         }
         self.tx(|c| {
             let mut report = RetentionReport {

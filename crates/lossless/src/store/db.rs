@@ -314,10 +314,7 @@ impl Db {
     pub(crate) fn close(mut self) {
         // What waits for the file's index moves there now rather than being indexed from
         // its text by the next connection (nothing is lost either way).
-        self.index_deferred();
-        if self.pending.get().rows > 0 {
-            self.flush_pending();
-        }
+        self.index_all_in_file();
         // The checkpoint thread's connection closes first (its channel ends here), so this
         // one, the last, checkpoints the log into the file and removes it.
         if let Some(c) = self.checkpointer {
@@ -460,6 +457,18 @@ impl Db {
             self.flush_pending();
         }
         self.deferred_rows() > 0
+    }
+
+    /// Puts every message this connection indexed, or holds index terms for, into the file's
+    /// index: the large batches' waiting terms ([`Self::index_deferred`]) and the pending
+    /// index. Until then those messages are above the file's boundary, and another
+    /// connection (the read thread's, another process) indexes them from their stored text,
+    /// so a job that rewrites stored text runs this first ([`Db::expire_payloads`]).
+    pub(crate) fn index_all_in_file(&mut self) {
+        self.index_deferred();
+        if self.pending.get().rows > 0 {
+            self.flush_pending();
+        }
     }
 
     /// Moves the pending index to the file's, in a transaction of its own. Should that fail,
