@@ -232,11 +232,55 @@ pub struct EvalRun {
     pub context_tokens_mean: f64,
     /// Context tokens used (max over conversations).
     pub context_tokens_max: u64,
+    /// How the context was spent, mean tokens per question by part.
+    pub context_split: ContextSplit,
     /// Per question.
     pub questions: Vec<QuestionScore>,
     /// The judged mode's calls and tokens (`None`: not judged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub judged: Option<JudgedCost>,
+}
+
+/// Mean context tokens per question spent on each kind of part: how an engine split its
+/// budget (README "How lossless spends the budget"). The question itself is not counted.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextSplit {
+    /// Summaries: the lossless frontier's `<summary>` blocks, legacy's compaction summary.
+    pub summaries: f64,
+    /// The lossless `<recalled>` block.
+    pub recalled: f64,
+    /// Messages of the conversation as they were.
+    pub raw: f64,
+}
+
+impl ContextSplit {
+    /// Adds one context's parts (the question, its last message, excluded).
+    fn add(&mut self, context: &[AgentMessage]) {
+        for m in &context[..context.len().saturating_sub(1)] {
+            let tokens = clawctx_tokens::message_tokens(m) as f64;
+            let text = m.plain_text();
+            if matches!(
+                m,
+                AgentMessage::CompactionSummary(_) | AgentMessage::BranchSummary(_)
+            ) || text.starts_with(clawctx_protocol::COMPACTION_SUMMARY_PREFIX)
+                || clawctx_lossless::assemble::parse_summary_header(&text).is_some()
+            {
+                self.summaries += tokens;
+            } else if clawctx_lossless::assemble::is_own_block(m) {
+                self.recalled += tokens;
+            } else {
+                self.raw += tokens;
+            }
+        }
+    }
+
+    fn mean_over(&mut self, n: u64) {
+        let n = n.max(1) as f64;
+        self.summaries /= n;
+        self.recalled /= n;
+        self.raw /= n;
+    }
 }
 
 /// The eval result.
@@ -638,6 +682,7 @@ async fn run_one(
         categories: BTreeMap::new(),
         context_tokens_mean: 0.0,
         context_tokens_max: 0,
+        context_split: ContextSplit::default(),
         questions: Vec::new(),
         judged: opts.judging.as_ref().map(|_| JudgedCost::default()),
     };
@@ -665,6 +710,7 @@ async fn run_one(
             token_sum += used;
             assembled += 1;
             run.context_tokens_max = run.context_tokens_max.max(used);
+            run.context_split.add(&context);
             // The question (the last message) is not evidence of itself.
             let context_text: String = context[..context.len().saturating_sub(1)]
                 .iter()
@@ -742,6 +788,7 @@ async fn run_one(
         }
     }
     run.context_tokens_mean = token_sum as f64 / assembled.max(1) as f64;
+    run.context_split.mean_over(assembled);
     let _ = eut.engine.dispose().await;
     Ok(run)
 }
@@ -784,9 +831,16 @@ pub fn render_table(r: &EvalReport) -> String {
                 run.engine, run.context_tokens_mean, run.context_tokens_max
             ));
         } else {
+            let split = &run.context_split;
             s.push_str(&format!(
-                "\n{} @ budget {} (context tokens: mean {:.0}, max {})\n",
-                run.engine, run.budget, run.context_tokens_mean, run.context_tokens_max
+                "\n{} @ budget {} (context tokens: mean {:.0}, max {}; summaries {:.0}, recalled {:.0}, raw {:.0})\n",
+                run.engine,
+                run.budget,
+                run.context_tokens_mean,
+                run.context_tokens_max,
+                split.summaries,
+                split.recalled,
+                split.raw
             ));
         }
         let judged = run.judged.is_some();

@@ -254,6 +254,24 @@ async fn locomo_dev_split_when_present() {
             run.context_tokens_mean
         );
     }
+    // How each engine spent the context: the parts add up to it (less the question), legacy
+    // quotes nothing, lossless gives its summaries and its recalled block each a real share.
+    for run in [legacy, lossless] {
+        let s = &run.context_split;
+        let parts = s.summaries + s.recalled + s.raw;
+        assert!(
+            parts < run.context_tokens_mean && parts > run.context_tokens_mean - 100.0,
+            "{}: split {s:?} against a mean of {}",
+            run.engine,
+            run.context_tokens_mean
+        );
+    }
+    assert_eq!(legacy.context_split.recalled, 0.0);
+    assert!(
+        lossless.context_split.summaries >= 400.0 && lossless.context_split.recalled >= 400.0,
+        "{:?}",
+        lossless.context_split
+    );
     // At 4k tokens of ~20k-token conversations most evidence has left the raw context of an
     // engine that only keeps the newest turns; prompt recall brings it back.
     assert!(legacy.overall.pct(legacy.overall.raw_in_context) < 40.0);

@@ -45,10 +45,10 @@ pub struct LosslessConfig {
     pub fresh_tail_max_tokens: u64,
     /// Maximum source tokens of one leaf summary.
     pub leaf_chunk_tokens: u64,
-    /// Target size of a leaf summary (capped at 35% of its source and a sixteenth of the
-    /// budget, at least 192).
+    /// Target size of a leaf summary (capped at 35% of its source and a tenth of the budget,
+    /// at least 192).
     pub leaf_target_tokens: u64,
-    /// Target size of a condensed summary (capped at half its source and a sixteenth of the
+    /// Target size of a condensed summary (capped at half its source and a tenth of the
     /// budget, at least 128).
     pub condensed_target_tokens: u64,
     /// Minimum raw messages in a leaf chunk (unless forced or under pressure).

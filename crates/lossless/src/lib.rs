@@ -41,8 +41,8 @@
 //! | `freshTailCount` | `64` | newest raw messages never compacted |
 //! | `freshTailMaxTokens` | `0` (= budget/16) | token cap of that tail (the newest user message and what follows it always stay raw); at a small budget it lets compaction bring the frontier well under the threshold, so the context then grows by appending for many turns (prompt cache) |
 //! | `leafChunkTokens` | `20000` | max source tokens per leaf summary (and per condensed chunk) |
-//! | `leafTargetTokens` | `2400` | leaf summary target (≤ 35% of source, ≤ budget/16, ≥ 192) |
-//! | `condensedTargetTokens` | `2000` | condensed summary target (≤ 50% of source, ≤ budget/16, ≥ 128) |
+//! | `leafTargetTokens` | `2400` | leaf summary target (≤ 35% of source, ≤ budget/10, ≥ 192) |
+//! | `condensedTargetTokens` | `2000` | condensed summary target (≤ 50% of source, ≤ budget/10, ≥ 128) |
 //! | `leafMinFanout` | `8` | min messages in a partial leaf chunk (unless forced) |
 //! | `condensedMinFanout` | `4` | min same-depth summaries condensed together |
 //! | `condensedMinFanoutHard` | `2` | fanout under pressure (no depth cap) |

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::*;
-use clawctx_protocol::*;
 use clawctx_summarize::{SummarizeError, Summarizer, Summary, SummaryRequest};
 use common::*;
 
@@ -75,19 +74,6 @@ fn cfg() -> LosslessConfig {
     }
 }
 
-fn maintain_params() -> MaintainParams {
-    MaintainParams {
-        session_id: "s1".into(),
-        session_key: Some(KEY.into()),
-        runtime_context: Some(ContextEngineRuntimeContext {
-            token_budget: Some(BUDGET),
-            allow_deferred_compaction_execution: Some(true),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_crash_child() {
     let Ok(path) = std::env::var("LCM_BG_CRASH_DB") else {
@@ -121,7 +107,7 @@ async fn background_crash_child() {
         if lane.as_ref().is_none_or(|l| l.is_finished()) {
             let e = e.clone();
             lane = Some(tokio::spawn(IN_LANE.scope(true, async move {
-                e.maintain(&maintain_params(), &cx()).await.unwrap();
+                e.maintain(&deferred_maintain(BUDGET), &cx()).await.unwrap();
             })));
         }
         tokio::task::yield_now().await;
@@ -218,7 +204,7 @@ async fn sigkill_while_a_background_summary_is_pending_leaves_a_consistent_store
         let e = LosslessEngine::open(&db, cfg())
             .unwrap()
             .with_summarizer(FakeSummarizer::new(0));
-        e.maintain(&maintain_params(), &cx()).await.unwrap();
+        e.maintain(&deferred_maintain(BUDGET), &cx()).await.unwrap();
         let store = e.store().unwrap();
         assert!(frontier_tokens(store).await <= threshold, "free {free}");
         let doc = store.doctor().await.unwrap();

@@ -71,17 +71,7 @@ async fn run(e: &LosslessEngine) -> CacheTotals {
             .await
             .unwrap();
         // Background maintenance (the host calls it after the reply).
-        let m = MaintainParams {
-            session_id: "s1".into(),
-            session_key: Some(KEY.into()),
-            runtime_context: Some(ContextEngineRuntimeContext {
-                allow_deferred_compaction_execution: Some(true),
-                token_budget: Some(BUDGET),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        e.maintain(&m, &cx()).await.unwrap();
+        e.maintain(&deferred_maintain(BUDGET), &cx()).await.unwrap();
     }
     cache.totals()
 }

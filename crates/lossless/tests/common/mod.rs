@@ -317,6 +317,21 @@ pub fn turn(rng: &mut Lcg, t: usize, tool: bool, size: usize) -> Vec<AgentMessag
     out
 }
 
+/// The host's `maintain` after a reply of session `s1` (key [`KEY`]) at `budget`: background
+/// (deferred) compaction allowed, as the runtime calls it.
+pub fn deferred_maintain(budget: u64) -> MaintainParams {
+    MaintainParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        runtime_context: Some(ContextEngineRuntimeContext {
+            token_budget: Some(budget),
+            allow_deferred_compaction_execution: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 pub fn after_turn(history: &[AgentMessage], pre: usize, budget: u64) -> AfterTurnParams {
     AfterTurnParams {
         session_id: "s1".into(),
