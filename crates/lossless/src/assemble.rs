@@ -738,7 +738,7 @@ pub fn reassemble_own_output(messages: &[AgentMessage], budget: u64) -> Option<A
             if parse_summary_header(&text).is_some() {
                 out.summaries += 1;
             } else if crate::prompt_recall::is_recalled_block(&text) {
-                out.recalled += text.matches("<message id=\"").count();
+                out.recalled += crate::prompt_recall::quoted_ids(&text).len();
             }
         }
     }

@@ -126,7 +126,8 @@ async fn assembly_quotes_old_matching_messages_before_the_prompt_within_budget(s
         block.contains("My sister Marguerite adopted a greyhound called Biscuit last spring."),
         "the old fact must be quoted verbatim: {block}"
     );
-    assert!(block.contains("id=\"msg_1\""));
+    assert_eq!(quoted_ids(&block).first(), Some(&1), "msg_1 quoted first: {block}");
+    assert!(block.contains("\n[msg_1 user "), "{block}");
     let whole: String = out.messages.iter().map(|m| m.plain_text()).collect();
     assert_eq!(
         whole.matches("greyhounds are gentle").count(),

@@ -94,12 +94,16 @@ fn kitten_turns() -> Vec<AgentMessage> {
 
 /// The text quoted under `msg_<id>` in `block`.
 fn quoted_text(block: &str, id: i64) -> &str {
-    let open = format!("<message id=\"msg_{id}\"");
-    let at = block.find(&open).expect("the hit is quoted in the block");
+    let open = format!("\n[msg_{id} ");
+    let at = block.find(&open).expect("the hit is quoted in the block") + 1;
     let body = &block[at..];
-    let start = body.find(">\n").map_or(0, |i| i + 2);
-    let end = body.find("\n</message>").unwrap_or(body.len());
-    &body[start..end]
+    let body = &body[body.find("] ").map_or(0, |i| i + 2)..];
+    let end = [body.find("\n[msg_"), body.find("\n</recalled")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(body.len());
+    &body[..end]
 }
 
 on_both_backends! {
@@ -136,7 +140,7 @@ async fn the_engine_says_why_each_message_was_recalled(store) {
     .await;
     // One hit per quoted message, best first: the two kitten messages with their scores and
     // matched terms, the answer with no score right after its question.
-    assert_eq!(hits.len(), block.matches("<message id=").count(), "{hits:?}");
+    assert_eq!(hits.len(), quoted_ids(&block).len(), "{hits:?}");
     let answer = hits.iter().position(|h| h.score.is_none()).expect("the answer is a hit");
     assert!(quoted_text(&block, hits[answer].id).starts_with("Pixel"), "{hits:?}");
     assert_eq!(hits[answer].matched, 0);

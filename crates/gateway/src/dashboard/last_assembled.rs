@@ -132,20 +132,12 @@ pub fn digest(role: &str, text: &str) -> u32 {
     h
 }
 
-/// The `msg_<n>` numbers a `<recalled>` block quotes (its `<message id="msg_n"` openings).
+/// The `msg_<n>` numbers a `<recalled>` block quotes (its `[msg_n role time]` lines).
 pub fn recalled_quotes(text: &str) -> Vec<u64> {
-    const OPEN: &str = "<message id=\"msg_";
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(at) = rest.find(OPEN) {
-        rest = &rest[at + OPEN.len()..];
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if let Ok(n) = rest[..digits].parse() {
-            out.push(n);
-        }
-        rest = &rest[digits..];
-    }
-    out
+    clawctx_lossless::quoted_ids(text)
+        .into_iter()
+        .filter_map(|n| u64::try_from(n).ok())
+        .collect()
 }
 
 /// Totals per kind.
@@ -308,9 +300,9 @@ mod tests {
     }
 
     #[test]
-    fn a_recalled_blocks_quotes_are_read_from_its_message_openings() {
-        let text = "<recalled note=\"x\">\n<message id=\"msg_12\" role=\"user\" at=\"t\">\nhello\n</message>\n\
-                    <message id=\"msg_345\" role=\"assistant\" at=\"t\">\nmsg_9 is not a quote\n</message>\n</recalled>";
+    fn a_recalled_blocks_quotes_are_read_from_its_quote_lines() {
+        let text = "<recalled note=\"x\">\n[msg_12 user 2024-03-01 10:00] hello\n\
+                    [msg_345 assistant 2024-03-01 10:01] msg_9 is not a quote\n</recalled>";
         assert_eq!(recalled_quotes(text), vec![12, 345]);
         assert!(recalled_quotes("no quotes").is_empty());
         // Pinned: stored traces compare digests written by earlier builds.
