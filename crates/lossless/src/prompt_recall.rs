@@ -14,11 +14,13 @@
 //! words in fewer than one stored message in ten): a prompt of common words quotes nothing,
 //! instead of a block of loose matches that costs uncached tokens on every turn.
 //!
-//! Two methods widen what a search hit gives the model (issue #30; each measured on its own
+//! Three methods widen what a search hit gives the model (issue #30; each measured on its own
 //! in BENCHMARKS.md §3): a quoted message that asks a question brings the message after it
-//! (the answer, which rarely shares the prompt's words), and a quoted message's relative time
+//! (the answer, which rarely shares the prompt's words); the room left once every hit is in
+//! goes to the message after each quoted hit; and a quoted message's relative time
 //! expressions ("yesterday", "last Friday") are resolved against its own date
-//! ([`crate::relative_dates`]), since a quote out of its place loses what they meant.
+//! ([`crate::relative_dates`]), since a quote out of its place loses what they meant. Each
+//! quote is one line opening with `[msg_n role time]`, a third of the tokens of an XML wrapper.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -65,7 +67,8 @@ pub struct RecalledBlock {
     pub hits: Vec<RecallHit>,
 }
 
-/// Why one message is in the `<recalled>` block: its search score, or the question it answers.
+/// Why one message is in the `<recalled>` block: its search score, or the quoted message it
+/// follows.
 /// What the per-turn trace shows as the block's "why" (issue #31).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -73,7 +76,8 @@ pub struct RecallHit {
     /// `messages.id`.
     pub id: i64,
     /// Its BM25 score for the prompt's telling words; `None` when it was brought along as the
-    /// message after a quoted question (the hit chosen just before it).
+    /// message after a quoted one: a question's answer (right after its question among the
+    /// hits), or, once every hit that fits is in, the message after a hit.
     pub score: Option<f64>,
     /// The prompt's search terms it contains (0 when brought along).
     pub matched: usize,
@@ -177,6 +181,9 @@ impl Db {
     }
 }
 
+/// Below this many tokens left, the block stops looking for hits' next messages.
+const MIN_FILL_TOKENS: u64 = 16;
+
 /// How many ids after a hit the SQLite store looks for the message after it.
 const NEXT_WITHIN: i64 = 256;
 
@@ -192,9 +199,11 @@ pub(crate) fn wanted(r: &PromptRecall) -> bool {
 /// A quoted message that asks something (`?`) brings the message after it along, right after
 /// it in rank: a question's words are what the prompt shares, and the answer, which holds the
 /// fact, often shares none ("What did you name him?" / "Pixel, after the camera."). Measured in
-/// BENCHMARKS.md (LoCoMo: +7 points of evidence reached at 4k tokens). A quoted message with
-/// relative time expressions gets them resolved against its own date
-/// ([`crate::relative_dates::note`]).
+/// BENCHMARKS.md (LoCoMo: +7 points of evidence reached at 4k tokens). Room left once every
+/// hit that fits is in goes to the message after each quoted hit, best hit first (a reply, or
+/// the rest of what was being said): never before a hit, since following every hit displaced
+/// better hits when the room was short (BENCHMARKS.md §3). A quoted message with relative time
+/// expressions gets them resolved against its own date ([`crate::relative_dates::note`]).
 pub(crate) fn block_of(
     r: &PromptRecall,
     ranked: Vec<crate::search::RankedMessage>,
@@ -217,37 +226,55 @@ pub(crate) fn block_of(
     let mut seen: HashSet<i64> = HashSet::new();
     let mut chosen: Vec<(i64, String)> = Vec::new();
     let mut hits: Vec<RecallHit> = Vec::new();
-    while let Some((id, tokens, hit)) = queue.pop_front() {
-        if tokens > left || exclude.contains(&id) || !seen.insert(id) {
-            continue;
+    let mut filling = false;
+    loop {
+        while let Some((id, tokens, hit)) = queue.pop_front() {
+            if tokens > left || exclude.contains(&id) || !seen.insert(id) {
+                continue;
+            }
+            let (role, ts, text) = message(id)?;
+            let note = crate::relative_dates::note(&text, ts)
+                .map(|n| format!("\n{n}"))
+                .unwrap_or_default();
+            let entry = format!(
+                "{QUOTE_OPEN}{} {} {}] {}{}\n",
+                id,
+                codec::role_name(role).unwrap_or("other"),
+                crate::assemble::fmt_minute(ts),
+                quotable(&text),
+                note
+            );
+            let cost = text_tokens(&entry);
+            if cost > left {
+                continue;
+            }
+            left -= cost;
+            chosen.push((id, entry));
+            hits.push(RecallHit {
+                id,
+                score: hit.map(|(s, _)| s),
+                matched: hit.map_or(0, |(_, m)| m),
+            });
+            // The answer to a quoted question comes next (its neighbours are not followed).
+            if hit.is_some() && text.contains('?') {
+                if let Some((n, n_tokens)) = next(id)? {
+                    queue.push_front((n, n_tokens, None));
+                }
+            }
         }
-        let (role, ts, text) = message(id)?;
-        let note = crate::relative_dates::note(&text, ts)
-            .map(|n| format!("\n{n}"))
-            .unwrap_or_default();
-        let entry = format!(
-            "{QUOTE_OPEN}{} {} {}] {}{}\n",
-            id,
-            codec::role_name(role).unwrap_or("other"),
-            crate::assemble::fmt_minute(ts),
-            quotable(&text),
-            note
-        );
-        let cost = text_tokens(&entry);
-        if cost > left {
-            continue;
+        if filling {
+            break;
         }
-        left -= cost;
-        chosen.push((id, entry));
-        hits.push(RecallHit {
-            id,
-            score: hit.map(|(s, _)| s),
-            matched: hit.map_or(0, |(_, m)| m),
-        });
-        // The answer to a quoted question comes next (its neighbours are not followed).
-        if hit.is_some() && text.contains('?') {
-            if let Some((n, n_tokens)) = next(id)? {
-                queue.push_front((n, n_tokens, None));
+        // The room left once every hit that fits is in: the message after each quoted hit,
+        // best hit first.
+        filling = true;
+        let quoted: HashSet<i64> = chosen.iter().map(|(id, _)| *id).collect();
+        for h in ranked.iter().filter(|h| quoted.contains(&h.id)) {
+            if left < MIN_FILL_TOKENS {
+                break;
+            }
+            if let Some((n, n_tokens)) = next(h.id)? {
+                queue.push_back((n, n_tokens, None));
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Prompt recall's methods beyond the ranked search itself (issue #30 item 1), each on a small
 //! synthetic conversation and on both backends: a recalled question brings its answer along,
-//! and relative dates in a recalled message are resolved against the day it was said.
+//! the room left after every hit goes to the message after each hit, and relative dates in a
+//! recalled message are resolved against the day it was said.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
@@ -122,8 +123,7 @@ async fn a_recalled_question_brings_its_answer(store) {
         block.contains("Pixel, after my old camera."),
         "the answer to the recalled question must follow it: {block}"
     );
-    // A hit that asks nothing brings nothing along; the answer comes right after its question.
-    assert!(!block.contains("warm spot"), "{block}");
+    // The answer comes right after its question.
     let (q, a) = (block.find("naming the kitten").unwrap(), block.find("Pixel").unwrap());
     assert!(q < a && a < block.find("radiator").unwrap(), "in conversation order: {block}");
     assert_eq!(block.matches("Pixel").count(), 1, "quoted once: {block}");
@@ -152,6 +152,31 @@ async fn the_engine_says_why_each_message_was_recalled(store) {
     let scores: Vec<f64> = hits.iter().filter_map(|h| h.score).collect();
     assert_eq!(scores.len(), 2, "{hits:?}");
     assert!(scores[0] >= scores[1], "best first: {hits:?}");
+}
+}
+
+on_both_backends! {
+async fn room_left_after_every_hit_quotes_the_message_after_each(store) {
+    let (block, hits) = recalled_with_hits(
+        store,
+        kitten_turns(),
+        "What is the kitten called?",
+    )
+    .await;
+    // The radiator message asks nothing, so its reply ("warm spot", no word of the prompt) is
+    // not brought along as an answer; the block has room left once both hits are in, so it is
+    // quoted then: after every scored hit, never in place of one.
+    assert!(block.contains("Sounds like a warm spot for a nap."), "{block}");
+    let reply = hits
+        .iter()
+        .position(|h| quoted_text(&block, h.id).contains("warm spot"))
+        .expect("the reply is a hit");
+    assert!(hits[reply].score.is_none(), "{hits:?}");
+    let last_scored = hits.iter().rposition(|h| h.score.is_some()).unwrap();
+    assert!(reply > last_scored, "filled only after every hit: {hits:?}");
+    assert_eq!(block.matches("warm spot").count(), 1, "quoted once: {block}");
+    // The filler of the conversation shares no word with the prompt and follows no hit.
+    assert_eq!(quoted_ids(&block).len(), 4, "{block}");
 }
 }
 

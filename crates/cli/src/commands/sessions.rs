@@ -306,7 +306,7 @@ fn trace(
                     .iter()
                     .map(|h| match h.score {
                         Some(s) => format!("{} (score {s:.2}, {} matched)", h.id, h.matched),
-                        None => format!("{} (answer to the question before)", h.id),
+                        None => format!("{} (the message after a quoted one)", h.id),
                     })
                     .collect();
                 format!("quotes {}", hits.join(" "))

@@ -8,9 +8,10 @@ import { errorBox, fill, h, num, when } from './ui.js';
 const KIND = { systemPromptAddition: 'system prompt addition', summary: 'summary', recalled: 'recalled block', raw: 'message' };
 
 // Why the recalled block quotes a message: its search score and the prompt's terms it
-// matched, or (no score) that it answers the quoted question before it.
+// matched, or (no score) that it is the message after a quoted one: a question's answer, or
+// what followed a hit when the block had room left.
 function hitWords(hit) {
-  if (hit.score === undefined) return `${hit.id} (the answer to the question before it)`;
+  if (hit.score === undefined) return `${hit.id} (the message after a quoted one)`;
   return `${hit.id} (score ${hit.score.toFixed(2)}, ${hit.matched} term${hit.matched === 1 ? '' : 's'} matched)`;
 }
 

@@ -18,8 +18,8 @@
 //! the last id of the same kind], summary: varint depth + 1 (0: no depth), [span: varint first
 //! seq + 1, varint length], recalled: varint quote count and the quoted message numbers as
 //! ascending deltas, then varint hit count and per hit (best first) the zigzag difference of
-//! its message number from the hit before's, varint score × 100 + 1 (0: brought along as an
-//! answer, no score) and varint terms matched.
+//! its message number from the hit before's, varint score × 100 + 1 (0: brought along, no
+//! score) and varint terms matched.
 
 use super::{RecallHitTrace, TracePart};
 

@@ -169,7 +169,7 @@ pub struct RecallHitTrace {
     /// `msg_<n>`.
     pub id: String,
     /// Its search score for the prompt's telling words (BM25, two decimals); none when it was
-    /// brought along as the answer to the quoted question before it.
+    /// brought along as the message after a quoted one (a question's answer, or room left).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
     /// The prompt's search terms it contains.
