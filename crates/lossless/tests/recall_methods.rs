@@ -93,6 +93,11 @@ fn kitten_turns() -> Vec<AgentMessage> {
     ]
 }
 
+/// The block and hits for "What is the kitten called?" over [`kitten_turns`].
+async fn kitten_recall(store: &TestStore) -> (String, Vec<RecallHit>) {
+    recalled_with_hits(store, kitten_turns(), "What is the kitten called?").await
+}
+
 /// The text quoted under `msg_<id>` in `block`.
 fn quoted_text(block: &str, id: i64) -> &str {
     let open = format!("\n[msg_{id} ");
@@ -109,12 +114,7 @@ fn quoted_text(block: &str, id: i64) -> &str {
 
 on_both_backends! {
 async fn a_recalled_question_brings_its_answer(store) {
-    let block = recalled_for(
-        store,
-        kitten_turns(),
-        "What is the kitten called?",
-    )
-    .await;
+    let (block, _) = kitten_recall(store).await;
     // Both kitten turns match the prompt; the answer shares no word with it and comes in
     // only as the reply to the question.
     assert!(block.contains("naming the kitten"), "{block}");
@@ -132,12 +132,7 @@ async fn a_recalled_question_brings_its_answer(store) {
 
 on_both_backends! {
 async fn the_engine_says_why_each_message_was_recalled(store) {
-    let (block, hits) = recalled_with_hits(
-        store,
-        kitten_turns(),
-        "What is the kitten called?",
-    )
-    .await;
+    let (block, hits) = kitten_recall(store).await;
     // One hit per quoted message, best first: the two kitten messages with their scores and
     // matched terms, the answer with no score right after its question.
     assert_eq!(hits.len(), quoted_ids(&block).len(), "{hits:?}");
@@ -157,12 +152,7 @@ async fn the_engine_says_why_each_message_was_recalled(store) {
 
 on_both_backends! {
 async fn room_left_after_every_hit_quotes_the_message_after_each(store) {
-    let (block, hits) = recalled_with_hits(
-        store,
-        kitten_turns(),
-        "What is the kitten called?",
-    )
-    .await;
+    let (block, hits) = kitten_recall(store).await;
     // The radiator message asks nothing, so its reply ("warm spot", no word of the prompt) is
     // not brought along as an answer; the block has room left once both hits are in, so it is
     // quoted then: after every scored hit, never in place of one.
