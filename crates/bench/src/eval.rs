@@ -267,7 +267,7 @@ impl ContextSplit {
                 || clawctx_lossless::assemble::parse_summary_header(&text).is_some()
             {
                 self.summaries += tokens;
-            } else if clawctx_lossless::assemble::is_own_block(m) {
+            } else if clawctx_lossless::is_recalled_block(&text) {
                 self.recalled += tokens;
             } else {
                 self.raw += tokens;

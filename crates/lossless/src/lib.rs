@@ -99,7 +99,7 @@ pub use doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};
 pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
 pub use error::LosslessError;
 pub use import::ImportReport;
-pub use prompt_recall::{quoted_ids, RecallHit};
+pub use prompt_recall::{is_recalled_block, quoted_ids, RecallHit};
 pub use recall::{
     DescribeReport, ExpandReport, ExpandedItem, GrepHit, GrepMode, GrepQuery, GrepReport, GrepSort,
     GrepTarget, MessageInfo, Scope, SummaryInfo,

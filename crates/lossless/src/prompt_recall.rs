@@ -226,8 +226,24 @@ pub(crate) fn block_of(
     let mut seen: HashSet<i64> = HashSet::new();
     let mut chosen: Vec<(i64, String)> = Vec::new();
     let mut hits: Vec<RecallHit> = Vec::new();
-    let mut filling = false;
-    loop {
+    // Hits whose next message was already looked up (a question's answer).
+    let mut followed: HashSet<i64> = HashSet::new();
+    // Two passes: the hits (each question's answer right after it), then, in the room left,
+    // the message after each quoted hit not followed yet, best hit first.
+    for fill in [false, true] {
+        if fill {
+            let quoted: HashSet<i64> = chosen.iter().map(|(id, _)| *id).collect();
+            for h in ranked.iter().filter(|h| quoted.contains(&h.id)) {
+                if left < MIN_FILL_TOKENS {
+                    break;
+                }
+                if followed.insert(h.id) {
+                    if let Some((n, n_tokens)) = next(h.id)? {
+                        queue.push_back((n, n_tokens, None));
+                    }
+                }
+            }
+        }
         while let Some((id, tokens, hit)) = queue.pop_front() {
             if tokens > left || exclude.contains(&id) || !seen.insert(id) {
                 continue;
@@ -255,26 +271,12 @@ pub(crate) fn block_of(
                 score: hit.map(|(s, _)| s),
                 matched: hit.map_or(0, |(_, m)| m),
             });
-            // The answer to a quoted question comes next (its neighbours are not followed).
+            // The answer to a quoted question comes next.
             if hit.is_some() && text.contains('?') {
+                followed.insert(id);
                 if let Some((n, n_tokens)) = next(id)? {
                     queue.push_front((n, n_tokens, None));
                 }
-            }
-        }
-        if filling {
-            break;
-        }
-        // The room left once every hit that fits is in: the message after each quoted hit,
-        // best hit first.
-        filling = true;
-        let quoted: HashSet<i64> = chosen.iter().map(|(id, _)| *id).collect();
-        for h in ranked.iter().filter(|h| quoted.contains(&h.id)) {
-            if left < MIN_FILL_TOKENS {
-                break;
-            }
-            if let Some((n, n_tokens)) = next(h.id)? {
-                queue.push_back((n, n_tokens, None));
             }
         }
     }

@@ -28,7 +28,7 @@ fn split(messages: &[AgentMessage]) -> (u64, u64, u64) {
         let text = m.plain_text();
         if parse_summary_header(&text).is_some() {
             summaries += tokens;
-        } else if text.starts_with("<recalled") {
+        } else if is_recalled_block(&text) {
             recalled += tokens;
         } else {
             raw += tokens;
@@ -77,7 +77,7 @@ async fn a_small_budget_shows_summaries_the_tail_and_the_recalled_block(store) {
             let quoted = out
                 .messages
                 .iter()
-                .any(|m| m.plain_text().starts_with("<recalled") && m.plain_text().contains("Biscuit"));
+                .any(|m| is_recalled_block(&m.plain_text()) && m.plain_text().contains("Biscuit"));
             assert!(quoted, "turn {t}: the first turn's fact is not recalled");
             questions_quoting += 1;
         }
