@@ -5,7 +5,7 @@
 //! quarantine naming the bridge. A failing test prints the commands' output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -4,7 +4,7 @@
 //! `lcm` command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -7,7 +7,7 @@
 //! its key; `CLAWCTX_LOG=debug` shows doctor's steps.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

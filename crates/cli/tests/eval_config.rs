@@ -5,7 +5,7 @@
 //! is an error naming it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::Run;
 

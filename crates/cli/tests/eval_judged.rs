@@ -6,7 +6,7 @@
 //! same answer cache asks the models nothing and reports the same scores.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

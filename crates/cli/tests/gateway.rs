@@ -5,7 +5,7 @@
 //! command with its output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::Run;
 

@@ -4,7 +4,7 @@
 //! saw through its `systemPromptAddition`, which the mock OpenAI server on loopback receives.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::clawctx;
 use serde_json::{json, Value};

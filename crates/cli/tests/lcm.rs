@@ -1,7 +1,7 @@
 //! `clawctx lcm …` against a real lossless database built by `lcm import`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 //! add. The plugins are the fixtures of `crates/plugin/tests/fixtures`, run by real `node`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! dies in the middle of the run is quarantined and the reply still arrives, from `legacy`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

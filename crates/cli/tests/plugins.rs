@@ -3,7 +3,7 @@
 //! slot. Needs `node` on PATH: fails loudly without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

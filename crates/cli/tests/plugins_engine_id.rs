@@ -5,7 +5,7 @@
 //! registering several engines, none of them its id, is refused with the ids to choose from.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

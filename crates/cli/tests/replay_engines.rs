@@ -3,7 +3,7 @@
 //! error naming it and the known engines, never a silent replay on `legacy`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

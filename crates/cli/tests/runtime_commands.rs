@@ -4,7 +4,7 @@
 //! A failing test prints the command with its stdout and stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::Run;
 

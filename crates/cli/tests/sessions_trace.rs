@@ -4,7 +4,7 @@
 //! errors when there is nothing to show.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_gateway::trace::store::TraceDb;
 use clawctx_gateway::trace::{

@@ -6,7 +6,7 @@
 //! and stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::Run;
 

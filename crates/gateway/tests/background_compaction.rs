@@ -6,7 +6,7 @@
 //! after it; once released, the summary is written by background maintenance.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! JSON and oversized bodies.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

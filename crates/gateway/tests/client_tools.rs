@@ -7,7 +7,7 @@
 //! sampling settings, `tool_choice` and images reach the provider.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_protocol::{AgentMessage, ContentBlock};
 use common::{calls, error_of, start, text, Opts, TestGateway};

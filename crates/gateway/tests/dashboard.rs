@@ -9,8 +9,7 @@
 //! `CLAWCTX_TEST_PG_URL`, except under `CI=true`, where they fail).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod dashboard_fixture;
+use crate::dashboard_fixture;
 
 use dashboard_fixture::{on_postgres, start, Setup, PLANTED};
 use serde_json::{json, Value};

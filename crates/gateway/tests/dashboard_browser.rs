@@ -19,9 +19,9 @@
 //! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod browser_support;
-mod common;
-mod dashboard_fixture;
+use crate::browser_support;
+use crate::common;
+use crate::dashboard_fixture;
 
 use clawctx_protocol::AgentMessage;
 use dashboard_fixture::{start, Setup, PLANTED, PLANTED_CALL_WORD, PLANTED_RESULT_WORD};

@@ -7,7 +7,7 @@
 //! served, every schema reference resolves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

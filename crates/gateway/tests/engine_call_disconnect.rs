@@ -5,7 +5,7 @@
 //! written, and the summary is committed all the same.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! list with lossless conversations the engine API created.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_protocol::AgentMessage;
 use common::{error_of, start, text, Opts, TestGateway};

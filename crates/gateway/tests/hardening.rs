@@ -7,7 +7,7 @@
 //! has the time in the model and the lossless engine's own compactions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{error_of, start, text, Opts, TestGateway};
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! as the provider's failure (502, naming the rate limit), and the gauge is back to 0.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{start, Opts};
 use serde_json::json;

@@ -8,7 +8,7 @@
 //! it the test skips, except under `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

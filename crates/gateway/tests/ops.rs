@@ -2,7 +2,7 @@
 //! the bearer-token rules, closed CORS, the 404 shape, and a clean stop.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{error_of, start, Opts};
 use serde_json::Value;

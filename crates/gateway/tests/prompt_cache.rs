@@ -5,7 +5,7 @@
 //! gateway shows: the runtime records it as the turn's `cacheRead`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_test_support::mock_model::MockModel;
 use common::{serve, Serve};

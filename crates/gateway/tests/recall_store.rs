@@ -6,7 +6,7 @@
 //! The PostgreSQL test needs `CLAWCTX_TEST_PG_URL` (skips without it, fails under `CI=true`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

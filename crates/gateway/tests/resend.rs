@@ -4,7 +4,7 @@
 //! the session holds the prompt once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{start, text, Opts, TestGateway};
 use serde_json::{json, Value};

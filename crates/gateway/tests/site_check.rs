@@ -6,7 +6,7 @@
 //! name) is `site_check_browser.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{error_of, start, text, Opts, TestGateway};
 use serde_json::{json, Value};

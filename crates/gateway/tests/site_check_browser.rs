@@ -13,8 +13,8 @@
 //! Without node or Chromium the test says so and passes, except with `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod browser_support;
-mod common;
+use crate::browser_support;
+use crate::common;
 
 use axum::response::Html;
 use axum::routing::get;

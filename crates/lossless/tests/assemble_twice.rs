@@ -4,8 +4,7 @@
 //! the first call had left to a summary coming back. Each test runs on both backends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

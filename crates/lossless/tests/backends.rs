@@ -6,7 +6,7 @@
 //! skips without one, except under `CI=true`, where `.ci/run` provides the server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -7,8 +7,7 @@
 //! and no lock behind. A turn over the whole budget still compacts in the foreground.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

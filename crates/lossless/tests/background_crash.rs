@@ -9,7 +9,7 @@
 //! `background_crash_child` (which does nothing in a normal run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -131,7 +131,7 @@ async fn sigkill_while_a_background_summary_is_pending_leaves_a_consistent_store
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
-                "background_crash_child",
+                "background_crash::background_crash_child",
                 "--nocapture",
                 "--test-threads=1",
             ])

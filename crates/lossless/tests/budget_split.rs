@@ -7,8 +7,7 @@
 //! also get the old fact quoted, all within the budget. Runs on both backends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::assemble::parse_summary_header;

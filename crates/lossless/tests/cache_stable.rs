@@ -8,8 +8,7 @@
 //! almost every turn. Every turn stays within the budget either way. Runs on both backends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::*;

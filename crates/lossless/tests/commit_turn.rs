@@ -4,8 +4,7 @@
 //! restart, so the same key may arrive again at any time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

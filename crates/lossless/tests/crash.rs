@@ -5,7 +5,7 @@
 //! `crash_child` (which does nothing in a normal run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -93,7 +93,12 @@ async fn sigkill_mid_compaction_loses_nothing_acknowledged() {
     let mut next = 0usize;
     for (round, delay_us) in [0u64, 700, 2_500, 6_000].into_iter().enumerate() {
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash::crash_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("LCM_CRASH_DB", &db)
             .env("LCM_CRASH_START", next.to_string())
             .stdout(Stdio::piped())

@@ -6,8 +6,7 @@
 //! engine compacts against the smallest budget the conversation's last turn assembled with.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::*;

@@ -13,7 +13,7 @@
 //! test); without it the test skips, except under `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

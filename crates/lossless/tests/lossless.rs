@@ -2,8 +2,7 @@
 //! PostgreSQL database, see [`on_both_backends!`]) except the few about the SQLite file itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! Needs `CLAWCTX_TEST_PG_URL` (skips without it, except under `CI=true`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -12,7 +12,7 @@
 //! - a read-only state dir fails at open with an error naming the path.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

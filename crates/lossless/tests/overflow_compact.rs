@@ -5,8 +5,7 @@
 //! never answer `compacted: false` while something could be summarized. Both backends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::*;

@@ -20,7 +20,7 @@
 //! figures are printed, one line per setting and loss model).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! intact, and doctor stays clean; on both backends (a fresh PostgreSQL database per case).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::*;

@@ -4,8 +4,7 @@
 //! recalled message are resolved against the day it was said.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use clawctx_engine::ContextEngine;
 use clawctx_lossless::*;

@@ -2,7 +2,7 @@
 //! transaction, the distinct-word full-text index, and the background checkpointer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_engine::ContextEngine;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! a job while the rest happens, never with timings.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

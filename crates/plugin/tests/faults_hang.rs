@@ -10,7 +10,7 @@
 //! the fixes they would wait forever (or for another call's whole deadline).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

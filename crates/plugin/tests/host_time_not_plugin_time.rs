@@ -5,7 +5,7 @@
 //! 4.5 s in all, against a 2 s call timeout; the plugin's own time is a few milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! describe config changes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_plugin::install::{apply_changes, read_index, InstallSource};
 use clawctx_plugin::{install, list, load_manifest, uninstall, PluginEntry, PluginError};

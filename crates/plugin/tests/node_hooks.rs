@@ -5,7 +5,7 @@
 //! Plugins are real `node` processes written to temp dirs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! refused it ("callId missing"), quarantining the plugin. Fixture: `tests/fixtures/lazy-llm`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

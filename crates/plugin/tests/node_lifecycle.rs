@@ -2,7 +2,7 @@
 //! callbacks, rollback, runtime-delegated compaction, and config validation.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

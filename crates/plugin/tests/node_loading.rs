@@ -4,7 +4,7 @@
 //! must follow relative imports and re-exports). Needs `node`: fails loudly without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

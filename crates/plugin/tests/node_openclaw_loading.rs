@@ -13,7 +13,7 @@
 //! Needs `node`: fails loudly without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_engine::*;
 use clawctx_plugin::{load_manifest, PluginEntry};

@@ -1,7 +1,7 @@
 //! The seed document's example plugin, unchanged, through the Node runner.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! `sdk/node`, so this passes offline. Needs `node`: fails loudly without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

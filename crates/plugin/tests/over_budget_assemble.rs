@@ -5,7 +5,7 @@
 //! contract violation. Fixture: `tests/fixtures/history-echo`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_engine::*;
 use clawctx_protocol::*;

@@ -4,7 +4,7 @@
 //! URLs), which a host process commonly holds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use clawctx_engine::CallContext;
 use clawctx_protocol::*;

@@ -3,7 +3,7 @@
 //! references and loses them, to see the host recover.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

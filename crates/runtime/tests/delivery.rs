@@ -9,7 +9,7 @@
 //!   and the session key is not moved.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

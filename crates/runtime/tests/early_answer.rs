@@ -3,7 +3,7 @@
 //! engine's turn maintenance; the turn's own future still ends after those.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! the model's requests carry it once, and the engine stores it once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

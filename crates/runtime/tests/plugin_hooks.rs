@@ -6,8 +6,6 @@
 //! transcript, the model's requests, the tool that ran or did not).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! engine through `afterTurn`), and what was read is the transcript's messages, in order.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! session's last entry, unanswered, continues from it. Issue #27 item 5.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

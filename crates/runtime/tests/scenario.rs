@@ -5,7 +5,7 @@
 //! owns compaction. At the end the transcript is re-read from disk and checked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
