@@ -38,3 +38,4 @@ mod runtime_commands;
 mod secrets;
 mod sessions_trace;
 mod summarizer;
+mod test_layout;
