@@ -114,10 +114,9 @@ pub fn quoted_ids(block: &str) -> Vec<i64> {
     block
         .lines()
         .filter_map(|line| {
-            let rest = line.strip_prefix(QUOTE_OPEN)?;
-            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-            match rest.as_bytes().get(digits) {
-                Some(b' ') => rest[..digits].parse().ok(),
+            let (id, _) = line.strip_prefix('[')?.split_once(' ')?;
+            match crate::ids::parse(id) {
+                Ok(crate::ids::RecordId::Message(n)) => Some(n),
                 _ => None,
             }
         })
@@ -253,8 +252,8 @@ pub(crate) fn block_of(
                 .map(|n| format!("\n{n}"))
                 .unwrap_or_default();
             let entry = format!(
-                "{QUOTE_OPEN}{} {} {}] {}{}\n",
-                id,
+                "[{} {} {}] {}{}\n",
+                crate::ids::message_id(id),
                 codec::role_name(role).unwrap_or("other"),
                 crate::assemble::fmt_minute(ts),
                 quotable(&text),
