@@ -97,13 +97,18 @@ export function gatewayClient(config, fetchImpl = globalThis.fetch) {
     }
     if (!res.ok) {
       let detail = text ? text.slice(0, 500) : '';
+      let code;
       try {
         const j = JSON.parse(text);
         if (j && j.error && typeof j.error.message === 'string') detail = j.error.message;
+        if (j && j.error && typeof j.error.code === 'string') code = j.error.code;
       } catch {
         // not JSON: the start of the body
       }
-      throw new Error(redact(`clawctx gateway ${method} ${url}: HTTP ${res.status}${detail ? `: ${detail}` : ''}`, token));
+      const error = new Error(redact(`clawctx gateway ${method} ${url}: HTTP ${res.status}${detail ? `: ${detail}` : ''}`, token));
+      error.status = res.status;
+      if (code) error.code = code;
+      throw error;
     }
     if (text === '') return null;
     try {
@@ -237,6 +242,24 @@ export async function createEngine(rawConfig, options = {}) {
     engine[m] = async (params) => {
       await sync(params);
       return forward(params);
+    };
+  }
+  if (engine.bootstrap) {
+    // The gateway reads only the transcripts it is allowed to (the session's own in its state
+    // dir, or under its gateway.engineApi.transcriptRoots): a host's transcript elsewhere is
+    // refused with 403 path_not_allowed. Nothing was imported, and the engine is fine: say so
+    // as bootstrap's result rather than fail (a host quarantines an engine whose call throws).
+    const bootstrap = engine.bootstrap;
+    engine.bootstrap = async (params) => {
+      try {
+        return await bootstrap(params);
+      } catch (err) {
+        if (err && err.code === 'path_not_allowed') {
+          if (options.logger) options.logger.warn(`clawctx: ${err.message}`);
+          return { bootstrapped: false, reason: err.message };
+        }
+        throw err;
+      }
     };
   }
   if (methods.includes('prepareSubagentSpawn')) {

@@ -2,7 +2,9 @@
 //! clawctx itself with `plugins install -l` (the host loads OpenClaw plugins unchanged) against a
 //! live `clawctx gateway` on loopback whose slot is `lossless`, so a turn goes host → bridge →
 //! gateway → lossless. With the gateway stopped, the reply still arrives, from `legacy`, with a
-//! quarantine naming the bridge. A failing test prints the commands' output.
+//! quarantine naming the bridge. A second process on the same session bootstraps with a
+//! transcript the gateway may not read, and the bridge stays in charge. A failing test prints
+//! the commands' output.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -161,6 +163,19 @@ async fn a_turn_goes_host_bridge_gateway_lossless_and_falls_back_to_legacy_when_
     assert!(
         grep.to_string().contains("walrus named Ferdinand"),
         "the turn is in the lossless store: {grep:#}\n{err}"
+    );
+
+    // A second process on the same session: the host bootstraps the engine with its own
+    // transcript, a file in the host's state dir that the gateway may not read (issue #39 item
+    // 1). The gateway refuses it (403 path_not_allowed), the bridge answers `bootstrapped:
+    // false`, and the bridge stays in charge.
+    let (code, out, err) = clawctx(dir.path(), &["run", "what is the walrus called?", "--json"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v = json_out(&out, &err);
+    assert_eq!(v["engine"], "clawctx", "{v:#}\n{err}");
+    assert!(
+        v["quarantines"].as_array().is_none_or(|q| q.is_empty()),
+        "a refused bootstrap is not an engine failure: {v:#}\n{err}"
     );
 
     // The gateway stops: the reply still arrives, from legacy, the bridge quarantined.

@@ -255,6 +255,85 @@ fn doctor_host_compatibility_and_fix() {
 }
 
 #[test]
+fn outbox_files_left_by_a_killed_writer_are_reported_by_doctor_and_removed_when_the_gateway_starts()
+{
+    use std::io::BufRead;
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = dir.path().join("runtime").join("outbox");
+    std::fs::create_dir_all(&outbox).unwrap();
+    // What a kill between a commit's temporary file and its rename leaves: the writer's pid in
+    // the name (a process that has ended), or an older build's name and an old date.
+    let mut ended = std::process::Command::new("true").spawn().unwrap();
+    let gone = ended.id();
+    ended.wait().unwrap();
+    let of_gone = outbox.join(format!(".tmp.{gone}.AbC123"));
+    let old = outbox.join(".tmpXyZ789");
+    // What a running writer holds right now: never touched.
+    let of_running = outbox.join(format!(".tmp.{}.QrS456", std::process::id()));
+    let fresh = outbox.join(".tmpNeW000");
+    for f in [&of_gone, &old, &of_running, &fresh] {
+        std::fs::write(f, b"{\"version\": 1, \"sessionKey\": \"agent:ma").unwrap();
+    }
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(600))
+        .unwrap();
+
+    let run = clawctx(dir.path(), &["doctor"]);
+    assert!(
+        run.stdout
+            .contains("temporary file(s) left by a process stopped"),
+        "{run}"
+    );
+    let j = json(&clawctx(dir.path(), &["doctor", "--json"]));
+    let listed: Vec<&str> = j["outbox"]["orphans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        [of_gone.to_str().unwrap(), old.to_str().unwrap()],
+        "{j}"
+    );
+    assert_eq!(j["outbox"]["problems"], serde_json::json!([]), "{j}");
+    assert_eq!(
+        j["status"], "ok",
+        "leftovers hold no acknowledged turn: {j}"
+    );
+
+    let mut gateway = std::process::Command::new(env!("CARGO_BIN_EXE_clawctx"))
+        .args(["gateway", "--port", "0"])
+        .env("CLAWCTX_STATE_DIR", dir.path())
+        .env_remove("CLAWCTX_LOG")
+        .env_remove("CLAWCTX_GATEWAY_TOKEN")
+        .env_remove("CLAWCTX_GATEWAY_PORT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(gateway.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let _ = gateway.kill();
+    let _ = gateway.wait();
+    assert!(first.contains("http://"), "the gateway started: {first:?}");
+    assert!(
+        !of_gone.exists() && !old.exists(),
+        "left-overs are removed at start"
+    );
+    assert!(
+        of_running.exists() && fresh.exists(),
+        "a live writer's file is kept"
+    );
+}
+
+#[test]
 fn doctor_reports_an_unreadable_outbox_commit_with_its_path() {
     // A durable turn's commit (§1.7) that cannot be read back is never dropped silently.
     let dir = tempfile::tempdir().unwrap();

@@ -441,3 +441,126 @@ async fn a_gateway_started_while_its_database_is_down_recovers_when_it_comes_bac
         "the turn accepted while the database was down reached it"
     );
 }
+
+/// Issue #39 item 2, on one gateway whose PostgreSQL is stopped then started again: the
+/// engine API's writes answer 503 with `Retry-After` (not 500) while the database is down; the
+/// turn trace of a turn assembled meanwhile names the engine that really served it (`legacy`,
+/// in place of `lossless`, and why); and once the database answers again, `/readyz` delivers the
+/// waiting commit when it is asked and says 200 at once, without waiting for the retry task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_answers_503_to_writes_traces_the_fallback_and_readyz_turns_when_asked() {
+    if test_url().is_none() {
+        return;
+    }
+    let cluster = Cluster::start();
+    let db = test_database_at(&cluster.url, "pg_outage_answers");
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Model)
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &server);
+    let node = spawn_node(dir.path(), &db.url).await;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let key = "agent:main:outage-answers";
+    let (status, body) = turn(&http, &node.url, key, "note before: the gate is at 40 ms").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(readyz(&http, &node.url).await.0, 200);
+
+    pg_throwaway("pause", &cluster.dir);
+    // Engine-API writes: 503 with Retry-After, the store named, never its password.
+    for (route, body) in [
+        (
+            "ingest",
+            json!({"sessionId": "api-1", "sessionKey": "agent:main:api",
+                   "message": {"role": "user", "content": "written while the database is down", "timestamp": 1}}),
+        ),
+        (
+            "ingestBatch",
+            json!({"sessionId": "api-1", "sessionKey": "agent:main:api",
+                   "messages": [{"role": "user", "content": "a batch while it is down", "timestamp": 2}]}),
+        ),
+    ] {
+        let r = http
+            .post(format!("{}/v1/engine/{route}", node.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let retry_after = r
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 503, "{route}: {text}");
+        assert!(
+            retry_after.is_some_and(|v| v.parse::<u64>().is_ok()),
+            "{route}: Retry-After"
+        );
+        let e: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(e["error"]["code"], "store_unavailable", "{text}");
+        assert!(
+            text.contains(&format!("127.0.0.1:{}", cluster.port)),
+            "{route} names the database: {text}"
+        );
+        assert!(!text.contains(&cluster.password), "{text}");
+    }
+    // A turn meanwhile is answered, assembled by legacy from the transcript.
+    let (status, body) = turn(&http, &node.url, key, "note during: the gate is at 45 ms").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.ends_with("x-clawctx-commit: waiting"), "{body}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let traced = loop {
+        let r = http
+            .get(format!("{}/v1/dashboard/trace/turn", node.url))
+            .query(&[("key", key)])
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        if v["turn"] == 2 {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the turn was not traced: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let engine = &traced["engine"];
+    assert_eq!(engine["id"], "legacy", "the engine that served: {traced}");
+    assert_eq!(engine["selected"], "lossless", "{traced}");
+    let reason = engine["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("lossless cannot reach its store") && reason.contains("legacy answered"),
+        "{traced}"
+    );
+    assert!(!traced.to_string().contains(&cluster.password));
+    assert_eq!(readyz(&http, &node.url).await.0, 503);
+
+    pg_throwaway("resume", &cluster.dir);
+    // Once the store answers again (a read through the engine's store), /readyz says 200 the
+    // first time it is asked: it delivers the waiting commit itself.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let r = http
+            .get(format!("{}/v1/sessions", node.url))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the store did not come back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = readyz(&http, &node.url).await;
+    assert_eq!(status, 200, "ready as soon as the store answers: {body}");
+    let stored =
+        db.scalar("SELECT count(*) FROM messages WHERE text = 'note during: the gate is at 45 ms'");
+    assert_eq!(stored, 1, "the waiting commit was delivered, once");
+}

@@ -18,6 +18,7 @@ mod doctor_json;
 mod eval_config;
 mod eval_judged;
 mod gateway;
+mod gateway_engine_files;
 mod gateway_logs;
 mod gateway_no_model;
 mod gateway_pg;

@@ -288,6 +288,39 @@ pub struct CallContext {
     pub abort: Option<AbortSignal>,
     /// The callable half of `runtimeContext`.
     pub services: Option<Arc<dyn RuntimeServices>>,
+    /// Where a [`crate::GuardedEngine`] says that its fallback answered the call, for a caller
+    /// that reports which engine served (the turn trace). Never given to the engine itself.
+    pub served: Option<ServedBy>,
+}
+
+/// The engine that really answered a call, when it was not the one called: a guarded engine's
+/// fallback (`legacy`), because the engine was quarantined or its store could not be reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fallback {
+    /// The engine that answered.
+    pub engine_id: String,
+    /// The engine that was called and did not answer.
+    pub instead_of: String,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// A slot a call's [`Fallback`] is written to (see [`CallContext::served`]).
+#[derive(Clone, Debug, Default)]
+pub struct ServedBy(Arc<std::sync::Mutex<Option<Fallback>>>);
+
+impl ServedBy {
+    /// Records that `fallback` answered.
+    pub fn record(&self, fallback: Fallback) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(fallback);
+        }
+    }
+
+    /// The fallback that answered, `None` when the engine called did.
+    pub fn fallback(&self) -> Option<Fallback> {
+        self.0.lock().ok().and_then(|slot| slot.clone())
+    }
 }
 
 impl fmt::Debug for CallContext {
@@ -295,6 +328,7 @@ impl fmt::Debug for CallContext {
         f.debug_struct("CallContext")
             .field("abort", &self.abort.as_ref().map(|a| a.is_aborted()))
             .field("services", &self.services.is_some())
+            .field("served", &self.served.as_ref().and_then(ServedBy::fallback))
             .finish()
     }
 }
@@ -314,6 +348,12 @@ impl CallContext {
     /// With runtime services.
     pub fn with_services(mut self, services: Arc<dyn RuntimeServices>) -> Self {
         self.services = Some(services);
+        self
+    }
+
+    /// With a slot for the engine that really answers (see [`ServedBy`]).
+    pub fn with_served(mut self, served: ServedBy) -> Self {
+        self.served = Some(served);
         self
     }
 }

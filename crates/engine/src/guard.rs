@@ -198,7 +198,10 @@ impl GuardedEngine {
             }
         }
         if self.is_quarantined() {
-            return self.via_fallback(method, params, cx, call, canned).await;
+            let why = format!("{} is quarantined for this process", self.engine_id);
+            return self
+                .via_fallback(method, params, cx, call, canned, why)
+                .await;
         }
         let info = self.inner.info();
         let projected = project_params(params, &info);
@@ -229,7 +232,11 @@ impl GuardedEngine {
                     if method != Method::Assemble {
                         return Err(err);
                     }
-                    return match self.via_fallback(method, params, cx, call, canned).await {
+                    let why = format!("{} cannot reach its store ({err})", self.engine_id);
+                    return match self
+                        .via_fallback(method, params, cx, call, canned, why)
+                        .await
+                    {
                         Ok(v) => Ok(v),
                         Err(_) => Err(err),
                     };
@@ -243,7 +250,11 @@ impl GuardedEngine {
                 if fail_closed {
                     return Err(err);
                 }
-                match self.via_fallback(method, params, cx, call, canned).await {
+                let why = format!("{} failed in {} ({err})", self.engine_id, method.name());
+                match self
+                    .via_fallback(method, params, cx, call, canned, why)
+                    .await
+                {
                     Ok(v) => Ok(v),
                     Err(_) => Err(err),
                 }
@@ -258,6 +269,7 @@ impl GuardedEngine {
         cx: &CallContext,
         call: Call<P, T>,
         canned: Option<fn() -> T>,
+        why: String,
     ) -> Result<T, EngineError>
     where
         P: HostParams + Sync,
@@ -265,7 +277,15 @@ impl GuardedEngine {
     {
         let fb = self.fallback().await?;
         if fb.methods().has(method) {
-            return call(fb.as_ref(), params, cx).await;
+            let answered = call(fb.as_ref(), params, cx).await;
+            if let (Ok(_), Some(served)) = (&answered, &cx.served) {
+                served.record(Fallback {
+                    engine_id: fb.info().id,
+                    instead_of: self.engine_id.clone(),
+                    reason: why,
+                });
+            }
+            return answered;
         }
         match canned {
             Some(make) => Ok(make()),

@@ -54,6 +54,8 @@ pub fn project_context(cx: &CallContext, info: &ContextEngineInfo, method: Metho
         } else {
             None
         },
+        // The caller's, not the engine's.
+        served: None,
     }
 }
 

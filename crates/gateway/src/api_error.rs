@@ -119,6 +119,15 @@ impl ApiError {
         }
     }
 
+    /// 403: an engine-API call names a file it may not (see `crate::session_files`).
+    pub fn path_not_allowed(param: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            code: Some("path_not_allowed"),
+            param: Some(param.to_owned()),
+            ..Self::new(StatusCode::FORBIDDEN, "permission_error", message)
+        }
+    }
+
     /// 421: the `Host` header names a host this gateway does not serve (DNS rebinding).
     pub fn misdirected_host(host: &str) -> Self {
         ApiError {

@@ -96,6 +96,10 @@ pub struct GatewayConfig {
     pub chat_completions: bool,
     /// The per-turn trace (`gateway.trace`: `enabled`, `maxTurnsPerSession`, `maxBytes`).
     pub trace: crate::trace::TraceSettings,
+    /// Directories whose files an engine-API caller may name as a transcript
+    /// (`gateway.engineApi.transcriptRoots`, absolute, resolved: symbolic links followed), besides
+    /// the session's own transcript in the state dir (see `crate::session_files`).
+    pub transcript_roots: Vec<std::path::PathBuf>,
 }
 
 impl GatewayConfig {
@@ -113,6 +117,7 @@ impl GatewayConfig {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             chat_completions: true,
             trace: crate::trace::TraceSettings::default(),
+            transcript_roots: Vec::new(),
         }
     }
 
@@ -322,6 +327,7 @@ impl GatewayConfig {
                 max_bytes: u64_at(&t, "maxBytes", "gateway.trace.maxBytes")?
                     .unwrap_or(crate::trace::DEFAULT_MAX_BYTES),
             };
+        let transcript_roots = transcript_roots(&g)?;
         Ok(GatewayConfig {
             addr,
             bind_mode,
@@ -334,8 +340,43 @@ impl GatewayConfig {
             shutdown_timeout,
             chat_completions,
             trace,
+            transcript_roots,
         })
     }
+}
+
+/// `gateway.engineApi.transcriptRoots`: each an absolute path to a directory that exists, kept
+/// resolved (symbolic links followed), so that a file is checked against where it really is.
+fn transcript_roots(g: &Value) -> Result<Vec<std::path::PathBuf>> {
+    const KEY: &str = "gateway.engineApi.transcriptRoots";
+    let api = g.get("engineApi").cloned().unwrap_or(Value::Null);
+    if !api.is_null() && !api.is_object() {
+        return Err(GatewayError::config(
+            "gateway.engineApi",
+            format!("must be an object; found {api}"),
+        ));
+    }
+    let mut roots = Vec::new();
+    for root in string_list(&api, "transcriptRoots", KEY, "directory")? {
+        let path = std::path::Path::new(&root);
+        if !path.is_absolute() {
+            return Err(GatewayError::config(
+                KEY,
+                format!("a root is an absolute directory path; found \"{root}\""),
+            ));
+        }
+        let resolved = std::fs::canonicalize(path).map_err(|e| {
+            GatewayError::config(KEY, format!("the root \"{root}\" cannot be used: {e}"))
+        })?;
+        if !resolved.is_dir() {
+            return Err(GatewayError::config(
+                KEY,
+                format!("the root \"{root}\" is not a directory"),
+            ));
+        }
+        roots.push(resolved);
+    }
+    Ok(roots)
 }
 
 /// `gateway.auth`: mode `none` means no token; mode `token` (or unset) takes the first of
@@ -478,6 +519,33 @@ mod tests {
         assert_eq!(c.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         assert!(c.allowed_origins.is_empty());
         assert!(c.allowed_hosts.is_empty());
+        assert!(c.transcript_roots.is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn transcript_roots_are_kept_resolved() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let c = GatewayConfig::resolve(
+            &json!({"gateway": {"engineApi": {"transcriptRoots": [link.to_str().unwrap()]}}}),
+            &Overrides::default(),
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(c.transcript_roots, [std::fs::canonicalize(&real).unwrap()]);
+        let file = real.join("f.jsonl");
+        std::fs::write(&file, "").unwrap();
+        let err = GatewayConfig::resolve(
+            &json!({"gateway": {"engineApi": {"transcriptRoots": [file.to_str().unwrap()]}}}),
+            &Overrides::default(),
+            &no_env,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("is not a directory"), "{err}");
     }
 
     #[test]
@@ -629,6 +697,18 @@ mod tests {
             (
                 json!({"gateway": {"http": {"allowedHosts": ["http://gw.example/"]}}}),
                 "gateway.http.allowedHosts",
+            ),
+            (
+                json!({"gateway": {"engineApi": {"transcriptRoots": ["relative/dir"]}}}),
+                "gateway.engineApi.transcriptRoots",
+            ),
+            (
+                json!({"gateway": {"engineApi": {"transcriptRoots": "/tmp"}}}),
+                "gateway.engineApi.transcriptRoots",
+            ),
+            (
+                json!({"gateway": {"engineApi": {"transcriptRoots": ["/nonexistent/clawctx-root"]}}}),
+                "cannot be used",
             ),
         ];
         for (cfg, needle) in cases {

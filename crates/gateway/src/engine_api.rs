@@ -37,6 +37,7 @@ use serde_json::Value;
 
 use crate::api_error::{ApiError, ApiJson};
 use crate::server::{AppState, Shared};
+use crate::session_files::SessionFiles;
 
 /// `GET /v1/engine/info`.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
@@ -153,6 +154,12 @@ pub(crate) fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<St
     Ok(key.to_owned())
 }
 
+/// The ids a call names (its session key and id), trimmed: the markers a relative
+/// `sessionFile` may be.
+fn ids<'a>(session_key: Option<&'a str>, session_id: &'a str) -> [&'a str; 2] {
+    [session_key.unwrap_or("").trim(), session_id.trim()]
+}
+
 /// A commit's `advancementKey` is what the engine is idempotent by: a blank one is the
 /// client's mistake, refused here as a 400. Left to the engine it would be a failed call, and
 /// the guard quarantines an engine that fails, so one bad request would take the configured
@@ -177,6 +184,13 @@ fn engine_error(method: Method, e: EngineError, engine: &str) -> ApiError {
             ))
         }
         .with_code("not_implemented"),
+        // The engine's store cannot be reached for now (a PostgreSQL outage): the call was not
+        // done and may be sent again, as `/readyz` says while it lasts.
+        other if other.is_unavailable() => ApiError::unavailable(format!(
+            "context engine \"{engine}\" cannot do {} now: {other}; send it again later (a repeated write is not stored twice)",
+            method.name()
+        ))
+        .with_code("store_unavailable"),
         other => ApiError::internal(format!(
             "context engine \"{engine}\" failed in {}: {other}",
             method.name()
@@ -266,6 +280,17 @@ pub(crate) async fn bootstrap(
 ) -> Result<Json<BootstrapResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
+    if engine.methods().has(Method::Bootstrap) {
+        // Bootstrap reads the file it names: one the caller may not name is refused.
+        let files = SessionFiles::new(&s, &key, &ids(p.session_key.as_deref(), &p.session_id));
+        files.require("sessionFile", &p.session_file)?;
+        if let Some(rc) = &p.runtime_context {
+            files.require(
+                "runtimeContext.sessionFile",
+                rc.session_file.as_deref().unwrap_or(""),
+            )?;
+        }
+    }
     call(&s, Method::Bootstrap, key, |cx| async move {
         engine.bootstrap(&p, &cx).await
     })
@@ -301,23 +326,33 @@ pub(crate) async fn ingest_batch(
 
 pub(crate) async fn assemble(
     State(s): State<AppState>,
-    ApiJson(p): ApiJson<AssembleParams>,
+    ApiJson(mut p): ApiJson<AssembleParams>,
 ) -> Result<Json<AssembleResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
+    SessionFiles::new(&s, &key, &ids(p.session_key.as_deref(), &p.session_id))
+        .context(&mut p.runtime_context);
     let engine = s.runtime.engine().clone();
+    let served = clawctx_engine::ServedBy::default();
+    let slot = served.clone();
     let (p, r) = call(&s, Method::Assemble, key, |cx| async move {
-        engine.assemble(&p, &cx).await.map(|r| (p, r))
+        engine
+            .assemble(&p, &cx.with_served(slot))
+            .await
+            .map(|r| (p, r))
     })
     .await?;
-    crate::dashboard::engine_assembled(&s, &p, &r);
+    crate::dashboard::engine_assembled(&s, &p, &r, served.fallback());
     Ok(Json(r))
 }
 
 pub(crate) async fn compact(
     State(s): State<AppState>,
-    ApiJson(p): ApiJson<CompactParams>,
+    ApiJson(mut p): ApiJson<CompactParams>,
 ) -> Result<Json<CompactResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
+    let files = SessionFiles::new(&s, &key, &ids(p.session_key.as_deref(), &p.session_id));
+    files.keep_or_drop("sessionFile", &mut p.session_file);
+    files.context(&mut p.runtime_context);
     let engine = s.runtime.engine().clone();
     let services = if engine.is_runtime_compaction_delegate() {
         Some(runtime_compaction(&s, &key, &p)?)
@@ -374,9 +409,12 @@ fn runtime_compaction(
 
 pub(crate) async fn maintain(
     State(s): State<AppState>,
-    ApiJson(p): ApiJson<MaintainParams>,
+    ApiJson(mut p): ApiJson<MaintainParams>,
 ) -> Result<Json<TranscriptRewriteResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
+    let files = SessionFiles::new(&s, &key, &ids(p.session_key.as_deref(), &p.session_id));
+    files.keep_or_mark("sessionFile", &mut p.session_file);
+    files.context(&mut p.runtime_context);
     let engine = s.runtime.engine().clone();
     call(&s, Method::Maintain, key, |cx| async move {
         engine.maintain(&p, &cx).await
@@ -387,9 +425,12 @@ pub(crate) async fn maintain(
 
 pub(crate) async fn after_turn(
     State(s): State<AppState>,
-    ApiJson(p): ApiJson<AfterTurnParams>,
+    ApiJson(mut p): ApiJson<AfterTurnParams>,
 ) -> Result<Json<Value>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
+    let files = SessionFiles::new(&s, &key, &ids(p.session_key.as_deref(), &p.session_id));
+    files.keep_or_mark("sessionFile", &mut p.session_file);
+    files.context(&mut p.runtime_context);
     let engine = s.runtime.engine().clone();
     call(&s, Method::AfterTurn, key, |cx| async move {
         engine.after_turn(&p, &cx).await
@@ -400,9 +441,11 @@ pub(crate) async fn after_turn(
 
 pub(crate) async fn commit_turn(
     State(s): State<AppState>,
-    ApiJson(p): ApiJson<CommitTurnParams>,
+    ApiJson(mut p): ApiJson<CommitTurnParams>,
 ) -> Result<Json<CommitTurnResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
+    SessionFiles::new(&s, &key, &ids(p.session_key.as_deref(), &p.session_id))
+        .context(&mut p.runtime_context);
     check_advancement_key(&p)?;
     let engine = s.runtime.engine().clone();
     call(&s, Method::CommitTurn, key, |cx| async move {
@@ -430,7 +473,7 @@ pub(crate) async fn on_subagent_ended(
 
 pub(crate) async fn prepare_subagent_spawn(
     State(s): State<AppState>,
-    ApiJson(p): ApiJson<PrepareSubagentSpawnParams>,
+    ApiJson(mut p): ApiJson<PrepareSubagentSpawnParams>,
 ) -> Result<Json<SpawnPreparationResponse>, ApiError> {
     if p.parent_session_key.trim().is_empty() {
         return Err(ApiError::invalid(
@@ -442,6 +485,13 @@ pub(crate) async fn prepare_subagent_spawn(
     crate::openai::check_session_key("childSessionKey", &p.child_session_key)?;
     let key = lane_key(Some(&p.child_session_key), "")
         .map_err(|_| ApiError::invalid("childSessionKey", "`childSessionKey` must not be empty"))?;
+    let parent = p.parent_session_key.trim().to_owned();
+    let parent_ids = ids(Some(&parent), p.parent_session_id.as_deref().unwrap_or(""));
+    SessionFiles::new(&s, &parent, &parent_ids)
+        .keep_or_drop("parentSessionFile", &mut p.parent_session_file);
+    let child_ids = ids(Some(&key), p.child_session_id.as_deref().unwrap_or(""));
+    SessionFiles::new(&s, &key, &child_ids)
+        .keep_or_drop("childSessionFile", &mut p.child_session_file);
     let engine = s.runtime.engine().clone();
     let child = p.child_session_key.clone();
     let prepared = call(&s, Method::PrepareSubagentSpawn, key, |cx| async move {

@@ -20,7 +20,9 @@
 //! - `openai`: `/v1/chat/completions` (plain and SSE) and `/v1/models`; `chat_input` reads
 //!   what a request asks of its turn (prompt or tool results, system messages, client tools,
 //!   sampling, images).
-//! - `engine_api`: the engine's lifecycle methods and the session list over HTTP.
+//! - `engine_api`: the engine's lifecycle methods and the session list over HTTP;
+//!   `session_files` decides which files a call may name (the session's own transcript, or
+//!   under `gateway.engineApi.transcriptRoots`).
 //! - `recall`: the recall routes, over the lossless engine's own store (the one store the
 //!   gateway, its dashboard and its MCP server read).
 //! - [`openapi`]: the route table the router is built from and `/openapi.json` generated from it.
@@ -48,6 +50,7 @@ mod openai;
 pub mod openapi;
 mod recall;
 pub mod server;
+mod session_files;
 pub mod status;
 pub mod trace;
 

@@ -180,10 +180,14 @@ pub fn document(ops_of: &[OpDoc]) -> Value {
                 error_of("The body is not declared Content-Type: application/json"),
             );
         }
-        responses.insert(
-            "403".into(),
-            error_of("The request comes from a web page of another origin (its Origin is neither the gateway's own nor in gateway.http.allowedOrigins)"),
-        );
+        let forbidden = if o.path == "/v1/engine/bootstrap" {
+            "The request comes from a web page of another origin (its Origin is neither the gateway's own nor in gateway.http.allowedOrigins), \
+             or (code path_not_allowed) it names a file the engine API may not read: only the session's own transcript in the state dir \
+             or files under gateway.engineApi.transcriptRoots"
+        } else {
+            "The request comes from a web page of another origin (its Origin is neither the gateway's own nor in gateway.http.allowedOrigins)"
+        };
+        responses.insert("403".into(), error_of(forbidden));
         if o.auth {
             responses.insert(
                 "421".into(),

@@ -83,7 +83,8 @@ pub struct OutboxProblem {
     pub problem: String,
 }
 
-/// What the outbox of a state dir holds: commits waiting, and files that cannot be read.
+/// What the outbox of a state dir holds: commits waiting, files that cannot be read, and
+/// temporary files a killed process left behind.
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutboxReport {
@@ -91,6 +92,83 @@ pub struct OutboxReport {
     pub pending: usize,
     /// Unreadable files.
     pub problems: Vec<OutboxProblem>,
+    /// Temporary files of writes that never finished (see [`sweep_orphans`]).
+    pub orphans: Vec<PathBuf>,
+}
+
+/// The prefix of a commit's temporary file: `.tmp.<pid>.` and a random part, so that what a
+/// killed process left is told from what a running one is writing.
+const TMP_PREFIX: &str = ".tmp";
+
+/// A temporary file of another build (no pid in its name) counts as left behind once it is
+/// this old: a commit's write takes milliseconds.
+const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether `path`, a `.tmp*` file of the outbox, was left by a process that is gone: its name
+/// carries a pid that no longer runs, or, without one (or without `/proc` to ask), it is older
+/// than [`ORPHAN_AGE`]. A file of a process that runs (this one included) is never one.
+fn is_orphan(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let Some(rest) = name.strip_prefix(TMP_PREFIX) else {
+        return false;
+    };
+    let pid = rest
+        .strip_prefix('.')
+        .and_then(|r| r.split_once('.'))
+        .and_then(|(pid, _)| pid.parse::<u32>().ok());
+    let can_ask = Path::new("/proc/self/stat").exists();
+    match pid {
+        Some(pid) if can_ask => {
+            pid != std::process::id()
+                && clawctx_engine::health_mirror::process_start_time(pid).is_none()
+        }
+        _ => std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= ORPHAN_AGE),
+    }
+}
+
+/// The temporary files of the outbox of `state_dir` that processes killed mid-write left.
+fn orphans(state_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(outbox_dir(state_dir)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| is_orphan(p))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Removes the temporary files that processes killed while writing a commit left in the outbox
+/// of `state_dir` (a commit is renamed into place whole, so such a file is never a commit a
+/// turn was acknowledged with). A runtime does this when it is built. Answers the files removed;
+/// one that cannot be removed is logged and left for `doctor` to report.
+pub fn sweep_orphans(state_dir: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    for path in orphans(state_dir) {
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                "outbox: cannot remove {}, left by a process stopped while writing a commit: {e}",
+                path.display()
+            ),
+        }
+    }
+    if !removed.is_empty() {
+        tracing::info!(
+            "outbox: removed {} temporary file(s) left by processes stopped while writing a commit",
+            removed.len()
+        );
+    }
+    removed
 }
 
 /// Reads every outbox file of `state_dir` (for `doctor`). Never fails: an unreadable directory
@@ -120,6 +198,7 @@ pub fn inspect_outbox(state_dir: &Path) -> OutboxReport {
         }
     }
     report.problems.sort_by(|a, b| a.path.cmp(&b.path));
+    report.orphans = orphans(state_dir);
     report
 }
 
@@ -168,7 +247,9 @@ fn write_commit(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!("{TMP_PREFIX}.{}.", std::process::id()))
+        .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     if sync {
         tmp.as_file().sync_all()?;
@@ -235,6 +316,8 @@ pub(crate) struct RetryState {
     running: bool,
     /// The failure that stopped the last delivery, while commits wait.
     last_failure: Option<String>,
+    /// A delivery asked for by a readiness probe runs ([`Inner::deliver_waiting_now`]).
+    on_demand: bool,
 }
 
 /// The first wait of the retry task, and its longest (the wait doubles while nothing gets
@@ -581,6 +664,37 @@ impl Inner {
                 last_failure: r.last_failure.clone(),
             },
             Err(_) => RetryStatus::default(),
+        }
+    }
+
+    /// Delivers the commits of the sessions the retry task waits for, now, once (a readiness
+    /// probe found the engine's store back: the retry task's next attempt may be 30 s away).
+    /// One such delivery at a time; another probe meanwhile does not start a second.
+    pub(crate) async fn deliver_waiting_now(self: &Arc<Self>) {
+        let sessions: Vec<ResolvedSession> = {
+            let Ok(mut r) = self.retry.lock() else {
+                return;
+            };
+            if r.on_demand || r.sessions.is_empty() {
+                return;
+            }
+            r.on_demand = true;
+            r.sessions.values().cloned().collect()
+        };
+        struct Done<'a>(&'a Inner);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                if let Ok(mut r) = self.0.retry.lock() {
+                    r.on_demand = false;
+                }
+            }
+        }
+        let _done = Done(self);
+        for s in sessions {
+            if self.deliver_outbox(&s, None, true).await.blocked.is_some() {
+                // Still failing: the retry task keeps its schedule.
+                break;
+            }
         }
     }
 

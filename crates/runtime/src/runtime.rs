@@ -192,6 +192,8 @@ impl RuntimeBuilder {
             .unwrap_or_default();
         // Session files are recorded in sessions.json by path: keep them absolute.
         let state_dir = std::path::absolute(&self.state_dir).unwrap_or(self.state_dir);
+        // What processes killed mid-write left in the outbox (never an acknowledged commit).
+        crate::outbox::sweep_orphans(&state_dir);
         let selected_info_id = self.engine.info().id;
         AgentRuntime {
             inner: Arc::new(Inner {
@@ -445,6 +447,8 @@ impl AgentRuntime {
     /// Why the engine is not serving now, `None` when it is: its store cannot be reached
     /// ([`ContextEngine::probe`], bounded to 3 s), or accepted turns still wait in the outbox
     /// for it (a readiness probe: a load balancer should send new turns elsewhere meanwhile).
+    /// When the store answers and turns wait, they are delivered first (up to 3 s more), so the
+    /// engine reads as serving as soon as its store is back.
     pub async fn engine_not_serving(&self) -> Option<String> {
         let probe = tokio::time::timeout(Duration::from_secs(3), self.inner.engine.probe()).await;
         match probe {
@@ -456,6 +460,14 @@ impl AgentRuntime {
             }
             Ok(Err(e)) if e.is_unavailable() => return Some(e.to_string()),
             Ok(_) => {}
+        }
+        if self.commit_retry_status().sessions > 0 {
+            // The store answers: deliver the waiting commits now rather than at the retry
+            // task's next attempt (up to 30 s away on an idle gateway). On a task of its own,
+            // so a probe that stops waiting never drops a commit mid-call.
+            let inner = self.inner.clone();
+            let delivery = tokio::spawn(async move { inner.deliver_waiting_now().await });
+            let _ = tokio::time::timeout(Duration::from_secs(3), delivery).await;
         }
         let waiting = self.commit_retry_status();
         if waiting.sessions > 0 {

@@ -91,6 +91,9 @@ pub struct AssembledView {
     pub history_messages: usize,
     /// The engine's answer, as returned (before the host folds system messages).
     pub result: AssembleResult,
+    /// The engine that answered instead of the one in charge (its fallback, the engine being
+    /// quarantined or its store out of reach), `None` when the engine in charge did.
+    pub fallback: Option<Fallback>,
 }
 
 /// A caller's settings for a turn's model calls (unset: the configured ones).
@@ -961,7 +964,11 @@ impl EmbeddedTurn {
         };
         let engine_id = self.engine().info().id;
         let started = std::time::Instant::now();
-        let result = self.engine().assemble(&params, &self.cx()).await;
+        let served = ServedBy::default();
+        let result = self
+            .engine()
+            .assemble(&params, &self.cx().with_served(served.clone()))
+            .await;
         let took = started.elapsed().as_micros() as u64;
         self.out.engine_micros += took;
         self.out.assemble_micros.push(took);
@@ -971,6 +978,7 @@ impl EmbeddedTurn {
                 token_budget: budget,
                 history_messages: params.messages.len(),
                 result: r.clone(),
+                fallback: served.fallback(),
             };
             let _ = tx.send(view);
         }

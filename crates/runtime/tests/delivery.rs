@@ -361,6 +361,7 @@ impl ContextEngine for LegacyWithSuccessor {
             &CallContext {
                 abort: cx.abort.clone(),
                 services: Some(services),
+                served: None,
             },
         )
         .await

@@ -11,6 +11,7 @@ const TOKEN = 'secret-token-8086';
 const requests = [];
 let methods = ['ingest', 'assemble', 'compact', 'ingestBatch', 'bootstrap', 'maintain', 'afterTurn', 'commitTurn', 'onSubagentEnded'];
 let failWith = null;
+let failCode = null;
 let server;
 let url;
 
@@ -23,7 +24,7 @@ before(async () => {
       res.setHeader('content-type', 'application/json');
       if (failWith) {
         res.statusCode = failWith;
-        res.end(JSON.stringify({ error: { message: 'the engine failed', type: 'server_error' } }));
+        res.end(JSON.stringify({ error: { message: 'the engine failed', type: 'server_error', ...(failCode ? { code: failCode } : {}) } }));
         return;
       }
       if (req.url === '/v1/engine/info') {
@@ -205,6 +206,25 @@ test('a gateway error throws naming the URL and the status, never the token', as
     await assert.rejects(createEngine({ gatewayUrl: url, token: TOKEN }), (e) => e.message.includes('/v1/engine/info') && !e.message.includes(TOKEN));
   } finally {
     failWith = null;
+  }
+});
+
+test('a transcript the gateway may not read makes bootstrap answer not bootstrapped; other refusals throw', async () => {
+  const engine = await createEngine({ gatewayUrl: url, token: TOKEN }, { sync: async () => 0 });
+  failWith = 403;
+  failCode = 'path_not_allowed';
+  try {
+    const r = await engine.bootstrap({ sessionId: 's', sessionKey: 'agent:main:x', sessionFile: '/elsewhere/s.jsonl' });
+    assert.equal(r.bootstrapped, false);
+    assert.match(r.reason, /HTTP 403/);
+    const err = await engine.ingest({ sessionId: 's', message: { role: 'user', content: 'x' } }).then(() => null, (e) => e);
+    assert.ok(err instanceof Error && err.code === 'path_not_allowed', 'only bootstrap turns it into a result');
+    failCode = 'engine_error';
+    failWith = 500;
+    await assert.rejects(engine.bootstrap({ sessionId: 's', sessionFile: 'agent:main:x' }), /HTTP 500/);
+  } finally {
+    failWith = null;
+    failCode = null;
   }
 });
 

@@ -636,6 +636,7 @@ pub async fn build_report(
     tracing::debug!(
         pending = outbox.pending,
         problems = outbox.problems.len(),
+        orphans = outbox.orphans.len(),
         quarantines = quarantines.len(),
         ?status,
         "doctor: outbox and quarantines read"
@@ -904,6 +905,18 @@ fn print_text(r: &DoctorReport) {
         println!(
             "  [ok] outbox      {} durable turn commit(s) waiting: delivered before the session's next turn",
             r.outbox.pending
+        );
+    }
+    if !r.outbox.orphans.is_empty() {
+        println!(
+            "  [ok] outbox      {} temporary file(s) left by a process stopped while writing a commit (no acknowledged turn is in one): removed when the gateway, run or chat next starts: {}",
+            r.outbox.orphans.len(),
+            r.outbox
+                .orphans
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     for p in &r.outbox.problems {

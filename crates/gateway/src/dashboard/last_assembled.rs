@@ -40,6 +40,8 @@ pub struct Recorded {
     /// epoch means the store was compacted since, so what this answer left out of the frontier
     /// can no longer be told from the frontier.
     pub epoch: Option<i64>,
+    /// The engine that answered instead of the one in charge (its fallback), when one did.
+    pub fallback: Option<clawctx_engine::Fallback>,
     /// The split, computed once: on the first page view that needs it, or at once while a page
     /// listens for live events (see `dashboard::record`).
     pub split: OnceLock<Breakdown>,
@@ -320,6 +322,7 @@ mod tests {
             history_messages: 0,
             result: AssembleResult::default(),
             epoch: None,
+            fallback: None,
             split: OnceLock::new(),
         };
         r.record("a", Arc::new(rec(1)));

@@ -142,6 +142,7 @@ pub(crate) fn watch_turn(
                     history_messages: view.history_messages,
                     result: view.result,
                     epoch: None,
+                    fallback: view.fallback,
                     split: Default::default(),
                 },
             );

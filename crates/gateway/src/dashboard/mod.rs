@@ -94,6 +94,7 @@ pub(crate) fn engine_assembled(
     shared: &AppState,
     params: &AssembleParams,
     result: &AssembleResult,
+    fallback: Option<clawctx_engine::Fallback>,
 ) {
     let key = params
         .session_key
@@ -112,6 +113,7 @@ pub(crate) fn engine_assembled(
             history_messages: params.messages.len(),
             result: result.clone(),
             epoch: None,
+            fallback,
             split: Default::default(),
         },
     );
@@ -130,9 +132,11 @@ pub(crate) fn engine_assembled(
 }
 
 /// What the last assembly of `b` left out: from the lossless frontier (read now, on the store's
-/// read thread), else from the history the engine was given.
+/// read thread), else (another engine, or lossless's fallback answered) from the history the
+/// engine was given.
 pub(crate) async fn trace_left_out(shared: &AppState, key: &str, b: &mut crate::trace::Builder) {
-    if let Some(recall) = crate::recall::lossless(shared) {
+    let lossless = crate::recall::lossless(shared).filter(|_| !b.by_fallback());
+    if let Some(recall) = lossless {
         let conv_key = ConvKey::from_host(Some(key), key);
         if let Some(hits) = recall.last_recall(&conv_key) {
             b.recall_hits(hits);

@@ -152,6 +152,8 @@ pub fn parts_of(b: &Breakdown) -> Vec<TracePart> {
 pub(crate) struct Builder {
     started: Instant,
     trace: TurnTrace,
+    /// The engine that answered the last assembly instead of the one in charge.
+    fallback: Option<clawctx_engine::Fallback>,
 }
 
 impl Builder {
@@ -164,7 +166,13 @@ impl Builder {
                 source: source.to_owned(),
                 ..Default::default()
             },
+            fallback: None,
         }
+    }
+
+    /// Whether the last assembly was answered by the fallback of the engine in charge.
+    pub(crate) fn by_fallback(&self) -> bool {
+        self.fallback.is_some()
     }
 
     /// When the turn began (summarizer calls are taken from then on).
@@ -180,6 +188,7 @@ impl Builder {
     /// One `assemble` answer (the last one's parts are kept).
     pub(crate) fn assembled(&mut self, r: &Recorded) {
         let b = r.breakdown();
+        self.fallback.clone_from(&r.fallback);
         let t = &mut self.trace;
         t.assemble_calls += 1;
         t.at_ms = r.at_ms;
@@ -366,11 +375,25 @@ impl Builder {
         end: Option<TurnEnd>,
         summarizer: Vec<super::SummarizerTrace>,
     ) -> TurnTrace {
-        let served = end
-            .as_ref()
-            .and_then(|e| e.engine.clone())
-            .unwrap_or_else(|| shared.runtime.engine_id());
-        self.trace.engine = engine_served(shared, &served);
+        self.trace.engine = match &self.fallback {
+            // The engine in charge did not answer the assembly the model got: say who did.
+            Some(f) => EngineServed {
+                id: f.engine_id.clone(),
+                selected: Some(f.instead_of.clone()),
+                reason: format!(
+                    "fallback: {}, so {} answered",
+                    f.reason.chars().take(WARNING_CHARS).collect::<String>(),
+                    f.engine_id
+                ),
+            },
+            None => {
+                let served = end
+                    .as_ref()
+                    .and_then(|e| e.engine.clone())
+                    .unwrap_or_else(|| shared.runtime.engine_id());
+                engine_served(shared, &served)
+            }
+        };
         if let Some(end) = end {
             self.trace.model = Some(end.model);
             self.trace.compactions = end.compactions;
