@@ -276,7 +276,7 @@ where
 
 pub(crate) async fn bootstrap(
     State(s): State<AppState>,
-    ApiJson(p): ApiJson<BootstrapParams>,
+    ApiJson(mut p): ApiJson<BootstrapParams>,
 ) -> Result<Json<BootstrapResult>, ApiError> {
     let key = lane_key(p.session_key.as_deref(), &p.session_id)?;
     let engine = s.runtime.engine().clone();
@@ -284,12 +284,7 @@ pub(crate) async fn bootstrap(
         // Bootstrap reads the file it names: one the caller may not name is refused.
         let files = SessionFiles::new(&s, &key, &ids(p.session_key.as_deref(), &p.session_id));
         files.require("sessionFile", &p.session_file)?;
-        if let Some(rc) = &p.runtime_context {
-            files.require(
-                "runtimeContext.sessionFile",
-                rc.session_file.as_deref().unwrap_or(""),
-            )?;
-        }
+        files.context(&mut p.runtime_context);
     }
     call(&s, Method::Bootstrap, key, |cx| async move {
         engine.bootstrap(&p, &cx).await
