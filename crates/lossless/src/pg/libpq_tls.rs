@@ -19,6 +19,10 @@
 //!   each validity period covering now; a chain with name constraints or an unknown critical
 //!   extension is refused (webpki would enforce them, this check does not).
 //!
+//! The handshake's signature is checked against the certificate's key as webpki reads it, or,
+//! for a v1 certificate webpki cannot read, as read here (TLS 1.3, which PostgreSQL offers
+//! from version 12 with OpenSSL 1.1.1; over TLS 1.2 a v1 certificate is refused).
+//!
 //! Either way the server's certificate must be valid now and usable by a TLS server
 //! (`extendedKeyUsage`, if any, has serverAuth; `keyUsage`, if any, allows a TLS key), as
 //! OpenSSL's `ssl_server` purpose requires. A wrong CA, an expired certificate or a broken
@@ -205,7 +209,25 @@ impl ServerCertVerifier for LibpqVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
+        match self.webpki.verify_tls13_signature(message, cert, dss) {
+            // webpki cannot read a v1 certificate's key (it parses v3 only): the handshake is
+            // checked against the key read here. The chain was accepted before this runs.
+            Err(first) => {
+                let Some(spki) = Certificate::from_der(cert.as_ref())
+                    .ok()
+                    .and_then(|c| c.tbs_certificate.subject_public_key_info.to_der().ok())
+                else {
+                    return Err(first);
+                };
+                rustls::crypto::verify_tls13_signature_with_raw_key(
+                    message,
+                    &rustls::pki_types::SubjectPublicKeyInfoDer::from(spki),
+                    dss,
+                    &self.provider.signature_verification_algorithms,
+                )
+            }
+            ok => ok,
+        }
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
