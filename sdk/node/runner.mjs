@@ -305,10 +305,25 @@ async function loadJiti(root, entry) {
   );
 }
 
+// jiti's compiled output is cached on disk only in the directory the host names
+// (`CLAWCTX_JITI_CACHE_DIR`: under the state dir's runtime directory, one per plugin, private to
+// its user), never in jiti's default places (the plugin's node_modules, or the shared temporary
+// directory, where another user could plant code). jiti keys each file by its path and checks
+// a hash of its source (and jiti's version) on every load, so an edited source is compiled
+// again. Without the variable nothing is cached and every start compiles (seconds for a large
+// plugin on a loaded machine). `cache` is jiti 1's name for the same option.
+const jitiCacheDir = process.env.CLAWCTX_JITI_CACHE_DIR || false;
+
 async function importWithJiti(entry, root) {
   const createJiti = await loadJiti(root, entry);
   const alias = Object.fromEntries(Object.entries(SDK_CJS).map(([k, v]) => [k, path.join(here, v)]));
-  const jiti = createJiti(pathToFileURL(entry).href, { interopDefault: true, alias, fsCache: false, moduleCache: true });
+  const jiti = createJiti(pathToFileURL(entry).href, {
+    interopDefault: true,
+    alias,
+    fsCache: jitiCacheDir,
+    cache: jitiCacheDir,
+    moduleCache: true,
+  });
   return typeof jiti.import === 'function' ? await jiti.import(entry) : jiti(entry);
 }
 

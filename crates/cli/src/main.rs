@@ -25,6 +25,7 @@ mod out;
 
 mod commands;
 mod engines;
+mod file_tools;
 mod global;
 
 /// The agent loop hands every engine call its own copy of the history (the contract's params

@@ -35,6 +35,7 @@ mod plugins;
 mod plugins_engine_id;
 mod read_only_state;
 mod replay_engines;
+mod run_file_tools;
 mod runtime_commands;
 mod secrets;
 mod sessions_trace;

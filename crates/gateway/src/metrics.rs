@@ -22,8 +22,13 @@
 //! session's model calls and the part the provider served from its cache (`cacheRead` of the
 //! turn's usage, from OpenAI's `prompt_tokens_details.cached_tokens` or Anthropic's
 //! `cache_read_input_tokens`), with their ratio as a gauge. A context engine that rewrites the
-//! front of the prompt every turn shows here as a low ratio. One series per session the
-//! gateway served since it started (the dashboard's session view shows the same figures).
+//! front of the prompt every turn shows here as a low ratio. The [`SESSION_SERIES_MAX`]
+//! sessions that most recently made a model call have a series each; when another one comes,
+//! the least recently active one's series is removed and its tokens are added to the series
+//! `session="(other)"`, so the label set stays bounded however many sessions a long-running
+//! gateway serves, and the sum over `session` is still every prompt token since the start. The
+//! dashboard's session view shows a session's own figures, kept for the
+//! [`SESSION_FIGURES_MAX`] most recently active sessions.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -98,6 +103,30 @@ pub struct EngineCompactionLabels {
 pub struct EngineLabels {
     /// The engine (`lossless`).
     pub engine: String,
+}
+
+/// Sessions with a series of their own in the per-session prompt-cache metrics (see the
+/// module docs); the rest are summed in `session="(other)"`.
+pub const SESSION_SERIES_MAX: usize = 100;
+
+/// The label of the series the sessions past [`SESSION_SERIES_MAX`] are summed in.
+pub const OTHER_SESSIONS: &str = "(other)";
+
+/// Sessions whose prompt-cache figures the dashboard can show (the most recently active).
+pub const SESSION_FIGURES_MAX: usize = 10_000;
+
+/// The per-session prompt-cache figures: each session's own (for the dashboard), which
+/// sessions have a series, and when each was last active.
+#[derive(Debug, Default)]
+struct SessionFigures {
+    /// Session key → its figures and the tick of its last model call.
+    figures: std::collections::HashMap<String, (SessionCache, u64)>,
+    /// Session key → the tick of its last model call, for the sessions with a series.
+    series: std::collections::HashMap<String, u64>,
+    /// The figures summed in `session="(other)"`.
+    other: SessionCache,
+    /// Counts model calls recorded (the recency order).
+    tick: u64,
 }
 
 /// `session`.
@@ -226,8 +255,8 @@ pub struct Metrics {
     pub session_cached_tokens: Family<SessionLabels, Counter>,
     /// `cached / prompt` tokens of each session.
     pub session_cache_hit_ratio: Family<SessionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    /// The same figures for the dashboard, by session key.
-    session_cache: std::sync::Mutex<std::collections::HashMap<String, SessionCache>>,
+    /// The same figures for the dashboard, by session key, and the series' bookkeeping.
+    session_cache: std::sync::Mutex<SessionFigures>,
     /// Per-turn traces by outcome (`written`, `failed`, `dropped`), read from the trace
     /// writer's own counters at scrape time.
     pub trace_turns: Family<OutcomeLabels, Counter>,
@@ -491,6 +520,26 @@ impl Metrics {
         if prompt == 0 {
             return;
         }
+        let mut state = self.session_cache.lock().unwrap_or_else(|e| e.into_inner());
+        state.tick += 1;
+        let tick = state.tick;
+        if !state.figures.contains_key(session) && state.figures.len() >= SESSION_FIGURES_MAX {
+            if let Some(oldest) = least_recent(state.figures.iter().map(|(k, (_, t))| (k, *t))) {
+                state.figures.remove(&oldest);
+            }
+        }
+        let entry = state.figures.entry(session.to_owned()).or_default();
+        entry.0.prompt_tokens += prompt;
+        entry.0.cached_tokens += usage.cache_read;
+        entry.1 = tick;
+        let ratio = entry.0.hit_ratio();
+        if !state.series.contains_key(session) && state.series.len() >= SESSION_SERIES_MAX {
+            if let Some(oldest) = least_recent(state.series.iter().map(|(k, t)| (k, *t))) {
+                state.series.remove(&oldest);
+                self.fold_into_other(&mut state, &oldest);
+            }
+        }
+        state.series.insert(session.to_owned(), tick);
         let labels = SessionLabels {
             session: session.to_owned(),
         };
@@ -500,19 +549,42 @@ impl Metrics {
         self.session_cached_tokens
             .get_or_create(&labels)
             .inc_by(usage.cache_read);
-        let mut map = self.session_cache.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = map.entry(session.to_owned()).or_default();
-        entry.prompt_tokens += prompt;
-        entry.cached_tokens += usage.cache_read;
-        if let Some(r) = entry.hit_ratio() {
+        if let Some(r) = ratio {
             self.session_cache_hit_ratio.get_or_create(&labels).set(r);
         }
     }
 
-    /// The prompt cache figures of `session` so far (`None`: no model call recorded).
+    /// Removes `session`'s series and adds what they counted to `session="(other)"`.
+    fn fold_into_other(&self, state: &mut SessionFigures, session: &str) {
+        let labels = SessionLabels {
+            session: session.to_owned(),
+        };
+        let prompt = self.session_prompt_tokens.get_or_create(&labels).get();
+        let cached = self.session_cached_tokens.get_or_create(&labels).get();
+        self.session_prompt_tokens.remove(&labels);
+        self.session_cached_tokens.remove(&labels);
+        self.session_cache_hit_ratio.remove(&labels);
+        state.other.prompt_tokens += prompt;
+        state.other.cached_tokens += cached;
+        let other = SessionLabels {
+            session: OTHER_SESSIONS.to_owned(),
+        };
+        self.session_prompt_tokens
+            .get_or_create(&other)
+            .inc_by(prompt);
+        self.session_cached_tokens
+            .get_or_create(&other)
+            .inc_by(cached);
+        if let Some(r) = state.other.hit_ratio() {
+            self.session_cache_hit_ratio.get_or_create(&other).set(r);
+        }
+    }
+
+    /// The prompt cache figures of `session` so far (`None`: no model call recorded, or the
+    /// session was not active among the last [`SESSION_FIGURES_MAX`]).
     pub fn session_cache(&self, session: &str) -> Option<SessionCache> {
-        let map = self.session_cache.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(session).copied()
+        let state = self.session_cache.lock().unwrap_or_else(|e| e.into_inner());
+        state.figures.get(session).map(|(c, _)| *c)
     }
 
     /// Counts a request refused before routing.
@@ -683,4 +755,87 @@ fn disk_bytes(path: &Path) -> u64 {
         }
     }
     total
+}
+
+/// The key with the smallest tick.
+fn least_recent<'a>(entries: impl Iterator<Item = (&'a String, u64)>) -> Option<String> {
+    entries.min_by_key(|(_, t)| *t).map(|(k, _)| k.clone())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// The `session` label of every sample of `family` in `text`, with its value.
+    fn samples(text: &str, family: &str) -> Vec<(String, f64)> {
+        let head = format!("{family}{{session=\"");
+        text.lines()
+            .filter_map(|l| l.strip_prefix(&head))
+            .map(|rest| {
+                let (label, value) = rest.split_once("\"} ").unwrap();
+                (label.to_owned(), value.trim().parse().unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn per_session_series_are_capped_and_the_rest_summed() {
+        let m = Metrics::new(None);
+        let sessions = SESSION_SERIES_MAX * 3 / 2;
+        let usage = clawctx_protocol::Usage {
+            input: 30,
+            cache_read: 10,
+            ..Default::default()
+        };
+        for i in 0..sessions {
+            m.session_usage(&format!("agent:main:s{i}"), &usage);
+        }
+        // The first session is active again: it gets a series back, the least recent goes.
+        m.session_usage("agent:main:s0", &usage);
+        let text = m.render();
+        let prompt = samples(&text, "clawctx_gateway_session_prompt_tokens_total");
+        let cached = samples(&text, "clawctx_gateway_session_cached_prompt_tokens_total");
+        let ratio = samples(&text, "clawctx_gateway_session_cache_hit_ratio");
+        for family in [&prompt, &cached, &ratio] {
+            assert_eq!(family.len(), SESSION_SERIES_MAX + 1, "{text}");
+        }
+        let total: f64 = prompt.iter().map(|(_, v)| v).sum();
+        assert_eq!(total, ((sessions + 1) * 40) as f64, "no prompt token lost");
+        let total_cached: f64 = cached.iter().map(|(_, v)| v).sum();
+        assert_eq!(total_cached, ((sessions + 1) * 10) as f64);
+        let value = |family: &[(String, f64)], s: &str| {
+            family.iter().find(|(k, _)| k == s).map(|(_, v)| *v)
+        };
+        let folded = sessions - SESSION_SERIES_MAX + 1;
+        assert_eq!(value(&prompt, OTHER_SESSIONS), Some((folded * 40) as f64));
+        assert_eq!(value(&ratio, OTHER_SESSIONS), Some(0.25));
+        assert_eq!(value(&prompt, "agent:main:s0"), Some(40.0));
+        assert_eq!(value(&prompt, "agent:main:s1"), None);
+        let last = format!("agent:main:s{}", sessions - 1);
+        assert_eq!(value(&prompt, &last), Some(40.0));
+        // The dashboard keeps each session's own figures, first call included.
+        let s0 = m.session_cache("agent:main:s0").unwrap();
+        assert_eq!((s0.prompt_tokens, s0.cached_tokens), (80, 20));
+        assert!(m.session_cache("agent:main:s1").is_some());
+    }
+
+    #[test]
+    fn the_dashboards_figures_keep_the_most_recent_sessions() {
+        let m = Metrics::new(None);
+        let usage = clawctx_protocol::Usage {
+            input: 1,
+            ..Default::default()
+        };
+        for i in 0..SESSION_FIGURES_MAX + 5 {
+            m.session_usage(&format!("s{i}"), &usage);
+        }
+        let state = m.session_cache.lock().unwrap();
+        assert_eq!(state.figures.len(), SESSION_FIGURES_MAX);
+        drop(state);
+        assert!(m.session_cache("s0").is_none());
+        assert!(m
+            .session_cache(&format!("s{}", SESSION_FIGURES_MAX + 4))
+            .is_some());
+    }
 }

@@ -396,6 +396,10 @@ async fn auth(State(shared): State<AppState>, req: Request, next: Next) -> Respo
         {
             return r;
         }
+        if crate::dashboard::is_login_form(&req) {
+            return crate::dashboard::login_form(req, token.expose(), &|p| token_matches(token, p))
+                .await;
+        }
         let presented = req
             .headers()
             .get(header::AUTHORIZATION)

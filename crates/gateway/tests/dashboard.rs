@@ -273,7 +273,13 @@ async fn with_a_token_the_page_wants_it_once_and_the_cookie_stands_in_for_the_he
         .to_str()
         .unwrap()
         .starts_with("text/html"));
-    assert!(r.text().await.unwrap().contains("?token="));
+    let page = r.text().await.unwrap();
+    assert!(page.contains("?token="));
+    assert!(
+        page.contains("<form method=\"post\" action=\"/login\">")
+            && page.contains("type=\"password\" name=\"token\""),
+        "the page offers a form that keeps the token out of the URL: {page}"
+    );
     for path in [
         "/v1/dashboard/sessions",
         "/dashboard/app.js",
@@ -312,7 +318,40 @@ async fn with_a_token_the_page_wants_it_once_and_the_cookie_stands_in_for_the_he
         !cookie.contains("page-token"),
         "the cookie holds a hash, not the token: {cookie}"
     );
+    assert!(
+        cookie.contains(&format!(
+            "Max-Age={}",
+            clawctx_gateway::dashboard::COOKIE_MAX_AGE_SECS
+        )),
+        "the cookie expires: {cookie}"
+    );
     let pair = cookie.split(';').next().unwrap().to_owned();
+
+    // The form posts the token in the body: the same redirect and cookie, no token in a URL.
+    let form = |token: &str| {
+        plain
+            .post(f.at("/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!(
+                "token={}",
+                token.replace('%', "%25").replace(' ', "+")
+            ))
+    };
+    let r = form("nope").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = form(TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/");
+    let posted = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert_eq!(posted, cookie, "the form sets the cookie the link does");
+    let r = plain
+        .post(f.at("/login"))
+        .body(vec![b'a'; 64 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413, "an oversized login body is refused");
 
     // The cookie opens the page, its assets, the API.
     let r = plain

@@ -701,18 +701,29 @@ pub fn is_own_block(m: &AgentMessage) -> bool {
 /// or recalled block is dropped, the later recalled block kept when they differ), the host's
 /// messages after it kept as they are, the oldest units dropped only if the new budget is
 /// smaller. Assembling the result again returns it unchanged. `None`: no block of ours.
-pub fn reassemble_own_output(messages: &[AgentMessage], budget: u64) -> Option<Assembled> {
-    if !messages.iter().any(is_own_block) {
+///
+/// `ours[i]` says whether `messages[i]` is a block this engine made (the engine checks a
+/// block's bytes against what it emitted or what the store holds): a user's message that only
+/// looks like one (it opens with `<summary id=…>`) is an ordinary message, kept as it is and
+/// never a reason to skip the stored history. A missing entry is not ours.
+pub fn reassemble_own_output(
+    messages: &[AgentMessage],
+    budget: u64,
+    ours: &[bool],
+) -> Option<Assembled> {
+    let ours_at = |i: usize| ours.get(i).copied().unwrap_or(false);
+    if !(0..messages.len()).any(|i| ours_at(i) && is_own_block(&messages[i])) {
         return None;
     }
-    let last_recalled = messages.iter().rposition(|m| {
-        matches!(m, AgentMessage::User(_))
+    let last_recalled = messages.iter().enumerate().rposition(|(i, m)| {
+        ours_at(i)
+            && matches!(m, AgentMessage::User(_))
             && crate::prompt_recall::is_recalled_block(&m.plain_text())
     });
     let mut seen_summaries = std::collections::HashSet::new();
     let mut kept = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
-        if let AgentMessage::User(_) = m {
+        if let (true, AgentMessage::User(_)) = (ours_at(i), m) {
             let text = m.plain_text();
             if let Some((id, _)) = parse_summary_header(&text) {
                 if !seen_summaries.insert(id) {

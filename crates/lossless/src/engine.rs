@@ -56,6 +56,7 @@ pub struct LosslessEngine {
     summarizer: Arc<dyn Summarizer>,
     message_budgets: MessageBudgets,
     last_recalls: Arc<LastRecalls>,
+    own_blocks: OwnBlocks,
 }
 
 /// Why each message of a conversation's last `<recalled>` block was quoted (scores, the
@@ -84,6 +85,51 @@ impl LastRecalls {
     pub(crate) fn get(&self, key: &ConvKey) -> Option<Vec<crate::prompt_recall::RecallHit>> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         map.get(key).cloned()
+    }
+}
+
+/// The summary and `<recalled>` blocks of each conversation's last assembly, by the SHA-256
+/// of their text: how the host's second assemble of one model call (which passes the first
+/// result back) is told from a conversation whose user typed something that merely looks like
+/// a block (`<summary id="sum_1" depth="1">…`). Kept in memory; a summary block not found here
+/// (another gateway on the same store assembled it, or this one restarted) is checked against
+/// the store instead ([`LosslessEngine::own_blocks_of`]).
+#[derive(Debug, Default)]
+struct OwnBlocks {
+    inner: std::sync::Mutex<HashMap<ConvKey, Vec<[u8; 32]>>>,
+}
+
+impl OwnBlocks {
+    /// Conversations remembered at most; past it the map starts over (a second assemble then
+    /// checks its summaries against the store).
+    const MAX: usize = 4096;
+    /// Summary blocks looked up in the store at most per assemble (a message that looks like
+    /// one and is not costs a lookup).
+    const MAX_LOOKUPS: usize = 8;
+
+    fn digest(text: &str) -> [u8; 32] {
+        use sha2::Digest;
+        sha2::Sha256::digest(text.as_bytes()).into()
+    }
+
+    /// Records the blocks among `messages` (an assembly's output) as `key`'s.
+    fn set(&self, key: &ConvKey, messages: &[AgentMessage]) {
+        let digests: Vec<[u8; 32]> = messages
+            .iter()
+            .filter(|m| crate::assemble::is_own_block(m))
+            .map(|m| Self::digest(&m.plain_text()))
+            .collect();
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= Self::MAX && !map.contains_key(key) {
+            map.clear();
+        }
+        map.insert(key.clone(), digests);
+    }
+
+    fn contains(&self, key: &ConvKey, text: &str) -> bool {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key)
+            .is_some_and(|d| d.contains(&Self::digest(text)))
     }
 }
 
@@ -181,6 +227,7 @@ impl LosslessEngine {
             summarizer: Arc::new(ExtractiveSummarizer),
             message_budgets: MessageBudgets::default(),
             last_recalls: Arc::default(),
+            own_blocks: OwnBlocks::default(),
         })
     }
 
@@ -220,6 +267,55 @@ impl LosslessEngine {
             self.policy.clone(),
             self.last_recalls.clone(),
         )
+    }
+
+    /// Which of `messages` are blocks this engine made for `key`'s conversation: byte for byte
+    /// a block of its last assembly, or a summary block equal to the store's rendering of that
+    /// summary of this conversation. A message that only looks like one is not.
+    async fn own_blocks_of(&self, key: &ConvKey, messages: &[AgentMessage]) -> Result<Vec<bool>> {
+        let mut ours = vec![false; messages.len()];
+        let mut conv_id = None;
+        let mut lookups = 0;
+        for (i, m) in messages.iter().enumerate() {
+            if !crate::assemble::is_own_block(m) {
+                continue;
+            }
+            let text = m.plain_text();
+            if self.own_blocks.contains(key, &text) {
+                ours[i] = true;
+                continue;
+            }
+            let Some((id, _)) = crate::assemble::parse_summary_header(&text) else {
+                continue;
+            };
+            let Ok(crate::ids::RecordId::Summary(n)) = crate::ids::parse(&id) else {
+                continue;
+            };
+            if lookups == OwnBlocks::MAX_LOOKUPS {
+                continue;
+            }
+            lookups += 1;
+            if conv_id.is_none() {
+                match self.store.conversation(key).await? {
+                    Some(conv) => conv_id = Some(conv.id),
+                    None => break,
+                }
+            }
+            let Ok(crate::recall::DescribeReport::Summary(info)) =
+                self.store.describe(&id, None).await
+            else {
+                continue;
+            };
+            let rendered = crate::assemble::render_summary(
+                n,
+                info.depth,
+                info.from_ts,
+                info.to_ts,
+                &info.text,
+            );
+            ours[i] = Some(info.conversation_id) == conv_id && rendered.plain_text() == text;
+        }
+        Ok(ours)
     }
 
     fn mode(&self, key: &ConvKey) -> SessionMode {
@@ -498,7 +594,10 @@ impl ContextEngine for LosslessEngine {
         self.message_budgets.assembled(&key, budget);
         if mode != SessionMode::Ignored {
             // The host's second assemble of one model call passes the first result back.
-            if let Some(out) = crate::assemble::reassemble_own_output(&params.messages, budget) {
+            let ours = self.own_blocks_of(&key, &params.messages).await?;
+            if let Some(out) =
+                crate::assemble::reassemble_own_output(&params.messages, budget, &ours)
+            {
                 let conv = self.store.conversation(&key).await?;
                 return Ok(AssembleResult {
                     messages: out.messages,
@@ -536,6 +635,7 @@ impl ContextEngine for LosslessEngine {
         };
         if let Some((_, out)) = &stored {
             self.last_recalls.set(&key, out.recall_hits.clone());
+            self.own_blocks.set(&key, &out.messages);
         }
         let Some((conv, out)) = stored else {
             // No stored conversation (or an ignored session): the host's messages, clamped.

@@ -108,6 +108,39 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Turns `ssl` on with the `server.crt` / `server.key` already in the data directory.
+    async fn ssl_on(&self) {
+        self.admin("ALTER SYSTEM SET ssl = on").await;
+        self.admin("SELECT pg_reload_conf()").await;
+        let mut on = false;
+        for _ in 0..200 {
+            if self.admin_value("SHOW ssl").await.as_deref() == Some("on") {
+                on = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        assert!(on, "the cluster did not turn ssl on");
+    }
+
+    /// Installs `cert` and `key` (files) as the server's and turns `ssl` on.
+    async fn ssl_on_with(&self, cert: &Path, key: &Path) {
+        let data = self.dir.join("data");
+        write_owned(
+            &data.join("server.crt"),
+            &std::fs::read_to_string(cert).unwrap(),
+            &data,
+        );
+        write_owned(
+            &data.join("server.key"),
+            &std::fs::read_to_string(key).unwrap(),
+            &data,
+        );
+        self.ssl_on().await;
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new("bash")
@@ -193,17 +226,7 @@ async fn sslmodes_against_a_server_with_a_self_signed_certificate() {
     let (other_ca, _, _) = certificate(&["localhost"]);
     let other_ca_file = cluster.dir.join("other-ca.pem");
     std::fs::write(&other_ca_file, &other_ca).unwrap();
-    cluster.admin("ALTER SYSTEM SET ssl = on").await;
-    cluster.admin("SELECT pg_reload_conf()").await;
-    let mut on = false;
-    for _ in 0..200 {
-        if cluster.admin_value("SHOW ssl").await.as_deref() == Some("on") {
-            on = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert!(on, "the cluster did not turn ssl on");
+    cluster.ssl_on().await;
 
     // Encrypted without a check of the certificate.
     let _require = PgStore::open_url(&cluster.conn("localhost", "t_require", "sslmode=require"))
@@ -271,4 +294,223 @@ async fn sslmodes_against_a_server_with_a_self_signed_certificate() {
         eprintln!("{mode}, another CA: {text}");
         assert!(text.contains("certificate"), "{mode}: {text}");
     }
+}
+
+/// Runs `openssl` with `args` in `dir`; `false` when there is no `openssl` to run.
+fn openssl(dir: &Path, args: &[&str]) -> bool {
+    let out = match Command::new("openssl").args(args).current_dir(dir).output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(e) => panic!("openssl {args:?}: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+/// Whether libpq (through `psql`) connects with `conn`; `None` without a `psql` on PATH.
+fn psql_connects(conn: &str) -> Option<bool> {
+    let out = Command::new("psql")
+        .args(["-X", "-A", "-t", "-c", "SELECT 1", conn])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .env_remove("PGSSLMODE")
+        .env_remove("PGSSLROOTCERT")
+        .output()
+        .ok()?;
+    Some(out.status.success())
+}
+
+/// Certificates made the way PostgreSQL's documentation ("Creating Certificates") makes them,
+/// with the `openssl` command line: a self-signed one (`openssl req -x509`, which is `CA:TRUE`
+/// and names the host only as its Common Name, no subjectAltName) used as its own root, and
+/// a CA's (`-extensions v3_ca`) signing a server certificate (`openssl x509 -req -CA`: X.509
+/// v1, Common Name only). libpq accepts both under `verify-full` for the name they hold and
+/// `verify-ca` for any name; clawctx must too, and must still refuse another root and another
+/// name. Where `psql` is on PATH, each verdict is checked against libpq's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openssl_made_certificates_are_taken_as_libpq_takes_them() {
+    if clawctx_test_support::pg::test_url().is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let self_signed = [
+        "req",
+        "-new",
+        "-x509",
+        "-days",
+        "30",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "self.key",
+        "-out",
+        "self.crt",
+    ];
+    if !openssl(dir, &self_signed) {
+        eprintln!("no openssl on PATH: skipped");
+        return;
+    }
+    // A second self-signed certificate: a root that signed nothing here.
+    assert!(openssl(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-x509",
+            "-days",
+            "30",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "other.key",
+            "-out",
+            "other.crt",
+        ]
+    ));
+    // The documentation's CA recipe.
+    let cnf = dir.join("ca.cnf");
+    std::fs::write(
+        &cnf,
+        "[v3_ca]\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid:always,issuer\nbasicConstraints=critical,CA:true\n",
+    )
+    .unwrap();
+    for args in [
+        &[
+            "req",
+            "-new",
+            "-nodes",
+            "-subj",
+            "/CN=root.example",
+            "-keyout",
+            "root.key",
+            "-out",
+            "root.csr",
+        ][..],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "root.csr",
+            "-days",
+            "30",
+            "-extfile",
+            "ca.cnf",
+            "-extensions",
+            "v3_ca",
+            "-signkey",
+            "root.key",
+            "-out",
+            "root.crt",
+        ],
+        &[
+            "req",
+            "-new",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-days",
+            "30",
+            "-CA",
+            "root.crt",
+            "-CAkey",
+            "root.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+        ],
+    ] {
+        assert!(openssl(dir, args));
+    }
+    let text = |name: &str| {
+        let out = Command::new("openssl")
+            .args(["x509", "-noout", "-text", "-in", name])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // What makes them hard for webpki, as this test means them to be.
+    assert!(text("self.crt").contains("CA:TRUE"), "{}", text("self.crt"));
+    assert!(!text("self.crt").contains("Subject Alternative Name"));
+    assert!(
+        text("server.crt").contains("Version: 1"),
+        "{}",
+        text("server.crt")
+    );
+
+    let file = |name: &str| dir.join(name).display().to_string();
+    // (server certificate and key, cases: host, sslmode, sslrootcert, accepted)
+    let setups: [(&str, &str, Vec<(&str, &str, &str, bool)>); 2] = [
+        (
+            "self.crt",
+            "self.key",
+            vec![
+                ("localhost", "verify-full", "self.crt", true),
+                ("127.0.0.1", "verify-ca", "self.crt", true),
+                ("127.0.0.1", "require", "self.crt", true),
+                ("127.0.0.1", "verify-full", "self.crt", false),
+                ("localhost", "verify-full", "other.crt", false),
+                ("localhost", "verify-ca", "other.crt", false),
+                ("localhost", "require", "other.crt", false),
+            ],
+        ),
+        (
+            "server.crt",
+            "server.key",
+            vec![
+                ("localhost", "verify-full", "root.crt", true),
+                ("127.0.0.1", "verify-ca", "root.crt", true),
+                ("127.0.0.1", "verify-full", "root.crt", false),
+                ("localhost", "verify-full", "other.crt", false),
+                ("localhost", "verify-ca", "self.crt", false),
+                // The server's certificate alone is no root: it is not self-signed (OpenSSL
+                // without partial chains refuses it too).
+                ("localhost", "verify-full", "server.crt", false),
+            ],
+        ),
+    ];
+    let mut checked_with_psql = 0;
+    for (cert, key, cases) in setups {
+        let cluster = Cluster::start();
+        cluster.ssl_on_with(&dir.join(cert), &dir.join(key)).await;
+        for (i, (host, mode, root, accepted)) in cases.into_iter().enumerate() {
+            let app = format!("t_openssl_{i}");
+            let conn = cluster.conn(
+                host,
+                &app,
+                &format!("sslmode={mode} sslrootcert='{}'", file(root)),
+            );
+            let what = format!("{cert} as the server's, {mode} to {host} with root {root}");
+            if let Some(libpq) = psql_connects(&conn) {
+                assert_eq!(libpq, accepted, "libpq disagrees with this test: {what}");
+                checked_with_psql += 1;
+            }
+            if accepted {
+                let opened = PgStore::open_url(&conn).await;
+                assert!(opened.is_ok(), "{what}: refused: {}", opened.err().unwrap());
+                assert_eq!(cluster.encrypted(&app).await, Some(true), "{what}");
+            } else {
+                let text = refused(&conn).await;
+                eprintln!("{what}: {text}");
+                assert!(text.contains("certificate"), "{what}: {text}");
+            }
+        }
+    }
+    eprintln!("{checked_with_psql} verdicts checked against psql");
 }

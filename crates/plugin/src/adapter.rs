@@ -2,13 +2,17 @@
 //!
 //! Every trait call becomes one `engine/<method>` request. Results are **checked before
 //! use**: a result that does not deserialize into the wire type (a bad message is named by its
-//! index), a `toolResult` without a `toolCallId`, a tool result whose call is not before it, or
-//! an assembled context over `tokenBudget` from an engine that owns compaction is a contract
-//! violation (`EngineError::Failed("contract violation: …")`), which the registry's guard turns
-//! into a quarantine plus the `legacy` answer. An engine that lets the host compact
-//! (`ownsCompaction: false`) or marks its result `promptAuthority: "preassembly_may_overflow"`
-//! is clamped to the budget instead, with one warning: OpenClaw never quarantines for size. Extra fields are ignored; `null` is fine for void
-//! methods (and read as the empty result for ingest-like ones).
+//! index), a `toolResult` without a `toolCallId`, or a tool result whose call is not before it
+//! is a contract violation (`EngineError::Failed("contract violation: …")`), which the
+//! registry's guard turns into a quarantine plus the `legacy` answer. Size is never one:
+//! OpenClaw quarantines only on a throw. An assembled context over `tokenBudget` from an engine
+//! that lets the host compact (`ownsCompaction: false`) or marks its result `promptAuthority:
+//! "preassembly_may_overflow"` is clamped to the budget, with one warning; one from an engine
+//! that owns compaction is used as it is, with one warning, as OpenClaw 2026.9 does (it skips
+//! its precheck for such an engine and sends the engine's messages; see
+//! docs/openclaw-compat.md for what the runtime's final clamp then does). Extra fields are
+//! ignored; `null` is fine for void methods (and read as the empty result for ingest-like
+//! ones).
 //!
 //! `system` messages: OpenClaw's message model (contract §2) has no `system` role, but plugins
 //! written for OpenClaw return them (recalled memories first, say), and OpenClaw's provider
@@ -764,17 +768,19 @@ impl ContextEngine for PluginEngine {
             })
             .await?;
         let (mut result, lengths) = decode_assembled(params, &sent, &reply)?;
-        // A plugin that lets the host compact (`ownsCompaction: false`), or says its result may
-        // overflow (`promptAuthority: "preassembly_may_overflow"`), may hand back more than the
-        // budget: OpenClaw never quarantines for size, it compacts or clamps. The result is
-        // clamped here (oldest pairing units first), with one warning per engine; the runtime's
-        // own preflight compaction then runs as for any history. Only an engine that owns
-        // compaction and claims its result is over budget.
+        // Size is never a contract violation: OpenClaw quarantines only on a throw. A plugin
+        // that lets the host compact (`ownsCompaction: false`), or says its result may overflow
+        // (`promptAuthority: "preassembly_may_overflow"`), is clamped here (oldest pairing
+        // units first), and the runtime's own preflight compaction then runs as for any
+        // history. One that owns compaction is taken at its word, as OpenClaw 2026.9 takes it
+        // (`prepareEmbeddedAttemptPromptPreflight` skips the precheck for an owning engine and
+        // sends its messages as they are): its result goes on unchanged, the runtime's final
+        // clamp keeps the model request within the window. One warning per engine either way.
         let lenient = !self.info.owns_compaction()
             || result.prompt_authority == Some(PromptAuthority::PreassemblyMayOverflow);
-        check_assembled_with(params, &result, &lengths, !lenient)
+        check_assembled_with(params, &result, &lengths, false)
             .map_err(|e| EngineError::failed(format!("contract violation: {e}")))?;
-        if let (true, Some(budget)) = (lenient, params.token_budget) {
+        if let Some(budget) = params.token_budget {
             if check_assembled_with(params, &result, &lengths, true).is_err() {
                 let tokens = clawctx_tokens::messages_tokens(
                     result.messages.iter().filter(|m| !is_system(m)),
@@ -783,21 +789,28 @@ impl ContextEngine for PluginEngine {
                     .warned_over_budget
                     .swap(true, std::sync::atomic::Ordering::Relaxed)
                 {
+                    let what = if lenient {
+                        "the context is clamped to the budget (the engine lets the host compact)"
+                    } else {
+                        "it is used as returned, as OpenClaw uses an engine that owns compaction (the model request is still kept within the context window)"
+                    };
                     tracing::warn!(
                         engine = %self.engine_id,
-                        "context engine \"{}\" returned {tokens} tokens from assemble, over the token budget of {budget}; the context is clamped to the budget (the engine lets the host compact, so it is not quarantined); warned once",
+                        "context engine \"{}\" returned {tokens} tokens from assemble, over the token budget of {budget}; {what}; not quarantined; warned once",
                         self.engine_id
                     );
                 }
-                let (system, rest): (Vec<_>, Vec<_>) =
-                    result.messages.into_iter().partition(is_system);
-                let mut report = Default::default();
-                let mut kept = clawctx_engine::pipeline::fit_budget(rest, budget, &mut report);
-                let mut all = system;
-                all.append(&mut kept);
-                result.estimated_tokens =
-                    clawctx_tokens::messages_tokens(all.iter().filter(|m| !is_system(m)));
-                result.messages = all;
+                if lenient {
+                    let (system, rest): (Vec<_>, Vec<_>) =
+                        result.messages.into_iter().partition(is_system);
+                    let mut report = Default::default();
+                    let mut kept = clawctx_engine::pipeline::fit_budget(rest, budget, &mut report);
+                    let mut all = system;
+                    all.append(&mut kept);
+                    result.estimated_tokens =
+                        clawctx_tokens::messages_tokens(all.iter().filter(|m| !is_system(m)));
+                    result.messages = all;
+                }
             }
         }
         Ok(result)

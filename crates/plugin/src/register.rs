@@ -149,6 +149,14 @@ pub fn spawn_spec(
             // loader refuses (the runner falls back as OpenClaw does): every Node plugin may
             // need it. The runner only loads it when it does.
             sdk::install_node_jiti(&runtime_dir)?;
+            // jiti's compiled output, kept between starts (a large TypeScript plugin otherwise
+            // compiles for seconds on every start). Only under a runtime dir the host chose
+            // (the state dir's): the shared default under the temporary directory is not
+            // private, and a cache there would be code another user could plant.
+            if let Some(dir) = &options.runtime_dir {
+                let cache = sdk::jiti_cache_dir(dir, &manifest.id)?;
+                env.push(("CLAWCTX_JITI_CACHE_DIR".into(), cache.display().to_string()));
+            }
             (PathBuf::from("node"), vec![runner.display().to_string()])
         }
         PluginEntry::Python(_) => {

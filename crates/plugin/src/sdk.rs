@@ -160,6 +160,35 @@ pub fn install_node_jiti(runtime_dir: &Path) -> Result<(), PluginError> {
     Ok(())
 }
 
+/// The directory jiti caches `plugin_id`'s compiled TypeScript in:
+/// `runtime_dir/jiti-cache/<plugin id>`, created private to this user (0700). jiti checks a
+/// hash of each source file against its cached output, so a changed source is compiled again.
+pub fn jiti_cache_dir(runtime_dir: &Path, plugin_id: &str) -> Result<PathBuf, PluginError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let name: String = plugin_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = if name.is_empty() || name.starts_with('.') {
+        format!("_{name}")
+    } else {
+        name
+    };
+    let dir = runtime_dir.join("jiti-cache").join(name);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| PluginError::Install(format!("cannot create {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
 /// Writes the Python SDK under `runtime_dir/python` and returns that directory (for
 /// `PYTHONPATH`).
 pub fn install_python_runner(runtime_dir: &Path) -> Result<PathBuf, PluginError> {

@@ -181,16 +181,6 @@ async fn wrong_result_types() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_budget() {
-    run_fault(
-        "over-budget",
-        "assemble",
-        &["contract violation", "over the token budget of 500"],
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_tool_pair() {
     run_fault(
         "split-pair",

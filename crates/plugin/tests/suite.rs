@@ -10,6 +10,7 @@ mod common;
 mod faults;
 mod faults_hang;
 mod host_time_not_plugin_time;
+mod jiti_cache;
 mod manifest_install;
 mod manifest_openclaw;
 mod node_hooks;

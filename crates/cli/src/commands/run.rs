@@ -40,7 +40,7 @@ pub async fn build_runtime(
     global: &GlobalArgs,
     model: Option<String>,
 ) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
-    build_runtime_with(global, model, false).await
+    build_runtime_inner(global, model, false, true).await
 }
 
 /// [`build_runtime`]; with `model_optional`, no model is no error: the runtime is built on
@@ -49,6 +49,17 @@ pub async fn build_runtime_with(
     global: &GlobalArgs,
     model: Option<String>,
     model_optional: bool,
+) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
+    build_runtime_inner(global, model, model_optional, false).await
+}
+
+/// [`build_runtime_with`]; with `files`, the model also gets the read-only file tools over
+/// the working directory ([`crate::file_tools`]: `chat` and `run`, not the gateway).
+async fn build_runtime_inner(
+    global: &GlobalArgs,
+    model: Option<String>,
+    model_optional: bool,
+    files: bool,
 ) -> anyhow::Result<(AgentRuntime, crate::engines::Engines)> {
     // A read-only state dir fails here, before any engine or plugin starts.
     global.writable_state_dir()?;
@@ -74,6 +85,13 @@ pub async fn build_runtime_with(
             .plugins
             .iter()
             .flat_map(|p| p.agent_tools())
+            .chain(
+                files
+                    .then(|| std::env::current_dir().ok())
+                    .flatten()
+                    .map(|dir| crate::file_tools::file_tools(&dir))
+                    .unwrap_or_default(),
+            )
             .collect(),
         model_optional,
     })

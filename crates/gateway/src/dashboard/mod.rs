@@ -33,10 +33,13 @@
 //! transcripts.
 //!
 //! Auth is the API's: open on loopback without a token; with a token every route needs it. A
-//! browser cannot send a bearer header when it follows a link, so `/?token=<token>` checks the
-//! token and answers with a redirect to `/` that sets an `HttpOnly; SameSite=Strict` cookie
-//! holding a hash of the token (never the token); the auth layer accepts that cookie as it
-//! accepts the header. A page request without either gets a short HTML page saying so.
+//! browser cannot send a bearer header when it follows a link, so the page a request without
+//! credentials gets is a login form that posts the token to `/login` (the token never enters a
+//! URL, so neither the address bar nor the browser's history holds it); `/?token=<token>`
+//! still works for links and scripts. Both check the token and answer with a redirect to `/`
+//! that sets an `HttpOnly; SameSite=Strict` cookie holding a hash of the token (never the
+//! token), valid for [`COOKIE_MAX_AGE_SECS`]; the auth layer accepts that cookie as it accepts
+//! the header.
 
 pub mod last_assembled;
 pub mod live;
@@ -64,8 +67,17 @@ use live::Live;
 
 pub(crate) use live::watch_turn;
 
-/// The cookie the dashboard's `/?token=` login sets.
+/// The cookie the dashboard's login sets.
 pub const COOKIE: &str = "clawctx_gateway";
+
+/// How long the login cookie lasts (`Max-Age`): seven days, then the browser asks again.
+pub const COOKIE_MAX_AGE_SECS: u64 = 7 * 24 * 3600;
+
+/// Where the login form posts the token.
+pub const LOGIN_PATH: &str = "/login";
+
+/// The longest login form body read (a token is far shorter).
+const LOGIN_BODY_MAX: usize = 8 * 1024;
 
 /// Transcript page size when none is asked for.
 const DEFAULT_PAGE: usize = 100;
@@ -227,27 +239,61 @@ pub(crate) fn login(
     if !is_page(req.uri().path()) {
         return None;
     }
-    let presented = req
-        .uri()
-        .query()?
-        .split('&')
+    let presented = form_value(req.uri().query()?, "token")?;
+    Some(login_answer(&presented, token, matches))
+}
+
+/// Whether `req` is the login form's `POST /login`.
+pub(crate) fn is_login_form(req: &Request) -> bool {
+    req.uri().path() == LOGIN_PATH && req.method() == axum::http::Method::POST
+}
+
+/// `POST /login` with the form's `token` (`application/x-www-form-urlencoded`): as
+/// [`login`], with the token in the body instead of the URL.
+pub(crate) async fn login_form(
+    req: Request,
+    token: &str,
+    matches: &dyn Fn(&str) -> bool,
+) -> Response {
+    let Ok(body) = axum::body::to_bytes(req.into_body(), LOGIN_BODY_MAX).await else {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the login form's body is over {LOGIN_BODY_MAX} bytes"),
+        )
+            .into_response();
+    };
+    let presented = std::str::from_utf8(&body)
+        .ok()
+        .and_then(|b| form_value(b, "token"))
+        .unwrap_or_default();
+    login_answer(&presented, token, matches)
+}
+
+/// The value of `key` in a `k=v&…` form or query, percent-decoded.
+fn form_value(form: &str, key: &str) -> Option<String> {
+    form.split('&')
         .filter_map(|p| p.split_once('='))
-        .find(|(k, _)| *k == "token")?
-        .1;
-    let presented = percent_decode(presented);
-    if !matches(&presented) {
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| percent_decode(v))
+}
+
+/// A presented token's answer: the redirect to `/` with the cookie, or the login page (401).
+fn login_answer(presented: &str, token: &str, matches: &dyn Fn(&str) -> bool) -> Response {
+    if !matches(presented) {
         tracing::info!("dashboard login refused: wrong token");
-        return Some(login_page(true));
+        return login_page(true);
     }
     let cookie = format!(
-        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={COOKIE_MAX_AGE_SECS}",
         cookie_value(token)
     );
     let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
-    Some(r)
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
 }
 
 fn percent_decode(s: &str) -> String {
@@ -282,8 +328,11 @@ pub(crate) fn login_page(wrong: bool) -> Response {
     let body = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
          <title>clawctx gateway</title></head><body style=\"font-family: system-ui, sans-serif; max-width: 40em; margin: 3em auto; padding: 0 1em\">\
-         <h1>clawctx gateway</h1>{why}<p>This gateway needs its token. Open <code>/?token=&lt;gateway token&gt;</code> once: \
-         the gateway sets a cookie (HttpOnly, SameSite=Strict) and sends you to the dashboard.</p></body></html>"
+         <h1>clawctx gateway</h1>{why}<p>This gateway needs its token.</p>\
+         <form method=\"post\" action=\"{LOGIN_PATH}\"><label>Gateway token <input type=\"password\" name=\"token\" \
+         autocomplete=\"current-password\" required autofocus></label> <button type=\"submit\">Open the dashboard</button></form>\
+         <p>The gateway sets a cookie (HttpOnly, SameSite=Strict, for seven days) and sends you to the dashboard. \
+         <code>/?token=&lt;gateway token&gt;</code> works too, but leaves the token in the browser's history.</p></body></html>"
     );
     (
         StatusCode::UNAUTHORIZED,

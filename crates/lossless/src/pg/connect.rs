@@ -13,8 +13,11 @@
 //! they protect against a passive listener, not an impostor), except that `require` with an
 //! `sslrootcert` checks the chain as `verify-ca` does; `verify-ca` checks the server's chain
 //! against the roots; `verify-full` also checks that the certificate names the host connected
-//! to. The roots are the `sslrootcert` file (PEM) or, without it or with
-//! `sslrootcert=system`, the operating system's store. TLS is rustls with ring.
+//! to. Both accept what libpq (OpenSSL) accepts and webpki alone would not: a self-signed
+//! certificate that is itself the root, an X.509 v1 server certificate, a host named only by
+//! the Common Name ([`super::libpq_tls`]). The roots are the `sslrootcert` file (PEM) or,
+//! without it or with `sslrootcert=system`, the operating system's store. TLS is rustls with
+//! ring.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -27,11 +30,12 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres::config::Host;
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::libpq_tls::LibpqVerifier;
 use crate::error::{LosslessError, Result};
 
 /// PostgreSQL's default port.
@@ -171,10 +175,15 @@ impl PgTarget {
             (SslMode::Prefer, _) | (SslMode::Require, RootCerts::System) => {
                 Arc::new(NoCertificateCheck(provider.clone()))
             }
-            (SslMode::Require | SslMode::VerifyCa, roots) => Arc::new(AnyHostName(
-                webpki_verifier(&self.root_store(roots)?, &provider)?,
-            )),
-            (SslMode::VerifyFull, roots) => webpki_verifier(&self.root_store(roots)?, &provider)?,
+            (SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull, roots) => {
+                let (store, certs) = self.root_store(roots)?;
+                Arc::new(LibpqVerifier::new(
+                    webpki_verifier(&store, &provider)?,
+                    certs,
+                    self.ssl_mode == SslMode::VerifyFull,
+                    provider.clone(),
+                ))
+            }
         };
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -185,9 +194,13 @@ impl PgTarget {
         Ok(Some(MakeRustlsConnect::new(config)))
     }
 
-    /// The roots of a verifying mode.
-    fn root_store(&self, roots: &RootCerts) -> Result<RootCertStore> {
+    /// The roots of a verifying mode, as rustls's store and as the certificates read.
+    fn root_store(
+        &self,
+        roots: &RootCerts,
+    ) -> Result<(RootCertStore, Vec<CertificateDer<'static>>)> {
         let mut store = RootCertStore::empty();
+        let mut kept = Vec::new();
         match roots {
             RootCerts::File(path) => {
                 let shown = path.display();
@@ -204,6 +217,7 @@ impl PgTarget {
                     )));
                 }
                 for cert in certs {
+                    kept.push(cert.clone());
                     store.add(cert).map_err(|e| {
                         LosslessError::InvalidInput(format!(
                             "PostgreSQL sslrootcert {shown}: a certificate is not usable as a root: {e}"
@@ -213,6 +227,7 @@ impl PgTarget {
             }
             RootCerts::System => {
                 let found = rustls_native_certs::load_native_certs();
+                kept.extend(found.certs.iter().cloned());
                 store.add_parsable_certificates(found.certs);
                 if store.is_empty() {
                     return Err(LosslessError::InvalidInput(format!(
@@ -228,7 +243,7 @@ impl PgTarget {
                 }
             }
         }
-        Ok(store)
+        Ok((store, kept))
     }
 
     /// The parsed configuration (it holds the password: never print it).
@@ -679,54 +694,6 @@ impl ServerCertVerifier for NoCertificateCheck {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain is checked against the roots, the host name is not (a certificate
-/// valid for another name is accepted; any other failure is not).
-#[derive(Debug)]
-struct AnyHostName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyHostName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
     }
 }
 

@@ -18,6 +18,7 @@
 pub mod connect;
 mod doctor;
 mod inspect;
+mod libpq_tls;
 mod read;
 mod recall;
 pub mod schema;
