@@ -142,8 +142,8 @@ export function gatewayClient(config, fetchImpl = globalThis.fetch) {
 // - After a `commitTurn` the gateway accepted, the cursor moves past the turn's entries
 //   (admission through terminal) without sending them again.
 // - The cursor outlives the engine object (OpenClaw creates one per turn) and the process: it
-//   is kept per gateway and session in OpenClaw's state dir (`cursorFile`). A lost or stale
-//   cursor only sends history again, which ingest deduplicates.
+//   is kept per gateway and session in OpenClaw's state dir (`fileCursorStore`). A lost or
+//   stale cursor only sends history again, which ingest deduplicates.
 
 export const TRANSCRIPT_RUNTIME = 'openclaw/plugin-sdk/session-transcript-runtime';
 const DELTA_PAGE_MESSAGES = 500;
@@ -157,7 +157,11 @@ async function importTranscriptRuntime() {
   }
 }
 
-/** OpenClaw's state dir as OpenClaw resolves it: `OPENCLAW_STATE_DIR`, else `~/.openclaw`. */
+/**
+ * OpenClaw's state dir: what its plugin runtime resolves (`api.runtime.state.resolveStateDir`),
+ * else `OPENCLAW_STATE_DIR`; `undefined` in a host that is not OpenClaw (clawctx's own runner),
+ * where the bridge writes nothing of OpenClaw's.
+ */
 export function openclawStateDir(env = process.env, api = undefined) {
   const resolve = api && api.runtime && api.runtime.state && api.runtime.state.resolveStateDir;
   if (typeof resolve === 'function') {
@@ -165,12 +169,12 @@ export function openclawStateDir(env = process.env, api = undefined) {
       const dir = resolve(env);
       if (typeof dir === 'string' && dir !== '') return dir;
     } catch {
-      // fall through to the same rule by hand
+      // fall through to the variable
     }
   }
   const override = typeof env.OPENCLAW_STATE_DIR === 'string' ? env.OPENCLAW_STATE_DIR.trim() : '';
   if (override !== '') return override.startsWith('~') ? path.join(os.homedir(), override.slice(1)) : override;
-  return path.join(env.HOME || os.homedir(), '.openclaw');
+  return undefined;
 }
 
 /**
@@ -212,7 +216,7 @@ export function fileCursorStore(file, logger) {
   };
 }
 
-/** A cursor store in this process only (tests, hosts without a state dir). */
+/** A cursor store in this process only (tests, hosts without OpenClaw's state dir). */
 export function memoryCursorStore() {
   const map = new Map();
   return {
@@ -225,6 +229,9 @@ export function memoryCursorStore() {
     },
   };
 }
+
+// Outside OpenClaw: the cursors live as long as the plugin process.
+const PROCESS_CURSORS = memoryCursorStore();
 
 function textOf(message) {
   const c = message && message.content;
@@ -383,7 +390,8 @@ export function transcriptSync(
  * engine). Before `bootstrap` and `assemble`, the transcript's unsent messages go first
  * (`options.sync`, see transcriptSync); `commitTurn` sends the history before the turn first
  * and moves the cursor past the turn once the gateway has it. `options.cursors` keeps the
- * cursors (default: `<OpenClaw state dir>/plugins/clawctx/transcript-cursors.json`).
+ * cursors (default: `<OpenClaw state dir>/plugins/clawctx/transcript-cursors.json`; in a host
+ * that is not OpenClaw, this process's memory).
  */
 export async function createEngine(rawConfig, options = {}) {
   const config = resolveConfig(rawConfig, options.env || process.env);
@@ -391,9 +399,12 @@ export async function createEngine(rawConfig, options = {}) {
   const reply = await client.info();
   const remote = reply && typeof reply.info === 'object' && reply.info !== null ? reply.info : {};
   const methods = reply && Array.isArray(reply.methods) ? reply.methods : [];
+  const stateDir = openclawStateDir(options.env || process.env, options.api);
   const cursors =
     options.cursors ||
-    fileCursorStore(path.join(openclawStateDir(options.env || process.env, options.api), 'plugins', PLUGIN_ID, 'transcript-cursors.json'), options.logger);
+    (stateDir !== undefined
+      ? fileCursorStore(path.join(stateDir, 'plugins', PLUGIN_ID, 'transcript-cursors.json'), options.logger)
+      : PROCESS_CURSORS);
   const sync =
     options.sync ||
     transcriptSync(client, { logger: options.logger, methods, loadRuntime: options.loadRuntime, cursors, gatewayUrl: config.gatewayUrl });
