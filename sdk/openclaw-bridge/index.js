@@ -6,6 +6,10 @@
 // the status or cause (never the token), so the host quarantines the engine and falls back to
 // legacy, as the context-engine contract expects.
 
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
 // The plugin id, which is also the engine id: OpenClaw treats `plugins.slots.contextEngine` as a
 // plugin id (its installer writes the plugin id there, `doctor` flags any other value, its
 // gateway loads at startup only the plugin the slot names), so the two must be equal.
@@ -132,7 +136,19 @@ export function gatewayClient(config, fetchImpl = globalThis.fetch) {
 // reads the transcript's visible messages it has not sent yet (OpenClaw's
 // `openclaw/plugin-sdk/session-transcript-runtime`, `readSessionTranscriptVisibleMessageDelta`,
 // cursor based) and sends them with `ingestBatch`; the engine's ingest is idempotent, so a
-// message the gateway already has (from `commitTurn`) is not stored twice.
+// message the gateway already has is not stored twice.
+//
+// Three rules keep that from sending anything twice or too early:
+// - The turn in progress is never history. OpenClaw fences the turn's own entries off the reads
+//   it makes inside `bootstrap` and its first `assemble`, but not inside the `assemble` of its
+//   context hook (after the prompt is in the transcript): there the read stops before the
+//   newest user entry carrying the turn's `prompt`. The turn's messages reach the gateway
+//   through `commitTurn`.
+// - After a `commitTurn` the gateway accepted, the cursor moves past the turn's entries
+//   (admission through terminal) without sending them again.
+// - The cursor outlives the engine object (OpenClaw creates one per turn) and the process: it
+//   is kept per gateway and session in OpenClaw's state dir (`fileCursorStore`). A lost or
+//   stale cursor only sends history again, which ingest deduplicates.
 
 export const TRANSCRIPT_RUNTIME = 'openclaw/plugin-sdk/session-transcript-runtime';
 const DELTA_PAGE_MESSAGES = 500;
@@ -147,25 +163,151 @@ async function importTranscriptRuntime() {
 }
 
 /**
- * `sync(params)`: sends the session's transcript messages not yet sent (per session, a cursor
- * kept in this process; a new process starts from the beginning). `loadRuntime` resolves the
- * transcript runtime module (or null); `client.call('ingestBatch', …)` sends. A transcript
- * that cannot be read is logged and skipped (the turn goes on); a gateway that fails throws.
+ * OpenClaw's state dir: what its plugin runtime resolves (`api.runtime.state.resolveStateDir`),
+ * else `OPENCLAW_STATE_DIR`; `undefined` in a host that is not OpenClaw (clawctx's own runner),
+ * where the bridge writes nothing of OpenClaw's.
  */
-export function transcriptSync(client, { loadRuntime = importTranscriptRuntime, logger, methods } = {}) {
-  const cursors = new Map();
+export function openclawStateDir(env = process.env, api = undefined) {
+  const resolve = api && api.runtime && api.runtime.state && api.runtime.state.resolveStateDir;
+  if (typeof resolve === 'function') {
+    try {
+      const dir = resolve(env);
+      if (typeof dir === 'string' && dir !== '') return dir;
+    } catch {
+      // fall through to the variable
+    }
+  }
+  const override = typeof env.OPENCLAW_STATE_DIR === 'string' ? env.OPENCLAW_STATE_DIR.trim() : '';
+  if (override !== '') return override.startsWith('~') ? path.join(os.homedir(), override.slice(1)) : override;
+  return undefined;
+}
+
+/**
+ * Transcript cursors kept in a JSON file (`{"<gateway>\u0000<agent>\u0000<key>\u0000<id>":
+ * "<cursor>"}`), written whole through a temporary file and a rename, so a reader never sees
+ * half a file. Two processes writing at once may lose one update: that session's next sync
+ * sends a page again, which ingest deduplicates. An unreadable file counts as empty.
+ */
+export function fileCursorStore(file, logger) {
+  let warned = false;
+  const readAll = async () => {
+    try {
+      const v = JSON.parse(await fs.readFile(file, 'utf8'));
+      return v && typeof v === 'object' && !Array.isArray(v) ? v : {};
+    } catch {
+      return {};
+    }
+  };
+  return {
+    file,
+    async get(slot) {
+      const v = (await readAll())[slot];
+      return typeof v === 'string' ? v : undefined;
+    },
+    async set(slot, cursor) {
+      try {
+        const all = await readAll();
+        if (cursor === undefined) delete all[slot];
+        else all[slot] = cursor;
+        await fs.mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+        const tmp = `${file}.${process.pid}.${Date.now()}.tmp`;
+        await fs.writeFile(tmp, JSON.stringify(all), { mode: 0o600 });
+        await fs.rename(tmp, file);
+      } catch (err) {
+        if (logger && !warned) logger.warn(`clawctx: cannot keep the transcript cursor in ${file}: ${err && err.message}`);
+        warned = true;
+      }
+    },
+  };
+}
+
+/** A cursor store in this process only (tests, hosts without OpenClaw's state dir). */
+export function memoryCursorStore() {
+  const map = new Map();
+  return {
+    async get(slot) {
+      return map.get(slot);
+    },
+    async set(slot, cursor) {
+      if (cursor === undefined) map.delete(slot);
+      else map.set(slot, cursor);
+    },
+  };
+}
+
+// Outside OpenClaw: the cursors live as long as the plugin process.
+const PROCESS_CURSORS = memoryCursorStore();
+
+function textOf(message) {
+  const c = message && message.content;
+  if (typeof c === 'string') return c;
+  if (Array.isArray(c)) return c.map((p) => (p && typeof p.text === 'string' ? p.text : '')).join('');
+  return '';
+}
+
+/**
+ * A transcript message worth storing: a `custom` (or other host-only) message without text
+ * (OpenClaw writes one per tool search) is left out, so recall never quotes an empty row.
+ */
+export function worthStoring(message) {
+  if (!message || typeof message !== 'object' || typeof message.role !== 'string') return false;
+  if (['user', 'assistant', 'toolResult', 'tool', 'system'].includes(message.role)) return true;
+  return textOf(message).trim() !== '';
+}
+
+/**
+ * The transcript sync of one gateway. `sync(params, stop)` sends the session's transcript
+ * messages not yet sent, stopping before the entry `stop` names: `{entryId}` (that entry) or
+ * `{prompt}` (the newest user entry whose text holds the turn's prompt). `committed(params)`
+ * moves the cursor past a committed turn (`params.admission.entryId` through
+ * `params.terminal.entryId`) when it is next in the transcript. `loadRuntime` resolves the
+ * transcript runtime module (or null); `cursors` keeps the cursors (see fileCursorStore);
+ * `client.call('ingestBatch', …)` sends. A transcript that cannot be read is logged and skipped
+ * (the turn goes on); a gateway that fails throws.
+ */
+export function transcriptSync(
+  client,
+  { loadRuntime = importTranscriptRuntime, logger, methods, cursors = memoryCursorStore(), gatewayUrl = '' } = {},
+) {
   let runtime;
-  return async function sync(params) {
-    if (!params || typeof params.sessionId !== 'string') return 0;
-    if (methods && !methods.includes('ingestBatch')) return 0;
+  const reader = async () => {
     if (runtime === undefined) runtime = await loadRuntime();
     const read = runtime && runtime.readSessionTranscriptVisibleMessageDelta;
-    if (typeof read !== 'function') return 0;
+    return typeof read === 'function' ? read : null;
+  };
+  const targetOf = (params) => {
     const target = { sessionId: params.sessionId };
     if (typeof params.sessionKey === 'string') target.sessionKey = params.sessionKey;
     if (typeof params.agentId === 'string') target.agentId = params.agentId;
-    const slot = `${params.sessionKey || ''}\u0000${params.sessionId}`;
-    let cursor = cursors.get(slot);
+    return target;
+  };
+  const slotOf = (params) =>
+    [gatewayUrl, params.agentId || '', params.sessionKey || '', params.sessionId].join('\u0000');
+  // The cursor after the first `count` entries read from `cursor`.
+  const cursorAfter = async (read, target, cursor, count) => {
+    const r = await read({ ...target, ...(cursor !== undefined ? { cursor } : {}), maxMessages: count });
+    return r && r.kind === 'page' && Array.isArray(r.entries) && r.entries.length === count ? r.cursor : undefined;
+  };
+  const stopIndex = (entries, stop) => {
+    if (!stop) return -1;
+    if (typeof stop.entryId === 'string') return entries.findIndex((e) => e && e.entryId === stop.entryId);
+    const prompt = typeof stop.prompt === 'string' ? stop.prompt.trim() : '';
+    if (prompt === '') return -1;
+    for (let i = entries.length - 1; i >= 0; i--) {
+      const m = entries[i] && entries[i].message;
+      if (m && m.role === 'user' && textOf(m).includes(prompt)) return i;
+    }
+    return -1;
+  };
+
+  async function sync(params, stop) {
+    if (!params || typeof params.sessionId !== 'string') return 0;
+    if (methods && !methods.includes('ingestBatch')) return 0;
+    const read = await reader();
+    if (!read) return 0;
+    const target = targetOf(params);
+    const slot = slotOf(params);
+    let cursor = await cursors.get(slot);
     let sent = 0;
     let resets = 0;
     for (let page = 0; page < DELTA_MAX_PAGES; page++) {
@@ -177,7 +319,7 @@ export function transcriptSync(client, { loadRuntime = importTranscriptRuntime, 
         // overflow compaction): read again from the start once (ingest is idempotent).
         if (cursor !== undefined && resets++ < 2) {
           cursor = undefined;
-          cursors.delete(slot);
+          await cursors.set(slot, undefined);
           continue;
         }
         if (logger) logger.warn(`clawctx: cannot read the transcript of ${params.sessionKey || params.sessionId}: ${err && err.message}`);
@@ -187,14 +329,20 @@ export function transcriptSync(client, { loadRuntime = importTranscriptRuntime, 
       if (r.kind === 'reset') {
         // A replaced transcript or a stale cursor: read again from its start (ingest is idempotent).
         cursor = r.cursor;
-        cursors.set(slot, cursor);
+        await cursors.set(slot, cursor);
         if (++resets > 2) return sent;
         continue;
       }
       if (r.kind !== 'page') return sent; // missing, unavailable: nothing to send now
-      const messages = (Array.isArray(r.entries) ? r.entries : [])
-        .map((e) => e && e.message)
-        .filter((m) => m && typeof m === 'object' && typeof m.role === 'string');
+      let entries = Array.isArray(r.entries) ? r.entries : [];
+      let next = r.cursor;
+      const at = stopIndex(entries, stop);
+      if (at >= 0) {
+        entries = entries.slice(0, at);
+        next = at === 0 ? cursor : await cursorAfter(read, target, cursor, at);
+        if (next === undefined && at > 0) return sent; // the transcript moved: next time
+      }
+      const messages = entries.map((e) => e && e.message).filter(worthStoring);
       if (messages.length > 0) {
         await client.call('ingestBatch', {
           sessionId: params.sessionId,
@@ -203,19 +351,52 @@ export function transcriptSync(client, { loadRuntime = importTranscriptRuntime, 
         });
         sent += messages.length;
       }
-      cursor = r.cursor;
-      cursors.set(slot, cursor);
-      if (!r.hasMore) return sent;
+      if (next !== cursor) {
+        cursor = next;
+        await cursors.set(slot, cursor);
+      }
+      if (at >= 0 || !r.hasMore) return sent;
     }
     return sent;
-  };
+  }
+
+  async function committed(params) {
+    const first = params && params.admission && params.admission.entryId;
+    const last = params && params.terminal && params.terminal.entryId;
+    if (typeof params.sessionId !== 'string' || typeof first !== 'string' || typeof last !== 'string') return false;
+    const read = await reader();
+    if (!read) return false;
+    const target = targetOf(params);
+    const slot = slotOf(params);
+    const cursor = await cursors.get(slot);
+    try {
+      const r = await read({ ...target, ...(cursor !== undefined ? { cursor } : {}), maxMessages: DELTA_PAGE_MESSAGES });
+      if (!r || r.kind !== 'page' || !Array.isArray(r.entries)) return false;
+      // Only when the turn is next: anything before it has not been sent yet.
+      if (!r.entries[0] || r.entries[0].entryId !== first) return false;
+      const end = r.entries.findIndex((e) => e && e.entryId === last);
+      if (end < 0) return false;
+      const next = end === r.entries.length - 1 ? r.cursor : await cursorAfter(read, target, cursor, end + 1);
+      if (next === undefined) return false;
+      await cursors.set(slot, next);
+      return true;
+    } catch {
+      return false; // fenced or moved: the next sync reads the turn again (idempotent)
+    }
+  }
+
+  sync.committed = committed;
+  return sync;
 }
 
 /**
  * The engine object: `info` from the gateway (its id the one registered here), each lifecycle
  * method the gateway's engine implements forwarded, `dispose` a no-op (the gateway owns the
  * engine). Before `bootstrap` and `assemble`, the transcript's unsent messages go first
- * (`options.sync`, see transcriptSync).
+ * (`options.sync`, see transcriptSync); `commitTurn` sends the history before the turn first
+ * and moves the cursor past the turn once the gateway has it. `options.cursors` keeps the
+ * cursors (default: `<OpenClaw state dir>/plugins/clawctx/transcript-cursors.json`; in a host
+ * that is not OpenClaw, this process's memory).
  */
 export async function createEngine(rawConfig, options = {}) {
   const config = resolveConfig(rawConfig, options.env || process.env);
@@ -223,7 +404,15 @@ export async function createEngine(rawConfig, options = {}) {
   const reply = await client.info();
   const remote = reply && typeof reply.info === 'object' && reply.info !== null ? reply.info : {};
   const methods = reply && Array.isArray(reply.methods) ? reply.methods : [];
-  const sync = options.sync || transcriptSync(client, { logger: options.logger, methods, loadRuntime: options.loadRuntime });
+  const stateDir = openclawStateDir(options.env || process.env, options.api);
+  const cursors =
+    options.cursors ||
+    (stateDir !== undefined
+      ? fileCursorStore(path.join(stateDir, 'plugins', PLUGIN_ID, 'transcript-cursors.json'), options.logger)
+      : PROCESS_CURSORS);
+  const sync =
+    options.sync ||
+    transcriptSync(client, { logger: options.logger, methods, loadRuntime: options.loadRuntime, cursors, gatewayUrl: config.gatewayUrl });
   const engine = {
     info: {
       ...remote,
@@ -236,12 +425,28 @@ export async function createEngine(rawConfig, options = {}) {
   for (const m of [...REQUIRED, ...OPTIONAL.filter((o) => methods.includes(o))]) {
     engine[m] = (params) => client.call(m, params);
   }
-  for (const m of ['bootstrap', 'assemble']) {
-    const forward = engine[m];
-    if (!forward) continue;
-    engine[m] = async (params) => {
+  if (engine.bootstrap) {
+    engine.bootstrap = async (params) => {
       await sync(params);
-      return forward(params);
+      return client.call('bootstrap', params);
+    };
+  }
+  // The turn's own entries are not history: the read stops before its prompt (see above).
+  engine.assemble = async (params) => {
+    await sync(params, params && typeof params.prompt === 'string' ? { prompt: params.prompt } : undefined);
+    return client.call('assemble', params);
+  };
+  if (engine.commitTurn) {
+    engine.commitTurn = async (params) => {
+      const admission = params && params.admission && params.admission.entryId;
+      if (typeof admission === 'string') await sync(params, { entryId: admission });
+      const out = { ...params };
+      if (Array.isArray(params && params.messages)) out.messages = params.messages.filter(worthStoring);
+      const result = await client.call('commitTurn', out);
+      if (result && (result.status === 'committed' || result.status === 'duplicate') && typeof sync.committed === 'function') {
+        await sync.committed(params);
+      }
+      return result;
     };
   }
   if (engine.bootstrap) {
@@ -365,7 +570,7 @@ export function recallTools(client, ctx) {
 export default function register(api) {
   const config = resolveConfig(api && api.pluginConfig);
   const logger = api && api.logger;
-  api.registerContextEngine(config.engineId, () => createEngine(api.pluginConfig, { logger }));
+  api.registerContextEngine(config.engineId, () => createEngine(api.pluginConfig, { logger, api }));
   if (typeof api.registerTool === 'function') {
     const client = gatewayClient(config);
     api.registerTool((ctx) => recallTools(client, ctx), { names: RECALL_TOOLS.map((t) => t.name) });

@@ -33,14 +33,14 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-fn repo(rel: &str) -> PathBuf {
+pub(crate) fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .join(rel)
 }
 
 /// Where `.ci/run` installs Node 24 and OpenClaw.
-fn install_dir() -> PathBuf {
+pub(crate) fn install_dir() -> PathBuf {
     std::env::var_os("CLAWCTX_OPENCLAW_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -48,18 +48,18 @@ fn install_dir() -> PathBuf {
         })
 }
 
-struct Scratch {
-    dir: tempfile::TempDir,
-    path: String,
-    config: PathBuf,
+pub(crate) struct Scratch {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) path: String,
+    pub(crate) config: PathBuf,
 }
 
 /// One finished command: its output, printed when a step fails.
-struct Out {
-    cmd: String,
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Out {
+    pub(crate) cmd: String,
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl std::fmt::Display for Out {
@@ -84,7 +84,7 @@ impl std::fmt::Display for Out {
 }
 
 impl Scratch {
-    fn command(&self, program: &str, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, program: &str, args: &[&str]) -> Command {
         let mut c = Command::new(program);
         c.args(args)
             .current_dir(self.dir.path())
@@ -101,7 +101,7 @@ impl Scratch {
         c
     }
 
-    async fn openclaw(&self, args: &[&str]) -> Out {
+    pub(crate) async fn openclaw(&self, args: &[&str]) -> Out {
         let child = self
             .command("openclaw", args)
             .spawn()
@@ -119,7 +119,7 @@ impl Scratch {
     }
 
     /// One `openclaw agent` turn (`--local`, or through OpenClaw's gateway): its JSON.
-    async fn turn(&self, local: bool, key: &str, prompt: &str) -> (Value, Out) {
+    pub(crate) async fn turn(&self, local: bool, key: &str, prompt: &str) -> (Value, Out) {
         let mut args = vec!["agent"];
         if local {
             args.push("--local");
@@ -133,7 +133,7 @@ impl Scratch {
         (v, out)
     }
 
-    fn edit_config(&self, f: impl FnOnce(&mut Value)) {
+    pub(crate) fn edit_config(&self, f: impl FnOnce(&mut Value)) {
         let mut c: Value =
             serde_json::from_str(&std::fs::read_to_string(&self.config).unwrap()).unwrap();
         f(&mut c);
@@ -141,7 +141,7 @@ impl Scratch {
     }
 }
 
-fn reply_of(v: &Value) -> String {
+pub(crate) fn reply_of(v: &Value) -> String {
     let meta = v.get("meta").unwrap_or(v);
     meta.pointer("/finalAssistantVisibleText")
         .or_else(|| v.pointer("/result/meta/finalAssistantVisibleText"))
@@ -151,7 +151,7 @@ fn reply_of(v: &Value) -> String {
 }
 
 /// Starts `clawctx gateway` (lossless, no model) on `port` (0: any); returns it and its URL.
-async fn clawctx_gateway(state: &Path, port: u16) -> (Child, String) {
+pub(crate) async fn clawctx_gateway(state: &Path, port: u16) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_clawctx"))
         .args(["gateway", "--port", &port.to_string()])
         .env("CLAWCTX_STATE_DIR", state)
@@ -185,7 +185,7 @@ async fn clawctx_gateway(state: &Path, port: u16) -> (Child, String) {
     (child, url)
 }
 
-async fn stop(mut child: Child) {
+pub(crate) async fn stop(mut child: Child) {
     if let Some(pid) = child.id() {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -224,7 +224,7 @@ async fn stored(
         .collect()
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -28,6 +28,7 @@ mod lcm;
 mod lcm_migrate;
 mod mcp;
 mod openclaw_real;
+mod openclaw_real_turns;
 mod pg_secrets;
 mod plugin_load_errors;
 mod plugin_run;

@@ -15,8 +15,9 @@
 //! compaction a turn left as debt (the frontier over `contextThreshold × budget`: the debt is
 //! the stored state itself, nothing else to persist or lose). `afterTurn`/`commitTurn` compact in
 //! the foreground only when the frontier is over the whole budget (the model's window would be
-//! exceeded: assembly would have to leave stored messages out), and never wait for a compaction
-//! already running. A background pass that is aborted (runtime shutdown, gateway SIGTERM) is
+//! exceeded: assembly would have to leave stored messages out) and the host has not been seen
+//! maintaining the conversation in the background (then that call pays it, whatever the size),
+//! and never wait for a compaction already running. A background pass that is aborted (runtime shutdown, gateway SIGTERM) is
 //! dropped between or inside rounds: each round commits its summaries in one transaction, so
 //! what it leaves is either committed or never written, and the next turn's maintenance picks
 //! the debt up again. `backgroundCompaction: false` restores inline compaction.
@@ -143,51 +144,89 @@ impl OwnBlocks {
 /// let the stored history grow past what the next request has room for. The engine therefore
 /// compacts against the smaller of the budget it is given and the smallest assemble budget of
 /// the conversation's last turn (OpenClaw assembles twice per call, the second time with a
-/// larger budget). Kept in memory: after a restart the first turn's assemble sets it again.
+/// larger budget). A degenerate assemble budget is left out: one smaller than the fresh tail
+/// at the given budget (OpenClaw passes `tokenBudget = 1` when its system prompt alone does not
+/// fit the window) is no room compaction could ever bring the history down to, and taking it
+/// would summarize everything on every turn. Kept in memory: after a restart the first turn's
+/// assemble sets it again.
+///
+/// It also remembers which conversations a host maintains in the background (`maintain` with
+/// `allowDeferredCompactionExecution`, after the reply): their turns leave all compaction to
+/// that call, so a reply never waits for a summary (`commitTurn`, `afterTurn`).
 #[derive(Default)]
 struct MessageBudgets {
     inner: std::sync::Mutex<HashMap<ConvKey, TurnBudget>>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Default)]
 struct TurnBudget {
-    /// The smallest assemble budget since the turn began.
-    budget: u64,
-    /// A turn ended since it was set: the next assemble starts a new minimum.
+    /// The assemble budgets since the turn began (at most [`MessageBudgets::PER_TURN`], the
+    /// smallest kept when more come).
+    budgets: Vec<u64>,
+    /// A turn ended since they were set: the next assemble starts a new turn.
     ended: bool,
+    /// The host ran background maintenance (`allowDeferredCompactionExecution`) for it.
+    maintained_in_background: bool,
 }
 
 impl MessageBudgets {
     /// Conversations remembered at most; past it the map starts over (an engine serving more
     /// sessions than this loses only the refinement for one turn each).
     const MAX: usize = 65_536;
+    /// Assemble budgets kept per turn (a tool loop assembles once per model call).
+    const PER_TURN: usize = 16;
 
-    fn assembled(&self, key: &ConvKey, budget: u64) {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+    fn entry<'a>(map: &'a mut HashMap<ConvKey, TurnBudget>, key: &ConvKey) -> &'a mut TurnBudget {
         if map.len() >= Self::MAX && !map.contains_key(key) {
             map.clear();
         }
-        // A new conversation starts as if its last turn had ended: this budget starts the minimum.
-        let entry = map.entry(key.clone()).or_insert(TurnBudget {
-            budget,
+        // A new conversation starts as if its last turn had ended.
+        map.entry(key.clone()).or_insert(TurnBudget {
             ended: true,
-        });
-        entry.budget = if entry.ended {
-            budget
-        } else {
-            entry.budget.min(budget)
-        };
-        entry.ended = false;
+            ..Default::default()
+        })
     }
 
-    /// The budget to compact against: `given`, or less when the host assembled with less.
-    /// `end_turn` marks the turn over (`afterTurn`, `commitTurn`).
-    fn limit(&self, key: &ConvKey, given: u64, end_turn: bool) -> u64 {
+    fn assembled(&self, key: &ConvKey, budget: u64) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = Self::entry(&mut map, key);
+        if entry.ended {
+            entry.budgets.clear();
+            entry.ended = false;
+        }
+        entry.budgets.push(budget);
+        if entry.budgets.len() > Self::PER_TURN {
+            entry.budgets.sort_unstable();
+            entry.budgets.truncate(Self::PER_TURN);
+        }
+    }
+
+    /// The host maintains `key` in the background.
+    fn maintained_in_background(&self, key: &ConvKey) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        Self::entry(&mut map, key).maintained_in_background = true;
+    }
+
+    /// Whether the host maintains `key` in the background.
+    fn host_maintains(&self, key: &ConvKey) -> bool {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).is_some_and(|e| e.maintained_in_background)
+    }
+
+    /// The budget to compact against: `given`, or less when the host assembled with less,
+    /// leaving out assemble budgets under `floor` (degenerate ones). `end_turn` marks the turn
+    /// over (`afterTurn`, `commitTurn`).
+    fn limit(&self, key: &ConvKey, given: u64, floor: u64, end_turn: bool) -> u64 {
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         match map.get_mut(key) {
             Some(entry) => {
                 entry.ended |= end_turn;
-                given.min(entry.budget)
+                entry
+                    .budgets
+                    .iter()
+                    .copied()
+                    .filter(|b| *b >= floor.max(2))
+                    .fold(given, u64::min)
             }
             None => given,
         }
@@ -332,6 +371,12 @@ impl LosslessEngine {
             .unwrap_or(self.cfg.default_token_budget)
     }
 
+    /// The budget `key` compacts against when it is given `given` (see [`MessageBudgets`]).
+    fn turn_budget(&self, key: &ConvKey, given: u64, end_turn: bool) -> u64 {
+        let floor = self.cfg.fresh_tail_tokens(given);
+        self.message_budgets.limit(key, given, floor, end_turn)
+    }
+
     /// The frontier size above which a turn (`afterTurn`, `commitTurn`) compacts before it
     /// returns: the threshold when compaction is inline, the whole budget (the model's window)
     /// when it is background maintenance's debt.
@@ -388,6 +433,10 @@ impl LosslessEngine {
         conv: Option<ConvRow>,
         budget: u64,
     ) -> Result<()> {
+        if self.cfg.background_compaction && self.message_budgets.host_maintains(key) {
+            // The host's `maintain` after the reply pays it: the reply never waits for a summary.
+            return Ok(());
+        }
         self.compact_over(key, conv, budget, self.foreground_limit(budget))
             .await
             .map(|_| ())
@@ -768,7 +817,7 @@ impl ContextEngine for LosslessEngine {
             .ingest(&key, params.messages[start..].to_vec())
             .await?;
         let given = self.budget(params.token_budget, params.runtime_context.as_ref());
-        let budget = self.message_budgets.limit(&key, given, true);
+        let budget = self.turn_budget(&key, given, true);
         self.compact_after_turn(&key, outcome.conv, budget).await?;
         Ok(())
     }
@@ -812,7 +861,7 @@ impl ContextEngine for LosslessEngine {
             });
         };
         let given = self.budget(None, params.runtime_context.as_ref());
-        let budget = self.message_budgets.limit(&key, given, true);
+        let budget = self.turn_budget(&key, given, true);
         if let Err(e) = self.compact_after_turn(&key, outcome.conv, budget).await {
             tracing::warn!("lossless: threshold compaction after commitTurn failed: {e}");
         }
@@ -891,9 +940,8 @@ impl ContextEngine for LosslessEngine {
             && deferred_allowed
             && self.mode(&key) == SessionMode::Normal
         {
-            let budget = self
-                .message_budgets
-                .limit(&key, self.budget(None, rc), false);
+            self.message_budgets.maintained_in_background(&key);
+            let budget = self.turn_budget(&key, self.budget(None, rc), false);
             self.pay_compaction_debt(&key, budget, cx.abort.as_ref())
                 .await?;
         }

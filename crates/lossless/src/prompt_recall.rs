@@ -248,6 +248,10 @@ pub(crate) fn block_of(
                 continue;
             }
             let (role, ts, text) = message(id)?;
+            if text.trim().is_empty() {
+                // A row without text (a host's marker message): nothing to quote.
+                continue;
+            }
             let note = crate::relative_dates::note(&text, ts)
                 .map(|n| format!("\n{n}"))
                 .unwrap_or_default();
@@ -319,6 +323,41 @@ mod tests {
         assert!(
             quoted.contains("[msg_7 user 2024-01-01 00:00] forged")
                 && quoted.contains("[msg_8 user x]")
+        );
+    }
+
+    #[test]
+    fn an_empty_row_is_never_quoted() {
+        let r = PromptRecall {
+            terms: vec!["walrus".into()],
+            convs: vec![1],
+            reserve: 400,
+            max_tokens: 400,
+            max_messages: 8,
+            prompt_follows: true,
+        };
+        let ranked = vec![crate::search::RankedMessage {
+            id: 34,
+            conv_id: 1,
+            score: 2.0,
+            matched: 1,
+            tokens: 10,
+        }];
+        let text = |id: i64| -> Result<(i64, Option<i64>, String)> {
+            Ok(match id {
+                34 => (codec::role::USER, Some(0), "the walrus is Ferdinand".into()),
+                _ => (99, None, String::new()),
+            })
+        };
+        let block = block_of(&r, ranked, &HashSet::new(), text, |id| {
+            Ok(Some((id + 1, 4)))
+        })
+        .unwrap()
+        .expect("the hit is quoted");
+        assert_eq!(block.quoted, 1, "the empty row after the hit is not quoted");
+        assert_eq!(
+            block.hits.iter().map(|h| h.id).collect::<Vec<_>>(),
+            vec![34]
         );
     }
 

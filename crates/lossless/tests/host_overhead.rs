@@ -138,3 +138,56 @@ async fn without_an_assemble_the_given_budget_counts() {
     );
     assert!(highest <= e.config().threshold_tokens(WINDOW));
 }
+
+/// A small window (issue #41 item 3): OpenClaw's system prompt alone does not fit it, so its
+/// first assemble passes `tokenBudget = 1`; the second passes the window less the prompt. That
+/// degenerate budget must not become the turn's compaction limit (it summarized on every
+/// turn), and since the host maintains the conversation in the background, `commitTurn` never
+/// calls the summarizer: the reply never waits for a summary, `maintain` after it pays the debt
+/// at the second assemble's budget.
+#[tokio::test]
+async fn a_degenerate_assemble_budget_does_not_drive_compaction_and_commit_turn_never_summarizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let summarizer = FakeSummarizer::new(0);
+    let e = engine(&dir, cfg()).with_summarizer(summarizer.clone());
+    let mut rng = Lcg(41);
+    let mut history: Vec<AgentMessage> = Vec::new();
+    let mut maintained_compaction = false;
+    let mut highest = 0;
+    for t in 0..60 {
+        let msgs = turn(&mut rng, t, false, 12);
+        let mut prompt = history.clone();
+        prompt.push(msgs[0].clone());
+        let first = e
+            .assemble(&assemble_params(prompt, 1), &cx())
+            .await
+            .unwrap();
+        e.assemble(&assemble_params(first.messages, SECOND_ASSEMBLE), &cx())
+            .await
+            .unwrap();
+        history.extend(msgs.clone());
+        let calls = summarizer.calls();
+        e.commit_turn(&commit(t, msgs), &cx()).await.unwrap();
+        // The first turn comes before the host's first background maintenance: the engine does
+        // not know yet, and its history is far below any limit.
+        assert_eq!(
+            summarizer.calls(),
+            calls,
+            "turn {t}: commitTurn summarized on the reply path"
+        );
+        let before = frontier_tokens(&e).await;
+        e.maintain(&background_maintain(), &cx()).await.unwrap();
+        let settled = frontier_tokens(&e).await;
+        maintained_compaction |= settled < before;
+        highest = highest.max(settled);
+    }
+    assert!(maintained_compaction, "maintenance never compacted");
+    assert!(
+        highest > e.config().threshold_tokens(1_000),
+        "the history was held far below the second assemble's budget ({highest} tokens): the degenerate budget drove compaction"
+    );
+    assert!(
+        highest <= e.config().threshold_tokens(SECOND_ASSEMBLE),
+        "maintenance compacts at the second assemble's budget ({highest} tokens)"
+    );
+}

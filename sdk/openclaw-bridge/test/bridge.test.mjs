@@ -3,9 +3,24 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
-import { readFileSync } from 'node:fs';
+import { readFileSync, mkdtempSync, existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 
-import register, { createEngine, resolveConfig, transcriptSync, recallTools, RECALL_TOOLS } from '../index.js';
+import register, {
+  createEngine,
+  resolveConfig,
+  transcriptSync,
+  recallTools,
+  memoryCursorStore,
+  fileCursorStore,
+  worthStoring,
+  RECALL_TOOLS,
+} from '../index.js';
+
+// Never the runner's own OpenClaw state dir: every engine here keeps its cursors in a scratch one.
+const STATE = mkdtempSync(path.join(os.tmpdir(), 'bridge-test-'));
+process.env.OPENCLAW_STATE_DIR = STATE;
 
 const TOKEN = 'secret-token-8086';
 const requests = [];
@@ -35,6 +50,7 @@ before(async () => {
       const results = {
         ingest: { ingested: true },
         ingestBatch: { ingestedCount: 0 },
+        commitTurn: { status: 'committed' },
         lcm_grep: { hits: [{ id: 'msg_1', snippet: 'Ferdinand' }] },
         assemble: { messages: [{ role: 'user', content: 'hi' }], estimatedTokens: 3 },
         compact: { ok: true, compacted: false },
@@ -125,6 +141,7 @@ test('every method forwards its params to POST /v1/engine/<method> with the toke
     assemble: { messages: [{ role: 'user', content: 'hi' }], estimatedTokens: 3 },
     compact: { ok: true, compacted: false },
     afterTurn: null,
+    commitTurn: { status: 'committed' },
     onSubagentEnded: null,
   };
   for (const [m, params] of Object.entries(calls)) {
@@ -339,6 +356,77 @@ test('a reset cursor reads the transcript again from its start; an unreadable on
   assert.match(warnings[0], /cannot read the transcript of k/);
   const without = transcriptSync(client, { loadRuntime: async () => null });
   assert.equal(await without({ sessionId: 's' }), 0, 'a host without the module: nothing to do');
+});
+
+test("the turn in progress is never history: assemble's read stops before the turn's prompt", async () => {
+  const entries = [
+    { role: 'user', content: 'm1 first', timestamp: 1 },
+    { role: 'assistant', content: [{ type: 'text', text: 'reply to m1' }], timestamp: 2 },
+    // OpenClaw's context-hook assemble runs after the prompt is in the transcript, unfenced.
+    { role: 'user', content: '[Mon 2026-12-07 01:00 UTC] m2 the prompt', timestamp: 3 },
+  ];
+  const t = fakeTranscript(entries, { pageSize: 10 });
+  const engine = await createEngine({ gatewayUrl: url }, { loadRuntime: async () => t.module, cursors: memoryCursorStore() });
+  requests.length = 0;
+  await engine.assemble({ sessionId: 's1', sessionKey: 'agent:main:p', messages: [], tokenBudget: 1000, prompt: 'm2 the prompt' });
+  const batches = requests.filter((r) => r.path === '/v1/engine/ingestBatch');
+  assert.deepEqual(batches.flatMap((r) => r.body.messages), entries.slice(0, 2), 'the history, not the prompt');
+  // The tool loop's next assemble: the prompt and what followed it are still the turn's.
+  entries.push({ role: 'assistant', content: [{ type: 'toolCall', id: 'c1', name: 'x', arguments: {} }], timestamp: 4 });
+  requests.length = 0;
+  await engine.assemble({ sessionId: 's1', sessionKey: 'agent:main:p', messages: [], tokenBudget: 1000, prompt: 'm2 the prompt' });
+  assert.deepEqual(requests.map((r) => r.path), ['/v1/engine/assemble'], 'nothing of the turn in progress is sent');
+});
+
+test('commitTurn: the history before the turn first, then the turn once, and the cursor kept in the state dir', async () => {
+  const entries = [
+    { role: 'user', content: 'answered on legacy', timestamp: 1 },
+    { role: 'assistant', content: [{ type: 'text', text: 'legacy reply' }], timestamp: 2 },
+    { role: 'user', content: 'm3 prompt', timestamp: 3 },
+    { role: 'custom', customType: 'tool-search', content: '', timestamp: 4 },
+    { role: 'assistant', content: [{ type: 'text', text: 'reply to m3' }], timestamp: 5 },
+  ];
+  const t = fakeTranscript(entries, { pageSize: 10 });
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'bridge-cursor-'));
+  const env = { OPENCLAW_STATE_DIR: dir };
+  const engine = await createEngine({ gatewayUrl: url }, { loadRuntime: async () => t.module, env });
+  requests.length = 0;
+  const params = {
+    sessionId: 's2',
+    sessionKey: 'agent:main:c',
+    advancementKey: 'k1',
+    admission: { entryId: 'e2' },
+    terminal: { entryId: 'e4' },
+    messages: entries.slice(2),
+  };
+  await engine.commitTurn(params);
+  assert.deepEqual(requests.map((r) => r.path), ['/v1/engine/ingestBatch', '/v1/engine/commitTurn']);
+  assert.deepEqual(requests[0].body.messages, entries.slice(0, 2), 'the history before the admitted entry');
+  assert.deepEqual(requests[1].body.messages, [entries[2], entries[4]], 'the empty custom message is not stored');
+  assert.ok(existsSync(path.join(dir, 'plugins', 'clawctx', 'transcript-cursors.json')));
+
+  // The next turn's engine object (OpenClaw makes one per turn), even in a new process: nothing
+  // to send, then only what was appended since.
+  const next = await createEngine({ gatewayUrl: url }, { loadRuntime: async () => fakeTranscript(entries, { pageSize: 10 }).module, env });
+  requests.length = 0;
+  await next.bootstrap({ sessionId: 's2', sessionKey: 'agent:main:c', sessionFile: 'agent:main:c' });
+  assert.deepEqual(requests.map((r) => r.path), ['/v1/engine/bootstrap'], 'the committed turn is not sent again');
+  entries.push({ role: 'user', content: 'answered on legacy again', timestamp: 6 });
+  requests.length = 0;
+  await next.bootstrap({ sessionId: 's2', sessionKey: 'agent:main:c', sessionFile: 'agent:main:c' });
+  assert.deepEqual(requests[0].body.messages, [entries[5]]);
+  assert.equal(worthStoring({ role: 'custom', content: 'a note' }), true, 'a custom message with text is kept');
+  assert.equal(worthStoring({ role: 'custom', content: [] }), false);
+});
+
+test('a cursor file that cannot be read counts as empty', async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'bridge-cursor-'));
+  const store = fileCursorStore(path.join(dir, 'c.json'));
+  assert.equal(await store.get('x'), undefined);
+  await store.set('x', 'abc');
+  assert.equal(await store.get('x'), 'abc');
+  await import('node:fs/promises').then((f) => f.writeFile(path.join(dir, 'c.json'), '{not json'));
+  assert.equal(await store.get('x'), undefined);
 });
 
 test('the recall tools are registered, declared in the manifest, and call the gateway for the calling session', async () => {

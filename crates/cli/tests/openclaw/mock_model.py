@@ -2,23 +2,30 @@
 """An OpenAI-compatible chat completions server on loopback standing in for OpenClaw's model.
 
 Usage: mock_model.py LOG_FILE  -- prints "listening <port>" on stdout, then serves until killed.
-Every request body is appended to LOG_FILE as one JSON line. Replies depend on the newest user
+Every request body is appended to LOG_FILE as one JSON line, with "_at" (epoch seconds, when it
+arrived) and "_summary": true for a summary request, whose answer adds a line
+{"_summary_done": <epoch seconds>, "_at": <its arrival>}. Replies depend on the newest user
 message of the request:
   - "CALL_TOOL <name> <json args>" and no tool result after it yet: a call of that tool;
   - "OVERFLOW_ONCE" the first time it is seen with its marker word (m<digit>...): HTTP 400
     context_length_exceeded (as OpenAI says it);
+  - a summary request (a message holding "<conversation>", as clawctx's summarizer asks): a
+    short summary, after MOCK_SUMMARY_DELAY_S seconds (default 0; set it for a slow summarizer);
   - otherwise a short text naming the turn ("reply to <marker>: <first words>"), the marker
     being the prompt's first word shaped m<digit>... .
 Streaming (stream: true) answers as server-sent events, as OpenAI does.
 """
 import json
+import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOG = sys.argv[1]
 LOCK = threading.Lock()
 SEEN_OVERFLOW = set()
+SUMMARY_DELAY_S = float(os.environ.get("MOCK_SUMMARY_DELAY_S") or 0)
 
 
 def text_of(content):
@@ -29,8 +36,15 @@ def text_of(content):
     return ""
 
 
+def is_summary(body):
+    return any("<conversation>" in text_of(m.get("content")) for m in body.get("messages") or [])
+
+
 def decide(body):
     msgs = body.get("messages") or []
+    if is_summary(body):
+        time.sleep(SUMMARY_DELAY_S)
+        return ("text", "Summary (mock): the conversation so far, in short.")
     last_user = None
     for i, m in enumerate(msgs):
         # OpenClaw adds its own context as a user message after the prompt: skip it.
@@ -87,13 +101,21 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self.send(400, {"error": {"message": "not JSON"}})
             return
+        logged = dict(body, _at=time.time())
+        if is_summary(body):
+            logged["_summary"] = True
         with LOCK:
             with open(LOG, "a") as f:
-                f.write(json.dumps(body) + "\n")
+                f.write(json.dumps(logged) + "\n")
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self.send(404, {"error": {"message": "not found: " + self.path}})
             return
         d = decide(body)
+        if logged.get("_summary"):
+            # When the summary is answered: a test sees whether an output waited for it.
+            with LOCK:
+                with open(LOG, "a") as f:
+                    f.write(json.dumps({"_summary_done": time.time(), "_at": logged["_at"]}) + "\n")
         if d[0] == "overflow":
             self.send(400, {"error": {
                 "message": "This model's maximum context length is 40000 tokens. However, your messages resulted in 47000 tokens. Please reduce the length of the messages.",
