@@ -36,6 +36,7 @@ mod read_only_state;
 mod replay_engines;
 mod runtime_commands;
 mod secrets;
+mod session_views;
 mod sessions_trace;
 mod summarizer;
 mod test_layout;
