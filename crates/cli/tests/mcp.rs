@@ -1,8 +1,11 @@
 //! Recall over MCP with a real MCP client (issue #32): the official Python `mcp` package
 //! (`tests/mcp/client.py`) against `clawctx mcp` over stdio and against a `clawctx gateway`'s
 //! `/mcp` over streamable HTTP, on a lossless store prefilled by `clawctx replay` (messages and
-//! summaries): every tool listed and called, the resources read, bad arguments answered with
-//! MCP errors while the server keeps serving, `lcm_ingest` offered only with
+//! summaries): every tool listed and called, the resources read, every tool schema checked with
+//! Python's `jsonschema` and compiled by Ajv in strict mode (`tests/mcp/ajv_strict.mjs`; ajv is
+//! installed with npm into `CLAWCTX_AJV_DIR`, else `$HOME/.cache/clawctx-ajv`), a missing,
+//! unknown or mistyped argument answered with JSON-RPC `invalid_params` and other bad arguments
+//! with MCP errors while the server keeps serving, `lcm_ingest` offered only with
 //! `mcp.allowIngest`, and with a token set, HTTP without it refused. A PostgreSQL variant runs
 //! the whole check on the same store migrated into PostgreSQL.
 //!
@@ -158,6 +161,80 @@ async fn client(python: &Path, args: &[&str]) -> Value {
     v
 }
 
+/// The Ajv release the schema check installs (the TypeScript MCP SDK's validator).
+const AJV_VERSION: &str = "8.20.0";
+
+/// A directory with `node_modules/ajv` ([`AJV_VERSION`]): `CLAWCTX_AJV_DIR`, else
+/// `$HOME/.cache/clawctx-ajv`, installed there with npm when missing (outside the repo). `None`
+/// (after saying why) when node or npm is missing, outside CI.
+fn ajv_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("CLAWCTX_AJV_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/clawctx-ajv"))
+        })?;
+    let installed = std::fs::read_to_string(dir.join("node_modules/ajv/package.json"))
+        .is_ok_and(|p| p.contains(&format!("\"version\": \"{AJV_VERSION}\"")));
+    if installed {
+        return Some(dir);
+    }
+    let npm = std::process::Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(&dir)
+        .arg(format!("ajv@{AJV_VERSION}"))
+        .output();
+    match npm {
+        Ok(o) if o.status.success() => Some(dir),
+        other => {
+            let why = match other {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+                Err(e) => e.to_string(),
+            };
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!(
+                    "CI=true but npm cannot install ajv@{AJV_VERSION} into {}: {why}",
+                    dir.display()
+                );
+            }
+            eprintln!(
+                "skipping the Ajv check: npm cannot install ajv@{AJV_VERSION} into {}: {why}",
+                dir.display()
+            );
+            None
+        }
+    }
+}
+
+/// Compiles every tool input schema the client saw (`seen["schemas"]`) with Ajv in strict
+/// mode (`tests/mcp/ajv_strict.mjs`): stricter MCP clients refuse a tool whose schema does not.
+async fn assert_ajv_strict_compiles(seen: &Value) {
+    let Some(ajv) = ajv_dir() else {
+        return;
+    };
+    let schemas = &seen["schemas"];
+    assert!(
+        schemas.as_object().is_some_and(|m| !m.is_empty()),
+        "the client returns the schemas: {seen}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("schemas.json");
+    std::fs::write(&file, schemas.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/ajv_strict.mjs");
+    let mut cmd = Command::new("node");
+    cmd.arg(&script).arg(&ajv).arg(&file);
+    let line = format!(
+        "node {} {} {}",
+        script.display(),
+        ajv.display(),
+        file.display()
+    );
+    let (code, out, err) = run(&mut cmd, &line).await;
+    assert_eq!(
+        code, 0,
+        "every tool schema must compile in Ajv's strict mode\n$ {line}\n--- stdout\n{out}\n--- stderr\n{err}"
+    );
+}
+
 fn assert_saw_everything(seen: &Value) {
     assert_eq!(seen["server"], "clawctx", "{seen}");
     assert!(seen["messages"].as_i64().unwrap() >= 100, "{seen}");
@@ -223,6 +300,9 @@ async fn the_python_mcp_client_over_stdio_calls_every_tool_and_reads_the_summari
     )
     .await;
     assert_eq!(seen["ingested"], 2, "{seen}");
+    // Every tool's schema (lcm_ingest's too), in the validator stricter MCP clients use.
+    assert_eq!(seen["schemas"].as_object().unwrap().len(), 6, "{seen}");
+    assert_ajv_strict_compiles(&seen).await;
 }
 
 /// A `clawctx gateway` child and the URL it printed.

@@ -189,3 +189,138 @@ fn the_trace_of_a_session_is_shown_as_a_table_a_turn_and_json() {
     assert_ne!(r.code, 0, "{r}");
     assert!(r.stderr.contains("no traced turns"), "{r}");
 }
+
+/// A mock OpenAI-compatible model on loopback (plain and streamed answers) and a config in
+/// `state` that selects it, with `engine` in the context-engine slot.
+async fn mock_model_config(state: &std::path::Path, engine: &str) -> wiremock::MockServer {
+    use wiremock::matchers::{body_partial_json, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    let sse = concat!(
+        "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"Pong from the mock.\"}}]}\n\n",
+        "data: {\"choices\": [{\"index\": 0, \"delta\": {}, \"finish_reason\": \"stop\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_partial_json(serde_json::json!({"stream": true})))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(sse, "text/event-stream"))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Pong from the mock."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}
+        })))
+        .mount(&server)
+        .await;
+    let config = serde_json::json!({
+        "models": {"providers": {"mock": {"api": "openai-completions", "baseUrl": format!("{}/v1", server.uri()),
+            "models": [{"id": "test-model", "contextWindow": 16000, "maxTokens": 512}], "maxRetries": 0}}},
+        "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},
+        "plugins": {"slots": {"contextEngine": engine}}
+    });
+    std::fs::write(state.join("clawctx.json"), config.to_string()).unwrap();
+    server
+}
+
+/// `clawctx args…` on `state` with its `clawctx.json`, `stdin` as its input.
+async fn clawctx_in(state: &std::path::Path, args: &[&str], stdin: &str) -> common::Run {
+    use tokio::io::AsyncWriteExt;
+    let config = state.join("clawctx.json");
+    let mut full = vec![
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    full.extend_from_slice(args);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_clawctx"))
+        .args(&full)
+        .env_remove("CLAWCTX_LOG")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_MODEL")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running clawctx");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let out = child.wait_with_output().await.unwrap();
+    common::Run {
+        cmd: format!("clawctx {}", full.join(" ")),
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Issue #39: the turns of `clawctx run` and `clawctx chat` are traced into the state dir as
+/// the gateway's are, so `sessions trace` shows them (it said "has no traced turns").
+#[tokio::test]
+async fn turns_of_run_and_chat_are_traced_in_the_state_dir() {
+    for engine in ["legacy", "lossless"] {
+        let state = tempfile::tempdir().unwrap();
+        let _model = mock_model_config(state.path(), engine).await;
+        let r = clawctx_in(state.path(), &["run", "ping", "--json"], "").await;
+        assert_eq!(r.code, 0, "{r}");
+        let r = clawctx_in(state.path(), &["chat"], "hello there\n/quit\n").await;
+        assert_eq!(r.code, 0, "{r}");
+        assert!(r.stdout.contains("Pong from the mock."), "{r}");
+
+        let r = clawctx_in(
+            state.path(),
+            &["sessions", "trace", "agent:main:main", "--json"],
+            "",
+        )
+        .await;
+        assert_eq!(r.code, 0, "{engine}: {r}");
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(v["page"]["total"], 2, "{engine}: {r}");
+        for row in v["page"]["turns"].as_array().unwrap() {
+            assert_eq!(row["source"], "turn", "{engine}: {r}");
+            assert_eq!(row["engine"], engine, "{engine}: {r}");
+        }
+        // `run --json`'s call (not streamed) reports the mock's usage; the trace has it.
+        let first = v["page"]["turns"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(first["turn"], 1, "{engine}: {r}");
+        assert_eq!(first["inputTokens"], 20, "{engine}: {r}");
+        // The second turn (chat's) has the first one's exchange in its context.
+        let r = clawctx_in(
+            state.path(),
+            &[
+                "sessions",
+                "trace",
+                "agent:main:main",
+                "--turn",
+                "2",
+                "--json",
+            ],
+            "",
+        )
+        .await;
+        assert_eq!(r.code, 0, "{engine}: {r}");
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(v["turn"]["model"]["outcome"], "ok", "{engine}: {r}");
+        let raw = v["turn"]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == "raw")
+            .count();
+        assert!(raw >= 2, "{engine}: the first exchange was sent: {r}");
+        assert!(
+            v["turn"]["gatewayTokens"].as_u64().unwrap() > 0,
+            "{engine}: {r}"
+        );
+    }
+}

@@ -39,6 +39,7 @@ mod replay_engines;
 mod run_file_tools;
 mod runtime_commands;
 mod secrets;
+mod session_views;
 mod sessions_trace;
 mod summarizer;
 mod test_layout;

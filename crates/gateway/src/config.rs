@@ -293,40 +293,7 @@ impl GatewayConfig {
                 ))
             }
         };
-        let t = g.get("trace").cloned().unwrap_or(Value::Null);
-        if !t.is_null() && !t.is_object() {
-            return Err(GatewayError::config(
-                "gateway.trace",
-                format!("must be an object; found {t}"),
-            ));
-        }
-        let trace =
-            crate::trace::TraceSettings {
-                enabled: match t.get("enabled") {
-                    None | Some(Value::Null) => true,
-                    Some(Value::Bool(b)) => *b,
-                    Some(v) => {
-                        return Err(GatewayError::config(
-                            "gateway.trace.enabled",
-                            format!("must be true or false; found {v}"),
-                        ))
-                    }
-                },
-                max_turns_per_session: match u64_at(
-                    &t,
-                    "maxTurnsPerSession",
-                    "gateway.trace.maxTurnsPerSession",
-                )? {
-                    Some(0) => return Err(GatewayError::config(
-                        "gateway.trace.maxTurnsPerSession",
-                        "must be at least 1 (set gateway.trace.enabled: false to keep no trace)",
-                    )),
-                    Some(n) => n,
-                    None => crate::trace::DEFAULT_MAX_TURNS_PER_SESSION,
-                },
-                max_bytes: u64_at(&t, "maxBytes", "gateway.trace.maxBytes")?
-                    .unwrap_or(crate::trace::DEFAULT_MAX_BYTES),
-            };
+        let trace = crate::trace::TraceSettings::from_gateway_section(&g)?;
         let transcript_roots = transcript_roots(&g)?;
         Ok(GatewayConfig {
             addr,
@@ -377,6 +344,52 @@ fn transcript_roots(g: &Value) -> Result<Vec<std::path::PathBuf>> {
         roots.push(resolved);
     }
     Ok(roots)
+}
+
+impl crate::trace::TraceSettings {
+    /// `gateway.trace` of `root` (the whole config): what `clawctx run` and `clawctx chat`
+    /// trace with too, so a config that turns the trace off turns it off everywhere.
+    pub fn from_config(root: &Value) -> Result<Self> {
+        Self::from_gateway_section(&root.get("gateway").cloned().unwrap_or(Value::Null))
+    }
+
+    fn from_gateway_section(g: &Value) -> Result<Self> {
+        let t = g.get("trace").cloned().unwrap_or(Value::Null);
+        if !t.is_null() && !t.is_object() {
+            return Err(GatewayError::config(
+                "gateway.trace",
+                format!("must be an object; found {t}"),
+            ));
+        }
+        Ok(crate::trace::TraceSettings {
+            enabled: match t.get("enabled") {
+                None | Some(Value::Null) => true,
+                Some(Value::Bool(b)) => *b,
+                Some(v) => {
+                    return Err(GatewayError::config(
+                        "gateway.trace.enabled",
+                        format!("must be true or false; found {v}"),
+                    ))
+                }
+            },
+            max_turns_per_session: match u64_at(
+                &t,
+                "maxTurnsPerSession",
+                "gateway.trace.maxTurnsPerSession",
+            )? {
+                Some(0) => {
+                    return Err(GatewayError::config(
+                        "gateway.trace.maxTurnsPerSession",
+                        "must be at least 1 (set gateway.trace.enabled: false to keep no trace)",
+                    ))
+                }
+                Some(n) => n,
+                None => crate::trace::DEFAULT_MAX_TURNS_PER_SESSION,
+            },
+            max_bytes: u64_at(&t, "maxBytes", "gateway.trace.maxBytes")?
+                .unwrap_or(crate::trace::DEFAULT_MAX_BYTES),
+        })
+    }
 }
 
 /// `gateway.auth`: mode `none` means no token; mode `token` (or unset) takes the first of

@@ -132,6 +132,11 @@ pub struct SessionRow {
     /// Messages the lossless store holds for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lossless_messages: Option<u64>,
+    /// The engine that holds it (`clawctx_gateway::holding`: the engine that served its last
+    /// turn, else `lossless` when only the lossless store has it, else `legacy`).
+    pub engine: String,
+    /// Its compactions, the host's and the engine's own (`clawctx_gateway::holding`).
+    pub compactions: u64,
 }
 
 /// The session a call belongs to: its lane key.
@@ -562,39 +567,49 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
         .store()
         .list("main")
         .map_err(|e| ApiError::internal(format!("cannot list the sessions: {e}")))?;
-    let mut sessions: Vec<SessionRow> = listed
-        .into_iter()
-        .map(|(key, e)| SessionRow {
-            session_key: key,
-            session_id: Some(e.session_id),
-            updated_at: Some(e.updated_at),
-            stores: vec!["transcript".into()],
-            lossless_messages: None,
-        })
-        .collect();
+    // The lossless store's active conversations: (messages, compaction passes) by key.
+    let mut lossless: std::collections::BTreeMap<String, (u64, i64)> = Default::default();
     if let Some(recall) = crate::recall::lossless(&s) {
-        let conversations = recall.conversations().await.map_err(|e| {
+        let stats = recall.store().conversation_stats().await.map_err(|e| {
             crate::recall::store_error(&recall, "listing the lossless conversations", e)
         })?;
-        let mut lossless_only = Vec::new();
-        for c in conversations.into_iter().filter(|c| c.active) {
-            let messages = Some(u64::try_from(c.msg_count).unwrap_or(0));
-            match sessions.iter_mut().find(|r| r.session_key == c.session_key) {
-                Some(row) => {
-                    row.stores.push("lossless".into());
-                    row.lossless_messages = messages;
-                }
-                None => lossless_only.push(SessionRow {
-                    session_key: c.session_key,
-                    session_id: None,
-                    updated_at: None,
-                    stores: vec!["lossless".into()],
-                    lossless_messages: messages,
-                }),
-            }
+        for c in stats.into_iter().filter(|c| c.conversation.active) {
+            let messages = u64::try_from(c.conversation.msg_count).unwrap_or(0);
+            lossless.insert(c.conversation.session_key, (messages, c.compactions));
         }
-        lossless_only.sort_by(|a, b| a.session_key.cmp(&b.session_key));
-        sessions.extend(lossless_only);
     }
+    let mut sessions: Vec<SessionRow> = listed
+        .into_iter()
+        .map(|(key, e)| {
+            let stored = lossless.remove(&key);
+            let mut stores = vec!["transcript".to_owned()];
+            if stored.is_some() {
+                stores.push("lossless".into());
+            }
+            SessionRow {
+                engine: crate::holding::engine(Some(&e), stored.is_some()),
+                compactions: crate::holding::compactions(Some(&e), stored.map(|(_, p)| p)),
+                session_id: Some(e.session_id),
+                updated_at: Some(e.updated_at),
+                stores,
+                lossless_messages: stored.map(|(m, _)| m),
+                session_key: key,
+            }
+        })
+        .collect();
+    // Then the conversations only the lossless store holds, by key (a BTreeMap's order).
+    sessions.extend(
+        lossless
+            .into_iter()
+            .map(|(key, (messages, passes))| SessionRow {
+                engine: crate::holding::engine(None, true),
+                compactions: crate::holding::compactions(None, Some(passes)),
+                session_key: key,
+                session_id: None,
+                updated_at: None,
+                stores: vec!["lossless".into()],
+                lossless_messages: Some(messages),
+            }),
+    );
     Ok(Json(SessionList { sessions }))
 }

@@ -17,6 +17,7 @@
 //! - [`api_error`]: OpenAI-shaped error responses and the JSON extractor that takes only
 //!   `application/json` and names bad fields.
 //! - [`status`]: what `clawctx gateway status` reports.
+//! - [`holding`]: which engine holds a session and its compactions, one rule for every list.
 //! - `openai`: `/v1/chat/completions` (plain and SSE) and `/v1/models`; `chat_input` reads
 //!   what a request asks of its turn (prompt or tool results, system messages, client tools,
 //!   sampling, images).
@@ -42,6 +43,7 @@ mod engine_api;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod holding;
 pub mod lanes;
 pub mod lock;
 pub mod mcp;

@@ -8,9 +8,12 @@
 //! SQLite every read but `context_assemble` runs on the store's read thread, off the path of
 //! turns, and on PostgreSQL on pooled connections.
 //!
-//! Tools (each with a JSON schema generated from its argument type; unknown or malformed
-//! arguments are an MCP `invalid_params` error, never a crash):
-//! - `lcm_grep`: the three modes of the lcm tools (`full_text`, `any_term`, `regex`), over one
+//! Tools (each with a JSON schema generated from its argument type, made plain JSON Schema that
+//! strict validators accept: integers with `minimum`, no custom `format`; missing, unknown or
+//! malformed arguments are a JSON-RPC `invalid_params` error, checked before the call, never a
+//! crash):
+//! - `lcm_grep`: the three modes of the lcm tools (`full_text`, `any_term`, `regex`; `fts` and
+//!   `any`, the CLI's former names, are accepted for the first two), over one
 //!   conversation (`sessionKey`), its agent's sessions, or every conversation, a page at a time
 //!   with a continuation token (`cursor`) bound to the query it came from;
 //! - `lcm_describe`, `lcm_expand` (capped at [`MAX_EXPAND_TOKENS`]);
@@ -220,6 +223,70 @@ pub struct IngestArgs {
     pub messages: Vec<IngestMessage>,
 }
 
+/// `schema` as plain JSON Schema: schemars marks integers with its own formats (`uint32`,
+/// `uint64`, `int64`...), which no JSON Schema draft defines and which Ajv in strict mode (the
+/// TypeScript MCP SDK's validator) refuses to compile. The range they stand for is already
+/// there as `minimum` (kept, and added for an unsigned format that lacks it).
+pub fn plain_schema(schema: &rmcp::model::JsonObject) -> rmcp::model::JsonObject {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                if let Some(Value::String(format)) = map.get("format") {
+                    let unsigned = format.starts_with("uint");
+                    let numeric = unsigned
+                        || format.starts_with("int")
+                        || matches!(format.as_str(), "float" | "double");
+                    if numeric {
+                        map.remove("format");
+                        if unsigned && !map.contains_key("minimum") {
+                            map.insert("minimum".into(), json!(0));
+                        }
+                    }
+                }
+                for child in map.values_mut() {
+                    walk(child);
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v = Value::Object(schema.clone());
+    walk(&mut v);
+    match v {
+        Value::Object(map) => map,
+        _ => schema.clone(),
+    }
+}
+
+/// Checks a tool call's arguments against the tool's argument type before the call, so that
+/// missing, unknown or mistyped arguments are the JSON-RPC `invalid_params` error the README
+/// promises (rmcp answers them as a tool result flagged `isError`). A tool this server does
+/// not have is left to the router, which says so.
+fn check_arguments(
+    tool: &str,
+    arguments: Option<&rmcp::model::JsonObject>,
+) -> Result<(), ErrorData> {
+    fn parse<T: serde::de::DeserializeOwned>(
+        tool: &str,
+        arguments: Option<&rmcp::model::JsonObject>,
+    ) -> Result<(), ErrorData> {
+        let v = Value::Object(arguments.cloned().unwrap_or_default());
+        serde_json::from_value::<T>(v)
+            .map(|_| ())
+            .map_err(|e| invalid(format!("{tool}: invalid arguments: {e}")))
+    }
+    match tool {
+        "lcm_grep" => parse::<GrepArgs>(tool, arguments),
+        "lcm_describe" => parse::<DescribeArgs>(tool, arguments),
+        "lcm_expand" => parse::<ExpandArgs>(tool, arguments),
+        "sessions_list" => parse::<SessionsArgs>(tool, arguments),
+        "context_assemble" => parse::<AssembleArgs>(tool, arguments),
+        "lcm_ingest" => parse::<IngestArgs>(tool, arguments),
+        _ => Ok(()),
+    }
+}
+
 fn invalid(message: impl Into<String>) -> ErrorData {
     ErrorData::invalid_params(message.into(), None)
 }
@@ -327,6 +394,12 @@ impl RecallServer {
         let mut tool_router = Self::tool_router();
         if !options.allow_ingest {
             tool_router.remove_route("lcm_ingest");
+        }
+        for route in tool_router.map.values_mut() {
+            route.attr.input_schema = Arc::new(plain_schema(route.attr.input_schema.as_ref()));
+            if let Some(out) = &route.attr.output_schema {
+                route.attr.output_schema = Some(Arc::new(plain_schema(out.as_ref())));
+            }
         }
         RecallServer {
             recall,
@@ -650,6 +723,16 @@ fn parse_uri(uri: &str) -> Option<Uri> {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for RecallServer {
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        check_arguments(&request.name, request.arguments.as_ref())?;
+        let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()

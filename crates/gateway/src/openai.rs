@@ -759,7 +759,7 @@ pub(crate) async fn chat_completions(
     let controller = AbortController::new();
     let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
     turn.abort = Some(controller.signal());
-    let (assembled, ended) = crate::dashboard::watch_turn(&shared, &key);
+    let (assembled, ended, _watcher) = crate::dashboard::watch_turn(&shared, &key);
     turn.assembled = Some(assembled);
     turn.client_tools = std::mem::take(&mut input.tools);
     turn.tool_results = input.tool_results.iter().map(|(_, r)| r.clone()).collect();

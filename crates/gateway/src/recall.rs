@@ -36,10 +36,12 @@ use crate::server::{AppState, Shared};
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RecallMode {
-    /// Every term must match (BM25 ranked).
+    /// Every term must match (BM25 ranked). `fts` (the CLI's former name) is accepted too.
     #[default]
+    #[serde(alias = "fts")]
     FullText,
-    /// A whole question: rows sharing the most and rarest words.
+    /// A whole question: rows sharing the most and rarest words. `any` is accepted too.
+    #[serde(alias = "any")]
     AnyTerm,
     /// A regular expression.
     Regex,

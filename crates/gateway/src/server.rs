@@ -151,6 +151,11 @@ impl Gateway {
         }
     }
 
+    /// The state every handler shares (also what [`crate::trace::LocalTrace`] traces with).
+    pub(crate) fn shared(&self) -> &AppState {
+        &self.shared
+    }
+
     /// The settings in effect.
     pub fn config(&self) -> &GatewayConfig {
         &self.shared.config

@@ -23,14 +23,30 @@ pub const RELEVANCE_WINDOW: usize = 2_000;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GrepMode {
-    /// FTS5 full-text (terms ANDed).
+    /// FTS5 full-text (terms ANDed). `full_text`; `fts` is accepted too.
     #[default]
+    #[serde(alias = "fts")]
     FullText,
-    /// Regular expression (Rust `regex` syntax), newest first.
+    /// Regular expression (Rust `regex` syntax), newest first. `regex`.
     Regex,
     /// Free text (a question): rows sharing the most and rarest of its words first, BM25
-    /// ranked (see [`crate::search`]); stopwords ignored.
+    /// ranked (see [`crate::search`]); stopwords ignored. `any_term`; `any` is accepted too.
+    #[serde(alias = "any")]
     AnyTerm,
+}
+
+impl GrepMode {
+    /// The mode named `name`: the names every front end uses (`full_text`, `any_term`,
+    /// `regex`: the CLI, the engine API, MCP, the agent tool), or a former alias (`fts`,
+    /// `any`); `None` for anything else.
+    pub fn from_name(name: &str) -> Option<GrepMode> {
+        match name {
+            "full_text" | "fts" => Some(GrepMode::FullText),
+            "any_term" | "any" => Some(GrepMode::AnyTerm),
+            "regex" => Some(GrepMode::Regex),
+            _ => None,
+        }
+    }
 }
 
 /// What to search.

@@ -97,11 +97,7 @@ impl AgentTool for GrepTool {
             .ok_or("missing \"query\"")?
             .to_owned();
         let parse = |k: &str, d: &str| args.get(k).and_then(Value::as_str).unwrap_or(d).to_owned();
-        let mode = match parse("mode", "full_text").as_str() {
-            "regex" => GrepMode::Regex,
-            "any_term" | "any" => GrepMode::AnyTerm,
-            _ => GrepMode::FullText,
-        };
+        let mode = GrepMode::from_name(&parse("mode", "full_text")).unwrap_or_default();
         let target = match parse("target", "both").as_str() {
             "messages" => GrepTarget::Messages,
             "summaries" => GrepTarget::Summaries,

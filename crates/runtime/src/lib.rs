@@ -22,6 +22,7 @@
 
 pub mod cli_backend;
 mod cli_turn;
+mod engine_passes;
 pub mod error;
 mod history;
 pub mod hooks;

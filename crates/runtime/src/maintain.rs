@@ -71,8 +71,13 @@ struct Lane {
     rerun: Option<MaintainJob>,
 }
 
+/// Told of the compactions an engine ran on its own in a background run: `(session key,
+/// passes)`.
+type OnCompactions = Arc<dyn Fn(&str, &[clawctx_summarize::observe::CompactionCall]) + Send + Sync>;
+
 #[derive(Default)]
 struct State {
+    on_compactions: std::sync::OnceLock<OnCompactions>,
     lanes: Mutex<HashMap<String, Lane>>,
     idle: Notify,
     shutdown: AbortController,
@@ -90,6 +95,16 @@ impl MaintenanceScheduler {
     /// A scheduler with no lanes.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Calls `f` with the compaction passes engines reported during each background run (the
+    /// runtime counts them in the session's `compactionCount`). Set once; later calls are
+    /// ignored.
+    pub fn on_compactions(
+        &self,
+        f: impl Fn(&str, &[clawctx_summarize::observe::CompactionCall]) + Send + Sync + 'static,
+    ) {
+        let _ = self.state.on_compactions.set(Arc::new(f));
     }
 
     /// Schedules a background run for `session_key` (coalescing with a run in progress).
@@ -112,7 +127,7 @@ impl MaintenanceScheduler {
         tokio::spawn(async move {
             let mut job = job;
             loop {
-                run_job(&state, &job).await;
+                run_job(&state, &key, &job).await;
                 let Ok(mut lanes) = state.lanes.lock() else {
                     break;
                 };
@@ -176,11 +191,15 @@ impl MaintenanceScheduler {
     }
 }
 
-async fn run_job(state: &State, job: &MaintainJob) {
+async fn run_job(state: &State, key: &str, job: &MaintainJob) {
     let cx = CallContext::none()
         .with_abort(state.shutdown.signal())
         .with_services(job.services.clone());
-    let result = job.engine.maintain(&job.params, &cx).await;
+    let (result, passes) =
+        crate::engine_passes::collect(job.engine.maintain(&job.params, &cx)).await;
+    if let Some(f) = state.on_compactions.get() {
+        f(key, &passes);
+    }
     state.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if let Err(e) = result {
         let line = maintain_failure_line(MaintenanceReason::Turn, &e);

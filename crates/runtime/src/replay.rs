@@ -430,8 +430,14 @@ pub async fn replay(
                 .iter()
                 .map(|c| c.trigger.clone())
                 .collect();
+            // The runtime lists the engine's own compactions of the turn; a store compacted
+            // in between (the maintenance lane, after the last reply) shows in its epoch.
+            let engine_listed = outcome.compactions.iter().any(|c| c.trigger == "engine");
             if let Some(now) = &outcome.context_epoch {
-                if !host_compacted && epoch.as_ref().is_some_and(|before| before != now) {
+                if !host_compacted
+                    && !engine_listed
+                    && epoch.as_ref().is_some_and(|before| before != now)
+                {
                     compactions.push("engine".into());
                 }
                 epoch = Some(now.clone());

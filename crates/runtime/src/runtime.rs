@@ -195,9 +195,25 @@ impl RuntimeBuilder {
         // What processes killed mid-write left in the outbox (never an acknowledged commit).
         crate::outbox::sweep_orphans(&state_dir);
         let selected_info_id = self.engine.info().id;
+        let store = SessionStore::new(&state_dir);
+        let scheduler = MaintenanceScheduler::new();
+        // An engine's own compactions on the maintenance lane count in the session's
+        // compactionCount, as those of a turn do (`Inner::record_engine_passes`).
+        let counting = store.clone();
+        scheduler.on_compactions(move |key, passes| {
+            for _ in crate::engine_passes::compactions(passes) {
+                match counting.record_compaction(key) {
+                    // A session no turn of this runtime made has no entry to count in.
+                    Ok(_) | Err(clawctx_transcript::TranscriptError::UnknownSessionKey { .. }) => {}
+                    Err(e) => {
+                        tracing::warn!("cannot record the compaction in sessions.json: {e}")
+                    }
+                }
+            }
+        });
         AgentRuntime {
             inner: Arc::new(Inner {
-                store: SessionStore::new(&state_dir),
+                store,
                 state_dir,
                 engine: self.engine,
                 selected_info_id,
@@ -223,7 +239,7 @@ impl RuntimeBuilder {
                 histories: Mutex::new(Warm::new(crate::warm::WARM_SESSIONS)),
                 sessions: Mutex::new(HashMap::new()),
                 bootstrapped: Mutex::new(HashSet::new()),
-                scheduler: MaintenanceScheduler::new(),
+                scheduler,
                 subagents: Mutex::new(HashMap::new()),
                 projection_epochs: Mutex::new(HashMap::new()),
                 maintain_failures: Mutex::new(Vec::new()),
@@ -633,6 +649,30 @@ pub struct SessionStatus {
 }
 
 impl Inner {
+    /// The compactions an engine ran on its own during `key`'s turn (`passes`, from
+    /// [`crate::engine_passes::collect`]): counted in `compactionCount` and returned as the
+    /// turn's records.
+    pub(crate) fn record_engine_passes(
+        &self,
+        key: &str,
+        passes: &[clawctx_summarize::observe::CompactionCall],
+    ) -> Vec<crate::turn::CompactionRecord> {
+        crate::engine_passes::compactions(passes)
+            .map(|p| {
+                if let Err(e) = self.store.record_compaction(key) {
+                    tracing::warn!("cannot record the compaction in sessions.json: {e}");
+                }
+                crate::turn::CompactionRecord {
+                    trigger: "engine".into(),
+                    by: p.engine.to_owned(),
+                    tokens_before: 0,
+                    tokens_after: None,
+                    micros: p.took.as_micros() as u64,
+                }
+            })
+            .collect()
+    }
+
     pub(crate) fn limits(&self) -> Limits {
         let (window, max_out) = match &self.backend {
             Backend::Model(b) => (b.context_window, b.max_output_tokens),
@@ -1072,10 +1112,12 @@ impl Inner {
         let engine_id = self.engine.info().id;
         let timeout = self.compact_timeout;
         let hooked = self.compaction_hooks_before(s).await;
-        let result = match tokio::time::timeout(
+        // The pass the engine reports for it is this compaction, recorded below: not also an
+        // engine's own compaction of the enclosing turn.
+        let result = match crate::engine_passes::ignore(tokio::time::timeout(
             timeout,
             self.engine.compact(&params, &self.call_context(s, abort)),
-        )
+        ))
         .await
         {
             Ok(r) => r,

@@ -123,11 +123,14 @@ impl TurnRequest {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionRecord {
-    /// `auto` (built-in threshold), `overflow`, `preflight` or `manual`.
+    /// `auto` (built-in threshold), `overflow`, `preflight` or `manual`; `engine` for a
+    /// compaction the engine ran on its own during the turn (lossless's, inside
+    /// `afterTurn`/`commitTurn`), `maintenance` for one on the session's background lane
+    /// after the reply (listed by `clawctx run --json`).
     pub trigger: String,
     /// Who compacted: the engine id, or `runtime` for the built-in auto-compaction.
     pub by: String,
-    /// Tokens before, as reported.
+    /// Tokens before, as reported (0 for an engine's own compaction: it reports none).
     pub tokens_before: u64,
     /// Tokens after, when reported.
     pub tokens_after: Option<u64>,
@@ -208,7 +211,13 @@ impl AgentRuntime {
                     turn.is_heartbeat,
                 );
                 let started = std::time::Instant::now();
-                let result = turn.run().await;
+                // The engine's own compactions during the turn are the turn's too.
+                let (result, passes) = crate::engine_passes::collect(turn.run()).await;
+                let result = result.map(|mut o| {
+                    let records = self.inner.record_engine_passes(&key, &passes);
+                    o.compactions.extend(records);
+                    o
+                });
                 crate::hooks::agent_end(
                     &self.inner,
                     &key,
@@ -220,7 +229,18 @@ impl AgentRuntime {
                 .await;
                 result
             }
-            Backend::Cli(_) => crate::cli_turn::run(self.inner.clone(), request).await,
+            Backend::Cli(_) => {
+                let (result, passes) = crate::engine_passes::collect(crate::cli_turn::run(
+                    self.inner.clone(),
+                    request,
+                ))
+                .await;
+                result.map(|mut o| {
+                    let records = self.inner.record_engine_passes(&o.session_key, &passes);
+                    o.compactions.extend(records);
+                    o
+                })
+            }
         }
     }
 
@@ -1399,7 +1419,12 @@ impl EmbeddedTurn {
             total: Some(self.out.usage.total_tokens),
             context: Some(context_tokens),
         };
-        if let Err(e) = self.rt.store.record_tokens(&self.session.key, counters) {
+        let served = self.engine().info().id;
+        if let Err(e) = self
+            .rt
+            .store
+            .record_turn(&self.session.key, counters, Some(&served))
+        {
             self.out
                 .warnings
                 .push(format!("cannot record token counters: {e}"));

@@ -109,6 +109,10 @@ pub struct SessionEntry {
     /// The transcript was forked from a parent's active branch (subagent `fork`, §8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from_parent: Option<bool>,
+    /// The context engine that served the session's last turn (clawctx's own field, written
+    /// with the turn's counters): which engine holds the session's context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_engine: Option<String>,
     /// Fields this type does not name, kept verbatim.
     #[serde(flatten)]
     pub extra: JsonMap,
@@ -385,6 +389,7 @@ impl SessionStore {
             memory_flush_at: None,
             memory_flush_compaction_count: None,
             forked_from_parent: None,
+            context_engine: None,
             ..base
         };
         let path = self.transcript_path(agent_id, &entry)?;
@@ -420,7 +425,21 @@ impl SessionStore {
 
     /// Records a run's token counters (and the interaction time) on `key`'s entry.
     pub fn record_tokens(&self, key: &str, counters: TokenCounters) -> Result<SessionEntry> {
+        self.record_turn(key, counters, None)
+    }
+
+    /// [`SessionStore::record_tokens`], and the engine that served the turn
+    /// (`contextEngine`) when given, in one write.
+    pub fn record_turn(
+        &self,
+        key: &str,
+        counters: TokenCounters,
+        engine: Option<&str>,
+    ) -> Result<SessionEntry> {
         self.update(key, |e| {
+            if let Some(id) = engine {
+                e.context_engine = Some(id.to_owned());
+            }
             let set = |slot: &mut Option<u64>, v: Option<u64>| {
                 if v.is_some() {
                     *slot = v;

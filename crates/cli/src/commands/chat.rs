@@ -91,7 +91,8 @@ async fn command(runtime: &AgentRuntime, key: &str, line: &str) -> anyhow::Resul
 
 /// Runs `clawctx chat`.
 pub async fn run(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let (runtime, _engines) = build_runtime(global, args.model).await?;
+    let (runtime, engines) = build_runtime(global, args.model).await?;
+    let mut trace = crate::commands::run::local_trace(global, &runtime, &engines)?;
     let key = args
         .session
         .unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
@@ -122,7 +123,9 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode
                 }
             }
         }
-        let (result, printed) = turn_with_ctrl_c(&runtime, &key, line, true).await;
+        let (result, printed, watch) =
+            turn_with_ctrl_c(&runtime, &mut trace, &key, line, true).await;
+        watch.ended(&result);
         match result {
             Ok(o) => {
                 if !printed {
@@ -146,6 +149,8 @@ pub async fn run(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode
         _ = runtime.wait_for_maintenance() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
+    trace.finish().await;
     runtime.shutdown().await;
+    drop(engines);
     Ok(ExitCode::SUCCESS)
 }

@@ -52,10 +52,13 @@ pub struct LcmArgs {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Mode {
-    /// FTS5 / BM25 full-text search, every term must match.
-    Fts,
-    /// Free text (a question): rows sharing the most and rarest of its words, BM25 ranked.
-    Any,
+    /// FTS5 / BM25 full-text search, every term must match (`fts` also accepted).
+    #[value(name = "full_text", alias = "fts")]
+    FullText,
+    /// Free text (a question): rows sharing the most and rarest of its words, BM25 ranked
+    /// (`any` also accepted).
+    #[value(name = "any_term", alias = "any")]
+    AnyTerm,
     /// Regular expression.
     Regex,
 }
@@ -67,7 +70,7 @@ enum LcmAction {
         /// Search terms (or a regex with --mode regex).
         pattern: String,
         /// Search mode.
-        #[arg(long, value_enum, default_value = "fts")]
+        #[arg(long, value_enum, default_value = "full_text")]
         mode: Mode,
         /// Only this session key (default: everything).
         #[arg(long)]
@@ -382,8 +385,8 @@ async fn run_backend(
             };
             let mut q = GrepQuery::new(pattern, scope);
             q.mode = match mode {
-                Mode::Fts => GrepMode::FullText,
-                Mode::Any => GrepMode::AnyTerm,
+                Mode::FullText => GrepMode::FullText,
+                Mode::AnyTerm => GrepMode::AnyTerm,
                 Mode::Regex => GrepMode::Regex,
             };
             q.target = GrepTarget::Both;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use clawctx_engine::AbortController;
+use clawctx_gateway::trace::{LocalTrace, TurnWatch};
 use clawctx_model::StreamEvent;
 use clawctx_runtime::setup::{runtime_from_config, SetupOptions};
 use clawctx_runtime::{AgentRuntime, TurnOutcome, TurnRequest};
@@ -99,18 +100,41 @@ async fn build_runtime_inner(
     Ok((runtime, engines))
 }
 
+/// The turn trace of `run` and `chat` (`<state>/runtime/turn-trace.sqlite`, the gateway's
+/// own, read by `clawctx sessions trace` and the dashboard's Turns tab), honouring
+/// `gateway.trace`. Finish it before the runtime shuts down.
+pub fn local_trace(
+    global: &GlobalArgs,
+    runtime: &AgentRuntime,
+    engines: &crate::engines::Engines,
+) -> anyhow::Result<LocalTrace> {
+    let config = global.load_config()?;
+    let mut settings = clawctx_gateway::GatewayConfig::loopback(0);
+    settings.trace = clawctx_gateway::trace::TraceSettings::from_config(config.value())?;
+    Ok(LocalTrace::start(clawctx_gateway::GatewayParts {
+        runtime: runtime.clone(),
+        registry: Some(engines.registry.clone()),
+        host_config: std::sync::Arc::new(config.value().clone()),
+        model: String::new(),
+        config: settings,
+    }))
+}
+
 /// Runs one turn, streaming text to stdout when `stream` is set; Ctrl-C aborts the turn
-/// cleanly. Returns the outcome and whether any text was streamed.
+/// cleanly. Returns the outcome and whether any text was streamed, and the turn's watch in
+/// `trace` (tell it the result once the turn's maintenance is done).
 pub async fn turn_with_ctrl_c(
     runtime: &AgentRuntime,
+    trace: &mut LocalTrace,
     key: &str,
     prompt: &str,
     stream: bool,
-) -> (clawctx_runtime::Result<TurnOutcome>, bool) {
+) -> (clawctx_runtime::Result<TurnOutcome>, bool, TurnWatch) {
     let controller = AbortController::new();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut request = TurnRequest::new(key, prompt);
     request.abort = Some(controller.signal());
+    let watch = trace.watch(&mut request);
     if stream {
         request.events = Some(tx);
     } else {
@@ -148,7 +172,56 @@ pub async fn turn_with_ctrl_c(
         }
     };
     let printed = printer.await.unwrap_or(false);
-    (result, printed)
+    (result, printed, watch)
+}
+
+/// The compactions engines report in this process (`clawctx_summarize::observe`), for those
+/// the lossless engine runs on the session's maintenance lane after the reply, which the
+/// turn's outcome cannot list (`run` is one turn: every pass in the process is its session's).
+struct MaintenanceCompactions {
+    seen: std::sync::Arc<
+        std::sync::Mutex<
+            Vec<(
+                std::time::Instant,
+                clawctx_summarize::observe::CompactionCall,
+            )>,
+        >,
+    >,
+    _guard: clawctx_summarize::observe::CompactionObserverGuard,
+}
+
+impl MaintenanceCompactions {
+    fn watch() -> Self {
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<_>>> = Default::default();
+        let into = seen.clone();
+        let guard = clawctx_summarize::observe::add_compaction_observer(move |c| {
+            if let Ok(mut v) = into.lock() {
+                v.push((std::time::Instant::now(), *c));
+            }
+        });
+        MaintenanceCompactions {
+            seen,
+            _guard: guard,
+        }
+    }
+
+    /// The compactions reported since `at` (passes that wrote summaries), as the turn lists
+    /// its own (`trigger: "maintenance"`).
+    fn since(&self, at: std::time::Instant) -> Vec<clawctx_runtime::CompactionRecord> {
+        let Ok(seen) = self.seen.lock() else {
+            return Vec::new();
+        };
+        seen.iter()
+            .filter(|(t, c)| *t >= at && c.ok && c.summaries > 0)
+            .map(|(_, c)| clawctx_runtime::CompactionRecord {
+                trigger: "maintenance".into(),
+                by: c.engine.to_owned(),
+                tokens_before: 0,
+                tokens_after: None,
+                micros: c.took.as_micros() as u64,
+            })
+            .collect()
+    }
 }
 
 /// Runs `clawctx run`.
@@ -157,13 +230,23 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let key = args
         .session
         .unwrap_or_else(|| DEFAULT_SESSION_KEY.to_owned());
-    let (result, printed) = turn_with_ctrl_c(&runtime, &key, &args.prompt, !args.json).await;
+    let mut trace = local_trace(global, &runtime, &engines)?;
+    let later = MaintenanceCompactions::watch();
+    let (mut result, printed, watch) =
+        turn_with_ctrl_c(&runtime, &mut trace, &key, &args.prompt, !args.json).await;
+    let turn_ended = std::time::Instant::now();
     // Background maintenance (the lossless engine's compaction after the reply) finishes
     // before the process exits; Ctrl-C abandons it (nothing half-written: see RELIABILITY.md).
     tokio::select! {
         _ = runtime.wait_for_maintenance() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
+    // Its compactions are this turn's too: in `--json` and in the turn's trace.
+    if let Ok(o) = &mut result {
+        o.compactions.extend(later.since(turn_ended));
+    }
+    watch.ended(&result);
+    trace.finish().await;
     runtime.shutdown().await;
     let outcome = result.context("the turn failed")?;
     // Engines quarantined during this run (this process): the reply came from legacy.

@@ -47,7 +47,8 @@ enum SessionsCommand {
         /// Session key.
         key: String,
     },
-    /// What the model saw on each of a session's gateway turns (the gateway's turn trace):
+    /// What the model saw on each of a session's turns (the turn trace `gateway`, `run` and
+    /// `chat` write):
     /// the turns, or one turn's parts, left-out reasons, warnings and diff to the turn before.
     Trace {
         /// Session key.
@@ -79,23 +80,38 @@ pub fn run(global: &GlobalArgs, args: SessionsArgs) -> anyhow::Result<ExitCode> 
     match args.command {
         SessionsCommand::List { agent, json } => {
             let list = store.list(&agent)?;
+            // Which engine holds each session and its compactions: the rule the gateway's
+            // session list and the dashboard show (`clawctx_gateway::holding`). A session
+            // listed here has an entry, which is the rule's answer.
+            let held = |e: &clawctx_transcript::SessionEntry| {
+                (
+                    clawctx_gateway::holding::engine(Some(e), false),
+                    clawctx_gateway::holding::compactions(Some(e), None),
+                )
+            };
             if json {
                 let map: serde_json::Map<String, serde_json::Value> = list
                     .into_iter()
-                    .map(|(k, e)| Ok((k, serde_json::to_value(e)?)))
+                    .map(|(k, e)| {
+                        let (engine, compactions) = held(&e);
+                        let mut v = serde_json::to_value(e)?;
+                        v["engine"] = engine.into();
+                        v["compactions"] = compactions.into();
+                        Ok((k, v))
+                    })
                     .collect::<anyhow::Result<_>>()?;
                 println!("{}", serde_json::to_string_pretty(&map)?);
             } else if list.is_empty() {
                 println!("no sessions for agent {agent}");
             } else {
                 for (key, e) in list {
+                    let (engine, compactions) = held(&e);
                     println!(
-                        "{key}\t{}\tcontext {} tokens\t{} compactions",
+                        "{key}\t{}\t{engine}\tcontext {} tokens\t{compactions} compactions",
                         e.session_id,
                         e.context_tokens
                             .map(|t| t.to_string())
                             .unwrap_or_else(|| "?".into()),
-                        e.compaction_count.unwrap_or(0)
                     );
                 }
             }
@@ -180,7 +196,7 @@ fn trace(
     let path = trace_path(state_dir);
     let Some(db) = TraceDb::open_read_only(&path)? else {
         anyhow::bail!(
-            "no turn trace in this state dir yet ({}): turns are traced by `clawctx gateway`",
+            "no turn trace in this state dir yet ({}): turns are traced by `clawctx gateway`, `clawctx run` and `clawctx chat`",
             path.display()
         );
     };

@@ -7,9 +7,12 @@ Run by crates/cli/tests/mcp.rs (never on its own in CI):
     client.py bench --calls N --word WORD --stdio CMD ARG...
 
 `check` lists the tools and resources and calls every tool against a prefilled store: grep in
-its three modes, scoped and unscoped, paged with the continuation token; describe and expand of
-what grep found; sessions_list; context_assemble; the summary resources; bad arguments (each
-must be an MCP error, and the server must still answer afterwards). It prints one JSON line
+its three modes (and their former names `fts`, `any`), scoped and unscoped, paged with the
+continuation token; describe and expand of what grep found; sessions_list; context_assemble; the
+summary resources; every input schema checked with `jsonschema` (valid for its draft, no format
+the draft does not define) and returned for Ajv; bad arguments (a missing, unknown or mistyped
+one must be JSON-RPC invalid_params, the others an MCP error, and the server must still answer
+afterwards). It prints one JSON line
 with what it saw and exits 0, or exits 1 naming the first check that failed.
 
 `refused` expects the connection itself to be refused (HTTP without the gateway's token).
@@ -23,11 +26,13 @@ import sys
 import time
 
 import anyio
+import jsonschema
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 
 READ_ONLY_TOOLS = {"lcm_grep", "lcm_describe", "lcm_expand", "sessions_list", "context_assemble"}
 
@@ -65,6 +70,44 @@ async def mcp_error(session, name, args, what):
     return json.dumps(r)
 
 
+async def invalid_params(session, name, args, what):
+    """Calling `name` with `args` must be the JSON-RPC error invalid_params (-32602), as the
+    README promises for a missing, unknown or mistyped argument: not a tool result."""
+    try:
+        r = dump(await session.call_tool(name, args))
+    except MCPError as e:
+        check(e.code == INVALID_PARAMS, f"{what}: {name}({args}) must be invalid_params, got {e.code}: {e}")
+        return str(e)
+    raise CheckFailed(f"{what}: {name}({args}) must be a JSON-RPC invalid_params error, got a tool result {r}")
+
+
+def formats_in(schema):
+    """Every `format` keyword in `schema`."""
+    if isinstance(schema, dict):
+        for k, v in schema.items():
+            if k == "format" and isinstance(v, str):
+                yield v
+            else:
+                yield from formats_in(v)
+    elif isinstance(schema, list):
+        for v in schema:
+            yield from formats_in(v)
+
+
+def check_schema(name, schema):
+    """A tool's input schema is valid JSON Schema for its draft and uses no `format` the
+    draft does not define (schemars' `uint32`, `uint64`... are refused by strict validators)."""
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise CheckFailed(f"{name}'s input schema is not valid JSON Schema: {e.message}")
+    known = set(cls.FORMAT_CHECKER.checkers)
+    unknown = sorted(set(formats_in(schema)) - known)
+    check(not unknown, f"{name}'s input schema uses formats no JSON Schema draft defines: {unknown}")
+    return cls(schema)
+
+
 async def run_check(session, word, expect_ingest):
     seen = {}
     init = await session.initialize()
@@ -79,6 +122,12 @@ async def run_check(session, word, expect_ingest):
         check(t.get("description"), f"{name} has a description")
     check("query" in tools["lcm_grep"]["inputSchema"].get("properties", {}), "lcm_grep's schema names query")
     seen["tools"] = sorted(tools)
+    validators = {name: check_schema(name, t["inputSchema"]) for name, t in tools.items()}
+    # The schemas, for the caller to compile with Ajv in strict mode.
+    seen["schemas"] = {name: t["inputSchema"] for name, t in tools.items()}
+    grep_args = {"query": word, "mode": "any_term", "limit": 5, "sessionKey": "agent:main:x"}
+    check(validators["lcm_grep"].is_valid(grep_args), f"lcm_grep's schema accepts {grep_args}")
+    check(not validators["lcm_grep"].is_valid({"query": word, "limit": -1}), "lcm_grep's schema refuses limit -1")
 
     sessions = await call(session, "sessions_list", {})
     rows = sessions["sessions"]
@@ -153,8 +202,26 @@ async def run_check(session, word, expect_ingest):
         pass
     seen["resources"] = len(uris)
 
-    # Bad arguments: MCP errors, and the server keeps answering.
+    # grep's former mode names (the CLI's until issue #39) are still accepted.
+    for alias, mode in [("fts", "full_text"), ("any", "any_term")]:
+        r = await call(session, "lcm_grep", {"query": word if mode == "full_text" else f"where is the {word} thing",
+                                             "mode": alias, "sessionKey": key})
+        check(len(r["hits"]) == hits[mode], f"mode {alias!r} is {mode!r}: {r}")
+
+    # Arguments that do not fit the schema: JSON-RPC invalid_params, never a tool result.
     errors = []
+    for name, args, what in [
+        ("lcm_grep", {}, "a missing query"),
+        ("lcm_grep", {"query": word, "limit": "many"}, "a wrong type"),
+        ("lcm_grep", {"query": word, "bogus": 1}, "an unknown argument"),
+        ("lcm_grep", {"query": word, "mode": "fuzzy"}, "an unknown mode"),
+        ("lcm_expand", {"id": "msg_1", "maxTokens": -1}, "a negative cap"),
+        ("context_assemble", {"tokenBudget": 100}, "a missing session"),
+        ("lcm_describe", {"id": "msg_1", "extra": True}, "an unknown argument"),
+    ]:
+        errors.append(await invalid_params(session, name, args, what))
+
+    # Other bad arguments: MCP errors, and the server keeps answering.
     for name, args, what in [
         ("lcm_grep", {}, "a missing query"),
         ("lcm_grep", {"query": word, "limit": "many"}, "a wrong type"),

@@ -143,7 +143,9 @@ export async function renderSession(main, key, params) {
     const last = record?.last;
     fill(
       meta,
-      served ? h('span', { 'data-testid': 'session-engines' }, `Served by ${served} · this gateway runs ${summary.engine}`) : `Engine ${summary.engine}`,
+      served
+        ? h('span', { 'data-testid': 'session-engines' }, `Served by ${served} · this gateway runs ${summary.engine}`)
+        : h('span', { 'data-testid': 'session-engines' }, summary.heldBy && summary.heldBy !== summary.engine ? `Held by ${summary.heldBy} · this gateway runs ${summary.engine}` : `Engine ${summary.engine}`),
       last?.tokenBudget
         ? h('span', { 'data-testid': 'session-usage' }, ` · last assembly ${num(last.tokens)} of its budget ${num(last.tokenBudget)} (${Math.round((100 * last.tokens) / last.tokenBudget)}%)`)
         : '',
@@ -180,6 +182,8 @@ export async function renderSession(main, key, params) {
     search.disable(`Recall search needs the lossless engine (this gateway runs ${overview?.engine ?? '?'}).`);
   }
   await Promise.all(jobs);
+  // Once everything above it has its height: the turn the URL names, in view.
+  if (params.get('tab') === 'turns' && params.get('turn')) turns.reveal();
   document.body.dataset.ready = 'session';
   document.body.dataset.loadMs = String(Math.round(performance.now() - started));
 
@@ -257,7 +261,10 @@ export async function renderSession(main, key, params) {
     const tab = next.get('tab') || 'transcript';
     select(tab, false);
     const changed = (k) => (next.get(k) ?? null) !== (was.get(k) ?? null);
-    if (changed('turn') && next.get('turn')) await turns.load(next.get('turn'));
+    if (changed('turn') && next.get('turn')) {
+      await turns.load(next.get('turn'));
+      if (tab === 'turns') turns.reveal();
+    }
     if (changed('around') && next.get('around')) await transcript.load({ around: next.get('around'), mark: next.get('around'), terms: searchTerms() });
     if (dag && changed('node')) {
       if (next.get('node')) await dag.reveal(next.get('node'), searchTerms(), { focus: tab === 'dag' });

@@ -166,5 +166,10 @@ export function createTurns(panel, key, { onTurn, openItem }) {
       }
     },
     show,
+    // Brings the open turn into view: a link naming a turn (`turn=N`) must not open at the top
+    // of the page when the turn is far down (a phone's narrow screen stacks everything).
+    reveal() {
+      if (open !== null) detail.scrollIntoView({ block: 'start' });
+    },
   };
 }

@@ -257,11 +257,106 @@ pub fn breakdown(result: &AssembleResult) -> Breakdown {
     }
 }
 
+/// The frontier items an assembly split into `b` left out, oldest first. What it sent is not a
+/// suffix of the frontier: lossless keeps its summaries and the newest messages and drops the
+/// messages between, so a summary is sent when its id is among the parts, and a message when
+/// it is one of the newest `raw` ones (counted from the end; the last part or two, the turn's
+/// own, may not be stored yet, which can only keep an older message out of this list). Counting
+/// a suffix instead listed summaries the card's own bar shows as left out (issue #39).
+pub fn left_out<'a>(
+    frontier: &'a [inspect::FrontierItem],
+    b: &Breakdown,
+) -> Vec<&'a inspect::FrontierItem> {
+    let sent: std::collections::HashSet<&str> = b
+        .parts
+        .iter()
+        .filter(|p| p.kind == "summary")
+        .filter_map(|p| p.id.as_deref())
+        .collect();
+    let mut raw = b.totals.raw_count;
+    let mut kept = vec![false; frontier.len()];
+    for (i, item) in frontier.iter().enumerate().rev() {
+        if item.id.starts_with("msg_") {
+            if raw > 0 {
+                raw -= 1;
+                kept[i] = true;
+            }
+        } else {
+            kept[i] = sent.contains(item.id.as_str());
+        }
+    }
+    frontier
+        .iter()
+        .zip(kept)
+        .filter_map(|(item, kept)| (!kept).then_some(item))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use clawctx_protocol::AgentMessage;
+
+    #[test]
+    fn what_was_left_out_is_what_the_parts_do_not_hold() {
+        let item = |id: &str, seq: i64| inspect::FrontierItem {
+            id: id.into(),
+            tokens: 10,
+            first_seq: seq,
+            last_seq: seq,
+        };
+        // Two summaries, then six messages; the assembly sent both summaries and the newest
+        // two messages (and the unstored prompt): the messages between are left out.
+        let frontier = vec![
+            item("sum_19", 0),
+            item("sum_21", 1),
+            item("msg_30", 30),
+            item("msg_31", 31),
+            item("msg_32", 32),
+            item("msg_33", 33),
+            item("msg_34", 34),
+            item("msg_35", 35),
+        ];
+        let result = AssembleResult {
+            messages: vec![
+                AgentMessage::user(
+                    "<summary id=\"sum_19\" depth=\"1\" from=\"a\" to=\"b\">\nold\n</summary>",
+                ),
+                AgentMessage::user(
+                    "<summary id=\"sum_21\" depth=\"1\" from=\"a\" to=\"b\">\nlater\n</summary>",
+                ),
+                AgentMessage::user("message 34"),
+                AgentMessage::assistant("message 35"),
+            ],
+            ..Default::default()
+        };
+        let b = breakdown(&result);
+        let left: Vec<&str> = left_out(&frontier, &b)
+            .iter()
+            .map(|i| i.id.as_str())
+            .collect();
+        assert_eq!(left, ["msg_30", "msg_31", "msg_32", "msg_33"]);
+        // A summary the parts do not hold is left out.
+        let result = AssembleResult {
+            messages: vec![
+                AgentMessage::user(
+                    "<summary id=\"sum_21\" depth=\"1\" from=\"a\" to=\"b\">\nlater\n</summary>",
+                ),
+                AgentMessage::user("message 35"),
+            ],
+            ..Default::default()
+        };
+        let b = breakdown(&result);
+        let left: Vec<&str> = left_out(&frontier, &b)
+            .iter()
+            .map(|i| i.id.as_str())
+            .collect();
+        assert_eq!(
+            left,
+            ["sum_19", "msg_30", "msg_31", "msg_32", "msg_33", "msg_34"]
+        );
+    }
 
     #[test]
     fn summaries_recalled_blocks_and_raw_messages_are_told_apart() {

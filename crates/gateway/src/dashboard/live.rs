@@ -99,13 +99,15 @@ async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
 /// frontier after each, while the model answers, for the turn trace) and, when someone
 /// listens, publishes the turn's events; the runtime drops the sender when the turn ends,
 /// and the turn's task sends its end, after which the task writes the turn's trace
-/// ([`crate::trace`]).
+/// ([`crate::trace`]). The task's handle is returned for a caller that must not exit before
+/// the trace is written (`clawctx run`).
 pub(crate) fn watch_turn(
     shared: &AppState,
     key: &str,
 ) -> (
     tokio::sync::mpsc::UnboundedSender<AssembledView>,
     Option<tokio::sync::oneshot::Sender<crate::trace::TurnEnd>>,
+    tokio::task::JoinHandle<()>,
 ) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<AssembledView>();
     let (ended_tx, ended) = if shared.tracer.enabled() {
@@ -116,7 +118,7 @@ pub(crate) fn watch_turn(
     };
     let shared = shared.clone();
     let key = key.to_owned();
-    tokio::spawn(async move {
+    let watcher = tokio::spawn(async move {
         let mut trace = crate::trace::Builder::new(&key, "turn");
         let listened = shared.dashboard.live.listened();
         let before = if listened {
@@ -189,7 +191,7 @@ pub(crate) fn watch_turn(
             }
         }
     });
-    (tx, ended_tx)
+    (tx, ended_tx, watcher)
 }
 
 /// How long a turn's watcher waits for the session's background maintenance before it stops

@@ -503,11 +503,16 @@ async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
     let listed = blocking(move || rt.store().list("main"))
         .await?
         .map_err(|e| ApiError::internal(format!("cannot list the sessions: {e}")))?;
+    // Which engine holds each session and its compactions: `crate::holding`, the rule
+    // `clawctx sessions list` and `GET /v1/sessions` show too (not the engine this gateway
+    // runs, which the page's header says).
     let mut rows: BTreeMap<String, Value> = BTreeMap::new();
     for (key, entry) in &listed {
         rows.insert(
             key.clone(),
-            json!({"sessionKey": key, "sessionId": entry.session_id, "updatedAt": entry.updated_at, "engine": engine}),
+            json!({"sessionKey": key, "sessionId": entry.session_id, "updatedAt": entry.updated_at,
+                   "engine": crate::holding::engine(Some(entry), false),
+                   "compactions": crate::holding::compactions(Some(entry), None)}),
         );
     }
     if let Some(store) = lossless_store(&s).await? {
@@ -517,13 +522,18 @@ async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
             .map_err(store.error("listing the lossless conversations"))?;
         for stats in convs.into_iter().filter(|c| c.conversation.active) {
             let c = stats.conversation;
+            let entry = listed
+                .iter()
+                .find(|(k, _)| *k == c.session_key)
+                .map(|(_, e)| e);
             let row = rows.entry(c.session_key.clone()).or_insert_with(|| {
-                json!({"sessionKey": c.session_key, "sessionId": Value::Null, "updatedAt": Value::Null, "engine": engine})
+                json!({"sessionKey": c.session_key, "sessionId": Value::Null, "updatedAt": Value::Null})
             });
             row["messages"] = json!(c.msg_count);
             row["storedTokens"] = json!(c.msg_tokens);
             row["contextTokens"] = json!(c.frontier_tokens);
-            row["compactions"] = json!(stats.compactions);
+            row["engine"] = json!(crate::holding::engine(entry, true));
+            row["compactions"] = json!(crate::holding::compactions(entry, Some(stats.compactions)));
         }
     } else {
         for (key, _) in &listed {
@@ -534,15 +544,16 @@ async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
                     row["messages"] = json!(status.context_messages);
                     row["storedTokens"] = json!(status.context_tokens);
                     row["contextTokens"] = json!(status.context_tokens);
-                    row["compactions"] = json!(status.compactions);
                 }
             }
         }
     }
     for (key, at) in s.dashboard.recorder.keys() {
-        let row = rows.entry(key.clone()).or_insert_with(
-            || json!({"sessionKey": key, "sessionId": Value::Null, "updatedAt": Value::Null, "engine": engine}),
-        );
+        // Assembled through the engine API only: no entry, and no conversation in a store.
+        let row = rows.entry(key.clone()).or_insert_with(|| {
+            json!({"sessionKey": key, "sessionId": Value::Null, "updatedAt": Value::Null,
+                   "engine": engine, "compactions": 0})
+        });
         if let Some(r) = s.dashboard.recorder.last(&key) {
             row["assembledTokens"] = json!(r.breakdown().total_tokens);
             row["assembledAt"] = json!(at);
@@ -647,9 +658,8 @@ async fn session(
             if let Some(then) = stale {
                 out["leftOut"] = json!({"stale": true, "epochThen": then, "epochNow": conv.epoch});
             } else if let Some(b) = &split {
-                // Assembly keeps a suffix of the frontier: whatever comes before it is left out.
-                let kept = (b.totals.summary_count + b.totals.raw_count).min(frontier.len());
-                let left = &frontier[..frontier.len() - kept];
+                // What the parts do not hold (not a suffix: see `last_assembled::left_out`).
+                let left = last_assembled::left_out(&frontier, b);
                 let tokens: i64 = left.iter().map(|i| i.tokens).sum();
                 let messages: i64 = left
                     .iter()
@@ -685,6 +695,12 @@ async fn session(
             .map_err(|e| ApiError::internal(format!("reading the compactions of {key}: {e}")))?;
         newest_events(&mut out, timeline, timeline_limit);
     }
+    // The engine that holds the session (`crate::holding`), which may not be this gateway's.
+    let rt = s.runtime.clone();
+    let k = key.clone();
+    let entry = blocking(move || rt.store().get(&k)).await?.ok().flatten();
+    let in_lossless = out["lossless"] == true && out.get("stats").is_some();
+    out["heldBy"] = json!(crate::holding::engine(entry.as_ref(), in_lossless));
     Ok(Json(out))
 }
 

@@ -3,8 +3,8 @@
 //! Why: the dashboard's [`crate::dashboard::last_assembled`] keeps only each session's last
 //! `assemble` answer, in memory, so "what did the model see on turn N, and why was the rest
 //! left out?" could not be answered one compaction or one restart later (issue #31). This
-//! module records, for every turn through `/v1/chat/completions` and every
-//! `POST /v1/engine/assemble`, the time, the engine that served it and why, the budget, the
+//! module records, for every turn through `/v1/chat/completions`, `clawctx run` and
+//! `clawctx chat`, and every `POST /v1/engine/assemble`, the time, the engine that served it and why, the budget, the
 //! parts sent in order with their tokens, what was left out with a reason per item when the
 //! engine's store tells, the gateway's count against the engine's estimate, the model's
 //! latency and usage (cached tokens included), the compactions the turn triggered and the
@@ -21,6 +21,7 @@
 //! - [`views`]: what is derived on reading: warnings in words, the diff between a turn and
 //!   the one before, the session's record of engines and usage.
 //! - `api`: the JSON routes under `/v1/dashboard/trace/` (in the OpenAPI document).
+//! - [`LocalTrace`]: the same trace for the turns of `clawctx run` and `clawctx chat`.
 //!
 //! Writing never fails or slows a turn: [`Tracer`] hands a finished trace to its own thread,
 //! the connection's one owner, through a bounded channel (full: the trace is dropped and
@@ -32,6 +33,7 @@
 pub(crate) mod api;
 mod build;
 mod codec;
+mod local;
 pub mod store;
 pub mod views;
 
@@ -46,6 +48,7 @@ use serde::{Deserialize, Serialize};
 #[doc(hidden)]
 pub use build::parts_of;
 pub(crate) use build::{Builder, TurnEnd};
+pub use local::{LocalTrace, TurnWatch};
 
 /// The trace file under the state dir.
 pub fn trace_path(state_dir: &Path) -> PathBuf {

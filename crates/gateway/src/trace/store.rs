@@ -242,23 +242,27 @@ impl TraceDb {
             what: e.to_string(),
         })?;
         let key = trace.session_key.as_str();
-        let turn = match self.last_turn.get(key) {
-            Some(n) => n + 1,
-            None => {
-                let max: Option<i64> = self
-                    .conn
-                    .query_row(
-                        "SELECT max(turn) FROM turns WHERE session_key = ?1",
-                        [key],
-                        |r| r.get(0),
-                    )
-                    .map_err(self.sqlite())?;
-                max.unwrap_or(0).max(0) as u64 + 1
-            }
-        };
+        // The next number is read in the write's own (immediate) transaction: `clawctx run`
+        // and a gateway on the same state dir may both write this file.
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )
+        .map_err(self.sqlite())?;
+        let max: Option<i64> = tx
+            .query_row(
+                "SELECT max(turn) FROM turns WHERE session_key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .map_err(self.sqlite())?;
+        let turn = max
+            .unwrap_or(0)
+            .max(0)
+            .max(self.last_turn.get(key).copied().unwrap_or(0) as i64) as u64
+            + 1;
         let bytes = (parts.len() + body.len() + key.len()) as u64;
         let count = |kind: &str| trace.parts.iter().filter(|p| p.kind == kind).count() as i64;
-        let tx = self.conn.unchecked_transaction().map_err(self.sqlite())?;
         {
             let mut insert = tx
                 .prepare_cached(

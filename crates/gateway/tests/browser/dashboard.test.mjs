@@ -76,6 +76,13 @@ try {
   check((await text('ctx-raw-tokens')) === nf.format(expect.rawTokens), 'context bar: raw tokens match assemble');
   check((await page.locator('[data-testid="context"] .bar .seg-summary').count()) === expect.summaryCount, 'one bar segment per summary');
   check((await text('ctx-left-out')).startsWith('Left out'), 'what was left out is named');
+  // Nothing the card says was left out is in its own bar and parts (issue #39: the summaries
+  // sent were listed as left out when the messages between them and the tail were dropped).
+  const leftIds = await page.locator('[data-testid="ctx-left-out"] [data-item]').evaluateAll((els) => els.map((e) => e.dataset.item));
+  const sentIds = await page.locator('[data-testid="ctx-parts"] [data-item]').evaluateAll((els) => els.map((e) => e.dataset.item));
+  check(leftIds.length > 0 && sentIds.length > 0, 'the card lists left-out items and sent summaries', JSON.stringify({ leftIds, sentIds }));
+  const both = leftIds.filter((id) => sentIds.includes(id));
+  check(both.length === 0, 'no item is both left out and in the assembled context', JSON.stringify(both));
   await page.screenshot({ path: join(artifacts, 'session.png'), fullPage: false });
 
   // Transcript: tool calls and results are folded.
@@ -268,6 +275,14 @@ try {
   await page.waitForSelector('body[data-ready="session"]');
   const leftMessage = page.locator('[data-testid="ctx-left-out"] a[data-item^="msg_"]').first();
   check((await leftMessage.count()) === 1, 'left-out raw messages are links', await text('ctx-left-out'));
+  {
+    // Narrower than the raw tail: the engine keeps its summaries and drops messages between
+    // them and the newest; the summaries it sent are not "left out".
+    const left = await page.locator('[data-testid="ctx-left-out"] [data-item]').evaluateAll((els) => els.map((e) => e.dataset.item));
+    const sent = await page.locator('[data-testid="ctx-parts"] [data-item]').evaluateAll((els) => els.map((e) => e.dataset.item));
+    const both = left.filter((id) => sent.includes(id));
+    check(both.length === 0, 'after a narrow assembly, no item is both left out and in the assembled context', JSON.stringify({ both, left, sent }));
+  }
   const leftMessageId = await leftMessage.getAttribute('data-item');
   await leftMessage.click();
   const leftArticle = page.locator(`[data-testid="messages"] article.marked[data-id="${leftMessageId}"]`);

@@ -125,6 +125,24 @@ try {
   await page.screenshot({ path: join(artifacts, 'turn-390.png'), fullPage: true });
   check(overflow <= 0, 'no horizontal scroll at 390 px on the Turns tab', `${overflow} px too wide`);
 
+  // A link naming a turn, opened on a phone: the turn is far below the first screen (the
+  // context card and the list of turns come first), and the page must bring it into view.
+  const phone = await browser.newContext({ viewport: { width: 390, height: 844 } });
+  const small = await phone.newPage();
+  small.on('console', (m) => m.type() === 'error' && errors.push(m.text()));
+  small.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+  await small.goto(at);
+  await small.waitForSelector('body[data-ready="session"]');
+  await small.locator('[data-testid="turn-title"]').waitFor();
+  const where = await small.evaluate(() => {
+    const r = document.querySelector('[data-testid="turn-title"]').getBoundingClientRect();
+    return { top: r.top, bottom: r.bottom, onPage: r.top + window.scrollY, screen: window.innerHeight };
+  });
+  await small.screenshot({ path: join(artifacts, 'turn-link-390.png') });
+  check(where.onPage > where.screen, 'at 390 px the turn is below the first screen (what the check is about)', JSON.stringify(where));
+  check(where.top >= 0 && where.bottom <= where.screen, `a link to turn=${expect.turn} opens with the turn in view at 390 px`, JSON.stringify(where));
+  await phone.close();
+
   check(errors.length === 0, 'no console errors', errors.join('\n'));
 } catch (e) {
   failed = e;
