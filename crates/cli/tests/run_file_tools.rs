@@ -153,6 +153,8 @@ async fn run_reads_the_file_the_prompt_names_and_nothing_outside_the_directory()
         })
         .mount(&model)
         .await;
+    // A fresh state dir: the first turn's tool result is not in this one's history.
+    let state = outer.path().join("state2");
     let requests = run_in(&work, &state, &model, "read ../outside.txt").await;
     let result = tool_result(&requests);
     assert!(!result.contains(SECRET), "{result}");

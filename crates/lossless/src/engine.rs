@@ -113,12 +113,20 @@ impl OwnBlocks {
         sha2::Sha256::digest(text.as_bytes()).into()
     }
 
-    /// Records the blocks among `messages` (an assembly's output) as `key`'s.
-    fn set(&self, key: &ConvKey, messages: &[AgentMessage]) {
+    /// Records the blocks among `messages` (an assembly's output) as `key`'s, leaving out
+    /// any message the host passed in (`input`): a user's look-alike kept in the output as a
+    /// conversation message is not a block the engine made.
+    fn set(&self, key: &ConvKey, messages: &[AgentMessage], input: &[AgentMessage]) {
+        let given: std::collections::HashSet<[u8; 32]> = input
+            .iter()
+            .filter(|m| crate::assemble::is_own_block(m))
+            .map(|m| Self::digest(&m.plain_text()))
+            .collect();
         let digests: Vec<[u8; 32]> = messages
             .iter()
             .filter(|m| crate::assemble::is_own_block(m))
             .map(|m| Self::digest(&m.plain_text()))
+            .filter(|d| !given.contains(d))
             .collect();
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= Self::MAX && !map.contains_key(key) {
@@ -684,7 +692,7 @@ impl ContextEngine for LosslessEngine {
         };
         if let Some((_, out)) = &stored {
             self.last_recalls.set(&key, out.recall_hits.clone());
-            self.own_blocks.set(&key, &out.messages);
+            self.own_blocks.set(&key, &out.messages, &params.messages);
         }
         let Some((conv, out)) = stored else {
             // No stored conversation (or an ignored session): the host's messages, clamped.

@@ -253,7 +253,7 @@ pub(crate) fn is_login_form(req: &Request) -> bool {
 pub(crate) async fn login_form(
     req: Request,
     token: &str,
-    matches: &dyn Fn(&str) -> bool,
+    matches: &(dyn Fn(&str) -> bool + Sync),
 ) -> Response {
     let Ok(body) = axum::body::to_bytes(req.into_body(), LOGIN_BODY_MAX).await else {
         return (
