@@ -1218,6 +1218,7 @@ impl RuntimeServices for SessionServices {
                     max_output_tokens: request.max_tokens.or(Some(binding.max_output_tokens)),
                     temperature: None,
                     sampling: Default::default(),
+                    cache_key: None,
                 },
                 None,
                 &CancellationToken::new(),

@@ -1002,6 +1002,7 @@ impl EmbeddedTurn {
             ),
             temperature: self.model_options.temperature,
             sampling: self.model_options.sampling.clone(),
+            cache_key: Some(clawctx_model::prompt_cache_key(&self.session.key)),
         };
         binding
             .provider
