@@ -24,6 +24,14 @@
 //! `cache_read_input_tokens`), with their ratio as a gauge. A context engine that rewrites the
 //! front of the prompt every turn shows here as a low ratio. One series per session the
 //! gateway served since it started (the dashboard's session view shows the same figures).
+//! The tokens the provider wrote to its cache (`cacheWrite`, Anthropic's
+//! `cache_creation_input_tokens`, billed above the input price) are counted beside them.
+//!
+//! And what OpenAI and Anthropic would cache of the same model calls under their documented
+//! rules, whichever provider the gateway talks to (`rule`: `openai`, `anthropic`; the runtime's
+//! `TurnOutcome::modelled_cache`, from `clawctx_model::prefix_cache`): so a gateway in front of
+//! a local model that reports no cache still shows whether its context engine would keep a
+//! paid provider's cache warm.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -107,6 +115,13 @@ pub struct SessionLabels {
     pub session: String,
 }
 
+/// `rule`: `openai` or `anthropic`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// The provider whose documented caching rule was applied.
+    pub rule: String,
+}
+
 /// A session's prompt-cache figures (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -115,6 +130,8 @@ pub struct SessionCache {
     pub prompt_tokens: u64,
     /// Of those, the tokens the provider served from its cache.
     pub cached_tokens: u64,
+    /// Tokens the provider wrote to its cache (`cacheWrite`).
+    pub cache_write_tokens: u64,
 }
 
 impl SessionCache {
@@ -224,8 +241,16 @@ pub struct Metrics {
     pub session_prompt_tokens: Family<SessionLabels, Counter>,
     /// Of those, the tokens served from the provider's prompt cache.
     pub session_cached_tokens: Family<SessionLabels, Counter>,
+    /// Tokens each session's model calls wrote to the provider's prompt cache.
+    pub session_cache_write_tokens: Family<SessionLabels, Counter>,
     /// `cached / prompt` tokens of each session.
     pub session_cache_hit_ratio: Family<SessionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Prompt tokens of the model calls, counted as each rule's provider would.
+    pub modelled_prompt_tokens: Family<RuleLabels, Counter>,
+    /// Of those, what each rule's provider would serve from its cache.
+    pub modelled_cached_tokens: Family<RuleLabels, Counter>,
+    /// What each rule's provider would write to its cache (Anthropic's cache creation).
+    pub modelled_cache_write_tokens: Family<RuleLabels, Counter>,
     /// The same figures for the dashboard, by session key.
     session_cache: std::sync::Mutex<std::collections::HashMap<String, SessionCache>>,
     /// Per-turn traces by outcome (`written`, `failed`, `dropped`), read from the trace
@@ -436,6 +461,36 @@ impl Metrics {
             "Prompt tokens of each session's model calls that the provider served from its prompt cache",
             session_cached_tokens.clone(),
         );
+        let session_cache_write_tokens = Family::<SessionLabels, Counter>::default();
+        registry.register(
+            "session_cache_write_prompt_tokens",
+            "Prompt tokens of each session's model calls that the provider wrote to its prompt cache (Anthropic's cache_creation_input_tokens)",
+            session_cache_write_tokens.clone(),
+        );
+        let modelled_prompt_tokens = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "modelled_prompt_tokens",
+            "Prompt tokens of all model calls, counted (o200k) on the request body each rule's provider would receive",
+            modelled_prompt_tokens.clone(),
+        );
+        let modelled_cached_tokens = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "modelled_cached_prompt_tokens",
+            "Prompt tokens OpenAI (rule=openai: prefixes of 1,024 tokens and more, 128-token steps, 5 minutes idle) or Anthropic (rule=anthropic: at the client's cache_control breakpoints, 5-minute lifetime) would serve from its prompt cache",
+            modelled_cached_tokens.clone(),
+        );
+        let modelled_cache_write_tokens = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "modelled_cache_write_prompt_tokens",
+            "Prompt tokens the rule's provider would write to its prompt cache (Anthropic's cache creation; OpenAI bills none)",
+            modelled_cache_write_tokens.clone(),
+        );
+        for rule in ["openai", "anthropic"] {
+            let labels = RuleLabels { rule: rule.into() };
+            let _ = modelled_prompt_tokens.get_or_create(&labels);
+            let _ = modelled_cached_tokens.get_or_create(&labels);
+            let _ = modelled_cache_write_tokens.get_or_create(&labels);
+        }
         let session_cache_hit_ratio =
             Family::<SessionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         registry.register(
@@ -480,7 +535,11 @@ impl Metrics {
             quarantines,
             session_prompt_tokens,
             session_cached_tokens,
+            session_cache_write_tokens,
             session_cache_hit_ratio,
+            modelled_prompt_tokens,
+            modelled_cached_tokens,
+            modelled_cache_write_tokens,
             session_cache: Default::default(),
         }
     }
@@ -500,10 +559,14 @@ impl Metrics {
         self.session_cached_tokens
             .get_or_create(&labels)
             .inc_by(usage.cache_read);
+        self.session_cache_write_tokens
+            .get_or_create(&labels)
+            .inc_by(usage.cache_write);
         let mut map = self.session_cache.lock().unwrap_or_else(|e| e.into_inner());
         let entry = map.entry(session.to_owned()).or_default();
         entry.prompt_tokens += prompt;
         entry.cached_tokens += usage.cache_read;
+        entry.cache_write_tokens += usage.cache_write;
         if let Some(r) = entry.hit_ratio() {
             self.session_cache_hit_ratio.get_or_create(&labels).set(r);
         }
@@ -586,6 +649,27 @@ impl Metrics {
     /// compaction.
     pub fn turn_details(&self, outcome: &TurnOutcome) {
         self.session_usage(&outcome.session_key, &outcome.usage);
+        let m = &outcome.modelled_cache;
+        for (rule, prompt, cached, written) in [
+            ("openai", m.openai_prompt, m.openai_cached, 0),
+            (
+                "anthropic",
+                m.anthropic_prompt,
+                m.anthropic_read,
+                m.anthropic_written,
+            ),
+        ] {
+            let labels = RuleLabels { rule: rule.into() };
+            self.modelled_prompt_tokens
+                .get_or_create(&labels)
+                .inc_by(prompt);
+            self.modelled_cached_tokens
+                .get_or_create(&labels)
+                .inc_by(cached);
+            self.modelled_cache_write_tokens
+                .get_or_create(&labels)
+                .inc_by(written);
+        }
         let turn = self.assemble_seconds.get_or_create(&SourceLabels {
             source: "turn".into(),
         });
