@@ -159,7 +159,8 @@ pub struct EngineReport {
     /// Assembles whose output exceeded the budget (must be 0).
     pub over_budget: u64,
     /// The provider's prompt cache over the assembled requests (the system prompt addition,
-    /// then the messages), as a provider would report it (`clawctx_model::prefix_cache`).
+    /// then the messages), as OpenAI and Anthropic would report it under their documented
+    /// rules (`clawctx_model::prefix_cache`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheFigures>,
     /// Recall latency.
@@ -196,8 +197,14 @@ pub struct EngineReport {
 pub struct CacheFigures {
     /// Requests after the first (those that could hit the cache).
     pub requests: u64,
-    /// Share of their prompt tokens the provider would serve from its cache.
+    /// Share of their prompt tokens OpenAI would serve from its cache (its rule: prefixes of
+    /// 1,024 tokens and more, in 128-token steps, 5 minutes idle).
     pub cached_share: f64,
+    /// Share of their prompt tokens Anthropic would serve from its cache (read at the client's
+    /// `cache_control` breakpoints).
+    pub anthropic_cached_share: f64,
+    /// Share of their prompt tokens Anthropic would write to its cache (billed at 1.25×).
+    pub anthropic_written_share: f64,
     /// Requests sharing less than half of the previous one, per 100.
     pub breaks_per_100: f64,
 }
@@ -373,7 +380,9 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
     let (mut ingest, mut check, mut prep, mut assemble, mut overhead) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut assembled_tokens: Vec<u64> = Vec::new();
-    let mut cache = clawctx_model::prefix_cache::PrefixCache::new();
+    let mut cache = clawctx_model::prefix_cache::RequestCaches::new()
+        .map_err(|e| BenchError::engine(id, "cache model", e))?;
+    let cache_key = clawctx_model::prompt_cache_key(SESSION_KEY);
     let started = Instant::now();
     let mut loop_time = Duration::ZERO;
     for turn in opts.source.turns()? {
@@ -427,13 +436,17 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
                 report.over_budget += 1;
             }
             assembled_tokens.push(used);
-            let mut parts: Vec<String> = out.system_prompt_addition.iter().cloned().collect();
-            for m in &out.messages {
-                parts.push(
-                    serde_json::to_string(m).map_err(|e| BenchError::engine(id, "serialize", e))?,
-                );
-            }
-            cache.observe(SESSION_ID, &parts);
+            // The request a client would send: the addition as the system prompt, then the
+            // messages, at the time the prompt arrived.
+            let request = clawctx_model::CompletionRequest {
+                model: "bench".into(),
+                system_prompt: out.system_prompt_addition.clone(),
+                messages: out.messages.clone(),
+                cache_key: Some(cache_key.clone()),
+                ..Default::default()
+            };
+            let at = first.timestamp_ms().unwrap_or(0);
+            cache.observe(SESSION_ID, at, &request);
             report.assembled_tokens_last = used;
             report.assembled_messages_last = out.messages.len() as u64;
         }
@@ -535,11 +548,13 @@ async fn run_engine(opts: &BenchOptions, id: &str) -> Result<EngineReport> {
     assembled_tokens.sort_unstable();
     report.assembled_tokens_p50 = percentile_u64(&assembled_tokens, 50.0);
     report.assembled_tokens_max = assembled_tokens.last().copied().unwrap_or(0);
-    let c = cache.totals();
+    let (c, a) = cache.totals();
     if c.follow_ups > 0 {
         report.cache = Some(CacheFigures {
             requests: c.follow_ups,
             cached_share: c.cached_share(),
+            anthropic_cached_share: a.cached_share(),
+            anthropic_written_share: a.written_tokens as f64 / a.prompt_tokens.max(1) as f64,
             breaks_per_100: c.breaks_per_100(),
         });
     }
@@ -684,9 +699,20 @@ pub fn render_table(r: &BenchReport) -> String {
     });
     row("over budget", &|e| e.over_budget.to_string());
     row(
-        "prompt cache: cached share / breaks per 100",
+        "prompt cache, OpenAI rule: cached / breaks per 100",
         &|e| match &e.cache {
             Some(c) => format!("{:.1}% / {:.1}", c.cached_share * 100.0, c.breaks_per_100),
+            None => "n/a".into(),
+        },
+    );
+    row(
+        "prompt cache, Anthropic rule: read / written",
+        &|e| match &e.cache {
+            Some(c) => format!(
+                "{:.1}% / {:.1}%",
+                c.anthropic_cached_share * 100.0,
+                c.anthropic_written_share * 100.0
+            ),
             None => "n/a".into(),
         },
     );

@@ -29,6 +29,14 @@
 //! gateway serves, and the sum over `session` is still every prompt token since the start. The
 //! dashboard's session view shows a session's own figures, kept for the
 //! [`SESSION_FIGURES_MAX`] most recently active sessions.
+//! The tokens the provider wrote to its cache (`cacheWrite`, Anthropic's
+//! `cache_creation_input_tokens`, billed above the input price) are counted beside them.
+//!
+//! And what OpenAI and Anthropic would cache of the same model calls under their documented
+//! rules, whichever provider the gateway talks to (`rule`: `openai`, `anthropic`; the runtime's
+//! `TurnOutcome::modelled_cache`, from `clawctx_model::prefix_cache`): so a gateway in front of
+//! a local model that reports no cache still shows whether its context engine would keep a
+//! paid provider's cache warm.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -136,6 +144,13 @@ pub struct SessionLabels {
     pub session: String,
 }
 
+/// `rule`: `openai` or `anthropic`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// The provider whose documented caching rule was applied.
+    pub rule: String,
+}
+
 /// A session's prompt-cache figures (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -144,6 +159,8 @@ pub struct SessionCache {
     pub prompt_tokens: u64,
     /// Of those, the tokens the provider served from its cache.
     pub cached_tokens: u64,
+    /// Tokens the provider wrote to its cache (`cacheWrite`).
+    pub cache_write_tokens: u64,
 }
 
 impl SessionCache {
@@ -253,8 +270,16 @@ pub struct Metrics {
     pub session_prompt_tokens: Family<SessionLabels, Counter>,
     /// Of those, the tokens served from the provider's prompt cache.
     pub session_cached_tokens: Family<SessionLabels, Counter>,
+    /// Tokens each session's model calls wrote to the provider's prompt cache.
+    pub session_cache_write_tokens: Family<SessionLabels, Counter>,
     /// `cached / prompt` tokens of each session.
     pub session_cache_hit_ratio: Family<SessionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Prompt tokens of the model calls, counted as each rule's provider would.
+    pub modelled_prompt_tokens: Family<RuleLabels, Counter>,
+    /// Of those, what each rule's provider would serve from its cache.
+    pub modelled_cached_tokens: Family<RuleLabels, Counter>,
+    /// What each rule's provider would write to its cache (Anthropic's cache creation).
+    pub modelled_cache_write_tokens: Family<RuleLabels, Counter>,
     /// The same figures for the dashboard, by session key, and the series' bookkeeping.
     session_cache: std::sync::Mutex<SessionFigures>,
     /// Per-turn traces by outcome (`written`, `failed`, `dropped`), read from the trace
@@ -465,6 +490,36 @@ impl Metrics {
             "Prompt tokens of each session's model calls that the provider served from its prompt cache",
             session_cached_tokens.clone(),
         );
+        let session_cache_write_tokens = Family::<SessionLabels, Counter>::default();
+        registry.register(
+            "session_cache_write_prompt_tokens",
+            "Prompt tokens of each session's model calls that the provider wrote to its prompt cache (Anthropic's cache_creation_input_tokens)",
+            session_cache_write_tokens.clone(),
+        );
+        let modelled_prompt_tokens = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "modelled_prompt_tokens",
+            "Prompt tokens of all model calls, counted (o200k) on the request body each rule's provider would receive",
+            modelled_prompt_tokens.clone(),
+        );
+        let modelled_cached_tokens = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "modelled_cached_prompt_tokens",
+            "Prompt tokens OpenAI (rule=openai: prefixes of 1,024 tokens and more, 128-token steps, 5 minutes idle) or Anthropic (rule=anthropic: at the client's cache_control breakpoints, 5-minute lifetime) would serve from its prompt cache",
+            modelled_cached_tokens.clone(),
+        );
+        let modelled_cache_write_tokens = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "modelled_cache_write_prompt_tokens",
+            "Prompt tokens the rule's provider would write to its prompt cache (Anthropic's cache creation; OpenAI bills none)",
+            modelled_cache_write_tokens.clone(),
+        );
+        for rule in ["openai", "anthropic"] {
+            let labels = RuleLabels { rule: rule.into() };
+            let _ = modelled_prompt_tokens.get_or_create(&labels);
+            let _ = modelled_cached_tokens.get_or_create(&labels);
+            let _ = modelled_cache_write_tokens.get_or_create(&labels);
+        }
         let session_cache_hit_ratio =
             Family::<SessionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         registry.register(
@@ -509,7 +564,11 @@ impl Metrics {
             quarantines,
             session_prompt_tokens,
             session_cached_tokens,
+            session_cache_write_tokens,
             session_cache_hit_ratio,
+            modelled_prompt_tokens,
+            modelled_cached_tokens,
+            modelled_cache_write_tokens,
             session_cache: Default::default(),
         }
     }
@@ -531,6 +590,7 @@ impl Metrics {
         let entry = state.figures.entry(session.to_owned()).or_default();
         entry.0.prompt_tokens += prompt;
         entry.0.cached_tokens += usage.cache_read;
+        entry.0.cache_write_tokens += usage.cache_write;
         entry.1 = tick;
         let ratio = entry.0.hit_ratio();
         if !state.series.contains_key(session) && state.series.len() >= SESSION_SERIES_MAX {
@@ -549,6 +609,9 @@ impl Metrics {
         self.session_cached_tokens
             .get_or_create(&labels)
             .inc_by(usage.cache_read);
+        self.session_cache_write_tokens
+            .get_or_create(&labels)
+            .inc_by(usage.cache_write);
         if let Some(r) = ratio {
             self.session_cache_hit_ratio.get_or_create(&labels).set(r);
         }
@@ -561,11 +624,14 @@ impl Metrics {
         };
         let prompt = self.session_prompt_tokens.get_or_create(&labels).get();
         let cached = self.session_cached_tokens.get_or_create(&labels).get();
+        let written = self.session_cache_write_tokens.get_or_create(&labels).get();
         self.session_prompt_tokens.remove(&labels);
         self.session_cached_tokens.remove(&labels);
+        self.session_cache_write_tokens.remove(&labels);
         self.session_cache_hit_ratio.remove(&labels);
         state.other.prompt_tokens += prompt;
         state.other.cached_tokens += cached;
+        state.other.cache_write_tokens += written;
         let other = SessionLabels {
             session: OTHER_SESSIONS.to_owned(),
         };
@@ -575,6 +641,9 @@ impl Metrics {
         self.session_cached_tokens
             .get_or_create(&other)
             .inc_by(cached);
+        self.session_cache_write_tokens
+            .get_or_create(&other)
+            .inc_by(written);
         if let Some(r) = state.other.hit_ratio() {
             self.session_cache_hit_ratio.get_or_create(&other).set(r);
         }
@@ -658,6 +727,27 @@ impl Metrics {
     /// compaction.
     pub fn turn_details(&self, outcome: &TurnOutcome) {
         self.session_usage(&outcome.session_key, &outcome.usage);
+        let m = &outcome.modelled_cache;
+        for (rule, prompt, cached, written) in [
+            ("openai", m.openai_prompt, m.openai_cached, 0),
+            (
+                "anthropic",
+                m.anthropic_prompt,
+                m.anthropic_read,
+                m.anthropic_written,
+            ),
+        ] {
+            let labels = RuleLabels { rule: rule.into() };
+            self.modelled_prompt_tokens
+                .get_or_create(&labels)
+                .inc_by(prompt);
+            self.modelled_cached_tokens
+                .get_or_create(&labels)
+                .inc_by(cached);
+            self.modelled_cache_write_tokens
+                .get_or_create(&labels)
+                .inc_by(written);
+        }
         let turn = self.assemble_seconds.get_or_create(&SourceLabels {
             source: "turn".into(),
         });

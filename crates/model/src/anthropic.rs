@@ -4,6 +4,14 @@
 //! top-level field, tool calls and results are content blocks (`tool_use` / `tool_result`)
 //! inside assistant and user turns, consecutive same-role turns are merged, and `max_tokens` is
 //! required.
+//!
+//! Anthropic caches a prompt only up to explicit `cache_control` breakpoints (at most four a
+//! request), so every request carries them (see [`AnthropicProvider::request_body`]): on the
+//! system prompt (sent as a block array; on the last tool when there is no system prompt),
+//! at the end of the stable history (the last message before what depends on the current
+//! prompt, [`stable_prefix_len`]), and at the end of the request (which the next call of a
+//! tool loop extends). The usage's `cache_creation_input_tokens` and `cache_read_input_tokens`
+//! are read into `cacheWrite` and `cacheRead`.
 
 use std::collections::BTreeMap;
 
@@ -76,19 +84,55 @@ impl AnthropicProvider {
             "max_tokens".into(),
             Value::from(request.max_output_tokens.unwrap_or(self.default_max_tokens)),
         );
-        if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-            body.insert("system".into(), Value::String(system.to_owned()));
+        let system = request.system_prompt.as_deref().filter(|s| !s.is_empty());
+        if let Some(system) = system {
+            body.insert(
+                "system".into(),
+                json!([{"type": "text", "text": system, "cache_control": ephemeral()}]),
+            );
+        }
+        let (mut turns, ends) = wire_turns(&request.messages);
+        // The end of the stable history, then the end of the request.
+        let stable = stable_prefix_len(&request.messages);
+        let mut marks: Vec<(usize, usize)> = Vec::new();
+        for end in [
+            stable.checked_sub(1).and_then(|i| ends[i]),
+            ends.last().copied().flatten(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(at) = markable_at_or_before(&turns, end) {
+                if !marks.contains(&at) {
+                    marks.push(at);
+                }
+            }
+        }
+        for (t, b) in marks {
+            if let Some(Value::Object(block)) = turns.get_mut(t).and_then(|(_, bs)| bs.get_mut(b)) {
+                block.insert("cache_control".into(), ephemeral());
+            }
         }
         body.insert(
             "messages".into(),
-            Value::Array(to_wire_messages(&request.messages)),
+            Value::Array(
+                turns
+                    .into_iter()
+                    .map(|(role, content)| json!({"role": role, "content": content}))
+                    .collect(),
+            ),
         );
         if !request.tools.is_empty() {
-            let tools = request
+            let mut tools: Vec<Value> = request
                 .tools
                 .iter()
                 .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
                 .collect();
+            if system.is_none() {
+                if let Some(Value::Object(last)) = tools.last_mut() {
+                    last.insert("cache_control".into(), ephemeral());
+                }
+            }
             body.insert("tools".into(), Value::Array(tools));
         }
         if let Some(t) = request.temperature {
@@ -232,10 +276,80 @@ fn user_blocks(content: &Content) -> Vec<Value> {
     }
 }
 
+/// `cache_control` of a breakpoint (the default 5-minute lifetime).
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// Messages at the front of `messages` that do not depend on the current prompt: all of them
+/// up to the last user message (the turn's prompt, which tool calls and results of the turn
+/// may follow), less a context engine's per-prompt block right before it (a user message
+/// opening with `<recalled`, the lossless engine's prompt recall, which changes with every
+/// prompt). The history up to there is what the next turn sends again unchanged, so a
+/// breakpoint at its end is what the next turn reads.
+pub fn stable_prefix_len(messages: &[AgentMessage]) -> usize {
+    let Some(prompt) = messages
+        .iter()
+        .rposition(|m| matches!(m, AgentMessage::User(_)))
+    else {
+        return messages.len();
+    };
+    let recalled = prompt.checked_sub(1).and_then(|i| match &messages[i] {
+        AgentMessage::User(u) => Some(i).filter(|_| {
+            crate::wire::content_text(&u.content)
+                .trim_start()
+                .starts_with("<recalled")
+        }),
+        _ => None,
+    });
+    recalled.unwrap_or(prompt)
+}
+
+/// The last block at or before `at` (turn, block) that may carry `cache_control` (not an
+/// empty text block).
+fn markable_at_or_before(
+    turns: &[(&'static str, Vec<Value>)],
+    at: (usize, usize),
+) -> Option<(usize, usize)> {
+    let (mut t, mut b) = at;
+    loop {
+        let block = turns.get(t)?.1.get(b)?;
+        let empty_text = block.get("type").and_then(Value::as_str) == Some("text")
+            && block
+                .get("text")
+                .and_then(Value::as_str)
+                .is_some_and(str::is_empty);
+        if !empty_text {
+            return Some((t, b));
+        }
+        if b > 0 {
+            b -= 1;
+        } else {
+            t = t.checked_sub(1)?;
+            b = turns.get(t)?.1.len().checked_sub(1)?;
+        }
+    }
+}
+
 /// Converts messages to Anthropic turns, merging consecutive turns of the same role (tool
 /// results that follow one assistant turn become one user turn).
+#[cfg(test)]
 pub(crate) fn to_wire_messages(messages: &[AgentMessage]) -> Vec<Value> {
+    wire_turns(messages)
+        .0
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+/// Where a message ends in the turns: (turn, block) of its last block, or of the last block
+/// before it when it had none.
+type WireEnds = Vec<Option<(usize, usize)>>;
+
+/// [`to_wire_messages`] before the turns are made JSON, with where each message ends.
+fn wire_turns(messages: &[AgentMessage]) -> (Vec<(&'static str, Vec<Value>)>, WireEnds) {
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut ends: WireEnds = Vec::with_capacity(messages.len());
     for message in messages {
         let (role, blocks): (&'static str, Vec<Value>) = match message {
             AgentMessage::User(m) => ("user", user_blocks(&m.content)),
@@ -284,18 +398,20 @@ pub(crate) fn to_wire_messages(messages: &[AgentMessage]) -> Vec<Value> {
             }
             AgentMessage::Other(_) => ("user", vec![text_block(&message.plain_text())]),
         };
-        if blocks.is_empty() {
-            continue;
+        if !blocks.is_empty() {
+            match turns.last_mut() {
+                Some((last_role, last_blocks)) if *last_role == role => last_blocks.extend(blocks),
+                _ => turns.push((role, blocks)),
+            }
         }
-        match turns.last_mut() {
-            Some((last_role, last_blocks)) if *last_role == role => last_blocks.extend(blocks),
-            _ => turns.push((role, blocks)),
-        }
+        ends.push(
+            turns
+                .len()
+                .checked_sub(1)
+                .and_then(|t| Some((t, turns[t].1.len().checked_sub(1)?))),
+        );
     }
-    turns
-        .into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect()
+    (turns, ends)
 }
 
 fn stop_reason(reason: Option<&str>) -> (StopReason, Option<String>) {
@@ -714,5 +830,100 @@ mod sampling_tests {
                 .is_none(),
             "no tool_choice without tools"
         );
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn provider() -> AnthropicProvider {
+        AnthropicProvider::new("a", "http://127.0.0.1:9", None, HttpSettings::default()).unwrap()
+    }
+
+    /// (turn, block) of every block carrying `cache_control`.
+    fn marks(body: &Value) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for (t, turn) in body["messages"].as_array().unwrap().iter().enumerate() {
+            for (b, block) in turn["content"].as_array().unwrap().iter().enumerate() {
+                if block.get("cache_control").is_some() {
+                    out.push((t, b));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn breakpoints_on_the_system_prompt_the_stable_history_and_the_end() {
+        let recalled =
+            AgentMessage::user("<recalled note=\"x\">\n[msg_1 user] old words\n</recalled>");
+        let request = CompletionRequest {
+            model: "m".into(),
+            system_prompt: Some("be terse".into()),
+            messages: vec![
+                AgentMessage::user("first question"),
+                AgentMessage::assistant("first answer"),
+                recalled,
+                AgentMessage::user("second question"),
+            ],
+            ..Default::default()
+        };
+        let body = provider().request_body(&request, false);
+        assert_eq!(
+            body["system"],
+            json!([{"type": "text", "text": "be terse", "cache_control": {"type": "ephemeral"}}])
+        );
+        // The recalled block and the prompt merge into the last user turn; the stable history
+        // ends with the first answer, the request with the prompt.
+        assert_eq!(marks(&body), [(1, 0), (2, 1)], "{body}");
+        assert_eq!(
+            stable_prefix_len(&request.messages),
+            2,
+            "the recalled block is not stable"
+        );
+    }
+
+    #[test]
+    fn a_tool_loop_keeps_the_stable_mark_before_the_prompt_and_marks_the_last_result() {
+        let request = CompletionRequest {
+            model: "m".into(),
+            messages: vec![
+                AgentMessage::user("q1"),
+                AgentMessage::assistant("a1"),
+                AgentMessage::user("read it"),
+                AgentMessage::tool_call("c1", "read", json!({})),
+                AgentMessage::tool_result("c1", "read", "contents"),
+            ],
+            tools: vec![crate::ToolSpec {
+                name: "read".into(),
+                description: String::new(),
+                parameters: json!({"type": "object"}),
+            }],
+            ..Default::default()
+        };
+        let body = provider().request_body(&request, false);
+        assert_eq!(marks(&body), [(1, 0), (4, 0)], "{body}");
+        // No system prompt: the tools carry the first breakpoint.
+        assert!(body.get("system").is_none());
+        assert_eq!(
+            body["tools"][0]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+        let total = marks(&body).len() + 1;
+        assert!(total <= 4, "{total} breakpoints");
+    }
+
+    #[test]
+    fn a_single_prompt_is_marked_once() {
+        let request = CompletionRequest {
+            model: "m".into(),
+            system_prompt: Some("s".into()),
+            messages: vec![AgentMessage::user("hello")],
+            ..Default::default()
+        };
+        let body = provider().request_body(&request, false);
+        assert_eq!(marks(&body), [(0, 0)], "{body}");
     }
 }

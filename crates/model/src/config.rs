@@ -95,6 +95,8 @@ pub struct ProviderConfig {
     pub http: HttpSettings,
     /// OpenAI only: the name of the output-limit field (`maxTokensField`, default `max_tokens`).
     pub max_tokens_field: Option<String>,
+    /// OpenAI only: whether requests carry `prompt_cache_key` (`promptCacheKey`, default true).
+    pub prompt_cache_key: bool,
     /// Scripted only: the JSONL file (`script`).
     pub script: Option<PathBuf>,
     /// Scripted only: what happens when the script runs out (`onExhausted`: `error` | `cycle`).
@@ -298,6 +300,16 @@ impl ProviderConfig {
             models,
             http,
             max_tokens_field: opt_str(obj, id, "maxTokensField")?,
+            prompt_cache_key: match obj.get("promptCacheKey") {
+                None | Some(Value::Null) => true,
+                Some(Value::Bool(b)) => *b,
+                Some(v) => {
+                    return Err(ModelError::config(
+                        key_of(id, "promptCacheKey"),
+                        format!("must be a boolean, got {v}"),
+                    ))
+                }
+            },
             script,
             exhaustion,
         })
@@ -338,7 +350,7 @@ impl ProviderConfig {
                 if let Some(field) = &self.max_tokens_field {
                     p = p.with_max_tokens_field(field);
                 }
-                Arc::new(p)
+                Arc::new(p.with_prompt_cache_key(self.prompt_cache_key))
             }
             ApiKind::AnthropicMessages => {
                 let mut p = AnthropicProvider::new(
@@ -433,6 +445,7 @@ impl ModelsConfig {
                 .collect(),
             http: HttpSettings::default(),
             max_tokens_field: None,
+            prompt_cache_key: true,
             script: None,
             exhaustion: Exhaustion::Error,
         };

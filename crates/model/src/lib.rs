@@ -41,6 +41,6 @@ pub use provider::ModelProvider;
 pub use scripted::{Exhaustion, ScriptedProvider, ScriptedReply, ScriptedToolCall};
 pub use summarizer::{summary_prompt, LlmSummarizer, SummaryPrompt};
 pub use types::{
-    Completion, CompletionRequest, EventSender, Sampling, StopReason, StreamEvent, ToolChoice,
-    ToolSpec,
+    prompt_cache_key, Completion, CompletionRequest, EventSender, Sampling, StopReason,
+    StreamEvent, ToolChoice, ToolSpec,
 };

@@ -32,6 +32,7 @@ pub struct OpenAiProvider {
     base_url: String,
     api_key: Option<ApiKey>,
     max_tokens_field: String,
+    send_cache_key: bool,
     settings: HttpSettings,
     client: reqwest::Client,
 }
@@ -51,6 +52,7 @@ impl OpenAiProvider {
             base_url: base_url.into(),
             api_key,
             max_tokens_field: "max_tokens".into(),
+            send_cache_key: true,
             settings,
             client,
         })
@@ -60,6 +62,13 @@ impl OpenAiProvider {
     /// models).
     pub fn with_max_tokens_field(mut self, field: impl Into<String>) -> Self {
         self.max_tokens_field = field.into();
+        self
+    }
+
+    /// Whether requests carry their `cache_key` as `prompt_cache_key` (default on; off for a
+    /// compatible server that rejects fields it does not know: `promptCacheKey: false`).
+    pub fn with_prompt_cache_key(mut self, send: bool) -> Self {
+        self.send_cache_key = send;
         self
     }
 
@@ -104,6 +113,11 @@ impl OpenAiProvider {
             .filter(|_| !request.tools.is_empty())
         {
             body.insert("tool_choice".into(), c.openai());
+        }
+        if let Some(key) = request.cache_key.as_ref().filter(|_| self.send_cache_key) {
+            // Routes the session's requests to the same prompt cache (OpenAI's prompt caching
+            // guide); compatible servers ignore it.
+            body.insert("prompt_cache_key".into(), Value::String(key.clone()));
         }
         if stream {
             body.insert("stream".into(), Value::Bool(true));

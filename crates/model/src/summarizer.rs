@@ -264,6 +264,7 @@ impl LlmSummarizer {
             max_output_tokens: Some(max_tokens),
             temperature: self.temperature,
             sampling: Default::default(),
+            cache_key: None,
         };
         let completion = match self
             .provider

@@ -39,6 +39,23 @@ pub struct CompletionRequest {
     /// Further sampling settings and the tool choice a caller passed through (the gateway's
     /// OpenAI clients); empty by default.
     pub sampling: Sampling,
+    /// A stable key of the conversation for the provider's prompt cache: sent as OpenAI's
+    /// `prompt_cache_key` (requests with one key are routed to the same cache). The runtime
+    /// passes a digest of the session key, never the key itself.
+    pub cache_key: Option<String>,
+}
+
+/// The `cache_key` of [`CompletionRequest`] for a session: `clawctx-` and the first 32 hex
+/// digits of the SHA-256 of its key (stable across processes and restarts; the key itself, which
+/// may name a user or a channel, never reaches the provider).
+pub fn prompt_cache_key(session_key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(session_key.as_bytes());
+    let mut out = String::from("clawctx-");
+    for b in &digest[..16] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
 }
 
 /// Sampling settings beyond the temperature, in OpenAI's terms; each provider sends what its

@@ -91,6 +91,7 @@ fn rich_request() -> CompletionRequest {
         max_output_tokens: Some(256),
         temperature: Some(0.0),
         sampling: Default::default(),
+        cache_key: None,
     }
 }
 
@@ -1196,4 +1197,209 @@ async fn breaker_opens_after_failures_and_stays_open_across_restart() {
         .unwrap()
         .collect();
     assert_eq!(leftovers.len(), 1, "no temp files left behind");
+}
+
+/// A provider built from config the way the host does, pointed at a loopback mock of
+/// `clawctx_test_support::mock_model` (no key).
+fn mock_provider(api: &str, base_url: &str, extra: Value) -> Arc<dyn ModelProvider> {
+    let mut p = json!({
+        "api": api, "baseUrl": base_url,
+        "models": [{"id": "test-model", "contextWindow": 32000, "maxTokens": 256}],
+        "maxRetries": 0, "timeoutMs": 5000
+    });
+    if let (Some(p), Some(extra)) = (p.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            p.insert(k.clone(), v.clone());
+        }
+    }
+    let cfg = ModelsConfig::from_config(&json!({"models": {"providers": {"p": p}}}), &env).unwrap();
+    cfg.provider_for("p/test-model").unwrap().0
+}
+
+/// A system prompt of more than 1,024 tokens, the shortest prefix either provider caches.
+fn long_system_prompt() -> String {
+    let mut s = String::from("You are a careful assistant.\n");
+    for i in 0..300 {
+        s.push_str(&format!("Rule {i}: answer briefly. "));
+    }
+    s
+}
+
+/// The `cache_control` breakpoints of an Anthropic body: in the system blocks, the tools and
+/// the messages' blocks, as (where, text) pairs.
+fn breakpoints(body: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in body["system"].as_array().into_iter().flatten() {
+        if b.get("cache_control").is_some() {
+            out.push("system".to_owned());
+        }
+    }
+    for turn in body["messages"].as_array().unwrap() {
+        for b in turn["content"].as_array().unwrap() {
+            if b.get("cache_control").is_some() {
+                out.push(b["text"].as_str().unwrap_or("(non-text)").to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn anthropic_requests_carry_breakpoints_and_read_the_cache_back() {
+    use clawctx_test_support::mock_model::MockAnthropic;
+    let mock = MockAnthropic::start().await;
+    let p = mock_provider("anthropic-messages", &mock.base_url, json!({}));
+    let system = long_system_prompt();
+    let recalled = "<recalled note=\"quoted\">\n[msg_1 user] question 0\n</recalled>";
+    let mut history: Vec<AgentMessage> = Vec::new();
+    let mut usages = Vec::new();
+    for t in 0..6 {
+        let prompt = format!("question {t}: what did we decide about the deploy on day {t}?");
+        history.push(AgentMessage::user(prompt.clone()));
+        let mut messages = history.clone();
+        if t % 2 == 1 {
+            // The lossless engine's per-prompt block, right before the prompt.
+            messages.insert(messages.len() - 1, AgentMessage::user(recalled));
+        }
+        let request = CompletionRequest {
+            model: "test-model".into(),
+            system_prompt: Some(system.clone()),
+            messages,
+            max_output_tokens: Some(64),
+            ..Default::default()
+        };
+        // The last turn streams: the usage then comes from `message_start`.
+        let c = if t == 5 {
+            let (c, _) = complete_streaming(&p, request).await;
+            c.unwrap()
+        } else {
+            complete(&p, request).await.unwrap()
+        };
+        usages.push(c.usage());
+        history.push(AgentMessage::assistant(c.text()));
+    }
+    let bodies = mock.requests();
+    assert_eq!(bodies.len(), 6);
+    for (t, body) in bodies.iter().enumerate() {
+        let marks = breakpoints(body);
+        assert!(marks.len() <= 4, "turn {t}: {marks:?}");
+        assert_eq!(marks[0], "system", "turn {t}: {body}");
+        // The prompt (the end of the request) carries one.
+        assert!(
+            marks.last().unwrap().starts_with(&format!("question {t}:")),
+            "turn {t}: {marks:?}"
+        );
+        if t > 0 {
+            // So does the end of the stable history: the previous answer, before the recalled
+            // block and the prompt.
+            assert!(
+                marks.iter().any(|m| m.starts_with("Noted (reply")),
+                "turn {t}: {marks:?}"
+            );
+            assert!(
+                !marks.iter().any(|m| m.starts_with("<recalled")),
+                "turn {t}: {marks:?}"
+            );
+        }
+    }
+    // Read into the usage: the first request writes the system prompt and its turn, each later
+    // one reads what the one before wrote, a little more every turn.
+    assert_eq!(usages[0].cache_read, 0, "{usages:?}");
+    assert!(usages[0].cache_write >= 1_024, "{usages:?}");
+    for t in 1..6 {
+        assert!(usages[t].cache_read >= 1_024, "turn {t}: {usages:?}");
+        assert!(usages[t].cache_write > 0, "turn {t}: {usages:?}");
+        if t > 1 {
+            assert!(
+                usages[t].cache_read > usages[t - 1].cache_read,
+                "turn {t}: {usages:?}"
+            );
+        }
+    }
+    let totals = mock.totals();
+    assert!(totals.cached_share() > 0.8, "{totals:?}");
+}
+
+#[tokio::test]
+async fn openai_requests_carry_a_stable_prompt_cache_key_per_session() {
+    use clawctx_test_support::mock_model::MockModel;
+    let mock = MockModel::start().await;
+    let p = mock_provider("openai-completions", &mock.base_url, json!({}));
+    let system = long_system_prompt();
+    let mut usages = Vec::new();
+    for session in ["agent:main:alice", "agent:main:bob"] {
+        let mut history: Vec<AgentMessage> = Vec::new();
+        for t in 0..3 {
+            history.push(AgentMessage::user(format!("question {t} of this session")));
+            let c = complete(
+                &p,
+                CompletionRequest {
+                    model: "test-model".into(),
+                    system_prompt: Some(system.clone()),
+                    messages: history.clone(),
+                    cache_key: Some(clawctx_model::prompt_cache_key(session)),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+            usages.push(c.usage());
+            history.push(AgentMessage::assistant(c.text()));
+        }
+    }
+    let keys: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|b| {
+            b["prompt_cache_key"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(keys.len(), 6);
+    assert!(
+        keys[0].starts_with("clawctx-") && keys[0].len() == 40,
+        "{keys:?}"
+    );
+    assert!(keys[..3].iter().all(|k| *k == keys[0]), "{keys:?}");
+    assert!(keys[3..].iter().all(|k| *k == keys[3]), "{keys:?}");
+    assert_ne!(keys[0], keys[3]);
+    assert!(!keys
+        .iter()
+        .any(|k| k.contains("alice") || k.contains("bob")));
+    // Each session's first request misses (the mock routes by the key, as OpenAI does), its
+    // follow-ups read the cache, in 128-token steps.
+    for (i, u) in usages.iter().enumerate() {
+        if i % 3 == 0 {
+            assert_eq!(u.cache_read, 0, "request {i}: {usages:?}");
+        } else {
+            assert!(u.cache_read >= 1_024, "request {i}: {usages:?}");
+            assert_eq!(u.cache_read % 128, 0, "request {i}: {usages:?}");
+        }
+    }
+
+    // A compatible server that rejects unknown fields: `promptCacheKey: false`.
+    let quiet = mock_provider(
+        "openai-completions",
+        &mock.base_url,
+        json!({"promptCacheKey": false}),
+    );
+    complete(
+        &quiet,
+        CompletionRequest {
+            model: "test-model".into(),
+            messages: vec![AgentMessage::user("hi")],
+            cache_key: Some("clawctx-x".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(mock
+        .requests()
+        .last()
+        .unwrap()
+        .get("prompt_cache_key")
+        .is_none());
 }

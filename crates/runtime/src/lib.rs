@@ -41,4 +41,6 @@ pub use maintain::{MaintenanceReason, MaintenanceScheduler};
 pub use model::{select_backend, Backend, ModelBinding, UnconfiguredModel, NO_MODEL_PROVIDER};
 pub use runtime::{AgentRuntime, Limits, RuntimeBuilder, SessionStatus};
 pub use subagent::{SpawnRequest, SubagentHandle};
-pub use turn::{AssembledView, CompactionRecord, ModelOptions, TurnOutcome, TurnRequest};
+pub use turn::{
+    AssembledView, CompactionRecord, ModelOptions, ModelledCache, TurnOutcome, TurnRequest,
+};

@@ -246,6 +246,7 @@ impl RuntimeBuilder {
                 outbox_gates: Mutex::new(HashMap::new()),
                 retry: Mutex::new(Default::default()),
                 turn_fences: Mutex::new(HashMap::new()),
+                cache_model: Mutex::new(clawctx_model::prefix_cache::RequestCaches::new().ok()),
             }),
         }
     }
@@ -304,6 +305,9 @@ pub(crate) struct Inner {
     /// transcript delta read ends before it (the turn reaches the engine through
     /// `afterTurn`/`commitTurn`), see [`crate::turn`].
     pub(crate) turn_fences: Mutex<HashMap<String, String>>,
+    /// The model calls of every session under OpenAI's and Anthropic's prompt-cache rules
+    /// ([`crate::turn::ModelledCache`]); `None` if its converting clients could not be built.
+    pub(crate) cache_model: Mutex<Option<clawctx_model::prefix_cache::RequestCaches>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -1272,6 +1276,7 @@ impl RuntimeServices for SessionServices {
                     max_output_tokens: request.max_tokens.or(Some(binding.max_output_tokens)),
                     temperature: None,
                     sampling: Default::default(),
+                    cache_key: None,
                 },
                 None,
                 &CancellationToken::new(),

@@ -138,6 +138,23 @@ pub struct CompactionRecord {
     pub micros: u64,
 }
 
+/// A turn's model calls under the documented prompt-cache rules of OpenAI and Anthropic
+/// (`clawctx_model::prefix_cache::RequestCaches`, one per runtime, by the requests' cache key):
+/// what each provider would serve from its cache, whichever provider the runtime talks to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelledCache {
+    /// Prompt tokens of the calls (o200k counts of the OpenAI request bodies).
+    pub openai_prompt: u64,
+    /// Of those, cached under OpenAI's rule.
+    pub openai_cached: u64,
+    /// Prompt tokens of the calls (o200k counts of the Anthropic request bodies).
+    pub anthropic_prompt: u64,
+    /// Of those, read from the cache under Anthropic's rule (at the client's breakpoints).
+    pub anthropic_read: u64,
+    /// Of those, written to the cache under Anthropic's rule.
+    pub anthropic_written: u64,
+}
+
 /// What a turn did.
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -191,6 +208,10 @@ pub struct TurnOutcome {
     pub client_tool_calls: Vec<ToolCall>,
     /// Non-fatal problems (engine afterTurn failures and the like).
     pub warnings: Vec<String>,
+    /// The turn's model calls under OpenAI's and Anthropic's documented prompt-cache rules
+    /// (whatever the provider), for the gateway's `/metrics`.
+    #[serde(skip)]
+    pub modelled_cache: ModelledCache,
     /// Why the turn's commit did not reach its durable engine (its store is down): the turn
     /// is in the transcript and its commit waits in the outbox, retried until the engine has
     /// it ([`crate::outbox`]). `None` when the engine acknowledged it (or got no commit).
@@ -1030,7 +1051,21 @@ impl EmbeddedTurn {
             ),
             temperature: self.model_options.temperature,
             sampling: self.model_options.sampling.clone(),
+            cache_key: Some(clawctx_model::prompt_cache_key(&self.session.key)),
         };
+        if let (Some(key), Ok(mut caches)) = (&request.cache_key, self.rt.cache_model.lock()) {
+            if let Some(caches) = caches.as_mut() {
+                let now = crate::runtime::now_ms();
+                caches.forget_idle(now);
+                let (o, a) = caches.observe(key, now, &request);
+                let m = &mut self.out.modelled_cache;
+                m.openai_prompt += o.prompt_tokens;
+                m.openai_cached += o.cached_tokens;
+                m.anthropic_prompt += a.prompt_tokens;
+                m.anthropic_read += a.cached_tokens;
+                m.anthropic_written += a.written_tokens;
+            }
+        }
         binding
             .provider
             .complete(request, self.events.as_ref(), self.abort.token())
