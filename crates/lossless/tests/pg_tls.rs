@@ -311,6 +311,9 @@ fn openssl(dir: &Path, args: &[&str]) -> bool {
     true
 }
 
+/// One connection attempt: host, sslmode, sslrootcert, whether it is accepted.
+type Case = (&'static str, &'static str, &'static str, bool);
+
 /// Whether libpq (through `psql`) connects with `conn`; `None` without a `psql` on PATH.
 fn psql_connects(conn: &str) -> Option<bool> {
     let out = Command::new("psql")
@@ -455,8 +458,8 @@ async fn openssl_made_certificates_are_taken_as_libpq_takes_them() {
     );
 
     let file = |name: &str| dir.join(name).display().to_string();
-    // (server certificate and key, cases: host, sslmode, sslrootcert, accepted)
-    let setups: [(&str, &str, Vec<(&str, &str, &str, bool)>); 2] = [
+    // (server certificate and key, cases)
+    let setups: [(&str, &str, Vec<Case>); 2] = [
         (
             "self.crt",
             "self.key",

@@ -155,9 +155,8 @@ impl LibpqVerifier {
             .filter_map(|c| Certificate::from_der(c.as_ref()).ok())
             .collect();
         let mut current = leaf.clone();
-        // CA certificates between the server's certificate and the one being looked for.
-        let mut below = 0usize;
-        for _ in 0..MAX_CHAIN {
+        // `below`: CA certificates between the server's certificate and the one looked for.
+        for below in 0..MAX_CHAIN {
             let issued_by = |ca: &&Certificate| {
                 ca.tbs_certificate.subject == current.tbs_certificate.issuer
                     && signed_by(&current, ca, &self.provider)
@@ -172,7 +171,6 @@ impl LibpqVerifier {
             };
             check_issuer(next, below, now)?;
             current = next.clone();
-            below += 1;
         }
         Err(CertificateError::UnknownIssuer.into())
     }
