@@ -196,7 +196,7 @@ async fn run_job(state: &State, key: &str, job: &MaintainJob) {
         .with_abort(state.shutdown.signal())
         .with_services(job.services.clone());
     let (result, passes) =
-        crate::engine_passes::collect(job.engine.maintain(&job.params, &cx)).await;
+        crate::engine_passes::collect(None, job.engine.maintain(&job.params, &cx)).await;
     if let Some(f) = state.on_compactions.get() {
         f(key, &passes);
     }

@@ -198,17 +198,11 @@ impl RuntimeBuilder {
         let store = SessionStore::new(&state_dir);
         let scheduler = MaintenanceScheduler::new();
         // An engine's own compactions on the maintenance lane count in the session's
-        // compactionCount, as those of a turn do (`Inner::record_engine_passes`).
+        // compactionCount, as those of a turn are (`crate::engine_passes::collect`).
         let counting = store.clone();
         scheduler.on_compactions(move |key, passes| {
             for _ in crate::engine_passes::compactions(passes) {
-                match counting.record_compaction(key) {
-                    // A session no turn of this runtime made has no entry to count in.
-                    Ok(_) | Err(clawctx_transcript::TranscriptError::UnknownSessionKey { .. }) => {}
-                    Err(e) => {
-                        tracing::warn!("cannot record the compaction in sessions.json: {e}")
-                    }
-                }
+                crate::engine_passes::count(&counting, key);
             }
         });
         AgentRuntime {
@@ -653,26 +647,20 @@ pub struct SessionStatus {
 }
 
 impl Inner {
-    /// The compactions an engine ran on its own during `key`'s turn (`passes`, from
-    /// [`crate::engine_passes::collect`]): counted in `compactionCount` and returned as the
-    /// turn's records.
-    pub(crate) fn record_engine_passes(
+    /// The compactions an engine ran on its own during a turn (`passes`, from
+    /// [`crate::engine_passes::collect`], which counted them in `compactionCount` as they
+    /// were reported) as the turn's records.
+    pub(crate) fn engine_pass_records(
         &self,
-        key: &str,
         passes: &[clawctx_summarize::observe::CompactionCall],
     ) -> Vec<crate::turn::CompactionRecord> {
         crate::engine_passes::compactions(passes)
-            .map(|p| {
-                if let Err(e) = self.store.record_compaction(key) {
-                    tracing::warn!("cannot record the compaction in sessions.json: {e}");
-                }
-                crate::turn::CompactionRecord {
-                    trigger: "engine".into(),
-                    by: p.engine.to_owned(),
-                    tokens_before: 0,
-                    tokens_after: None,
-                    micros: p.took.as_micros() as u64,
-                }
+            .map(|p| crate::turn::CompactionRecord {
+                trigger: "engine".into(),
+                by: p.engine.to_owned(),
+                tokens_before: 0,
+                tokens_after: None,
+                micros: p.took.as_micros() as u64,
             })
             .collect()
     }

@@ -233,10 +233,11 @@ impl AgentRuntime {
                 );
                 let started = std::time::Instant::now();
                 // The engine's own compactions during the turn are the turn's too.
-                let (result, passes) = crate::engine_passes::collect(turn.run()).await;
+                let count_in = Some((self.inner.store.clone(), key.clone()));
+                let (result, passes) = crate::engine_passes::collect(count_in, turn.run()).await;
                 let result = result.map(|mut o| {
-                    let records = self.inner.record_engine_passes(&key, &passes);
-                    o.compactions.extend(records);
+                    o.compactions
+                        .extend(self.inner.engine_pass_records(&passes));
                     o
                 });
                 crate::hooks::agent_end(
@@ -251,14 +252,12 @@ impl AgentRuntime {
                 result
             }
             Backend::Cli(_) => {
-                let (result, passes) = crate::engine_passes::collect(crate::cli_turn::run(
-                    self.inner.clone(),
-                    request,
-                ))
-                .await;
+                let count_in = Some((self.inner.store.clone(), request.session_key.clone()));
+                let turn = crate::cli_turn::run(self.inner.clone(), request);
+                let (result, passes) = crate::engine_passes::collect(count_in, turn).await;
                 result.map(|mut o| {
-                    let records = self.inner.record_engine_passes(&o.session_key, &passes);
-                    o.compactions.extend(records);
+                    o.compactions
+                        .extend(self.inner.engine_pass_records(&passes));
                     o
                 })
             }
