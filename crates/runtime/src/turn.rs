@@ -210,7 +210,8 @@ impl AgentRuntime {
                 let started = std::time::Instant::now();
                 // The engine's own compactions during the turn are the turn's too.
                 let count_in = Some((self.inner.store.clone(), key.clone()));
-                let (result, passes) = crate::engine_passes::collect(count_in, turn.run()).await;
+                let (result, passes) =
+                    crate::engine_passes::collect(count_in, Box::pin(turn.run())).await;
                 let result = result.map(|mut o| {
                     o.compactions
                         .extend(self.inner.engine_pass_records(&passes));
@@ -229,7 +230,7 @@ impl AgentRuntime {
             }
             Backend::Cli(_) => {
                 let count_in = Some((self.inner.store.clone(), request.session_key.clone()));
-                let turn = crate::cli_turn::run(self.inner.clone(), request);
+                let turn = Box::pin(crate::cli_turn::run(self.inner.clone(), request));
                 let (result, passes) = crate::engine_passes::collect(count_in, turn).await;
                 result.map(|mut o| {
                     o.compactions
