@@ -54,7 +54,8 @@ pub(crate) fn count(store: &SessionStore, key: &str) {
     }
 }
 
-/// Runs `fut`, returning with its output the compaction passes engines reported while it ran
+/// Runs `fut` (boxed by the callers whose future is large: a turn's is, and a scope holding
+/// it inline overflowed a test thread's stack), returning with its output the compaction passes engines reported while it ran
 /// (in its task; a pass an engine runs on a task of its own is not seen). With `count_in`,
 /// each compaction is counted in that session's entry as it is reported.
 pub(crate) async fn collect<F: Future>(
