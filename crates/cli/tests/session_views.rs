@@ -206,9 +206,10 @@ async fn the_cli_the_gateway_and_the_dashboard_tell_one_story_of_a_session() {
         assert_eq!(view["heldBy"], "lossless", "the session view: {view}");
     }
 
-    // `run --json` on lossless with a model: a prompt that pushes the session over the
-    // engine's threshold, so it compacts after the reply; the turn lists it, and the count
-    // grows by as many.
+    // `run --json` on lossless with a model. Two long prompts: the first leaves a long raw
+    // message before the second's fresh tail (what the replay left raw depends on when its
+    // last background pass ran), so the second turn surely compacts after its reply; the turn
+    // lists it, and the count grows by as many.
     let model = mock_model().await;
     let config = json!({
         "models": {"providers": {"mock": {"api": "openai-completions", "baseUrl": format!("{}/v1", model.uri()),
@@ -217,30 +218,38 @@ async fn the_cli_the_gateway_and_the_dashboard_tell_one_story_of_a_session() {
         "plugins": {"slots": {"contextEngine": "lossless"}}
     });
     std::fs::write(state.join("clawctx.json"), config.to_string()).unwrap();
-    let prompt: String = (0..250)
-        .map(|i| {
-            format!(
-                "note {i} about crate {} and dock {}; ",
-                i * 37 % 1009,
-                i % 23
-            )
-        })
-        .collect();
+    let prompt = |run: usize| -> String {
+        (0..250)
+            .map(|i| {
+                format!(
+                    "run {run} note {i} about crate {} and dock {}; ",
+                    i * 37 % 1009,
+                    i % 23
+                )
+            })
+            .collect()
+    };
     let config_path = state.join("clawctx.json");
-    let r = clawctx(
-        state,
-        &[
-            "--config",
-            config_path.to_str().unwrap(),
-            "run",
-            &prompt,
-            "--session",
-            KEY,
-            "--json",
-        ],
-    )
-    .await;
-    let out = json_of(&r);
+    let mut out = Value::Null;
+    let mut before_run = 0;
+    for run in 1..=2 {
+        before_run = listed(state, KEY).await["compactions"].as_u64().unwrap();
+        let r = clawctx(
+            state,
+            &[
+                "--config",
+                config_path.to_str().unwrap(),
+                "run",
+                &prompt(run),
+                "--session",
+                KEY,
+                "--json",
+            ],
+        )
+        .await;
+        out = json_of(&r);
+    }
+    assert!(before_run >= compactions, "counts only grow");
     let listed_now = out["compactions"].as_array().unwrap();
     assert!(
         listed_now.iter().any(|c| c["by"] == "lossless"
@@ -251,12 +260,12 @@ async fn the_cli_the_gateway_and_the_dashboard_tell_one_story_of_a_session() {
     let after = listed(state, KEY).await;
     assert_eq!(
         after["compactions"].as_u64().unwrap(),
-        compactions + listed_now.len() as u64,
+        before_run + listed_now.len() as u64,
         "sessions list counts what run listed: {after} after {}",
         out["compactions"]
     );
-    // The run's turn is traced with the same compactions.
-    let r = clawctx(state, &["sessions", "trace", KEY, "--turn", "1", "--json"]).await;
+    // The second run's turn is traced with the same compactions.
+    let r = clawctx(state, &["sessions", "trace", KEY, "--turn", "2", "--json"]).await;
     let traced = json_of(&r);
     assert_eq!(
         traced["turn"]["compactions"].as_array().map(Vec::len),

@@ -513,8 +513,11 @@ pub(crate) fn choose_ranges(
     }
     let eligible = &items[..b];
 
-    // Leaf chunks.
+    // Leaf chunks. A run's last chunk under the fanout rule (fewer than `leafMinFanout`
+    // messages, under half a chunk) waits for more messages, as `partial`, unless the
+    // frontier stays over the threshold without it (below).
     let mut ranges: Vec<(usize, usize)> = Vec::new();
+    let mut partial: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
     while i < eligible.len() {
         if eligible[i].kind != 0 {
@@ -543,6 +546,8 @@ pub(crate) fn choose_ranges(
             let n = e - start;
             if opts.force || n >= cfg.leaf_min_fanout || acc >= cfg.leaf_chunk_tokens / 2 {
                 ranges.push((start, e));
+            } else {
+                partial.push((start, e));
             }
         }
     }
@@ -559,6 +564,23 @@ pub(crate) fn choose_ranges(
         let est = leaf_target(cfg, src, opts.budget) + RENDER_OVERHEAD;
         projected = projected.saturating_sub(src.saturating_sub(est));
         chosen.push((s, e, 0i64));
+    }
+    // Compaction always makes progress: over the threshold with every full chunk taken (a few
+    // long messages between the summaries and the fresh tail: nothing reaches the fanout),
+    // the waiting chunks go too, oldest first, each where its summary is smaller than it.
+    if projected > threshold {
+        for (s, e) in partial {
+            if exclude.contains(&eligible[s].ord) || projected <= goal {
+                continue;
+            }
+            let src: u64 = eligible[s..e].iter().map(|x| x.tokens).sum();
+            let est = leaf_target(cfg, src, opts.budget) + RENDER_OVERHEAD;
+            if est < src {
+                projected -= src - est;
+                chosen.push((s, e, 0i64));
+            }
+        }
+        chosen.sort_unstable_by_key(|(s, _, _)| *s);
     }
 
     if chosen.is_empty() {
@@ -1096,6 +1118,24 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(leaf_end(&items, &cfg, 8_000), Some(36));
+    }
+
+    #[test]
+    fn over_the_threshold_a_few_long_messages_are_summarized_below_the_fanout() {
+        // Summaries, then two long raw messages (one exchange, under the fanout of 8 and
+        // under half a chunk), then the newest exchange: 7,900 tokens at a budget of 6,000.
+        let mut items = vec![FItem::summary(0, 1, 600, 0, (0, 9), (None, None))];
+        items.push(FItem::message(1, 11, 3_600, role::USER, 10, None));
+        items.push(FItem::message(2, 12, 20, role::ASSISTANT, 11, None));
+        items.push(FItem::message(3, 13, 3_660, role::USER, 12, None));
+        items.push(FItem::message(4, 14, 20, role::ASSISTANT, 13, None));
+        let cfg = LosslessConfig::default();
+        assert_eq!(leaf_end(&items, &cfg, 6_000), Some(3), "the older exchange");
+
+        // Under the threshold (3,640 tokens) the same exchange waits for more messages.
+        items[1].tokens = 2_000;
+        items[3].tokens = 1_000;
+        assert_eq!(leaf_end(&items, &cfg, 6_000), None);
     }
 
     #[test]

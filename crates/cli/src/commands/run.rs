@@ -179,14 +179,7 @@ pub async fn turn_with_ctrl_c(
 /// the lossless engine runs on the session's maintenance lane after the reply, which the
 /// turn's outcome cannot list (`run` is one turn: every pass in the process is its session's).
 struct MaintenanceCompactions {
-    seen: std::sync::Arc<
-        std::sync::Mutex<
-            Vec<(
-                std::time::Instant,
-                clawctx_summarize::observe::CompactionCall,
-            )>,
-        >,
-    >,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<clawctx_summarize::observe::CompactionCall>>>,
     _guard: clawctx_summarize::observe::CompactionObserverGuard,
 }
 
@@ -196,7 +189,7 @@ impl MaintenanceCompactions {
         let into = seen.clone();
         let guard = clawctx_summarize::observe::add_compaction_observer(move |c| {
             if let Ok(mut v) = into.lock() {
-                v.push((std::time::Instant::now(), *c));
+                v.push(*c);
             }
         });
         MaintenanceCompactions {
@@ -205,22 +198,37 @@ impl MaintenanceCompactions {
         }
     }
 
-    /// The compactions reported since `at` (passes that wrote summaries), as the turn lists
-    /// its own (`trigger: "maintenance"`).
-    fn since(&self, at: std::time::Instant) -> Vec<clawctx_runtime::CompactionRecord> {
+    /// The compactions reported in this process that `listed` (the turn's own records) does
+    /// not already hold, as the turn lists its own (`trigger: "maintenance"`). Matched by
+    /// engine and duration rather than by time: the maintenance lane may finish its pass
+    /// before the turn's future has returned.
+    fn not_in(
+        &self,
+        listed: &[clawctx_runtime::CompactionRecord],
+    ) -> Vec<clawctx_runtime::CompactionRecord> {
         let Ok(seen) = self.seen.lock() else {
             return Vec::new();
         };
-        seen.iter()
-            .filter(|(t, c)| *t >= at && c.ok && c.summaries > 0)
-            .map(|(_, c)| clawctx_runtime::CompactionRecord {
+        let mut unmatched: Vec<&clawctx_runtime::CompactionRecord> = listed.iter().collect();
+        let mut out = Vec::new();
+        for c in seen.iter().filter(|c| c.ok && c.summaries > 0) {
+            let micros = c.took.as_micros() as u64;
+            if let Some(i) = unmatched
+                .iter()
+                .position(|r| r.by == c.engine && r.micros == micros)
+            {
+                unmatched.swap_remove(i);
+                continue;
+            }
+            out.push(clawctx_runtime::CompactionRecord {
                 trigger: "maintenance".into(),
                 by: c.engine.to_owned(),
                 tokens_before: 0,
                 tokens_after: None,
-                micros: c.took.as_micros() as u64,
-            })
-            .collect()
+                micros,
+            });
+        }
+        out
     }
 }
 
@@ -234,7 +242,6 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let later = MaintenanceCompactions::watch();
     let (mut result, printed, watch) =
         turn_with_ctrl_c(&runtime, &mut trace, &key, &args.prompt, !args.json).await;
-    let turn_ended = std::time::Instant::now();
     // Background maintenance (the lossless engine's compaction after the reply) finishes
     // before the process exits; Ctrl-C abandons it (nothing half-written: see RELIABILITY.md).
     tokio::select! {
@@ -243,7 +250,8 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     }
     // Its compactions are this turn's too: in `--json` and in the turn's trace.
     if let Ok(o) = &mut result {
-        o.compactions.extend(later.since(turn_ended));
+        let maintenance = later.not_in(&o.compactions);
+        o.compactions.extend(maintenance);
     }
     watch.ended(&result);
     trace.finish().await;
