@@ -352,6 +352,11 @@ async fn with_a_token_the_page_wants_it_once_and_the_cookie_stands_in_for_the_he
         .await
         .unwrap();
     assert_eq!(r.status(), 413, "an oversized login body is refused");
+    assert_eq!(
+        r.headers()["connection"],
+        "close",
+        "its unread rest leaves the connection unusable, and the answer says so"
+    );
 
     // The cookie opens the page, its assets, the API.
     let r = plain

@@ -256,8 +256,11 @@ pub(crate) async fn login_form(
     matches: &(dyn Fn(&str) -> bool + Sync),
 ) -> Response {
     let Ok(body) = axum::body::to_bytes(req.into_body(), LOGIN_BODY_MAX).await else {
+        // The rest of the body is left unread, so the connection cannot carry another
+        // request: saying so keeps a client from reusing it (it would see the next answer cut).
         return (
             StatusCode::PAYLOAD_TOO_LARGE,
+            [(axum::http::header::CONNECTION, "close")],
             format!("the login form's body is over {LOGIN_BODY_MAX} bytes"),
         )
             .into_response();
