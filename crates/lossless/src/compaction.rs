@@ -514,8 +514,8 @@ pub(crate) fn choose_ranges(
     let eligible = &items[..b];
 
     // Leaf chunks. A run's last chunk under the fanout rule (fewer than `leafMinFanout`
-    // messages, under half a chunk) waits for more messages, as `partial`, unless the
-    // frontier stays over the threshold without it (below).
+    // messages, under half a chunk) waits for more messages, as `partial`, unless nothing
+    // else brings the frontier under the threshold (below).
     let mut ranges: Vec<(usize, usize)> = Vec::new();
     let mut partial: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
@@ -564,23 +564,6 @@ pub(crate) fn choose_ranges(
         let est = leaf_target(cfg, src, opts.budget) + RENDER_OVERHEAD;
         projected = projected.saturating_sub(src.saturating_sub(est));
         chosen.push((s, e, 0i64));
-    }
-    // Compaction always makes progress: over the threshold with every full chunk taken (a few
-    // long messages between the summaries and the fresh tail: nothing reaches the fanout),
-    // the waiting chunks go too, oldest first, each where its summary is smaller than it.
-    if projected > threshold {
-        for (s, e) in partial {
-            if exclude.contains(&eligible[s].ord) || projected <= goal {
-                continue;
-            }
-            let src: u64 = eligible[s..e].iter().map(|x| x.tokens).sum();
-            let est = leaf_target(cfg, src, opts.budget) + RENDER_OVERHEAD;
-            if est < src {
-                projected -= src - est;
-                chosen.push((s, e, 0i64));
-            }
-        }
-        chosen.sort_unstable_by_key(|(s, _, _)| *s);
     }
 
     if chosen.is_empty() {
@@ -648,6 +631,22 @@ pub(crate) fn choose_ranges(
             }
             if !chosen.is_empty() {
                 break;
+            }
+        }
+    }
+    // Compaction always makes progress: over the threshold with nothing else to take (a few
+    // long messages between the summaries and the fresh tail, short of the fanout), the
+    // waiting chunks go, oldest first, each where its summary is smaller than it.
+    if chosen.is_empty() && projected > threshold {
+        for (s, e) in partial {
+            if exclude.contains(&eligible[s].ord) || projected <= goal {
+                continue;
+            }
+            let src: u64 = eligible[s..e].iter().map(|x| x.tokens).sum();
+            let est = leaf_target(cfg, src, opts.budget) + RENDER_OVERHEAD;
+            if est < src {
+                projected -= src - est;
+                chosen.push((s, e, 0i64));
             }
         }
     }
