@@ -321,10 +321,13 @@ async fn lossless_summaries(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// A lossless runtime after two turns: under the engine's threshold, so nothing is compacted
+/// before the test's `/compact` (more turns would pass it, and the maintenance lane would
+/// summarize them first).
 async fn lossless_runtime_with_turns(dir: &Path, mock: &Mocked) -> AgentRuntime {
     let runtime = runtime(dir, mock.config(json!({}), lossless_plugins(dir))).await;
     assert_eq!(runtime.engine_id(), "lossless");
-    for i in 0..4 {
+    for i in 0..2 {
         let out = runtime
             .run_turn(TurnRequest::new(KEY, prompt(i)))
             .await
