@@ -587,6 +587,53 @@ async fn live_events(setup: Setup) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_legacy_looking_at_an_unknown_key_creates_no_session() {
+    let f = start(Setup {
+        engine: "legacy",
+        extra_config: json!({}),
+        ..Setup::default()
+    })
+    .await;
+    let nobody = "agent:main:nobody-used-this";
+    let transcripts = || -> Vec<_> {
+        walk(f.state.path())
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .collect()
+    };
+    let before = transcripts();
+    let r = f
+        .get(&format!("/v1/dashboard/transcript?key={}", urlenc(nobody)))
+        .await;
+    assert_eq!(r.status(), 404, "an unknown key's transcript");
+    let s = f
+        .get_json(&format!("/v1/dashboard/session?key={}", urlenc(nobody)))
+        .await;
+    assert!(s.get("stats").is_none(), "no stats for nobody: {s}");
+    assert_eq!(f.runtime.knows(nobody).unwrap(), false, "sessions.json");
+    assert_eq!(transcripts(), before, "no transcript file for nobody");
+    let list = f.get_json("/v1/dashboard/sessions").await;
+    assert!(
+        !list.to_string().contains("nobody-used-this"),
+        "not listed: {list}"
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_legacy_the_transcript_pages_the_context_and_the_dag_says_it_needs_lossless() {
     let mut f = start(Setup {
         engine: "legacy",

@@ -87,10 +87,16 @@ async fn compaction_marker(shared: &AppState, key: &str) -> Option<(i64, i64)> {
     } else {
         let rt = shared.runtime.clone();
         let key = key.to_owned();
-        tokio::task::spawn_blocking(move || rt.status(&key).ok().map(|s| (s.compactions as i64, 0)))
-            .await
-            .ok()
-            .flatten()
+        tokio::task::spawn_blocking(move || {
+            // Looking never creates a session for a key nobody used.
+            if !rt.knows(&key).ok()? {
+                return Some((0, 0));
+            }
+            rt.status(&key).ok().map(|s| (s.compactions as i64, 0))
+        })
+        .await
+        .ok()
+        .flatten()
     }
 }
 

@@ -678,7 +678,10 @@ async fn session(
     } else {
         let rt = s.runtime.clone();
         let k = key.clone();
-        if let Ok(Ok(status)) = blocking(move || rt.status(&k)).await {
+        let known = blocking(move || rt.knows(&k)).await?.unwrap_or(false);
+        let rt = s.runtime.clone();
+        let k = key.clone();
+        if let (true, Ok(Ok(status))) = (known, blocking(move || rt.status(&k)).await) {
             out["stats"] = json!({"messages": status.context_messages, "storedTokens": status.context_tokens,
                                   "compactions": status.compactions});
             if let Some(b) = &split {
@@ -693,9 +696,13 @@ async fn session(
             .as_ref()
             .and_then(|r| r.host_summarizer())
             .map(|x| x.name().to_owned());
-        let timeline = blocking(move || transcript_compactions(&rt, &k, summarizer.as_deref()))
-            .await?
-            .map_err(|e| ApiError::internal(format!("reading the compactions of {key}: {e}")))?;
+        let timeline = if known {
+            blocking(move || transcript_compactions(&rt, &k, summarizer.as_deref()))
+                .await?
+                .map_err(|e| ApiError::internal(format!("reading the compactions of {key}: {e}")))?
+        } else {
+            json!([])
+        };
         newest_events(&mut out, timeline, timeline_limit);
     }
     // The engine that holds the session (`crate::holding`), which may not be this gateway's.
@@ -774,11 +781,17 @@ async fn transcript(
             "`around` needs the lossless engine (message ids are its ids)",
         ));
     }
+    // Looking never creates: an unknown key is a 404, not a new session file.
     let rt = s.runtime.clone();
     let k = key.clone();
-    let messages: Vec<AgentMessage> = blocking(move || rt.context(&k))
-        .await?
-        .map_err(|e| ApiError::not_found(format!("session {key}: {e}")))?;
+    let messages: Vec<AgentMessage> = blocking(move || match rt.knows(&k) {
+        Ok(true) => rt.context(&k).map(Some),
+        Ok(false) => Ok(None),
+        Err(e) => Err(e),
+    })
+    .await?
+    .map_err(|e| ApiError::not_found(format!("session {key}: {e}")))?
+    .ok_or_else(|| ApiError::not_found(format!("no session {key}")))?;
     let total = messages.len() as i64;
     let from = q.from.unwrap_or(total - limit as i64).clamp(0, total);
     let end = (from + limit as i64).min(total);
