@@ -576,7 +576,6 @@ impl AgentRuntime {
         Ok(s)
     }
 
-    /// The compaction-aware context of `key`'s transcript (what the next turn starts from).
     /// Whether `key` names a session the store knows (reading never creates one: views
     /// that only look, such as the dashboard's, ask this before [`Self::context`] and
     /// [`Self::status`], which create a session for a new key).
@@ -584,6 +583,7 @@ impl AgentRuntime {
         Ok(self.inner.store.get(key)?.is_some())
     }
 
+    /// The compaction-aware context of `key`'s transcript (what the next turn starts from).
     pub fn context(&self, key: &str) -> Result<Vec<AgentMessage>> {
         let s = self.inner.session(key)?;
         Ok(self
