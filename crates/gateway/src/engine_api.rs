@@ -208,14 +208,15 @@ fn engine_error(method: Method, e: EngineError, engine: &str) -> ApiError {
 /// call, metrics.
 ///
 /// The call runs in a task of its own (tracked for shutdown) that holds the session's lane
-/// until the engine has answered, as a chat turn does: a client that disconnects, or the
+/// (`key`; `None` for `maintain`, see [`maintain`]) until the engine has answered, as a chat
+/// turn does: a client that disconnects, or the
 /// request deadline, drops only the wait for the answer, never the engine's call mid-write
 /// (an `ingest` or `commitTurn` half done, its connection handed back to a pool with a
 /// statement still running). Only a gateway shutdown aborts it, through its abort signal.
 async fn call<T, F, Fut>(
     shared: &AppState,
     method: Method,
-    key: String,
+    key: impl Into<Option<String>>,
     f: F,
 ) -> Result<T, ApiError>
 where
@@ -223,6 +224,7 @@ where
     Fut: std::future::Future<Output = Result<T, EngineError>> + Send + 'static,
     T: Send + 'static,
 {
+    let key = key.into();
     if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(ApiError::unavailable("the gateway is shutting down"));
     }
@@ -235,7 +237,10 @@ where
             &engine_id,
         ));
     }
-    let lane = shared.lanes.acquire(&key).await?;
+    let lane = match key {
+        Some(key) => Some(shared.lanes.acquire(&key).await?),
+        None => None,
+    };
     if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(ApiError::unavailable(
             "the gateway is shutting down; the call was not made",
@@ -407,6 +412,14 @@ fn runtime_compaction(
     Ok(services)
 }
 
+/// `maintain` runs outside the session's lane: its compaction waits for summarizer calls
+/// (seconds, a slow local model minutes), and OpenClaw calls it before the session's next
+/// `assemble`, which must not wait behind it (issue #40). The engine makes that safe as it
+/// does for the chat path's background maintenance: a compaction plans its rounds from the
+/// frontier, summarizes with no lock held, and commits each round in one transaction that
+/// checks the planned ranges are unchanged (messages stored meanwhile are only appended), one
+/// compaction per conversation at a time. The call is still a tracked task with the gateway's
+/// abort signal, and a panic in it is answered as a failed call without holding anything.
 pub(crate) async fn maintain(
     State(s): State<AppState>,
     ApiJson(mut p): ApiJson<MaintainParams>,
@@ -416,7 +429,7 @@ pub(crate) async fn maintain(
     files.keep_or_mark("sessionFile", &mut p.session_file);
     files.context(&mut p.runtime_context);
     let engine = s.runtime.engine().clone();
-    call(&s, Method::Maintain, key, |cx| async move {
+    call(&s, Method::Maintain, None::<String>, |cx| async move {
         engine.maintain(&p, &cx).await
     })
     .await

@@ -21,6 +21,7 @@ mod engine_call_disconnect;
 mod engine_extras;
 mod hardening;
 mod huge_retry_after;
+mod maintain_beside_assemble;
 mod metrics;
 mod openai_client_retries;
 mod ops;

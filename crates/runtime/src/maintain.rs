@@ -5,7 +5,9 @@
 //! lane that the reply does not wait for. Lanes coalesce: while a run is in progress for a key,
 //! a new request only records "rerun requested" with the latest params, and exactly one more run
 //! follows when the current one settles (unless shutdown aborted the lane). Failures are logged
-//! as `context engine maintain failed (<reason>)` and never fail a turn.
+//! as `context engine maintain failed (<reason>)` and never fail a turn; a run that panics is
+//! logged as a failure too, and its lane goes on (or ends) as after any other run, so a panic
+//! never leaves a lane held and shutdown waiting for it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -125,6 +127,13 @@ impl MaintenanceScheduler {
         let state = self.state.clone();
         let key = session_key.to_owned();
         tokio::spawn(async move {
+            // Should this task end otherwise than below (a panic outside the run), the lane is
+            // dropped and the waiters told all the same.
+            let mut end = LaneEnd {
+                state: state.clone(),
+                key: key.clone(),
+                armed: true,
+            };
             let mut job = job;
             loop {
                 run_job(&state, &key, &job).await;
@@ -140,6 +149,7 @@ impl MaintenanceScheduler {
                     Some(n) => job = n,
                     None => {
                         lanes.remove(&key);
+                        end.armed = false;
                         break;
                     }
                 }
@@ -191,12 +201,43 @@ impl MaintenanceScheduler {
     }
 }
 
+/// Drops a lane whose task ended without dropping it (a panic) and wakes the waiters.
+struct LaneEnd {
+    state: Arc<State>,
+    key: String,
+    armed: bool,
+}
+
+impl Drop for LaneEnd {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut lanes = self.state.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        lanes.remove(&self.key);
+        drop(lanes);
+        self.state.idle.notify_waiters();
+    }
+}
+
 async fn run_job(state: &State, key: &str, job: &MaintainJob) {
+    use futures::FutureExt;
     let cx = CallContext::none()
         .with_abort(state.shutdown.signal())
         .with_services(job.services.clone());
-    let (result, passes) =
-        crate::engine_passes::collect(None, job.engine.maintain(&job.params, &cx)).await;
+    // A panicking engine fails its run like an error: the lane goes on.
+    let run = std::panic::AssertUnwindSafe(job.engine.maintain(&job.params, &cx)).catch_unwind();
+    let (result, passes) = crate::engine_passes::collect(None, run).await;
+    let result = result.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        Err(clawctx_engine::EngineError::failed(format!(
+            "maintain panicked: {what}"
+        )))
+    });
     if let Some(f) = state.on_compactions.get() {
         f(key, &passes);
     }

@@ -45,6 +45,10 @@ pub const MIN_PROMPT_BUDGET: u64 = 256;
 /// Default bound on model calls of one turn's tool loop.
 pub const DEFAULT_MAX_TOOL_ITERATIONS: usize = 8;
 
+/// How long [`AgentRuntime::shutdown`] waits for background maintenance runs to notice their
+/// abort signal before disposing the engine anyway.
+pub const MAINTENANCE_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Default bound on one engine `compact` call (the runtime's safety timeout).
 pub const DEFAULT_COMPACT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -527,10 +531,20 @@ impl AgentRuntime {
         self.inner.scheduler.wait_lane_idle(session_key).await
     }
 
-    /// Stops background maintenance and disposes the engine.
+    /// Stops background maintenance (its runs see their abort signal fire; those still
+    /// running after [`MAINTENANCE_SHUTDOWN_GRACE`] are left behind, logged) and disposes the
+    /// engine.
     pub async fn shutdown(&self) {
         self.inner.scheduler.shutdown();
-        self.inner.scheduler.wait_idle().await;
+        if tokio::time::timeout(MAINTENANCE_SHUTDOWN_GRACE, self.inner.scheduler.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "background context-engine maintenance did not stop within {} s of shutdown; not waiting for it",
+                MAINTENANCE_SHUTDOWN_GRACE.as_secs()
+            );
+        }
         if let Err(e) = self.inner.engine.dispose().await {
             tracing::warn!("context engine dispose failed: {e}");
         }

@@ -458,3 +458,93 @@ async fn background_maintenance_coalesces_logs_failures_and_spawn_failures_roll_
     );
     rt.shutdown().await;
 }
+
+/// An engine whose first background maintain panics (issue #40 item 6).
+struct PanicsOnce(TestEngine, std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl ContextEngine for PanicsOnce {
+    fn info(&self) -> ContextEngineInfo {
+        ContextEngineInfo {
+            turn_maintenance_mode: Some(TurnMaintenanceMode::Background),
+            ..self.0.info()
+        }
+    }
+    fn methods(&self) -> MethodSet {
+        self.0.methods()
+    }
+    async fn ingest(
+        &self,
+        p: &IngestParams,
+        cx: &CallContext,
+    ) -> Result<IngestResult, EngineError> {
+        self.0.ingest(p, cx).await
+    }
+    async fn assemble(
+        &self,
+        p: &AssembleParams,
+        cx: &CallContext,
+    ) -> Result<AssembleResult, EngineError> {
+        self.0.assemble(p, cx).await
+    }
+    async fn compact(
+        &self,
+        p: &CompactParams,
+        cx: &CallContext,
+    ) -> Result<CompactResult, EngineError> {
+        self.0.compact(p, cx).await
+    }
+    async fn after_turn(&self, p: &AfterTurnParams, cx: &CallContext) -> Result<(), EngineError> {
+        self.0.after_turn(p, cx).await
+    }
+    async fn maintain(
+        &self,
+        p: &MaintainParams,
+        cx: &CallContext,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
+        if self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            panic!("the engine's maintain blew up");
+        }
+        self.0.maintain(p, cx).await
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_background_maintain_fails_its_run_and_the_lane_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let engine = Arc::new(PanicsOnce(
+        TestEngine::new("panics"),
+        std::sync::atomic::AtomicUsize::new(0),
+    ));
+    let rt = AgentRuntime::builder(dir.path(), engine.clone(), llm.backend(8192, 512)).build();
+    llm.push([text("a"), text("b")]);
+    rt.run_turn(TurnRequest::new(KEY, "one")).await.unwrap();
+    // Without the fix the panicked lane is never dropped: this wait (and shutdown's) never
+    // ends. The bound only keeps a failure from hanging the suite.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        rt.wait_for_session_maintenance(KEY),
+    )
+    .await
+    .expect("the panicked lane is dropped");
+    let failures = rt.maintain_failures();
+    assert!(
+        failures.len() == 1
+            && failures[0].starts_with("context engine maintain failed (turn): maintain panicked")
+            && failures[0].contains("blew up"),
+        "{failures:?}"
+    );
+    // The next turn's maintenance runs on a fresh lane.
+    rt.run_turn(TurnRequest::new(KEY, "two")).await.unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        rt.wait_for_maintenance(),
+    )
+    .await
+    .expect("the second run settles");
+    assert_eq!(rt.scheduler().runs(), 2);
+    assert_eq!(engine.1.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(rt.maintain_failures().len(), 1, "the second run succeeded");
+    rt.shutdown().await;
+}

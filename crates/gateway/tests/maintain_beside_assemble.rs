@@ -1,0 +1,223 @@
+//! `maintain` over the engine API beside the same session's `assemble` (issue #40 item 6): a
+//! gateway in-process on loopback with the lossless engine (SQLite) summarizing with the model,
+//! against a mock OpenAI-compatible model (axum, on loopback) that answers chat turns at once
+//! and holds summary requests (recognized by the summarizer's system prompt) until the test
+//! releases them. `maintain` does its summarizer work outside the session's lane, so an
+//! `assemble` of the same session answers while the summary is provably still pending (before,
+//! it waited behind maintain's summarizer call: OpenClaw calls `maintain` after the reply and
+//! the next turn's `assemble` waited for it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::Router;
+use common::{serve, Serve, Served};
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+/// What the mock model saw.
+#[derive(Default)]
+struct Seen {
+    /// Summary requests that arrived.
+    summaries_started: AtomicUsize,
+    /// Summary requests answered.
+    summaries_answered: AtomicUsize,
+}
+
+fn is_summary_request(body: &Value) -> bool {
+    body["messages"].as_array().is_some_and(|ms| {
+        ms.iter().any(|m| {
+            m["role"] == "system"
+                && m["content"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("handoff notes"))
+        })
+    })
+}
+
+fn user_text(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|ms| ms.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Starts the mock model: summaries answered once the test adds a permit to `release`.
+async fn start_model(seen: Arc<Seen>, release: Arc<Semaphore>) -> String {
+    let handler = move |request: axum::extract::Request| {
+        let (seen, release) = (seen.clone(), release.clone());
+        async move {
+            let bytes = axum::body::to_bytes(request.into_body(), usize::MAX)
+                .await
+                .unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let text = if is_summary_request(&body) {
+                seen.summaries_started.fetch_add(1, Ordering::SeqCst);
+                release.acquire().await.expect("the semaphore").forget();
+                let source = user_text(&body);
+                let words: Vec<&str> = source.split_whitespace().take(40).collect();
+                seen.summaries_answered.fetch_add(1, Ordering::SeqCst);
+                format!("HELD-SUMMARY {}", words.join(" "))
+            } else {
+                "Noted; the figures are in the ledger.".to_owned()
+            };
+            let reply = json!({
+                "id": "chatcmpl-h",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+            });
+            axum::response::Response::builder()
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(reply.to_string()))
+                .expect("a JSON response")
+        }
+    };
+    let app = Router::new().route("/v1/chat/completions", post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+/// A gateway on lossless summarizing with the mock model at `model_url`.
+async fn gateway(model_url: &str, state: &std::path::Path) -> Served {
+    let config = json!({
+        "models": {"providers": {"mock": {
+            "api": "openai-completions",
+            "baseUrl": format!("{model_url}/v1"),
+            "models": [{"id": "test-model", "contextWindow": 200_000, "maxTokens": 1024}],
+            "maxRetries": 0, "timeoutMs": 120_000
+        }}},
+        "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},
+        "plugins": {
+            "slots": {"contextEngine": "lossless"},
+            "entries": {"lossless": {"config": {
+                "freshTailCount": 4, "leafMinFanout": 2, "leafChunkTokens": 600
+            }}}
+        }
+    });
+    serve(Serve {
+        llm_summarizer: true,
+        ..Serve::new(config, state, "lossless")
+    })
+    .await
+}
+
+fn prompt(t: usize) -> String {
+    format!(
+        "turn {t}: the invoice for order {} was sent to the warehouse in bay {} and the courier \
+         confirmed the pickup window between nine and eleven on dock {}",
+        4000 + t * 37,
+        t % 13,
+        t % 7
+    )
+}
+
+async fn post_ok(gw: &Served, path: &str, body: Value) -> Value {
+    let r = gw
+        .http
+        .post(format!("{}{path}", gw.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "{path}: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assemble_answers_while_maintain_waits_for_its_summary_on_the_same_session() {
+    let seen = Arc::new(Seen::default());
+    let release = Arc::new(Semaphore::new(0));
+    let model_url = start_model(seen.clone(), release.clone()).await;
+    let state = tempfile::tempdir().unwrap();
+    let mut gw = gateway(&model_url, state.path()).await;
+    let runtime = gw.runtime.clone();
+    const KEY: &str = "agent:main:bridge";
+    let session = json!({"sessionId": "s-bridge", "sessionKey": KEY});
+    let with = |extra: Value| {
+        let mut v = session.clone();
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+
+    // A history well over the threshold of a 2,000-token budget.
+    let messages: Vec<Value> = (0..40)
+        .flat_map(|t| {
+            [
+                json!({"role": "user", "content": prompt(t), "timestamp": 1_000 + t as i64 * 10}),
+                json!({"role": "assistant", "content": [{"type": "text", "text": format!("Noted for turn {t}: order {} goes out from bay {}.", 4000 + t * 37, t % 13)}],
+                       "stopReason": "stop", "timestamp": 1_005 + t as i64 * 10}),
+            ]
+        })
+        .collect();
+    post_ok(
+        &gw,
+        "/v1/engine/ingestBatch",
+        with(json!({"messages": messages})),
+    )
+    .await;
+    // The host assembles with a budget the history fits (nothing to compact on the reply's
+    // path); maintenance compacts against the 2,000 tokens it is given.
+    let assemble = with(json!({"messages": [], "tokenBudget": 8_000}));
+    post_ok(&gw, "/v1/engine/assemble", assemble.clone()).await;
+
+    // OpenClaw's background maintenance: it compacts, and the summary is held.
+    let maintain = {
+        let (http, url) = (gw.http.clone(), format!("{}/v1/engine/maintain", gw.url));
+        let body = with(json!({"sessionFile": "", "runtimeContext": {
+            "allowDeferredCompactionExecution": true, "tokenBudget": 2_000}}));
+        tokio::spawn(async move { http.post(url).json(&body).send().await.unwrap() })
+    };
+    while seen.summaries_started.load(Ordering::SeqCst) == 0 {
+        assert!(!maintain.is_finished(), "maintain ended without a summary");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // The same session's assemble answers while the summarizer is still running. (The bound
+    // only turns a wait behind maintain, which is what the fix removes, into a failure instead
+    // of a hang: the summary is never released before the assemble has answered.)
+    let answered = tokio::time::timeout(
+        Duration::from_secs(60),
+        post_ok(&gw, "/v1/engine/assemble", assemble.clone()),
+    )
+    .await
+    .expect("assemble waited behind maintain's summarizer call");
+    assert!(
+        answered["messages"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()),
+        "{answered}"
+    );
+    assert_eq!(
+        seen.summaries_answered.load(Ordering::SeqCst),
+        0,
+        "the summary was still pending while assemble answered"
+    );
+    assert!(!maintain.is_finished(), "maintain is still waiting for it");
+
+    // Released: maintain finishes and its summaries are committed; the next assemble shows them.
+    release.add_permits(1_000);
+    let r = maintain.await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let after = post_ok(&gw, "/v1/engine/assemble", assemble).await;
+    assert!(
+        after.to_string().contains("HELD-SUMMARY"),
+        "the held summary reached the context: {after}"
+    );
+
+    gw.stop().await.unwrap();
+    runtime.shutdown().await;
+}
