@@ -602,10 +602,15 @@ async fn on_legacy_looking_at_an_unknown_key_creates_no_session() {
             .collect()
     };
     let before = transcripts();
+    assert!(!f.runtime.knows(nobody).unwrap(), "unknown at the start");
     let r = f
         .get(&format!("/v1/dashboard/transcript?key={}", urlenc(nobody)))
         .await;
     assert_eq!(r.status(), 404, "an unknown key's transcript");
+    assert!(
+        !f.runtime.knows(nobody).unwrap(),
+        "the transcript page created it"
+    );
     let s = f
         .get_json(&format!("/v1/dashboard/session?key={}", urlenc(nobody)))
         .await;

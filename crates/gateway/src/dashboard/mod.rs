@@ -681,7 +681,15 @@ async fn session(
         let known = blocking(move || rt.knows(&k)).await?.unwrap_or(false);
         let rt = s.runtime.clone();
         let k = key.clone();
-        if let (true, Ok(Ok(status))) = (known, blocking(move || rt.status(&k)).await) {
+        let status = if known {
+            blocking(move || rt.status(&k))
+                .await
+                .ok()
+                .and_then(Result::ok)
+        } else {
+            None
+        };
+        if let Some(status) = status {
             out["stats"] = json!({"messages": status.context_messages, "storedTokens": status.context_tokens,
                                   "compactions": status.compactions});
             if let Some(b) = &split {
