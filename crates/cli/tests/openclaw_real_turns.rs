@@ -17,7 +17,8 @@
 //!    `commitTurn` (the cursor lived in the engine object, which OpenClaw makes per turn: turn N
 //!    posted 2N-1 messages), across processes and the restart, and the turn from before the
 //!    bridge was sent;
-//! 3. no summary request reached the model while a `commitTurn` ran, and no turn's output
+//! 3. no summary request reached the model while a `commitTurn` ran, no `maintain` call waited
+//!    for a summary (the gateway answers a deferred one at once), and no turn's output
 //!    waited for a summary (one asked after the model's answer and answered before the
 //!    output: at 6,000 the turn's degenerate budget made `commitTurn` summarize before
 //!    `openclaw agent` returned), and at 6,000 the history was compacted (in `maintain`).
@@ -477,6 +478,21 @@ async fn thirty_turns(window: u64) {
         if during > 0 {
             problems.push(format!(
                 "{during} summary requests while a commitTurn ran ({:.1} s)",
+                end - start
+            ));
+        }
+    }
+    // Nor did a `maintain` call wait for one: OpenClaw's deferred maintenance (after the reply)
+    // held its side of the turn until the call answered (one turn's output came 10.75 s after
+    // the model's answer at 6,000); the gateway answers it at once and compacts on its own lane.
+    for (start, end) in ran("/maintain") {
+        let waited = summarized
+            .iter()
+            .filter(|(asked, done)| *asked >= start && *done <= end)
+            .count();
+        if waited > 0 {
+            problems.push(format!(
+                "a maintain call waited for {waited} summaries ({:.1} s)",
                 end - start
             ));
         }

@@ -420,6 +420,13 @@ fn runtime_compaction(
 /// checks the planned ranges are unchanged (messages stored meanwhile are only appended), one
 /// compaction per conversation at a time. The call is still a tracked task with the gateway's
 /// abort signal, and a panic in it is answered as a failed call without holding anything.
+///
+/// A deferred run (`runtimeContext.allowDeferredCompactionExecution`, the host's background
+/// maintenance after the reply) is not waited for at all: it goes on this gateway's own
+/// maintenance lane for the session (coalescing, aborted at shutdown, failures logged) and the
+/// call answers at once. The host's side of the run then ends in milliseconds, so nothing there
+/// waits for a summary either (issue #41: OpenClaw's `agent` printed one turn's output 10.75 s
+/// after the model's answer, behind the previous turn's deferred `maintain`).
 pub(crate) async fn maintain(
     State(s): State<AppState>,
     ApiJson(mut p): ApiJson<MaintainParams>,
@@ -429,12 +436,44 @@ pub(crate) async fn maintain(
     files.keep_or_mark("sessionFile", &mut p.session_file);
     files.context(&mut p.runtime_context);
     let engine = s.runtime.engine().clone();
+    let deferred = p
+        .runtime_context
+        .as_ref()
+        .and_then(|c| c.allow_deferred_compaction_execution)
+        == Some(true);
+    if deferred
+        && engine.methods().has(Method::Maintain)
+        && !s.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    {
+        let job = clawctx_runtime::MaintainJob {
+            engine,
+            params: p,
+            services: std::sync::Arc::new(NoServices),
+        };
+        let reason = match s.runtime.scheduler().schedule(&key, job) {
+            clawctx_runtime::Scheduled::ShutDown => {
+                return Err(ApiError::unavailable("the gateway is shutting down"));
+            }
+            clawctx_runtime::Scheduled::Coalesced => "coalesced into the running maintenance",
+            clawctx_runtime::Scheduled::Started => "scheduled on the gateway's maintenance lane",
+        };
+        return Ok(Json(TranscriptRewriteResult {
+            reason: Some(reason.into()),
+            ..Default::default()
+        }));
+    }
     call(&s, Method::Maintain, None::<String>, |cx| async move {
         engine.maintain(&p, &cx).await
     })
     .await
     .map(Json)
 }
+
+/// The runtime services of an engine-API call: none (the engine's defaults answer; a deferred
+/// `maintain` compacts with the engine's own summarizer).
+struct NoServices;
+
+impl clawctx_engine::RuntimeServices for NoServices {}
 
 pub(crate) async fn after_turn(
     State(s): State<AppState>,

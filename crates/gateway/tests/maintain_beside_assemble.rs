@@ -2,10 +2,10 @@
 //! gateway in-process on loopback with the lossless engine (SQLite) summarizing with the model,
 //! against a mock OpenAI-compatible model (axum, on loopback) that answers chat turns at once
 //! and holds summary requests (recognized by the summarizer's system prompt) until the test
-//! releases them. `maintain` does its summarizer work outside the session's lane, so an
-//! `assemble` of the same session answers while the summary is provably still pending (before,
-//! it waited behind maintain's summarizer call: OpenClaw calls `maintain` after the reply and
-//! the next turn's `assemble` waited for it).
+//! releases them. A deferred `maintain` (OpenClaw's background maintenance after the reply)
+//! answers at once and compacts on the gateway's own maintenance lane, and an `assemble` of the
+//! same session answers while the summary is provably still pending (before, both waited
+//! behind maintain's summarizer call).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -174,21 +174,34 @@ async fn an_assemble_answers_while_maintain_waits_for_its_summary_on_the_same_se
     let assemble = with(json!({"messages": [], "tokenBudget": 8_000}));
     post_ok(&gw, "/v1/engine/assemble", assemble.clone()).await;
 
-    // OpenClaw's background maintenance: it compacts, and the summary is held.
-    let maintain = {
-        let (http, url) = (gw.http.clone(), format!("{}/v1/engine/maintain", gw.url));
-        let body = with(json!({"sessionFile": "", "runtimeContext": {
-            "allowDeferredCompactionExecution": true, "tokenBudget": 2_000}}));
-        tokio::spawn(async move { http.post(url).json(&body).send().await.unwrap() })
-    };
+    // OpenClaw's background maintenance (deferred): answered at once, its compaction running
+    // on the gateway's own maintenance lane, where the summary is held.
+    let deferred = with(json!({"sessionFile": "", "runtimeContext": {
+        "allowDeferredCompactionExecution": true, "tokenBudget": 2_000}}));
+    let answer = tokio::time::timeout(
+        Duration::from_secs(60),
+        post_ok(&gw, "/v1/engine/maintain", deferred),
+    )
+    .await
+    .expect("a deferred maintain answered behind its summarizer call");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("maintenance lane")),
+        "{answer}"
+    );
+    let waited = std::time::Instant::now();
     while seen.summaries_started.load(Ordering::SeqCst) == 0 {
-        assert!(!maintain.is_finished(), "maintain ended without a summary");
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the lane's compaction never asked for a summary"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
     // The same session's assemble answers while the summarizer is still running. (The bound
-    // only turns a wait behind maintain, which is what the fix removes, into a failure instead
-    // of a hang: the summary is never released before the assemble has answered.)
+    // only turns a wait behind maintain into a failure instead of a hang: the summary is
+    // never released before the assemble has answered.)
     let answered = tokio::time::timeout(
         Duration::from_secs(60),
         post_ok(&gw, "/v1/engine/assemble", assemble.clone()),
@@ -204,14 +217,12 @@ async fn an_assemble_answers_while_maintain_waits_for_its_summary_on_the_same_se
     assert_eq!(
         seen.summaries_answered.load(Ordering::SeqCst),
         0,
-        "the summary was still pending while assemble answered"
+        "the summary was still pending while maintain and assemble answered"
     );
-    assert!(!maintain.is_finished(), "maintain is still waiting for it");
 
-    // Released: maintain finishes and its summaries are committed; the next assemble shows them.
+    // Released: the lane's compaction commits its summaries; the next assemble shows them.
     release.add_permits(1_000);
-    let r = maintain.await.unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    runtime.wait_for_maintenance().await;
     let after = post_ok(&gw, "/v1/engine/assemble", assemble).await;
     assert!(
         after.to_string().contains("HELD-SUMMARY"),

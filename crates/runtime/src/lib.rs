@@ -37,7 +37,7 @@ pub mod turn;
 pub mod warm;
 
 pub use error::{Result, RuntimeError};
-pub use maintain::{MaintenanceReason, MaintenanceScheduler};
+pub use maintain::{MaintainJob, MaintenanceReason, MaintenanceScheduler, Scheduled};
 pub use model::{select_backend, Backend, ModelBinding, UnconfiguredModel, NO_MODEL_PROVIDER};
 pub use runtime::{AgentRuntime, Limits, RuntimeBuilder, SessionStatus};
 pub use subagent::{SpawnRequest, SubagentHandle};
