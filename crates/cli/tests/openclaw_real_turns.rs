@@ -517,6 +517,33 @@ async fn thirty_turns(window: u64) {
             ));
         }
         waits.push(output_at - answered);
+        if output_at - answered > 2.0 {
+            // What ran on the engine meanwhile (a diagnostic for the figures, not a check).
+            let during: Vec<String> = calls
+                .iter()
+                .filter(|c| c["phase"] == "start")
+                .filter_map(|c| {
+                    let start = c["start"].as_f64()?;
+                    let end = engine
+                        .iter()
+                        .find(|e| e["id"] == c["id"])
+                        .and_then(|e| e["end"].as_f64())
+                        .unwrap_or(f64::INFINITY);
+                    (end >= answered && start <= *output_at).then(|| {
+                        format!(
+                            "{} {:+.2}..{:+.2} s",
+                            c["path"].as_str().unwrap_or("?"),
+                            start - answered,
+                            end - answered
+                        )
+                    })
+                })
+                .collect();
+            eprintln!(
+                "window {window}: turn {t}'s output came {:.2} s after the answer; engine calls meanwhile: {during:?}",
+                output_at - answered
+            );
+        }
     }
     if window <= 6_000 && summaries.is_empty() {
         problems.push("the history was never compacted".into());
