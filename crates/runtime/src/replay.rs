@@ -424,6 +424,13 @@ pub async fn replay(
                 .run_turn(TurnRequest::new(REPLAY_SESSION_KEY, prompt))
                 .await?;
             let wall = started.elapsed().as_micros() as u64;
+            // A recording's turns come back to back, a user's seconds apart, by which time the
+            // turn's background maintenance has run: waiting for it (outside the turn's timing)
+            // makes the report the same on every run however loaded the machine (under load
+            // the lane's first compaction could end after the last turn, and none was listed).
+            runtime
+                .wait_for_session_maintenance(REPLAY_SESSION_KEY)
+                .await;
             let prompt_tokens = outcome.prompt_tokens.iter().copied().max().unwrap_or(0);
             let mut compactions: Vec<String> = outcome
                 .compactions
