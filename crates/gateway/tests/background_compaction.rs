@@ -19,15 +19,15 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 /// The mock's text for a summary: marked, and much shorter than its source.
-const SUMMARY_MARK: &str = "SUMMARY-BY-MOCK";
+pub(crate) const SUMMARY_MARK: &str = "SUMMARY-BY-MOCK";
 
 /// What the mock model saw.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     /// Summary requests that arrived.
-    summaries_started: AtomicUsize,
+    pub(crate) summaries_started: AtomicUsize,
     /// Summary requests answered.
-    summaries_answered: AtomicUsize,
+    pub(crate) summaries_answered: AtomicUsize,
 }
 
 fn is_summary_request(body: &Value) -> bool {
@@ -50,7 +50,7 @@ fn user_text(body: &Value) -> String {
 }
 
 /// Starts the mock model; summary requests wait for a permit of `release`.
-async fn start_model(seen: Arc<Seen>, release: Arc<Semaphore>) -> String {
+pub(crate) async fn start_model(seen: Arc<Seen>, release: Arc<Semaphore>) -> String {
     let handler = move |request: axum::extract::Request| {
         let seen = seen.clone();
         let release = release.clone();

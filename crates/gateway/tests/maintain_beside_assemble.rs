@@ -1,91 +1,22 @@
 //! `maintain` over the engine API beside the same session's `assemble` (issue #40 item 6): a
 //! gateway in-process on loopback with the lossless engine (SQLite) summarizing with the model,
 //! against a mock OpenAI-compatible model (axum, on loopback) that answers chat turns at once
-//! and holds summary requests (recognized by the summarizer's system prompt) until the test
-//! releases them. A deferred `maintain` (OpenClaw's background maintenance after the reply)
-//! answers at once and compacts on the gateway's own maintenance lane, and an `assemble` of the
+//! and holds summary requests until the test releases them (`background_compaction`'s mock).
+//! A deferred `maintain` (OpenClaw's background maintenance after the reply) answers at once and compacts on the gateway's own maintenance lane, and an `assemble` of the
 //! same session answers while the summary is provably still pending (before, both waited
 //! behind maintain's summarizer call).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::background_compaction::{start_model, Seen, SUMMARY_MARK};
 use crate::common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::post;
-use axum::Router;
 use common::{serve, Serve, Served};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
-
-/// What the mock model saw.
-#[derive(Default)]
-struct Seen {
-    /// Summary requests that arrived.
-    summaries_started: AtomicUsize,
-    /// Summary requests answered.
-    summaries_answered: AtomicUsize,
-}
-
-fn is_summary_request(body: &Value) -> bool {
-    body["messages"].as_array().is_some_and(|ms| {
-        ms.iter().any(|m| {
-            m["role"] == "system"
-                && m["content"]
-                    .as_str()
-                    .is_some_and(|c| c.contains("handoff notes"))
-        })
-    })
-}
-
-fn user_text(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .and_then(|ms| ms.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-/// Starts the mock model: summaries answered once the test adds a permit to `release`.
-async fn start_model(seen: Arc<Seen>, release: Arc<Semaphore>) -> String {
-    let handler = move |request: axum::extract::Request| {
-        let (seen, release) = (seen.clone(), release.clone());
-        async move {
-            let bytes = axum::body::to_bytes(request.into_body(), usize::MAX)
-                .await
-                .unwrap_or_default();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let text = if is_summary_request(&body) {
-                seen.summaries_started.fetch_add(1, Ordering::SeqCst);
-                release.acquire().await.expect("the semaphore").forget();
-                let source = user_text(&body);
-                let words: Vec<&str> = source.split_whitespace().take(40).collect();
-                seen.summaries_answered.fetch_add(1, Ordering::SeqCst);
-                format!("HELD-SUMMARY {}", words.join(" "))
-            } else {
-                "Noted; the figures are in the ledger.".to_owned()
-            };
-            let reply = json!({
-                "id": "chatcmpl-h",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
-            });
-            axum::response::Response::builder()
-                .header("content-type", "application/json")
-                .body(axum::body::Body::from(reply.to_string()))
-                .expect("a JSON response")
-        }
-    };
-    let app = Router::new().route("/v1/chat/completions", post(handler));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    url
-}
 
 /// A gateway on lossless summarizing with the mock model at `model_url`.
 async fn gateway(model_url: &str, state: &std::path::Path) -> Served {
@@ -225,7 +156,7 @@ async fn an_assemble_answers_while_maintain_waits_for_its_summary_on_the_same_se
     runtime.wait_for_maintenance().await;
     let after = post_ok(&gw, "/v1/engine/assemble", assemble).await;
     assert!(
-        after.to_string().contains("HELD-SUMMARY"),
+        after.to_string().contains(SUMMARY_MARK),
         "the held summary reached the context: {after}"
     );
 
