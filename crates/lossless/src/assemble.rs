@@ -31,6 +31,11 @@
 //! stored history as the last (another prompt over it, nothing new stored), is packed as full
 //! as the budget allows. The per-turn `<recalled>` block stays after the stable part (before the prompt).
 //!
+//! The whole frontier first: when it fits the whole budget with the live messages, all of it is
+//! shown, whatever the recall reserve and the remembered front (nothing is left out with room
+//! to spare); the rules below apply only when it does not fit, which the engine avoids by
+//! compacting first (`LosslessEngine::assemble`).
+//!
 //! The budget split: the history gets the budget less the recall reserve (`promptRecallShare`);
 //! behind a kept front it may also grow into half of that reserve before a block is dropped;
 //! the `<recalled>` block then gets what the history left, at least its reserve when packed
@@ -332,14 +337,26 @@ pub(crate) struct Packer<'r> {
 
 impl<'r> Packer<'r> {
     /// A packer for `budget` tokens, holding the host's `live` messages (see [`Db::assemble`]);
-    /// `has_conv`: a stored conversation follows (recall needs one).
+    /// `frontier_tokens`: the stored conversation that follows, by its frontier's tokens
+    /// (`None`: there is none; recall needs one).
+    ///
+    /// When the whole frontier and the live messages fit the whole budget, all of it is shown:
+    /// no history is left out for the recall reserve or to keep a remembered front (the
+    /// `<recalled>` block gets what is left). History leaves the context only when it cannot
+    /// fit, and the engine compacts before that happens (`LosslessEngine::assemble`).
     pub(crate) fn new(
         live: Vec<AgentMessage>,
         budget: u64,
         recall: Option<&'r PromptRecall>,
-        has_conv: bool,
-        hysteresis: Hysteresis,
+        frontier_tokens: Option<u64>,
+        mut hysteresis: Hysteresis,
     ) -> Self {
+        let has_conv = frontier_tokens.is_some();
+        let live_tokens: u64 = live.iter().map(message_tokens).sum();
+        let whole_fits = frontier_tokens.is_some_and(|f| f + live_tokens <= budget);
+        if whole_fits {
+            hysteresis.front = None;
+        }
         let recall = recall.filter(|r| {
             r.reserve > 0
                 && r.reserve < budget
@@ -347,7 +364,11 @@ impl<'r> Packer<'r> {
                 && (r.prompt_follows || matches!(live.last(), Some(AgentMessage::User(_))))
         });
         let mut p = Packer {
-            budget: budget - recall.map_or(0, |r| r.reserve),
+            budget: if whole_fits {
+                budget
+            } else {
+                budget - recall.map_or(0, |r| r.reserve)
+            },
             used: 0,
             pending: Vec::new(),
             kept: Vec::new(),
@@ -580,7 +601,16 @@ impl Db {
         recall: Option<&PromptRecall>,
         hysteresis: Hysteresis,
     ) -> Result<Assembled> {
-        let mut p = Packer::new(live, budget, recall, conv_id.is_some(), hysteresis);
+        let frontier_tokens = match conv_id {
+            Some(id) => Some(
+                self.conn
+                    .prepare_cached("SELECT frontier_tokens FROM conversations WHERE id = ?1")?
+                    .query_row(params![id], |r| r.get::<_, i64>(0))?
+                    .max(0) as u64,
+            ),
+            None => None,
+        };
+        let mut p = Packer::new(live, budget, recall, frontier_tokens, hysteresis);
         if let Some(conv_id) = conv_id {
             // The walk reads only what packing needs; a message's stored columns are read (by
             // its key) only when it is not decoded already, which on consecutive turns is the

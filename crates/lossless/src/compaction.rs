@@ -15,8 +15,12 @@
 //!
 //! The chunks of a round are independent and are summarized concurrently (bounded). Every
 //! summary is validated (non-empty, fewer tokens than its source, within its target × overage,
-//! keeps enough of the source's salient terms); a failed one never becomes a node — its range
-//! stays raw and is retried by a later compaction. All good summaries of a round are committed
+//! keeps enough of the source's salient terms, repeats some of its words). A model summary that
+//! fails or is rejected is replaced, for that range, by the extractive summary (recorded as
+//! [`FALLBACK_SUMMARIZER`]) and counts toward the circuit breaker: a weak summary model never
+//! stops compaction, so the assembly never has to drop history that no summary covers. Only
+//! when the extractive summary fails too does the range stay raw (a later compaction retries
+//! it). All good summaries of a round are committed
 //! in one transaction that checks the planned range is unchanged, inserts the node and its
 //! child edges and replaces the range by one frontier item (the first ordinal is reused: no
 //! renumbering). The spend guard and circuit breaker live in the `guard_state` table; while the
@@ -67,9 +71,11 @@ pub struct CompactionReport {
     pub leaf_created: usize,
     /// Condensed summaries created.
     pub condensed_created: usize,
-    /// Summaries that failed (their ranges stay raw).
+    /// Model summaries that failed or were rejected (their ranges summarized extractively
+    /// instead, or left raw when that failed too).
     pub failed: usize,
-    /// Summaries produced by the extractive last resort.
+    /// Summaries produced by the extractive last resort (the breaker open, the call budget
+    /// spent, or a model summary failed).
     pub extractive_used: usize,
     /// Frontier tokens before.
     pub tokens_before: u64,
@@ -729,6 +735,11 @@ pub fn validate_summary(
             cfg.summary_max_overage_factor
         ));
     }
+    if let Some(shared) = shares_too_few_words(source_text, summary) {
+        return Some(format!(
+            "summary repeats {shared} of its source's words, needs {MIN_SHARED_WORDS}"
+        ));
+    }
     if cfg.min_salient_retention > 0.0 {
         let terms = salient_terms(source_text);
         let considered = terms.len().min((max_tokens / 16).max(1) as usize);
@@ -749,8 +760,110 @@ pub fn validate_summary(
     None
 }
 
+/// Distinct words of its source a summary must repeat.
+const MIN_SHARED_WORDS: usize = 2;
+
+/// Words too common, or too much part of the serialized conversation itself ("User:",
+/// "Assistant:"), to show that a summary speaks of its source.
+const COMMON_WORDS: &[&str] = &[
+    "about",
+    "after",
+    "again",
+    "also",
+    "assistant",
+    "been",
+    "before",
+    "being",
+    "could",
+    "does",
+    "each",
+    "from",
+    "have",
+    "here",
+    "into",
+    "just",
+    "like",
+    "more",
+    "most",
+    "much",
+    "only",
+    "other",
+    "result",
+    "same",
+    "should",
+    "some",
+    "such",
+    "summary",
+    "than",
+    "that",
+    "their",
+    "them",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "thinking",
+    "time",
+    "tool",
+    "user",
+    "very",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "will",
+    "with",
+    "would",
+    "your",
+];
+
+/// The summary's count of shared words when it repeats fewer than [`MIN_SHARED_WORDS`] of
+/// its source's content words (four letters or more, common words aside), or `None`. The
+/// salient-term rule counts names, numbers and paths, which plain chat may not have at all:
+/// without this rule a model's "I cannot summarize this conversation" passed for a summary
+/// of it. Words in Chinese, Japanese or Korean script are not counted (those texts are not
+/// split into words by spaces), and a source with too few words of its own is not judged.
+fn shares_too_few_words(source: &str, summary: &str) -> Option<usize> {
+    fn words(text: &str) -> HashSet<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| {
+                w.chars().count() >= 4
+                    && w.chars().any(char::is_alphabetic)
+                    && !w.chars().any(is_cjk)
+            })
+            .map(str::to_lowercase)
+            .filter(|w| !COMMON_WORDS.contains(&w.as_str()))
+            .collect()
+    }
+    let source = words(source);
+    if source.len() < 2 * MIN_SHARED_WORDS {
+        return None;
+    }
+    let shared = words(summary).intersection(&source).count();
+    (shared < MIN_SHARED_WORDS).then_some(shared)
+}
+
+/// A character of the Chinese, Japanese or Korean scripts (ideographs, kana, hangul).
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF // hiragana, katakana
+        | 0x3400..=0x4DBF // CJK extension A
+        | 0x4E00..=0x9FFF // CJK unified ideographs
+        | 0xAC00..=0xD7AF // hangul syllables
+        | 0xF900..=0xFAFF // CJK compatibility ideographs
+        | 0x20000..=0x2FFFF) // CJK extensions B and later
+}
+
 enum Outcome {
+    /// A summary, and whether the extractive summarizer wrote it as the primary.
     Ok(Produced, bool),
+    /// The model's summary failed or was rejected (why), and the extractive summarizer's
+    /// summary of the same range takes its place.
+    Fallback(Produced, String),
+    /// No summary: the range stays raw this round.
     Failed(String),
 }
 
@@ -761,6 +874,64 @@ async fn summarize_chunk(
     cfg: Arc<LosslessConfig>,
     custom: Option<String>,
 ) -> (Outcome, u64, u64) {
+    let extractive = !use_primary || summarizer.name() == "extractive";
+    let (first, mut summarizer_us, mut validator_us) =
+        attempt(&chunk, &summarizer, extractive, &cfg, custom.clone()).await;
+    let outcome = match first {
+        Ok(text) => {
+            let name = if extractive {
+                "extractive".to_owned()
+            } else {
+                summarizer.name().to_owned()
+            };
+            Outcome::Ok(
+                Produced {
+                    chunk,
+                    text,
+                    summarizer: name,
+                },
+                extractive,
+            )
+        }
+        Err(why) if extractive => Outcome::Failed(why),
+        Err(why) => {
+            // Compaction always makes progress: the range is summarized extractively now
+            // rather than left raw for a later compaction that may never come.
+            let (second, s_us, v_us) = attempt(&chunk, &summarizer, true, &cfg, custom).await;
+            summarizer_us += s_us;
+            validator_us += v_us;
+            match second {
+                Ok(text) => Outcome::Fallback(
+                    Produced {
+                        chunk,
+                        text,
+                        summarizer: FALLBACK_SUMMARIZER.to_owned(),
+                    },
+                    why,
+                ),
+                Err(again) => {
+                    Outcome::Failed(format!("{why}; the extractive summary too: {again}"))
+                }
+            }
+        }
+    };
+    (outcome, summarizer_us, validator_us)
+}
+
+/// The summarizer name a summary carries (in the DAG, the trace and the dashboard) when the
+/// extractive summarizer wrote it because the model's summary of the same range failed or
+/// was rejected.
+pub const FALLBACK_SUMMARIZER: &str = "extractive-fallback";
+
+/// One summary of `chunk`, validated: its text, or why there is none; with the time spent in
+/// the summarizer and in validation (µs).
+async fn attempt(
+    chunk: &Chunk,
+    summarizer: &Arc<dyn Summarizer>,
+    extractive: bool,
+    cfg: &Arc<LosslessConfig>,
+    custom: Option<String>,
+) -> (std::result::Result<String, String>, u64, u64) {
     let started = Instant::now();
     let kind = if chunk.depth == 0 {
         SummaryKind::Leaf
@@ -776,7 +947,6 @@ async fn summarize_chunk(
         custom_instructions: custom,
         max_tokens: chunk.max_tokens,
     };
-    let extractive = !use_primary || summarizer.name() == "extractive";
     let result = if extractive {
         tokio::task::spawn_blocking(move || Ok(ExtractiveSummarizer.summarize_now(&req)))
             .await
@@ -786,58 +956,36 @@ async fn summarize_chunk(
     };
     let summarizer_us = started.elapsed().as_micros() as u64;
     let v0 = Instant::now();
-    let name = if extractive {
-        "extractive".to_owned()
-    } else {
-        summarizer.name().to_owned()
+    let text = match result {
+        Err(e) => return (Err(e.to_string()), summarizer_us, 0),
+        Ok(s) => s.text,
     };
-    let outcome = match result {
-        Err(e) => Outcome::Failed(e.to_string()),
-        Ok(s) => {
-            let (text, chunk) = (s.text, chunk);
-            let check = {
-                let (cfg, input, text2) = (cfg.clone(), chunk.input.clone(), text.clone());
-                let (src, max) = (chunk.source_tokens, chunk.max_tokens);
-                tokio::task::spawn_blocking(move || {
-                    validate_summary(&cfg, &input, src, max, &text2)
-                })
-                .await
-                .unwrap_or_else(|e| Some(e.to_string()))
-            };
-            // The summary takes its items' place in the frontier wrapped in `<summary …>`: a
-            // compaction must never make the context larger (a condensation of small summaries
-            // with a summary close to its source's size would). The id is a placeholder of ten
-            // digits, longer than any real one.
-            let check = check.or_else(|| {
-                let rendered = render_summary(
-                    9_999_999_999,
-                    chunk.depth,
-                    chunk.ts_lo,
-                    chunk.ts_hi,
-                    &text,
-                );
-                let tokens = message_tokens(&rendered);
-                (tokens >= chunk.source_tokens).then(|| {
-                    format!(
-                        "summary with its wrapper ({tokens} tokens) is not smaller than what it replaces ({})",
-                        chunk.source_tokens
-                    )
-                })
-            });
-            match check {
-                Some(why) => Outcome::Failed(why),
-                None => Outcome::Ok(
-                    Produced {
-                        chunk,
-                        text,
-                        summarizer: name,
-                    },
-                    extractive,
-                ),
-            }
-        }
+    let check = {
+        let (cfg, input, text2) = (cfg.clone(), chunk.input.clone(), text.clone());
+        let (src, max) = (chunk.source_tokens, chunk.max_tokens);
+        tokio::task::spawn_blocking(move || validate_summary(&cfg, &input, src, max, &text2))
+            .await
+            .unwrap_or_else(|e| Some(e.to_string()))
     };
-    (outcome, summarizer_us, v0.elapsed().as_micros() as u64)
+    // The summary takes its items' place in the frontier wrapped in `<summary …>`: a
+    // compaction must never make the context larger (a condensation of small summaries with a
+    // summary close to its source's size would). The id is a placeholder of ten digits,
+    // longer than any real one.
+    let check = check.or_else(|| {
+        let rendered = render_summary(9_999_999_999, chunk.depth, chunk.ts_lo, chunk.ts_hi, &text);
+        let tokens = message_tokens(&rendered);
+        (tokens >= chunk.source_tokens).then(|| {
+            format!(
+                "summary with its wrapper ({tokens} tokens) is not smaller than what it replaces ({})",
+                chunk.source_tokens
+            )
+        })
+    });
+    let validator_us = v0.elapsed().as_micros() as u64;
+    match check {
+        Some(why) => (Err(why), summarizer_us, validator_us),
+        None => (Ok(text), summarizer_us, validator_us),
+    }
 }
 
 /// What a compaction needs from a backend: its three store steps. The rounds, the guard and
@@ -976,6 +1124,10 @@ async fn compact_rounds(
         let breaker_open = guard.breaker_open_until_ms > now;
         let spent = guard.calls_in_window >= cfg.summary_max_calls_per_window as i64;
         let use_primary = !breaker_open && !spent;
+        // Only a model's calls count in the guard: an extractive pass (the engine's
+        // summarizer when no model is configured, or one run to make room before an
+        // assembly) neither spends the call budget nor closes the breaker.
+        let guarded = use_primary && summarizer.name() != "extractive";
         let n = chunks.len();
         let firsts: Vec<i64> = chunks.iter().map(|c| c.first_ord).collect();
         let round_start = Instant::now();
@@ -1004,16 +1156,28 @@ async fn compact_rounds(
                     } else if was_extractive {
                         report.extractive_used += 1;
                     }
-                    if use_primary {
+                    if guarded {
                         guard.consecutive_failures = 0;
                     }
+                    produced.push(p);
+                }
+                Outcome::Fallback(p, why) => {
+                    tracing::warn!(
+                        "lossless: the model's summary rejected, the range summarized extractively instead: {why}"
+                    );
+                    report.failed += 1;
+                    report.extractive_used += 1;
+                    // A rejection counts toward the circuit breaker like an error: a model
+                    // that keeps answering badly stops being asked for a while.
+                    failures += 1;
+                    guard.consecutive_failures += 1;
                     produced.push(p);
                 }
                 Outcome::Failed(why) => {
                     tracing::warn!("lossless: summary rejected, range stays raw: {why}");
                     report.failed += 1;
                     exclude.insert(firsts[i]);
-                    if use_primary {
+                    if guarded {
                         failures += 1;
                         guard.consecutive_failures += 1;
                     }
@@ -1021,7 +1185,7 @@ async fn compact_rounds(
             }
         }
         report.summarizer_micros += max_sum_us.min(wall);
-        if use_primary {
+        if guarded {
             guard.calls_in_window += n as i64;
             if guard.consecutive_failures >= cfg.circuit_breaker_threshold as i64 {
                 guard.breaker_open_until_ms = now + cfg.circuit_breaker_cooldown_ms as i64;

@@ -49,6 +49,11 @@ use crate::store::{ConvKey, ConvRow, LosslessStore, TurnCommit};
 /// The engine id (registered slot id and `info.id`).
 pub const ENGINE_ID: &str = "lossless";
 
+/// An assemble budget under this is not one history is compacted into before an assembly
+/// (`LosslessEngine::make_room`): OpenClaw passes a budget of 1 when its system prompt alone
+/// fills the window, and compacting for it would summarize everything.
+const MIN_ROOM_BUDGET: u64 = 1_000;
+
 /// The lossless engine.
 pub struct LosslessEngine {
     store: Arc<dyn Backend>,
@@ -173,8 +178,9 @@ struct TurnBudget {
     budgets: Vec<u64>,
     /// A turn ended since they were set: the next assemble starts a new turn.
     ended: bool,
-    /// The host ran background maintenance (`allowDeferredCompactionExecution`) for it.
-    maintained_in_background: bool,
+    /// The host ran background maintenance (`allowDeferredCompactionExecution`) for it: the
+    /// budget that maintenance compacted against.
+    background_budget: Option<u64>,
 }
 
 impl MessageBudgets {
@@ -209,16 +215,22 @@ impl MessageBudgets {
         }
     }
 
-    /// The host maintains `key` in the background.
-    fn maintained_in_background(&self, key: &ConvKey) {
+    /// The host maintains `key` in the background, compacting against `budget`.
+    fn maintained_in_background(&self, key: &ConvKey, budget: u64) {
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        Self::entry(&mut map, key).maintained_in_background = true;
+        Self::entry(&mut map, key).background_budget = Some(budget);
     }
 
     /// Whether the host maintains `key` in the background.
     fn host_maintains(&self, key: &ConvKey) -> bool {
+        self.background_budget(key).is_some()
+    }
+
+    /// The budget background maintenance last compacted `key` against, when the host
+    /// maintains it in the background.
+    fn background_budget(&self, key: &ConvKey) -> Option<u64> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(key).is_some_and(|e| e.maintained_in_background)
+        map.get(key).and_then(|e| e.background_budget)
     }
 
     /// The budget to compact against: `given`, or less when the host assembled with less,
@@ -481,6 +493,39 @@ impl LosslessEngine {
         Ok(())
     }
 
+    /// Stored history is about to leave the context of a conversation the host maintains in
+    /// the background (the frontier does not fit the budget: maintenance after the last reply
+    /// has not caught up, or its summary model is slow; a host that does not maintain in the
+    /// background has its turns compact over the whole budget instead). Only for a budget at
+    /// least the one maintenance compacts against: a one-off smaller assembly (an inspection
+    /// through the engine API) leaves history out rather than rewrite the turns' context.
+    /// Compacts
+    /// conversation `conv_id` now with the extractive summarizer (no model call, milliseconds)
+    /// so that summaries take the history's place instead of a sliding window. A background
+    /// pass running meanwhile is not waited for: whichever commits second finds its planned
+    /// ranges changed and skips them. `true` when it compacted (the caller assembles again).
+    async fn make_room(&self, conv_id: i64, budget: u64) -> Result<bool> {
+        let _lock = self.store.lock_compaction(conv_id, false).await?;
+        let opts = CompactionOptions {
+            budget,
+            ..Default::default()
+        };
+        let report = self
+            .store
+            .compact(
+                conv_id,
+                Arc::new(ExtractiveSummarizer),
+                self.cfg.clone(),
+                opts,
+            )
+            .await?;
+        tracing::debug!(
+            ?report,
+            "lossless: compacted before the assembly dropped history"
+        );
+        Ok(report.created() > 0)
+    }
+
     /// Compacts the active conversation of `key` (waits for a running compaction of the same
     /// conversation). `None` when there is no conversation.
     pub async fn compact_session(
@@ -677,18 +722,31 @@ impl ContextEngine for LosslessEngine {
         let stored = if mode == SessionMode::Ignored {
             None
         } else {
-            self.store
-                .assemble(AssembleRequest {
-                    key: key.clone(),
-                    recent,
-                    budget,
-                    prompt: params.prompt.clone(),
-                    recall_reserve: self.cfg.prompt_recall_reserve(budget),
-                    recall_max_messages: self.cfg.prompt_recall_max_messages,
-                    recall_max_tokens: self.cfg.prompt_recall_max_tokens,
-                    cache_block_share: self.cfg.cache_block_share,
-                })
-                .await?
+            let request = AssembleRequest {
+                key: key.clone(),
+                recent,
+                budget,
+                prompt: params.prompt.clone(),
+                recall_reserve: self.cfg.prompt_recall_reserve(budget),
+                recall_max_messages: self.cfg.prompt_recall_max_messages,
+                recall_max_tokens: self.cfg.prompt_recall_max_tokens,
+                cache_block_share: self.cfg.cache_block_share,
+            };
+            match self.store.assemble(request.clone()).await? {
+                Some((conv, out))
+                    if out.truncated
+                        && mode == SessionMode::Normal
+                        && budget >= MIN_ROOM_BUDGET
+                        && self
+                            .message_budgets
+                            .background_budget(&key)
+                            .is_some_and(|b| budget >= b)
+                        && self.make_room(conv.id, budget).await? =>
+                {
+                    self.store.assemble(request).await?
+                }
+                stored => stored,
+            }
         };
         if let Some((_, out)) = &stored {
             self.last_recalls.set(&key, out.recall_hits.clone());
@@ -948,8 +1006,8 @@ impl ContextEngine for LosslessEngine {
             && deferred_allowed
             && self.mode(&key) == SessionMode::Normal
         {
-            self.message_budgets.maintained_in_background(&key);
             let budget = self.turn_budget(&key, self.budget(None, rc), false);
+            self.message_budgets.maintained_in_background(&key, budget);
             self.pay_compaction_debt(&key, budget, cx.abort.as_ref())
                 .await?;
         }

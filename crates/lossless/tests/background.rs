@@ -279,3 +279,62 @@ async fn background_compaction_off_compacts_inline_and_says_foreground() {
     }
     assert!(frontier_tokens(&e).await <= e.config().threshold_tokens(BUDGET));
 }
+
+on_both_backends! {
+async fn an_assembly_that_would_drop_history_compacts_it_first(store) {
+    // The host maintains the conversation in the background, but its summary model is slow
+    // (held): turns arrive faster than maintenance pays the debt, until the frontier no longer
+    // fits the budget. The next assembly does not drop the oldest history as a sliding window
+    // would: it compacts it first, extractively, and shows the summaries in its place.
+    let held = HeldSummarizer::new();
+    let e = Arc::new(store.engine(cfg()).await.with_summarizer(held.clone()));
+    e.maintain(&maintain_params(true), &cx()).await.unwrap();
+    let mut rng = Lcg(15);
+    let mut history = Vec::new();
+    turns_over_threshold(&e, &mut history, &mut rng).await;
+    let bg = {
+        let e = e.clone();
+        tokio::spawn(async move { e.maintain(&maintain_params(true), &cx()).await })
+    };
+    held.wait_started(1).await;
+    let mut t = history.len();
+    while frontier_tokens(&e).await <= BUDGET {
+        store_turn(&e, &mut history, &mut rng, t).await;
+        t += 1;
+        assert!(t < 400, "the frontier never passed the budget");
+    }
+    assert_eq!(summaries(store, &e).await, 0, "maintenance is still held");
+
+    let prompt = AgentMessage::user("and what next?").with_timestamp(1);
+    let mut live = history.clone();
+    live.push(prompt.clone());
+    let r = e
+        .assemble(&assemble_params(live, BUDGET), &cx())
+        .await
+        .unwrap();
+    assert!(r.estimated_tokens <= BUDGET);
+    assert!(summaries(store, &e).await >= 1, "the assembly compacted first");
+    let by = store.texts(&e, "SELECT DISTINCT summarizer FROM summaries").await;
+    assert_eq!(by, vec!["extractive".to_owned()]);
+    assert!(frontier_tokens(&e).await <= BUDGET);
+    // Every frontier item is shown: nothing is left out without a summary in its place.
+    let shown = r
+        .messages
+        .iter()
+        .filter(|m| !m.plain_text().starts_with("<recalled"))
+        .count();
+    let conv = e.recall().conversations().await.unwrap()[0].id;
+    assert_eq!(shown, store.frontier(&e, conv).await.len() + 1, "{:?}", r.messages.len());
+    assert!(r.messages[0].plain_text().starts_with("<summary "));
+    assert_eq!(r.messages.last(), Some(&prompt));
+
+    // The held model pass ends without harm: its planned ranges are gone.
+    held.release.add_permits(1_000);
+    tokio::time::timeout(Duration::from_secs(60), bg)
+        .await
+        .expect("the background pass ends once released")
+        .unwrap()
+        .unwrap();
+    assert!(e.backend().doctor().await.unwrap().ok);
+}
+}

@@ -209,7 +209,10 @@ async fn doctor_detects_broken_coverage(store) {
 }
 
 on_both_backends! {
-async fn failing_summarizer_leaves_raw_range_and_next_compaction_retries(store) {
+async fn a_failing_summarizer_never_stops_compaction(store) {
+    // A model that errors (or whose summaries the validator rejects) does not leave its ranges
+    // raw: each is summarized extractively in the same round, marked as a fallback in the DAG,
+    // and the model is asked again by the next compaction.
     let cfg = LosslessConfig {
         min_salient_retention: 0.0,
         circuit_breaker_threshold: 100,
@@ -228,26 +231,37 @@ async fn failing_summarizer_leaves_raw_range_and_next_compaction_retries(store) 
         .compact(&compact_params(true, 8_000), &cx())
         .await
         .unwrap();
-    assert!(r.ok && !r.compacted, "{r:?}");
+    assert!(r.ok && r.compacted, "{r:?}");
+    let details = r.result.as_ref().unwrap().details.clone().unwrap();
+    let failed = details["failed"].as_u64().unwrap();
+    assert!(failed > 0, "{details}");
+    assert_eq!(details["extractiveUsed"].as_u64().unwrap(), failed, "{details}");
     let first_calls = fake.calls();
-    assert!(first_calls > 0);
-    let st = e.backend().status().await.unwrap();
-    assert_eq!(st.summaries, 0, "a failed summary never becomes a node");
-    assert_eq!(
-        store.frontier(&e, 1).await,
-        frontier_before,
-        "raw range stays active"
-    );
-    // Next compaction retries; with a working summarizer it succeeds.
+    assert_eq!(first_calls as u64, failed, "one model call per range");
+    assert!(store.frontier(&e, 1).await.len() < frontier_before.len());
+    let by = store
+        .texts(&e, "SELECT DISTINCT summarizer FROM summaries")
+        .await;
+    assert_eq!(by, vec![compaction::FALLBACK_SUMMARIZER.to_owned()]);
+    assert!(e.backend().doctor().await.unwrap().ok);
+    // The next compaction asks the model again; once it works, its summaries are kept.
     drop(e);
     let ok = FakeSummarizer::new(0);
     let e = store.engine(cfg).await.with_summarizer(ok.clone());
+    for t in 30..60 {
+        let more = turn(&mut rng, t, false, 30);
+        ingest_all(&e, &more).await;
+    }
     let r = e
         .compact(&compact_params(true, 8_000), &cx())
         .await
         .unwrap();
     assert!(r.compacted, "{r:?}");
     assert!(ok.calls() > 0);
+    let by = store
+        .texts(&e, "SELECT DISTINCT summarizer FROM summaries ORDER BY 1")
+        .await;
+    assert!(by.contains(&"fake-10pct".to_owned()), "{by:?}");
     assert!(e.backend().doctor().await.unwrap().ok);
 }
 }
@@ -327,6 +341,37 @@ fn validation_rules() {
         "changed src/main.rs FooBar::baz() E0425 api.example.com 2024-05-01"
     )
     .is_none());
+
+    // Plain chat has no names, numbers or paths for the salient-term rule to count: a model's
+    // refusal must still not pass for a summary of it.
+    let chat = "User: we walked along the river before dinner and talked about the garden \
+                fence, the tomatoes and the neighbour's apple tree\nAssistant: sounds lovely, \
+                the tomatoes should ripen soon";
+    let why = compaction::validate_summary(
+        &cfg,
+        chat,
+        1000,
+        100,
+        "I am unable to summarize this conversation at this time.",
+    );
+    assert!(
+        why.as_deref().is_some_and(|w| w.contains("words")),
+        "{why:?}"
+    );
+    assert!(compaction::validate_summary(
+        &cfg,
+        chat,
+        1000,
+        100,
+        "A walk along the river; the garden fence, tomatoes ripening soon."
+    )
+    .is_none());
+    // Chinese and Japanese text is not split into words by spaces: not judged by this rule.
+    let cjk =
+        "用户：我们在河边散步，然后讨论了花园的栅栏和番茄。\n助手：トマトはもうすぐ熟します。";
+    assert!(
+        compaction::validate_summary(&cfg, cjk, 1000, 100, "河边散步，花园栅栏，番茄。").is_none()
+    );
 }
 
 on_both_backends! {

@@ -42,6 +42,10 @@ pub const DEFAULT_SYSTEM_PROMPT: &str = include_str!("../prompts/system.md");
 /// Smallest prompt budget the runtime will work with, whatever the window arithmetic says.
 pub const MIN_PROMPT_BUDGET: u64 = 256;
 
+/// An engine that owns compaction keeps at most `window / this` as the compaction reserve
+/// (see [`Limits::reserve_tokens`] and docs/budget.md).
+pub const OWNING_ENGINE_RESERVE_DIVISOR: u64 = 4;
+
 /// Default bound on model calls of one turn's tool loop.
 pub const DEFAULT_MAX_TOOL_ITERATIONS: usize = 8;
 
@@ -64,7 +68,8 @@ pub struct Limits {
     pub context_window: u64,
     /// Output limit.
     pub max_output_tokens: u64,
-    /// Reserve in effect (§7.4, floor and window cap applied).
+    /// Reserve in effect (§7.4, floor and window cap applied; at most a quarter of the window
+    /// when the engine owns compaction).
     pub reserve_tokens: u64,
     /// What the prompt may use: window − max output − reserve (at least [`MIN_PROMPT_BUDGET`]).
     pub prompt_budget: u64,
@@ -691,7 +696,16 @@ impl Inner {
             Backend::Model(b) => (b.context_window, b.max_output_tokens),
             Backend::Cli(_) => (DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS),
         };
-        let reserve = effective_reserve_tokens(&self.compaction, Some(window));
+        let mut reserve = effective_reserve_tokens(&self.compaction, Some(window));
+        if self.engine.info().owns_compaction() {
+            // The reserve is headroom for the runtime's own compaction (the turn's growth
+            // before its trigger fires, the summary call); an engine that owns compaction
+            // compacts at its own threshold below its budget, so it keeps only a margin for
+            // estimation error and what a turn adds between assembles: at most a quarter of
+            // the window (docs/budget.md). Half the window, the legacy cap, left an engine
+            // 2,900 tokens of an 8,000-token window.
+            reserve = reserve.min(window / OWNING_ENGINE_RESERVE_DIVISOR);
+        }
         let budget = self
             .prompt_budget_override
             .unwrap_or_else(|| window.saturating_sub(max_out).saturating_sub(reserve))

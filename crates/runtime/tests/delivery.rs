@@ -53,7 +53,13 @@ async fn three_long_answers(engine: Arc<dyn ContextEngine>) -> (Vec<TurnOutcome>
     let llm = MockLlm::start().await;
     let rt = AgentRuntime::builder(dir.path(), engine, llm.backend(WINDOW, MAX_OUT)).build();
     let limits = rt.limits();
-    let threshold = limits.context_window - limits.reserve_tokens;
+    // The runtime's threshold as legacy has it (an owning engine keeps a smaller reserve,
+    // docs/budget.md, but never gets the runtime's auto-compaction at all).
+    let legacy_reserve = clawctx_engine::compaction::effective_reserve_tokens(
+        &clawctx_engine::compaction::CompactionSettings::default(),
+        Some(limits.context_window),
+    );
+    let threshold = limits.context_window - legacy_reserve;
     let mut rng = Rng::new(15);
     llm.push((0..3).map(|i| Reply::Text(sentence(&mut rng, &format!("answer {i}"), 1_400))));
     let mut outcomes = Vec::new();

@@ -263,10 +263,25 @@ pub fn breakdown(result: &AssembleResult) -> Breakdown {
 /// it is one of the newest `raw` ones (counted from the end; the last part or two, the turn's
 /// own, may not be stored yet, which can only keep an older message out of this list). Counting
 /// a suffix instead listed summaries the card's own bar shows as left out (issue #39).
+/// `stored_before`: the number of messages the assembly's history held, when it was a turn's
+/// (its messages are the conversation's first ones, seq 0 on): messages stored after it (the
+/// turn's reply, later turns) were not there to be sent and are skipped, not counted against
+/// the raw parts (which listed the oldest raw messages as left out when nothing was).
 pub fn left_out<'a>(
     frontier: &'a [inspect::FrontierItem],
     b: &Breakdown,
+    stored_before: Option<i64>,
 ) -> Vec<&'a inspect::FrontierItem> {
+    let frontier = match stored_before {
+        Some(n) => {
+            let end = frontier
+                .iter()
+                .position(|i| i.id.starts_with("msg_") && i.first_seq >= n)
+                .unwrap_or(frontier.len());
+            &frontier[..end]
+        }
+        None => frontier,
+    };
     let sent: std::collections::HashSet<&str> = b
         .parts
         .iter()
@@ -332,7 +347,7 @@ mod tests {
             ..Default::default()
         };
         let b = breakdown(&result);
-        let left: Vec<&str> = left_out(&frontier, &b)
+        let left: Vec<&str> = left_out(&frontier, &b, None)
             .iter()
             .map(|i| i.id.as_str())
             .collect();
@@ -348,13 +363,42 @@ mod tests {
             ..Default::default()
         };
         let b = breakdown(&result);
-        let left: Vec<&str> = left_out(&frontier, &b)
+        let left: Vec<&str> = left_out(&frontier, &b, None)
             .iter()
             .map(|i| i.id.as_str())
             .collect();
         assert_eq!(
             left,
             ["sum_19", "msg_30", "msg_31", "msg_32", "msg_33", "msg_34"]
+        );
+        // A turn's assembly over 35 messages (seq 0 to 34, the prompt last, not yet stored)
+        // sent everything; its reply (seq 35) was stored after: nothing is left out.
+        let result = AssembleResult {
+            messages: vec![
+                AgentMessage::user(
+                    "<summary id=\"sum_19\" depth=\"1\" from=\"a\" to=\"b\">\nold\n</summary>",
+                ),
+                AgentMessage::user(
+                    "<summary id=\"sum_21\" depth=\"1\" from=\"a\" to=\"b\">\nlater\n</summary>",
+                ),
+                AgentMessage::user("message 30"),
+                AgentMessage::user("message 31"),
+                AgentMessage::user("message 32"),
+                AgentMessage::user("message 33"),
+                AgentMessage::user("message 34"),
+            ],
+            ..Default::default()
+        };
+        let b = breakdown(&result);
+        assert!(left_out(&frontier, &b, Some(35)).is_empty());
+        let left: Vec<&str> = left_out(&frontier, &b, None)
+            .iter()
+            .map(|i| i.id.as_str())
+            .collect();
+        assert_eq!(
+            left,
+            ["msg_30"],
+            "without the rule the reply pushes one out"
         );
     }
 

@@ -662,7 +662,11 @@ async fn session(
                 out["leftOut"] = json!({"stale": true, "epochThen": then, "epochNow": conv.epoch});
             } else if let Some(b) = &split {
                 // What the parts do not hold (not a suffix: see `last_assembled::left_out`).
-                let left = last_assembled::left_out(&frontier, b);
+                let stored_before = last
+                    .as_ref()
+                    .filter(|r| r.source == "turn")
+                    .map(|r| r.history_messages as i64);
+                let left = last_assembled::left_out(&frontier, b, stored_before);
                 let tokens: i64 = left.iter().map(|i| i.tokens).sum();
                 let messages: i64 = left
                     .iter()

@@ -95,7 +95,13 @@ impl PgStore {
             front: self.fronts.get(conv.id, req.budget),
             block_share: req.cache_block_share,
         };
-        let mut p = Packer::new(live, req.budget, recall.as_ref(), true, hysteresis);
+        let mut p = Packer::new(
+            live,
+            req.budget,
+            recall.as_ref(),
+            Some(conv.frontier_tokens.max(0) as u64),
+            hysteresis,
+        );
         // Page by page, newest first, each page a query of its own with its LIMIT: planned for
         // the rows it returns (a portal over the whole frontier is planned for all of them, and
         // joined every message's text before the first row came back).
