@@ -178,9 +178,8 @@ struct TurnBudget {
     budgets: Vec<u64>,
     /// A turn ended since they were set: the next assemble starts a new turn.
     ended: bool,
-    /// The host ran background maintenance (`allowDeferredCompactionExecution`) for it: the
-    /// budget that maintenance compacted against.
-    background_budget: Option<u64>,
+    /// The host ran background maintenance (`allowDeferredCompactionExecution`) for it.
+    maintained_in_background: bool,
 }
 
 impl MessageBudgets {
@@ -215,22 +214,16 @@ impl MessageBudgets {
         }
     }
 
-    /// The host maintains `key` in the background, compacting against `budget`.
-    fn maintained_in_background(&self, key: &ConvKey, budget: u64) {
+    /// The host maintains `key` in the background.
+    fn maintained_in_background(&self, key: &ConvKey) {
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        Self::entry(&mut map, key).background_budget = Some(budget);
+        Self::entry(&mut map, key).maintained_in_background = true;
     }
 
     /// Whether the host maintains `key` in the background.
     fn host_maintains(&self, key: &ConvKey) -> bool {
-        self.background_budget(key).is_some()
-    }
-
-    /// The budget background maintenance last compacted `key` against, when the host
-    /// maintains it in the background.
-    fn background_budget(&self, key: &ConvKey) -> Option<u64> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(key).and_then(|e| e.background_budget)
+        map.get(key).is_some_and(|e| e.maintained_in_background)
     }
 
     /// The budget to compact against: `given`, or less when the host assembled with less,
@@ -496,9 +489,10 @@ impl LosslessEngine {
     /// Stored history is about to leave the context of a conversation the host maintains in
     /// the background (the frontier does not fit the budget: maintenance after the last reply
     /// has not caught up, or its summary model is slow; a host that does not maintain in the
-    /// background has its turns compact over the whole budget instead). Only for a budget at
-    /// least the one maintenance compacts against: a one-off smaller assembly (an inspection
-    /// through the engine API) leaves history out rather than rewrite the turns' context.
+    /// background has its turns compact over the whole budget instead). Only for a turn's
+    /// assembly (one given the prompt, or with messages of the host's not stored yet): an
+    /// inspection through the engine API at another budget leaves history out rather than
+    /// rewrite the turns' context.
     /// Compacts
     /// conversation `conv_id` now with the extractive summarizer (no model call, milliseconds)
     /// so that summaries take the history's place instead of a sliding window. A background
@@ -736,11 +730,9 @@ impl ContextEngine for LosslessEngine {
                 Some((conv, out))
                     if out.truncated
                         && mode == SessionMode::Normal
+                        && (params.prompt.is_some() || out.live > 0)
                         && budget >= MIN_ROOM_BUDGET
-                        && self
-                            .message_budgets
-                            .background_budget(&key)
-                            .is_some_and(|b| budget >= b)
+                        && self.message_budgets.host_maintains(&key)
                         && self.make_room(conv.id, budget).await? =>
                 {
                     self.store.assemble(request).await?
@@ -1006,8 +998,8 @@ impl ContextEngine for LosslessEngine {
             && deferred_allowed
             && self.mode(&key) == SessionMode::Normal
         {
+            self.message_budgets.maintained_in_background(&key);
             let budget = self.turn_budget(&key, self.budget(None, rc), false);
-            self.message_budgets.maintained_in_background(&key, budget);
             self.pay_compaction_debt(&key, budget, cx.abort.as_ref())
                 .await?;
         }
