@@ -140,12 +140,12 @@ pub struct SessionRow {
 }
 
 /// The session a call belongs to: its lane key.
-/// Both ids are limited as chat's session header is (`crate::openai::check_session_key`).
+/// Both ids are limited as chat's session header is (`crate::validate::check_session_key`).
 pub(crate) fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<String, ApiError> {
     if let Some(k) = session_key {
-        crate::openai::check_session_key("sessionKey", k)?;
+        crate::validate::check_session_key("sessionKey", k)?;
     }
-    crate::openai::check_session_key("sessionId", session_id)?;
+    crate::validate::check_session_key("sessionId", session_id)?;
     let key = session_key
         .filter(|k| !k.trim().is_empty())
         .unwrap_or(session_id)
@@ -346,7 +346,7 @@ pub(crate) async fn assemble(
             .map(|r| (p, r))
     })
     .await?;
-    crate::dashboard::engine_assembled(&s, &p, &r, served.fallback());
+    crate::trace::watch::engine_assembled(&s, &p, &r, served.fallback());
     Ok(Json(r))
 }
 
@@ -511,7 +511,7 @@ pub(crate) async fn on_subagent_ended(
     State(s): State<AppState>,
     ApiJson(p): ApiJson<SubagentEndedParams>,
 ) -> Result<Json<Value>, ApiError> {
-    crate::openai::check_session_key("childSessionKey", &p.child_session_key)?;
+    crate::validate::check_session_key("childSessionKey", &p.child_session_key)?;
     let key = lane_key(Some(&p.child_session_key), "")?;
     let engine = s.runtime.engine().clone();
     let child = p.child_session_key.clone();
@@ -533,8 +533,8 @@ pub(crate) async fn prepare_subagent_spawn(
             "`parentSessionKey` must not be empty",
         ));
     }
-    crate::openai::check_session_key("parentSessionKey", &p.parent_session_key)?;
-    crate::openai::check_session_key("childSessionKey", &p.child_session_key)?;
+    crate::validate::check_session_key("parentSessionKey", &p.parent_session_key)?;
+    crate::validate::check_session_key("childSessionKey", &p.child_session_key)?;
     let key = lane_key(Some(&p.child_session_key), "")
         .map_err(|_| ApiError::invalid("childSessionKey", "`childSessionKey` must not be empty"))?;
     let parent = p.parent_session_key.trim().to_owned();
@@ -621,9 +621,9 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
         .map_err(|e| ApiError::internal(format!("cannot list the sessions: {e}")))?;
     // The lossless store's active conversations: (messages, compaction passes) by key.
     let mut lossless: std::collections::BTreeMap<String, (u64, i64)> = Default::default();
-    if let Some(recall) = crate::recall::lossless(&s) {
+    if let Some(recall) = crate::engine_store::lossless(&s) {
         let stats = recall.store().conversation_stats().await.map_err(|e| {
-            crate::recall::store_error(&recall, "listing the lossless conversations", e)
+            crate::engine_store::store_error(&recall, "listing the lossless conversations", e)
         })?;
         for c in stats.into_iter().filter(|c| c.conversation.active) {
             let messages = u64::try_from(c.conversation.msg_count).unwrap_or(0);

@@ -40,6 +40,7 @@ mod chat_input;
 pub mod config;
 pub mod dashboard;
 mod engine_api;
+mod engine_store;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -51,10 +52,12 @@ pub mod metrics;
 mod openai;
 pub mod openapi;
 mod recall;
+mod recall_args;
 pub mod server;
 mod session_files;
 pub mod status;
 pub mod trace;
+mod validate;
 
 pub use config::{GatewayConfig, Overrides, Token};
 pub use error::{GatewayError, Result};

@@ -58,13 +58,12 @@ use crate::api_error::{ApiError, ApiJson};
 use crate::chat_input::ChatInput;
 use crate::lanes::LaneGuard;
 use crate::server::AppState;
+use crate::validate::check_session_key;
 
 /// The session header.
 pub const SESSION_HEADER: &str = "x-clawctx-session";
 /// OpenClaw's session header, accepted as an alias.
 pub const OPENCLAW_SESSION_HEADER: &str = "x-openclaw-session-key";
-/// Longest session key accepted.
-const MAX_SESSION_KEY: usize = 512;
 /// How often an idle stream sends an SSE comment: it keeps proxies from closing the stream and
 /// is how a client that went away is noticed while the model is still thinking.
 const STREAM_KEEP_ALIVE: Duration = Duration::from_millis(500);
@@ -440,23 +439,6 @@ fn session_key(headers: &HeaderMap, user: Option<&str>) -> Result<String, ApiErr
     Ok(key)
 }
 
-/// Every session key the gateway takes (the chat header, the engine API's `sessionKey` and
-/// `sessionId`) is at most [`MAX_SESSION_KEY`] bytes without control characters: a key is
-/// stored, listed by `/v1/sessions` and written to logs; `param` names where it came from.
-pub(crate) fn check_session_key(param: &str, key: &str) -> Result<(), ApiError> {
-    if key.len() > MAX_SESSION_KEY || key.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            param,
-            format!(
-                "`{param}`: a session key is at most {MAX_SESSION_KEY} bytes without control characters; found {} bytes{}",
-                key.len(),
-                if key.chars().any(char::is_control) { " with control characters" } else { "" }
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// Aborts the turn when dropped before [`AbortOnDrop::disarm`]: the client went away (its
 /// connection or stream was dropped) or the request's deadline dropped the handler.
 struct AbortOnDrop {
@@ -759,7 +741,7 @@ pub(crate) async fn chat_completions(
     let controller = AbortController::new();
     let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
     turn.abort = Some(controller.signal());
-    let (assembled, ended, _watcher) = crate::dashboard::watch_turn(&shared, &key);
+    let (assembled, ended, _watcher) = crate::trace::watch::watch_turn(&shared, &key);
     turn.assembled = Some(assembled);
     turn.client_tools = std::mem::take(&mut input.tools);
     turn.tool_results = input.tool_results.iter().map(|(_, r)| r.clone()).collect();

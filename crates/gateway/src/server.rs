@@ -93,8 +93,10 @@ pub(crate) struct Shared {
     /// Rollbacks of subagent spawns prepared through the engine API.
     pub(crate) spawns: crate::engine_api::Rollbacks,
     pub(crate) started: Instant,
-    /// The dashboard's last assemblies and live bus.
-    pub(crate) dashboard: crate::dashboard::Dashboard,
+    /// Each session's last assembly (the turn trace's record; the dashboard reads it).
+    pub(crate) recorder: crate::trace::assembled::Recorder,
+    /// The live bus the turn watcher publishes to and `/v1/dashboard/events` streams.
+    pub(crate) live: crate::trace::bus::Live,
     /// Each session's last plain chat answer, for re-sent requests.
     pub(crate) recent: crate::openai::RecentAnswers,
     /// The per-turn trace's writer (and reader) in the state dir.
@@ -144,7 +146,8 @@ impl Gateway {
                 tasks: TaskTracker::new(),
                 spawns: Default::default(),
                 started: Instant::now(),
-                dashboard: crate::dashboard::Dashboard::default(),
+                recorder: Default::default(),
+                live: Default::default(),
                 recent: Default::default(),
                 tracer,
             }),

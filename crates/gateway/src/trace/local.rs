@@ -5,7 +5,7 @@
 //! terminal had "no traced turns" although `clawctx sessions trace` reads the state dir
 //! (issue #39). [`LocalTrace`] holds the gateway's own shared state without serving it (no
 //! socket, no lanes in use): each turn is watched by the very task the gateway's chat
-//! completions use (`dashboard::watch_turn`), which records every assembly, reads the
+//! completions use (`watch::watch_turn`), which records every assembly, reads the
 //! lossless frontier while the model answers and hands the finished trace to the [`Tracer`]
 //! thread. The turn never waits for any of it; [`LocalTrace::finish`] waits only when the
 //! process is about to exit, so the last turn's trace is not lost.
@@ -45,7 +45,7 @@ impl LocalTrace {
     /// Watches the turn `request` asks for (sets its `assembled` channel).
     pub fn watch(&mut self, request: &mut TurnRequest) -> TurnWatch {
         let (assembled, ended, watcher) =
-            crate::dashboard::watch_turn(&self.shared, &request.session_key);
+            super::watch::watch_turn(&self.shared, &request.session_key);
         request.assembled = Some(assembled);
         self.watchers.retain(|w| !w.is_finished());
         self.watchers.push(watcher);
