@@ -17,27 +17,26 @@
 //! `prepareSubagentSpawn` answers as the plugin protocol does, `{hasRollback, rollbackId}`: the
 //! rollback stays in the gateway and `POST /v1/engine/rollback {rollbackId}` runs it (once).
 //! A rollback is dropped when `onSubagentEnded` names its child, and the oldest go past
-//! [`MAX_ROLLBACKS`] kept.
+//! [`MAX_ROLLBACKS`](crate::rollbacks::MAX_ROLLBACKS) kept ([`crate::rollbacks`]).
 //!
 //! Recall (`lcm_grep`, `lcm_describe`, `lcm_expand`) is [`crate::recall`], over the engine's
-//! own store; the session list here reads the lossless conversations through it too.
+//! own store ([`crate::engine_store`]); the session list here reads the lossless conversations
+//! from that store too.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::extract::State;
 use axum::Json;
-use clawctx_engine::{AbortController, CallContext, EngineError, Method, SubagentSpawnPreparation};
+use clawctx_engine::{AbortController, CallContext, EngineError, Method};
 use clawctx_protocol::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api_error::{ApiError, ApiJson};
-use crate::server::{AppState, Shared};
 use crate::session_files::SessionFiles;
+use crate::state::{AppState, Shared};
 
 /// `GET /v1/engine/info`.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
@@ -67,41 +66,6 @@ pub struct SpawnPreparationResponse {
 pub struct RollbackRequest {
     /// The `rollbackId` `prepareSubagentSpawn` answered.
     pub rollback_id: String,
-}
-
-/// Rollbacks kept at most; past it the oldest are dropped (their spawns long launched).
-pub const MAX_ROLLBACKS: usize = 1024;
-
-/// The rollbacks of prepared spawns, by id, oldest first.
-#[derive(Default)]
-pub(crate) struct Rollbacks {
-    next: AtomicU64,
-    kept: Mutex<VecDeque<(String, String, SubagentSpawnPreparation)>>,
-}
-
-impl Rollbacks {
-    fn keep(&self, child: &str, preparation: SubagentSpawnPreparation) -> String {
-        let id = (self.next.fetch_add(1, Ordering::Relaxed) + 1).to_string();
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        kept.push_back((id.clone(), child.to_owned(), preparation));
-        while kept.len() > MAX_ROLLBACKS {
-            kept.pop_front();
-        }
-        id
-    }
-
-    fn take(&self, id: &str) -> Option<(String, SubagentSpawnPreparation)> {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        let at = kept.iter().position(|(k, _, _)| k == id)?;
-        kept.remove(at).map(|(_, child, p)| (child, p))
-    }
-
-    fn forget_child(&self, child: &str) {
-        self.kept
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(_, c, _)| c != child);
-    }
 }
 
 /// `GET /v1/sessions`.

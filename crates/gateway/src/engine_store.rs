@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use clawctx_lossless::{LosslessError, Recall};
 
 use crate::api_error::ApiError;
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// Whether the engine in charge is `lossless`.
 pub(crate) fn is_lossless(s: &Shared) -> bool {

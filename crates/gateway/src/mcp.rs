@@ -866,7 +866,7 @@ pub async fn serve_stdio(recall: Recall, options: McpOptions) -> std::io::Result
 /// `/mcp` on the gateway: streamable HTTP, stateless (every request is answered on its own,
 /// as JSON), over the engine's own store. The gateway's layers (token, `Host`/`Origin`
 /// checks, body limit) apply as to every route, so the SDK's own host check is off here.
-pub(crate) fn router(shared: &crate::server::AppState) -> axum::Router<crate::server::AppState> {
+pub(crate) fn router(shared: &crate::state::AppState) -> axum::Router<crate::state::AppState> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,

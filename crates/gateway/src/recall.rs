@@ -22,7 +22,7 @@ use serde_json::Value;
 use crate::api_error::{ApiError, ApiJson};
 use crate::engine_store::{handle, store_error};
 use crate::recall_args::{RecallMode, RecallSort, RecallTarget};
-use crate::server::{AppState, Shared};
+use crate::state::{AppState, Shared};
 
 /// Which conversations grep sees.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]

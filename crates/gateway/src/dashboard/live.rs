@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast;
 
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// `?key=` of the event stream (absent: every session).
 #[derive(Debug, Deserialize)]

@@ -63,7 +63,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api_error::ApiError;
 use crate::engine_store::is_lossless;
-use crate::server::{AppState, Shared};
+use crate::state::{AppState, Shared};
 
 /// The cookie the dashboard's login sets.
 pub const COOKIE: &str = "clawctx_gateway";

@@ -11,7 +11,7 @@ use clawctx_runtime::{RuntimeError, TurnOutcome};
 
 use super::assembled::{Breakdown, Recorded};
 use super::{CompactionTrace, EngineServed, LeftItem, LeftOut, ModelTrace, TracePart, TurnTrace};
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// Left-out items listed one by one at most (the rest are counted).
 const LISTED: usize = 32;

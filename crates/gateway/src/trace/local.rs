@@ -17,7 +17,7 @@ use std::time::Instant;
 use clawctx_runtime::{RuntimeError, TurnOutcome, TurnRequest};
 
 use super::TurnEnd;
-use crate::server::{AppState, Gateway, GatewayParts};
+use crate::state::{AppState, GatewayParts, Shared};
 
 /// Traces the turns of a runtime that no gateway serves.
 pub struct LocalTrace {
@@ -35,9 +35,8 @@ impl LocalTrace {
     /// Starts the trace writer on the runtime's state dir (`parts.config.trace` says whether
     /// and how much to keep). Must be called inside a tokio runtime.
     pub fn start(parts: GatewayParts) -> LocalTrace {
-        let gateway = Gateway::new(parts);
         LocalTrace {
-            shared: gateway.shared().clone(),
+            shared: std::sync::Arc::new(Shared::new(parts)),
             watchers: Vec::new(),
         }
     }

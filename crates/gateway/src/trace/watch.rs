@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::assembled::Recorded;
 use super::{Builder, TurnEnd};
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The engine API's `assemble` handler records its answer here (and in the turn trace, on a
 /// task of its own: the answer does not wait for the frontier read nor the write).
