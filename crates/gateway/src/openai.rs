@@ -51,7 +51,6 @@ use clawctx_engine::AbortController;
 use clawctx_model::StreamEvent;
 use clawctx_runtime::{RuntimeError, TurnOutcome, TurnRequest};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::api_error::{ApiError, ApiJson};

@@ -124,17 +124,6 @@ impl Tracer {
         }
     }
 
-    /// A tracer that records nothing (tracing disabled).
-    pub fn disabled(path: PathBuf) -> Tracer {
-        Tracer::start(
-            path,
-            TraceSettings {
-                enabled: false,
-                ..TraceSettings::default()
-            },
-        )
-    }
-
     /// The trace file.
     pub fn path(&self) -> &Path {
         &self.path
