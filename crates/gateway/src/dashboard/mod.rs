@@ -9,8 +9,8 @@
 //!
 //! - `GET /v1/dashboard/sessions`: every session with its counts, budget and last assembly.
 //! - `GET /v1/dashboard/session?key=&timelineLimit=`: one session: its last assembled context
-//!   split into parts (as the turn trace recorded it, [`crate::trace::assembled`]), what was
-//!   left out ([`last_assembled`]), the compaction timeline (one row per pass, newest 100 unless
+//!   split into parts (as the turn trace recorded it, `trace::assembled`), what was
+//!   left out (`last_assembled`), the compaction timeline (one row per pass, newest 100 unless
 //!   asked, each naming the first 32 summaries it wrote).
 //! - `GET /v1/dashboard/transcript?key=&from=&limit=&around=`: a page of the stored messages.
 //! - `GET /v1/dashboard/dag?key=`, `/dag/children?key=&id=`, `/dag/path?key=&id=`: the
@@ -18,7 +18,7 @@
 //! - `GET /v1/dashboard/engines`: selection, engines, plugins, quarantines (the persisted
 //!   mirror and this process), host, summarizer (with its circuit breaker when not closed), the
 //!   config with secrets masked ([`secrets`]).
-//! - `GET /v1/dashboard/events?key=`: live events ([`live`], from the turn trace's bus).
+//! - `GET /v1/dashboard/events?key=`: live events (`live`, from the turn trace's bus).
 //! - `GET /v1/dashboard/trace/*`: the per-turn trace ([`crate::trace`]).
 //!
 //! The page keeps what it shows in the URL's hash, so a reload or a shared link lands on it:

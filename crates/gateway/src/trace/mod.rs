@@ -1,7 +1,7 @@
 //! The per-turn trace: what the model saw on every turn and why, kept in the state dir; and
 //! its producer, the watcher of every turn, whose records the dashboard reads.
 //!
-//! Why: each session's last `assemble` answer ([`assembled`], what the dashboard's session view
+//! Why: each session's last `assemble` answer (`assembled`, what the dashboard's session view
 //! shows) is kept only in memory, so "what did the model see on turn N, and why was the rest
 //! left out?" could not be answered one compaction or one restart later (issue #31). This
 //! module records, for every turn through `/v1/chat/completions`, `clawctx run` and
@@ -14,17 +14,17 @@
 //! hash of its text) with its token count, so a turn costs about a kilobyte (`codec`).
 //!
 //! The trace is produced here, not by the dashboard: the turn path, the engine API and
-//! `clawctx run` start a watcher (`watch`) that records each assembly ([`assembled`]),
+//! `clawctx run` start a watcher (`watch`) that records each assembly (`assembled`),
 //! publishes the turn's live events (`bus`) and writes the trace; the dashboard only reads the
 //! records, the bus and the file.
 //!
 //! - `watch`: the producer: the task that watches a turn (or an engine-API `assemble`), records
 //!   each assembly, reads the lossless frontier while the model answers, and hands the finished
 //!   trace to the writer.
-//! - [`assembled`]: each session's last `assemble` answer, in memory, and its split into parts.
+//! - `assembled`: each session's last `assemble` answer, in memory, and its split into parts.
 //! - `bus`: the live events of turns (`/v1/dashboard/events` streams them).
 //! - `build`: a trace from what the turn path and the engine API hand over.
-//! - `writer`: [`Tracer`], the thread that owns the file's connection.
+//! - `writer`: `Tracer`, the thread that owns the file's connection.
 //! - [`store`]: the SQLite file `<state>/runtime/turn-trace.sqlite` (WAL), its schema,
 //!   retention (`gateway.trace.maxTurnsPerSession`, `gateway.trace.maxBytes`, oldest first)
 //!   and the queries, shared by the gateway and `clawctx sessions trace` (which opens the file
@@ -35,7 +35,7 @@
 //! - `api`: the JSON routes under `/v1/dashboard/trace/` (in the OpenAPI document).
 //! - [`LocalTrace`]: the same trace for the turns of `clawctx run` and `clawctx chat`.
 //!
-//! Writing never fails or slows a turn: [`Tracer`] hands a finished trace to its own thread,
+//! Writing never fails or slows a turn: `Tracer` hands a finished trace to its own thread,
 //! the connection's one owner, through a bounded channel (full: the trace is dropped and
 //! counted); errors are logged and counted, never returned to the turn. Reads for the API go
 //! through the same thread. The process-wide summarizer observer (`clawctx_summarize::observe`)
