@@ -20,10 +20,9 @@
 
 use std::time::Instant;
 
-use clawctx_gateway::dashboard::last_assembled::breakdown;
 use clawctx_gateway::trace::store::TraceDb;
 use clawctx_gateway::trace::{
-    parts_of, trace_path, EngineServed, LeftItem, LeftOut, ModelTrace, RecallHitTrace,
+    breakdown, parts_of, trace_path, EngineServed, LeftItem, LeftOut, ModelTrace, RecallHitTrace,
     TraceSettings, TurnTrace,
 };
 use clawctx_protocol::{AgentMessage, AssembleResult, ContextProjection, ContextProjectionMode};

@@ -25,7 +25,7 @@ use clawctx_runtime::ModelOptions;
 use serde_json::Value;
 
 use crate::api_error::ApiError;
-use crate::openai::ChatCompletionRequest;
+use crate::openai_wire::ChatCompletionRequest;
 
 /// Images one prompt may carry (OpenClaw's `maxImageParts`).
 const MAX_IMAGE_PARTS: usize = 8;
@@ -398,7 +398,10 @@ fn image(part: &Value, at: &str) -> Result<ImageContent, ApiError> {
     }
 }
 
-fn tool_result(i: usize, m: &crate::openai::ChatMessage) -> Result<ToolResultMessage, ApiError> {
+fn tool_result(
+    i: usize,
+    m: &crate::openai_wire::ChatMessage,
+) -> Result<ToolResultMessage, ApiError> {
     let id = m.tool_call_id.as_deref().map(str::trim).unwrap_or_default();
     if id.is_empty() {
         return Err(ApiError::invalid(

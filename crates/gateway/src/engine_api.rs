@@ -17,27 +17,26 @@
 //! `prepareSubagentSpawn` answers as the plugin protocol does, `{hasRollback, rollbackId}`: the
 //! rollback stays in the gateway and `POST /v1/engine/rollback {rollbackId}` runs it (once).
 //! A rollback is dropped when `onSubagentEnded` names its child, and the oldest go past
-//! [`MAX_ROLLBACKS`] kept.
+//! [`MAX_ROLLBACKS`](crate::rollbacks::MAX_ROLLBACKS) kept ([`crate::rollbacks`]).
 //!
 //! Recall (`lcm_grep`, `lcm_describe`, `lcm_expand`) is [`crate::recall`], over the engine's
-//! own store; the session list here reads the lossless conversations through it too.
+//! own store ([`crate::engine_store`]); the session list here reads the lossless conversations
+//! from that store too.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::extract::State;
 use axum::Json;
-use clawctx_engine::{AbortController, CallContext, EngineError, Method, SubagentSpawnPreparation};
+use clawctx_engine::{AbortController, CallContext, EngineError, Method};
 use clawctx_protocol::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api_error::{ApiError, ApiJson};
-use crate::server::{AppState, Shared};
 use crate::session_files::SessionFiles;
+use crate::state::{AppState, Shared};
 
 /// `GET /v1/engine/info`.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
@@ -67,41 +66,6 @@ pub struct SpawnPreparationResponse {
 pub struct RollbackRequest {
     /// The `rollbackId` `prepareSubagentSpawn` answered.
     pub rollback_id: String,
-}
-
-/// Rollbacks kept at most; past it the oldest are dropped (their spawns long launched).
-pub const MAX_ROLLBACKS: usize = 1024;
-
-/// The rollbacks of prepared spawns, by id, oldest first.
-#[derive(Default)]
-pub(crate) struct Rollbacks {
-    next: AtomicU64,
-    kept: Mutex<VecDeque<(String, String, SubagentSpawnPreparation)>>,
-}
-
-impl Rollbacks {
-    fn keep(&self, child: &str, preparation: SubagentSpawnPreparation) -> String {
-        let id = (self.next.fetch_add(1, Ordering::Relaxed) + 1).to_string();
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        kept.push_back((id.clone(), child.to_owned(), preparation));
-        while kept.len() > MAX_ROLLBACKS {
-            kept.pop_front();
-        }
-        id
-    }
-
-    fn take(&self, id: &str) -> Option<(String, SubagentSpawnPreparation)> {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        let at = kept.iter().position(|(k, _, _)| k == id)?;
-        kept.remove(at).map(|(_, child, p)| (child, p))
-    }
-
-    fn forget_child(&self, child: &str) {
-        self.kept
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(_, c, _)| c != child);
-    }
 }
 
 /// `GET /v1/sessions`.
@@ -140,12 +104,12 @@ pub struct SessionRow {
 }
 
 /// The session a call belongs to: its lane key.
-/// Both ids are limited as chat's session header is (`crate::openai::check_session_key`).
+/// Both ids are limited as chat's session header is (`crate::validate::check_session_key`).
 pub(crate) fn lane_key(session_key: Option<&str>, session_id: &str) -> Result<String, ApiError> {
     if let Some(k) = session_key {
-        crate::openai::check_session_key("sessionKey", k)?;
+        crate::validate::check_session_key("sessionKey", k)?;
     }
-    crate::openai::check_session_key("sessionId", session_id)?;
+    crate::validate::check_session_key("sessionId", session_id)?;
     let key = session_key
         .filter(|k| !k.trim().is_empty())
         .unwrap_or(session_id)
@@ -346,7 +310,7 @@ pub(crate) async fn assemble(
             .map(|r| (p, r))
     })
     .await?;
-    crate::dashboard::engine_assembled(&s, &p, &r, served.fallback());
+    crate::trace::watch::engine_assembled(&s, &p, &r, served.fallback());
     Ok(Json(r))
 }
 
@@ -511,7 +475,7 @@ pub(crate) async fn on_subagent_ended(
     State(s): State<AppState>,
     ApiJson(p): ApiJson<SubagentEndedParams>,
 ) -> Result<Json<Value>, ApiError> {
-    crate::openai::check_session_key("childSessionKey", &p.child_session_key)?;
+    crate::validate::check_session_key("childSessionKey", &p.child_session_key)?;
     let key = lane_key(Some(&p.child_session_key), "")?;
     let engine = s.runtime.engine().clone();
     let child = p.child_session_key.clone();
@@ -533,8 +497,8 @@ pub(crate) async fn prepare_subagent_spawn(
             "`parentSessionKey` must not be empty",
         ));
     }
-    crate::openai::check_session_key("parentSessionKey", &p.parent_session_key)?;
-    crate::openai::check_session_key("childSessionKey", &p.child_session_key)?;
+    crate::validate::check_session_key("parentSessionKey", &p.parent_session_key)?;
+    crate::validate::check_session_key("childSessionKey", &p.child_session_key)?;
     let key = lane_key(Some(&p.child_session_key), "")
         .map_err(|_| ApiError::invalid("childSessionKey", "`childSessionKey` must not be empty"))?;
     let parent = p.parent_session_key.trim().to_owned();
@@ -621,9 +585,9 @@ pub(crate) async fn sessions(State(s): State<AppState>) -> Result<Json<SessionLi
         .map_err(|e| ApiError::internal(format!("cannot list the sessions: {e}")))?;
     // The lossless store's active conversations: (messages, compaction passes) by key.
     let mut lossless: std::collections::BTreeMap<String, (u64, i64)> = Default::default();
-    if let Some(recall) = crate::recall::lossless(&s) {
+    if let Some(recall) = crate::engine_store::lossless(&s) {
         let stats = recall.store().conversation_stats().await.map_err(|e| {
-            crate::recall::store_error(&recall, "listing the lossless conversations", e)
+            crate::engine_store::store_error(&recall, "listing the lossless conversations", e)
         })?;
         for c in stats.into_iter().filter(|c| c.conversation.active) {
             let messages = u64::try_from(c.conversation.msg_count).unwrap_or(0);

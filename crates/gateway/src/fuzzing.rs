@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::api_error::{parse, ApiError};
 use crate::engine_api::{check_advancement_key, lane_key, RollbackRequest};
-use crate::openai::ChatCompletionRequest;
+use crate::openai_wire::ChatCompletionRequest;
 use crate::recall::{DescribeRequest, ExpandRequest, GrepRequest};
 
 /// Reads a `POST /v1/chat/completions` body as the route does, with `own_tools` as the

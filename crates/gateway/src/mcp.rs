@@ -48,7 +48,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::recall::{RecallMode, RecallSort, RecallTarget};
+use crate::recall_args::{RecallMode, RecallSort, RecallTarget};
 
 /// Longest JSON text one tool result or resource carries.
 pub const MAX_RESULT_CHARS: usize = 32_000;
@@ -412,7 +412,7 @@ impl RecallServer {
         match e {
             LosslessError::NotFound(m) => invalid(format!("{what}: not found: {m}")),
             LosslessError::InvalidInput(m) => invalid(format!("{what}: {m}")),
-            e if crate::recall::is_unavailable(&e) => ErrorData::internal_error(
+            e if crate::engine_store::is_unavailable(&e) => ErrorData::internal_error(
                 format!(
                     "{what} failed: the lossless store {} is unavailable: {e}",
                     self.recall.location()
@@ -866,7 +866,7 @@ pub async fn serve_stdio(recall: Recall, options: McpOptions) -> std::io::Result
 /// `/mcp` on the gateway: streamable HTTP, stateless (every request is answered on its own,
 /// as JSON), over the engine's own store. The gateway's layers (token, `Host`/`Origin`
 /// checks, body limit) apply as to every route, so the SDK's own host check is off here.
-pub(crate) fn router(shared: &crate::server::AppState) -> axum::Router<crate::server::AppState> {
+pub(crate) fn router(shared: &crate::state::AppState) -> axum::Router<crate::state::AppState> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -884,7 +884,7 @@ pub(crate) fn router(shared: &crate::server::AppState) -> axum::Router<crate::se
                 let shared = weak
                     .upgrade()
                     .ok_or_else(|| std::io::Error::other("the gateway is shutting down"))?;
-                let recall = crate::recall::lossless(&shared).ok_or_else(|| {
+                let recall = crate::engine_store::lossless(&shared).ok_or_else(|| {
                     std::io::Error::other(format!(
                         "MCP recall needs the lossless engine; the engine in charge is \"{}\"",
                         shared.runtime.engine_id()
@@ -905,7 +905,7 @@ pub(crate) fn router(shared: &crate::server::AppState) -> axum::Router<crate::se
                 let weak = weak.clone();
                 async move {
                     if let Some(shared) = weak.upgrade() {
-                        if let Err(e) = crate::recall::handle(&shared) {
+                        if let Err(e) = crate::engine_store::handle(&shared) {
                             return axum::response::IntoResponse::into_response(e);
                         }
                     }

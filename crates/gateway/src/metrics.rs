@@ -238,16 +238,6 @@ pub struct Metrics {
     pub assemble_seconds: Family<SourceLabels, Histogram, LatencyBuckets>,
     /// Compaction latency, in turns and through the engine API.
     pub compaction_seconds: Family<CompactionLabels, Histogram, LatencyBuckets>,
-    /// Summarizer calls, by summarizer.
-    pub summarizer_calls: Family<SummarizerLabels, Counter>,
-    /// Summarizer calls that produced no summary, by summarizer.
-    pub summarizer_failures: Family<SummarizerLabels, Counter>,
-    /// Summarizer latency, by summarizer.
-    pub summarizer_seconds: Family<SummarizerLabels, Histogram, LatencyBuckets>,
-    /// Engines' own compaction passes, by engine and outcome.
-    pub engine_compactions: Family<EngineCompactionLabels, Counter>,
-    /// Duration of engines' own compaction passes, by engine.
-    pub engine_compaction_seconds: Family<EngineLabels, Histogram, LatencyBuckets>,
     /// Keeps the compaction observer for as long as the metrics live.
     _compactions: CompactionObserverGuard,
     /// Requests refused before routing, by reason.
@@ -548,11 +538,6 @@ impl Metrics {
             engine_call_seconds,
             assemble_seconds,
             compaction_seconds,
-            summarizer_calls,
-            summarizer_failures,
-            summarizer_seconds,
-            engine_compactions,
-            engine_compaction_seconds,
             _compactions: compactions,
             refused_requests,
             store_bytes,

@@ -29,7 +29,7 @@
 //! does not make two requests differ: a streamed answer is kept once its stream has ended, and
 //! a kept answer is given again as the re-send asks for it (a JSON body, or a stream of the
 //! same reply). Such an answer carries `x-clawctx-replayed: true`. Only each session's last answer is kept, in
-//! memory (a restart forgets it). A request that failed before its answer keeps nothing: its
+//! memory ([`crate::resend`]; a restart forgets it). A request that failed before its answer keeps nothing: its
 //! retry runs, and the runtime continues the unanswered prompt instead of storing it twice.
 //!
 //! A turn runs in a task of its own that holds the session's lane until the turn has ended
@@ -51,20 +51,23 @@ use clawctx_engine::AbortController;
 use clawctx_model::StreamEvent;
 use clawctx_runtime::{RuntimeError, TurnOutcome, TurnRequest};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::api_error::{ApiError, ApiJson};
 use crate::chat_input::ChatInput;
 use crate::lanes::LaneGuard;
-use crate::server::AppState;
+use crate::openai_wire::{
+    AssistantReply, ChatCompletion, ChatCompletionRequest, Choice, CompletionUsage, ModelCard,
+    ModelList, ReplyFunction, ReplyToolCall,
+};
+use crate::resend::Replay;
+use crate::state::AppState;
+use crate::validate::check_session_key;
 
 /// The session header.
 pub const SESSION_HEADER: &str = "x-clawctx-session";
 /// OpenClaw's session header, accepted as an alias.
 pub const OPENCLAW_SESSION_HEADER: &str = "x-openclaw-session-key";
-/// Longest session key accepted.
-const MAX_SESSION_KEY: usize = 512;
 /// How often an idle stream sends an SSE comment: it keeps proxies from closing the stream and
 /// is how a client that went away is noticed while the model is still thinking.
 const STREAM_KEEP_ALIVE: Duration = Duration::from_millis(500);
@@ -78,86 +81,6 @@ pub const REPLAYED_HEADER: &str = "x-clawctx-replayed";
 pub const COMMIT_HEADER: &str = "x-clawctx-commit";
 /// An idempotency key's longest accepted length.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
-/// How long a byte-identical re-send without a key is the same request.
-const RESEND_WINDOW: Duration = Duration::from_secs(10);
-/// How long an answer is kept for its idempotency key.
-const KEYED_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
-/// Sessions whose last answer is kept at most (the oldest goes first).
-const RECENT_SESSIONS: usize = 4096;
-
-/// Each session's last answer (plain or streamed to its end), so that a re-sent request is answered again instead of
-/// being run as a new turn (see the module's text).
-#[derive(Default)]
-pub(crate) struct RecentAnswers(std::sync::Mutex<std::collections::HashMap<String, Recent>>);
-
-struct Recent {
-    key: Option<String>,
-    fingerprint: [u8; 32],
-    body: ChatCompletion,
-    at: Instant,
-}
-
-/// What to do with a request given the session's last answer.
-enum Replay {
-    /// Run it.
-    Run,
-    /// Answer this again.
-    Answer(Box<ChatCompletion>),
-    /// The key was used for a different request.
-    Conflict,
-}
-
-impl RecentAnswers {
-    fn check(&self, session: &str, key: Option<&str>, fingerprint: &[u8; 32]) -> Replay {
-        let Ok(map) = self.0.lock() else {
-            return Replay::Run;
-        };
-        let Some(last) = map.get(session) else {
-            return Replay::Run;
-        };
-        let age = last.at.elapsed();
-        match (key, last.key.as_deref()) {
-            (Some(k), Some(prev)) if k == prev && age <= KEYED_WINDOW => {
-                if last.fingerprint == *fingerprint {
-                    Replay::Answer(Box::new(last.body.clone()))
-                } else {
-                    Replay::Conflict
-                }
-            }
-            (None, _) if last.fingerprint == *fingerprint && age <= RESEND_WINDOW => {
-                Replay::Answer(Box::new(last.body.clone()))
-            }
-            _ => Replay::Run,
-        }
-    }
-
-    fn remember(
-        &self,
-        session: &str,
-        key: Option<String>,
-        fingerprint: [u8; 32],
-        body: &ChatCompletion,
-    ) {
-        let Ok(mut map) = self.0.lock() else {
-            return;
-        };
-        if map.len() >= RECENT_SESSIONS && !map.contains_key(session) {
-            let oldest = map.iter().min_by_key(|(_, r)| r.at).map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                map.remove(&oldest);
-            }
-        }
-        map.insert(
-            session.to_owned(),
-            Recent {
-                key,
-                fingerprint,
-                body: body.clone(),
-                at: Instant::now(),
-            },
-        );
-    }
-}
 
 /// The request's `Idempotency-Key`, checked.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -185,151 +108,6 @@ fn fingerprint(request: &ChatCompletionRequest) -> [u8; 32] {
     sha2::Sha256::digest(&bytes).into()
 }
 
-/// A chat completion request (the fields the gateway reads; every other field is accepted and
-/// not used).
-#[derive(Clone, Debug, Default, Deserialize, Serialize, schemars::JsonSchema)]
-pub struct ChatCompletionRequest {
-    /// Echoed in the response; the gateway's configured model answers every request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// The conversation as the client has it; the last message must be the user's.
-    pub messages: Vec<ChatMessage>,
-    /// Stream `chat.completion.chunk` events.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<bool>,
-    /// `include_usage`: a last chunk with the usage.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream_options: Option<StreamOptions>,
-    /// Names the session when no session header is sent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Client tools (`{"type": "function", "function": {name, description, parameters}}`),
-    /// offered to the model next to the engine's own; calls to them come back to the client.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools: Option<Vec<Value>>,
-    /// `auto`, `none`, `required` or `{"type": "function", "function": {"name"}}`, passed to
-    /// the provider.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_choice: Option<Value>,
-    /// Sampling temperature (0-2), forwarded as sent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    /// Nucleus sampling (0-1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f64>,
-    /// Output token limit: at most the model's configured `maxTokens` (more is a 400 naming
-    /// the limit, as OpenAI answers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u64>,
-    /// Output token limit; wins over `max_tokens`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_completion_tokens: Option<u64>,
-    /// A stop sequence or a list of them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop: Option<Value>,
-    /// Sampling seed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<i64>,
-    /// Presence penalty (-2 to 2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub presence_penalty: Option<f64>,
-    /// Frequency penalty (-2 to 2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frequency_penalty: Option<f64>,
-    /// Choices to generate: 1 only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n: Option<u32>,
-}
-
-/// `stream_options`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, schemars::JsonSchema)]
-pub struct StreamOptions {
-    /// Send a last chunk with `usage`.
-    #[serde(default)]
-    pub include_usage: bool,
-}
-
-/// One message of the request.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, schemars::JsonSchema)]
-pub struct ChatMessage {
-    /// `system`, `developer`, `user`, `assistant`, `tool` or `function`.
-    pub role: String,
-    /// A string or a list of content parts (`{"type": "text", "text"}`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<Value>,
-    /// Author name (for a `tool` message: the tool's name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// An assistant message's tool calls (the client's copy; not replayed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<Value>>,
-    /// The call a `tool` message answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-/// A plain (non-streaming) answer.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ChatCompletion {
-    /// `chatcmpl-<uuid>`.
-    pub id: String,
-    /// `chat.completion`.
-    pub object: String,
-    /// Unix seconds.
-    pub created: u64,
-    /// The request's model, else the gateway's.
-    pub model: String,
-    /// One choice.
-    pub choices: Vec<Choice>,
-    /// Token usage of the turn's model calls.
-    pub usage: CompletionUsage,
-}
-
-/// `choices[0]`.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Choice {
-    /// 0.
-    pub index: u32,
-    /// The assistant's reply.
-    pub message: AssistantReply,
-    /// `stop`, `tool_calls` (the client's tools were called), or `length` when the tool loop
-    /// ran out of iterations.
-    pub finish_reason: String,
-}
-
-/// `choices[0].message`.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct AssistantReply {
-    /// `assistant`.
-    pub role: String,
-    /// The reply text (`null` for a reply of tool calls only).
-    pub content: Option<String>,
-    /// Calls of the client's tools, for the client to run.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ReplyToolCall>,
-}
-
-/// One call of a client tool, in OpenAI's shape.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ReplyToolCall {
-    /// The id the client's `tool` message answers with `tool_call_id`.
-    pub id: String,
-    /// `function`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Name and arguments.
-    pub function: ReplyFunction,
-}
-
-/// A tool call's function.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ReplyFunction {
-    /// The tool's name.
-    pub name: String,
-    /// The arguments as a JSON text.
-    pub arguments: String,
-}
-
 fn reply_tool_calls(o: &TurnOutcome) -> Vec<ReplyToolCall> {
     o.client_tool_calls
         .iter()
@@ -355,39 +133,6 @@ fn finish_reason(o: &TurnOutcome) -> &'static str {
     } else {
         "stop"
     }
-}
-
-/// OpenAI's usage object.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct CompletionUsage {
-    /// Input tokens.
-    pub prompt_tokens: u64,
-    /// Output tokens.
-    pub completion_tokens: u64,
-    /// Sum.
-    pub total_tokens: u64,
-}
-
-/// `GET /v1/models`.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ModelList {
-    /// `list`.
-    pub object: String,
-    /// The configured model.
-    pub data: Vec<ModelCard>,
-}
-
-/// One model.
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ModelCard {
-    /// `provider/model`.
-    pub id: String,
-    /// `model`.
-    pub object: String,
-    /// 0 (unknown).
-    pub created: u64,
-    /// `clawctx`.
-    pub owned_by: String,
 }
 
 pub(crate) async fn models(State(shared): State<AppState>) -> Json<ModelList> {
@@ -438,23 +183,6 @@ fn session_key(headers: &HeaderMap, user: Option<&str>) -> Result<String, ApiErr
     };
     check_session_key(SESSION_HEADER, &key)?;
     Ok(key)
-}
-
-/// Every session key the gateway takes (the chat header, the engine API's `sessionKey` and
-/// `sessionId`) is at most [`MAX_SESSION_KEY`] bytes without control characters: a key is
-/// stored, listed by `/v1/sessions` and written to logs; `param` names where it came from.
-pub(crate) fn check_session_key(param: &str, key: &str) -> Result<(), ApiError> {
-    if key.len() > MAX_SESSION_KEY || key.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            param,
-            format!(
-                "`{param}`: a session key is at most {MAX_SESSION_KEY} bytes without control characters; found {} bytes{}",
-                key.len(),
-                if key.chars().any(char::is_control) { " with control characters" } else { "" }
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Aborts the turn when dropped before [`AbortOnDrop::disarm`]: the client went away (its
@@ -759,7 +487,7 @@ pub(crate) async fn chat_completions(
     let controller = AbortController::new();
     let mut turn = TurnRequest::new(key.clone(), std::mem::take(&mut input.prompt));
     turn.abort = Some(controller.signal());
-    let (assembled, ended, _watcher) = crate::dashboard::watch_turn(&shared, &key);
+    let (assembled, ended, _watcher) = crate::trace::watch::watch_turn(&shared, &key);
     turn.assembled = Some(assembled);
     turn.client_tools = std::mem::take(&mut input.tools);
     turn.tool_results = input.tool_results.iter().map(|(_, r)| r.clone()).collect();

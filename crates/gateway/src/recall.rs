@@ -1,12 +1,5 @@
-//! Recall over HTTP (`POST /v1/engine/lcm_grep`, `lcm_describe`, `lcm_expand`) and the one
-//! lossless store the gateway reads: the engine's own.
-//!
-//! The recall routes, the dashboard, the session list and the MCP server all read through
-//! [`handle`]: the [`Recall`] the runtime's lossless engine hands out (through the quarantine
-//! guard) over the store it writes, with its configuration. The gateway never opens a store of
-//! its own, so it has one pool and one configuration per engine, and reads see every write the
-//! engine acknowledged. On SQLite the reads run on the store's read thread, off the path of
-//! turns; on PostgreSQL on pooled connections.
+//! Recall over HTTP (`POST /v1/engine/lcm_grep`, `lcm_describe`, `lcm_expand`), over the one
+//! lossless store the gateway reads: the engine's own ([`crate::engine_store`]).
 //!
 //! Errors: a bad id or argument is a 400 (not found: 404), an engine other than `lossless` a
 //! 409, and a failing store a 5xx naming the store ([`store_error`]): 503 `store_unavailable`
@@ -20,85 +13,16 @@
 use std::time::Instant;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::Json;
-use clawctx_lossless::{
-    ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessError, Recall, Scope,
-};
+use clawctx_lossless::{ConvKey, GrepQuery, LosslessError, Recall, Scope};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api_error::{ApiError, ApiJson};
-use crate::server::{AppState, Shared};
-
-/// Grep mode.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RecallMode {
-    /// Every term must match (BM25 ranked). `fts` (the CLI's former name) is accepted too.
-    #[default]
-    #[serde(alias = "fts")]
-    FullText,
-    /// A whole question: rows sharing the most and rarest words. `any` is accepted too.
-    #[serde(alias = "any")]
-    AnyTerm,
-    /// A regular expression.
-    Regex,
-}
-
-impl From<RecallMode> for GrepMode {
-    fn from(m: RecallMode) -> Self {
-        match m {
-            RecallMode::FullText => GrepMode::FullText,
-            RecallMode::AnyTerm => GrepMode::AnyTerm,
-            RecallMode::Regex => GrepMode::Regex,
-        }
-    }
-}
-
-/// What grep searches.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RecallTarget {
-    /// Messages and summaries.
-    #[default]
-    Both,
-    /// Messages only.
-    Messages,
-    /// Summaries only.
-    Summaries,
-}
-
-impl From<RecallTarget> for GrepTarget {
-    fn from(t: RecallTarget) -> Self {
-        match t {
-            RecallTarget::Both => GrepTarget::Both,
-            RecallTarget::Messages => GrepTarget::Messages,
-            RecallTarget::Summaries => GrepTarget::Summaries,
-        }
-    }
-}
-
-/// Grep order.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RecallSort {
-    /// Best match first.
-    #[default]
-    Relevance,
-    /// Newest first.
-    Recency,
-}
-
-impl From<RecallSort> for GrepSort {
-    fn from(s: RecallSort) -> Self {
-        match s {
-            RecallSort::Relevance => GrepSort::Relevance,
-            RecallSort::Recency => GrepSort::Recency,
-        }
-    }
-}
+use crate::engine_store::{handle, store_error};
+use crate::recall_args::{RecallMode, RecallSort, RecallTarget};
+use crate::state::{AppState, Shared};
 
 /// Which conversations grep sees.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
@@ -167,55 +91,6 @@ pub struct ExpandRequest {
 #[serde(transparent)]
 pub struct RecallReport(pub serde_json::Map<String, Value>);
 
-/// The lossless engine's recall handle, or `None` when the engine in charge is another one.
-pub(crate) fn lossless(s: &Shared) -> Option<Recall> {
-    Recall::of(s.runtime.engine().as_ref())
-}
-
-/// The lossless engine's recall handle, or a 409 naming the engine in charge.
-pub(crate) fn handle(s: &Shared) -> Result<Recall, ApiError> {
-    lossless(s).ok_or_else(|| {
-        ApiError::conflict(format!(
-            "recall needs the lossless engine; the engine in charge is \"{}\" (plugins.slots.contextEngine)",
-            s.runtime.engine_id()
-        ))
-    })
-}
-
-/// Whether `e` means the store cannot be reached for now (a retry later may work).
-pub(crate) fn is_unavailable(e: &LosslessError) -> bool {
-    matches!(
-        e,
-        LosslessError::Unreachable { .. }
-            | LosslessError::ConnectionLost(_)
-            | LosslessError::Busy { .. }
-            | LosslessError::Closed
-    )
-}
-
-/// The HTTP error of a failed store call `what` on `recall`'s store (see the module header).
-pub(crate) fn store_error(recall: &Recall, what: &str, e: LosslessError) -> ApiError {
-    match e {
-        LosslessError::NotFound(m) => ApiError::not_found(format!("{what} failed: not found: {m}")),
-        LosslessError::InvalidInput(m) => ApiError::bad_request(format!("{what} failed: {m}")),
-        e if is_unavailable(&e) => ApiError {
-            code: Some("store_unavailable"),
-            ..ApiError::unavailable(format!(
-                "{what} failed: the lossless store {} is unavailable: {e}",
-                recall.location()
-            ))
-        },
-        e => ApiError {
-            code: Some("store_error"),
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            ..ApiError::internal(format!(
-                "{what} failed: the lossless store {} failed: {e}",
-                recall.location()
-            ))
-        },
-    }
-}
-
 fn report<T: Serialize>(
     recall: &Recall,
     r: Result<T, LosslessError>,
@@ -246,7 +121,7 @@ pub(crate) async fn lcm_grep(
     ApiJson(r): ApiJson<GrepRequest>,
 ) -> Result<Json<RecallReport>, ApiError> {
     started(&s)?;
-    crate::openai::check_session_key("sessionKey", &r.session_key)?;
+    crate::validate::check_session_key("sessionKey", &r.session_key)?;
     if r.query.trim().is_empty() {
         return Err(ApiError::invalid("query", "`query` must not be empty"));
     }
@@ -277,7 +152,7 @@ pub(crate) async fn lcm_describe(
     ApiJson(r): ApiJson<DescribeRequest>,
 ) -> Result<Json<RecallReport>, ApiError> {
     started(&s)?;
-    crate::openai::check_session_key("sessionKey", &r.session_key)?;
+    crate::validate::check_session_key("sessionKey", &r.session_key)?;
     let recall = handle(&s)?;
     let agent = ConvKey::from_host(Some(&r.session_key), &r.session_key).agent_id;
     let at = Instant::now();
@@ -292,7 +167,7 @@ pub(crate) async fn lcm_expand(
     ApiJson(r): ApiJson<ExpandRequest>,
 ) -> Result<Json<RecallReport>, ApiError> {
     started(&s)?;
-    crate::openai::check_session_key("sessionKey", &r.session_key)?;
+    crate::validate::check_session_key("sessionKey", &r.session_key)?;
     let recall = handle(&s)?;
     let agent = ConvKey::from_host(Some(&r.session_key), &r.session_key).agent_id;
     let at = Instant::now();

@@ -34,7 +34,7 @@ use std::path::{Component, Path, PathBuf};
 use clawctx_protocol::*;
 
 use crate::api_error::ApiError;
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// The file fields of one call, judged for the session `key`.
 pub(crate) struct SessionFiles<'a> {

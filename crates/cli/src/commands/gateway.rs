@@ -6,7 +6,7 @@
 //! refused before it opens a store), then the runtime is built exactly as `run` and `chat`
 //! build it (every engine and installed plugin), then the socket is bound and its address
 //! recorded in the lock file and printed. SIGTERM or Ctrl-C drain the gateway (see
-//! `clawctx_gateway::server`); the plugin processes and the lock go when this returns.
+//! `clawctx_gateway::Gateway::serve`); the plugin processes and the lock go when this returns.
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -9,15 +9,16 @@
 //!
 //! - `GET /v1/dashboard/sessions`: every session with its counts, budget and last assembly.
 //! - `GET /v1/dashboard/session?key=&timelineLimit=`: one session: its last assembled context
-//!   split into parts ([`last_assembled`]), what was left out, the compaction timeline (one row
-//!   per pass, newest 100 unless asked, each naming the first 32 summaries it wrote).
+//!   split into parts (as the turn trace recorded it, `trace::assembled`), what was
+//!   left out (`last_assembled`), the compaction timeline (one row per pass, newest 100 unless
+//!   asked, each naming the first 32 summaries it wrote).
 //! - `GET /v1/dashboard/transcript?key=&from=&limit=&around=`: a page of the stored messages.
 //! - `GET /v1/dashboard/dag?key=`, `/dag/children?key=&id=`, `/dag/path?key=&id=`: the
 //!   summary DAG a layer at a time (lossless).
 //! - `GET /v1/dashboard/engines`: selection, engines, plugins, quarantines (the persisted
 //!   mirror and this process), host, summarizer (with its circuit breaker when not closed), the
 //!   config with secrets masked ([`secrets`]).
-//! - `GET /v1/dashboard/events?key=`: live events ([`live`]).
+//! - `GET /v1/dashboard/events?key=`: live events (`live`, from the turn trace's bus).
 //! - `GET /v1/dashboard/trace/*`: the per-turn trace ([`crate::trace`]).
 //!
 //! The page keeps what it shows in the URL's hash, so a reload or a shared link lands on it:
@@ -41,8 +42,8 @@
 //! token), valid for [`COOKIE_MAX_AGE_SECS`]; the auth layer accepts that cookie as it accepts
 //! the header.
 
-pub mod last_assembled;
-pub mod live;
+mod last_assembled;
+mod live;
 pub mod secrets;
 
 use std::collections::BTreeMap;
@@ -55,17 +56,14 @@ use axum::routing::get;
 use axum::{Json, Router};
 use clawctx_lossless::inspect::{DagNode, DagOverview, MessagePage, PageAt};
 use clawctx_lossless::{Backend, ConvKey, Recall};
-use clawctx_protocol::{AgentMessage, AssembleParams, AssembleResult};
+use clawctx_protocol::AgentMessage;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::api_error::ApiError;
-use crate::server::{AppState, Shared};
-use last_assembled::{Recorded, Recorder};
-use live::Live;
-
-pub(crate) use live::watch_turn;
+use crate::engine_store::is_lossless;
+use crate::state::{AppState, Shared};
 
 /// The cookie the dashboard's login sets.
 pub const COOKIE: &str = "clawctx_gateway";
@@ -83,115 +81,6 @@ const LOGIN_BODY_MAX: usize = 8 * 1024;
 const DEFAULT_PAGE: usize = 100;
 /// Frontier items listed by name in "left out".
 const LEFT_OUT_LISTED: usize = 50;
-
-/// The dashboard's state in the gateway.
-#[derive(Default)]
-pub struct Dashboard {
-    /// Last assembly per session.
-    pub recorder: Recorder,
-    /// Live events.
-    pub live: Live,
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// The engine API's `assemble` handler records its answer here (and in the turn trace, on a
-/// task of its own: the answer does not wait for the frontier read nor the write).
-pub(crate) fn engine_assembled(
-    shared: &AppState,
-    params: &AssembleParams,
-    result: &AssembleResult,
-    fallback: Option<clawctx_engine::Fallback>,
-) {
-    let key = params
-        .session_key
-        .as_deref()
-        .filter(|k| !k.trim().is_empty())
-        .unwrap_or(&params.session_id)
-        .trim();
-    let recorded = record(
-        shared,
-        key,
-        Recorded {
-            at_ms: now_ms(),
-            source: "engine-api",
-            session_id: params.session_id.clone(),
-            token_budget: params.token_budget,
-            history_messages: params.messages.len(),
-            result: result.clone(),
-            epoch: None,
-            fallback,
-            split: Default::default(),
-        },
-    );
-    if shared.tracer.enabled() {
-        let shared = shared.clone();
-        let key = key.to_owned();
-        tokio::spawn(async move {
-            let mut b = crate::trace::Builder::new(&key, "engine-api");
-            b.assembled(&recorded);
-            trace_left_out(&shared, &key, &mut b).await;
-            let summaries = shared.tracer.summaries_since(b.started());
-            let trace = b.finish(&shared, None, summaries);
-            shared.tracer.write(trace);
-        });
-    }
-}
-
-/// What the last assembly of `b` left out: from the lossless frontier (read now, on the store's
-/// read thread), else (another engine, or lossless's fallback answered) from the history the
-/// engine was given.
-pub(crate) async fn trace_left_out(shared: &AppState, key: &str, b: &mut crate::trace::Builder) {
-    let lossless = crate::recall::lossless(shared).filter(|_| !b.by_fallback());
-    if let Some(recall) = lossless {
-        let conv_key = ConvKey::from_host(Some(key), key);
-        if let Some(hits) = recall.last_recall(&conv_key) {
-            b.recall_hits(hits);
-        }
-        match recall.store().frontier_view(&conv_key).await {
-            Ok(view) => b.frontier(view.as_ref()),
-            Err(e) => tracing::debug!("the turn trace reads no frontier for {key}: {e}"),
-        }
-    } else {
-        b.history_left_out();
-    }
-}
-
-/// Keeps `r` as `key`'s last assembly, with the lossless conversation's epoch it was made at
-/// (lossless names it in `contextProjection.epoch` as `<conversation>:<epoch>`), so a later
-/// compaction marks the record's "left out" stale. Costs the turn nothing more than the copy.
-pub(crate) fn record(shared: &AppState, key: &str, mut r: Recorded) -> Arc<Recorded> {
-    if r.epoch.is_none() && is_lossless(shared) {
-        r.epoch = r
-            .result
-            .context_projection
-            .as_ref()
-            .and_then(|p| p.epoch.as_deref())
-            .and_then(|e| e.rsplit_once(':'))
-            .and_then(|(_, n)| n.parse().ok());
-    }
-    // Split it here and keep only the split (tokens and a preview a part): a record must not
-    // hold a whole context per session for the life of the process. Inline, not on the
-    // blocking pool: under load, queued splits would each hold a whole context meanwhile.
-    // (The turn path calls this from its watcher task, not from the turn itself.)
-    let b = r.breakdown();
-    if shared.dashboard.live.listened() {
-        shared.dashboard.live.publish(
-            key,
-            "assembled",
-            json!({"totals": b.totals, "totalTokens": b.total_tokens, "tokenBudget": r.token_budget}),
-        );
-    }
-    r.result.messages = Vec::new();
-    let r = Arc::new(r);
-    shared.dashboard.recorder.record(key, r.clone());
-    r
-}
 
 // ---------------------------------------------------------------------------------------------
 // Auth: the token cookie.
@@ -451,14 +340,10 @@ pub(crate) fn router() -> Router<AppState> {
 // ---------------------------------------------------------------------------------------------
 // JSON endpoints.
 
-fn is_lossless(s: &Shared) -> bool {
-    s.runtime.engine_id() == clawctx_lossless::ENGINE_ID
-}
-
 /// The lossless engine's own store (with the handle that names it in errors); `None` under
 /// another engine.
 async fn lossless_store(s: &Shared) -> Result<Option<Store>, ApiError> {
-    Ok(crate::recall::lossless(s).map(Store))
+    Ok(crate::engine_store::lossless(s).map(Store))
 }
 
 /// The engine's store, through its recall handle.
@@ -473,10 +358,10 @@ impl std::ops::Deref for Store {
 
 impl Store {
     /// The error of a failed read `what`: 404/400 for the caller's mistakes, 503 or 500 naming
-    /// the store for the store's failures (see [`crate::recall::store_error`]).
+    /// the store for the store's failures (see [`crate::engine_store::store_error`]).
     fn error(&self, what: &str) -> impl Fn(clawctx_lossless::LosslessError) -> ApiError + '_ {
         let what = what.to_owned();
-        move |e| crate::recall::store_error(&self.0, &what, e)
+        move |e| crate::engine_store::store_error(&self.0, &what, e)
     }
 }
 
@@ -551,13 +436,13 @@ async fn sessions(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
             }
         }
     }
-    for (key, at) in s.dashboard.recorder.keys() {
+    for (key, at) in s.recorder.keys() {
         // Assembled through the engine API only: no entry, and no conversation in a store.
         let row = rows.entry(key.clone()).or_insert_with(|| {
             json!({"sessionKey": key, "sessionId": Value::Null, "updatedAt": Value::Null,
                    "engine": engine, "compactions": 0})
         });
-        if let Some(r) = s.dashboard.recorder.last(&key) {
+        if let Some(r) = s.recorder.last(&key) {
             row["assembledTokens"] = json!(r.breakdown().total_tokens);
             row["assembledAt"] = json!(at);
             row["assembledBudget"] = json!(r.token_budget);
@@ -625,7 +510,7 @@ async fn session(
     let key = key_param(q.key)?;
     let timeline_limit = q.timeline_limit.unwrap_or(TIMELINE_NEWEST);
     let limits = s.runtime.limits();
-    let last = s.dashboard.recorder.last(&key);
+    let last = s.recorder.last(&key);
     let split = last.as_ref().map(|r| r.breakdown());
     let mut out = json!({
         "sessionKey": key,

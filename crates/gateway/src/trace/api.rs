@@ -18,7 +18,7 @@ use super::store::TurnPage;
 use super::views::{self, SessionRecord, TurnDiff, TurnView};
 use super::TraceError;
 use crate::api_error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Query of the trace routes.
 #[derive(Debug, Deserialize)]

@@ -1,7 +1,7 @@
 //! A turn's trace from what the gateway sees: the split of each `assemble` answer (already
-//! made for the dashboard, so no token is counted twice), the lossless frontier read while
-//! the model answers (which tells what was left out and which stored message each part is),
-//! and the turn's outcome.
+//! made for the record the dashboard reads, [`super::assembled`], so no token is counted
+//! twice), the lossless frontier read while the model answers (which tells what was left out
+//! and which stored message each part is), and the turn's outcome.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use clawctx_lossless::inspect::FrontierView;
 use clawctx_runtime::{RuntimeError, TurnOutcome};
 
+use super::assembled::{Breakdown, Recorded};
 use super::{CompactionTrace, EngineServed, LeftItem, LeftOut, ModelTrace, TracePart, TurnTrace};
-use crate::dashboard::last_assembled::{Breakdown, Recorded};
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// Left-out items listed one by one at most (the rest are counted).
 const LISTED: usize = 32;
@@ -409,7 +409,7 @@ impl Builder {
             self.trace.summarizer_breaker = super::BreakerTrace::read(shared.runtime.state_dir());
         }
         if self.trace.at_ms == 0 {
-            self.trace.at_ms = crate::dashboard::now_ms();
+            self.trace.at_ms = super::now_ms();
         }
         self.trace
     }

@@ -5,7 +5,7 @@
 //! terminal had "no traced turns" although `clawctx sessions trace` reads the state dir
 //! (issue #39). [`LocalTrace`] holds the gateway's own shared state without serving it (no
 //! socket, no lanes in use): each turn is watched by the very task the gateway's chat
-//! completions use (`dashboard::watch_turn`), which records every assembly, reads the
+//! completions use (`watch::watch_turn`), which records every assembly, reads the
 //! lossless frontier while the model answers and hands the finished trace to the [`Tracer`]
 //! thread. The turn never waits for any of it; [`LocalTrace::finish`] waits only when the
 //! process is about to exit, so the last turn's trace is not lost.
@@ -17,7 +17,7 @@ use std::time::Instant;
 use clawctx_runtime::{RuntimeError, TurnOutcome, TurnRequest};
 
 use super::TurnEnd;
-use crate::server::{AppState, Gateway, GatewayParts};
+use crate::state::{AppState, GatewayParts, Shared};
 
 /// Traces the turns of a runtime that no gateway serves.
 pub struct LocalTrace {
@@ -35,9 +35,8 @@ impl LocalTrace {
     /// Starts the trace writer on the runtime's state dir (`parts.config.trace` says whether
     /// and how much to keep). Must be called inside a tokio runtime.
     pub fn start(parts: GatewayParts) -> LocalTrace {
-        let gateway = Gateway::new(parts);
         LocalTrace {
-            shared: gateway.shared().clone(),
+            shared: std::sync::Arc::new(Shared::new(parts)),
             watchers: Vec::new(),
         }
     }
@@ -45,7 +44,7 @@ impl LocalTrace {
     /// Watches the turn `request` asks for (sets its `assembled` channel).
     pub fn watch(&mut self, request: &mut TurnRequest) -> TurnWatch {
         let (assembled, ended, watcher) =
-            crate::dashboard::watch_turn(&self.shared, &request.session_key);
+            super::watch::watch_turn(&self.shared, &request.session_key);
         request.assembled = Some(assembled);
         self.watchers.retain(|w| !w.is_finished());
         self.watchers.push(watcher);
