@@ -31,7 +31,8 @@ async fn a_prefilled_lossless_session_is_seen_whole_on_postgres() {
 
 async fn seen_whole(setup: Setup) {
     let mut f = start(setup).await;
-    f.lossless_session(KEY, 600).await;
+    // More than the engine's budget of a 32,000-token window (about 22,500 tokens).
+    f.lossless_session(KEY, 1_000).await;
 
     // Sessions: listed with its counts.
     let list = f.get_json("/v1/dashboard/sessions").await;
@@ -511,7 +512,7 @@ async fn a_turn_streams_live_events_to_a_listener_of_its_session_on_postgres() {
 async fn live_events(setup: Setup) {
     let mut f = start(setup).await;
     // Enough history that the first turn's afterTurn compacts it.
-    f.prefill(KEY, 600);
+    f.prefill(KEY, 1_000);
     let mut events = f
         .http
         .get(f.at(&format!("/v1/dashboard/events?key={}", urlenc(KEY))))

@@ -41,7 +41,8 @@ async fn start_with(
         "models": {"providers": {"mock": {
             "api": "openai-completions",
             "baseUrl": model.base_url,
-            "models": [{"id": "test-model", "contextWindow": 4000, "maxTokens": 256}],
+            // The prompt budget 1,744 (2,666 − 256 output − a quarter of the window reserved).
+            "models": [{"id": "test-model", "contextWindow": 2666, "maxTokens": 256}],
             "maxRetries": 0, "timeoutMs": 20000
         }}},
         "agents": {"defaults": {"model": {"primary": "mock/test-model"}}},

@@ -278,22 +278,7 @@ impl Builder {
             });
             return;
         }
-        // A turn's history is the conversation's first messages (seq 0 on): messages stored
-        // after its assembly (the reply, when the frontier is read after the turn stored it)
-        // were not there to be sent, and counting them pushed the oldest sent ones into "left
-        // out" (the parts are matched to the frontier from its end).
-        let frontier = match t.source.as_str() {
-            "turn" => {
-                let n = t.history_messages as i64;
-                let end = view
-                    .frontier
-                    .iter()
-                    .position(|i| i.id.starts_with("msg_") && i.first_seq >= n)
-                    .unwrap_or(view.frontier.len());
-                &view.frontier[..end]
-            }
-            _ => &view.frontier[..],
-        };
+        let frontier = &view.frontier;
         // The sent summaries and raw messages, in order: a suffix of the frontier, but the last
         // one or two (the prompt, a turn's own messages) may not be stored yet.
         let seq: Vec<usize> = t
@@ -427,71 +412,5 @@ impl Builder {
             self.trace.at_ms = super::now_ms();
         }
         self.trace
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use clawctx_protocol::{AgentMessage, AssembleResult};
-
-    fn item(seq: i64) -> clawctx_lossless::inspect::FrontierItem {
-        clawctx_lossless::inspect::FrontierItem {
-            id: format!("msg_{}", seq + 1),
-            tokens: 10,
-            first_seq: seq,
-            last_seq: seq,
-        }
-    }
-
-    #[test]
-    fn messages_stored_after_a_turns_assembly_are_not_left_out() {
-        // A turn over 4 messages (seq 0 to 3, the prompt last) sent all 4; by the time the
-        // trace read the frontier the reply (seq 4) was stored too.
-        let result = AssembleResult {
-            messages: (0..4)
-                .map(|i| AgentMessage::user(format!("m{i}")))
-                .collect(),
-            ..Default::default()
-        };
-        let recorded = Recorded {
-            at_ms: 0,
-            source: "turn",
-            session_id: "s".into(),
-            token_budget: Some(1_000),
-            history_messages: 4,
-            result,
-            epoch: None,
-            fallback: None,
-            split: Default::default(),
-        };
-        let view = FrontierView {
-            conversation: clawctx_lossless::store::ConvRow {
-                id: 1,
-                agent_id: "main".into(),
-                session_key: "k".into(),
-                active: true,
-                next_seq: 5,
-                next_ord: 5,
-                msg_count: 5,
-                msg_tokens: 50,
-                raw_bytes: 50,
-                frontier_tokens: 50,
-                frontier_items: 5,
-                epoch: 0,
-            },
-            frontier: (0..5).map(item).collect(),
-        };
-        let mut b = Builder::new("k", "turn");
-        b.assembled(&recorded);
-        b.frontier(Some(&view));
-        let left = b.trace.left_out.clone().unwrap();
-        assert_eq!(left.items, 0, "{left:?}");
-        // Read as an engine-API assembly (no turn history to go by), the oldest is pushed out.
-        let mut b = Builder::new("k", "engine-api");
-        b.assembled(&recorded);
-        b.frontier(Some(&view));
-        assert_eq!(b.trace.left_out.unwrap().items, 1);
     }
 }
