@@ -31,14 +31,19 @@ const COMPLETE_MARKER: &str = ".clawctx-complete";
 
 /// The snapshot directory of `model` in `cache_dir` when an earlier fetch completed there.
 pub fn cached(model: &str, cache_dir: &Path) -> Option<PathBuf> {
-    let repo = Cache::new(cache_dir.to_path_buf()).repo(Repo::new(model.to_owned(), RepoType::Model));
+    let repo =
+        Cache::new(cache_dir.to_path_buf()).repo(Repo::new(model.to_owned(), RepoType::Model));
     let marker = repo.get(COMPLETE_MARKER)?;
     marker.parent().map(Path::to_path_buf)
 }
 
 /// Fetches `model` into `cache_dir` (hf-hub's cache layout) unless an earlier fetch completed,
 /// and returns the snapshot directory, a sentence-transformers model directory.
-pub async fn fetch(model: &str, cache_dir: &Path, env: EnvLookup<'_>) -> Result<PathBuf, LoadError> {
+pub async fn fetch(
+    model: &str,
+    cache_dir: &Path,
+    env: EnvLookup<'_>,
+) -> Result<PathBuf, LoadError> {
     if let Some(dir) = cached(model, cache_dir) {
         return Ok(dir);
     }

@@ -108,7 +108,10 @@ mod tests {
     fn normalize_gives_unit_length_and_keeps_zero() {
         let mut v = vec![3.0, 4.0];
         l2_normalize(&mut v);
-        assert!((v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6, "{v:?}");
+        assert!(
+            (v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6,
+            "{v:?}"
+        );
         let mut z = vec![0.0; 3];
         l2_normalize(&mut z);
         assert_eq!(z, vec![0.0; 3]);

@@ -87,7 +87,8 @@ impl RemoteEmbedder {
             message,
         };
         let base = config.base_url.trim_end_matches('/');
-        let parsed = reqwest::Url::parse(base).map_err(|e| remote_error(format!("baseUrl: {e}")))?;
+        let parsed =
+            reqwest::Url::parse(base).map_err(|e| remote_error(format!("baseUrl: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(remote_error("baseUrl must be http or https".to_owned()));
         }
@@ -182,8 +183,8 @@ impl RemoteEmbedder {
             url: self.url.clone(),
             message,
         };
-        let reply: Reply = serde_json::from_str(text)
-            .map_err(|e| bad(format!("{e} in {}", excerpt(text))))?;
+        let reply: Reply =
+            serde_json::from_str(text).map_err(|e| bad(format!("{e} in {}", excerpt(text))))?;
         if reply.data.len() != expected {
             return Err(bad(format!(
                 "{} embeddings for {expected} inputs",

@@ -106,10 +106,13 @@ pub fn choose(configured: Option<&EmbedSpec>, env: EnvLookup<'_>) -> Option<Chos
         }
     }
     let default_dir = PathBuf::from(home?).join(DEFAULT_MODEL_DIR);
-    default_dir.join("config.json").is_file().then(|| Chosen::Model {
-        value: default_dir.to_string_lossy().into_owned(),
-        origin: Origin::DefaultDir,
-    })
+    default_dir
+        .join("config.json")
+        .is_file()
+        .then(|| Chosen::Model {
+            value: default_dir.to_string_lossy().into_owned(),
+            origin: Origin::DefaultDir,
+        })
 }
 
 /// The embedder for `configured` and the environment ([`choose`]), loaded: `Ok(None)` when
@@ -328,11 +331,10 @@ mod tests {
 
     #[test]
     fn specs_parse_from_config_json() {
-        let off: EmbedSpec = serde_json::from_str(r#"{"provider":"off"}"#)
-            .expect("off");
+        let off: EmbedSpec = serde_json::from_str(r#"{"provider":"off"}"#).expect("off");
         assert_eq!(off, EmbedSpec::Off);
-        let local: EmbedSpec = serde_json::from_str(r#"{"provider":"local","model":"/m"}"#)
-            .expect("local");
+        let local: EmbedSpec =
+            serde_json::from_str(r#"{"provider":"local","model":"/m"}"#).expect("local");
         assert_eq!(
             local,
             EmbedSpec::Local {
