@@ -15,7 +15,7 @@
 //! embedder has a [`Embedder::model_id`], to be stored with the vectors it made: when the id
 //! changes, stored vectors are stale and get re-embedded (vectors of two models never mix).
 //!
-//! # Which embedder: [`resolve`]
+//! # Which embedder: [`resolve()`]
 //!
 //! `resolve(configured, state_dir, env)` returns `Ok(Some(embedder))`, `Ok(None)` (nothing
 //! configured and no model found: callers stay lexical-only) or an error naming what to fix:

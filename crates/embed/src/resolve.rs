@@ -29,7 +29,7 @@ pub const DEFAULT_MODEL_DIR: &str = ".cache/clawctx/embed/all-MiniLM-L6-v2";
 /// The embeddings part of a config, `{"provider": "local", "model": "<dir or hub id>"}`,
 /// `{"provider": "openai", "baseUrl": …, "model": …, "apiKeyEnv": …}` or `{"provider": "off"}`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(tag = "provider", rename_all = "lowercase")]
+#[serde(tag = "provider", rename_all = "lowercase", deny_unknown_fields)]
 pub enum EmbedSpec {
     /// No embeddings, whatever the environment says.
     Off,
@@ -359,6 +359,8 @@ mod tests {
             r#"{"provider":"openai","baseUrl":"http://h/v1","model":"e","apiKey":"secret"}"#,
         );
         assert!(typo.is_err(), "an unknown field is refused, not ignored");
+        let typo = serde_json::from_str::<EmbedSpec>(r#"{"provider":"local","modle":"/m"}"#);
+        assert!(typo.is_err(), "a misspelt field is refused");
         assert!(serde_json::from_str::<EmbedSpec>(r#"{"provider":"onnx"}"#).is_err());
     }
 }
