@@ -11,7 +11,7 @@
 //!
 //! A model value is a directory path (`~/` expanded) when such a directory exists, else a
 //! Hugging Face hub id (`sentence-transformers/all-MiniLM-L6-v2`), fetched into
-//! `<state dir>/embed/hub` (feature `hub`; see [`crate::hub`]).
+//! `<state dir>/embed/hub` (feature `hub`; see the `hub` module).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
