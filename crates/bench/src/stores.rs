@@ -276,6 +276,7 @@ async fn measure(
             recall_max_messages: cfg.prompt_recall_max_messages,
             recall_max_tokens: cfg.prompt_recall_max_tokens,
             cache_block_share: cfg.cache_block_share,
+            whole_first: true,
         };
         let t = Instant::now();
         store

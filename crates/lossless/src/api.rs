@@ -176,6 +176,8 @@ impl Recall {
                 recall_max_messages: self.cfg.prompt_recall_max_messages,
                 recall_max_tokens: self.cfg.prompt_recall_max_tokens,
                 cache_block_share: self.cfg.cache_block_share,
+                // As for a session its host maintains in the background (every host of ours).
+                whole_first: true,
             })
             .await?;
         Ok(match found {

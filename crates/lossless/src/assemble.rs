@@ -31,8 +31,9 @@
 //! stored history as the last (another prompt over it, nothing new stored), is packed as full
 //! as the budget allows. The per-turn `<recalled>` block stays after the stable part (before the prompt).
 //!
-//! The whole frontier first: when it fits the whole budget with the live messages, all of it is
-//! shown, whatever the recall reserve and the remembered front (nothing is left out with room
+//! The whole frontier first, for a conversation its host maintains in the background
+//! ([`Hysteresis::whole_first`]): when it fits the whole budget with the live messages, all of it
+//! is shown, whatever the recall reserve and the remembered front (nothing is left out with room
 //! to spare); the rules below apply only when it does not fit, which the engine avoids by
 //! compacting first (`LosslessEngine::assemble`).
 //!
@@ -130,6 +131,15 @@ pub struct Hysteresis {
     /// `front` (`cacheBlockShare`); `0` drops only what does not fit (the front moves every turn
     /// once the budget is full).
     pub block_share: f64,
+    /// Show the whole frontier when it and the live messages fit the whole budget, whatever
+    /// the recall reserve and `front` (the block gets what is left). Set for a conversation
+    /// its host maintains in the background: compaction then runs at the threshold after
+    /// every reply, so a frontier larger than the history's share is a passing state, and
+    /// leaving its oldest messages out would drop history no summary covers. A host that
+    /// compacts only when the frontier is over the whole budget (an engine driven by
+    /// `afterTurn` alone, as `clawctx eval` does) keeps the reserve: there the frontier sits
+    /// near the whole budget between compactions and would leave the block no room.
+    pub whole_first: bool,
 }
 
 /// Each conversation's [`FrontKey`] with the budget it was assembled for, kept by a backend for
@@ -340,10 +350,11 @@ impl<'r> Packer<'r> {
     /// `frontier_tokens`: the stored conversation that follows, by its frontier's tokens
     /// (`None`: there is none; recall needs one).
     ///
-    /// When the whole frontier and the live messages fit the whole budget, all of it is shown:
-    /// no history is left out for the recall reserve or to keep a remembered front (the
-    /// `<recalled>` block gets what is left). History leaves the context only when it cannot
-    /// fit, and the engine compacts before that happens (`LosslessEngine::assemble`).
+    /// With [`Hysteresis::whole_first`], when the whole frontier and the live messages fit the
+    /// whole budget, all of it is shown: no history is left out for the recall reserve or to
+    /// keep a remembered front (the `<recalled>` block gets what is left). History then leaves
+    /// the context only when it cannot fit, and the engine compacts before that happens
+    /// (`LosslessEngine::assemble`).
     pub(crate) fn new(
         live: Vec<AgentMessage>,
         budget: u64,
@@ -353,7 +364,8 @@ impl<'r> Packer<'r> {
     ) -> Self {
         let has_conv = frontier_tokens.is_some();
         let live_tokens: u64 = live.iter().map(message_tokens).sum();
-        let whole_fits = frontier_tokens.is_some_and(|f| f + live_tokens <= budget);
+        let whole_fits =
+            hysteresis.whole_first && frontier_tokens.is_some_and(|f| f + live_tokens <= budget);
         if whole_fits {
             hysteresis.front = None;
         }

@@ -62,6 +62,9 @@ pub struct AssembleRequest {
     /// Share of the history budget dropped at once when the context is full
     /// (`cacheBlockShare`, see [`crate::assemble`]); `0`: the front moves every turn.
     pub cache_block_share: f64,
+    /// Show the whole frontier when it fits the whole budget, the recall reserve and the
+    /// remembered front notwithstanding (see [`crate::assemble::Hysteresis::whole_first`]).
+    pub whole_first: bool,
 }
 
 /// Which kind of database a backend is.
@@ -338,6 +341,7 @@ impl Backend for LosslessStore {
                 let hysteresis = crate::assemble::Hysteresis {
                     front: fronts.get(conv.id, req.budget),
                     block_share: req.cache_block_share,
+                    whole_first: req.whole_first,
                 };
                 let out = db.assemble_stable(
                     Some(conv.id),

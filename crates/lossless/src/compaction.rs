@@ -763,68 +763,26 @@ pub fn validate_summary(
 /// Distinct words of its source a summary must repeat.
 const MIN_SHARED_WORDS: usize = 2;
 
-/// Words too common, or too much part of the serialized conversation itself ("User:",
-/// "Assistant:"), to show that a summary speaks of its source.
-const COMMON_WORDS: &[&str] = &[
-    "about",
-    "after",
-    "again",
-    "also",
+/// Besides the search's stopwords, words that do not show a summary speaks of its source: the
+/// serialized conversation's own labels ("User:", "Assistant:", "Tool result"), which every
+/// source has, and what a model's generic refusal is made of.
+const GENERIC_WORDS: &[&str] = &[
     "assistant",
-    "been",
-    "before",
-    "being",
-    "could",
-    "does",
-    "each",
-    "from",
-    "have",
-    "here",
-    "into",
-    "just",
-    "like",
-    "more",
-    "most",
-    "much",
-    "only",
-    "other",
+    "conversation",
     "result",
-    "same",
-    "should",
-    "some",
-    "such",
+    "summarize",
     "summary",
-    "than",
-    "that",
-    "their",
-    "them",
-    "then",
-    "there",
-    "these",
-    "they",
-    "this",
-    "those",
     "thinking",
     "time",
     "tool",
     "user",
-    "very",
-    "were",
-    "what",
-    "when",
-    "where",
-    "which",
-    "will",
-    "with",
-    "would",
-    "your",
 ];
 
 /// The summary's count of shared words when it repeats fewer than [`MIN_SHARED_WORDS`] of
-/// its source's content words (four letters or more, common words aside), or `None`. The
-/// salient-term rule counts names, numbers and paths, which plain chat may not have at all:
-/// without this rule a model's "I cannot summarize this conversation" passed for a summary
-/// of it. Words in Chinese, Japanese or Korean script are not counted (those texts are not
+/// its source's content words (four letters or more, stopwords and [`GENERIC_WORDS`] aside),
+/// or `None`. The salient-term rule counts names, numbers and paths, which plain chat may not
+/// have at all: without this rule a model's "I cannot summarize this conversation" passed for
+/// a summary of it. Words in Chinese, Japanese or Korean script are not counted (those texts are not
 /// split into words by spaces), and a source with too few words of its own is not judged.
 fn shares_too_few_words(source: &str, summary: &str) -> Option<usize> {
     fn words(text: &str) -> HashSet<String> {
@@ -835,7 +793,10 @@ fn shares_too_few_words(source: &str, summary: &str) -> Option<usize> {
                     && !w.chars().any(is_cjk)
             })
             .map(str::to_lowercase)
-            .filter(|w| !COMMON_WORDS.contains(&w.as_str()))
+            .filter(|w| {
+                !crate::search::STOPWORDS.contains(&w.as_str())
+                    && !GENERIC_WORDS.contains(&w.as_str())
+            })
             .collect()
     }
     let source = words(source);

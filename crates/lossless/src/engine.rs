@@ -725,6 +725,7 @@ impl ContextEngine for LosslessEngine {
                 recall_max_messages: self.cfg.prompt_recall_max_messages,
                 recall_max_tokens: self.cfg.prompt_recall_max_tokens,
                 cache_block_share: self.cfg.cache_block_share,
+                whole_first: self.message_budgets.host_maintains(&key),
             };
             match self.store.assemble(request.clone()).await? {
                 Some((conv, out))

@@ -279,6 +279,7 @@ async fn a_lost_connection_is_retried_and_loses_nothing() {
         recall_max_messages: 0,
         recall_max_tokens: 0,
         cache_block_share: 0.0,
+        whole_first: true,
     };
     let (_, assembled) = store.assemble(req).await.unwrap().unwrap();
     assert_eq!(assembled.messages.len(), 20);

@@ -94,6 +94,7 @@ impl PgStore {
         let hysteresis = Hysteresis {
             front: self.fronts.get(conv.id, req.budget),
             block_share: req.cache_block_share,
+            whole_first: req.whole_first,
         };
         let mut p = Packer::new(
             live,
