@@ -712,11 +712,12 @@ impl ContextEngine for LosslessEngine {
         }
         // Live candidates: the host's newest messages, checked newest-first against the store.
         let window = (self.cfg.fresh_tail_count + 16).min(params.messages.len());
-        let recent: Vec<AgentMessage> = params.messages[params.messages.len() - window..].to_vec();
+        let recent = || params.messages[params.messages.len() - window..].to_vec();
         let stored = if mode == SessionMode::Ignored {
             None
         } else {
-            let request = AssembleRequest {
+            let maintained = self.message_budgets.host_maintains(&key);
+            let request = |recent: Vec<AgentMessage>| AssembleRequest {
                 key: key.clone(),
                 recent,
                 budget,
@@ -725,18 +726,20 @@ impl ContextEngine for LosslessEngine {
                 recall_max_messages: self.cfg.prompt_recall_max_messages,
                 recall_max_tokens: self.cfg.prompt_recall_max_tokens,
                 cache_block_share: self.cfg.cache_block_share,
-                whole_first: self.message_budgets.host_maintains(&key),
+                whole_first: maintained,
             };
-            match self.store.assemble(request.clone()).await? {
+            match self.store.assemble(request(recent())).await? {
                 Some((conv, out))
                     if out.truncated
+                        && maintained
                         && mode == SessionMode::Normal
                         && (params.prompt.is_some() || out.live > 0)
                         && budget >= MIN_ROOM_BUDGET
-                        && self.message_budgets.host_maintains(&key)
                         && self.make_room(conv.id, budget).await? =>
                 {
-                    self.store.assemble(request).await?
+                    // Rare (maintenance behind): the request is built again rather than
+                    // cloned on every assembly.
+                    self.store.assemble(request(recent())).await?
                 }
                 stored => stored,
             }
