@@ -728,11 +728,35 @@ pub(crate) fn text_slots(m: &mut AgentMessage) -> Vec<&mut String> {
 /// ([`render_summary`]) or the prompt-recall block ([`crate::prompt_recall`]). Such a block is
 /// never a message of the conversation: the host stores raw messages.
 pub fn is_own_block(m: &AgentMessage) -> bool {
-    let AgentMessage::User(_) = m else {
+    let AgentMessage::User(user) = m else {
         return false;
     };
-    let text = m.plain_text();
-    parse_summary_header(&text).is_some() || crate::prompt_recall::is_recalled_block(&text)
+    let looks_like = |text: &str| {
+        // Most messages open with a letter: no need to look further (a block opens with `<`,
+        // a summary block perhaps after whitespace, which may be non-ASCII).
+        let first = text.as_bytes().first().copied().unwrap_or(b' ');
+        if first != b'<' && first.is_ascii() && !first.is_ascii_whitespace() {
+            return false;
+        }
+        parse_summary_header(text).is_some() || crate::prompt_recall::is_recalled_block(text)
+    };
+    // Called on every live message of every assembly: a plain-text message is judged on its
+    // own bytes, and a message of blocks is flattened only when one of its pieces opens like
+    // a block (a flattened text can open like one only then: pieces are joined by newlines).
+    match &user.content {
+        clawctx_protocol::message::Content::Text(text) => looks_like(text),
+        content => {
+            let opens_like = content.block_slice().iter().any(|b| match b {
+                clawctx_protocol::message::ContentBlock::Text(t) => {
+                    t.text.trim_start().starts_with("<summary ")
+                        || crate::prompt_recall::is_recalled_block(&t.text)
+                }
+                clawctx_protocol::message::ContentBlock::Image(_) => false,
+                _ => true,
+            });
+            opens_like && looks_like(&m.plain_text())
+        }
+    }
 }
 
 /// Assembly over this engine's own output. OpenClaw assembles twice per model call: before the
@@ -842,5 +866,32 @@ mod tests {
         );
         assert_eq!(parse_summary_header("<recalled>x</recalled>"), None);
         assert_eq!(parse_summary_header("plain"), None);
+    }
+
+    #[test]
+    fn own_blocks_are_told_apart_in_either_content_shape() {
+        use clawctx_protocol::message::{Content, ContentBlock, TextContent};
+        let summary = render_summary(3, 0, None, None, "facts").plain_text();
+        let with_blocks = |texts: &[&str]| {
+            let mut m = AgentMessage::user("");
+            if let AgentMessage::User(u) = &mut m {
+                u.content = Content::Blocks(
+                    texts
+                        .iter()
+                        .map(|t| ContentBlock::Text(TextContent::new(*t)))
+                        .collect(),
+                );
+            }
+            m
+        };
+        assert!(is_own_block(&AgentMessage::user(summary.clone())));
+        assert!(is_own_block(&with_blocks(&[&summary])));
+        // Flattened, an empty first piece adds nothing and a blank one is trimmed away.
+        assert!(is_own_block(&with_blocks(&["", &summary])));
+        assert!(is_own_block(&with_blocks(&["  ", &summary])));
+        assert!(!is_own_block(&with_blocks(&["see:", &summary])));
+        assert!(!is_own_block(&with_blocks(&["plain", "text"])));
+        assert!(!is_own_block(&AgentMessage::user("plain")));
+        assert!(!is_own_block(&AgentMessage::assistant(summary)));
     }
 }

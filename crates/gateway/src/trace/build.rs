@@ -278,7 +278,22 @@ impl Builder {
             });
             return;
         }
-        let frontier = &view.frontier;
+        // A turn's assembly was given the conversation's first `history_messages` messages
+        // (seq 0 on): what was stored after it (the turn's prompt and reply, when the frontier
+        // is read late) was not there to be sent, and would otherwise line up with the sent
+        // raw parts and push the oldest sent messages into "left out".
+        let frontier = match t.source.as_str() {
+            "turn" => {
+                let n = t.history_messages as i64;
+                let end = view
+                    .frontier
+                    .iter()
+                    .position(|i| i.id.starts_with("msg_") && i.first_seq >= n)
+                    .unwrap_or(view.frontier.len());
+                &view.frontier[..end]
+            }
+            _ => &view.frontier[..],
+        };
         // The sent summaries and raw messages, in order: a suffix of the frontier, but the last
         // one or two (the prompt, a turn's own messages) may not be stored yet.
         let seq: Vec<usize> = t
@@ -412,5 +427,82 @@ impl Builder {
             self.trace.at_ms = super::now_ms();
         }
         self.trace
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use clawctx_lossless::inspect::FrontierItem;
+    use clawctx_lossless::store::ConvRow;
+
+    use super::*;
+
+    fn part(kind: &str, id: Option<&str>) -> TracePart {
+        TracePart {
+            kind: kind.into(),
+            index: None,
+            id: id.map(str::to_owned),
+            depth: None,
+            role: None,
+            tokens: 10,
+            digest: String::new(),
+            span: None,
+            quotes: Vec::new(),
+            hits: Vec::new(),
+        }
+    }
+
+    fn item(id: &str, first_seq: i64, last_seq: i64) -> FrontierItem {
+        FrontierItem {
+            id: id.into(),
+            tokens: 10,
+            first_seq,
+            last_seq,
+        }
+    }
+
+    /// The turn was assembled from messages 0–5 (a summary of 0–3, then 4 and 5, all sent);
+    /// its prompt and reply (6, 7) were stored before the frontier was read. Nothing was
+    /// left out: read as a suffix, the two stored late lined up with the sent raw parts and
+    /// pushed messages 4 and 5 into "left out".
+    #[test]
+    fn messages_stored_after_a_turns_assembly_are_not_counted_as_left_out() {
+        let mut b = Builder::new("k", "turn");
+        b.trace.history_messages = 6;
+        b.trace.parts = vec![
+            part("summary", Some("sum_1")),
+            part("raw", None),
+            part("raw", None),
+        ];
+        let view = FrontierView {
+            conversation: ConvRow {
+                id: 1,
+                agent_id: "main".into(),
+                session_key: "k".into(),
+                active: true,
+                next_seq: 8,
+                next_ord: 4,
+                msg_count: 8,
+                msg_tokens: 80,
+                raw_bytes: 320,
+                frontier_tokens: 50,
+                frontier_items: 5,
+                epoch: 0,
+            },
+            frontier: vec![
+                item("sum_1", 0, 3),
+                item("msg_5", 4, 4),
+                item("msg_6", 5, 5),
+                item("msg_7", 6, 6),
+                item("msg_8", 7, 7),
+            ],
+        };
+        b.frontier(Some(&view));
+        let left = b.trace.left_out.as_ref().unwrap();
+        assert!(left.known);
+        assert_eq!((left.items, left.messages), (0, 0), "{left:?}");
+        assert_eq!(b.trace.parts[1].id.as_deref(), Some("msg_5"));
+        assert_eq!(b.trace.parts[0].span, Some([0, 3]));
     }
 }
