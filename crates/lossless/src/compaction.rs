@@ -790,7 +790,7 @@ fn shares_too_few_words(source: &str, summary: &str) -> Option<usize> {
             .filter(|w| {
                 w.chars().count() >= 4
                     && w.chars().any(char::is_alphabetic)
-                    && !w.chars().any(is_cjk)
+                    && !w.chars().any(crate::store::terms::is_cjk)
             })
             .map(str::to_lowercase)
             .filter(|w| {
@@ -805,17 +805,6 @@ fn shares_too_few_words(source: &str, summary: &str) -> Option<usize> {
     }
     let shared = words(summary).intersection(&source).count();
     (shared < MIN_SHARED_WORDS).then_some(shared)
-}
-
-/// A character of the Chinese, Japanese or Korean scripts (ideographs, kana, hangul).
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32,
-        0x3040..=0x30FF // hiragana, katakana
-        | 0x3400..=0x4DBF // CJK extension A
-        | 0x4E00..=0x9FFF // CJK unified ideographs
-        | 0xAC00..=0xD7AF // hangul syllables
-        | 0xF900..=0xFAFF // CJK compatibility ideographs
-        | 0x20000..=0x2FFFF) // CJK extensions B and later
 }
 
 enum Outcome {

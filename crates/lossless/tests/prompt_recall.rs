@@ -278,3 +278,84 @@ async fn the_block_takes_the_room_the_history_leaves(store) {
     );
 }
 }
+
+/// A chat in Chinese, Japanese and Korean (filler in each, a few facts early on).
+fn cjk_chat() -> Vec<AgentMessage> {
+    let mut history = vec![
+        AgentMessage::user("请把账本七号放在三楼的保险柜里。").with_timestamp(1_000),
+        AgentMessage::user("明日の会議は第二会議室で午後三時からです。").with_timestamp(1_001),
+        AgentMessage::user("회의실 예약은 목요일 오후로 변경되었습니다.").with_timestamp(1_002),
+        AgentMessage::user("猫").with_timestamp(1_003),
+    ];
+    let filler = [
+        "今天天气很好，我们去公园散步吧。",
+        "我觉得这个方案还需要再讨论一下。",
+        "昨日は雨が降っていたので家にいました。",
+        "このレポートを金曜日までに提出してください。",
+        "오늘 점심은 김치찌개를 먹었어요.",
+        "주말에 영화를 보러 갈 거예요.",
+    ];
+    for t in 0..120 {
+        history.push(
+            AgentMessage::user(filler[t % filler.len()]).with_timestamp(2_000 + t as i64 * 10),
+        );
+        history.push(
+            AgentMessage::assistant(filler[(t + 3) % filler.len()])
+                .with_timestamp(2_001 + t as i64 * 10),
+        );
+    }
+    history
+}
+
+on_both_backends! {
+async fn chinese_japanese_and_korean_words_are_found_inside_their_text(store) {
+    let cfg = LosslessConfig {
+        fresh_tail_count: 8,
+        ..Default::default()
+    };
+    let e = store.engine(cfg).await;
+    let history = cjk_chat();
+    let b = IngestBatchParams {
+        session_id: "s1".into(),
+        session_key: Some(KEY.into()),
+        messages: history.clone(),
+        is_heartbeat: None,
+    };
+    e.ingest_batch(&b, &cx()).await.unwrap();
+    // A word inside a clause (no spaces around it), in each script, and one character alone.
+    for (query, want) in [
+        ("账本七号", "msg_1"),
+        ("保险柜", "msg_1"),
+        ("会議室", "msg_2"),
+        ("午後三時", "msg_2"),
+        ("회의실", "msg_3"),
+        ("목요일", "msg_3"),
+        ("猫", "msg_4"),
+    ] {
+        for mode in [GrepMode::FullText, GrepMode::AnyTerm] {
+            let mut q = GrepQuery::new(query, Scope::Session(key()));
+            q.mode = mode;
+            q.target = GrepTarget::Messages;
+            let r = e.backend().grep(q).await.unwrap();
+            assert_eq!(
+                r.hits.first().map(|h| h.id.as_str()),
+                Some(want),
+                "{query} ({mode:?}): {:?}",
+                r.hits
+            );
+        }
+    }
+    // A phrase is all of its pairs: two words of the fact in the wrong order find nothing.
+    let q = GrepQuery::new("七号账本", Scope::Session(key()));
+    assert!(e.backend().grep(q).await.unwrap().hits.is_empty());
+
+    // The per-turn recall quotes the fact when a question asks about it in other words.
+    let question = "账本七号现在在哪里？";
+    let mut p = assemble_params(history, 600);
+    p.prompt = Some(question.into());
+    let out = e.assemble(&p, &cx()).await.unwrap();
+    let block = out.messages.last().unwrap().plain_text();
+    assert!(block.starts_with("<recalled"), "{block}");
+    assert!(block.contains("请把账本七号放在三楼的保险柜里。"), "{block}");
+}
+}

@@ -1398,3 +1398,49 @@ async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() 
     let q = GrepQuery::new("word230x", Scope::Session(key()));
     assert_eq!(again.grep(q).await.unwrap().hits.len(), 1);
 }
+
+/// A store of schema v9 indexed a run of CJK text as one term; v10 cuts it into pairs of
+/// characters, so the migration rebuilds the index of a store that holds such text and a word
+/// inside the clause is found after it.
+#[tokio::test]
+async fn a_version_9_store_with_cjk_text_is_indexed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lcm.db");
+    let clauses = ["请把账本七号放在三楼的保险柜里", "明日の会議は第二会議室で"];
+    {
+        let e = engine(&dir, small_cfg());
+        let msgs = clauses
+            .iter()
+            .enumerate()
+            .map(|(i, c)| AgentMessage::user(*c).with_timestamp(i as i64 + 1))
+            .collect();
+        e.ingest_batch(&batch(msgs), &cx()).await.unwrap();
+        e.store().unwrap().close_wait().await;
+    }
+    // Back into v9's index: each clause one term, as v9 made it, every row in the file's index.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "DROP TABLE messages_fts;
+         CREATE VIRTUAL TABLE messages_fts USING fts5(
+           text, content='', columnsize=0, detail=none, tokenize='ascii');
+         INSERT INTO messages_fts(rowid, text) VALUES (1, '{}'), (2, '{}');
+         UPDATE fts_state SET upto = 2;
+         PRAGMA user_version = 9;",
+        clauses[0], clauses[1]
+    ))
+    .unwrap();
+    drop(conn);
+
+    let e = LosslessEngine::open(&path, LosslessConfig::default()).unwrap();
+    assert_migrated(&e).await;
+    for (query, want) in [("账本七号", "msg_1"), ("会議室", "msg_2")] {
+        let r = e
+            .backend()
+            .grep(GrepQuery::new(query, Scope::All))
+            .await
+            .unwrap();
+        let ids: Vec<&str> = r.hits.iter().map(|h| h.id.as_str()).collect();
+        assert_eq!(ids, [want], "{query}");
+    }
+    e.store().unwrap().close_wait().await;
+}

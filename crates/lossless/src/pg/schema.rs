@@ -11,7 +11,7 @@ use crate::error::{LosslessError, Result};
 use crate::pg::connect::{connect_pool, PgTarget};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The `app` recorded in the schema table: the database belongs to the lossless engine.
 pub const APP: &str = "clawctx-lossless";
@@ -140,6 +140,32 @@ ALTER TABLE messages ALTER COLUMN terms SET STORAGE MAIN;
 ALTER TABLE summaries ALTER COLUMN terms SET STORAGE MAIN;
 ";
 
+/// Version 3 changes no table: Chinese, Japanese and Korean text is indexed as pairs of
+/// characters and single characters ([`crate::store::terms`]); the rows holding such text get
+/// their `terms` again ([`reterm_cjk_rows`]), the others keep theirs, which are unchanged.
+const CJK_TERMS: i32 = 3;
+
+/// Recomputes `terms` of the rows of `table` (`messages`, `summaries`) whose text has CJK.
+async fn reterm_cjk_rows(tx: &tokio_postgres::Transaction<'_>, table: &str) -> Result<u64> {
+    let rows = tx
+        .query(
+            &format!("SELECT id, text FROM {table} WHERE text ~ $1"),
+            &[&crate::store::terms::cjk_class()],
+        )
+        .await?;
+    let update = tx
+        .prepare(&format!(
+            "UPDATE {table} SET terms = array_to_tsvector(string_to_array($2, ' ')) WHERE id = $1"
+        ))
+        .await?;
+    for row in &rows {
+        let (id, text): (i64, String) = (row.get(0), row.get(1));
+        tx.execute(&update, &[&id, &crate::store::terms::index_terms(&text)])
+            .await?;
+    }
+    Ok(rows.len() as u64)
+}
+
 /// The migrations in order: `(version, DDL)`; applying version N takes the schema from N-1.
 const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2)];
 
@@ -233,6 +259,12 @@ pub async fn migrate(client: &mut tokio_postgres::Client, target_display: &str) 
                 crate::pg::connect::describe_pg_error(&e)
             ))
         })?;
+    }
+    if (1..CJK_TERMS).contains(&current) {
+        let n = reterm_cjk_rows(&tx, "messages").await? + reterm_cjk_rows(&tx, "summaries").await?;
+        if n > 0 {
+            tracing::info!("lossless: {n} rows with CJK text indexed again (schema v3, once)");
+        }
     }
     tx.execute(
         "INSERT INTO clawctx_lossless_schema(k, version, app) VALUES (1, $1, $2)
@@ -356,6 +388,9 @@ mod tests {
                  INSERT INTO conversations(agent_id, session_key, created_at) VALUES ('a', 's', 0);
                  INSERT INTO messages(conv_id, seq, role, tokens, hash, text, terms)
                  SELECT id, 0, 1, 3, 42, 'hello world', to_tsvector('simple', 'hello world')
+                 FROM conversations;
+                 INSERT INTO messages(conv_id, seq, role, tokens, hash, text, terms)
+                 SELECT id, 1, 1, 9, 43, '请把账本七号放好', array_to_tsvector(ARRAY['请把账本七号放好'])
                  FROM conversations"
             ))
             .await
@@ -372,6 +407,20 @@ mod tests {
             )
             .await,
             ["hello world"]
+        );
+        // Version 3: the CJK clause, one term before, is found by a word inside it; the
+        // other row's terms are unchanged.
+        assert_eq!(
+            names(
+                &opened,
+                "SELECT text FROM messages WHERE terms @@ '账本 & 本七 & 七号'::tsquery"
+            )
+            .await,
+            ["请把账本七号放好"]
+        );
+        assert_eq!(
+            names(&opened, "SELECT terms::text FROM messages WHERE seq = 0").await,
+            ["'hello':1 'world':2"]
         );
     }
 

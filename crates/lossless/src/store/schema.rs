@@ -17,7 +17,7 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 9;
+pub const SCHEMA_VERSION: i32 = 10;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -270,6 +270,22 @@ CREATE TABLE turn_commits(
 ) WITHOUT ROWID;
 "#;
 
+/// Version 10: Chinese, Japanese and Korean text is indexed as pairs of characters and single
+/// characters ([`super::terms`]); before, a run of such text was one term, found only whole.
+/// A store holding any such text has both full-text indexes rebuilt (v7's tables, refilled by
+/// [`migrate`]); a store without any keeps its indexes, whose terms are unchanged.
+fn has_cjk(conn: &Connection, source: &str) -> Result<bool> {
+    let mut read = conn.prepare(&format!("SELECT text FROM {source}"))?;
+    let mut rows = read.query([])?;
+    while let Some(row) = rows.next()? {
+        let text: String = row.get(0)?;
+        if text.chars().any(super::terms::is_cjk) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
@@ -492,6 +508,17 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
         if now < 9 {
             conn.execute_batch(V9)?;
             conn.execute_batch("PRAGMA user_version = 9;")?;
+        }
+        if now < 10 {
+            if now >= 7 && (has_cjk(conn, "message_rows")? || has_cjk(conn, "summaries")?) {
+                tracing::info!(
+                    "lossless: rebuilding the full-text index for CJK text (schema v10, once)"
+                );
+                conn.execute_batch(V7)?;
+                reindex(conn, "messages_fts", "message_rows")?;
+                reindex(conn, "summaries_fts", "summaries")?;
+            }
+            conn.execute_batch("PRAGMA user_version = 10;")?;
         }
         Ok(())
     };

@@ -12,6 +12,10 @@
 //! rows that contain it by construction, whatever the normalization is. The normalization:
 //!
 //! - words are maximal runs of alphanumeric characters and combining marks ([`words`]);
+//!   Chinese, Japanese and Korean text, which does not put spaces between its words, gives
+//!   each pair of neighbouring characters as a word instead ("账本七号": "账本", "本七",
+//!   "七号"; a query finds a phrase as the rows holding all its pairs), and the index also
+//!   holds each of its characters alone, so a one-character query finds them;
 //! - case is folded (Unicode lowercase);
 //! - accents are removed from Latin letters (`é` → `e`, `İ` → `i`), as `unicode61
 //!   remove_diacritics 2` did; letters of other scripts keep theirs (`й` stays `й`);
@@ -205,14 +209,80 @@ fn byte_flags(b: u8) -> u8 {
     }
 }
 
-impl Words<'_> {
-    /// Whether the (not ASCII) character at byte `i` is a word character, and its length.
-    #[cold]
-    fn wide(&self, i: usize) -> (bool, usize) {
-        match self.text.get(i..).and_then(|rest| rest.chars().next()) {
-            Some(c) => (is_word_char(c), c.len_utf8()),
-            None => (false, 1),
+/// A letter of the Chinese, Japanese or Korean scripts (ideographs, kana, hangul): text in
+/// them does not separate its words by spaces, so [`words`] cuts it into overlapping pairs of
+/// characters instead (see [`Words`]).
+pub fn is_cjk(c: char) -> bool {
+    let c32 = c as u32;
+    CJK_RANGES.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c32)) && is_word_char(c)
+    // not the blocks' punctuation (`・`, `゠`)
+}
+
+/// The code point ranges of [`is_cjk`].
+const CJK_RANGES: &[(u32, u32)] = &[
+    (0x1100, 0x11FF),   // hangul jamo
+    (0x3040, 0x30FF),   // hiragana, katakana
+    (0x3130, 0x318F),   // hangul compatibility jamo
+    (0x31F0, 0x31FF),   // katakana phonetic extensions
+    (0x3400, 0x4DBF),   // CJK extension A
+    (0x4E00, 0x9FFF),   // CJK unified ideographs
+    (0xAC00, 0xD7AF),   // hangul syllables
+    (0xF900, 0xFAFF),   // CJK compatibility ideographs
+    (0xFF66, 0xFF9F),   // halfwidth katakana
+    (0x20000, 0x2FFFF), // CJK extensions B and later
+];
+
+/// A regular-expression bracket class of the [`is_cjk`] blocks (`[一-鿿…]`), for finding rows
+/// with CJK text in SQL.
+pub fn cjk_class() -> String {
+    let mut out = String::from("[");
+    for (lo, hi) in CJK_RANGES {
+        if let (Some(lo), Some(hi)) = (char::from_u32(*lo), char::from_u32(*hi)) {
+            out.push(lo);
+            out.push('-');
+            out.push(hi);
         }
+    }
+    out.push(']');
+    out
+}
+
+/// What a (not ASCII) character is to [`words`].
+enum Wide {
+    /// Not part of a word (punctuation, symbols, spaces).
+    Gap,
+    /// A letter, digit or mark of a script that separates words by spaces.
+    Letter,
+    /// A CJK character ([`is_cjk`]).
+    Cjk,
+}
+
+impl Words<'_> {
+    /// What the (not ASCII) character at byte `i` is, and its length.
+    #[cold]
+    fn wide(&self, i: usize) -> (Wide, usize) {
+        match self.text.get(i..).and_then(|rest| rest.chars().next()) {
+            Some(c) if is_cjk(c) => (Wide::Cjk, c.len_utf8()),
+            Some(c) if is_word_char(c) => (Wide::Letter, c.len_utf8()),
+            Some(c) => (Wide::Gap, c.len_utf8()),
+            None => (Wide::Gap, 1),
+        }
+    }
+
+    /// Whether the character at byte `i` (a char boundary) is CJK.
+    fn cjk_at(&self, i: usize) -> bool {
+        self.text
+            .get(i..)
+            .and_then(|rest| rest.chars().next())
+            .is_some_and(is_cjk)
+    }
+
+    /// Whether the character before byte `i` (a char boundary) is CJK.
+    fn cjk_before(&self, i: usize) -> bool {
+        self.text
+            .get(..i)
+            .and_then(|before| before.chars().next_back())
+            .is_some_and(is_cjk)
     }
 }
 
@@ -236,8 +306,24 @@ impl<'a> Words<'a> {
                 continue;
             }
             match self.wide(i) {
-                (true, _) => break,
-                (false, n) => i += n,
+                (Wide::Letter, _) => break,
+                (Wide::Gap, n) => i += n,
+                // A run of CJK characters gives each pair of neighbours as a word ("账本七号":
+                // "账本", "本七", "七号"), and a character alone between other text as itself:
+                // a pair starts at every character but the run's last, which the pair before it
+                // already holds.
+                (Wide::Cjk, n) => {
+                    if self.cjk_at(i + n) {
+                        let m = self.wide(i + n).1;
+                        self.pos = i + n;
+                        return self.text.get(i..i + n + m).map(|w| (w, WIDE));
+                    }
+                    if !self.cjk_before(i) {
+                        self.pos = i + n;
+                        return self.text.get(i..i + n).map(|w| (w, WIDE));
+                    }
+                    i += n;
+                }
             }
         }
         let start = i;
@@ -259,11 +345,12 @@ impl<'a> Words<'a> {
                 break;
             } else {
                 match self.wide(i) {
-                    (true, n) => {
+                    (Wide::Letter, n) => {
                         flags |= WIDE;
                         i += n;
                     }
-                    (false, _) => break,
+                    // A CJK character ends the word: it starts its own ("Q7账本": "Q7", "账本").
+                    (Wide::Gap | Wide::Cjk, _) => break,
                 }
             }
         }
@@ -434,6 +521,18 @@ pub fn index_terms(text: &str) -> String {
         let mut scan = words(text);
         while let Some((w, flags)) = scan.next_classified() {
             let ascii = flags & WIDE == 0;
+            if !ascii && w.chars().next().is_some_and(is_cjk) {
+                // A pair of CJK characters (or one alone), and each character of it as well, so
+                // a search for one character finds it. Its terms are CJK only: no word of the
+                // memoized kind ever has them.
+                write_once(&mut out, &mut by_text, w);
+                if w.chars().nth(1).is_some() {
+                    for (k, c) in w.char_indices() {
+                        write_once(&mut out, &mut by_text, &w[k..k + c.len_utf8()]);
+                    }
+                }
+                continue;
+            }
             if ascii && (flags & DIGIT != 0 || w.len() > MAX_STEMMED) {
                 let t = if flags & UPPER != 0 {
                     scratch.clear();
@@ -539,6 +638,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cjk_text_is_cut_into_pairs_of_characters() {
+        fn w(t: &str) -> Vec<&str> {
+            words(t).collect()
+        }
+        assert_eq!(w("账本七号"), ["账本", "本七", "七号"]);
+        assert_eq!(
+            w("请查账本七号。谢谢"),
+            ["请查", "查账", "账本", "本七", "七号", "谢谢"]
+        );
+        // Japanese: kanji and kana alike; a character alone is a word of its own.
+        assert_eq!(w("東京で会議"), ["東京", "京で", "で会", "会議"]);
+        assert_eq!(w("猫 と 犬"), ["猫", "と", "犬"]);
+        // Korean separates words by spaces; the pairs still find a stem inside a word.
+        assert_eq!(
+            w("안녕하세요 세계"),
+            ["안녕", "녕하", "하세", "세요", "세계"]
+        );
+        // Mixed with other scripts: a CJK character ends the word before it.
+        assert_eq!(w("queue Q7账本 done"), ["queue", "Q7", "账本", "done"]);
+        assert_eq!(w("账本v2"), ["账本", "v2"]);
+        assert_eq!(w("Привет世界"), ["Привет", "世界"]);
+    }
+
+    #[test]
+    fn cjk_terms_hold_pairs_and_single_characters_and_queries_find_them() {
+        let terms = index_terms("账本七号在这里");
+        let terms: Vec<&str> = terms.split(' ').collect();
+        for t in [
+            "账本", "本七", "七号", "账", "本", "七", "号", "在这", "这里",
+        ] {
+            assert!(terms.contains(&t), "{t} in {terms:?}");
+        }
+        assert_eq!(fts_term("账本七号"), "\"账本\" \"本七\" \"七号\"");
+        assert_eq!(fts_term("账"), "\"账\"");
+        assert_eq!(index_terms("猫"), "猫");
+    }
+
+    #[test]
     fn words_are_folded_unaccented_and_stemmed() {
         for (word, term) in [
             ("Deployments", "deploy"),
@@ -572,10 +709,44 @@ mod tests {
     fn index_terms_reference(text: &str) -> String {
         let mut seen = std::collections::HashSet::new();
         words(text)
-            .filter_map(normalize)
+            .flat_map(|w| {
+                // A CJK pair is indexed with each of its characters.
+                let mut all = vec![w.to_owned()];
+                if w.chars().all(is_cjk) && w.chars().count() == 2 {
+                    all.extend(w.chars().map(String::from));
+                }
+                all
+            })
+            .filter_map(|w| normalize(&w))
             .filter(|t| seen.insert(t.clone()))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// [`words`] the plain way: the runs of word characters, each cut where CJK begins and
+    /// ends, a run of CJK characters given as its pairs (a character alone as itself).
+    fn words_reference(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for run in text.split(|c: char| !is_word_char(c)) {
+            let chars: Vec<char> = run.chars().collect();
+            let mut k = 0;
+            while k < chars.len() {
+                let cjk = is_cjk(chars[k]);
+                let end = (k..chars.len())
+                    .find(|&j| is_cjk(chars[j]) != cjk)
+                    .unwrap_or(chars.len());
+                let piece = &chars[k..end];
+                if !cjk {
+                    out.push(piece.iter().collect());
+                } else if piece.len() == 1 {
+                    out.push(piece[0].to_string());
+                } else {
+                    out.extend(piece.windows(2).map(|p| p.iter().collect::<String>()));
+                }
+                k = end;
+            }
+        }
+        out
     }
 
     #[test]
@@ -604,11 +775,7 @@ mod tests {
 
         #[test]
         fn words_are_the_runs_of_word_chars(text in "(\\PC|[a-z0-9 ,.\u{300}-\u{36f}]){0,40}") {
-            let plain: Vec<&str> = text
-                .split(|c: char| !is_word_char(c))
-                .filter(|w| !w.is_empty())
-                .collect();
-            proptest::prop_assert_eq!(words(&text).collect::<Vec<_>>(), plain);
+            proptest::prop_assert_eq!(words(&text).collect::<Vec<_>>(), words_reference(&text));
             let mut scan = words(&text);
             while let Some((w, flags)) = scan.next_classified() {
                 let want = w.bytes().fold(0, |f, b| f | if b.is_ascii() { byte_flags(b) } else { WIDE });
@@ -687,11 +854,8 @@ mod tests {
     #[test]
     fn words_split_where_the_char_rule_splits() {
         let text = "Word42 naïve-x Привет\u{a0}мир 🙂x ﬁle x_y tab\there x\u{301}y 日本語。end";
-        let plain: Vec<&str> = text
-            .split(|c: char| !is_word_char(c))
-            .filter(|w| !w.is_empty())
-            .collect();
-        assert_eq!(words(text).collect::<Vec<_>>(), plain);
+        assert_eq!(words(text).collect::<Vec<_>>(), words_reference(text));
+        assert!(words(text).any(|w| w == "本語"));
         assert_eq!(words("").next(), None);
         assert_eq!(words(" -- ").next(), None);
     }
