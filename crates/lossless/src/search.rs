@@ -23,7 +23,7 @@ type FastMap<K, V> =
 use rusqlite::{params, OptionalExtension};
 
 use crate::error::Result;
-use crate::store::terms::fts_term;
+use crate::store::terms::{fts_term, scoped_query, MAX_SCOPED_CONVS};
 use crate::store::Db;
 
 /// Newest matches read per term by `lcm_grep` (and for document frequencies).
@@ -272,8 +272,8 @@ pub struct RankedMessage {
     pub tokens: u64,
 }
 
-/// Corpus size and mean message length (tokens), over the whole store: the index is shared
-/// by every conversation.
+/// Corpus size and mean message length (tokens), over the conversations searched: one
+/// conversation's recall does not depend on what the others of a shared store say.
 pub(crate) struct Corpus {
     n: f64,
     avg_len: f64,
@@ -299,12 +299,23 @@ impl Corpus {
 }
 
 impl Db {
-    fn corpus(&self) -> Result<Corpus> {
-        let (n_docs, n_tokens): (i64, i64) = self.conn.query_row(
-            "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0) FROM conversations",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
+    /// The corpus of conversations `convs` (of the whole store past
+    /// [`crate::store::terms::MAX_SCOPED_CONVS`], as the term lookups then are).
+    fn corpus(&self, convs: &[i64]) -> Result<Corpus> {
+        let totals = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+        let (n_docs, n_tokens): (i64, i64) = if convs.len() > MAX_SCOPED_CONVS {
+            self.conn.query_row(
+                "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0) FROM conversations",
+                [],
+                totals,
+            )?
+        } else {
+            let mut st = self.conn.prepare_cached(
+                "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0) FROM conversations
+                 WHERE id IN (SELECT value FROM json_each(?1))",
+            )?;
+            st.query_row([serde_json::to_string(convs).unwrap_or_default()], totals)?
+        };
         Ok(Corpus::from_totals(n_docs, n_tokens))
     }
 
@@ -342,10 +353,10 @@ impl Db {
             return Ok(Vec::new());
         }
         self.sync_pending_index()?;
-        let corpus = self.corpus()?;
+        let corpus = self.corpus(convs)?;
         let mut term_rows = Vec::with_capacity(terms.len().min(MAX_TERMS));
         for t in terms.iter().take(MAX_TERMS) {
-            if let Some(rows) = self.term_rows(t, rank_for.window())? {
+            if let Some(rows) = self.term_rows(t, rank_for.window(), convs)? {
                 if rank_for.keeps(&corpus, rows.len()) {
                     term_rows.push(rows);
                 }
@@ -369,7 +380,7 @@ impl Db {
         if rows.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        let corpus = self.corpus()?;
+        let corpus = self.corpus(convs)?;
         let mut idf_sum = 0.0;
         let mut matched = 0;
         // Both indexes: the newest messages' (in memory) and the file's.
@@ -381,13 +392,17 @@ impl Db {
         )?;
         for t in terms.iter().take(MAX_TERMS) {
             let newest: i64 = count_newest
-                .query_row(params![fts_term(t), TERM_WINDOW as i64], |r| r.get(0))
+                .query_row(
+                    params![scoped_query(&fts_term(t), convs), TERM_WINDOW as i64],
+                    |r| r.get(0),
+                )
                 .unwrap_or(0);
             let df: i64 = newest
                 + count
-                    .query_row(params![fts_term(t), TERM_WINDOW as i64], |r| {
-                        r.get::<_, i64>(0)
-                    })
+                    .query_row(
+                        params![scoped_query(&fts_term(t), convs), TERM_WINDOW as i64],
+                        |r| r.get::<_, i64>(0),
+                    )
                     .unwrap_or(0);
             let df = df.min(TERM_WINDOW as i64);
             if df > 0 {

@@ -359,3 +359,79 @@ async fn chinese_japanese_and_korean_words_are_found_inside_their_text(store) {
     assert!(block.contains("请把账本七号放在三楼的保险柜里。"), "{block}");
 }
 }
+
+/// One message of operations chat: most of them name a job, a queue, an invoice run or a day.
+fn ops_message(rng: &mut Lcg) -> String {
+    const OPS: &[&str] = &[
+        "the invoice job moved to another queue",
+        "queue depth on the billing worker is back to normal",
+        "Tuesday's deploy of the invoice service went out",
+        "the nightly job for invoices retried twice",
+        "we moved the export job off the shared queue",
+        "alerts on queue latency cleared by Tuesday",
+    ];
+    format!(
+        "{} ({})",
+        OPS[rng.below(OPS.len() as u64) as usize],
+        words(rng, 6)
+    )
+}
+
+on_both_backends! {
+async fn a_conversations_recall_does_not_depend_on_other_conversations_in_the_store(store) {
+    // Issue #43: a fact planted in a small session is quoted when asked about, whether the
+    // store is otherwise empty or holds 20 other sessions of 2,000 operations-chat messages
+    // each, where every word of the question is common.
+    let question = "Which queue did the invoice job move to?";
+    let fact = "FYI the invoice job moved to queue Q-7731 on Tuesday.";
+    for crowded in [false, true] {
+        let s = store.another();
+        let e = s
+            .engine(LosslessConfig {
+                fresh_tail_count: 8,
+                ..Default::default()
+            })
+            .await;
+        let mut rng = Lcg(3);
+        if crowded {
+            for i in 0..20 {
+                let messages = (0..2_000)
+                    .map(|t| AgentMessage::user(ops_message(&mut rng)).with_timestamp(t))
+                    .collect();
+                let b = IngestBatchParams {
+                    session_id: format!("ops-{i}"),
+                    session_key: Some(format!("agent:main:ops:direct:{i}")),
+                    messages,
+                    is_heartbeat: None,
+                };
+                e.ingest_batch(&b, &cx()).await.unwrap();
+            }
+        }
+        let mut history = vec![AgentMessage::user(fact).with_timestamp(1_000)];
+        for t in 0..60 {
+            history.push(AgentMessage::user(words(&mut rng, 25)).with_timestamp(2_000 + t));
+        }
+        let b = IngestBatchParams {
+            session_id: "s1".into(),
+            session_key: Some(KEY.into()),
+            messages: history.clone(),
+            is_heartbeat: None,
+        };
+        e.ingest_batch(&b, &cx()).await.unwrap();
+        let mut p = assemble_params(history, 1_200);
+        p.prompt = Some(question.into());
+        let out = e.assemble(&p, &cx()).await.unwrap();
+        let block = out.messages.last().unwrap().plain_text();
+        assert!(
+            block.starts_with("<recalled") && block.contains("Q-7731"),
+            "crowded store: {crowded}; the fact must be quoted: {block}"
+        );
+        // `lcm_grep` ranks it first for the question too.
+        let mut q = GrepQuery::new(question, Scope::Session(key()));
+        q.mode = GrepMode::AnyTerm;
+        q.target = GrepTarget::Messages;
+        let r = e.backend().grep(q).await.unwrap();
+        assert_eq!(r.hits.first().map(|h| h.id.as_str()), Some(if crowded { "msg_40001" } else { "msg_1" }), "crowded: {crowded}: {:?}", r.hits.first());
+    }
+}
+}

@@ -1062,7 +1062,11 @@ fn cached_term_rows_follow_new_messages() {
                 db.read(|db| {
                     // Another connection's newest messages are indexed from their text here.
                     db.sync_pending_index()?;
-                    db.term_rows("marker", window)
+                    let all = db.term_rows("marker", window, &[])?;
+                    // Every message is the one conversation's: scoped to it, the same rows.
+                    let scoped = db.term_rows("marker", window, &[1])?;
+                    assert_eq!(all, scoped, "window {window}");
+                    Ok(all)
                 })
             })
             .unwrap()

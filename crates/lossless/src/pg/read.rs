@@ -21,7 +21,7 @@ use crate::search::{
     finish_ranking, lookup_bound, ranking_pool, score_terms, sort_candidates, Corpus, RankFor,
     RankedMessage, MAX_TERMS,
 };
-use crate::store::terms::{normalize, words};
+use crate::store::terms::{normalize, words, MAX_SCOPED_CONVS};
 use crate::store::ConvRow;
 
 /// Frontier rows read per page of the walk (a context of 32k tokens of chat is about 100).
@@ -240,33 +240,53 @@ impl PgStore {
         )
     }
 
-    /// The corpus the ranking normalizes by: every message of the store.
-    pub(crate) async fn corpus(c: &impl GenericClient) -> Result<Corpus> {
-        let st = c
-            .prepare_cached(
-                "SELECT coalesce(sum(msg_count), 0)::bigint, coalesce(sum(msg_tokens), 0)::bigint FROM conversations",
-            )
-            .await?;
-        let r = c.query_one(&st, &[]).await?;
+    /// The corpus the ranking normalizes by: the messages of conversations `convs` (of the
+    /// whole store past [`MAX_SCOPED_CONVS`], as the term lookups then are).
+    pub(crate) async fn corpus(c: &impl GenericClient, convs: &[i64]) -> Result<Corpus> {
+        let r = if convs.len() > MAX_SCOPED_CONVS {
+            let st = c
+                .prepare_cached(
+                    "SELECT coalesce(sum(msg_count), 0)::bigint, coalesce(sum(msg_tokens), 0)::bigint FROM conversations",
+                )
+                .await?;
+            c.query_one(&st, &[]).await?
+        } else {
+            let st = c
+                .prepare_cached(
+                    "SELECT coalesce(sum(msg_count), 0)::bigint, coalesce(sum(msg_tokens), 0)::bigint FROM conversations WHERE id = ANY($1)",
+                )
+                .await?;
+            c.query_one(&st, &[&convs]).await?
+        };
         Ok(Corpus::from_totals(r.try_get(0)?, r.try_get(1)?))
     }
 
-    /// The newest messages holding every term of the search word `word`, at most `window`,
-    /// newest first (see [`crate::store::Db::term_rows`]).
+    /// The newest messages of conversations `convs` (of any, past [`MAX_SCOPED_CONVS`])
+    /// holding every term of the search word `word`, at most `window`, newest first (see
+    /// [`crate::store::Db::term_rows`]).
     pub(crate) async fn term_rows(
         c: &impl GenericClient,
         word: &str,
         window: usize,
+        convs: &[i64],
     ) -> Result<Vec<i64>> {
         let Some(q) = tsquery_of(word) else {
             return Ok(Vec::new());
         };
-        let rows = c
-            .query(
+        let rows = if convs.is_empty() || convs.len() > MAX_SCOPED_CONVS {
+            c.query(
                 "SELECT id FROM messages WHERE terms @@ $1::text::tsquery ORDER BY id DESC LIMIT $2",
                 &[&q, &(window as i64)],
             )
-            .await?;
+            .await?
+        } else {
+            c.query(
+                "SELECT id FROM messages WHERE conv_id = ANY($3) AND terms @@ $1::text::tsquery
+                 ORDER BY id DESC LIMIT $2",
+                &[&q, &(window as i64), &convs],
+            )
+            .await?
+        };
         rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
     }
 
@@ -283,10 +303,10 @@ impl PgStore {
         if terms.is_empty() || convs.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        let corpus = Self::corpus(c).await?;
+        let corpus = Self::corpus(c, convs).await?;
         let mut term_rows = Vec::with_capacity(terms.len().min(MAX_TERMS));
         for t in terms.iter().take(MAX_TERMS) {
-            let rows = Self::term_rows(c, t, rank_for.window()).await?;
+            let rows = Self::term_rows(c, t, rank_for.window(), convs).await?;
             if rank_for.keeps(&corpus, rows.len()) {
                 term_rows.push(rows);
             }

@@ -502,11 +502,11 @@ impl PgStore {
         if rows.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        let corpus: Corpus = Self::corpus(c).await?;
+        let corpus: Corpus = Self::corpus(c, convs).await?;
         let mut idf_sum = 0.0;
         let mut matched = 0;
         for t in terms.iter().take(MAX_TERMS) {
-            let df = Self::term_rows(c, t, TERM_WINDOW).await?.len();
+            let df = Self::term_rows(c, t, TERM_WINDOW, convs).await?.len();
             if df > 0 {
                 idf_sum += corpus.idf(df as f64);
                 matched += 1;

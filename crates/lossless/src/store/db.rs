@@ -858,17 +858,23 @@ impl<'c> Appender<'c> {
         } else {
             self.bytes += m.packed.as_ref().map_or(m.text.len(), Vec::len) as u64;
         }
-        let fts_len = fts.as_ref().map_or(m.fts.len(), String::len);
+        // The conversation's own term (see `terms::conv_term`) goes with the words.
+        let mut fts = fts.unwrap_or_else(|| m.fts.clone());
+        if !fts.is_empty() {
+            fts.push(' ');
+        }
+        fts.push_str(&super::terms::conv_term(conv.id));
+        let fts_len = fts.len();
         match &mut self.deferred {
             Some(rows) => {
-                rows.push((id, fts.unwrap_or_else(|| m.fts.clone())));
+                rows.push((id, fts));
                 if rows.len() >= DEFER_MAX {
                     // A huge batch: indexed as it goes, in this transaction.
                     index_rows(self.c, rows, self.pending)?;
                 }
             }
             None => {
-                pending_fts::add(self.c, id, fts.as_deref().unwrap_or(&m.fts))?;
+                pending_fts::add(self.c, id, &fts)?;
                 self.pending.rows += 1;
             }
         }

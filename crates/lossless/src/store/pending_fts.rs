@@ -70,6 +70,17 @@ fn read_upto(c: &Connection) -> Result<i64> {
         .unwrap_or(0))
 }
 
+/// The index terms of a message of conversation `conv` with text `text`: its words' terms and
+/// the conversation's ([`super::terms::conv_term`]).
+pub fn message_terms(text: &str, conv: i64) -> String {
+    let mut terms = index_terms(text);
+    if !terms.is_empty() {
+        terms.push(' ');
+    }
+    terms.push_str(&super::terms::conv_term(conv));
+    terms
+}
+
 /// Adds message `id` with index terms `terms` to the pending index.
 pub fn add(c: &Connection, id: i64, terms: &str) -> Result<()> {
     c.prepare_cached("INSERT INTO temp.pending_terms(id, text) VALUES(?1, ?2)")?
@@ -140,12 +151,14 @@ fn sync_inner(c: &Connection, st: &mut PendingFts) -> Result<()> {
         .prepare_cached("SELECT id FROM messages WHERE id > ?1 ORDER BY id")?
         .query_map([from], |r| r.get::<_, i64>(0))?
         .collect::<rusqlite::Result<Vec<i64>>>()?;
+    let mut conv = c.prepare_cached("SELECT conv_id FROM messages WHERE id = ?1")?;
     let mut text = c.prepare_cached("SELECT text FROM message_rows WHERE id = ?1")?;
     for id in &ids {
+        let conv: i64 = conv.query_row([id], |r| r.get(0))?;
         // A row whose stored text cannot be read (`lcm doctor` reports it) is indexed
         // without words rather than failing every search.
         let t: String = text.query_row([id], |r| r.get(0)).unwrap_or_default();
-        add(c, *id, &index_terms(&t))?;
+        add(c, *id, &message_terms(&t, conv))?;
     }
     st.rows += ids.len();
     st.checked = ids.last().copied().unwrap_or(from);

@@ -270,22 +270,6 @@ CREATE TABLE turn_commits(
 ) WITHOUT ROWID;
 "#;
 
-/// Version 10: Chinese, Japanese and Korean text is indexed as pairs of characters and single
-/// characters ([`super::terms`]); before, a run of such text was one term, found only whole.
-/// A store holding any such text has both full-text indexes rebuilt (v7's tables, refilled by
-/// [`migrate`]); a store without any keeps its indexes, whose terms are unchanged.
-fn has_cjk(conn: &Connection, source: &str) -> Result<bool> {
-    let mut read = conn.prepare(&format!("SELECT text FROM {source}"))?;
-    let mut rows = read.query([])?;
-    while let Some(row) = rows.next()? {
-        let text: String = row.get(0)?;
-        if text.chars().any(super::terms::is_cjk) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 /// Opens (creating when absent) and migrates the store at `path`.
 pub fn open(path: &Path, busy_timeout_ms: u64) -> Result<Connection> {
     let shown = path.display().to_string();
@@ -440,15 +424,25 @@ pub(crate) fn open_reader(path: &Path, busy_timeout_ms: u64) -> Result<Connectio
     Ok(conn)
 }
 
-/// Refills a (new, empty) contentless full-text table from the texts of `source`.
+/// Refills a (new, empty) contentless full-text table from the texts of `source`
+/// (`message_rows`, whose rows also get their conversation's term, or `summaries`).
 fn reindex(conn: &Connection, fts: &str, source: &str) -> Result<()> {
-    let mut read = conn.prepare(&format!("SELECT id, text FROM {source} ORDER BY id"))?;
+    let messages = source == "message_rows";
+    let conv = if messages { "conv_id" } else { "0" };
+    let mut read = conn.prepare(&format!(
+        "SELECT id, text, {conv} FROM {source} ORDER BY id"
+    ))?;
     let mut write = conn.prepare(&format!("INSERT INTO {fts}(rowid, text) VALUES(?1, ?2)"))?;
     let mut rows = read.query([])?;
     while let Some(row) = rows.next()? {
         let id: i64 = row.get(0)?;
         let text: String = row.get(1)?;
-        write.execute(rusqlite::params![id, super::terms::index_terms(&text)])?;
+        let terms = if messages {
+            super::pending_fts::message_terms(&text, row.get(2)?)
+        } else {
+            super::terms::index_terms(&text)
+        };
+        write.execute(rusqlite::params![id, terms])?;
     }
     Ok(())
 }
@@ -510,10 +504,18 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
             conn.execute_batch("PRAGMA user_version = 9;")?;
         }
         if now < 10 {
-            if now >= 7 && (has_cjk(conn, "message_rows")? || has_cjk(conn, "summaries")?) {
-                tracing::info!(
-                    "lossless: rebuilding the full-text index for CJK text (schema v10, once)"
-                );
+            // Version 10: Chinese, Japanese and Korean text is indexed as pairs of characters
+            // and single characters (before, a run of it was one term, found only whole), and
+            // every message carries its conversation's term (`terms::conv_term`), so one
+            // conversation's search reads only its rows. Both indexes are rebuilt as at v7
+            // (which, for an older store, already made them so).
+            if now >= 7 {
+                let n: i64 = conn.query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?;
+                if n > 0 {
+                    tracing::info!(
+                        "lossless: rebuilding the full-text index of {n} messages for schema v10 (once)"
+                    );
+                }
                 conn.execute_batch(V7)?;
                 reindex(conn, "messages_fts", "message_rows")?;
                 reindex(conn, "summaries_fts", "summaries")?;

@@ -22,7 +22,7 @@
 
 use rusqlite::params;
 
-use super::terms::fts_term;
+use super::terms::{fts_term, scoped_query};
 use super::Db;
 use super::FxMap;
 use crate::error::Result;
@@ -32,7 +32,7 @@ pub const MAX_CACHED_TERMS: usize = 2_048;
 /// Ids kept at most over all lists (8 MiB).
 pub const MAX_CACHED_IDS: usize = 1 << 20;
 
-/// See the module header: `(term, window)` → its newest matching rows, newest first, and the
+/// See the module header: `(query, window)` (the term's query, scoped to its conversations) → its newest matching rows, newest first, and the
 /// file index's boundary (`fts_state.upto`) when they were read.
 #[derive(Default)]
 pub struct TermRowsCache {
@@ -65,8 +65,11 @@ impl Db {
     /// when the term cannot be searched (the tokenizer reduces it to nothing). Reads the
     /// newest messages' index and then the file's (see [`super::pending_fts`]; callers run
     /// [`Db::sync_pending_index`] first).
-    pub fn term_rows(&self, term: &str, window: usize) -> Result<Option<Vec<i64>>> {
-        let key = (term.to_owned(), window);
+    ///
+    /// `convs`: only the rows of these conversations (see [`super::terms::scoped_query`]).
+    pub fn term_rows(&self, term: &str, window: usize, convs: &[i64]) -> Result<Option<Vec<i64>>> {
+        let query = scoped_query(&fts_term(term), convs);
+        let key = (query.clone(), window);
         let upto = self.pending.get().upto;
         let cached = self.term_rows.borrow().lists.get(&key).cloned();
         // The file's index has not changed since the list was read: nothing new there.
@@ -94,7 +97,7 @@ impl Db {
                 .conn
                 .prepare_cached(sql)?
                 .query_map(
-                    params![fts_term(term), above.unwrap_or(i64::MIN), left as i64],
+                    params![query, above.unwrap_or(i64::MIN), left as i64],
                     |r| r.get::<_, i64>(0),
                 )
                 .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>());

@@ -611,6 +611,31 @@ fn write_once(out: &mut String, seen: &mut HashTable<(u64, usize, usize)>, t: &s
     seen.insert_unique(h, (h, start, out.len()), |e| e.0);
 }
 
+/// Conversations a search is restricted to by their index terms at most; a search over more
+/// (a whole agent's or store's) reads the index as a whole, which such a scope nearly is.
+pub const MAX_SCOPED_CONVS: usize = 32;
+
+/// The index term every message of conversation `conv` carries besides its words: a search of
+/// one conversation reads only that conversation's rows (its statistics are its own, whatever
+/// other conversations of the store say). `§` is not a word character, so no word of any text
+/// or query ever makes this term; FTS5's `ascii` tokenizer keeps it inside the token.
+pub fn conv_term(conv: i64) -> String {
+    format!("§c{conv}")
+}
+
+/// `fts` (an FTS5 query of quoted terms) restricted to the rows of conversations `convs`, or
+/// `fts` itself when they are none or more than [`MAX_SCOPED_CONVS`].
+pub fn scoped_query(fts: &str, convs: &[i64]) -> String {
+    if convs.is_empty() || convs.len() > MAX_SCOPED_CONVS {
+        return fts.to_owned();
+    }
+    let any: Vec<String> = convs
+        .iter()
+        .map(|c| format!("\"{}\"", conv_term(*c)))
+        .collect();
+    format!("({fts}) AND ({})", any.join(" OR "))
+}
+
 /// The FTS5 query for one search word: its term quoted (or the terms, ANDed, when `word` holds
 /// more than one [`words`] item). `""` (which matches nothing) when it has no term.
 pub fn fts_term(word: &str) -> String {
