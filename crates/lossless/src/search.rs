@@ -300,23 +300,32 @@ impl Corpus {
 
 impl Db {
     /// The corpus of conversations `convs` (of the whole store past
-    /// [`crate::store::terms::MAX_SCOPED_CONVS`], as the term lookups then are).
-    fn corpus(&self, convs: &[i64]) -> Result<Corpus> {
-        let totals = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
-        let (n_docs, n_tokens): (i64, i64) = if convs.len() > MAX_SCOPED_CONVS {
+    /// [`crate::store::terms::MAX_SCOPED_CONVS`], as the term lookups then are), and the
+    /// conversations the term lookups are to be scoped to: none when `convs` are every
+    /// conversation of the store (a store of one conversation, the common case, then reads its
+    /// index unscoped, which is the same rows for less work).
+    fn corpus<'a>(&self, convs: &'a [i64]) -> Result<(Corpus, &'a [i64])> {
+        let totals = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?));
+        let (n_docs, n_tokens, all): (i64, i64, i64) = if convs.len() > MAX_SCOPED_CONVS {
             self.conn.query_row(
-                "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0) FROM conversations",
+                "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0), count(*) FROM conversations",
                 [],
                 totals,
             )?
         } else {
             let mut st = self.conn.prepare_cached(
-                "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0) FROM conversations
-                 WHERE id IN (SELECT value FROM json_each(?1))",
+                "SELECT ifnull(sum(msg_count), 0), ifnull(sum(msg_tokens), 0),
+                        (SELECT count(*) FROM conversations)
+                 FROM conversations WHERE id IN (SELECT value FROM json_each(?1))",
             )?;
             st.query_row([serde_json::to_string(convs).unwrap_or_default()], totals)?
         };
-        Ok(Corpus::from_totals(n_docs, n_tokens))
+        let scope = if convs.len() as i64 >= all {
+            &[][..]
+        } else {
+            convs
+        };
+        Ok((Corpus::from_totals(n_docs, n_tokens), scope))
     }
 
     /// [`finish_ranking`] reading candidates' rows from the file.
@@ -353,10 +362,10 @@ impl Db {
             return Ok(Vec::new());
         }
         self.sync_pending_index()?;
-        let corpus = self.corpus(convs)?;
+        let (corpus, scope) = self.corpus(convs)?;
         let mut term_rows = Vec::with_capacity(terms.len().min(MAX_TERMS));
         for t in terms.iter().take(MAX_TERMS) {
-            if let Some(rows) = self.term_rows(t, rank_for.window(), convs)? {
+            if let Some(rows) = self.term_rows(t, rank_for.window(), scope)? {
                 if rank_for.keeps(&corpus, rows.len()) {
                     term_rows.push(rows);
                 }
@@ -380,7 +389,7 @@ impl Db {
         if rows.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        let corpus = self.corpus(convs)?;
+        let (corpus, scope) = self.corpus(convs)?;
         let mut idf_sum = 0.0;
         let mut matched = 0;
         // Both indexes: the newest messages' (in memory) and the file's.
@@ -393,14 +402,14 @@ impl Db {
         for t in terms.iter().take(MAX_TERMS) {
             let newest: i64 = count_newest
                 .query_row(
-                    params![scoped_query(&fts_term(t), convs), TERM_WINDOW as i64],
+                    params![scoped_query(&fts_term(t), scope), TERM_WINDOW as i64],
                     |r| r.get(0),
                 )
                 .unwrap_or(0);
             let df: i64 = newest
                 + count
                     .query_row(
-                        params![scoped_query(&fts_term(t), convs), TERM_WINDOW as i64],
+                        params![scoped_query(&fts_term(t), scope), TERM_WINDOW as i64],
                         |r| r.get::<_, i64>(0),
                     )
                     .unwrap_or(0);
