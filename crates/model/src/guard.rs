@@ -44,9 +44,9 @@ impl SpendGuard {
 
     /// [`Self::spent`] as of `now`.
     pub fn spent_at(&self, key: &str, now: Instant) -> u64 {
-        let Ok(mut map) = self.spent.lock() else {
-            return 0;
-        };
+        // Poison recovered: a panic elsewhere must not lift the cap (the map is only ever
+        // pushed to and pruned, consistent at every step).
+        let mut map = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         let Some(entries) = map.get_mut(key) else {
             return 0;
         };
@@ -79,11 +79,10 @@ impl SpendGuard {
 
     /// [`Self::record`] as of `now`.
     pub fn record_at(&self, key: &str, tokens: u64, now: Instant) {
-        if let Ok(mut map) = self.spent.lock() {
-            let entries = map.entry(key.to_owned()).or_default();
-            prune(entries, now, self.window);
-            entries.push_back((now, tokens));
-        }
+        let mut map = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = map.entry(key.to_owned()).or_default();
+        prune(entries, now, self.window);
+        entries.push_back((now, tokens));
     }
 }
 
@@ -208,9 +207,15 @@ impl CircuitBreaker {
         }
     }
 
+    /// The state, poison recovered: a panic elsewhere must not leave the breaker letting every
+    /// call through (each update leaves the snapshot whole).
+    fn state(&self) -> std::sync::MutexGuard<'_, BreakerSnapshot> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The current state.
     pub fn snapshot(&self) -> BreakerSnapshot {
-        self.state.lock().map(|s| s.clone()).unwrap_or_default()
+        self.state().clone()
     }
 
     /// Asks whether a call may proceed now.
@@ -220,9 +225,7 @@ impl CircuitBreaker {
 
     /// [`Self::decide`] at `now_ms` (epoch ms).
     pub fn decide_at(&self, now_ms: u64) -> BreakerDecision {
-        let Ok(mut s) = self.state.lock() else {
-            return BreakerDecision::Allow;
-        };
+        let mut s = self.state();
         match s.state {
             BreakerState::Closed => BreakerDecision::Allow,
             BreakerState::HalfOpen => BreakerDecision::Refuse { retry_in_ms: 0 },
@@ -244,12 +247,11 @@ impl CircuitBreaker {
 
     /// Records a successful call: closes the breaker.
     pub fn on_success(&self) {
-        if let Ok(mut s) = self.state.lock() {
-            let changed = *s != BreakerSnapshot::default();
-            *s = BreakerSnapshot::default();
-            if changed {
-                self.persist(&s);
-            }
+        let mut s = self.state();
+        let changed = *s != BreakerSnapshot::default();
+        *s = BreakerSnapshot::default();
+        if changed {
+            self.persist(&s);
         }
     }
 
@@ -260,7 +262,7 @@ impl CircuitBreaker {
 
     /// [`Self::on_failure`] at `now_ms`.
     pub fn on_failure_at(&self, error: &str, now_ms: u64) {
-        let Ok(mut s) = self.state.lock() else { return };
+        let mut s = self.state();
         s.consecutive_failures = s.consecutive_failures.saturating_add(1);
         s.last_error = Some(error.to_owned());
         if s.state == BreakerState::HalfOpen || s.consecutive_failures >= self.threshold {
@@ -280,11 +282,10 @@ impl CircuitBreaker {
     /// Records a call that ended without saying anything about the provider's health (cancelled,
     /// unusable answer): a half-open probe goes back to open without resetting the cooldown.
     pub fn on_neutral(&self) {
-        if let Ok(mut s) = self.state.lock() {
-            if s.state == BreakerState::HalfOpen {
-                s.state = BreakerState::Open;
-                self.persist(&s);
-            }
+        let mut s = self.state();
+        if s.state == BreakerState::HalfOpen {
+            s.state = BreakerState::Open;
+            self.persist(&s);
         }
     }
 
@@ -322,6 +323,29 @@ mod tests {
         assert!(g.check_at("s", 30, t0).is_err());
         g.check_at("other", 30, t0).unwrap();
         g.check_at("s", 30, t0 + Duration::from_secs(61)).unwrap();
+    }
+
+    #[test]
+    fn a_panic_holding_their_locks_neither_lifts_the_cap_nor_opens_the_breaker() {
+        let g = SpendGuard::new(100, Duration::from_secs(60));
+        let t0 = Instant::now();
+        g.record_at("s", 90, t0);
+        let b = CircuitBreaker::new(1, Duration::from_secs(60));
+        b.on_failure_at("503", 0);
+        std::thread::scope(|scope| {
+            let _ = scope
+                .spawn(|| {
+                    let _spent = g.spent.lock();
+                    let _state = b.state.lock();
+                    panic!("poison both");
+                })
+                .join();
+        });
+        assert!(g.spent.is_poisoned() && b.state.is_poisoned());
+        assert!(g.check_at("s", 30, t0).is_err(), "the cap still holds");
+        assert!(matches!(b.decide_at(10), BreakerDecision::Refuse { .. }));
+        b.on_success();
+        assert_eq!(b.decide_at(11), BreakerDecision::Allow);
     }
 
     #[test]

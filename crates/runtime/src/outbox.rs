@@ -454,9 +454,9 @@ impl Inner {
 
     /// The lock that makes one delivery at a time of session `session_id`'s commits.
     fn outbox_gate(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let Ok(mut gates) = self.outbox_gates.lock() else {
-            return Arc::new(tokio::sync::Mutex::new(()));
-        };
+        // Poison recovered: a fresh gate per delivery would let a session's deliveries run at
+        // once (the map is only inserted into and pruned, whole at every step).
+        let mut gates = self.outbox_gates.lock().unwrap_or_else(|p| p.into_inner());
         // Gates nobody holds or waits for are dropped as others are made.
         if gates.len() > 1024 {
             gates.retain(|_, g| Arc::strong_count(g) > 1);
