@@ -315,13 +315,7 @@ async fn chinese_japanese_and_korean_words_are_found_inside_their_text(store) {
     };
     let e = store.engine(cfg).await;
     let history = cjk_chat();
-    let b = IngestBatchParams {
-        session_id: "s1".into(),
-        session_key: Some(KEY.into()),
-        messages: history.clone(),
-        is_heartbeat: None,
-    };
-    e.ingest_batch(&b, &cx()).await.unwrap();
+    ingest_all(&e, &history).await;
     // A word inside a clause (no spaces around it), in each script, and one character alone.
     for (query, want) in [
         ("账本七号", "msg_1"),
@@ -411,13 +405,7 @@ async fn a_conversations_recall_does_not_depend_on_other_conversations_in_the_st
         for t in 0..60 {
             history.push(AgentMessage::user(words(&mut rng, 25)).with_timestamp(2_000 + t));
         }
-        let b = IngestBatchParams {
-            session_id: "s1".into(),
-            session_key: Some(KEY.into()),
-            messages: history.clone(),
-            is_heartbeat: None,
-        };
-        e.ingest_batch(&b, &cx()).await.unwrap();
+        ingest_all(&e, &history).await;
         let mut p = assemble_params(history, 1_200);
         p.prompt = Some(question.into());
         let out = e.assemble(&p, &cx()).await.unwrap();

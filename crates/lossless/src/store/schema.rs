@@ -447,6 +447,20 @@ fn reindex(conn: &Connection, fts: &str, source: &str) -> Result<()> {
     Ok(())
 }
 
+/// Drops and refills both full-text indexes with v7's tables (for the migration to `version`).
+fn rebuild_indexes(conn: &Connection, version: i32) -> Result<()> {
+    let n: i64 = conn.query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?;
+    if n > 0 {
+        // ~35 µs a message: a store of a million messages takes about half a minute.
+        tracing::info!(
+            "lossless: rebuilding the full-text index of {n} messages for schema v{version} (once)"
+        );
+    }
+    conn.execute_batch(V7)?;
+    reindex(conn, "messages_fts", "message_rows")?;
+    reindex(conn, "summaries_fts", "summaries")
+}
+
 fn migrate(conn: &Connection, from: i32) -> Result<()> {
     if from >= SCHEMA_VERSION {
         return Ok(());
@@ -483,16 +497,7 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
             conn.execute_batch("PRAGMA user_version = 6;")?;
         }
         if now < 7 {
-            let n: i64 = conn.query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?;
-            if n > 0 {
-                // ~35 µs a message: a store of a million messages takes about half a minute.
-                tracing::info!(
-                    "lossless: rebuilding the full-text index of {n} messages for schema v7 (once)"
-                );
-            }
-            conn.execute_batch(V7)?;
-            reindex(conn, "messages_fts", "message_rows")?;
-            reindex(conn, "summaries_fts", "summaries")?;
+            rebuild_indexes(conn, 7)?;
             conn.execute_batch("PRAGMA user_version = 7;")?;
         }
         if now < 8 {
@@ -510,15 +515,7 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
             // conversation's search reads only its rows. Both indexes are rebuilt as at v7
             // (which, for an older store, already made them so).
             if now >= 7 {
-                let n: i64 = conn.query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?;
-                if n > 0 {
-                    tracing::info!(
-                        "lossless: rebuilding the full-text index of {n} messages for schema v10 (once)"
-                    );
-                }
-                conn.execute_batch(V7)?;
-                reindex(conn, "messages_fts", "message_rows")?;
-                reindex(conn, "summaries_fts", "summaries")?;
+                rebuild_indexes(conn, 10)?;
             }
             conn.execute_batch("PRAGMA user_version = 10;")?;
         }
