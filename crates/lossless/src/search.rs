@@ -400,18 +400,13 @@ impl Db {
             "SELECT count(*) FROM (SELECT 1 FROM temp.pending_fts WHERE pending_fts MATCH ?1 LIMIT ?2)",
         )?;
         for t in terms.iter().take(MAX_TERMS) {
+            let query = scoped_query(&fts_term(t), scope);
             let newest: i64 = count_newest
-                .query_row(
-                    params![scoped_query(&fts_term(t), scope), TERM_WINDOW as i64],
-                    |r| r.get(0),
-                )
+                .query_row(params![query, TERM_WINDOW as i64], |r| r.get(0))
                 .unwrap_or(0);
             let df: i64 = newest
                 + count
-                    .query_row(
-                        params![scoped_query(&fts_term(t), scope), TERM_WINDOW as i64],
-                        |r| r.get::<_, i64>(0),
-                    )
+                    .query_row(params![query, TERM_WINDOW as i64], |r| r.get::<_, i64>(0))
                     .unwrap_or(0);
             let df = df.min(TERM_WINDOW as i64);
             if df > 0 {

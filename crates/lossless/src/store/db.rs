@@ -858,12 +858,8 @@ impl<'c> Appender<'c> {
         } else {
             self.bytes += m.packed.as_ref().map_or(m.text.len(), Vec::len) as u64;
         }
-        // The conversation's own term (see `terms::conv_term`) goes with the words.
         let mut fts = fts.unwrap_or_else(|| m.fts.clone());
-        if !fts.is_empty() {
-            fts.push(' ');
-        }
-        fts.push_str(&super::terms::conv_term(conv.id));
+        super::terms::push_conv_term(&mut fts, conv.id);
         let fts_len = fts.len();
         match &mut self.deferred {
             Some(rows) => {

@@ -74,10 +74,7 @@ fn read_upto(c: &Connection) -> Result<i64> {
 /// the conversation's ([`super::terms::conv_term`]).
 pub fn message_terms(text: &str, conv: i64) -> String {
     let mut terms = index_terms(text);
-    if !terms.is_empty() {
-        terms.push(' ');
-    }
-    terms.push_str(&super::terms::conv_term(conv));
+    super::terms::push_conv_term(&mut terms, conv);
     terms
 }
 
@@ -148,20 +145,18 @@ fn sync_inner(c: &Connection, st: &mut PendingFts) -> Result<()> {
     }
     let from = upto.max(st.checked);
     let ids = c
-        .prepare_cached("SELECT id FROM messages WHERE id > ?1 ORDER BY id")?
-        .query_map([from], |r| r.get::<_, i64>(0))?
-        .collect::<rusqlite::Result<Vec<i64>>>()?;
-    let mut conv = c.prepare_cached("SELECT conv_id FROM messages WHERE id = ?1")?;
+        .prepare_cached("SELECT id, conv_id FROM messages WHERE id > ?1 ORDER BY id")?
+        .query_map([from], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?
+        .collect::<rusqlite::Result<Vec<(i64, i64)>>>()?;
     let mut text = c.prepare_cached("SELECT text FROM message_rows WHERE id = ?1")?;
-    for id in &ids {
-        let conv: i64 = conv.query_row([id], |r| r.get(0))?;
+    for (id, conv) in &ids {
         // A row whose stored text cannot be read (`lcm doctor` reports it) is indexed
         // without words rather than failing every search.
         let t: String = text.query_row([id], |r| r.get(0)).unwrap_or_default();
-        add(c, *id, &message_terms(&t, conv))?;
+        add(c, *id, &message_terms(&t, *conv))?;
     }
     st.rows += ids.len();
-    st.checked = ids.last().copied().unwrap_or(from);
+    st.checked = ids.last().map_or(from, |(id, _)| *id);
     Ok(())
 }
 

@@ -32,8 +32,9 @@ pub const MAX_CACHED_TERMS: usize = 2_048;
 /// Ids kept at most over all lists (8 MiB).
 pub const MAX_CACHED_IDS: usize = 1 << 20;
 
-/// See the module header: `(query, window)` (the term's query, scoped to its conversations) → its newest matching rows, newest first, and the
-/// file index's boundary (`fts_state.upto`) when they were read.
+/// See the module header: `(query, window)` (a term's query, scoped to the conversations
+/// searched) → its newest matching rows, newest first, and the file index's boundary
+/// (`fts_state.upto`) when they were read.
 #[derive(Default)]
 pub struct TermRowsCache {
     lists: FxMap<(String, usize), (Vec<i64>, i64)>,

@@ -620,7 +620,19 @@ pub const MAX_SCOPED_CONVS: usize = 32;
 /// other conversations of the store say). `§` is not a word character, so no word of any text
 /// or query ever makes this term; FTS5's `ascii` tokenizer keeps it inside the token.
 pub fn conv_term(conv: i64) -> String {
-    format!("§c{conv}")
+    let mut term = String::new();
+    push_conv_term(&mut term, conv);
+    term
+}
+
+/// Appends conversation `conv`'s term ([`conv_term`]) to the space-separated index terms
+/// `terms` (a message's, as [`index_terms`] made them): every message is indexed with it.
+pub fn push_conv_term(terms: &mut String, conv: i64) {
+    use std::fmt::Write;
+    if !terms.is_empty() {
+        terms.push(' ');
+    }
+    let _ = write!(terms, "§c{conv}");
 }
 
 /// `fts` (an FTS5 query of quoted terms) restricted to the rows of conversations `convs`, or
