@@ -190,6 +190,53 @@ async fn the_user_field_names_the_session_and_lossless_serves_turns() {
 }
 
 #[tokio::test]
+async fn words_inside_chinese_and_japanese_clauses_are_found_through_the_gateway() {
+    let mut gw = start(Opts {
+        engine: "lossless",
+        ..Default::default()
+    })
+    .await;
+    let turns = [
+        ("请把账本七号放在三楼的保险柜里。", "好的，我明天去放。"),
+        (
+            "明日の会議は第二会議室で午後三時からです。",
+            "了解しました。",
+        ),
+        ("今天天气很好，我们去公园散步吧。", "好主意。"),
+    ];
+    gw.llm.push(turns.iter().map(|(_, reply)| text(reply)));
+    for (prompt, _) in turns {
+        let body = json!({"messages": [{"role": "user", "content": prompt}], "user": "mei"});
+        assert_eq!(gw.post("/v1/chat/completions", &body).await.status(), 200);
+    }
+    for (query, mode, want) in [
+        ("账本七号", "full_text", "请把账本七号放在三楼的保险柜里。"),
+        ("保险柜", "any_term", "请把账本七号放在三楼的保险柜里。"),
+        (
+            "会議室",
+            "full_text",
+            "明日の会議は第二会議室で午後三時からです。",
+        ),
+        ("明天", "full_text", "好的，我明天去放。"),
+    ] {
+        let grep = gw
+            .post(
+                "/v1/engine/lcm_grep",
+                &json!({"sessionKey": "agent:main:openai-user:mei", "query": query, "mode": mode}),
+            )
+            .await
+            .json::<Value>()
+            .await
+            .unwrap();
+        let snippets: Vec<&str> = grep["hits"].as_array().map_or(Vec::new(), |h| {
+            h.iter().filter_map(|h| h["snippet"].as_str()).collect()
+        });
+        assert_eq!(snippets, [want], "{query} ({mode}): {grep}");
+    }
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn streaming_sends_role_content_finish_usage_and_done() {
     let mut gw = start(Opts::default()).await;
     gw.llm.push([text("Streaming works fine.")]);

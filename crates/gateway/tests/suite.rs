@@ -26,6 +26,7 @@ mod metrics;
 mod openai_client_retries;
 mod ops;
 mod prompt_cache;
+mod recall_scope;
 mod recall_store;
 mod resend;
 mod site_check;
