@@ -48,6 +48,22 @@ fn roles_and_texts(messages: &[AgentMessage]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `/v1/engine/lcm_grep` with `request`: the answer and its hits' snippets.
+async fn grep_snippets(gw: &TestGateway, request: Value) -> (Value, Vec<String>) {
+    let grep: Value = gw
+        .post("/v1/engine/lcm_grep", &request)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let snippets = grep["hits"].as_array().map_or(Vec::new(), |h| {
+        h.iter()
+            .filter_map(|h| h["snippet"].as_str().map(str::to_owned))
+            .collect()
+    });
+    (grep, snippets)
+}
+
 /// Polls `/metrics` until `needle` appears (bounded).
 async fn wait_for_metric(gw: &TestGateway, needle: &str) -> String {
     let mut text = String::new();
@@ -167,18 +183,11 @@ async fn the_user_field_names_the_session_and_lossless_serves_turns() {
     assert_eq!(reply["choices"][0]["message"]["content"], "it was 4417");
     // Read your writes: the answer a client was just given is already searchable (the
     // response waits for the engine's commit, not for the session's bookkeeping after it).
-    let grep = gw
-        .post(
-            "/v1/engine/lcm_grep",
-            &json!({"sessionKey": "agent:main:openai-user:bob", "query": "4417"}),
-        )
-        .await
-        .json::<Value>()
-        .await
-        .unwrap();
-    let snippets: Vec<&str> = grep["hits"].as_array().map_or(Vec::new(), |h| {
-        h.iter().filter_map(|h| h["snippet"].as_str()).collect()
-    });
+    let (grep, snippets) = grep_snippets(
+        &gw,
+        json!({"sessionKey": "agent:main:openai-user:bob", "query": "4417"}),
+    )
+    .await;
     assert!(
         snippets.iter().any(|s| s.contains("it was 4417")),
         "the last answer must be found at once: {grep}"
@@ -219,18 +228,11 @@ async fn words_inside_chinese_and_japanese_clauses_are_found_through_the_gateway
         ),
         ("明天", "full_text", "好的，我明天去放。"),
     ] {
-        let grep = gw
-            .post(
-                "/v1/engine/lcm_grep",
-                &json!({"sessionKey": "agent:main:openai-user:mei", "query": query, "mode": mode}),
-            )
-            .await
-            .json::<Value>()
-            .await
-            .unwrap();
-        let snippets: Vec<&str> = grep["hits"].as_array().map_or(Vec::new(), |h| {
-            h.iter().filter_map(|h| h["snippet"].as_str()).collect()
-        });
+        let (grep, snippets) = grep_snippets(
+            &gw,
+            json!({"sessionKey": "agent:main:openai-user:mei", "query": query, "mode": mode}),
+        )
+        .await;
         assert_eq!(snippets, [want], "{query} ({mode}): {grep}");
     }
     gw.stop().await.unwrap();
