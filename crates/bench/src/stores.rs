@@ -277,6 +277,7 @@ async fn measure(
             recall_max_tokens: cfg.prompt_recall_max_tokens,
             cache_block_share: cfg.cache_block_share,
             whole_first: true,
+            semantic: Vec::new(),
         };
         let t = Instant::now();
         store

@@ -7,7 +7,7 @@
 //! exports it). Without it the test skips with a message, except under `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clawctx_embed::{cosine, Embedder, LocalEmbedder, Pooling};
 use serde::Deserialize;
@@ -25,20 +25,22 @@ struct Case {
     embedding: Vec<f32>,
 }
 
-/// The model directory, or `None` (skip) outside CI.
+/// The model directory, or `None` (skip) outside CI: `CLAWCTX_TEST_EMBED_MODEL` (what .ci/run
+/// exports), else `CLAWCTX_EMBED_MODEL`.
 fn model_dir() -> Option<PathBuf> {
-    match std::env::var("CLAWCTX_EMBED_MODEL") {
-        Ok(dir) if !dir.trim().is_empty() => Some(PathBuf::from(dir)),
-        _ => {
+    let var = |name: &str| std::env::var(name).ok().filter(|d| Path::new(d).is_dir());
+    match var("CLAWCTX_TEST_EMBED_MODEL").or_else(|| var("CLAWCTX_EMBED_MODEL")) {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!(
-                    "CLAWCTX_EMBED_MODEL is not set but CI=true: CI must run the reference test \
-                     (.ci/run exports it from scripts/fetch-embed-model)"
+                    "CLAWCTX_TEST_EMBED_MODEL is not set but CI=true: CI must run the reference \
+                     test (.ci/run exports it from scripts/fetch-embed-model)"
                 );
             }
             eprintln!(
-                "skipping: CLAWCTX_EMBED_MODEL is not set (export \
-                 CLAWCTX_EMBED_MODEL=\"$(scripts/fetch-embed-model)\" to run this test)"
+                "skipping: CLAWCTX_TEST_EMBED_MODEL is not set (export \
+                 CLAWCTX_TEST_EMBED_MODEL=\"$(scripts/fetch-embed-model)\" to run this test)"
             );
             None
         }

@@ -2,7 +2,7 @@
 //! binary per crate links once).
 //!
 //! One file's tests: `cargo test -p clawctx-embed --test suite <file>::`. The reference test
-//! (`reference::`) needs `CLAWCTX_EMBED_MODEL="$(scripts/fetch-embed-model)"`.
+//! (`reference::`) needs `CLAWCTX_TEST_EMBED_MODEL="$(scripts/fetch-embed-model)"`.
 
 mod common;
 

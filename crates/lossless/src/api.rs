@@ -35,6 +35,7 @@ pub struct Recall {
     cfg: Arc<LosslessConfig>,
     policy: SessionPolicy,
     last_recalls: Arc<crate::engine::LastRecalls>,
+    semantic: Option<Arc<crate::semantic::Semantic>>,
 }
 
 /// What [`Recall::assemble`] answers: the context the engine would send.
@@ -82,13 +83,20 @@ impl Recall {
         cfg: Arc<LosslessConfig>,
         policy: SessionPolicy,
         last_recalls: Arc<crate::engine::LastRecalls>,
+        semantic: Option<Arc<crate::semantic::Semantic>>,
     ) -> Self {
         Self {
             store,
             cfg,
             policy,
             last_recalls,
+            semantic,
         }
+    }
+
+    /// The engine's semantic recall, when it has an embedding model.
+    pub fn semantic(&self) -> Option<&Arc<crate::semantic::Semantic>> {
+        self.semantic.as_ref()
     }
 
     /// Why each message of `key`'s last `<recalled>` block was quoted, best first (empty: the
@@ -123,7 +131,7 @@ impl Recall {
 
     /// Searches history (see [`GrepQuery`]).
     pub async fn grep(&self, query: GrepQuery) -> Result<GrepReport> {
-        self.store.grep(query).await
+        crate::semantic::grep(&*self.store, self.semantic.as_deref(), query).await
     }
 
     /// Describes `sum_<n>` or `msg_<n>`, within `agent`'s conversations when given.
@@ -165,6 +173,10 @@ impl Recall {
         let budget = budget
             .filter(|b| *b > 0)
             .unwrap_or(self.cfg.default_token_budget);
+        let semantic = match (&self.semantic, prompt.as_deref()) {
+            (Some(s), Some(p)) if !p.trim().is_empty() => s.prompt_hits(&*self.store, key, p).await,
+            _ => Vec::new(),
+        };
         let found = self
             .store
             .assemble(AssembleRequest {
@@ -178,6 +190,7 @@ impl Recall {
                 cache_block_share: self.cfg.cache_block_share,
                 // As for a session its host maintains in the background (every host of ours).
                 whole_first: true,
+                semantic,
             })
             .await?;
         Ok(match found {

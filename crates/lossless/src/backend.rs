@@ -34,8 +34,10 @@ use crate::doctor::{DoctorReport, StatusReport};
 use crate::error::Result;
 use crate::import::ImportReport;
 use crate::prompt_recall::PromptRecall;
+use crate::recall::GrepHit;
 use crate::recall::{DescribeReport, ExpandReport, GrepQuery, GrepReport, Scope};
 use crate::retention::RetentionReport;
+use crate::semantic::rows::{Done, EmbedItem, EmbedModel, ItemKind, NewVector, VectorRow};
 use crate::session::CarryReport;
 use crate::store::codec::{self, Encoded};
 use crate::store::{ConvKey, ConvRow, Db, EncodeQueue, IngestOutcome, LosslessStore, TurnCommit};
@@ -65,6 +67,9 @@ pub struct AssembleRequest {
     /// Show the whole frontier when it fits the whole budget, the recall reserve and the
     /// remembered front notwithstanding (see [`crate::assemble::Hysteresis::whole_first`]).
     pub whole_first: bool,
+    /// The session's messages most like the prompt by meaning, for the `<recalled>` block
+    /// ([`crate::semantic::Semantic::prompt_hits`]; empty without an embedding model).
+    pub semantic: Vec<crate::search::RankedMessage>,
 }
 
 /// Which kind of database a backend is.
@@ -165,6 +170,31 @@ pub trait Backend: crate::inspect::Inspect + Send + Sync + std::fmt::Debug {
     async fn doctor(&self) -> Result<DoctorReport>;
     /// Closes the store, waiting until what it holds is on disk.
     async fn close(&self);
+
+    /// Conversation rows a scope covers.
+    async fn scope_conversations(&self, scope: Scope) -> Result<Vec<i64>>;
+
+    // Semantic recall's queries; the logic around them is [`crate::semantic`]'s.
+
+    /// The row of embedding model `name`, registered with `dim` when new (an error when it
+    /// was registered with another length).
+    async fn embed_model(&self, name: &str, dim: usize) -> Result<EmbedModel>;
+    /// Up to `limit` items `model` has not embedded: messages, then summaries, oldest first.
+    async fn embed_todo(&self, model: i64, limit: usize) -> Result<Vec<EmbedItem>>;
+    /// Stores `rows` of `model` and moves its progress to `done` in one transaction, skipping
+    /// rows another embedder stored meanwhile. Returns the vectors stored.
+    async fn store_vectors(&self, model: i64, rows: Vec<NewVector>, done: Done) -> Result<usize>;
+    /// The vectors of `model` stored after row `after` in each `(conversation, after)`.
+    async fn vectors_since(
+        &self,
+        model: i64,
+        dim: usize,
+        wants: Vec<(i64, i64)>,
+    ) -> Result<Vec<VectorRow>>;
+    /// `(items embedded, items stored)` for `model`.
+    async fn embed_progress(&self, model: i64) -> Result<(u64, u64)>;
+    /// Grep hits for `(kind, id, score)` items, in their order (items gone are left out).
+    async fn item_hits(&self, items: Vec<(ItemKind, i64, f64)>) -> Result<Vec<GrepHit>>;
 }
 
 impl LosslessStore {
@@ -267,6 +297,7 @@ pub(crate) fn recall_for(
             reserve: req.recall_reserve,
             max_tokens: req.recall_max_tokens.max(req.recall_reserve),
             max_messages: req.recall_max_messages,
+            semantic: req.semantic.clone(),
             prompt_follows,
         }),
         _ => None,
@@ -453,5 +484,43 @@ impl Backend for LosslessStore {
 
     async fn close(&self) {
         self.close_wait().await;
+    }
+
+    async fn scope_conversations(&self, scope: Scope) -> Result<Vec<i64>> {
+        self.call_read(move |db| db.scope_conversations(&scope))
+            .await
+    }
+
+    async fn embed_model(&self, name: &str, dim: usize) -> Result<EmbedModel> {
+        let name = name.to_owned();
+        self.call(move |db| db.embed_model(&name, dim)).await
+    }
+
+    async fn embed_todo(&self, model: i64, limit: usize) -> Result<Vec<EmbedItem>> {
+        self.call_read(move |db| db.embed_todo(db.embed_done(model)?, limit))
+            .await
+    }
+
+    async fn store_vectors(&self, model: i64, rows: Vec<NewVector>, done: Done) -> Result<usize> {
+        self.call(move |db| db.store_vectors(model, rows, done))
+            .await
+    }
+
+    async fn vectors_since(
+        &self,
+        model: i64,
+        dim: usize,
+        wants: Vec<(i64, i64)>,
+    ) -> Result<Vec<VectorRow>> {
+        self.call_read(move |db| db.vectors_since(model, dim, &wants))
+            .await
+    }
+
+    async fn embed_progress(&self, model: i64) -> Result<(u64, u64)> {
+        self.call_read(move |db| db.embed_progress(model)).await
+    }
+
+    async fn item_hits(&self, items: Vec<(ItemKind, i64, f64)>) -> Result<Vec<GrepHit>> {
+        self.call_read(move |db| db.item_hits(&items)).await
     }
 }

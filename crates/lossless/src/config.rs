@@ -100,6 +100,14 @@ pub struct LosslessConfig {
     pub prompt_recall_max_tokens: u64,
     /// Messages quoted at most.
     pub prompt_recall_max_messages: usize,
+    /// The embedding model for semantic recall ([`crate::semantic`]): `{"provider": "local",
+    /// "model": "<dir or hub id>"}`, `{"provider": "openai", "baseUrl", "model", "apiKeyEnv"}`
+    /// or `{"provider": "off"}` (see `clawctx_embed::EmbedSpec`); unset: `CLAWCTX_EMBED_MODEL`,
+    /// else the default model directory when it holds one, else lexical recall only.
+    pub embeddings: Option<Value>,
+    /// Below this cosine with the prompt a message does not cue the `<recalled>` block by
+    /// meaning (it may still by its words).
+    pub semantic_min_score: f32,
     /// Share of the history budget (the budget less the recall reserve) dropped at once when
     /// the assembled context is full, so that the front of the prompt stays still for the
     /// next many turns and the provider's prompt cache keeps hitting (see
@@ -157,6 +165,8 @@ impl Default for LosslessConfig {
             prompt_recall_share: 0.25,
             prompt_recall_max_tokens: 6_000,
             prompt_recall_max_messages: 40,
+            embeddings: None,
+            semantic_min_score: crate::semantic::DEFAULT_MIN_SCORE,
             cache_block_share: 0.5,
             large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
             payload_retention_days: None,

@@ -63,6 +63,10 @@ pub struct LosslessEngine {
     message_budgets: MessageBudgets,
     last_recalls: Arc<LastRecalls>,
     own_blocks: OwnBlocks,
+    /// Semantic recall, when the engine has an embedding model ([`Self::with_embedder`]).
+    semantic: Option<Arc<crate::semantic::Semantic>>,
+    /// Its background embedder, stopped with the engine.
+    embed_task: Option<crate::semantic::EmbedTask>,
 }
 
 /// Why each message of a conversation's last `<recalled>` block was quoted (scores, the
@@ -280,7 +284,59 @@ impl LosslessEngine {
             message_budgets: MessageBudgets::default(),
             last_recalls: Arc::default(),
             own_blocks: OwnBlocks::default(),
+            semantic: None,
+            embed_task: None,
         })
+    }
+
+    /// Turns semantic recall on with `embedder` (see [`crate::semantic`]): the `<recalled>`
+    /// block and `lcm_grep` fuse vector hits with the lexical ranking, and a background task
+    /// (on the current tokio runtime, stopped with the engine) embeds what is stored.
+    pub fn with_embedder(mut self, embedder: Arc<dyn clawctx_embed::Embedder>) -> Self {
+        let semantic = Arc::new(
+            crate::semantic::Semantic::new(embedder).with_min_score(self.cfg.semantic_min_score),
+        );
+        self.embed_task = Some(semantic.spawn(self.store.clone()));
+        semantic.wake();
+        self.semantic = Some(semantic);
+        self
+    }
+
+    /// The engine's semantic recall, when it has an embedding model.
+    pub fn semantic(&self) -> Option<&Arc<crate::semantic::Semantic>> {
+        self.semantic.as_ref()
+    }
+
+    /// Tells the background embedder that messages were stored.
+    fn stored(&self) {
+        if let Some(s) = &self.semantic {
+            s.wake();
+        }
+    }
+
+    /// The session's messages most like the prompt of this assembly by meaning (none without
+    /// a model, a prompt or room for the `<recalled>` block): the host's `prompt`, else its
+    /// newest message when that is the user's.
+    async fn semantic_hits(
+        &self,
+        key: &ConvKey,
+        params: &AssembleParams,
+        reserve: u64,
+    ) -> Vec<crate::search::RankedMessage> {
+        let Some(s) = &self.semantic else {
+            return Vec::new();
+        };
+        let text = match params.prompt.as_deref().filter(|p| !p.trim().is_empty()) {
+            Some(p) => p.to_owned(),
+            None => match params.messages.last() {
+                Some(m @ AgentMessage::User(_)) => m.plain_text(),
+                _ => return Vec::new(),
+            },
+        };
+        if reserve == 0 || text.trim().is_empty() {
+            return Vec::new();
+        }
+        s.prompt_hits(&*self.store, key, &text).await
     }
 
     /// Opens the store at `path` (blocking) and builds an engine.
@@ -318,6 +374,7 @@ impl LosslessEngine {
             self.cfg.clone(),
             self.policy.clone(),
             self.last_recalls.clone(),
+            self.semantic.clone(),
         )
     }
 
@@ -556,7 +613,7 @@ impl LosslessEngine {
 
     /// The recall tools (also returned by [`ContextEngine::tools`]).
     pub fn recall_tools(&self) -> Vec<Arc<dyn AgentTool>> {
-        crate::tools::recall_tools(self.store.clone(), self.cfg.clone())
+        crate::tools::recall_tools(self.store.clone(), self.cfg.clone(), self.semantic.clone())
     }
 }
 
@@ -655,6 +712,7 @@ impl ContextEngine for LosslessEngine {
             .ingest(&key, vec![params.message.clone()])
             .await?
             .stored;
+        self.stored();
         Ok(IngestResult {
             ingested: stored.first().copied().unwrap_or(false),
         })
@@ -674,6 +732,7 @@ impl ContextEngine for LosslessEngine {
             .ingest(&key, params.messages.clone())
             .await?
             .stored;
+        self.stored();
         Ok(IngestBatchResult {
             ingested_count: stored.iter().filter(|s| **s).count() as u64,
         })
@@ -717,6 +776,9 @@ impl ContextEngine for LosslessEngine {
             None
         } else {
             let maintained = self.message_budgets.host_maintains(&key);
+            let semantic = self
+                .semantic_hits(&key, params, self.cfg.prompt_recall_reserve(budget))
+                .await;
             let request = |recent: Vec<AgentMessage>| AssembleRequest {
                 key: key.clone(),
                 recent,
@@ -727,6 +789,7 @@ impl ContextEngine for LosslessEngine {
                 recall_max_tokens: self.cfg.prompt_recall_max_tokens,
                 cache_block_share: self.cfg.cache_block_share,
                 whole_first: maintained,
+                semantic: semantic.clone(),
             };
             match self.store.assemble(request(recent())).await? {
                 Some((conv, out))
@@ -878,6 +941,7 @@ impl ContextEngine for LosslessEngine {
             .store
             .ingest(&key, params.messages[start..].to_vec())
             .await?;
+        self.stored();
         let given = self.budget(params.token_budget, params.runtime_context.as_ref());
         let budget = self.turn_budget(&key, given, true);
         self.compact_after_turn(&key, outcome.conv, budget).await?;
@@ -917,6 +981,7 @@ impl ContextEngine for LosslessEngine {
             .store
             .commit_turn(&key, &params.advancement_key, params.messages.clone())
             .await?;
+        self.stored();
         let TurnCommit::Committed(outcome) = written else {
             return Ok(CommitTurnResult {
                 status: CommitTurnStatus::Duplicate,
@@ -1115,9 +1180,24 @@ pub fn lossless_factory() -> Factory {
         };
         // The host's model summarizes when it offers one; the compaction's own guard and
         // breaker fall back to the extractive summarizer when it keeps failing.
+        let state_dir = default_database_path(&ctx)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let engine = match ctx.host_summarizer {
             Some(summarizer) => engine.with_summarizer(summarizer),
             None => engine,
+        };
+        // Semantic recall when a model is configured or found; a model named but unusable is
+        // logged (and shown by `doctor`), and recall stays lexical rather than the engine
+        // failing over to legacy.
+        let engine = match crate::semantic::model::embedder_for(engine.config(), &state_dir).await {
+            Ok(Some(embedder)) => engine.with_embedder(embedder),
+            Ok(None) => engine,
+            Err(e) => {
+                tracing::error!("lossless: semantic recall off: {e}");
+                engine
+            }
         };
         Ok(Arc::new(engine) as Arc<dyn ContextEngine>)
     })

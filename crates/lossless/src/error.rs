@@ -40,6 +40,9 @@ pub enum LosslessError {
     /// The store was closed: reopen it.
     #[error("lossless store is closed")]
     Closed,
+    /// The embedding model failed (semantic recall; see [`crate::semantic`]).
+    #[error("embedding failed: {0}")]
+    Embedding(String),
     /// A store job panicked (a bug): its transaction was rolled back and the store's
     /// in-memory state rebuilt, so the store keeps serving other calls; this call failed and
     /// will likely fail the same way again.

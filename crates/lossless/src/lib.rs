@@ -87,6 +87,7 @@ mod recall;
 mod relative_dates;
 mod retention;
 pub mod search;
+pub mod semantic;
 mod session;
 pub mod store;
 mod tools;

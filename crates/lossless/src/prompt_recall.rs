@@ -48,6 +48,10 @@ pub struct PromptRecall {
     pub max_tokens: u64,
     /// Messages quoted at most.
     pub max_messages: usize,
+    /// The session's messages most like the prompt by meaning, best first
+    /// ([`crate::semantic::Semantic::prompt_hits`]; empty without an embedding model): fused
+    /// with the lexical ranking by [`fused`].
+    pub semantic: Vec<crate::search::RankedMessage>,
     /// The prompt is not among the host's messages: the host appends it after the assembled
     /// context (durable turns assemble the history before the current turn, §1.7), so the
     /// block goes last.
@@ -150,6 +154,7 @@ impl Db {
             exclude,
             crate::search::RankFor::Prompt,
         )?;
+        let ranked = fused(ranked, r, exclude);
         let mut st = self
             .conn
             .prepare_cached("SELECT role, ts, text FROM message_rows WHERE id = ?1")?;
@@ -186,9 +191,44 @@ const MIN_FILL_TOKENS: u64 = 16;
 /// How many ids after a hit the SQLite store looks for the message after it.
 const NEXT_WITHIN: i64 = 256;
 
-/// Whether `r` can produce a block at all (terms, room and messages allowed).
+/// Whether `r` can produce a block at all (terms or vector hits, room and messages allowed).
 pub(crate) fn wanted(r: &PromptRecall) -> bool {
-    !(r.terms.is_empty() || r.max_messages == 0 || r.reserve == 0)
+    !((r.terms.is_empty() && r.semantic.is_empty()) || r.max_messages == 0 || r.reserve == 0)
+}
+
+/// The lexical ranking `lexical` fused with `r`'s vector hits by reciprocal rank
+/// ([`crate::semantic::fuse`]), none of `exclude`, at most `r.max_messages`; `lexical` as it
+/// is without vector hits. A hit's score is then its fused score. Shared by every backend.
+pub(crate) fn fused(
+    lexical: Vec<crate::search::RankedMessage>,
+    r: &PromptRecall,
+    exclude: &HashSet<i64>,
+) -> Vec<crate::search::RankedMessage> {
+    if r.semantic.is_empty() {
+        return lexical;
+    }
+    let vector: Vec<&crate::search::RankedMessage> = r
+        .semantic
+        .iter()
+        .filter(|h| !exclude.contains(&h.id))
+        .take(r.max_messages)
+        .collect();
+    let lexical_ids: Vec<i64> = lexical.iter().map(|h| h.id).collect();
+    let vector_ids: Vec<i64> = vector.iter().map(|h| h.id).collect();
+    crate::semantic::fuse::rrf(&[&lexical_ids, &vector_ids])
+        .into_iter()
+        .take(r.max_messages)
+        .filter_map(|(id, score)| {
+            let hit = lexical
+                .iter()
+                .find(|h| h.id == id)
+                .or_else(|| vector.iter().copied().find(|h| h.id == id))?;
+            Some(crate::search::RankedMessage {
+                score,
+                ..hit.clone()
+            })
+        })
+        .collect()
 }
 
 /// The block quoting the best of `ranked` (best first, from [`crate::search`]) that fit `r`'s
@@ -334,6 +374,7 @@ mod tests {
             reserve: 400,
             max_tokens: 400,
             max_messages: 8,
+            semantic: Vec::new(),
             prompt_follows: true,
         };
         let ranked = vec![crate::search::RankedMessage {

@@ -33,17 +33,29 @@ pub enum GrepMode {
     /// ranked (see [`crate::search`]); stopwords ignored. `any_term`; `any` is accepted too.
     #[serde(alias = "any")]
     AnyTerm,
+    /// By meaning: the rows whose sentence vectors are closest to the query's, cosine ranked
+    /// (needs an embedding model, see [`crate::semantic`]). `semantic`.
+    Semantic,
+    /// `any_term` and `semantic` fused by reciprocal rank ([`crate::semantic::fuse`]); with no
+    /// embedding model, `any_term` alone. `hybrid`.
+    Hybrid,
+    /// `hybrid` when the engine has an embedding model, else `full_text`: what the front ends
+    /// use when no mode is given. `auto`.
+    Auto,
 }
 
 impl GrepMode {
     /// The mode named `name`: the names every front end uses (`full_text`, `any_term`,
     /// `regex`: the CLI, the engine API, MCP, the agent tool), or a former alias (`fts`,
-    /// `any`); `None` for anything else.
+    /// `any`), `semantic`, `hybrid`, `auto`; `None` for anything else.
     pub fn from_name(name: &str) -> Option<GrepMode> {
         match name {
             "full_text" | "fts" => Some(GrepMode::FullText),
             "any_term" | "any" => Some(GrepMode::AnyTerm),
             "regex" => Some(GrepMode::Regex),
+            "semantic" => Some(GrepMode::Semantic),
+            "hybrid" => Some(GrepMode::Hybrid),
+            "auto" => Some(GrepMode::Auto),
             _ => None,
         }
     }
@@ -810,7 +822,9 @@ impl Db {
         let want = q.offset + limit + 1;
         let mut hits: Vec<(f64, i64, GrepHit)> = Vec::new();
         match q.mode {
-            GrepMode::FullText => {
+            // A store answers the lexical half of the semantic modes ([`crate::semantic`] adds
+            // the vectors above it); `auto` without a model is full-text.
+            GrepMode::FullText | GrepMode::Auto => {
                 let Some(fts) = sanitize_fts_query(&q.pattern) else {
                     return Ok(report);
                 };
@@ -859,7 +873,7 @@ impl Db {
                 order_hits(&mut hits, q.sort);
                 report.fts_query = Some(fts);
             }
-            GrepMode::AnyTerm => {
+            GrepMode::AnyTerm | GrepMode::Semantic | GrepMode::Hybrid => {
                 let terms = crate::search::query_terms(&q.pattern);
                 if terms.is_empty() {
                     return Ok(report);

@@ -44,11 +44,16 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
 }
 
 /// The three recall tools over `store`.
-pub fn recall_tools(store: Arc<dyn Backend>, cfg: Arc<LosslessConfig>) -> Vec<Arc<dyn AgentTool>> {
+pub fn recall_tools(
+    store: Arc<dyn Backend>,
+    cfg: Arc<LosslessConfig>,
+    semantic: Option<Arc<crate::semantic::Semantic>>,
+) -> Vec<Arc<dyn AgentTool>> {
     vec![
         Arc::new(GrepTool {
             store: store.clone(),
             cfg: cfg.clone(),
+            semantic,
         }),
         Arc::new(DescribeTool {
             store: store.clone(),
@@ -61,6 +66,7 @@ pub fn recall_tools(store: Arc<dyn Backend>, cfg: Arc<LosslessConfig>) -> Vec<Ar
 pub struct GrepTool {
     store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
+    semantic: Option<Arc<crate::semantic::Semantic>>,
 }
 
 #[async_trait]
@@ -69,17 +75,19 @@ impl AgentTool for GrepTool {
         "lcm_grep"
     }
     fn description(&self) -> &str {
-        "Search this conversation's full stored history (including everything summarized away). Full-text by default \
-         (1-3 distinctive terms, all must match); mode \"any_term\" takes a whole question or description and ranks \
-         what shares the most and rarest of its words; mode \"regex\" for patterns. Returns message/summary ids with \
+        "Search this conversation's full stored history (including everything summarized away). By default \
+         (\"auto\") words and meaning together when the engine has an embedding model, else full-text; mode \
+         \"full_text\": 1-3 distinctive terms, all must match; \"any_term\" takes a whole question or description and \
+         ranks what shares the most and rarest of its words; \"semantic\" ranks by meaning (paraphrases); \"hybrid\" \
+         fuses any_term and semantic; \"regex\" for patterns. Returns message/summary ids with \
          snippets; use lcm_describe / lcm_expand on an id for details."
     }
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "Terms (full_text), free text (any_term) or a regular expression (regex)."},
-                "mode": {"type": "string", "enum": ["full_text", "any_term", "regex"], "default": "full_text"},
+                "query": {"type": "string", "description": "Terms (full_text), free text (any_term, semantic, hybrid, auto) or a regular expression (regex)."},
+                "mode": {"type": "string", "enum": ["auto", "full_text", "any_term", "semantic", "hybrid", "regex"], "default": "auto"},
                 "target": {"type": "string", "enum": ["both", "messages", "summaries"], "default": "both"},
                 "sort": {"type": "string", "enum": ["relevance", "recency"], "default": "relevance"},
                 "scope": {"type": "string", "enum": ["session", "agent"], "default": "session",
@@ -97,7 +105,7 @@ impl AgentTool for GrepTool {
             .ok_or("missing \"query\"")?
             .to_owned();
         let parse = |k: &str, d: &str| args.get(k).and_then(Value::as_str).unwrap_or(d).to_owned();
-        let mode = GrepMode::from_name(&parse("mode", "full_text")).unwrap_or_default();
+        let mode = GrepMode::from_name(&parse("mode", "auto")).unwrap_or(GrepMode::Auto);
         let target = match parse("target", "both").as_str() {
             "messages" => GrepTarget::Messages,
             "summaries" => GrepTarget::Summaries,
@@ -122,7 +130,9 @@ impl AgentTool for GrepTool {
             offset: args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize,
             max_scan_rows: self.cfg.grep_max_scan_rows,
         };
-        let report = self.store.grep(q).await.map_err(|e| e.to_string())?;
+        let report = crate::semantic::grep(&*self.store, self.semantic.as_deref(), q)
+            .await
+            .map_err(|e| e.to_string())?;
         to_json(&report)
     }
 }

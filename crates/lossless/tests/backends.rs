@@ -280,6 +280,7 @@ async fn a_lost_connection_is_retried_and_loses_nothing() {
         recall_max_tokens: 0,
         cache_block_share: 0.0,
         whole_first: true,
+        semantic: Vec::new(),
     };
     let (_, assembled) = store.assemble(req).await.unwrap().unwrap();
     assert_eq!(assembled.messages.len(), 20);

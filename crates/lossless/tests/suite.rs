@@ -30,5 +30,6 @@ mod power_loss;
 mod prompt_recall;
 mod props;
 mod recall_methods;
+mod semantic;
 mod store;
 mod store_threads;

@@ -9,6 +9,7 @@
 //!   for the real runtime where a test needs a host but not files;
 //! - [`conformance`]: the one engine conformance suite, run against `legacy`, `lossless` and
 //!   plugin engines alike;
+//! - [`embed_model`]: where the real sentence model for semantic-recall tests is;
 //! - [`pg`]: the PostgreSQL test server (`CLAWCTX_TEST_PG_URL`) and a fresh database per test;
 //! - [`mock_model`]: a model that reports prefix caching as providers do (cached tokens of the
 //!   longest prefix shared with an earlier request of the session), offline or on loopback;
@@ -18,6 +19,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod conformance;
+pub mod embed_model;
 pub mod host;
 pub mod logs;
 pub mod messages;

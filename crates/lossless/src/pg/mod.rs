@@ -23,6 +23,7 @@ mod read;
 mod recall;
 pub mod schema;
 mod store;
+mod vectors;
 mod write;
 
 pub use store::{PgStore, DEFAULT_POOL_SIZE};

@@ -191,6 +191,7 @@ impl PgStore {
             RankFor::Prompt,
         )
         .await?;
+        let ranked = crate::prompt_recall::fused(ranked, r, exclude);
         if ranked.is_empty() {
             return Ok(None);
         }

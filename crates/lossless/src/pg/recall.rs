@@ -293,7 +293,7 @@ impl SummaryQuery {
 
 impl PgStore {
     /// Conversation rows a scope covers.
-    async fn scope_conversations(c: &impl GenericClient, scope: &Scope) -> Result<Vec<i64>> {
+    pub(crate) async fn scope_conv_ids(c: &impl GenericClient, scope: &Scope) -> Result<Vec<i64>> {
         let rows = match scope {
             Scope::Session(k) => {
                 c.query(
@@ -325,7 +325,7 @@ impl PgStore {
 
     async fn grep_on(tx: &Transaction<'_>, q: &GrepQuery) -> Result<GrepReport> {
         let limit = q.limit.clamp(1, 200);
-        let convs = Self::scope_conversations(tx, &q.scope).await?;
+        let convs = Self::scope_conv_ids(tx, &q.scope).await?;
         let mut report = empty_report();
         if convs.is_empty() {
             return Ok(report);
@@ -333,7 +333,9 @@ impl PgStore {
         let want = q.offset + limit + 1;
         let mut hits: Vec<RankedHit> = Vec::new();
         match q.mode {
-            GrepMode::FullText => {
+            // A store answers the lexical half of the semantic modes ([`crate::semantic`] adds
+            // the vectors above it); `auto` without a model is full-text.
+            GrepMode::FullText | GrepMode::Auto => {
                 let Some(fts) = sanitize_fts_query(&q.pattern) else {
                     return Ok(report);
                 };
@@ -385,7 +387,7 @@ impl PgStore {
                 order_hits(&mut hits, q.sort);
                 report.fts_query = Some(fts);
             }
-            GrepMode::AnyTerm => {
+            GrepMode::AnyTerm | GrepMode::Semantic | GrepMode::Hybrid => {
                 let terms = crate::search::query_terms(&q.pattern);
                 if terms.is_empty() {
                     return Ok(report);

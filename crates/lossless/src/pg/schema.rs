@@ -11,7 +11,7 @@ use crate::error::{LosslessError, Result};
 use crate::pg::connect::{connect_pool, PgTarget};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The `app` recorded in the schema table: the database belongs to the lossless engine.
 pub const APP: &str = "clawctx-lossless";
@@ -166,8 +166,32 @@ async fn reterm_cjk_rows(tx: &tokio_postgres::Transaction<'_>, table: &str) -> R
     Ok(rows.len() as u64)
 }
 
+/// Version 4: sentence vectors for semantic recall, as SQLite's v11 (see
+/// [`crate::store::schema::V11`]): `embed_models` with each model's progress, `vectors` one row
+/// per embedded message or summary, quantized to bytes (`bytea`; no extension needed).
+const V4: &str = "
+CREATE TABLE embed_models(
+  id bigserial PRIMARY KEY,
+  name text NOT NULL UNIQUE,
+  dim integer NOT NULL,
+  msg_done bigint NOT NULL DEFAULT 0,
+  sum_done bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE vectors(
+  vid bigserial PRIMARY KEY,
+  model bigint NOT NULL REFERENCES embed_models(id),
+  kind smallint NOT NULL,
+  item_id bigint NOT NULL,
+  conv_id bigint NOT NULL,
+  tokens bigint NOT NULL,
+  scale real NOT NULL,
+  vec bytea NOT NULL
+);
+CREATE INDEX vectors_by_conv ON vectors(model, conv_id, vid);
+";
+
 /// The migrations in order: `(version, DDL)`; applying version N takes the schema from N-1.
-const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2)];
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (4, V4)];
 
 /// The tables version 1 creates: finding one in a database without our schema row means the
 /// database belongs to someone else.

@@ -39,8 +39,9 @@ use crate::config::LosslessConfig;
 use crate::doctor::{DoctorReport, StatusReport};
 use crate::error::{LosslessError, Result};
 use crate::import::ImportReport;
-use crate::recall::{DescribeReport, ExpandReport, GrepQuery, GrepReport};
+use crate::recall::{DescribeReport, ExpandReport, GrepHit, GrepQuery, GrepReport, Scope};
 use crate::retention::RetentionReport;
+use crate::semantic::rows::{Done, EmbedItem, EmbedModel, ItemKind, NewVector, VectorRow};
 use crate::session::CarryReport;
 use crate::store::{ConvKey, ConvRow, IngestOutcome, TurnCommit};
 
@@ -472,6 +473,40 @@ impl Backend for PgStore {
 
     async fn close(&self) {
         self.pool.close();
+    }
+
+    async fn scope_conversations(&self, scope: Scope) -> Result<Vec<i64>> {
+        let c = self.client().await?;
+        Self::scope_conv_ids(&c, &scope).await
+    }
+
+    async fn embed_model(&self, name: &str, dim: usize) -> Result<EmbedModel> {
+        self.embed_model_row(name, dim).await
+    }
+
+    async fn embed_todo(&self, model: i64, limit: usize) -> Result<Vec<EmbedItem>> {
+        self.embed_todo_rows(model, limit).await
+    }
+
+    async fn store_vectors(&self, model: i64, rows: Vec<NewVector>, done: Done) -> Result<usize> {
+        self.store_vector_rows(model, rows, done).await
+    }
+
+    async fn vectors_since(
+        &self,
+        model: i64,
+        dim: usize,
+        wants: Vec<(i64, i64)>,
+    ) -> Result<Vec<VectorRow>> {
+        self.vector_rows_since(model, dim, &wants).await
+    }
+
+    async fn embed_progress(&self, model: i64) -> Result<(u64, u64)> {
+        self.embed_progress_of(model).await
+    }
+
+    async fn item_hits(&self, items: Vec<(ItemKind, i64, f64)>) -> Result<Vec<GrepHit>> {
+        self.item_hit_rows(&items).await
     }
 }
 

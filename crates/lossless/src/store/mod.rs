@@ -51,6 +51,7 @@ pub mod pending_fts;
 pub mod schema;
 pub mod term_rows;
 pub mod terms;
+mod vectors;
 
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};

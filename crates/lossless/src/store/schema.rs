@@ -17,7 +17,7 @@ use crate::error::{LosslessError, Result};
 /// `PRAGMA application_id` of a lossless store ("clsx").
 pub const APPLICATION_ID: i32 = 0x636c_7378;
 /// Current schema version.
-pub const SCHEMA_VERSION: i32 = 10;
+pub const SCHEMA_VERSION: i32 = 11;
 
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -447,6 +447,38 @@ fn reindex(conn: &Connection, fts: &str, source: &str) -> Result<()> {
     Ok(())
 }
 
+/// Version 11: sentence vectors for semantic recall (issue #43, [`crate::semantic`]).
+///
+/// `embed_models` records each embedding model that wrote vectors here, by its identity
+/// (`clawctx_embed::Embedder::model_id`), with how far it got: every message with an id up to
+/// `msg_done` and every summary up to `sum_done` has its vector (or had no text). A different
+/// model is a different row, so vectors of two models never mix and a new model embeds from the
+/// start. `vectors` holds one row per embedded message (`kind` 0) or summary (`kind` 1): the
+/// vector quantized to signed bytes with its scale ([`crate::semantic::quant`]), with the
+/// conversation and token count that recall needs without reading the item. Read by
+/// conversation, in insertion order (`vid`), so a reader's in-memory copy catches up with one
+/// range read.
+pub const V11: &str = r#"
+CREATE TABLE embed_models(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  dim INTEGER NOT NULL,
+  msg_done INTEGER NOT NULL DEFAULT 0,
+  sum_done INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE vectors(
+  vid INTEGER PRIMARY KEY,
+  model INTEGER NOT NULL REFERENCES embed_models(id),
+  kind INTEGER NOT NULL,
+  item_id INTEGER NOT NULL,
+  conv_id INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,
+  scale REAL NOT NULL,
+  vec BLOB NOT NULL
+);
+CREATE INDEX vectors_by_conv ON vectors(model, conv_id, vid);
+"#;
+
 /// Drops and refills both full-text indexes with v7's tables (for the migration to `version`).
 fn rebuild_indexes(conn: &Connection, version: i32) -> Result<()> {
     let n: i64 = conn.query_row("SELECT count(*) FROM messages", [], |r| r.get(0))?;
@@ -518,6 +550,10 @@ fn migrate(conn: &Connection, from: i32) -> Result<()> {
                 rebuild_indexes(conn, 10)?;
             }
             conn.execute_batch("PRAGMA user_version = 10;")?;
+        }
+        if now < 11 {
+            conn.execute_batch(V11)?;
+            conn.execute_batch("PRAGMA user_version = 11;")?;
         }
         Ok(())
     };

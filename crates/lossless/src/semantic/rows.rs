@@ -1,0 +1,78 @@
+//! What the embedder and the vector searches exchange with a store (both backends' queries
+//! return these).
+
+pub use super::cache::{ItemKind, VectorRow};
+
+/// An embedding model's row in the store, with how far it got (see the stores' schema:
+/// SQLite v11, PostgreSQL v4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmbedModel {
+    /// `embed_models.id`.
+    pub id: i64,
+    /// The model's identity ([`clawctx_embed::Embedder::model_id`]).
+    pub name: String,
+    /// Its vectors' length.
+    pub dim: usize,
+    /// Every message with an id up to this has its vector (or has no text).
+    pub msg_done: i64,
+    /// Every summary with an id up to this has its vector.
+    pub sum_done: i64,
+}
+
+/// A message or summary still to embed.
+#[derive(Clone, Debug)]
+pub struct EmbedItem {
+    /// Message or summary.
+    pub kind: ItemKind,
+    /// Its id.
+    pub item_id: i64,
+    /// Its conversation.
+    pub conv_id: i64,
+    /// Its tokens.
+    pub tokens: u64,
+    /// Its text.
+    pub text: String,
+}
+
+/// A vector to store.
+#[derive(Clone, Debug)]
+pub struct NewVector {
+    /// Message or summary.
+    pub kind: ItemKind,
+    /// Its id.
+    pub item_id: i64,
+    /// Its conversation.
+    pub conv_id: i64,
+    /// Its tokens.
+    pub tokens: u64,
+    /// The quantization scale.
+    pub scale: f32,
+    /// The quantized vector.
+    pub vec: Vec<i8>,
+}
+
+/// How far an embedder got in one pass: every message up to `msg_done` and every summary up
+/// to `sum_done` is embedded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Done {
+    /// Messages embedded up to this id.
+    pub msg_done: i64,
+    /// Summaries embedded up to this id.
+    pub sum_done: i64,
+}
+
+/// The most of a text that is embedded: a sentence model reads its first 256 word pieces (or
+/// so); tokenizing a megabyte of tool output to keep them would cost more than the model.
+pub const MAX_EMBED_CHARS: usize = 2_000;
+
+/// `text` cut to at most [`MAX_EMBED_CHARS`] bytes at a character boundary.
+pub fn embed_text(text: &str) -> &str {
+    if text.len() <= MAX_EMBED_CHARS {
+        return text;
+    }
+    let mut end = MAX_EMBED_CHARS;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
