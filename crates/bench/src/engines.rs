@@ -31,6 +31,8 @@ pub struct EngineUnderTest {
     pub database_path: Option<PathBuf>,
     /// Whether the engine compacts on its own (otherwise the runtime's trigger drives it).
     pub owns_compaction: bool,
+    /// The lossless engine's semantic recall, when it has an embedding model.
+    pub semantic: Option<Arc<clawctx_lossless::semantic::Semantic>>,
 }
 
 impl EngineUnderTest {
@@ -99,17 +101,31 @@ pub async fn open_engine(
             store: None,
             database_path: None,
             owns_compaction: false,
+            semantic: None,
         }),
         "lossless" => {
             std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
             let path = dir.join("lossless.db");
             let cfg = LosslessConfig::from_value(lossless_config);
+            // The embedding model the config or the environment names (none for
+            // `recallMethod: lexical`), as the engine's factory loads it.
+            let embedder = if cfg.recall_method == clawctx_lossless::RecallMethod::Lexical {
+                None
+            } else {
+                clawctx_lossless::semantic::model::embedder_for(&cfg, dir)
+                    .await
+                    .map_err(|e| BenchError::engine(id, "embedding model", e))?
+            };
             let p = path.clone();
-            let engine = tokio::task::spawn_blocking(move || LosslessEngine::open(&p, cfg))
+            let mut engine = tokio::task::spawn_blocking(move || LosslessEngine::open(&p, cfg))
                 .await
                 .map_err(|e| BenchError::engine(id, "open", e))?
                 .map_err(|e| BenchError::engine(id, "open", e))?
                 .with_summarizer(summarizer);
+            if let Some(e) = embedder {
+                engine = engine.with_embedder(e);
+            }
+            let semantic = engine.semantic().cloned();
             let store = engine.store().cloned();
             Ok(EngineUnderTest {
                 id: id.to_owned(),
@@ -117,6 +133,7 @@ pub async fn open_engine(
                 store,
                 database_path: Some(path),
                 owns_compaction: true,
+                semantic,
             })
         }
         other => Err(BenchError::InvalidArgument(format!(

@@ -52,7 +52,7 @@ use serde_json::json;
 
 use clawctx_engine::LegacyEngine;
 use clawctx_lossless::inspect::Inspect;
-use clawctx_lossless::{Backend, ConvKey, DescribeReport};
+use clawctx_lossless::{Backend, ConvKey, DescribeReport, LosslessConfig, RecallMethod};
 
 use crate::engines::{open_engine, parse_engine_list_of, EngineUnderTest};
 use crate::error::{BenchError, Result};
@@ -357,11 +357,12 @@ async fn grep_any(
     key: &str,
     question: &str,
     k: usize,
+    mode: &str,
 ) -> Result<Option<Vec<i64>>> {
     grep_tool_ts(
         eut,
         key,
-        json!({"query": question, "mode": "any_term", "target": "messages", "limit": k}),
+        json!({"query": question, "mode": mode, "target": "messages", "limit": k}),
     )
     .await
 }
@@ -670,6 +671,7 @@ async fn run_one(
             store: None,
             database_path: None,
             owns_compaction: false,
+            semantic: None,
         }
     } else {
         open_engine(engine, &dir, summarizer.clone(), &opts.lossless_config).await?
@@ -686,11 +688,28 @@ async fn run_one(
         questions: Vec::new(),
         judged: opts.judging.as_ref().map(|_| JudgedCost::default()),
     };
+    // The recall search of (b): `any_term` (words), or with an embedding model the
+    // `recallMethod`'s: `semantic` (meaning) or `hybrid` (both, fused).
+    let recall_mode = match (
+        &eut.semantic,
+        LosslessConfig::from_value(&opts.lossless_config).recall_method,
+    ) {
+        (None, _) | (_, RecallMethod::Lexical) => "any_term",
+        (Some(_), RecallMethod::Semantic) => "semantic",
+        (Some(_), RecallMethod::Hybrid) => "hybrid",
+    };
     let mut token_sum = 0u64;
     let mut assembled = 0u64;
     for conv in conversations {
         let host = BenchHost::new(CompactionSettings::default(), summarizer.clone());
         replay(&eut, &host, conv, budget).await?;
+        // The questions come once the background embedder has caught up (a user's question
+        // comes long after the words it asks about).
+        if let (Some(s), Some(store)) = (&eut.semantic, &eut.store) {
+            s.embed_all(store, |_, _| {})
+                .await
+                .map_err(|e| BenchError::engine(&eut.id, "embed", e))?;
+        }
         let texts = conv.turn_texts();
         let ts_to_dia: HashMap<i64, String> = conv
             .replay()
@@ -733,7 +752,7 @@ async fn run_one(
                     .collect();
                 !unresolved && evidence.iter().all(|d| found.contains(d.as_str()))
             };
-            let recall = grep_any(&eut, &key, &q.question, opts.k)
+            let recall = grep_any(&eut, &key, &q.question, opts.k, recall_mode)
                 .await?
                 .map(|h| covers(&h));
             let grep = grep_and(&eut, &key, &q.question, opts.k)

@@ -278,6 +278,7 @@ async fn measure(
             cache_block_share: cfg.cache_block_share,
             whole_first: true,
             semantic: Vec::new(),
+            lexical_recall: true,
         };
         let t = Instant::now();
         store

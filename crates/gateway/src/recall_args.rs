@@ -10,8 +10,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RecallMode {
-    /// Every term must match (BM25 ranked). `fts` (the CLI's former name) is accepted too.
+    /// `hybrid` when the engine has an embedding model, else `full_text` (the default).
     #[default]
+    Auto,
+    /// Every term must match (BM25 ranked). `fts` (the CLI's former name) is accepted too.
     #[serde(alias = "fts")]
     FullText,
     /// A whole question: rows sharing the most and rarest words. `any` is accepted too.
@@ -19,6 +21,11 @@ pub enum RecallMode {
     AnyTerm,
     /// A regular expression.
     Regex,
+    /// By meaning: the rows whose sentence vectors are closest to the query's (needs an
+    /// embedding model; an error without one).
+    Semantic,
+    /// `any_term` and `semantic` fused by reciprocal rank (`any_term` without a model).
+    Hybrid,
 }
 
 impl From<RecallMode> for GrepMode {
@@ -27,6 +34,9 @@ impl From<RecallMode> for GrepMode {
             RecallMode::FullText => GrepMode::FullText,
             RecallMode::AnyTerm => GrepMode::AnyTerm,
             RecallMode::Regex => GrepMode::Regex,
+            RecallMode::Semantic => GrepMode::Semantic,
+            RecallMode::Hybrid => GrepMode::Hybrid,
+            RecallMode::Auto => GrepMode::Auto,
         }
     }
 }

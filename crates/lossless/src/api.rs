@@ -191,6 +191,7 @@ impl Recall {
                 // As for a session its host maintains in the background (every host of ours).
                 whole_first: true,
                 semantic,
+                lexical_recall: self.cfg.recall_method != crate::config::RecallMethod::Semantic,
             })
             .await?;
         Ok(match found {

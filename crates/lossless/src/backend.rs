@@ -70,6 +70,8 @@ pub struct AssembleRequest {
     /// The session's messages most like the prompt by meaning, for the `<recalled>` block
     /// ([`crate::semantic::Semantic::prompt_hits`]; empty without an embedding model).
     pub semantic: Vec<crate::search::RankedMessage>,
+    /// Whether the block ranks by words too (`false`: `recallMethod` `semantic`, meaning only).
+    pub lexical_recall: bool,
 }
 
 /// Which kind of database a backend is.
@@ -292,7 +294,11 @@ pub(crate) fn recall_for(
     };
     Ok(match wanted {
         Some((text, prompt_follows)) if req.recall_reserve > 0 => Some(PromptRecall {
-            terms: crate::search::prompt_terms(&text),
+            terms: if req.lexical_recall {
+                crate::search::prompt_terms(&text)
+            } else {
+                Vec::new()
+            },
             convs: convs()?,
             reserve: req.recall_reserve,
             max_tokens: req.recall_max_tokens.max(req.recall_reserve),

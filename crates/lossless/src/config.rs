@@ -7,6 +7,19 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Which rankings recall fuses (`recallMethod`, see [`LosslessConfig::recall_method`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecallMethod {
+    /// Words and meaning, fused by reciprocal rank.
+    #[default]
+    Hybrid,
+    /// Words only.
+    Lexical,
+    /// Meaning only.
+    Semantic,
+}
+
 /// The lossless engine's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -108,6 +121,10 @@ pub struct LosslessConfig {
     /// Below this cosine with the prompt a message does not cue the `<recalled>` block by
     /// meaning (it may still by its words).
     pub semantic_min_score: f32,
+    /// Which rankings the `<recalled>` block fuses when there is an embedding model: `hybrid`
+    /// (words and meaning, the default), `lexical` (words only: no model is loaded) or
+    /// `semantic` (meaning only). `clawctx eval` measures each.
+    pub recall_method: RecallMethod,
     /// Share of the history budget (the budget less the recall reserve) dropped at once when
     /// the assembled context is full, so that the front of the prompt stays still for the
     /// next many turns and the provider's prompt cache keeps hitting (see
@@ -167,6 +184,7 @@ impl Default for LosslessConfig {
             prompt_recall_max_messages: 40,
             embeddings: None,
             semantic_min_score: crate::semantic::DEFAULT_MIN_SCORE,
+            recall_method: RecallMethod::Hybrid,
             cache_block_share: 0.5,
             large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
             payload_retention_days: None,

@@ -326,6 +326,9 @@ impl LosslessEngine {
         let Some(s) = &self.semantic else {
             return Vec::new();
         };
+        if self.cfg.recall_method == crate::config::RecallMethod::Lexical {
+            return Vec::new();
+        }
         let text = match params.prompt.as_deref().filter(|p| !p.trim().is_empty()) {
             Some(p) => p.to_owned(),
             None => match params.messages.last() {
@@ -790,6 +793,7 @@ impl ContextEngine for LosslessEngine {
                 cache_block_share: self.cfg.cache_block_share,
                 whole_first: maintained,
                 semantic: semantic.clone(),
+                lexical_recall: self.cfg.recall_method != crate::config::RecallMethod::Semantic,
             };
             match self.store.assemble(request(recent())).await? {
                 Some((conv, out))
@@ -1191,7 +1195,13 @@ pub fn lossless_factory() -> Factory {
         // Semantic recall when a model is configured or found; a model named but unusable is
         // logged (and shown by `doctor`), and recall stays lexical rather than the engine
         // failing over to legacy.
-        let engine = match crate::semantic::model::embedder_for(engine.config(), &state_dir).await {
+        let lexical_only = engine.config().recall_method == crate::config::RecallMethod::Lexical;
+        let found = if lexical_only {
+            Ok(None)
+        } else {
+            crate::semantic::model::embedder_for(engine.config(), &state_dir).await
+        };
+        let engine = match found {
             Ok(Some(embedder)) => engine.with_embedder(embedder),
             Ok(None) => engine,
             Err(e) => {

@@ -95,7 +95,7 @@ mod tools;
 pub use api::{AssembledContext, IngestCount, Recall};
 pub use backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
 pub use compaction::{CompactionOptions, CompactionReport};
-pub use config::{DatabaseUrl, Durability, LosslessConfig, StoreLocation};
+pub use config::{DatabaseUrl, Durability, LosslessConfig, RecallMethod, StoreLocation};
 pub use doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};
 pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
 pub use error::LosslessError;

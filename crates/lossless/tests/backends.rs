@@ -281,6 +281,7 @@ async fn a_lost_connection_is_retried_and_loses_nothing() {
         cache_block_share: 0.0,
         whole_first: true,
         semantic: Vec::new(),
+        lexical_recall: true,
     };
     let (_, assembled) = store.assemble(req).await.unwrap().unwrap();
     assert_eq!(assembled.messages.len(), 20);

@@ -110,6 +110,7 @@ async fn common(store: &dyn Backend, search: &[u64], snap: &mut Snapshot) -> Res
             cache_block_share: 0.0,
             whole_first: true,
             semantic: Vec::new(),
+            lexical_recall: true,
         };
         match store.assemble(req).await {
             Ok(Some((_, a))) if conv.msg_count == 0 || !a.messages.is_empty() => {}

@@ -24,8 +24,8 @@ use clawctx_lossless::migrate::MigrateReport;
 use clawctx_lossless::pg::connect::{is_postgres_connection_string, PgTarget};
 use clawctx_lossless::pg::PgStore;
 use clawctx_lossless::{
-    Backend, ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig, LosslessStore,
-    Scope, StoreLocation,
+    semantic, Backend, ConvKey, GrepMode, GrepQuery, GrepSort, GrepTarget, LosslessConfig,
+    LosslessStore, Scope, StoreLocation,
 };
 use serde::Serialize;
 
@@ -61,6 +61,12 @@ enum Mode {
     AnyTerm,
     /// Regular expression.
     Regex,
+    /// By meaning: cosine between sentence vectors (needs an embedding model).
+    Semantic,
+    /// `any_term` and `semantic` fused by reciprocal rank (`any_term` without a model).
+    Hybrid,
+    /// `hybrid` when an embedding model is configured or found, else `full_text`.
+    Auto,
 }
 
 #[derive(Debug, Subcommand)]
@@ -70,7 +76,7 @@ enum LcmAction {
         /// Search terms (or a regex with --mode regex).
         pattern: String,
         /// Search mode.
-        #[arg(long, value_enum, default_value = "full_text")]
+        #[arg(long, value_enum, default_value = "auto")]
         mode: Mode,
         /// Only this session key (default: everything).
         #[arg(long)]
@@ -88,6 +94,11 @@ enum LcmAction {
         #[arg(long, default_value_t = 0)]
         offset: usize,
     },
+    /// Embed every message and summary the embedding model has not embedded yet (resumable:
+    /// the progress is kept in the store), with a progress bar. The model: the config's
+    /// `embeddings`, else CLAWCTX_EMBED_MODEL, else the default directory
+    /// `scripts/fetch-embed-model` fills.
+    Embed,
     /// Show a summary (`sum_N`) or message (`msg_N`): metadata, parents, children, sources.
     Describe {
         /// The id.
@@ -353,10 +364,15 @@ async fn migrate(store: StoreArg, to: &str, apply: bool, json: bool) -> anyhow::
 }
 
 /// The commands on a PostgreSQL store (through the `Backend` trait, as the engine uses it).
-async fn run_pg(url: &str, json: bool, action: LcmAction) -> anyhow::Result<ExitCode> {
+async fn run_pg(
+    global: &GlobalArgs,
+    url: &str,
+    json: bool,
+    action: LcmAction,
+) -> anyhow::Result<ExitCode> {
     let pg = open_pg(url).await?;
     let store: Arc<dyn Backend> = Arc::new(pg);
-    let code = run_backend(store.as_ref(), json, action).await;
+    let code = run_backend(global, store.as_ref(), json, action).await;
     store.close().await;
     code
 }
@@ -364,11 +380,21 @@ async fn run_pg(url: &str, json: bool, action: LcmAction) -> anyhow::Result<Exit
 /// The commands both backends answer the same way; import and prune on PostgreSQL (SQLite's
 /// back the file up first and run in [`run`]).
 async fn run_backend(
+    global: &GlobalArgs,
     store: &dyn Backend,
     json: bool,
     action: LcmAction,
 ) -> anyhow::Result<ExitCode> {
     match action {
+        LcmAction::Embed => {
+            let Some(semantic) = semantic_of(global).await? else {
+                anyhow::bail!(
+                    "no embedding model configured or found: {}",
+                    semantic::model::HOW_TO_ENABLE
+                );
+            };
+            embed(store, &semantic, json).await?;
+        }
         LcmAction::Grep {
             pattern,
             mode,
@@ -388,6 +414,9 @@ async fn run_backend(
                 Mode::FullText => GrepMode::FullText,
                 Mode::AnyTerm => GrepMode::AnyTerm,
                 Mode::Regex => GrepMode::Regex,
+                Mode::Semantic => GrepMode::Semantic,
+                Mode::Hybrid => GrepMode::Hybrid,
+                Mode::Auto => GrepMode::Auto,
             };
             q.target = GrepTarget::Both;
             q.sort = if recent {
@@ -397,7 +426,16 @@ async fn run_backend(
             };
             q.limit = limit;
             q.offset = offset;
-            let report = store.grep(q).await?;
+            let semantic = match mode {
+                Mode::Semantic | Mode::Hybrid => semantic_of(global).await?,
+                // `auto` with a model that does not load is full-text, said once.
+                Mode::Auto => semantic_of(global).await.unwrap_or_else(|e| {
+                    eprintln!("semantic search off: {e:#}");
+                    None
+                }),
+                _ => None,
+            };
+            let report = semantic::grep(store, semantic.as_ref(), q).await?;
             if json {
                 print(&report)?;
             } else {
@@ -445,6 +483,75 @@ async fn run_backend(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Semantic search with the model the config or the environment names (see
+/// [`semantic::model::embedder_for`]); `None` when there is none.
+async fn semantic_of(global: &GlobalArgs) -> anyhow::Result<Option<semantic::Semantic>> {
+    let config = global.load_config()?;
+    let cfg = LosslessConfig::from_host_config(config.value());
+    let embedder = semantic::model::embedder_for(&cfg, &global.state_dir()).await?;
+    Ok(embedder.map(|e| semantic::Semantic::new(e).with_min_score(cfg.semantic_min_score)))
+}
+
+/// `lcm embed`: every batch the model has not embedded, with a progress bar on stderr, then
+/// what was done.
+async fn embed(
+    store: &dyn Backend,
+    semantic: &semantic::Semantic,
+    json: bool,
+) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct EmbedReport {
+        model: String,
+        embedded_now: u64,
+        embedded: u64,
+        total: u64,
+        seconds: f64,
+        per_second: f64,
+    }
+    let (done, total) = semantic.progress(store).await?;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!("embedding with {}", semantic.model_id()));
+    bar.set_position(done);
+    let start = std::time::Instant::now();
+    let now = semantic
+        .embed_all(store, |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        })
+        .await?;
+    bar.finish_and_clear();
+    let (embedded, total) = semantic.progress(store).await?;
+    let seconds = start.elapsed().as_secs_f64();
+    let report = EmbedReport {
+        model: semantic.model_id().to_owned(),
+        embedded_now: now,
+        embedded,
+        total,
+        seconds,
+        per_second: if seconds > 0.0 {
+            now as f64 / seconds
+        } else {
+            0.0
+        },
+    };
+    if json {
+        print(&report)?;
+    } else {
+        println!(
+            "{}: {embedded} of {total} items embedded ({now} now, {:.1}/s)",
+            report.model, report.per_second
+        );
+    }
+    Ok(())
+}
+
 /// The retention cutoff (epoch ms) of `prune --older-than-days`.
 fn prune_cutoff(older_than_days: f64) -> anyhow::Result<i64> {
     if !older_than_days.is_finite() || older_than_days < 0.0 {
@@ -465,7 +572,7 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
         return migrate(store, to, *apply, args.json).await;
     }
     let db = match store {
-        StoreArg::Postgres(url) => return run_pg(&url, args.json, args.action).await,
+        StoreArg::Postgres(url) => return run_pg(global, &url, args.json, args.action).await,
         StoreArg::Sqlite(db) => db,
     };
     if !db.exists() && !matches!(args.action, LcmAction::Import { apply: true, .. }) {
@@ -515,7 +622,7 @@ pub async fn run(global: &GlobalArgs, args: LcmArgs) -> anyhow::Result<ExitCode>
             }
             ExitCode::SUCCESS
         }
-        action => run_backend(&store, args.json, action).await?,
+        action => run_backend(global, &store, args.json, action).await?,
     };
     store.close_wait().await;
     Ok(code)
