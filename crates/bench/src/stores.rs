@@ -48,6 +48,10 @@ pub struct StoreBenchOptions {
     pub budget: u64,
     /// The SQLite store's `durability`.
     pub durability: Durability,
+    /// With semantic recall: the model embeds the store after the batched ingest (its rate is
+    /// reported), runs in the background during the per-turn ingests, and each assembly embeds
+    /// its prompt and fuses the vector hits, as the engine's `assemble` does.
+    pub embedder: Option<Arc<dyn clawctx_embed::Embedder>>,
 }
 
 impl Default for StoreBenchOptions {
@@ -63,6 +67,7 @@ impl Default for StoreBenchOptions {
             greps: 100,
             budget: 32_000,
             durability: Durability::Normal,
+            embedder: None,
         }
     }
 }
@@ -88,6 +93,9 @@ pub struct StoreBenchRow {
     pub store_bytes: u64,
     /// Bytes of message text stored.
     pub raw_text_bytes: u64,
+    /// With semantic recall: items (messages) embedded per second by the backfill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedded_per_second: Option<f64>,
 }
 
 /// Search words of the workload's vocabulary, rare and common.
@@ -241,6 +249,23 @@ async fn measure(
         admin_sql(&admin.with_dbname(name), "VACUUM ANALYZE").await?;
     }
 
+    // With a model: the backfill of what was stored, timed; then the background embedder
+    // runs during the per-turn ingests, as in an engine.
+    let semantic = opts
+        .embedder
+        .clone()
+        .map(|e| Arc::new(clawctx_lossless::semantic::Semantic::new(e)));
+    let mut embedded_per_second = None;
+    if let Some(s) = &semantic {
+        let t = Instant::now();
+        let n = s
+            .embed_all(&*store, |_, _| {})
+            .await
+            .map_err(failed(kind, "embed"))?;
+        embedded_per_second = Some(n as f64 / t.elapsed().as_secs_f64().max(1e-9));
+    }
+    let background = semantic.as_ref().map(|s| s.spawn(store.clone()));
+
     // Per-turn ingest.
     let mut turn_times = Vec::with_capacity(opts.turns);
     for _ in 0..opts.turns {
@@ -253,6 +278,15 @@ async fn measure(
             .await
             .map_err(failed(kind, "turn ingest"))?;
         turn_times.push(t.elapsed());
+        if let Some(s) = &semantic {
+            s.wake();
+        }
+    }
+    drop(background);
+    if let Some(s) = &semantic {
+        s.embed_all(&*store, |_, _| {})
+            .await
+            .map_err(failed(kind, "embed"))?;
     }
     if recent.len() > 40 {
         recent.drain(..recent.len() - 40);
@@ -264,9 +298,13 @@ async fn measure(
     for i in 0..opts.assembles {
         let mut host = recent.clone();
         let word = GREP_WORDS[i % GREP_WORDS.len()];
-        host.push(AgentMessage::user(format!(
-            "what did we decide about the {word} before (ref {i})?"
-        )));
+        let prompt = format!("what did we decide about the {word} before (ref {i})?");
+        host.push(AgentMessage::user(prompt.clone()));
+        let t = Instant::now();
+        let semantic_hits = match &semantic {
+            Some(s) => s.prompt_hits(&*store, &key, &prompt).await,
+            None => Vec::new(),
+        };
         let req = AssembleRequest {
             key: key.clone(),
             recent: host,
@@ -277,10 +315,9 @@ async fn measure(
             recall_max_tokens: cfg.prompt_recall_max_tokens,
             cache_block_share: cfg.cache_block_share,
             whole_first: true,
-            semantic: Vec::new(),
+            semantic: semantic_hits,
             lexical_recall: true,
         };
-        let t = Instant::now();
         store
             .assemble(req)
             .await
@@ -352,6 +389,7 @@ async fn measure(
         grep: Latency::of(&grep_times),
         store_bytes,
         raw_text_bytes,
+        embedded_per_second,
     })
 }
 
@@ -401,6 +439,13 @@ pub fn render_store_table(rows: &[StoreBenchRow]) -> String {
             r.store_bytes as f64 / 1_048_576.0,
             r.store_bytes as f64 / r.raw_text_bytes.max(1) as f64,
         ));
+        if let Some(rate) = r.embedded_per_second {
+            out.push_str(&format!(
+                "{:<10} embedded {rate:.0} messages/s (batches of {})\n",
+                "",
+                clawctx_lossless::semantic::BATCH
+            ));
+        }
     }
     out
 }

@@ -26,6 +26,7 @@ mod gateway_pg_outage;
 mod history_reach;
 mod lcm;
 mod lcm_migrate;
+mod lcm_semantic;
 mod mcp;
 mod openclaw_real;
 mod openclaw_real_turns;

@@ -29,6 +29,7 @@ mod prompt_cache;
 mod recall_scope;
 mod recall_store;
 mod resend;
+mod semantic_recall;
 mod site_check;
 mod site_check_browser;
 mod trace_browser;

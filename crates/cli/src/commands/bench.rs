@@ -135,6 +135,11 @@ struct StoresArgs {
     /// The SQLite store's durability: normal or full.
     #[arg(long, default_value = "normal")]
     durability: String,
+    /// With semantic recall: the embedding model (CLAWCTX_EMBED_MODEL, else the default
+    /// directory) embeds the store (its throughput is reported), runs in the background during
+    /// the per-turn ingests, and each assembly embeds its prompt and fuses the vector hits.
+    #[arg(long)]
+    semantic: bool,
     /// Print the rows as JSON.
     #[arg(long)]
     json: bool,
@@ -223,6 +228,18 @@ async fn stores(a: StoresArgs) -> anyhow::Result<ExitCode> {
     opts.turns = a.samples;
     opts.assembles = a.samples;
     opts.greps = a.samples;
+    if a.semantic {
+        let cfg = clawctx_lossless::LosslessConfig::default();
+        let embedder = clawctx_lossless::semantic::model::embedder_for(&cfg, &std::env::temp_dir())
+            .await?
+            .with_context(|| {
+                format!(
+                    "--semantic: no embedding model: {}",
+                    clawctx_lossless::semantic::model::HOW_TO_ENABLE
+                )
+            })?;
+        opts.embedder = Some(embedder);
+    }
     let rows = run_store_bench(&opts).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

@@ -291,6 +291,8 @@ pub struct DoctorReport {
     pub outbox: OutboxReport,
     /// The lossless engine's store, when the slot selects `lossless`.
     pub lossless_store: Option<StoreReport>,
+    /// The lossless engine's semantic recall, when the slot selects `lossless`.
+    pub semantic_recall: Option<SemanticReport>,
     /// Config problems.
     pub config_problems: Vec<ConfigProblem>,
     /// Repairs applied by `--fix`.
@@ -580,6 +582,10 @@ pub async fn build_report(
     if let Some(store) = &lossless_store {
         tracing::debug!(backend = store.backend, target = %store.target, ok = store.ok, "doctor: lossless store");
     }
+    let semantic_recall = match &lossless_store {
+        Some(_) => Some(semantic_report(global, config.value()).await),
+        None => None,
+    };
     let loads = !matches!(
         resolved.reason,
         SelectionReason::Quarantined { .. } | SelectionReason::DiscoveryOnly
@@ -595,6 +601,12 @@ pub async fn build_report(
         || !quarantines.is_empty()
         || quarantine_mirror.problem.is_some()
         || plugins.iter().any(|p| !p.loaded)
+    {
+        warn(&mut status);
+    }
+    if semantic_recall
+        .as_ref()
+        .is_some_and(|s| s.problem.is_some())
     {
         warn(&mut status);
     }
@@ -671,6 +683,7 @@ pub async fn build_report(
         summarizer_breaker,
         outbox,
         lossless_store,
+        semantic_recall,
         config_problems,
         fixes,
     })
@@ -761,6 +774,48 @@ fn plugin_config_problems(failed: &[(PathBuf, clawctx_plugin::PluginError)]) -> 
             _ => None,
         })
         .collect()
+}
+
+/// Whether the lossless engine recalls by meaning too (issue #43): the embedding model the
+/// config or the environment names, loaded as the engine loads it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SemanticReport {
+    /// Hybrid recall is on.
+    pub on: bool,
+    /// The model's identity, when one loaded.
+    pub model: Option<String>,
+    /// What is wrong with the model named, when one is named and does not load.
+    pub problem: Option<String>,
+    /// How to turn it on, when it is off.
+    pub how_to_enable: Option<String>,
+}
+
+async fn semantic_report(global: &GlobalArgs, config: &Value) -> SemanticReport {
+    use clawctx_lossless::semantic::model;
+    let cfg = clawctx_lossless::LosslessConfig::from_host_config(config);
+    let off = |why: Option<String>| SemanticReport {
+        on: false,
+        model: None,
+        problem: why,
+        how_to_enable: Some(model::HOW_TO_ENABLE.to_owned()),
+    };
+    if cfg.recall_method == clawctx_lossless::RecallMethod::Lexical {
+        return SemanticReport {
+            how_to_enable: Some("recallMethod is lexical: set it to hybrid".into()),
+            ..off(None)
+        };
+    }
+    match model::embedder_for(&cfg, &global.state_dir()).await {
+        Ok(Some(e)) => SemanticReport {
+            on: true,
+            model: Some(e.model_id().to_owned()),
+            problem: None,
+            how_to_enable: None,
+        },
+        Ok(None) => off(None),
+        Err(e) => off(Some(e.to_string())),
+    }
 }
 
 /// The lossless engine's store as its config places it (`opened`: whether the engine came up
@@ -898,6 +953,18 @@ fn print_text(r: &DoctorReport) {
             (None, false) => println!(
                 "  [!!] store       {} {} did not open (see the quarantine below)",
                 store.backend, store.target
+            ),
+        }
+    }
+    if let Some(sem) = &r.semantic_recall {
+        match (&sem.model, &sem.problem) {
+            (Some(m), _) => println!("  [ok] recall      hybrid: words and meaning ({m})"),
+            (None, Some(p)) => {
+                println!("  [!!] recall      lexical only: the embedding model does not load: {p}")
+            }
+            (None, None) => println!(
+                "  [ok] recall      lexical only (no embedding model); for recall by meaning: {}",
+                sem.how_to_enable.as_deref().unwrap_or("")
             ),
         }
     }
