@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::dashboard_fixture::{on_postgres, start, Setup};
 
@@ -43,7 +43,7 @@ async fn a_fact_asked_in_other_words_is_found_through_the_gateway_on_postgres() 
 }
 
 async fn by_meaning(setup: Setup) {
-    let f = start(setup).await;
+    let mut f = start(setup).await;
     let mut messages =
         vec![json!({"role": "user", "content": FACT, "timestamp": 1_769_000_000_000u64})];
     messages.extend((0..300).map(|n| {
