@@ -228,6 +228,9 @@ pub struct EvalRun {
     pub overall: Scores,
     /// Per category (`1`..`5`).
     pub categories: BTreeMap<u8, Scores>,
+    /// The paraphrase set: questions of categories 1-4 none of whose evidence turns shares a
+    /// content word with the question (what word search cannot find; issue #43).
+    pub paraphrased: Scores,
     /// Context tokens used per conversation (mean).
     pub context_tokens_mean: f64,
     /// Context tokens used (max over conversations).
@@ -682,6 +685,7 @@ async fn run_one(
         ignores_budget: budget.is_none(),
         overall: Scores::default(),
         categories: BTreeMap::new(),
+        paraphrased: Scores::default(),
         context_tokens_mean: 0.0,
         context_tokens_max: 0,
         context_split: ContextSplit::default(),
@@ -803,6 +807,18 @@ async fn run_one(
             };
             run.overall.add(&score);
             run.categories.entry(q.category).or_default().add(&score);
+            // Scoring only: which questions share no content word with their evidence.
+            let question_words: HashSet<String> = content_words(&q.question).into_iter().collect();
+            let paraphrased = (1..=4).contains(&q.category)
+                && resolved.as_ref().is_some_and(|turns| {
+                    !turns.is_empty()
+                        && turns
+                            .iter()
+                            .all(|t| content_words(t).iter().all(|w| !question_words.contains(w)))
+                });
+            if paraphrased {
+                run.paraphrased.add(&score);
+            }
             run.questions.push(score);
         }
     }
@@ -879,7 +895,10 @@ pub fn render_table(r: &EvalReport) -> String {
             .categories
             .iter()
             .map(|(c, sc)| (format!("{c} {}", category_name(*c)), sc))
-            .chain([("overall".to_owned(), &run.overall)]);
+            .chain([
+                ("overall".to_owned(), &run.overall),
+                ("paraphrased".to_owned(), &run.paraphrased),
+            ]);
         for (name, sc) in rows {
             let opt = |v: Option<u64>| {
                 v.map(|n| format!("{:.1}%", sc.pct(n)))

@@ -302,7 +302,10 @@ async fn measure(
         host.push(AgentMessage::user(prompt.clone()));
         let t = Instant::now();
         let semantic_hits = match &semantic {
-            Some(s) => s.prompt_hits(&*store, &key, &prompt).await,
+            Some(s) => {
+                s.prompt_hits(&*store, &key, &prompt, cfg.prompt_recall_max_messages)
+                    .await
+            }
             None => Vec::new(),
         };
         let req = AssembleRequest {

@@ -174,7 +174,10 @@ impl Recall {
             .filter(|b| *b > 0)
             .unwrap_or(self.cfg.default_token_budget);
         let semantic = match (&self.semantic, prompt.as_deref()) {
-            (Some(s), Some(p)) if !p.trim().is_empty() => s.prompt_hits(&*self.store, key, p).await,
+            (Some(s), Some(p)) if !p.trim().is_empty() => {
+                s.prompt_hits(&*self.store, key, p, self.cfg.prompt_recall_max_messages)
+                    .await
+            }
             _ => Vec::new(),
         };
         let found = self

@@ -339,7 +339,13 @@ impl LosslessEngine {
         if reserve == 0 || text.trim().is_empty() {
             return Vec::new();
         }
-        s.prompt_hits(&*self.store, key, &text).await
+        s.prompt_hits(
+            &*self.store,
+            key,
+            &text,
+            self.cfg.prompt_recall_max_messages,
+        )
+        .await
     }
 
     /// Opens the store at `path` (blocking) and builds an engine.

@@ -46,8 +46,6 @@ use rows::{Done, EmbedModel, NewVector};
 /// Items embedded per batch: large enough for the model to batch, small enough that a turn
 /// waiting for the CPU waits for little.
 pub const BATCH: usize = 32;
-/// Vector hits the `<recalled>` block considers (before leaving out what the context shows).
-pub const PROMPT_CANDIDATES: usize = 32;
 /// Below this cosine a message does not cue the `<recalled>` block: as with the lexical rule
 /// that only telling words cue it, a loose match would cost uncached tokens every turn.
 pub const DEFAULT_MIN_SCORE: f32 = 0.35;
@@ -255,28 +253,26 @@ impl Semantic {
         Ok(self.cache.search(convs, query, k, min_score, kinds))
     }
 
-    /// The messages of `key`'s session most like `text` for the `<recalled>` block (best
-    /// first, at least [`Semantic::min_score`] alike). A failing model gives none (logged): the
-    /// block is then lexical, and the turn goes on.
+    /// The `k` messages of `key`'s session most like `text` for the `<recalled>` block (best
+    /// first, at least [`Semantic::min_score`] alike): the block fuses them with as many
+    /// lexical hits (`promptRecallMaxMessages` each) and leaves out what the context already
+    /// shows. A failing model gives none (logged): the block is then lexical, and the turn goes
+    /// on.
     pub async fn prompt_hits(
         &self,
         store: &dyn Backend,
         key: &ConvKey,
         text: &str,
+        k: usize,
     ) -> Vec<RankedMessage> {
         let run = async {
             let convs = store
                 .scope_conversations(Scope::Session(key.clone()))
                 .await?;
             let query = self.embed_query(text).await?;
-            self.search(
-                store,
-                &convs,
-                &query,
-                PROMPT_CANDIDATES,
-                self.min_score,
-                |k| k == ItemKind::Message,
-            )
+            self.search(store, &convs, &query, k, self.min_score, |k| {
+                k == ItemKind::Message
+            })
             .await
         };
         match run.await {
@@ -314,8 +310,13 @@ impl Semantic {
                 GrepTarget::Summaries => k == ItemKind::Summary,
             })
             .await?;
-        let vector_keys: Vec<(ItemKind, i64)> =
-            vector.iter().map(|h| (h.kind, h.item_id)).collect();
+        // Fused with the words, only the items alike enough to cue the `<recalled>` block
+        // count: below that, a vector ranking only pushes word matches down (BENCHMARKS.md §17).
+        let vector_keys: Vec<(ItemKind, i64)> = vector
+            .iter()
+            .filter(|h| h.score >= self.min_score)
+            .map(|h| (h.kind, h.item_id))
+            .collect();
         let (ranked, mut lexical_hits): (Vec<((ItemKind, i64), f64)>, Vec<GrepHit>) =
             if q.mode == GrepMode::Semantic {
                 let ranked = vector
