@@ -500,6 +500,7 @@ async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
              INSERT INTO summaries_fts(rowid, text) SELECT id, text FROM summaries;
              UPDATE fts_state SET upto = 0;
              DROP TABLE turn_commits;
+             DROP TABLE vectors; DROP TABLE embed_models;
              PRAGMA user_version = 6;",
         )
         .unwrap();
@@ -593,7 +594,8 @@ async fn a_version_7_database_loses_the_seq_index_and_keeps_every_message() {
         .unwrap()
         .execute_batch(
             "CREATE UNIQUE INDEX messages_seq ON messages(conv_id, seq);
-             DROP TABLE turn_commits; PRAGMA user_version = 7;",
+             DROP TABLE turn_commits; DROP TABLE vectors; DROP TABLE embed_models;
+             PRAGMA user_version = 7;",
         )
         .unwrap();
 
@@ -639,7 +641,10 @@ async fn a_version_8_database_gains_turn_commits_and_keeps_every_message() {
     // Back into v8's shape: the same tables without `turn_commits`.
     rusqlite::Connection::open(&path)
         .unwrap()
-        .execute_batch("DROP TABLE turn_commits; PRAGMA user_version = 8;")
+        .execute_batch(
+            "DROP TABLE turn_commits; DROP TABLE vectors; DROP TABLE embed_models; \
+             PRAGMA user_version = 8;",
+        )
         .unwrap();
     assert!(!has_table(&path, "turn_commits"));
 
@@ -1429,6 +1434,7 @@ async fn a_version_9_store_with_cjk_text_is_indexed_again() {
            text, content='', columnsize=0, detail=none, tokenize='ascii');
          INSERT INTO messages_fts(rowid, text) VALUES (1, '{}'), (2, '{}');
          UPDATE fts_state SET upto = 2;
+         DROP TABLE vectors; DROP TABLE embed_models;
          PRAGMA user_version = 9;",
         clauses[0], clauses[1]
     ))
