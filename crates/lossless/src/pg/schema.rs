@@ -348,6 +348,8 @@ mod tests {
         .await;
         let mut expected: Vec<String> = V1_TABLES.iter().map(|t| t.to_string()).collect();
         expected.push("clawctx_lossless_schema".to_string());
+        // Version 4's.
+        expected.extend(["embed_models".to_string(), "vectors".to_string()]);
         expected.sort();
         assert_eq!(tables, expected);
         assert_eq!(
