@@ -129,3 +129,26 @@ async fn another_model_embeds_from_the_start(store) {
     assert_eq!(store.count(&e, "SELECT count(*) FROM vectors").await, 20);
 }
 }
+
+on_both_backends! {
+async fn tool_results_are_not_embedded_but_count_as_done(store) {
+    let Some(model) = model() else { return };
+    let e = store.engine(LosslessConfig::default()).await;
+    let mut rng = Lcg(9);
+    let msgs: Vec<AgentMessage> = (0..3).flat_map(|t| turn(&mut rng, t, true, 12)).collect();
+    assert_eq!(msgs.len(), 12);
+    ingest_all(&e, &msgs).await;
+    let s = semantic::Semantic::new(model);
+    s.embed_all(&**e.backend(), |_, _| {}).await.unwrap();
+    assert_eq!(s.progress(&**e.backend()).await.unwrap(), (12, 12));
+    // The user's and the assistant's messages (the tool call among them), not the tool's
+    // output.
+    assert_eq!(store.count(&e, "SELECT count(*) FROM vectors").await, 9);
+    assert_eq!(
+        store
+            .count(&e, "SELECT count(*) FROM vectors v JOIN messages m ON m.id = v.item_id WHERE m.role = 2")
+            .await,
+        0
+    );
+}
+}

@@ -54,7 +54,8 @@ impl PgStore {
         let mut out = Vec::new();
         let rows = c
             .query(
-                "SELECT id, conv_id, tokens, text FROM messages WHERE id > $1 ORDER BY id LIMIT $2",
+                "SELECT id, conv_id, tokens, CASE WHEN role IN (0, 1) THEN text ELSE '' END
+                 FROM messages WHERE id > $1 ORDER BY id LIMIT $2",
                 &[&msg_done, &(limit as i64)],
             )
             .await?;
@@ -150,21 +151,16 @@ impl PgStore {
         for &(conv, after) in wants {
             for r in c.query(&st, &[&model, &conv, &after]).await? {
                 let bytes: Vec<u8> = r.try_get(6)?;
-                let (Some(kind), Some(vec)) = (
-                    ItemKind::from_code(r.try_get(1)?),
-                    quant::from_bytes(&bytes, dim),
-                ) else {
-                    continue;
-                };
-                out.push(VectorRow {
-                    vid: r.try_get(0)?,
-                    kind,
-                    item_id: r.try_get(2)?,
-                    conv_id: r.try_get(3)?,
-                    tokens: r.try_get::<_, i64>(4)?.max(0) as u64,
-                    scale: r.try_get(5)?,
-                    vec,
-                });
+                out.extend(VectorRow::read(
+                    r.try_get(0)?,
+                    r.try_get(1)?,
+                    r.try_get(2)?,
+                    r.try_get(3)?,
+                    r.try_get(4)?,
+                    r.try_get(5)?,
+                    &bytes,
+                    dim,
+                ));
             }
         }
         Ok(out)

@@ -66,6 +66,32 @@ pub struct VectorRow {
     pub vec: Vec<i8>,
 }
 
+impl VectorRow {
+    /// A row as the stores read it (`kind`: `vectors.kind`, `bytes`: `vectors.vec`); `None`
+    /// for a kind this build does not know or a vector not of `dim` bytes (skipped).
+    #[allow(clippy::too_many_arguments)]
+    pub fn read(
+        vid: i64,
+        kind: i64,
+        item_id: i64,
+        conv_id: i64,
+        tokens: i64,
+        scale: f32,
+        bytes: &[u8],
+        dim: usize,
+    ) -> Option<Self> {
+        Some(VectorRow {
+            vid,
+            kind: ItemKind::from_code(kind)?,
+            item_id,
+            conv_id,
+            tokens: tokens.max(0) as u64,
+            scale,
+            vec: quant::from_bytes(bytes, dim)?,
+        })
+    }
+}
+
 /// One search hit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VectorHit {

@@ -61,6 +61,16 @@ pub struct Done {
     pub sum_done: i64,
 }
 
+/// The roles whose messages are embedded: the user's and the assistant's (`codec::role` 0 and
+/// 1, as the stores' `embed_todo` queries select them), and every summary. Tool results stay
+/// searchable by their words only: on a 2-core machine a 256-word-piece tool output costs the
+/// model about as much as eight chat messages, and what a tool printed is found by its words
+/// (names, paths, errors) better than by its meaning.
+pub const EMBEDDED_ROLES: [i64; 2] = [
+    crate::store::codec::role::USER,
+    crate::store::codec::role::ASSISTANT,
+];
+
 /// The most of a text that is embedded: a sentence model reads its first 256 word pieces (or
 /// so); tokenizing a megabyte of tool output to keep them would cost more than the model.
 pub const MAX_EMBED_CHARS: usize = 2_000;
@@ -75,4 +85,17 @@ pub fn embed_text(text: &str) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stores_queries_name_the_embedded_roles_by_number() {
+        // `store/vectors.rs` and `pg/vectors.rs` select `role IN (0, 1)`.
+        assert_eq!(EMBEDDED_ROLES, [0, 1]);
+        assert_eq!(embed_text(&"é".repeat(1_500)).len(), MAX_EMBED_CHARS);
+        assert_eq!(embed_text("short"), "short");
+    }
 }

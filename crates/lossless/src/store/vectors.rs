@@ -60,11 +60,13 @@ impl Db {
         )?)
     }
 
-    /// Up to `limit` items after `done`, messages first, oldest first.
+    /// Up to `limit` items after `done`, messages first, oldest first. Only the user's and the
+    /// assistant's messages come with their text (see [`crate::semantic::rows::EMBEDDED_ROLES`]).
     pub fn embed_todo(&self, done: Done, limit: usize) -> Result<Vec<EmbedItem>> {
         let mut out = Vec::new();
         let mut st = self.conn.prepare_cached(
-            "SELECT id, conv_id, tokens, text FROM message_rows WHERE id > ?1 ORDER BY id LIMIT ?2",
+            "SELECT id, conv_id, tokens, CASE WHEN role IN (0, 1) THEN text ELSE '' END
+             FROM message_rows WHERE id > ?1 ORDER BY id LIMIT ?2",
         )?;
         let mut rows = st.query(params![done.msg_done, limit as i64])?;
         while let Some(r) = rows.next()? {
@@ -141,21 +143,16 @@ impl Db {
             let mut rows = st.query(params![model, conv, after])?;
             while let Some(r) = rows.next()? {
                 let bytes: Vec<u8> = r.get(6)?;
-                let (Some(kind), Some(vec)) = (
-                    ItemKind::from_code(r.get(1)?),
-                    quant::from_bytes(&bytes, dim),
-                ) else {
-                    continue;
-                };
-                out.push(VectorRow {
-                    vid: r.get(0)?,
-                    kind,
-                    item_id: r.get(2)?,
-                    conv_id: r.get(3)?,
-                    tokens: r.get::<_, i64>(4)?.max(0) as u64,
-                    scale: r.get::<_, f64>(5)? as f32,
-                    vec,
-                });
+                out.extend(VectorRow::read(
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get::<_, f64>(5)? as f32,
+                    &bytes,
+                    dim,
+                ));
             }
         }
         Ok(out)
