@@ -71,9 +71,11 @@ pub const EMBEDDED_ROLES: [i64; 2] = [
     crate::store::codec::role::ASSISTANT,
 ];
 
-/// The most of a text that is embedded: a sentence model reads its first 256 word pieces (or
-/// so); tokenizing a megabyte of tool output to keep them would cost more than the model.
-pub const MAX_EMBED_CHARS: usize = 2_000;
+/// The most of a text that is embedded (bytes): about the first 120-150 word pieces of English.
+/// The model's cost grows with the length it reads (all-MiniLM-L6-v2 reads up to 256 word
+/// pieces): on this 2-core machine a long assistant reply cut at 2,000 bytes embedded at about
+/// 9 messages a second (BENCHMARKS.md §17); what a message is about is mostly in its opening.
+pub const MAX_EMBED_CHARS: usize = 600;
 
 /// `text` cut to at most [`MAX_EMBED_CHARS`] bytes at a character boundary.
 pub fn embed_text(text: &str) -> &str {
@@ -96,6 +98,7 @@ mod tests {
         // `store/vectors.rs` and `pg/vectors.rs` select `role IN (0, 1)`.
         assert_eq!(EMBEDDED_ROLES, [0, 1]);
         assert_eq!(embed_text(&"é".repeat(1_500)).len(), MAX_EMBED_CHARS);
+        assert!(embed_text(&"é".repeat(1_500)).chars().all(|c| c == 'é'));
         assert_eq!(embed_text("short"), "short");
     }
 }
