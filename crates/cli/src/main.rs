@@ -64,7 +64,7 @@ enum Command {
     Replay(commands::replay::ReplayArgs),
     /// Install, link, list, enable, disable and remove plugin engines.
     Plugins(commands::plugins::PluginsArgs),
-    /// The lossless store: grep, describe, expand, status, doctor, import, prune, migrate.
+    /// The lossless store: grep, embed, describe, expand, status, doctor, import, prune, migrate.
     Lcm(commands::lcm::LcmArgs),
     /// Recall over MCP on stdio: lcm_grep, lcm_describe, lcm_expand, sessions_list, context_assemble.
     Mcp(commands::mcp::McpArgs),
