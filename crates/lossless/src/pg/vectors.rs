@@ -92,7 +92,10 @@ impl PgStore {
                 &[&model],
             )
             .await?;
-        let (msg_done, sum_done): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
+        let stored = Done {
+            msg_done: r.try_get(0)?,
+            sum_done: r.try_get(1)?,
+        };
         let ins = tx
             .prepare_cached(
                 "INSERT INTO vectors(model, kind, item_id, conv_id, tokens, scale, vec)
@@ -101,11 +104,7 @@ impl PgStore {
             .await?;
         let mut n = 0;
         for v in rows {
-            let upto = match v.kind {
-                ItemKind::Message => msg_done,
-                ItemKind::Summary => sum_done,
-            };
-            if v.item_id <= upto {
+            if stored.covers(v.kind, v.item_id) {
                 continue;
             }
             tx.execute(

@@ -61,6 +61,17 @@ pub struct Done {
     pub sum_done: i64,
 }
 
+impl Done {
+    /// Whether `kind`'s item `item_id` is at or below this progress (embedded already).
+    pub fn covers(&self, kind: ItemKind, item_id: i64) -> bool {
+        item_id
+            <= match kind {
+                ItemKind::Message => self.msg_done,
+                ItemKind::Summary => self.sum_done,
+            }
+    }
+}
+
 /// The roles whose messages are embedded: the user's and the assistant's (`codec::role` 0 and
 /// 1, as the stores' `embed_todo` queries select them), and every summary. Tool results stay
 /// searchable by their words only: on a 2-core machine a 256-word-piece tool output costs the

@@ -89,10 +89,15 @@ impl Db {
     /// Returns the vectors stored.
     pub fn store_vectors(&mut self, model: i64, rows: Vec<NewVector>, done: Done) -> Result<usize> {
         self.tx(move |c| {
-            let (msg_done, sum_done): (i64, i64) = c.query_row(
+            let stored = c.query_row(
                 "SELECT msg_done, sum_done FROM embed_models WHERE id = ?1",
                 [model],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| {
+                    Ok(Done {
+                        msg_done: r.get(0)?,
+                        sum_done: r.get(1)?,
+                    })
+                },
             )?;
             let mut ins = c.prepare_cached(
                 "INSERT INTO vectors(model, kind, item_id, conv_id, tokens, scale, vec)
@@ -100,11 +105,7 @@ impl Db {
             )?;
             let mut n = 0;
             for v in rows {
-                let upto = match v.kind {
-                    ItemKind::Message => msg_done,
-                    ItemKind::Summary => sum_done,
-                };
-                if v.item_id <= upto {
+                if stored.covers(v.kind, v.item_id) {
                     continue;
                 }
                 ins.execute(params![
