@@ -29,7 +29,7 @@ pub mod model;
 pub mod quant;
 pub mod rows;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use clawctx_embed::Embedder;
@@ -61,6 +61,8 @@ pub struct Semantic {
     model: tokio::sync::OnceCell<EmbedModel>,
     wake: tokio::sync::Notify,
     min_score: f32,
+    /// The last query embedded and its vector (see [`Semantic::embed_query`]).
+    last_query: Mutex<Option<(String, Vec<f32>)>>,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -90,6 +92,7 @@ impl Semantic {
             model: tokio::sync::OnceCell::new(),
             wake: tokio::sync::Notify::new(),
             min_score: DEFAULT_MIN_SCORE,
+            last_query: Mutex::new(None),
         }
     }
 
@@ -218,20 +221,31 @@ impl Semantic {
         }))
     }
 
-    /// The unit vector of `text`.
+    /// The unit vector of `text`. The last query's vector is kept: a host assembles twice per
+    /// model call with the same prompt (OpenClaw does), and `lcm_grep` often follows with it,
+    /// so the model (~18 ms on 2 cores) runs once for them.
     pub async fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
-        let mut v = self
-            .embedder
-            .embed(&[rows::embed_text(text).to_owned()])
-            .await
-            .map_err(|e| {
-                LosslessError::Embedding(format!(
-                    "embedding the query with {}: {e}",
-                    self.model_id()
-                ))
-            })?;
-        v.pop()
-            .ok_or_else(|| LosslessError::Embedding("the model returned no vector".into()))
+        let text = rows::embed_text(text);
+        if let Some((last, v)) = &*self
+            .last_query
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            if last == text {
+                return Ok(v.clone());
+            }
+        }
+        let mut v = self.embedder.embed(&[text.to_owned()]).await.map_err(|e| {
+            LosslessError::Embedding(format!("embedding the query with {}: {e}", self.model_id()))
+        })?;
+        let v = v
+            .pop()
+            .ok_or_else(|| LosslessError::Embedding("the model returned no vector".into()))?;
+        *self
+            .last_query
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((text.to_owned(), v.clone()));
+        Ok(v)
     }
 
     /// The `k` items of `convs` most like `query`, at least `min_score` alike, after catching
@@ -410,5 +424,44 @@ pub async fn grep(
             store.grep(q).await
         }
         _ => store.grep(q).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Debug, Default)]
+    struct Counting(AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl Embedder for Counting {
+        fn model_id(&self) -> &str {
+            "counting"
+        }
+        fn dim(&self) -> usize {
+            2
+        }
+        async fn embed(
+            &self,
+            texts: &[String],
+        ) -> std::result::Result<Vec<Vec<f32>>, clawctx_embed::EmbedError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_same_query_twice_runs_the_model_once() {
+        let model = Arc::new(Counting::default());
+        let s = Semantic::new(model.clone());
+        let a = s.embed_query("which database?").await.unwrap();
+        let b = s.embed_query("which database?").await.unwrap();
+        assert_eq!(a, b);
+        assert_eq!(model.0.load(Ordering::SeqCst), 1);
+        let c = s.embed_query("another question").await.unwrap();
+        assert_ne!(a, c);
+        assert_eq!(model.0.load(Ordering::SeqCst), 2);
     }
 }
