@@ -9,8 +9,8 @@
 //! none); both readings are tried on every input.
 #![no_main]
 
-use clawctx_lossless::store::codec::{decode, encode};
-use clawctx_lossless::store::pack::{unpack, unpack_into};
+use clawctx_lossless::core::codec::{decode, encode};
+use clawctx_lossless::core::pack::{unpack, unpack_into};
 use clawctx_protocol::AgentMessage;
 use libfuzzer_sys::fuzz_target;
 

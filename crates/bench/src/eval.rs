@@ -267,7 +267,7 @@ impl ContextSplit {
                 m,
                 AgentMessage::CompactionSummary(_) | AgentMessage::BranchSummary(_)
             ) || text.starts_with(clawctx_protocol::COMPACTION_SUMMARY_PREFIX)
-                || clawctx_lossless::assemble::parse_summary_header(&text).is_some()
+                || clawctx_lossless::parse_summary_header(&text).is_some()
             {
                 self.summaries += tokens;
             } else if clawctx_lossless::is_recalled_block(&text) {
@@ -318,10 +318,10 @@ pub struct JudgeModels {
 }
 
 /// Content words of a question, as the lossless engine's search picks them
-/// ([`clawctx_lossless::search::query_terms`]: its stopword list and tokenizer, each word once,
+/// ([`clawctx_lossless::query_terms`]: its stopword list and tokenizer, each word once,
 /// order kept), so the AND grep is asked what `lcm_grep` would make of the question.
 pub fn content_words(question: &str) -> Vec<String> {
-    clawctx_lossless::search::query_terms(question)
+    clawctx_lossless::query_terms(question)
 }
 
 /// Lowercase, punctuation to spaces, whitespace collapsed.

@@ -129,7 +129,7 @@ async fn open(kind: BackendKind, opts: &StoreBenchOptions, run: usize) -> Result
             let store = tokio::task::spawn_blocking(move || {
                 LosslessStore::open_durable(
                     &p,
-                    clawctx_lossless::store::DEFAULT_BUSY_TIMEOUT_MS,
+                    clawctx_lossless::DEFAULT_BUSY_TIMEOUT_MS,
                     durability,
                 )
             })

@@ -51,7 +51,7 @@ fn query_construction() {
     // The engine's own stopword list and tokenizer (one list, in clawctx-lossless).
     assert_eq!(
         content_words("What is the name of Ben's cat?"),
-        clawctx_lossless::search::query_terms("What is the name of Ben's cat?")
+        clawctx_lossless::query_terms("What is the name of Ben's cat?")
     );
     assert_eq!(
         content_words("What is the name of Ben's cat?"),

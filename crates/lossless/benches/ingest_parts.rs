@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use clawctx_lossless::store::{codec, terms};
+use clawctx_lossless::core::{codec, terms};
 use clawctx_lossless::*;
 use clawctx_protocol::AgentMessage;
 
@@ -182,7 +182,7 @@ fn main() {
     time_index_terms(&enc);
     let t = Instant::now();
     for e in &enc {
-        std::hint::black_box(clawctx_lossless::store::pack::pack(&e.text));
+        std::hint::black_box(clawctx_lossless::core::pack::pack(&e.text));
     }
     println!(
         "  compression:                   {:6.1} µs/msg",
@@ -433,7 +433,7 @@ fn compression_levels(label: &str, texts: &[String], levels: &[i32]) {
     let t = Instant::now();
     let out: usize = texts
         .iter()
-        .map(|s| clawctx_lossless::store::pack::pack(s).map_or(s.len(), |f| f.len()))
+        .map(|s| clawctx_lossless::core::pack::pack(s).map_or(s.len(), |f| f.len()))
         .sum();
     report("lz4".into(), t, out);
 }

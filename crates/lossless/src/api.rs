@@ -2,9 +2,9 @@
 //! grep|describe|expand|status|doctor|import`, returning serializable reports, and [`Recall`],
 //! the recall and inspection handle over a running engine's own store. Synchronous callers can
 //! use [`LosslessStore::call_read_blocking`] (reads) and [`LosslessStore::call_blocking`]
-//! (writes) with the same [`Db`](crate::store::Db) methods. Every read here runs on the store's
+//! (writes) with the same [`Db`](crate::sqlite::Db) methods. Every read here runs on the store's
 //! read thread (SQLite) or a pooled connection (PostgreSQL), off the path of turns (see
-//! [`crate::store`]).
+//! [`crate::sqlite`]).
 //!
 //! Why [`Recall`]: a host that serves recall next to turns (the gateway's recall routes, its
 //! dashboard, its MCP server) must read the store the engine writes, with the engine's own
@@ -16,16 +16,17 @@ use std::sync::Arc;
 
 use clawctx_engine::ContextEngine;
 
-use crate::assemble::SYSTEM_PROMPT_ADDITION;
 use crate::backend::{AssembleRequest, Backend};
 use crate::config::LosslessConfig;
-use crate::doctor::{DoctorReport, StatusReport};
+use crate::core::assemble::SYSTEM_PROMPT_ADDITION;
+use crate::core::conv::{ConvKey, ConvRow};
+use crate::core::doctor::{DoctorReport, StatusReport};
+use crate::core::import::ImportReport;
+use crate::core::recall::{DescribeReport, ExpandReport, GrepQuery, GrepReport};
 use crate::engine::LosslessEngine;
 use crate::error::Result;
-use crate::import::ImportReport;
 use crate::policy::{SessionMode, SessionPolicy};
-use crate::recall::{DescribeReport, ExpandReport, GrepQuery, GrepReport};
-use crate::store::{ConvKey, ConvRow, LosslessStore};
+use crate::sqlite::LosslessStore;
 
 /// Recall and inspection over a lossless engine's own store (see the module header). Cheap to
 /// clone: the store and the configuration are shared with the engine.
@@ -35,7 +36,7 @@ pub struct Recall {
     cfg: Arc<LosslessConfig>,
     policy: SessionPolicy,
     last_recalls: Arc<crate::engine::LastRecalls>,
-    semantic: Option<Arc<crate::semantic::Semantic>>,
+    semantic: Option<Arc<crate::core::semantic::Semantic>>,
 }
 
 /// What [`Recall::assemble`] answers: the context the engine would send.
@@ -83,7 +84,7 @@ impl Recall {
         cfg: Arc<LosslessConfig>,
         policy: SessionPolicy,
         last_recalls: Arc<crate::engine::LastRecalls>,
-        semantic: Option<Arc<crate::semantic::Semantic>>,
+        semantic: Option<Arc<crate::core::semantic::Semantic>>,
     ) -> Self {
         Self {
             store,
@@ -95,14 +96,14 @@ impl Recall {
     }
 
     /// The engine's semantic recall, when it has an embedding model.
-    pub fn semantic(&self) -> Option<&Arc<crate::semantic::Semantic>> {
+    pub fn semantic(&self) -> Option<&Arc<crate::core::semantic::Semantic>> {
         self.semantic.as_ref()
     }
 
     /// Why each message of `key`'s last `<recalled>` block was quoted, best first (empty: the
     /// engine's last assembly for it quoted nothing); `None` when this process has not
     /// assembled it. In memory, for the per-turn trace.
-    pub fn last_recall(&self, key: &ConvKey) -> Option<Vec<crate::prompt_recall::RecallHit>> {
+    pub fn last_recall(&self, key: &ConvKey) -> Option<Vec<crate::core::prompt_recall::RecallHit>> {
         self.last_recalls.get(key)
     }
 
@@ -113,7 +114,7 @@ impl Recall {
         self.policy.mode(&key.session_key)
     }
 
-    /// The engine's store; its [`crate::inspect::Inspect`] views are the dashboard's.
+    /// The engine's store; its [`crate::core::inspect::Inspect`] views are the dashboard's.
     pub fn store(&self) -> &Arc<dyn Backend> {
         &self.store
     }
@@ -131,7 +132,7 @@ impl Recall {
 
     /// Searches history (see [`GrepQuery`]).
     pub async fn grep(&self, query: GrepQuery) -> Result<GrepReport> {
-        crate::semantic::grep(&*self.store, self.semantic.as_deref(), query).await
+        crate::core::semantic::grep(&*self.store, self.semantic.as_deref(), query).await
     }
 
     /// Describes `sum_<n>` or `msg_<n>`, within `agent`'s conversations when given.
@@ -281,7 +282,7 @@ impl LosslessStore {
     ) -> Result<ImportReport> {
         let path = path.into();
         self.call(move |db| {
-            let (msgs, mut report) = crate::import::read_openclaw_jsonl(&path)?;
+            let (msgs, mut report) = crate::core::import::read_openclaw_jsonl(&path)?;
             db.import_messages(&key, &msgs, apply, &mut report)?;
             Ok(report)
         })

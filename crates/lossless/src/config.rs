@@ -113,7 +113,7 @@ pub struct LosslessConfig {
     pub prompt_recall_max_tokens: u64,
     /// Messages quoted at most.
     pub prompt_recall_max_messages: usize,
-    /// The embedding model for semantic recall ([`crate::semantic`]): `{"provider": "local",
+    /// The embedding model for semantic recall ([`crate::core::semantic`]): `{"provider": "local",
     /// "model": "<dir or hub id>"}`, `{"provider": "openai", "baseUrl", "model", "apiKeyEnv"}`
     /// or `{"provider": "off"}` (see `clawctx_embed::EmbedSpec`); unset: `CLAWCTX_EMBED_MODEL`,
     /// else the default model directory when it holds one, else lexical recall only.
@@ -128,7 +128,7 @@ pub struct LosslessConfig {
     /// Share of the history budget (the budget less the recall reserve) dropped at once when
     /// the assembled context is full, so that the front of the prompt stays still for the
     /// next many turns and the provider's prompt cache keeps hitting (see
-    /// [`crate::assemble`]); `0` drops only what no longer fits, moving the front every turn.
+    /// [`crate::core::assemble`]); `0` drops only what no longer fits, moving the front every turn.
     /// Clamped to `0..=0.95`.
     pub cache_block_share: f64,
     /// Message texts of at least this many bytes are stored once per content; `0` = never.
@@ -183,10 +183,10 @@ impl Default for LosslessConfig {
             prompt_recall_max_tokens: 6_000,
             prompt_recall_max_messages: 40,
             embeddings: None,
-            semantic_min_score: crate::semantic::DEFAULT_MIN_SCORE,
+            semantic_min_score: crate::core::semantic::DEFAULT_MIN_SCORE,
             recall_method: RecallMethod::Hybrid,
             cache_block_share: 0.5,
-            large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
+            large_payload_bytes: crate::sqlite::DEFAULT_LARGE_PAYLOAD_BYTES,
             payload_retention_days: None,
             database: None,
             database_env: None,

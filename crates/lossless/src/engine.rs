@@ -37,14 +37,15 @@ use clawctx_protocol::*;
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 
 use crate::backend::{AssembleRequest, Backend};
-use crate::compaction::{CompactionOptions, CompactionReport};
 use crate::config::{LosslessConfig, StoreLocation};
+use crate::core::compaction::{CompactionOptions, CompactionReport};
+use crate::core::conv::{ConvKey, ConvRow, TurnCommit};
+use crate::core::session::CarryReport;
 use crate::error::{LosslessError, Result};
 use crate::pg::connect::PgTarget;
 use crate::pg::PgStore;
 use crate::policy::{SessionMode, SessionPolicy};
-use crate::session::CarryReport;
-use crate::store::{ConvKey, ConvRow, LosslessStore, TurnCommit};
+use crate::sqlite::LosslessStore;
 
 /// The engine id (registered slot id and `info.id`).
 pub const ENGINE_ID: &str = "lossless";
@@ -64,9 +65,9 @@ pub struct LosslessEngine {
     last_recalls: Arc<LastRecalls>,
     own_blocks: OwnBlocks,
     /// Semantic recall, when the engine has an embedding model ([`Self::with_embedder`]).
-    semantic: Option<Arc<crate::semantic::Semantic>>,
+    semantic: Option<Arc<crate::core::semantic::Semantic>>,
     /// Its background embedder, stopped with the engine.
-    embed_task: Option<crate::semantic::EmbedTask>,
+    embed_task: Option<crate::core::semantic::EmbedTask>,
 }
 
 /// Why each message of a conversation's last `<recalled>` block was quoted (scores, the
@@ -75,7 +76,7 @@ pub struct LosslessEngine {
 /// model call passes the first block back and leaves this as it is.
 #[derive(Debug, Default)]
 pub(crate) struct LastRecalls {
-    inner: std::sync::Mutex<HashMap<ConvKey, Vec<crate::prompt_recall::RecallHit>>>,
+    inner: std::sync::Mutex<HashMap<ConvKey, Vec<crate::core::prompt_recall::RecallHit>>>,
 }
 
 impl LastRecalls {
@@ -83,7 +84,7 @@ impl LastRecalls {
     /// scores of one turn).
     const MAX: usize = 4096;
 
-    fn set(&self, key: &ConvKey, hits: Vec<crate::prompt_recall::RecallHit>) {
+    fn set(&self, key: &ConvKey, hits: Vec<crate::core::prompt_recall::RecallHit>) {
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= Self::MAX && !map.contains_key(key) {
             map.clear();
@@ -92,7 +93,7 @@ impl LastRecalls {
     }
 
     /// The hits of `key`'s last assembly (empty: it quoted nothing), `None` if none is known.
-    pub(crate) fn get(&self, key: &ConvKey) -> Option<Vec<crate::prompt_recall::RecallHit>> {
+    pub(crate) fn get(&self, key: &ConvKey) -> Option<Vec<crate::core::prompt_recall::RecallHit>> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         map.get(key).cloned()
     }
@@ -128,12 +129,12 @@ impl OwnBlocks {
     fn set(&self, key: &ConvKey, messages: &[AgentMessage], input: &[AgentMessage]) {
         let given: std::collections::HashSet<[u8; 32]> = input
             .iter()
-            .filter(|m| crate::assemble::is_own_block(m))
+            .filter(|m| crate::core::assemble::is_own_block(m))
             .map(|m| Self::digest(&m.plain_text()))
             .collect();
         let digests: Vec<[u8; 32]> = messages
             .iter()
-            .filter(|m| crate::assemble::is_own_block(m))
+            .filter(|m| crate::core::assemble::is_own_block(m))
             .map(|m| Self::digest(&m.plain_text()))
             .filter(|d| !given.contains(d))
             .collect();
@@ -289,12 +290,13 @@ impl LosslessEngine {
         })
     }
 
-    /// Turns semantic recall on with `embedder` (see [`crate::semantic`]): the `<recalled>`
+    /// Turns semantic recall on with `embedder` (see [`crate::core::semantic`]): the `<recalled>`
     /// block and `lcm_grep` fuse vector hits with the lexical ranking, and a background task
     /// (on the current tokio runtime, stopped with the engine) embeds what is stored.
     pub fn with_embedder(mut self, embedder: Arc<dyn clawctx_embed::Embedder>) -> Self {
         let semantic = Arc::new(
-            crate::semantic::Semantic::new(embedder).with_min_score(self.cfg.semantic_min_score),
+            crate::core::semantic::Semantic::new(embedder)
+                .with_min_score(self.cfg.semantic_min_score),
         );
         self.embed_task = Some(semantic.spawn(self.store.clone()));
         semantic.wake();
@@ -303,7 +305,7 @@ impl LosslessEngine {
     }
 
     /// The engine's semantic recall, when it has an embedding model.
-    pub fn semantic(&self) -> Option<&Arc<crate::semantic::Semantic>> {
+    pub fn semantic(&self) -> Option<&Arc<crate::core::semantic::Semantic>> {
         self.semantic.as_ref()
     }
 
@@ -322,7 +324,7 @@ impl LosslessEngine {
         key: &ConvKey,
         params: &AssembleParams,
         reserve: u64,
-    ) -> Vec<crate::search::RankedMessage> {
+    ) -> Vec<crate::core::search::RankedMessage> {
         let Some(s) = &self.semantic else {
             return Vec::new();
         };
@@ -395,7 +397,7 @@ impl LosslessEngine {
         let mut conv_id = None;
         let mut lookups = 0;
         for (i, m) in messages.iter().enumerate() {
-            if !crate::assemble::is_own_block(m) {
+            if !crate::core::assemble::is_own_block(m) {
                 continue;
             }
             let text = m.plain_text();
@@ -403,10 +405,10 @@ impl LosslessEngine {
                 ours[i] = true;
                 continue;
             }
-            let Some((id, _)) = crate::assemble::parse_summary_header(&text) else {
+            let Some((id, _)) = crate::core::assemble::parse_summary_header(&text) else {
                 continue;
             };
-            let Ok(crate::ids::RecordId::Summary(n)) = crate::ids::parse(&id) else {
+            let Ok(crate::core::ids::RecordId::Summary(n)) = crate::core::ids::parse(&id) else {
                 continue;
             };
             if lookups == OwnBlocks::MAX_LOOKUPS {
@@ -419,12 +421,12 @@ impl LosslessEngine {
                     None => break,
                 }
             }
-            let Ok(crate::recall::DescribeReport::Summary(info)) =
+            let Ok(crate::core::recall::DescribeReport::Summary(info)) =
                 self.store.describe(&id, None).await
             else {
                 continue;
             };
-            let rendered = crate::assemble::render_summary(
+            let rendered = crate::core::assemble::render_summary(
                 n,
                 info.depth,
                 info.from_ts,
@@ -760,13 +762,13 @@ impl ContextEngine for LosslessEngine {
             // The host's second assemble of one model call passes the first result back.
             let ours = self.own_blocks_of(&key, &params.messages).await?;
             if let Some(out) =
-                crate::assemble::reassemble_own_output(&params.messages, budget, &ours)
+                crate::core::assemble::reassemble_own_output(&params.messages, budget, &ours)
             {
                 let conv = self.store.conversation(&key).await?;
                 return Ok(AssembleResult {
                     messages: out.messages,
                     estimated_tokens: out.tokens,
-                    system_prompt_addition: Some(crate::assemble::system_prompt_addition(
+                    system_prompt_addition: Some(crate::core::assemble::system_prompt_addition(
                         params.available_tools.as_deref(),
                     )),
                     prompt_authority: None,
@@ -827,7 +829,7 @@ impl ContextEngine for LosslessEngine {
             let messages =
                 clawctx_engine::pipeline::fit_budget(params.messages.clone(), budget, &mut report);
             let mut messages = messages;
-            crate::assemble::shrink_to_fit(&mut messages, budget);
+            crate::core::assemble::shrink_to_fit(&mut messages, budget);
             let estimated_tokens = clawctx_tokens::messages_tokens(&messages);
             return Ok(AssembleResult {
                 messages,
@@ -838,7 +840,7 @@ impl ContextEngine for LosslessEngine {
         Ok(AssembleResult {
             messages: out.messages,
             estimated_tokens: out.tokens,
-            system_prompt_addition: Some(crate::assemble::system_prompt_addition(
+            system_prompt_addition: Some(crate::core::assemble::system_prompt_addition(
                 params.available_tools.as_deref(),
             )),
             prompt_authority: None,
@@ -1083,7 +1085,7 @@ impl ContextEngine for LosslessEngine {
                 .await?;
         }
         if let Some(days) = self.cfg.payload_retention_days {
-            let cutoff = crate::store::now_ms() - (days * 86_400_000.0) as i64;
+            let cutoff = crate::core::conv::now_ms() - (days * 86_400_000.0) as i64;
             let report = self.store.expire_payloads(cutoff, true).await?;
             if report.payloads_expired > 0 {
                 tracing::info!(
@@ -1205,7 +1207,7 @@ pub fn lossless_factory() -> Factory {
         let found = if lexical_only {
             Ok(None)
         } else {
-            crate::semantic::model::embedder_for(engine.config(), &state_dir).await
+            crate::core::semantic::model::embedder_for(engine.config(), &state_dir).await
         };
         let engine = match found {
             Ok(Some(embedder)) => engine.with_embedder(embedder),

@@ -40,7 +40,7 @@ pub enum LosslessError {
     /// The store was closed: reopen it.
     #[error("lossless store is closed")]
     Closed,
-    /// The embedding model failed (semantic recall; see [`crate::semantic`]).
+    /// The embedding model failed (semantic recall; see [`crate::core::semantic`]).
     #[error("embedding failed: {0}")]
     Embedding(String),
     /// A store job panicked (a bug): its transaction was rolled back and the store's

@@ -68,43 +68,46 @@
 //! | `promptRecallMaxMessages` | `40` | messages quoted at most |
 //! | `cacheBlockShare` | `0.5` | when the context is full, share of the history budget dropped at once so the prompt's front (provider prompt cache) stays still for the next turns (`0` = drop one unit at a time) |
 
+// The engine and its callers' surface.
 mod api;
-pub mod assemble;
 mod backend;
-pub mod compaction;
 mod config;
-pub mod doctor;
 mod engine;
 pub mod error;
-mod ids;
-mod import;
-pub mod inspect;
 pub mod migrate;
-pub mod pg;
 mod policy;
-mod prompt_recall;
-mod recall;
-mod relative_dates;
-mod retention;
-pub mod search;
-pub mod semantic;
-mod session;
-pub mod store;
 mod tools;
 
-pub use api::{AssembledContext, IngestCount, Recall};
-pub use backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
-pub use compaction::{CompactionOptions, CompactionReport};
-pub use config::{DatabaseUrl, Durability, LosslessConfig, RecallMethod, StoreLocation};
-pub use doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};
-pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
-pub use error::LosslessError;
-pub use import::ImportReport;
-pub use prompt_recall::{is_recalled_block, quoted_ids, RecallHit};
-pub use recall::{
+// The layers: the logic written once (`core`), the two stores under it. Tests, benches and
+// fuzz targets reach inside with the `internals` feature; other crates use the re-exports.
+#[cfg(feature = "internals")]
+pub mod core;
+#[cfg(not(feature = "internals"))]
+mod core;
+pub mod pg;
+#[cfg(feature = "internals")]
+pub mod sqlite;
+#[cfg(not(feature = "internals"))]
+mod sqlite;
+
+pub use crate::core::assemble::parse_summary_header;
+pub use crate::core::compaction::{CompactionOptions, CompactionReport};
+pub use crate::core::conv::{ConvKey, ConvRow};
+pub use crate::core::doctor::StoreCheck;
+pub use crate::core::doctor::{DagLevel, DoctorIssue, DoctorReport, StatusReport};
+pub use crate::core::import::ImportReport;
+pub use crate::core::prompt_recall::{is_recalled_block, quoted_ids, RecallHit};
+pub use crate::core::recall::{
     DescribeReport, ExpandReport, ExpandedItem, GrepHit, GrepMode, GrepQuery, GrepReport, GrepSort,
     GrepTarget, MessageInfo, Scope, SummaryInfo,
 };
-pub use retention::RetentionReport;
-pub use session::CarryReport;
-pub use store::{ConvKey, LosslessStore};
+pub use crate::core::retention::RetentionReport;
+pub use crate::core::search::query_terms;
+pub use crate::core::session::CarryReport;
+pub use crate::core::{inspect, semantic};
+pub use crate::sqlite::{LosslessStore, DEFAULT_BUSY_TIMEOUT_MS};
+pub use api::{AssembledContext, IngestCount, Recall};
+pub use backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
+pub use config::{DatabaseUrl, Durability, LosslessConfig, RecallMethod, StoreLocation};
+pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
+pub use error::LosslessError;

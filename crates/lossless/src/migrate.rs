@@ -22,7 +22,7 @@
 //!   skeleton is written in the canonical form PostgreSQL's own ingest writes (the message is
 //!   decoded and encoded again; a message that does not decode is copied verbatim and
 //!   counted). The full-text `terms` are made from the texts with
-//!   [`crate::store::terms::index_terms`], as the PostgreSQL store does.
+//!   [`crate::core::terms::index_terms`], as the PostgreSQL store does.
 //! - **Ids continue.** Every `bigserial` sequence is set to its table's largest id, so rows
 //!   written after the migration get fresh ids.
 //!
@@ -33,11 +33,11 @@ use async_trait::async_trait;
 use deadpool_postgres::Transaction;
 use serde::Serialize;
 
+use crate::core::codec;
+use crate::core::terms::index_terms;
 use crate::error::{LosslessError, Result};
 use crate::pg::PgStore;
-use crate::store::codec;
-use crate::store::terms::index_terms;
-use crate::store::{Db, LosslessStore};
+use crate::sqlite::{Db, LosslessStore};
 
 /// Rows a page of a small-row table holds.
 const PAGE: usize = 5_000;

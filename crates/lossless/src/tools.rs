@@ -3,7 +3,7 @@
 //! Each is a thin adapter: parse the JSON arguments, scope the query to the calling session
 //! (or its agent, never other agents), run the library operation through the backend (on
 //! SQLite, on the store's read thread, off the path of other sessions' turns, see
-//! [`crate::store`]), and
+//! [`crate::sqlite`]), and
 //! return compact JSON capped at [`MAX_TOOL_OUTPUT_CHARS`]. Bad arguments come back as tool
 //! errors the model can read and fix, never as turn failures.
 
@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 
 use crate::backend::Backend;
 use crate::config::LosslessConfig;
-use crate::recall::{GrepMode, GrepQuery, GrepSort, GrepTarget, Scope};
-use crate::store::ConvKey;
+use crate::core::conv::ConvKey;
+use crate::core::recall::{GrepMode, GrepQuery, GrepSort, GrepTarget, Scope};
 
 /// Longest tool output returned to the model.
 pub const MAX_TOOL_OUTPUT_CHARS: usize = 40_000;
@@ -47,7 +47,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
 pub fn recall_tools(
     store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
-    semantic: Option<Arc<crate::semantic::Semantic>>,
+    semantic: Option<Arc<crate::core::semantic::Semantic>>,
 ) -> Vec<Arc<dyn AgentTool>> {
     vec![
         Arc::new(GrepTool {
@@ -66,7 +66,7 @@ pub fn recall_tools(
 pub struct GrepTool {
     store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
-    semantic: Option<Arc<crate::semantic::Semantic>>,
+    semantic: Option<Arc<crate::core::semantic::Semantic>>,
 }
 
 #[async_trait]
@@ -130,7 +130,7 @@ impl AgentTool for GrepTool {
             offset: args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize,
             max_scan_rows: self.cfg.grep_max_scan_rows,
         };
-        let report = crate::semantic::grep(&*self.store, self.semantic.as_deref(), q)
+        let report = crate::core::semantic::grep(&*self.store, self.semantic.as_deref(), q)
             .await
             .map_err(|e| e.to_string())?;
         to_json(&report)

@@ -9,7 +9,7 @@ use crate::common;
 use std::collections::HashMap;
 
 use clawctx_engine::ContextEngine;
-use clawctx_lossless::assemble::{is_own_block, parse_summary_header};
+use clawctx_lossless::core::assemble::{is_own_block, parse_summary_header};
 use clawctx_lossless::*;
 use clawctx_protocol::*;
 use common::*;

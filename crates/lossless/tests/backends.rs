@@ -195,7 +195,7 @@ async fn commit_turn_is_once_per_key_and_forks_carry_summaries_on_both() {
     }
     let all_a = sqlite.backend().conversations().await.unwrap();
     let all_b = pg.backend().conversations().await.unwrap();
-    let shape = |v: &[clawctx_lossless::store::ConvRow]| {
+    let shape = |v: &[clawctx_lossless::ConvRow]| {
         v.iter()
             .map(|c| {
                 (

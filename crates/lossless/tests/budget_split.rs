@@ -10,7 +10,7 @@
 use crate::common;
 
 use clawctx_engine::ContextEngine;
-use clawctx_lossless::assemble::parse_summary_header;
+use clawctx_lossless::parse_summary_header;
 use clawctx_lossless::*;
 use clawctx_protocol::*;
 use common::*;

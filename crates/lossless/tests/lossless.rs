@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use clawctx_engine::ContextEngine;
+use clawctx_lossless::core::compaction;
 use clawctx_lossless::*;
 use clawctx_protocol::*;
 use clawctx_tokens::message_tokens;

@@ -12,9 +12,9 @@ use crate::common;
 use std::sync::Arc;
 
 use clawctx_engine::ContextEngine;
+use clawctx_lossless::core::codec;
 use clawctx_lossless::migrate::{sqlite_to_postgres, TABLES};
 use clawctx_lossless::pg::PgStore;
-use clawctx_lossless::store::codec;
 use clawctx_lossless::*;
 use clawctx_protocol::*;
 use clawctx_test_support::pg::test_database;
@@ -78,7 +78,7 @@ fn sqlite_messages(path: &std::path::Path) -> Vec<Stored> {
     let conn =
         rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
-    clawctx_lossless::store::pack::register(&conn).unwrap();
+    clawctx_lossless::sqlite::unpack::register(&conn).unwrap();
     let mut st = conn
         .prepare("SELECT id, role, text, skeleton, ts FROM message_rows ORDER BY id")
         .unwrap();
@@ -94,7 +94,7 @@ fn sqlite_scalar(path: &std::path::Path, sql: &str) -> i64 {
     let conn =
         rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
-    clawctx_lossless::store::pack::register(&conn).unwrap();
+    clawctx_lossless::sqlite::unpack::register(&conn).unwrap();
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
@@ -260,7 +260,7 @@ async fn a_sqlite_store_moves_to_postgres_whole() {
         );
     }
     // Full-text terms were made: a needle finds its message.
-    let needle = clawctx_lossless::store::terms::index_terms("nd7x0");
+    let needle = clawctx_lossless::core::terms::index_terms("nd7x0");
     let hits: i64 = c
         .query_one(
             "SELECT count(*) FROM messages WHERE terms @@ to_tsquery('simple', $1)",
@@ -271,7 +271,7 @@ async fn a_sqlite_store_moves_to_postgres_whole() {
         .get(0);
     assert_eq!(hits, 1);
     // Conversations, summaries and the DAG are the same rows.
-    let shape = |v: &[clawctx_lossless::store::ConvRow]| {
+    let shape = |v: &[clawctx_lossless::ConvRow]| {
         v.iter()
             .map(|c| {
                 (

@@ -238,7 +238,7 @@ async fn recall_doctor_and_status_agree_on_both_backends() {
     let doc_b = pg.backend().doctor().await.unwrap();
     assert!(doc_a.ok, "SQLite doctor: {:?}", doc_a.issues);
     assert!(doc_b.ok, "PostgreSQL doctor: {:?}", doc_b.issues);
-    use clawctx_lossless::doctor::StoreCheck;
+    use clawctx_lossless::StoreCheck;
     assert_eq!(doc_a.store_check, StoreCheck::Sqlite("ok".into()));
     assert_eq!(doc_b.store_check, StoreCheck::Postgres("ok".into()));
     // Each report names its own backend's check (`lcm doctor --database postgres://…` said

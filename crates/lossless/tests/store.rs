@@ -7,8 +7,9 @@ use crate::common;
 use clawctx_engine::ContextEngine;
 use std::sync::Arc;
 
-use clawctx_lossless::store::encode_queue::EncodeFn;
-use clawctx_lossless::store::{codec, schema, terms, EncodeQueue};
+use clawctx_lossless::core::{codec, terms};
+use clawctx_lossless::sqlite::encode_queue::EncodeFn;
+use clawctx_lossless::sqlite::{schema, EncodeQueue};
 use clawctx_lossless::*;
 use clawctx_protocol::*;
 use common::*;
@@ -140,7 +141,7 @@ async fn a_version_1_database_migrates_and_stays_searchable_and_idempotent() {
 /// canonical form, texts compressed, the distinct-word index with document sizes.
 fn write_v3_database(path: &std::path::Path, msgs: &[AgentMessage]) {
     let conn = rusqlite::Connection::open(path).unwrap();
-    clawctx_lossless::store::pack::register(&conn).unwrap();
+    clawctx_lossless::sqlite::unpack::register(&conn).unwrap();
     for v in [schema::V1, schema::V2, schema::V3] {
         conn.execute_batch(v).unwrap();
     }
@@ -488,7 +489,7 @@ async fn a_version_6_database_is_reindexed_with_terms_made_in_rust() {
             .find(|w| w.len() > 6 && w.bytes().all(|b| b.is_ascii_lowercase()))
             .expect("a long word in the summary")
             .to_owned();
-        clawctx_lossless::store::pack::register(&c).unwrap();
+        clawctx_lossless::sqlite::unpack::register(&c).unwrap();
         c.execute_batch(
             "DROP TABLE messages_fts; DROP TABLE summaries_fts;
              CREATE VIRTUAL TABLE messages_fts USING fts5(
@@ -1135,7 +1136,7 @@ fn max_id(path: &std::path::Path) -> i64 {
 /// directly. Every message is found exactly once at every step.
 #[tokio::test]
 async fn the_newest_messages_index_is_searchable_from_every_connection() {
-    use clawctx_lossless::store::pending_fts::{DIRECT_MIN, FLUSH_ROWS};
+    use clawctx_lossless::sqlite::pending_fts::{DIRECT_MIN, FLUSH_ROWS};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.db");
     let writer = LosslessStore::open(&path).unwrap();
@@ -1242,7 +1243,7 @@ async fn the_newest_messages_index_is_searchable_from_every_connection() {
 /// message.
 #[tokio::test]
 async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() {
-    use clawctx_lossless::store::pending_fts::DIRECT_MIN;
+    use clawctx_lossless::sqlite::pending_fts::DIRECT_MIN;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d.db");
     let batch = |from: i64| -> Vec<codec::Encoded> {
@@ -1253,7 +1254,7 @@ async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() 
             })
             .collect()
     };
-    let found = |db: &clawctx_lossless::store::Db, i: i64| {
+    let found = |db: &clawctx_lossless::sqlite::Db, i: i64| {
         let q = GrepQuery::new(format!("word{i}x"), Scope::Session(key()));
         db.grep(&q).unwrap().hits.len()
     };
@@ -1369,7 +1370,7 @@ async fn a_large_batch_is_indexed_after_its_answer_and_never_lost_from_search() 
     reader.close_blocking();
 
     // 4. A batch past the deferral bound indexes all but its tail in its own transaction.
-    use clawctx_lossless::store::DEFER_MAX;
+    use clawctx_lossless::sqlite::DEFER_MAX;
     let huge: Vec<codec::Encoded> = (1_000..1_000 + DEFER_MAX as i64 + 5)
         .map(|i| {
             let m = AgentMessage::user(format!("huge word{i}x")).with_timestamp(i);

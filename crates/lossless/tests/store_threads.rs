@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use clawctx_engine::{ContextEngine, ToolCallContext};
-use clawctx_lossless::store::codec;
+use clawctx_lossless::core::codec;
 use clawctx_lossless::*;
 use clawctx_protocol::*;
 use common::*;

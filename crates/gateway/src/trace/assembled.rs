@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use clawctx_lossless::{assemble, inspect};
+use clawctx_lossless::inspect;
 use clawctx_protocol::AssembleResult;
 use serde::Serialize;
 
@@ -208,7 +208,7 @@ pub fn breakdown(result: &AssembleResult) -> Breakdown {
         let text = inspect::message_text(m);
         let role = m.role().to_owned();
         let (kind, id, depth) = if role == "user" {
-            if let Some((id, depth)) = assemble::parse_summary_header(&text) {
+            if let Some((id, depth)) = clawctx_lossless::parse_summary_header(&text) {
                 (("summary"), Some(id), Some(depth))
             } else if text.trim_start().starts_with("<recalled") {
                 ("recalled", None, None)

@@ -434,7 +434,7 @@ impl Builder {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use clawctx_lossless::inspect::FrontierItem;
-    use clawctx_lossless::store::ConvRow;
+    use clawctx_lossless::ConvRow;
 
     use super::*;
 

@@ -1,6 +1,6 @@
 //! `status`, `doctor` and payload retention on the PostgreSQL store.
 //!
-//! Doctor runs the checks the SQLite store's runs ([`crate::doctor`]'s `check_conversation`
+//! Doctor runs the checks the SQLite store's runs ([`crate::core::doctor`]'s `check_conversation`
 //! and `check_dag`, shared): coverage of every message by its frontier, tool pairs, running
 //! totals, unique sequence numbers, orphan and childless summaries, missing children, depth
 //! consistency. What is SQLite's own has a PostgreSQL counterpart or none:
@@ -21,13 +21,13 @@ use std::collections::{HashMap, HashSet};
 use deadpool_postgres::GenericClient;
 
 use super::store::{conv_row, PgStore, CONV_COLS};
-use crate::doctor::{
+use crate::core::codec;
+use crate::core::doctor::{
     check_conversation, check_dag, sort_issues, Children, DagLevel, DoctorIssue, DoctorReport,
     StatusReport, StoreCheck,
 };
+use crate::core::retention::{placeholder, replace_large_slots, RetentionReport};
 use crate::error::Result;
-use crate::retention::{placeholder, replace_large_slots, RetentionReport};
-use crate::store::codec;
 
 /// The store's tables, for the database size.
 const TABLES: &[&str] = &[
@@ -251,7 +251,7 @@ impl PgStore {
     }
 
     /// Payload retention, PostgreSQL's closest equivalent of the SQLite store's (see
-    /// [`crate::retention`]).
+    /// [`crate::core::retention`]).
     ///
     /// SQLite keeps a large text once per content in `payloads`, with the time it was first
     /// stored; PostgreSQL keeps every text inline in its message and records no storage time.

@@ -1,8 +1,8 @@
-//! The dashboard's views ([`crate::inspect::Inspect`]) over the PostgreSQL store: the same
+//! The dashboard's views ([`crate::core::inspect::Inspect`]) over the PostgreSQL store: the same
 //! queries as the SQLite store's (`store/inspect.rs`), in PostgreSQL's dialect. Each view reads
 //! in one repeatable-read snapshot ([`PgStore::snapshot`]), so its conversation row, frontier
 //! and rows agree while other nodes write, and is retried once on a new connection when its
-//! connection broke (a read cannot be got wrong twice). Rows go to [`crate::inspect`]'s shared
+//! connection broke (a read cannot be got wrong twice). Rows go to [`crate::core::inspect`]'s shared
 //! builders, so the views are the SQLite store's for the same data (`tests/inspect_parity.rs`).
 //!
 //! Dialect notes: `smallint`/`integer` columns (`role`, `kind`, `depth`, `ord`) are read as
@@ -14,15 +14,15 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use super::store::{conv_row, PgStore, CONV_COLS};
-use crate::error::Result;
-use crate::inspect::{
+use crate::core::conv::{ConvKey, ConvRow};
+use crate::core::inspect::{
     self, children_of, frontier_item, item_of, no_conversation, not_in, page_of, path_from,
     roots_of, stats_of, summary_of, timeline_of, uncovered_from, CompactionEvent,
     ConversationStats, DagLayer, DagNode, DagOverview, Frontier, FrontierItem, FrontierView,
     Inspect, MessagePage, MessageRow, PageAt, SessionView, SummaryRow, SummaryStamp,
     UncoveredRange, PATH_MAX_HOPS, SUMMARY_HEAD_CHARS,
 };
-use crate::store::{ConvKey, ConvRow};
+use crate::error::Result;
 
 /// The columns of a [`SummaryRow`] of `summaries s`, in [`summary_row`]'s order.
 fn summary_cols() -> String {

@@ -13,22 +13,22 @@ use std::collections::HashSet;
 use deadpool_postgres::{GenericClient, Transaction};
 
 use super::store::PgStore;
-use crate::assemble::{Assembled, Hysteresis, Item, Packer, Stored};
 use crate::backend::{live_tail, recall_for, AssembleRequest};
-use crate::error::Result;
-use crate::prompt_recall::{block_of, wanted, PromptRecall, RecalledBlock};
-use crate::search::{
+use crate::core::assemble::{Assembled, Hysteresis, Item, Packer, Stored};
+use crate::core::conv::ConvRow;
+use crate::core::prompt_recall::{block_of, wanted, PromptRecall, RecalledBlock};
+use crate::core::search::{
     finish_ranking, lookup_bound, ranking_pool, score_terms, sort_candidates, Corpus, RankFor,
     RankedMessage, MAX_TERMS,
 };
-use crate::store::terms::{normalize, words, MAX_SCOPED_CONVS};
-use crate::store::ConvRow;
+use crate::core::terms::{normalize, words, MAX_SCOPED_CONVS};
+use crate::error::Result;
 
 /// Frontier rows read per page of the walk (a context of 32k tokens of chat is about 100).
 const PAGE: i64 = 128;
 
 /// The `tsquery` matching rows that hold every term of `word` (one search word, as
-/// [`crate::store::terms::fts_term`] makes FTS5's), each a quoted lexeme: nothing in `word` is
+/// [`crate::core::terms::fts_term`] makes FTS5's), each a quoted lexeme: nothing in `word` is
 /// ever read as query syntax. `None` when `word` has no term (such a word matches nothing).
 pub(crate) fn tsquery_of(word: &str) -> Option<String> {
     let mut out = String::new();
@@ -77,7 +77,7 @@ impl PgStore {
         };
         let mut ids = Vec::with_capacity(req.recent.len());
         for m in &req.recent {
-            ids.push(crate::store::codec::identity(m)?);
+            ids.push(crate::core::codec::identity(m)?);
         }
         let held = super::write::stored_identities(&tx, conv.id, &ids).await?;
         let first_live = live_tail(&req.recent, |ts, hash| {
@@ -173,7 +173,7 @@ impl PgStore {
         Ok(Some((conv, out)))
     }
 
-    /// The `<recalled>` block for `r` (see [`crate::prompt_recall`]).
+    /// The `<recalled>` block for `r` (see [`crate::core::prompt_recall`]).
     async fn recalled_block(
         tx: &Transaction<'_>,
         r: &PromptRecall,
@@ -191,7 +191,7 @@ impl PgStore {
             RankFor::Prompt,
         )
         .await?;
-        let ranked = crate::prompt_recall::fused(ranked, r, exclude);
+        let ranked = crate::core::prompt_recall::fused(ranked, r, exclude);
         if ranked.is_empty() {
             return Ok(None);
         }
@@ -264,7 +264,7 @@ impl PgStore {
 
     /// The newest messages of conversations `convs` (of any, past [`MAX_SCOPED_CONVS`])
     /// holding every term of the search word `word`, at most `window`, newest first (see
-    /// [`crate::store::Db::term_rows`]).
+    /// [`crate::sqlite::Db::term_rows`]).
     pub(crate) async fn term_rows(
         c: &impl GenericClient,
         word: &str,
@@ -292,7 +292,7 @@ impl PgStore {
     }
 
     /// The `k` best messages of conversations `convs` for `terms`, as
-    /// [`crate::store::Db::ranked_messages`] ranks them.
+    /// [`crate::sqlite::Db::ranked_messages`] ranks them.
     pub(crate) async fn ranked_messages(
         c: &impl GenericClient,
         terms: &[String],

@@ -1,14 +1,14 @@
 //! The recall tools on the PostgreSQL store: `lcm_grep`, `lcm_describe`, `lcm_expand`.
 //!
-//! They answer what the SQLite store's ([`crate::recall`]) answer for the same data: the same
+//! They answer what the SQLite store's ([`crate::core::recall`]) answer for the same data: the same
 //! hits in the same order, with the same snippets and scores. What is decided above the
 //! storage (snippets, role names, hits, their order and paging, the expansion cap) is shared
 //! with the SQLite store; what differs is how rows are found:
 //!
 //! - full text: each row's `terms` is a `tsvector` of exactly the terms SQLite's FTS5 indexes
 //!   hold, so `terms @@ 'a' & 'b'` finds the rows FTS5's `"a" "b"` finds. Messages are ranked by
-//!   [`crate::search`] (shared); summaries by FTS5's own `bm25()`, which
-//!   [`crate::search::fts5_bm25`] computes from the same counts FTS5 uses (rows, terms, rows
+//!   [`crate::core::search`] (shared); summaries by FTS5's own `bm25()`, which
+//!   [`crate::core::search::fts5_bm25`] computes from the same counts FTS5 uses (rows, terms, rows
 //!   per phrase), so scores agree to the bit. Ties among summaries go to the older one, as in
 //!   SQLite's `ORDER BY score` (its sorter keeps rows in the order FTS5 returns them: rowid
 //!   ascending).
@@ -28,17 +28,17 @@ use std::collections::{HashMap, HashSet};
 use deadpool_postgres::{GenericClient, Transaction};
 
 use super::store::PgStore;
-use crate::error::{LosslessError, Result};
-use crate::ids::{self, RecordId};
-use crate::recall::{
+use crate::core::codec;
+use crate::core::ids::{self, RecordId};
+use crate::core::recall::{
     any_term_fts, cap_expansion, empty_report, fts_needles, grep_regex, message_hit_of, order_hits,
     page_hits, role_label, sanitize_fts_query, snippet, summary_hit_of, DescribeReport,
     ExpandReport, ExpandedItem, GrepHit, GrepMode, GrepQuery, GrepReport, GrepSort, GrepTarget,
     MessageInfo, RankedHit, Scope, SummaryInfo, RELEVANCE_WINDOW,
 };
-use crate::search::{fts5_bm25, Corpus, MAX_TERMS, TERM_WINDOW};
-use crate::store::codec;
-use crate::store::terms::{normalize, words};
+use crate::core::search::{fts5_bm25, Corpus, MAX_TERMS, TERM_WINDOW};
+use crate::core::terms::{normalize, words};
+use crate::error::{LosslessError, Result};
 
 /// Rows a regex scan reads per page of its portal.
 const SCAN_PAGE: i32 = 256;
@@ -314,7 +314,7 @@ impl PgStore {
         rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
     }
 
-    /// `lcm_grep` (see [`crate::store::Db::grep`], whose answers these are).
+    /// `lcm_grep` (see [`crate::sqlite::Db::grep`], whose answers these are).
     pub(crate) async fn grep_history(&self, q: GrepQuery) -> Result<GrepReport> {
         let mut client = self.client().await?;
         let tx = Self::snapshot(&mut client).await?;
@@ -333,7 +333,7 @@ impl PgStore {
         let want = q.offset + limit + 1;
         let mut hits: Vec<RankedHit> = Vec::new();
         match q.mode {
-            // A store answers the lexical half of the semantic modes ([`crate::semantic`] adds
+            // A store answers the lexical half of the semantic modes ([`crate::core::semantic`] adds
             // the vectors above it); `auto` without a model is full-text.
             GrepMode::FullText | GrepMode::Auto => {
                 let Some(fts) = sanitize_fts_query(&q.pattern) else {
@@ -388,7 +388,7 @@ impl PgStore {
                 report.fts_query = Some(fts);
             }
             GrepMode::AnyTerm | GrepMode::Semantic | GrepMode::Hybrid => {
-                let terms = crate::search::query_terms(&q.pattern);
+                let terms = crate::core::search::query_terms(&q.pattern);
                 if terms.is_empty() {
                     return Ok(report);
                 }
@@ -400,7 +400,7 @@ impl PgStore {
                         &convs,
                         want,
                         &HashSet::new(),
-                        crate::search::RankFor::Grep,
+                        crate::core::search::RankFor::Grep,
                     )
                     .await?;
                     let scored: Vec<(i64, Option<f64>)> =
@@ -492,7 +492,7 @@ impl PgStore {
         Ok(out)
     }
 
-    /// [`crate::store::Db::ranked_rows`]: `rows`, each holding every one of `terms`, ranked with
+    /// [`crate::sqlite::Db::ranked_rows`]: `rows`, each holding every one of `terms`, ranked with
     /// document frequencies from the bounded per-term lookups.
     async fn ranked_rows(
         c: &impl GenericClient,
@@ -500,7 +500,7 @@ impl PgStore {
         rows: Vec<i64>,
         convs: &[i64],
         k: usize,
-    ) -> Result<Vec<crate::search::RankedMessage>> {
+    ) -> Result<Vec<crate::core::search::RankedMessage>> {
         if rows.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
@@ -607,7 +607,7 @@ impl PgStore {
         Ok(scored.into_iter().take(want).map(|s| s.1).collect())
     }
 
-    /// [`crate::store::Db`]'s regex scan: the newest matches of `re` among messages of
+    /// [`crate::sqlite::Db`]'s regex scan: the newest matches of `re` among messages of
     /// `convs`, newest first, at most `want`, reading only the newest `max_scan` messages of
     /// the store (any conversation's count); and whether that bound ended the scan short of
     /// `want` hits. `likes`: `LIKE` patterns every match satisfies (a prefilter).
@@ -724,7 +724,7 @@ impl PgStore {
         }
     }
 
-    /// `lcm_describe` (see [`crate::store::Db::describe`]).
+    /// `lcm_describe` (see [`crate::sqlite::Db::describe`]).
     pub(crate) async fn describe_item(
         &self,
         id: &str,
@@ -864,7 +864,7 @@ impl PgStore {
         .is_some())
     }
 
-    /// `lcm_expand` (see [`crate::store::Db::expand`]).
+    /// `lcm_expand` (see [`crate::sqlite::Db::expand`]).
     pub(crate) async fn expand_item(
         &self,
         id: &str,

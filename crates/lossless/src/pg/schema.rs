@@ -141,7 +141,7 @@ ALTER TABLE summaries ALTER COLUMN terms SET STORAGE MAIN;
 ";
 
 /// Version 3 changes no table: Chinese, Japanese and Korean text is indexed as pairs of
-/// characters and single characters ([`crate::store::terms`]); the rows holding such text get
+/// characters and single characters ([`crate::core::terms`]); the rows holding such text get
 /// their `terms` again ([`reterm_cjk_rows`]), the others keep theirs, which are unchanged.
 const CJK_TERMS: i32 = 3;
 
@@ -150,7 +150,7 @@ async fn reterm_cjk_rows(tx: &tokio_postgres::Transaction<'_>, table: &str) -> R
     let rows = tx
         .query(
             &format!("SELECT id, text FROM {table} WHERE text ~ $1"),
-            &[&crate::store::terms::cjk_class()],
+            &[&crate::core::terms::cjk_class()],
         )
         .await?;
     let update = tx
@@ -160,14 +160,14 @@ async fn reterm_cjk_rows(tx: &tokio_postgres::Transaction<'_>, table: &str) -> R
         .await?;
     for row in &rows {
         let (id, text): (i64, String) = (row.get(0), row.get(1));
-        tx.execute(&update, &[&id, &crate::store::terms::index_terms(&text)])
+        tx.execute(&update, &[&id, &crate::core::terms::index_terms(&text)])
             .await?;
     }
     Ok(rows.len() as u64)
 }
 
 /// Version 4: sentence vectors for semantic recall, as SQLite's v11 (see
-/// [`crate::store::schema::V11`]): `embed_models` with each model's progress, `vectors` one row
+/// [`crate::sqlite::schema::V11`]): `embed_models` with each model's progress, `vectors` one row
 /// per embedded message or summary, quantized to bytes (`bytea`; no extension needed).
 const V4: &str = "
 CREATE TABLE embed_models(

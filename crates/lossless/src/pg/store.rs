@@ -18,7 +18,7 @@
 //!   round with it.
 //!
 //! Full text: each row's `terms` is a `tsvector` of exactly the terms the SQLite store indexes
-//! ([`crate::store::terms::index_terms`], made in Rust, so both backends find the same rows)
+//! ([`crate::core::terms::index_terms`], made in Rust, so both backends find the same rows)
 //! with a GIN index; searches ask for those terms with a `tsquery` of quoted lexemes (no
 //! parsing on the server side). Regex search uses `pg_trgm`'s index.
 
@@ -32,18 +32,18 @@ use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 
 use super::connect::PgTarget;
-use crate::assemble::Assembled;
 use crate::backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
-use crate::compaction::{CompactionOptions, CompactionReport};
 use crate::config::LosslessConfig;
-use crate::doctor::{DoctorReport, StatusReport};
+use crate::core::assemble::Assembled;
+use crate::core::compaction::{CompactionOptions, CompactionReport};
+use crate::core::conv::{ConvKey, ConvRow, IngestOutcome, TurnCommit};
+use crate::core::doctor::{DoctorReport, StatusReport};
+use crate::core::import::ImportReport;
+use crate::core::recall::{DescribeReport, ExpandReport, GrepHit, GrepQuery, GrepReport, Scope};
+use crate::core::retention::RetentionReport;
+use crate::core::semantic::rows::{Done, EmbedItem, EmbedModel, ItemKind, NewVector, VectorRow};
+use crate::core::session::CarryReport;
 use crate::error::{LosslessError, Result};
-use crate::import::ImportReport;
-use crate::recall::{DescribeReport, ExpandReport, GrepHit, GrepQuery, GrepReport, Scope};
-use crate::retention::RetentionReport;
-use crate::semantic::rows::{Done, EmbedItem, EmbedModel, ItemKind, NewVector, VectorRow};
-use crate::session::CarryReport;
-use crate::store::{ConvKey, ConvRow, IngestOutcome, TurnCommit};
 
 /// Connections a store keeps at most when the configuration names no number.
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -60,7 +60,7 @@ pub struct PgStore {
     /// made once it is back.
     schema_ready: Arc<tokio::sync::OnceCell<()>>,
     /// Where each conversation's last assembly by this process started (cache-stable front).
-    pub(crate) fronts: Arc<crate::assemble::Fronts>,
+    pub(crate) fronts: Arc<crate::core::assemble::Fronts>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -100,7 +100,7 @@ impl PgStore {
         Ok(Self {
             pool,
             target: Arc::new(target),
-            large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
+            large_payload_bytes: crate::sqlite::DEFAULT_LARGE_PAYLOAD_BYTES,
             schema_ready: Arc::new(tokio::sync::OnceCell::new_with(Some(()))),
             fronts: Arc::default(),
         })
@@ -123,7 +123,7 @@ impl PgStore {
                 Ok(Self {
                     pool: super::connect::build_pool(&target, pool_size)?,
                     target: Arc::new(target),
-                    large_payload_bytes: crate::store::DEFAULT_LARGE_PAYLOAD_BYTES,
+                    large_payload_bytes: crate::sqlite::DEFAULT_LARGE_PAYLOAD_BYTES,
                     schema_ready: Arc::new(tokio::sync::OnceCell::new()),
                     fronts: Arc::default(),
                 })
@@ -306,7 +306,7 @@ impl PgStore {
         tx.execute(
             "INSERT INTO conversations(agent_id, session_key, active, created_at) VALUES($1, $2, true, $3)
              ON CONFLICT (agent_id, session_key) WHERE active DO NOTHING",
-            &[&key.agent_id, &key.session_key, &crate::store::now_ms()],
+            &[&key.agent_id, &key.session_key, &crate::core::conv::now_ms()],
         )
         .await?;
         match tx
@@ -327,6 +327,10 @@ impl PgStore {
 impl Backend for PgStore {
     fn kind(&self) -> BackendKind {
         BackendKind::Postgres
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn location(&self) -> String {
@@ -395,7 +399,7 @@ impl Backend for PgStore {
         cfg: Arc<LosslessConfig>,
         opts: CompactionOptions,
     ) -> Result<CompactionReport> {
-        crate::compaction::compact_conversation(self, summarizer, cfg, conv_id, opts).await
+        crate::core::compaction::compact_conversation(self, summarizer, cfg, conv_id, opts).await
     }
 
     async fn carry_summaries(
@@ -439,7 +443,7 @@ impl Backend for PgStore {
             return Ok(None);
         }
         let (msgs, mut report) =
-            tokio::task::spawn_blocking(move || crate::import::read_openclaw_jsonl(&path))
+            tokio::task::spawn_blocking(move || crate::core::import::read_openclaw_jsonl(&path))
                 .await??;
         if apply {
             let outcome = self.ingest(key, msgs).await?;
@@ -518,7 +522,7 @@ async fn msgs_not_stored(store: &PgStore, key: &ConvKey, msgs: &[AgentMessage]) 
     let c = store.client().await?;
     let mut ids = Vec::with_capacity(msgs.len());
     for m in msgs {
-        ids.push(crate::store::codec::identity(m)?);
+        ids.push(crate::core::codec::identity(m)?);
     }
     let stored = super::write::stored_identities(&c, conv.id, &ids).await?;
     // Counted as the SQLite store counts: once per hash.

@@ -1,12 +1,12 @@
 //! The PostgreSQL queries of semantic recall (schema v4), as the SQLite store's
-//! ([`crate::store`]'s `vectors`): vectors are `bytea`, so no extension is needed.
+//! ([`crate::sqlite`]'s `vectors`): vectors are `bytea`, so no extension is needed.
 
-use crate::error::{LosslessError, Result};
-use crate::recall::{message_hit_of, summary_hit_of, GrepHit};
-use crate::semantic::quant;
-use crate::semantic::rows::{
+use crate::core::recall::{message_hit_of, summary_hit_of, GrepHit};
+use crate::core::semantic::quant;
+use crate::core::semantic::rows::{
     embed_text, Done, EmbedItem, EmbedModel, ItemKind, NewVector, VectorRow,
 };
+use crate::error::{LosslessError, Result};
 
 use super::PgStore;
 

@@ -15,18 +15,18 @@ use clawctx_tokens::{message_tokens, text_tokens};
 use deadpool_postgres::GenericClient;
 
 use super::store::PgStore;
-use crate::assemble::render_summary;
 use crate::backend::CompactionLock;
-use crate::compaction::{
+use crate::config::LosslessConfig;
+use crate::core::assemble::render_summary;
+use crate::core::codec::{self, Encoded};
+use crate::core::compaction::{
     choose_ranges, condensed_input, early_stop, make_chunk, Chunk, CompactionOptions,
     CompactionSteps, FItem, Guard, Produced, NOTHING_ELIGIBLE,
 };
-use crate::config::LosslessConfig;
+use crate::core::conv::{now_ms, ConvKey, IngestOutcome};
+use crate::core::session::CarryReport;
+use crate::core::terms::index_terms;
 use crate::error::{LosslessError, Result};
-use crate::session::CarryReport;
-use crate::store::codec::{self, Encoded};
-use crate::store::terms::index_terms;
-use crate::store::{now_ms, ConvKey, IngestOutcome};
 
 /// Advisory-lock key space of compactions: `(COMPACTION_LOCK_CLASS, conversation id)` as the
 /// two-integer form of `pg_advisory_lock`, apart from the schema migration's lock.
@@ -258,7 +258,7 @@ impl PgStore {
         Ok(Some(Box::new(HeldLock(client))))
     }
 
-    /// `/new` and forks (see [`crate::store::Db::carry_summaries`], which this mirrors).
+    /// `/new` and forks (see [`crate::sqlite::Db::carry_summaries`], which this mirrors).
     pub(crate) async fn carry(
         &self,
         from: &ConvKey,
