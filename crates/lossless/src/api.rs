@@ -14,16 +14,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clawctx_engine::ContextEngine;
-
-use crate::backend::{AssembleRequest, Backend};
 use crate::config::LosslessConfig;
 use crate::core::assemble::SYSTEM_PROMPT_ADDITION;
+use crate::core::backend::{AssembleRequest, Backend};
 use crate::core::conv::{ConvKey, ConvRow};
 use crate::core::doctor::{DoctorReport, StatusReport};
 use crate::core::import::ImportReport;
 use crate::core::recall::{DescribeReport, ExpandReport, GrepQuery, GrepReport};
-use crate::engine::LosslessEngine;
 use crate::error::Result;
 use crate::policy::{SessionMode, SessionPolicy};
 use crate::sqlite::LosslessStore;
@@ -35,7 +32,7 @@ pub struct Recall {
     store: Arc<dyn Backend>,
     cfg: Arc<LosslessConfig>,
     policy: SessionPolicy,
-    last_recalls: Arc<crate::engine::LastRecalls>,
+    last_recalls: Arc<LastRecalls>,
     semantic: Option<Arc<crate::core::semantic::Semantic>>,
 }
 
@@ -70,20 +67,11 @@ pub struct IngestCount {
 }
 
 impl Recall {
-    /// The handle of `engine` when it is a lossless engine (also behind the quarantine guard,
-    /// which hands out the engine it wraps); `None` for any other engine.
-    pub fn of(engine: &dyn ContextEngine) -> Option<Recall> {
-        engine
-            .as_any()?
-            .downcast_ref::<LosslessEngine>()
-            .map(LosslessEngine::recall)
-    }
-
     pub(crate) fn new(
         store: Arc<dyn Backend>,
         cfg: Arc<LosslessConfig>,
         policy: SessionPolicy,
-        last_recalls: Arc<crate::engine::LastRecalls>,
+        last_recalls: Arc<LastRecalls>,
         semantic: Option<Arc<crate::core::semantic::Semantic>>,
     ) -> Self {
         Self {
@@ -287,5 +275,36 @@ impl LosslessStore {
             Ok(report)
         })
         .await
+    }
+}
+
+/// Why each message of a conversation's last `<recalled>` block was quoted (scores, the
+/// question an answer follows), for the per-turn trace: the block's text says which messages,
+/// not why. Kept in memory, newest assembly per conversation; the host's second assemble of a
+/// model call passes the first block back and leaves this as it is.
+#[derive(Debug, Default)]
+pub(crate) struct LastRecalls {
+    inner: std::sync::Mutex<
+        std::collections::HashMap<ConvKey, Vec<crate::core::prompt_recall::RecallHit>>,
+    >,
+}
+
+impl LastRecalls {
+    /// Conversations remembered at most; past it the map starts over (a trace then lacks the
+    /// scores of one turn).
+    const MAX: usize = 4096;
+
+    pub(crate) fn set(&self, key: &ConvKey, hits: Vec<crate::core::prompt_recall::RecallHit>) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= Self::MAX && !map.contains_key(key) {
+            map.clear();
+        }
+        map.insert(key.clone(), hits);
+    }
+
+    /// The hits of `key`'s last assembly (empty: it quoted nothing), `None` if none is known.
+    pub(crate) fn get(&self, key: &ConvKey) -> Option<Vec<crate::core::prompt_recall::RecallHit>> {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).cloned()
     }
 }

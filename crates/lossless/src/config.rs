@@ -183,19 +183,29 @@ impl Default for LosslessConfig {
             prompt_recall_max_tokens: 6_000,
             prompt_recall_max_messages: 40,
             embeddings: None,
-            semantic_min_score: crate::core::semantic::DEFAULT_MIN_SCORE,
+            semantic_min_score: DEFAULT_MIN_SCORE,
             recall_method: RecallMethod::Hybrid,
             cache_block_share: 0.5,
-            large_payload_bytes: crate::sqlite::DEFAULT_LARGE_PAYLOAD_BYTES,
+            large_payload_bytes: DEFAULT_LARGE_PAYLOAD_BYTES,
             payload_retention_days: None,
             database: None,
             database_env: None,
-            pool_size: crate::pg::DEFAULT_POOL_SIZE,
+            pool_size: DEFAULT_POOL_SIZE,
             durability: Durability::Normal,
             store_key_error: None,
         }
     }
 }
+
+/// PostgreSQL connections a store keeps at most when the configuration names no number
+/// (`poolSize`).
+pub const DEFAULT_POOL_SIZE: usize = 16;
+/// Message texts this large are stored once per content (`largePayloadBytes`).
+pub const DEFAULT_LARGE_PAYLOAD_BYTES: usize = 8 * 1024;
+/// Below this cosine a message does not cue the `<recalled>` block (`semanticMinScore`): as with
+/// the lexical rule that only telling words cue it, a loose match would cost uncached tokens
+/// every turn.
+pub const DEFAULT_MIN_SCORE: f32 = 0.35;
 
 /// The keys that choose the store, as written in the config (an alias included).
 const STORE_KEYS: [&str; 4] = ["database", "databaseEnv", "databasePath", "dbPath"];

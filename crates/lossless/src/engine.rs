@@ -36,8 +36,8 @@ use clawctx_engine::{
 use clawctx_protocol::*;
 use clawctx_summarize::{ExtractiveSummarizer, Summarizer};
 
-use crate::backend::{AssembleRequest, Backend};
 use crate::config::{LosslessConfig, StoreLocation};
+use crate::core::backend::{AssembleRequest, Backend};
 use crate::core::compaction::{CompactionOptions, CompactionReport};
 use crate::core::conv::{ConvKey, ConvRow, TurnCommit};
 use crate::core::session::CarryReport;
@@ -47,8 +47,7 @@ use crate::pg::PgStore;
 use crate::policy::{SessionMode, SessionPolicy};
 use crate::sqlite::LosslessStore;
 
-/// The engine id (registered slot id and `info.id`).
-pub const ENGINE_ID: &str = "lossless";
+use crate::ENGINE_ID;
 
 /// An assemble budget under this is not one history is compacted into before an assembly
 /// (`LosslessEngine::make_room`): OpenClaw passes a budget of 1 when its system prompt alone
@@ -62,41 +61,12 @@ pub struct LosslessEngine {
     policy: SessionPolicy,
     summarizer: Arc<dyn Summarizer>,
     message_budgets: MessageBudgets,
-    last_recalls: Arc<LastRecalls>,
+    last_recalls: Arc<crate::api::LastRecalls>,
     own_blocks: OwnBlocks,
     /// Semantic recall, when the engine has an embedding model ([`Self::with_embedder`]).
     semantic: Option<Arc<crate::core::semantic::Semantic>>,
     /// Its background embedder, stopped with the engine.
     embed_task: Option<crate::core::semantic::EmbedTask>,
-}
-
-/// Why each message of a conversation's last `<recalled>` block was quoted (scores, the
-/// question an answer follows), for the per-turn trace: the block's text says which messages,
-/// not why. Kept in memory, newest assembly per conversation; the host's second assemble of a
-/// model call passes the first block back and leaves this as it is.
-#[derive(Debug, Default)]
-pub(crate) struct LastRecalls {
-    inner: std::sync::Mutex<HashMap<ConvKey, Vec<crate::core::prompt_recall::RecallHit>>>,
-}
-
-impl LastRecalls {
-    /// Conversations remembered at most; past it the map starts over (a trace then lacks the
-    /// scores of one turn).
-    const MAX: usize = 4096;
-
-    fn set(&self, key: &ConvKey, hits: Vec<crate::core::prompt_recall::RecallHit>) {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= Self::MAX && !map.contains_key(key) {
-            map.clear();
-        }
-        map.insert(key.clone(), hits);
-    }
-
-    /// The hits of `key`'s last assembly (empty: it quoted nothing), `None` if none is known.
-    pub(crate) fn get(&self, key: &ConvKey) -> Option<Vec<crate::core::prompt_recall::RecallHit>> {
-        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(key).cloned()
-    }
 }
 
 /// The summary and `<recalled>` blocks of each conversation's last assembly, by the SHA-256
@@ -678,6 +648,17 @@ pub fn lossless_info() -> ContextEngineInfo {
     }
 }
 
+impl crate::api::Recall {
+    /// The handle of `engine` when it is a lossless engine (also behind the quarantine guard,
+    /// which hands out the engine it wraps); `None` for any other engine.
+    pub fn of(engine: &dyn ContextEngine) -> Option<crate::api::Recall> {
+        engine
+            .as_any()?
+            .downcast_ref::<LosslessEngine>()
+            .map(LosslessEngine::recall)
+    }
+}
+
 #[async_trait]
 impl ContextEngine for LosslessEngine {
     fn info(&self) -> ContextEngineInfo {
@@ -1224,4 +1205,35 @@ pub fn lossless_factory() -> Factory {
 /// Registers the engine as plugin `lossless` (owner `plugin:lossless`, slot id `lossless`).
 pub fn register(registry: &ContextEngineRegistry) -> Result<RegisterOutcome, EngineError> {
     registry.register_plugin_engine(ENGINE_ID, ENGINE_ID, lossless_factory())
+}
+
+#[cfg(test)]
+mod durability_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::config::Durability;
+    use crate::sqlite::LosslessStore;
+
+    fn synchronous(store: &LosslessStore) -> i64 {
+        store
+            .call_blocking(|db| {
+                Ok(db
+                    .conn
+                    .query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))?)
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn durability_full_syncs_every_commit_and_normal_is_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LosslessConfig::from_value(&serde_json::json!({}));
+        assert_eq!(cfg.durability, Durability::Normal);
+        let normal = LosslessStore::open(dir.path().join("n.db")).unwrap();
+        assert_eq!(synchronous(&normal), 1, "NORMAL");
+        let cfg = LosslessConfig::from_value(&serde_json::json!({"durability": "full"}));
+        assert_eq!(cfg.durability, Durability::Full);
+        let e = crate::LosslessEngine::open(dir.path().join("f.db"), cfg).unwrap();
+        assert_eq!(synchronous(e.store().unwrap()), 2, "FULL");
+    }
 }

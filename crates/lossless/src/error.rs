@@ -101,48 +101,6 @@ pub enum LosslessError {
     ConnectionLost(String),
 }
 
-/// Whether `e` means the connection itself failed (so the same call may succeed on a new
-/// one): a closed connection, an I/O error, SQLSTATE class 08 (connection exception) or an
-/// administrator's or the server's shutdown (57P01–57P03).
-fn connection_failed(e: &tokio_postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
-    }
-    match e.code() {
-        Some(code) => {
-            let c = code.code();
-            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
-        }
-        // No server error and not a conversion problem: the socket failed.
-        None => {
-            e.as_db_error().is_none()
-                && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
-        }
-    }
-}
-
-impl From<tokio_postgres::Error> for LosslessError {
-    fn from(e: tokio_postgres::Error) -> Self {
-        let text = crate::pg::connect::describe_pg_error(&e);
-        if connection_failed(&e) {
-            LosslessError::ConnectionLost(text)
-        } else {
-            LosslessError::Postgres(text)
-        }
-    }
-}
-
-impl From<deadpool_postgres::PoolError> for LosslessError {
-    fn from(e: deadpool_postgres::PoolError) -> Self {
-        let text = crate::pg::connect::describe_pool_error(&e);
-        match &e {
-            // No new connection could be made: the server is down or unreachable for now.
-            deadpool_postgres::PoolError::Backend(_) => LosslessError::ConnectionLost(text),
-            _ => LosslessError::Postgres(text),
-        }
-    }
-}
-
 impl LosslessError {
     /// Maps a rusqlite error, turning lock timeouts into [`LosslessError::Busy`].
     pub(crate) fn from_sqlite(e: rusqlite::Error, busy_ms: u64) -> Self {

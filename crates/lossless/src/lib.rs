@@ -7,22 +7,23 @@
 //! that fit the token budget, plus stored messages that match the prompt; recall tools
 //! (`lcm_grep`, `lcm_describe`, `lcm_expand`) reach everything that was summarized away.
 //!
-//! Module map: [`store`] (the SQLite file, its store, read and checkpoint threads, schema and
-//! message codec), [`pg`] (the PostgreSQL store), [`compaction`], [`assemble`],
-//! `prompt_recall` (stored messages matching the prompt, quoted in the context), [`search`]
-//! (ranked any-term search), `recall` (grep/describe/expand), `tools` (the agent tools),
-//! `retention` (large payloads after summarization), [`doctor`] (integrity and size), `import`
-//! (OpenClaw JSONL), `session` (`/new` and forks), `policy` (ignored / read-only session
-//! globs), `config`, `engine` (the `ContextEngine`, factory and registration), `api` (async
-//! library API for the CLI, and [`Recall`]: recall and inspection over a running engine's own
-//! store), [`inspect`] (the gateway dashboard's read-only views, the same on both backends: the
-//! DAG, message pages, timeline, frontier), [`migrate`] (copying a SQLite store into
-//! PostgreSQL).
+//! Module map, by layer (ARCHITECTURE.md has the file-by-file map):
+//! - the engine and its callers' surface: `engine` (the `ContextEngine`, factory and
+//!   registration), `tools` (the agent tools), `api` (async library API for the CLI, and
+//!   [`Recall`]: recall and inspection over a running engine's own store), `backend` (the
+//!   [`Backend`] trait every store implements, which names no database type), `config`,
+//!   `policy` (ignored / read-only session globs), [`error`], [`migrate`] (copying a SQLite
+//!   store into PostgreSQL);
+//! - `core`: the logic written once for every store: compaction planning and rounds, the
+//!   budgeted packer, the `<recalled>` block, ranking, the recall reports, the dashboard's
+//!   views ([`inspect`]), doctor checks, the message codec and index terms, recall by meaning
+//!   ([`semantic`]);
+//! - `sqlite` (the embedded file: its store, read and checkpoint threads, schema, and each
+//!   feature's queries) and [`pg`] (the PostgreSQL store, the same features in its dialect).
 //!
 //! The public surface is what other crates use (the engine and its factory, [`Recall`], the
-//! stores, the reports, the config) plus the storage modules the tests, benches and fuzz
-//! targets reach into (`store`, `pg`, `compaction`, `search`, `assemble`); the rest is private
-//! and reached through the re-exports below.
+//! stores, the reports, the config); `core` and `sqlite` are public only with the `internals`
+//! feature, for the crate's tests, benches and the fuzz targets.
 //!
 //! # Configuration (`plugins.entries.lossless.config`)
 //!
@@ -70,7 +71,7 @@
 
 // The engine and its callers' surface.
 mod api;
-mod backend;
+
 mod config;
 mod engine;
 pub mod error;
@@ -91,6 +92,7 @@ pub mod sqlite;
 mod sqlite;
 
 pub use crate::core::assemble::parse_summary_header;
+pub use crate::core::backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
 pub use crate::core::compaction::{CompactionOptions, CompactionReport};
 pub use crate::core::conv::{ConvKey, ConvRow};
 pub use crate::core::doctor::StoreCheck;
@@ -107,7 +109,9 @@ pub use crate::core::session::CarryReport;
 pub use crate::core::{inspect, semantic};
 pub use crate::sqlite::{LosslessStore, DEFAULT_BUSY_TIMEOUT_MS};
 pub use api::{AssembledContext, IngestCount, Recall};
-pub use backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
 pub use config::{DatabaseUrl, Durability, LosslessConfig, RecallMethod, StoreLocation};
-pub use engine::{lossless_factory, lossless_info, register, LosslessEngine, ENGINE_ID};
+pub use engine::{lossless_factory, lossless_info, register, LosslessEngine};
+
+/// The engine id (registered slot id and `info.id`).
+pub const ENGINE_ID: &str = "lossless";
 pub use error::LosslessError;

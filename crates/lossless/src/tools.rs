@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use clawctx_engine::{AgentTool, ToolCallContext};
 use serde_json::{json, Value};
 
-use crate::backend::Backend;
 use crate::config::LosslessConfig;
+use crate::core::backend::Backend;
 use crate::core::conv::ConvKey;
 use crate::core::recall::{GrepMode, GrepQuery, GrepSort, GrepTarget, Scope};
 

@@ -167,7 +167,7 @@ impl Fronts {
     }
 }
 
-/// What [`Db::assemble`] produced.
+/// What [`crate::sqlite::Db::assemble`] produced.
 #[derive(Clone, Debug, Default)]
 pub struct Assembled {
     /// Messages in order.
@@ -189,13 +189,6 @@ pub struct Assembled {
     pub front: Option<Front>,
 }
 
-/// An epoch-ms timestamp as the model sees it in context blocks (`2024-05-01T13:56Z`).
-pub(crate) fn fmt_minute(t: Option<i64>) -> String {
-    t.and_then(chrono::DateTime::from_timestamp_millis)
-        .map(|d| d.format("%Y-%m-%dT%H:%MZ").to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// Renders a summary as the user-role block the model sees. Deterministic bytes.
 pub fn render_summary(
     id: i64,
@@ -204,7 +197,7 @@ pub fn render_summary(
     to_ts: Option<i64>,
     text: &str,
 ) -> AgentMessage {
-    let fmt = fmt_minute;
+    let fmt = crate::core::relative_dates::fmt_minute;
     let body = text.replace("</summary", "&lt;/summary");
     AgentMessage::user(format!(
         "<summary id=\"{}\" depth=\"{depth}\" from=\"{}\" to=\"{}\">\n{body}\n</summary>",
@@ -344,7 +337,7 @@ pub(crate) struct Packer<'r> {
 }
 
 impl<'r> Packer<'r> {
-    /// A packer for `budget` tokens, holding the host's `live` messages (see [`Db::assemble`]);
+    /// A packer for `budget` tokens, holding the host's `live` messages (see [`crate::sqlite::Db::assemble`]);
     /// `frontier_tokens`: the stored conversation that follows, by its frontier's tokens
     /// (`None`: there is none; recall needs one).
     ///

@@ -455,7 +455,7 @@ pub(crate) fn condensed_input(sources: &[(String, Option<i64>, Option<i64>)]) ->
 }
 
 /// The chunk summarizing `items` (a contiguous frontier range of `conv_id`) into a summary of
-/// `depth`, with its summarizer `input` ([`serialize_conversation`] of the messages, or
+/// `depth`, with its summarizer `input` ([`clawctx_summarize::serialize_conversation`] of the messages, or
 /// [`condensed_input`]).
 pub(crate) fn make_chunk(
     conv_id: i64,
@@ -726,7 +726,7 @@ async fn attempt(
 pub(crate) trait CompactionSteps: Send + Sync {
     /// The conversation's frontier tokens (0 when it is gone).
     async fn frontier_tokens(&self, conv_id: i64) -> Result<i64>;
-    /// Plans a round (see [`Db::plan_round`]) and reads the conversation's guard state.
+    /// Plans a round (see [`crate::sqlite::Db::plan_round`]) and reads the conversation's guard state.
     async fn plan_round(
         &self,
         conv_id: i64,

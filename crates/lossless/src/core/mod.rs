@@ -5,6 +5,7 @@
 //! the rows.
 
 pub mod assemble;
+pub mod backend;
 pub mod codec;
 pub mod compaction;
 pub mod conv;

@@ -245,7 +245,7 @@ pub(crate) fn block_of(
                 "[{} {} {}] {}{}\n",
                 crate::core::ids::message_id(id),
                 codec::role_name(role).unwrap_or("other"),
-                crate::core::assemble::fmt_minute(ts),
+                crate::core::relative_dates::fmt_minute(ts),
                 quotable(&text),
                 note
             );

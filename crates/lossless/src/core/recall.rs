@@ -10,8 +10,9 @@
 use clawctx_tokens::{text_tokens, truncate_middle};
 use serde::Serialize;
 
+use crate::core::codec;
 use crate::core::conv::ConvKey;
-use crate::core::ids::{self};
+use crate::core::ids::{self, RecordId};
 use crate::error::{LosslessError, Result};
 
 /// Full-text relevance ranks at most this many of the newest matches (bounded cost).
@@ -499,6 +500,276 @@ pub struct ExpandReport {
     pub omitted: usize,
     /// Whether the cap cut the expansion.
     pub truncated: bool,
+}
+
+/// What one step of [`grep`] asks a store for.
+pub(crate) struct Ask<'a> {
+    /// The conversations searched.
+    pub convs: &'a [i64],
+    /// Hits wanted at most.
+    pub want: usize,
+    /// The query's words: a full-text query's needles, or the any-term query's terms.
+    pub words: &'a [String],
+    /// The query as a full-text query (any-term: its words ORed); the regex scans' pattern.
+    pub query: &'a str,
+    /// Newest first or by relevance.
+    pub sort: GrepSort,
+}
+
+/// What `lcm_grep` reads from a store, each step one query (or one scan) of its dialect;
+/// [`grep`] decides the rest (modes, targets, ordering, paging) once for every store. Each
+/// step returns hits built by [`message_hit_of`] / [`summary_hit_of`], at most `ask.want`.
+pub(crate) trait GrepReads {
+    /// The conversations `scope` covers.
+    async fn scope(&self, scope: &Scope) -> Result<Vec<i64>>;
+    /// Messages holding every word of the full-text query: `Recency`, newest first;
+    /// `Relevance`, the newest [`RELEVANCE_WINDOW`] matches ranked.
+    async fn full_text_messages(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>>;
+    /// Summaries holding every word of the full-text query, by BM25 or newest first.
+    async fn full_text_summaries(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>>;
+    /// Messages sharing the most and rarest of the words (ranked any-term search).
+    async fn any_term_messages(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>>;
+    /// Summaries holding any of the words, by BM25.
+    async fn any_term_summaries(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>>;
+    /// Messages `re` matches, newest first, scanning at most `max_scan` rows; whether the
+    /// scan stopped there.
+    async fn regex_messages(
+        &self,
+        re: &regex::Regex,
+        ask: &Ask<'_>,
+        max_scan: i64,
+    ) -> Result<(Vec<RankedHit>, bool)>;
+    /// Summaries `re` matches, newest first, appended to `hits` until it holds `ask.want`.
+    async fn regex_summaries(
+        &self,
+        re: &regex::Regex,
+        ask: &Ask<'_>,
+        hits: &mut Vec<RankedHit>,
+    ) -> Result<()>;
+}
+
+/// `lcm_grep` over a store's [`GrepReads`]. The semantic modes get their lexical half here
+/// ([`crate::core::semantic`] adds the vectors above it); `auto` without a model is full-text.
+pub(crate) async fn grep(r: &impl GrepReads, q: &GrepQuery) -> Result<GrepReport> {
+    let limit = q.limit.clamp(1, 200);
+    let convs = r.scope(&q.scope).await?;
+    let mut report = empty_report();
+    if convs.is_empty() {
+        return Ok(report);
+    }
+    let want = q.offset + limit + 1;
+    let mut hits: Vec<RankedHit> = Vec::new();
+    let (messages, summaries) = (
+        q.target != GrepTarget::Summaries,
+        q.target != GrepTarget::Messages,
+    );
+    match q.mode {
+        GrepMode::FullText | GrepMode::Auto => {
+            let Some(fts) = sanitize_fts_query(&q.pattern) else {
+                return Ok(report);
+            };
+            let needles = fts_needles(&fts);
+            let ask = Ask {
+                convs: &convs,
+                want,
+                words: &needles,
+                query: &fts,
+                sort: q.sort,
+            };
+            if messages {
+                hits.extend(r.full_text_messages(&ask).await?);
+            }
+            if summaries {
+                hits.extend(r.full_text_summaries(&ask).await?);
+            }
+            order_hits(&mut hits, q.sort);
+            report.fts_query = Some(fts);
+        }
+        GrepMode::AnyTerm | GrepMode::Semantic | GrepMode::Hybrid => {
+            let terms = crate::core::search::query_terms(&q.pattern);
+            if terms.is_empty() {
+                return Ok(report);
+            }
+            let fts = any_term_fts(&terms);
+            let ask = Ask {
+                convs: &convs,
+                want,
+                words: &terms,
+                query: &fts,
+                sort: GrepSort::Relevance,
+            };
+            if messages {
+                hits.extend(r.any_term_messages(&ask).await?);
+            }
+            if summaries {
+                hits.extend(r.any_term_summaries(&ask).await?);
+            }
+            order_hits(&mut hits, GrepSort::Relevance);
+            report.fts_query = Some(fts);
+        }
+        GrepMode::Regex => {
+            let re = grep_regex(&q.pattern)?;
+            let ask = Ask {
+                convs: &convs,
+                want,
+                words: &[],
+                query: &q.pattern,
+                sort: GrepSort::Recency,
+            };
+            if messages {
+                let max_scan = (q.max_scan_rows as i64).max(1);
+                let (found, truncated) = r.regex_messages(&re, &ask, max_scan).await?;
+                report.scan_truncated = truncated;
+                hits.extend(found);
+            }
+            if summaries && hits.len() < want {
+                r.regex_summaries(&re, &ask, &mut hits).await?;
+            }
+        }
+    }
+    page_hits(&mut report, hits, q.offset, limit);
+    Ok(report)
+}
+
+/// A stored summary as `lcm_describe` shows it: its columns.
+pub(crate) struct SummaryRecord {
+    pub conv_id: i64,
+    pub depth: i64,
+    pub tokens: i64,
+    pub source_tokens: i64,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub from_ts: Option<i64>,
+    pub to_ts: Option<i64>,
+    pub summarizer: String,
+    pub text: String,
+}
+
+/// A stored message as `lcm_describe` shows it: its columns (the codec's, and its call id).
+pub(crate) struct MessageRecord {
+    pub conv_id: i64,
+    pub seq: i64,
+    pub role: i64,
+    pub tokens: i64,
+    pub ts: Option<i64>,
+    pub tool_call_id: Option<String>,
+    pub skeleton: Option<String>,
+    pub text: String,
+}
+
+/// What `lcm_describe` and `lcm_expand` read from a store, each one query; [`describe`] and
+/// [`expand`] decide the rest, once for every store. A store answers them from one snapshot
+/// (SQLite: one read-thread job; PostgreSQL: one repeatable-read transaction). `kind` is the
+/// stored item kind: 0 a message, 1 a summary.
+pub(crate) trait RecordReads {
+    /// Summary `id`'s row, `None` when there is none.
+    async fn summary(&self, id: i64) -> Result<Option<SummaryRecord>>;
+    /// Message `id`'s row, `None` when there is none.
+    async fn message(&self, id: i64) -> Result<Option<MessageRecord>>;
+    /// The conversation an item is stored in, `None` when there is no such item.
+    async fn conversation_of(&self, id: RecordId) -> Result<Option<i64>>;
+    /// The agent a conversation belongs to.
+    async fn agent_of(&self, conv_id: i64) -> Result<Option<String>>;
+    /// A summary's children, in order.
+    async fn children(&self, id: i64) -> Result<Vec<RecordId>>;
+    /// The summaries holding item `(kind, id)`, in id order.
+    async fn parents(&self, kind: i64, id: i64) -> Result<Vec<String>>;
+    /// Whether item `(kind, id)` is in some conversation's frontier.
+    async fn in_frontier(&self, kind: i64, id: i64) -> Result<bool>;
+    /// The expansion items of `ids`, in their order (an id not stored is an error in its
+    /// place).
+    async fn expanded(&self, ids: &[RecordId]) -> Result<Vec<Result<ExpandedItem>>>;
+}
+
+/// `NotFound(id)` when `agent` is given and conversation `conv_id` is not its own.
+async fn check_scope(
+    r: &impl RecordReads,
+    conv_id: i64,
+    agent: Option<&str>,
+    id: &str,
+) -> Result<()> {
+    if let Some(agent) = agent {
+        if r.agent_of(conv_id).await?.as_deref() != Some(agent) {
+            return Err(LosslessError::NotFound(id.to_owned()));
+        }
+    }
+    Ok(())
+}
+
+/// `lcm_describe`: a summary's metadata and links, or a message decoded; `agent` restricts it
+/// to that agent's conversations (`None`: the operator's, unrestricted).
+pub(crate) async fn describe(
+    r: &impl RecordReads,
+    id: &str,
+    agent: Option<&str>,
+) -> Result<DescribeReport> {
+    let not_found = || LosslessError::NotFound(id.to_owned());
+    match ids::parse(id)? {
+        RecordId::Summary(sid) => {
+            let row = r.summary(sid).await?.ok_or_else(not_found)?;
+            check_scope(r, row.conv_id, agent, id).await?;
+            let children = r
+                .children(sid)
+                .await?
+                .into_iter()
+                .map(|c| c.to_string())
+                .collect();
+            Ok(DescribeReport::Summary(SummaryInfo {
+                id: ids::summary_id(sid),
+                conversation_id: row.conv_id,
+                depth: row.depth,
+                tokens: row.tokens,
+                source_tokens: row.source_tokens,
+                seq_range: (row.first_seq, row.last_seq),
+                from_ts: row.from_ts,
+                to_ts: row.to_ts,
+                summarizer: row.summarizer,
+                in_frontier: r.in_frontier(1, sid).await?,
+                parents: r.parents(1, sid).await?,
+                children,
+                text: row.text,
+            }))
+        }
+        RecordId::Message(mid) => {
+            let row = r.message(mid).await?.ok_or_else(not_found)?;
+            check_scope(r, row.conv_id, agent, id).await?;
+            let message = codec::decode(row.role, &row.text, row.skeleton.as_deref(), row.ts)?;
+            Ok(DescribeReport::Message(MessageInfo {
+                id: ids::message_id(mid),
+                conversation_id: row.conv_id,
+                seq: row.seq,
+                role: message.role().to_owned(),
+                tokens: row.tokens,
+                ts: row.ts,
+                tool_call_id: row.tool_call_id,
+                in_frontier: r.in_frontier(0, mid).await?,
+                parents: r.parents(0, mid).await?,
+                message,
+            }))
+        }
+    }
+}
+
+/// `lcm_expand`: a summary's children (a message: itself) within `max_tokens`, scoped as
+/// [`describe`].
+pub(crate) async fn expand(
+    r: &impl RecordReads,
+    id: &str,
+    max_tokens: u64,
+    agent: Option<&str>,
+) -> Result<ExpandReport> {
+    let rid = ids::parse(id)?;
+    let conv = r
+        .conversation_of(rid)
+        .await?
+        .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
+    check_scope(r, conv, agent, id).await?;
+    let children = match rid {
+        RecordId::Summary(sid) => r.children(sid).await?,
+        RecordId::Message(_) => vec![rid],
+    };
+    let items = r.expanded(&children).await?;
+    cap_expansion(rid.to_string(), children.len(), items, max_tokens)
 }
 
 #[cfg(test)]

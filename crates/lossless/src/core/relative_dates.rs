@@ -193,6 +193,13 @@ pub fn note(text: &str, ts: Option<i64>) -> Option<String> {
     Some(format!("[said on {}: {}]", day(now), parts.join("; ")))
 }
 
+/// An epoch-ms timestamp as the model sees it in context blocks (`2024-05-01T13:56Z`).
+pub(crate) fn fmt_minute(t: Option<i64>) -> String {
+    t.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|d| d.format("%Y-%m-%dT%H:%MZ").to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

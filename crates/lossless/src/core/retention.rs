@@ -15,7 +15,7 @@ use serde::Serialize;
 /// Text slots shorter than this are kept as they are in a rewritten message.
 const KEEP_SLOT_BYTES: usize = 512;
 
-/// What [`Db::expire_payloads`] did (or would do).
+/// What [`crate::Backend::expire_payloads`] did (or would do).
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionReport {

@@ -720,6 +720,51 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
+// PostgreSQL's errors as the crate's: a broken connection is `ConnectionLost` (the call may
+// succeed on a new one), anything else `Postgres`, both described without a password.
+
+/// Whether `e` means the connection itself failed (so the same call may succeed on a new
+/// one): a closed connection, an I/O error, SQLSTATE class 08 (connection exception) or an
+/// administrator's or the server's shutdown (57P01–57P03).
+fn connection_failed(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(code) => {
+            let c = code.code();
+            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+        }
+        // No server error and not a conversion problem: the socket failed.
+        None => {
+            e.as_db_error().is_none()
+                && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for LosslessError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        let text = describe_pg_error(&e);
+        if connection_failed(&e) {
+            LosslessError::ConnectionLost(text)
+        } else {
+            LosslessError::Postgres(text)
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for LosslessError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        let text = describe_pool_error(&e);
+        match &e {
+            // No new connection could be made: the server is down or unreachable for now.
+            deadpool_postgres::PoolError::Backend(_) => LosslessError::ConnectionLost(text),
+            _ => LosslessError::Postgres(text),
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

@@ -13,8 +13,8 @@ use std::collections::HashSet;
 use deadpool_postgres::{GenericClient, Transaction};
 
 use super::store::PgStore;
-use crate::backend::{live_tail, recall_for, AssembleRequest};
 use crate::core::assemble::{Assembled, Hysteresis, Item, Packer, Stored};
+use crate::core::backend::{live_tail, recall_for, AssembleRequest};
 use crate::core::conv::ConvRow;
 use crate::core::prompt_recall::{block_of, wanted, PromptRecall, RecalledBlock};
 use crate::core::search::{
@@ -65,7 +65,7 @@ impl PgStore {
         rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
     }
 
-    /// See [`crate::backend::Backend::assemble`].
+    /// See [`crate::core::backend::Backend::assemble`].
     pub(crate) async fn assemble_context(
         &self,
         req: &AssembleRequest,
@@ -79,7 +79,7 @@ impl PgStore {
         for m in &req.recent {
             ids.push(crate::core::codec::identity(m)?);
         }
-        let held = super::write::stored_identities(&tx, conv.id, &ids).await?;
+        let held = super::store::stored_identities(&tx, conv.id, &ids).await?;
         let first_live = live_tail(&req.recent, |ts, hash| {
             Ok(held.contains(&(ts.unwrap_or(0), hash)))
         })?;

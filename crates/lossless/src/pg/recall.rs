@@ -31,10 +31,9 @@ use super::store::PgStore;
 use crate::core::codec;
 use crate::core::ids::{self, RecordId};
 use crate::core::recall::{
-    any_term_fts, cap_expansion, empty_report, fts_needles, grep_regex, message_hit_of, order_hits,
-    page_hits, role_label, sanitize_fts_query, snippet, summary_hit_of, DescribeReport,
-    ExpandReport, ExpandedItem, GrepHit, GrepMode, GrepQuery, GrepReport, GrepSort, GrepTarget,
-    MessageInfo, RankedHit, Scope, SummaryInfo, RELEVANCE_WINDOW,
+    message_hit_of, role_label, snippet, summary_hit_of, Ask, DescribeReport, ExpandReport,
+    ExpandedItem, GrepHit, GrepQuery, GrepReads, GrepReport, GrepSort, MessageRecord, RankedHit,
+    RecordReads, Scope, SummaryRecord, RELEVANCE_WINDOW,
 };
 use crate::core::search::{fts5_bm25, Corpus, MAX_TERMS, TERM_WINDOW};
 use crate::core::terms::{normalize, words};
@@ -324,128 +323,7 @@ impl PgStore {
     }
 
     async fn grep_on(tx: &Transaction<'_>, q: &GrepQuery) -> Result<GrepReport> {
-        let limit = q.limit.clamp(1, 200);
-        let convs = Self::scope_conv_ids(tx, &q.scope).await?;
-        let mut report = empty_report();
-        if convs.is_empty() {
-            return Ok(report);
-        }
-        let want = q.offset + limit + 1;
-        let mut hits: Vec<RankedHit> = Vec::new();
-        match q.mode {
-            // A store answers the lexical half of the semantic modes ([`crate::core::semantic`] adds
-            // the vectors above it); `auto` without a model is full-text.
-            GrepMode::FullText | GrepMode::Auto => {
-                let Some(fts) = sanitize_fts_query(&q.pattern) else {
-                    return Ok(report);
-                };
-                let needles = fts_needles(&fts);
-                let Some(sq) = SummaryQuery::all(&needles) else {
-                    return Ok(report);
-                };
-                if q.target != GrepTarget::Summaries {
-                    match q.sort {
-                        GrepSort::Recency => {
-                            let rows = tx
-                                .query(
-                                    "SELECT id FROM messages WHERE terms @@ $1::text::tsquery AND conv_id = ANY($2)
-                                     ORDER BY id DESC LIMIT $3",
-                                    &[&sq.tsquery, &convs, &(want as i64)],
-                                )
-                                .await?;
-                            let ids = rows
-                                .iter()
-                                .map(|r| Ok(r.try_get(0)?))
-                                .collect::<Result<Vec<i64>>>()?;
-                            let scored: Vec<(i64, Option<f64>)> =
-                                ids.into_iter().map(|id| (id, None)).collect();
-                            hits.extend(Self::message_hits(tx, &scored, &needles).await?);
-                        }
-                        GrepSort::Relevance => {
-                            let rows = tx
-                                .query(
-                                    "SELECT id FROM messages WHERE terms @@ $1::text::tsquery ORDER BY id DESC LIMIT $2",
-                                    &[&sq.tsquery, &(RELEVANCE_WINDOW as i64)],
-                                )
-                                .await?;
-                            let ids = rows
-                                .iter()
-                                .map(|r| Ok(r.try_get(0)?))
-                                .collect::<Result<Vec<i64>>>()?;
-                            let ranked = Self::ranked_rows(tx, &needles, ids, &convs, want).await?;
-                            let scored: Vec<(i64, Option<f64>)> =
-                                ranked.iter().map(|r| (r.id, Some(-r.score))).collect();
-                            hits.extend(Self::message_hits(tx, &scored, &needles).await?);
-                        }
-                    }
-                }
-                if q.target != GrepTarget::Messages {
-                    hits.extend(
-                        Self::summary_fts_hits(tx, &sq, &convs, q.sort, want, &needles).await?,
-                    );
-                }
-                order_hits(&mut hits, q.sort);
-                report.fts_query = Some(fts);
-            }
-            GrepMode::AnyTerm | GrepMode::Semantic | GrepMode::Hybrid => {
-                let terms = crate::core::search::query_terms(&q.pattern);
-                if terms.is_empty() {
-                    return Ok(report);
-                }
-                let fts = any_term_fts(&terms);
-                if q.target != GrepTarget::Summaries {
-                    let ranked = Self::ranked_messages(
-                        tx,
-                        &terms,
-                        &convs,
-                        want,
-                        &HashSet::new(),
-                        crate::core::search::RankFor::Grep,
-                    )
-                    .await?;
-                    let scored: Vec<(i64, Option<f64>)> =
-                        ranked.iter().map(|r| (r.id, Some(-r.score))).collect();
-                    hits.extend(Self::message_hits(tx, &scored, &terms).await?);
-                }
-                if q.target != GrepTarget::Messages {
-                    if let Some(sq) = SummaryQuery::any(&terms) {
-                        hits.extend(
-                            Self::summary_fts_hits(
-                                tx,
-                                &sq,
-                                &convs,
-                                GrepSort::Relevance,
-                                want,
-                                &terms,
-                            )
-                            .await?,
-                        );
-                    }
-                }
-                order_hits(&mut hits, GrepSort::Relevance);
-                report.fts_query = Some(fts);
-            }
-            GrepMode::Regex => {
-                let re = grep_regex(&q.pattern)?;
-                let likes: Vec<String> = required_literals(&q.pattern)
-                    .into_iter()
-                    .filter(|l| l.chars().count() >= MIN_LITERAL_CHARS)
-                    .map(|l| like_contains(&l))
-                    .collect();
-                if q.target != GrepTarget::Summaries {
-                    let max_scan = (q.max_scan_rows as i64).max(1);
-                    let (found, truncated) =
-                        Self::regex_scan_messages(tx, &re, &likes, &convs, want, max_scan).await?;
-                    report.scan_truncated = truncated;
-                    hits.extend(found);
-                }
-                if q.target != GrepTarget::Messages && hits.len() < want {
-                    Self::regex_scan_summaries(tx, &re, &likes, &convs, want, &mut hits).await?;
-                }
-            }
-        }
-        page_hits(&mut report, hits, q.offset, limit);
-        Ok(report)
+        crate::core::recall::grep(&PgReads(tx), q).await
     }
 
     /// Grep hits for messages `(id, score)`, in that order.
@@ -524,11 +402,9 @@ impl PgStore {
     async fn summary_fts_hits(
         tx: &Transaction<'_>,
         sq: &SummaryQuery,
-        convs: &[i64],
-        sort: GrepSort,
-        want: usize,
-        needles: &[String],
+        ask: &Ask<'_>,
     ) -> Result<Vec<RankedHit>> {
+        let (convs, sort, want, needles) = (ask.convs, ask.sort, ask.want, ask.words);
         // Recency needs only the newest `want`; relevance scores every match in scope.
         let limit: i64 = match sort {
             GrepSort::Recency => want as i64,
@@ -724,109 +600,216 @@ impl PgStore {
         }
     }
 
-    /// `lcm_describe` (see [`crate::sqlite::Db::describe`]).
+    /// `lcm_describe` (see [`crate::core::recall::describe`]) in one snapshot.
     pub(crate) async fn describe_item(
         &self,
         id: &str,
         agent: Option<&str>,
     ) -> Result<DescribeReport> {
-        let rid = ids::parse(id)?;
         let mut client = self.client().await?;
         let tx = Self::snapshot(&mut client).await?;
-        let out = match rid {
-            RecordId::Summary(sid) => {
-                let r = tx
-                    .query_opt(
-                        "SELECT conv_id, depth::bigint, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts, summarizer, text
-                         FROM summaries WHERE id = $1",
-                        &[&sid],
-                    )
-                    .await?
-                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
-                let conv_id: i64 = r.try_get(0)?;
-                Self::check_scope(&tx, conv_id, agent, id).await?;
-                let children = Self::children(&tx, sid)
-                    .await?
-                    .into_iter()
-                    .map(|c| c.to_string())
-                    .collect();
-                DescribeReport::Summary(SummaryInfo {
-                    id: ids::summary_id(sid),
-                    conversation_id: conv_id,
-                    depth: r.try_get(1)?,
-                    tokens: r.try_get(2)?,
-                    source_tokens: r.try_get(3)?,
-                    seq_range: (r.try_get(4)?, r.try_get(5)?),
-                    from_ts: r.try_get(6)?,
-                    to_ts: r.try_get(7)?,
-                    summarizer: r.try_get(8)?,
-                    in_frontier: Self::in_frontier(&tx, 1, sid).await?,
-                    parents: Self::parents(&tx, 1, sid).await?,
-                    children,
-                    text: r.try_get(9)?,
-                })
-            }
-            RecordId::Message(mid) => {
-                let r = tx
-                    .query_opt(
-                        "SELECT conv_id, seq, role::bigint, tokens, ts, tool_call_id, skeleton, text FROM messages WHERE id = $1",
-                        &[&mid],
-                    )
-                    .await?
-                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
-                let conv_id: i64 = r.try_get(0)?;
-                Self::check_scope(&tx, conv_id, agent, id).await?;
-                let skeleton: Option<String> = r.try_get(6)?;
-                let text: String = r.try_get(7)?;
-                let ts: Option<i64> = r.try_get(4)?;
-                let message = codec::decode(r.try_get(2)?, &text, skeleton.as_deref(), ts)?;
-                DescribeReport::Message(MessageInfo {
-                    id: ids::message_id(mid),
-                    conversation_id: conv_id,
-                    seq: r.try_get(1)?,
-                    role: message.role().to_owned(),
-                    tokens: r.try_get(3)?,
-                    ts,
-                    tool_call_id: r.try_get(5)?,
-                    in_frontier: Self::in_frontier(&tx, 0, mid).await?,
-                    parents: Self::parents(&tx, 0, mid).await?,
-                    message,
-                })
-            }
-        };
+        let out = crate::core::recall::describe(&PgReads(&tx), id, agent).await?;
         tx.commit().await?;
         Ok(out)
     }
 
-    /// `NotFound(id)` when `agent` is given and conversation `conv_id` is not its own.
-    async fn check_scope(
-        c: &impl GenericClient,
-        conv_id: i64,
-        agent: Option<&str>,
+    /// `lcm_expand` (see [`crate::core::recall::expand`]) in one snapshot.
+    pub(crate) async fn expand_item(
+        &self,
         id: &str,
-    ) -> Result<()> {
-        if let Some(agent) = agent {
-            let owner: Option<String> = c
-                .query_opt(
-                    "SELECT agent_id FROM conversations WHERE id = $1",
-                    &[&conv_id],
-                )
-                .await?
-                .map(|r| r.try_get(0))
-                .transpose()?;
-            if owner.as_deref() != Some(agent) {
-                return Err(LosslessError::NotFound(id.to_owned()));
-            }
-        }
-        Ok(())
+        max_tokens: u64,
+        agent: Option<&str>,
+    ) -> Result<ExpandReport> {
+        let mut client = self.client().await?;
+        let tx = Self::snapshot(&mut client).await?;
+        let out = crate::core::recall::expand(&PgReads(&tx), id, max_tokens, agent).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+}
+
+impl GrepReads for PgReads<'_, Transaction<'_>> {
+    async fn scope(&self, scope: &Scope) -> Result<Vec<i64>> {
+        PgStore::scope_conv_ids(self.0, scope).await
     }
 
-    /// A summary's children, in order.
-    async fn children(c: &impl GenericClient, sid: i64) -> Result<Vec<RecordId>> {
-        let rows = c
+    async fn full_text_messages(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>> {
+        let tx = self.0;
+        let Some(sq) = SummaryQuery::all(ask.words) else {
+            return Ok(Vec::new());
+        };
+        let scored: Vec<(i64, Option<f64>)> = match ask.sort {
+            GrepSort::Recency => {
+                let rows = tx
+                    .query(
+                        "SELECT id FROM messages WHERE terms @@ $1::text::tsquery AND conv_id = ANY($2)
+                         ORDER BY id DESC LIMIT $3",
+                        &[&sq.tsquery, &ask.convs, &(ask.want as i64)],
+                    )
+                    .await?;
+                rows.iter()
+                    .map(|r| Ok((r.try_get(0)?, None)))
+                    .collect::<Result<_>>()?
+            }
+            GrepSort::Relevance => {
+                let rows = tx
+                    .query(
+                        "SELECT id FROM messages WHERE terms @@ $1::text::tsquery ORDER BY id DESC LIMIT $2",
+                        &[&sq.tsquery, &(RELEVANCE_WINDOW as i64)],
+                    )
+                    .await?;
+                let ids = rows
+                    .iter()
+                    .map(|r| Ok(r.try_get(0)?))
+                    .collect::<Result<Vec<i64>>>()?;
+                PgStore::ranked_rows(tx, ask.words, ids, ask.convs, ask.want)
+                    .await?
+                    .iter()
+                    .map(|r| (r.id, Some(-r.score)))
+                    .collect()
+            }
+        };
+        PgStore::message_hits(tx, &scored, ask.words).await
+    }
+
+    async fn full_text_summaries(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>> {
+        match SummaryQuery::all(ask.words) {
+            Some(sq) => PgStore::summary_fts_hits(self.0, &sq, ask).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn any_term_messages(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>> {
+        let grep = crate::core::search::RankFor::Grep;
+        let none = HashSet::new();
+        let ranked =
+            PgStore::ranked_messages(self.0, ask.words, ask.convs, ask.want, &none, grep).await?;
+        let scored: Vec<(i64, Option<f64>)> =
+            ranked.iter().map(|r| (r.id, Some(-r.score))).collect();
+        PgStore::message_hits(self.0, &scored, ask.words).await
+    }
+
+    async fn any_term_summaries(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>> {
+        match SummaryQuery::any(ask.words) {
+            Some(sq) => PgStore::summary_fts_hits(self.0, &sq, ask).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn regex_messages(
+        &self,
+        re: &regex::Regex,
+        ask: &Ask<'_>,
+        max_scan: i64,
+    ) -> Result<(Vec<RankedHit>, bool)> {
+        let likes = likes_of(ask.query);
+        PgStore::regex_scan_messages(self.0, re, &likes, ask.convs, ask.want, max_scan).await
+    }
+
+    async fn regex_summaries(
+        &self,
+        re: &regex::Regex,
+        ask: &Ask<'_>,
+        hits: &mut Vec<RankedHit>,
+    ) -> Result<()> {
+        let likes = likes_of(ask.query);
+        PgStore::regex_scan_summaries(self.0, re, &likes, ask.convs, ask.want, hits).await
+    }
+}
+
+/// The `LIKE` prefilters of a regex scan: the literal runs every match holds, long enough to
+/// narrow the trigram index's candidates.
+fn likes_of(pattern: &str) -> Vec<String> {
+    required_literals(pattern)
+        .into_iter()
+        .filter(|l| l.chars().count() >= MIN_LITERAL_CHARS)
+        .map(|l| like_contains(&l))
+        .collect()
+}
+
+/// The reads of describe and expand over one transaction.
+struct PgReads<'a, C>(&'a C);
+
+impl<C: GenericClient + Sync> RecordReads for PgReads<'_, C> {
+    async fn summary(&self, id: i64) -> Result<Option<SummaryRecord>> {
+        let Some(r) = self
+            .0
+            .query_opt(
+                "SELECT conv_id, depth::bigint, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts, summarizer, text
+                 FROM summaries WHERE id = $1",
+                &[&id],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(SummaryRecord {
+            conv_id: r.try_get(0)?,
+            depth: r.try_get(1)?,
+            tokens: r.try_get(2)?,
+            source_tokens: r.try_get(3)?,
+            first_seq: r.try_get(4)?,
+            last_seq: r.try_get(5)?,
+            from_ts: r.try_get(6)?,
+            to_ts: r.try_get(7)?,
+            summarizer: r.try_get(8)?,
+            text: r.try_get(9)?,
+        }))
+    }
+
+    async fn message(&self, id: i64) -> Result<Option<MessageRecord>> {
+        let Some(r) = self
+            .0
+            .query_opt(
+                "SELECT conv_id, seq, role::bigint, tokens, ts, tool_call_id, skeleton, text
+                 FROM messages WHERE id = $1",
+                &[&id],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(MessageRecord {
+            conv_id: r.try_get(0)?,
+            seq: r.try_get(1)?,
+            role: r.try_get(2)?,
+            tokens: r.try_get(3)?,
+            ts: r.try_get(4)?,
+            tool_call_id: r.try_get(5)?,
+            skeleton: r.try_get(6)?,
+            text: r.try_get(7)?,
+        }))
+    }
+
+    async fn conversation_of(&self, id: RecordId) -> Result<Option<i64>> {
+        let (sql, id) = match id {
+            RecordId::Summary(s) => ("SELECT conv_id FROM summaries WHERE id = $1", s),
+            RecordId::Message(m) => ("SELECT conv_id FROM messages WHERE id = $1", m),
+        };
+        self.0
+            .query_opt(sql, &[&id])
+            .await?
+            .map(|r| Ok(r.try_get(0)?))
+            .transpose()
+    }
+
+    async fn agent_of(&self, conv_id: i64) -> Result<Option<String>> {
+        self.0
+            .query_opt(
+                "SELECT agent_id FROM conversations WHERE id = $1",
+                &[&conv_id],
+            )
+            .await?
+            .map(|r| Ok(r.try_get(0)?))
+            .transpose()
+    }
+
+    async fn children(&self, id: i64) -> Result<Vec<RecordId>> {
+        let rows = self
+            .0
             .query(
                 "SELECT kind::bigint, child_id FROM summary_children WHERE summary_id = $1 ORDER BY ord",
-                &[&sid],
+                &[&id],
             )
             .await?;
         rows.iter()
@@ -841,12 +824,13 @@ impl PgStore {
             .collect()
     }
 
-    /// The summaries holding item `(kind, id)` (in id order, as SQLite's index returns them).
-    async fn parents(c: &impl GenericClient, kind: i16, id: i64) -> Result<Vec<String>> {
-        let rows = c
+    async fn parents(&self, kind: i64, id: i64) -> Result<Vec<String>> {
+        // In id order, as SQLite's index returns them.
+        let rows = self
+            .0
             .query(
                 "SELECT summary_id FROM summary_children WHERE kind = $1 AND child_id = $2 ORDER BY summary_id",
-                &[&kind, &id],
+                &[&(kind as i16), &id],
             )
             .await?;
         rows.iter()
@@ -854,56 +838,20 @@ impl PgStore {
             .collect()
     }
 
-    /// Whether item `(kind, id)` is in some conversation's frontier.
-    async fn in_frontier(c: &impl GenericClient, kind: i16, id: i64) -> Result<bool> {
-        Ok(c.query_opt(
-            "SELECT 1 FROM frontier WHERE kind = $1 AND item_id = $2 LIMIT 1",
-            &[&kind, &id],
-        )
-        .await?
-        .is_some())
+    async fn in_frontier(&self, kind: i64, id: i64) -> Result<bool> {
+        Ok(self
+            .0
+            .query_opt(
+                "SELECT 1 FROM frontier WHERE kind = $1 AND item_id = $2 LIMIT 1",
+                &[&(kind as i16), &id],
+            )
+            .await?
+            .is_some())
     }
 
-    /// `lcm_expand` (see [`crate::sqlite::Db::expand`]).
-    pub(crate) async fn expand_item(
-        &self,
-        id: &str,
-        max_tokens: u64,
-        agent: Option<&str>,
-    ) -> Result<ExpandReport> {
-        let rid = ids::parse(id)?;
-        let mut client = self.client().await?;
-        let tx = Self::snapshot(&mut client).await?;
-        let children = match rid {
-            RecordId::Summary(sid) => {
-                let conv: i64 = tx
-                    .query_opt("SELECT conv_id FROM summaries WHERE id = $1", &[&sid])
-                    .await?
-                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?
-                    .try_get(0)?;
-                Self::check_scope(&tx, conv, agent, id).await?;
-                Self::children(&tx, sid).await?
-            }
-            RecordId::Message(mid) => {
-                let conv: i64 = tx
-                    .query_opt("SELECT conv_id FROM messages WHERE id = $1", &[&mid])
-                    .await?
-                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?
-                    .try_get(0)?;
-                Self::check_scope(&tx, conv, agent, id).await?;
-                vec![rid]
-            }
-        };
-        let items = Self::expanded_items(&tx, &children).await?;
-        tx.commit().await?;
-        cap_expansion(rid.to_string(), children.len(), items, max_tokens)
-    }
-
-    /// The expansion items of `children`, in order (read in two queries).
-    async fn expanded_items(
-        c: &impl GenericClient,
-        children: &[RecordId],
-    ) -> Result<Vec<Result<ExpandedItem>>> {
+    // In two queries, whatever the number of children.
+    async fn expanded(&self, children: &[RecordId]) -> Result<Vec<Result<ExpandedItem>>> {
+        let c = self.0;
         let (mut mids, mut sids) = (Vec::new(), Vec::new());
         for c in children {
             match c {

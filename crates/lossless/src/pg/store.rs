@@ -32,9 +32,9 @@ use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 
 use super::connect::PgTarget;
-use crate::backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
 use crate::config::LosslessConfig;
 use crate::core::assemble::Assembled;
+use crate::core::backend::{AssembleRequest, Backend, BackendKind, CompactionLock};
 use crate::core::compaction::{CompactionOptions, CompactionReport};
 use crate::core::conv::{ConvKey, ConvRow, IngestOutcome, TurnCommit};
 use crate::core::doctor::{DoctorReport, StatusReport};
@@ -45,8 +45,7 @@ use crate::core::semantic::rows::{Done, EmbedItem, EmbedModel, ItemKind, NewVect
 use crate::core::session::CarryReport;
 use crate::error::{LosslessError, Result};
 
-/// Connections a store keeps at most when the configuration names no number.
-pub const DEFAULT_POOL_SIZE: usize = 16;
+pub use crate::config::DEFAULT_POOL_SIZE;
 
 /// A lossless store in a PostgreSQL database. Cheap to clone (the pool is shared).
 #[derive(Clone)]
@@ -100,7 +99,7 @@ impl PgStore {
         Ok(Self {
             pool,
             target: Arc::new(target),
-            large_payload_bytes: crate::sqlite::DEFAULT_LARGE_PAYLOAD_BYTES,
+            large_payload_bytes: crate::config::DEFAULT_LARGE_PAYLOAD_BYTES,
             schema_ready: Arc::new(tokio::sync::OnceCell::new_with(Some(()))),
             fronts: Arc::default(),
         })
@@ -123,7 +122,7 @@ impl PgStore {
                 Ok(Self {
                     pool: super::connect::build_pool(&target, pool_size)?,
                     target: Arc::new(target),
-                    large_payload_bytes: crate::sqlite::DEFAULT_LARGE_PAYLOAD_BYTES,
+                    large_payload_bytes: crate::config::DEFAULT_LARGE_PAYLOAD_BYTES,
                     schema_ready: Arc::new(tokio::sync::OnceCell::new()),
                     fronts: Arc::default(),
                 })
@@ -524,7 +523,7 @@ async fn msgs_not_stored(store: &PgStore, key: &ConvKey, msgs: &[AgentMessage]) 
     for m in msgs {
         ids.push(crate::core::codec::identity(m)?);
     }
-    let stored = super::write::stored_identities(&c, conv.id, &ids).await?;
+    let stored = stored_identities(&c, conv.id, &ids).await?;
     // Counted as the SQLite store counts: once per hash.
     let mut seen = std::collections::HashSet::new();
     Ok(ids
@@ -532,4 +531,28 @@ async fn msgs_not_stored(store: &PgStore, key: &ConvKey, msgs: &[AgentMessage]) 
         .filter(|(_, h)| seen.insert(*h))
         .filter(|(ts, h)| !stored.contains(&(ts.unwrap_or(0), *h)))
         .count())
+}
+
+/// The identities `(ifnull(ts, 0), hash)` of `ids` that conversation `conv_id` holds.
+pub(crate) async fn stored_identities(
+    c: &impl deadpool_postgres::GenericClient,
+    conv_id: i64,
+    ids: &[(Option<i64>, i64)],
+) -> Result<std::collections::HashSet<(i64, i64)>> {
+    if ids.is_empty() {
+        return Ok(std::collections::HashSet::new());
+    }
+    let ts: Vec<i64> = ids.iter().map(|(t, _)| t.unwrap_or(0)).collect();
+    let hashes: Vec<i64> = ids.iter().map(|(_, h)| *h).collect();
+    let st = c
+        .prepare_cached(
+            "SELECT t.ts, t.h FROM unnest($2::bigint[], $3::bigint[]) AS t(ts, h)
+             WHERE EXISTS (SELECT 1 FROM messages m
+                           WHERE m.conv_id = $1 AND coalesce(m.ts, 0) = t.ts AND m.hash = t.h)",
+        )
+        .await?;
+    let rows = c.query(&st, &[&conv_id, &ts, &hashes]).await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
 }

@@ -11,7 +11,7 @@ use crate::error::{LosslessError, Result};
 use super::PgStore;
 
 impl PgStore {
-    /// See [`crate::backend::Backend::embed_model`].
+    /// See [`crate::core::backend::Backend::embed_model`].
     pub(crate) async fn embed_model_row(&self, name: &str, dim: usize) -> Result<EmbedModel> {
         let c = self.client().await?;
         c.execute(
@@ -41,7 +41,7 @@ impl PgStore {
         Ok(m)
     }
 
-    /// See [`crate::backend::Backend::embed_todo`].
+    /// See [`crate::core::backend::Backend::embed_todo`].
     pub(crate) async fn embed_todo_rows(&self, model: i64, limit: usize) -> Result<Vec<EmbedItem>> {
         let c = self.client().await?;
         let r = c
@@ -76,7 +76,7 @@ impl PgStore {
         Ok(out)
     }
 
-    /// See [`crate::backend::Backend::store_vectors`]. The model's row is locked for the
+    /// See [`crate::core::backend::Backend::store_vectors`]. The model's row is locked for the
     /// transaction, so two embedders never store one item twice.
     pub(crate) async fn store_vector_rows(
         &self,
@@ -132,7 +132,7 @@ impl PgStore {
         Ok(n)
     }
 
-    /// See [`crate::backend::Backend::vectors_since`].
+    /// See [`crate::core::backend::Backend::vectors_since`].
     pub(crate) async fn vector_rows_since(
         &self,
         model: i64,
@@ -165,7 +165,7 @@ impl PgStore {
         Ok(out)
     }
 
-    /// See [`crate::backend::Backend::embed_progress`].
+    /// See [`crate::core::backend::Backend::embed_progress`].
     pub(crate) async fn embed_progress_of(&self, model: i64) -> Result<(u64, u64)> {
         let c = self.client().await?;
         let r = c
@@ -182,7 +182,7 @@ impl PgStore {
         Ok((total - (left.max(0) as u64).min(total), total))
     }
 
-    /// See [`crate::backend::Backend::item_hits`].
+    /// See [`crate::core::backend::Backend::item_hits`].
     pub(crate) async fn item_hit_rows(
         &self,
         items: &[(ItemKind, i64, f64)],

@@ -15,9 +15,9 @@ use clawctx_tokens::{message_tokens, text_tokens};
 use deadpool_postgres::GenericClient;
 
 use super::store::PgStore;
-use crate::backend::CompactionLock;
 use crate::config::LosslessConfig;
 use crate::core::assemble::render_summary;
+use crate::core::backend::CompactionLock;
 use crate::core::codec::{self, Encoded};
 use crate::core::compaction::{
     choose_ranges, condensed_input, early_stop, make_chunk, Chunk, CompactionOptions,
@@ -31,30 +31,6 @@ use crate::error::{LosslessError, Result};
 /// Advisory-lock key space of compactions: `(COMPACTION_LOCK_CLASS, conversation id)` as the
 /// two-integer form of `pg_advisory_lock`, apart from the schema migration's lock.
 const COMPACTION_LOCK_CLASS: i32 = 0x636c_7363;
-
-/// The identities `(ifnull(ts, 0), hash)` of `ids` that conversation `conv_id` holds.
-pub(crate) async fn stored_identities(
-    c: &impl GenericClient,
-    conv_id: i64,
-    ids: &[(Option<i64>, i64)],
-) -> Result<HashSet<(i64, i64)>> {
-    if ids.is_empty() {
-        return Ok(HashSet::new());
-    }
-    let ts: Vec<i64> = ids.iter().map(|(t, _)| t.unwrap_or(0)).collect();
-    let hashes: Vec<i64> = ids.iter().map(|(_, h)| *h).collect();
-    let st = c
-        .prepare_cached(
-            "SELECT t.ts, t.h FROM unnest($2::bigint[], $3::bigint[]) AS t(ts, h)
-             WHERE EXISTS (SELECT 1 FROM messages m
-                           WHERE m.conv_id = $1 AND coalesce(m.ts, 0) = t.ts AND m.hash = t.h)",
-        )
-        .await?;
-    let rows = c.query(&st, &[&conv_id, &ts, &hashes]).await?;
-    rows.iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect()
-}
 
 /// Encodes `msgs` off the async runtime when there are many (token counting and the codec
 /// cost tens of microseconds a message).
@@ -104,7 +80,7 @@ impl PgStore {
             }
         }
         let ids: Vec<(Option<i64>, i64)> = encoded.iter().map(|e| (e.ts, e.hash)).collect();
-        let held = stored_identities(&tx, conv.id, &ids).await?;
+        let held = super::store::stored_identities(&tx, conv.id, &ids).await?;
         // In order, skipping what the conversation holds and repeats within the batch.
         let mut seen = HashSet::with_capacity(encoded.len());
         let stored: Vec<bool> = encoded

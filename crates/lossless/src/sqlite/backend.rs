@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use clawctx_protocol::AgentMessage;
 use clawctx_summarize::Summarizer;
 
-use crate::backend::{
-    live_tail, recall_for, AssembleRequest, Backend, BackendKind, CompactionLock,
-};
 use crate::config::LosslessConfig;
 use crate::core::assemble::Assembled;
+use crate::core::backend::{
+    live_tail, recall_for, AssembleRequest, Backend, BackendKind, CompactionLock,
+};
 use crate::core::codec::{self, Encoded};
 use crate::core::compaction::{CompactionOptions, CompactionReport};
 use crate::core::conv::{ConvKey, ConvRow, IngestOutcome, TurnCommit};

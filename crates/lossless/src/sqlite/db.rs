@@ -123,8 +123,7 @@ impl Skeletons {
     }
 }
 
-/// Default of [`Db::set_large_payload_bytes`] (`largePayloadBytes`).
-pub const DEFAULT_LARGE_PAYLOAD_BYTES: usize = 8 * 1024;
+pub use crate::config::DEFAULT_LARGE_PAYLOAD_BYTES;
 
 impl Db {
     pub(crate) fn new(

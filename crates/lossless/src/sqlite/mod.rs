@@ -63,8 +63,8 @@ mod vectors;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
+pub use db::Db;
 pub(crate) use db::{get_conv as db_get_conv, get_or_create_conv as db_get_or_create_conv};
-pub use db::{Db, DEFAULT_LARGE_PAYLOAD_BYTES};
 #[cfg(any(test, feature = "internals"))]
 pub use db::{DEFER_IDLE, DEFER_MAX, DEFER_ROWS};
 pub use encode_queue::EncodeQueue;
@@ -452,35 +452,5 @@ mod tests {
         );
         assert_eq!(job_name("store::a_test::{{closure}}"), "store::a_test");
         assert_eq!(job_name("{{closure}}"), "{{closure}}");
-    }
-}
-
-#[cfg(test)]
-mod durability_tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-    use crate::config::{Durability, LosslessConfig};
-
-    fn synchronous(store: &LosslessStore) -> i64 {
-        store
-            .call_blocking(|db| {
-                Ok(db
-                    .conn
-                    .query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))?)
-            })
-            .unwrap()
-    }
-
-    #[test]
-    fn durability_full_syncs_every_commit_and_normal_is_the_default() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = LosslessConfig::from_value(&serde_json::json!({}));
-        assert_eq!(cfg.durability, Durability::Normal);
-        let normal = LosslessStore::open(dir.path().join("n.db")).unwrap();
-        assert_eq!(synchronous(&normal), 1, "NORMAL");
-        let cfg = LosslessConfig::from_value(&serde_json::json!({"durability": "full"}));
-        assert_eq!(cfg.durability, Durability::Full);
-        let e = crate::LosslessEngine::open(dir.path().join("f.db"), cfg).unwrap();
-        assert_eq!(synchronous(e.store().unwrap()), 2, "FULL");
     }
 }

@@ -3,10 +3,9 @@
 use crate::core::codec;
 use crate::core::ids::{self, RecordId};
 use crate::core::recall::{
-    any_term_fts, cap_expansion, empty_report, fts_needles, grep_regex, message_hit_of, order_hits,
-    page_hits, role_label, sanitize_fts_query, snippet, summary_hit_of, DescribeReport,
-    ExpandReport, ExpandedItem, GrepHit, GrepMode, GrepQuery, GrepReport, GrepSort, GrepTarget,
-    MessageInfo, Scope, SummaryInfo, RELEVANCE_WINDOW,
+    message_hit_of, role_label, snippet, summary_hit_of, Ask, DescribeReport, ExpandReport,
+    ExpandedItem, GrepHit, GrepQuery, GrepReads, GrepReport, GrepSort, MessageRecord, RankedHit,
+    RecordReads, Scope, SummaryRecord, RELEVANCE_WINDOW,
 };
 use crate::error::{LosslessError, Result};
 use crate::sqlite::Db;
@@ -245,156 +244,218 @@ impl Db {
         Ok(ids)
     }
 
-    /// Searches stored messages and summaries.
+    /// `lcm_grep` (see [`crate::core::recall::grep`]), on this thread.
     pub fn grep(&self, q: &GrepQuery) -> Result<GrepReport> {
-        let limit = q.limit.clamp(1, 200);
-        let convs = self.scope_conversations(&q.scope)?;
-        let mut report = empty_report();
-        if convs.is_empty() {
-            return Ok(report);
-        }
-        let in_list = convs
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let want = q.offset + limit + 1;
-        let mut hits: Vec<(f64, i64, GrepHit)> = Vec::new();
-        match q.mode {
-            // A store answers the lexical half of the semantic modes ([`crate::core::semantic`] adds
-            // the vectors above it); `auto` without a model is full-text.
-            GrepMode::FullText | GrepMode::Auto => {
-                let Some(fts) = sanitize_fts_query(&q.pattern) else {
-                    return Ok(report);
-                };
-                let needles = fts_needles(&fts);
-                if q.target != GrepTarget::Summaries {
-                    match q.sort {
-                        // FTS drives the loop (CROSS JOIN fixes the join order) newest-first
-                        // and stops at the page.
-                        // The newest messages' index first: its rows are all newer than the
-                        // file's (see `store::pending_fts`).
-                        GrepSort::Recency => {
-                            let ids = self.newest_matches(&fts, want, |index, name| {
-                                format!(
-                                    "SELECT m.id FROM {index} CROSS JOIN messages m ON m.id = {name}.rowid
-                                     WHERE {name} MATCH ?1 AND m.conv_id IN ({in_list})
-                                     ORDER BY {name}.rowid DESC LIMIT ?2"
-                                )
-                            })?;
-                            for id in ids {
-                                hits.push(self.message_hit(id, None, &needles)?);
-                            }
-                        }
-                        // The newest RELEVANCE_WINDOW matches, ranked (see `search`): bounded
-                        // at any history length.
-                        GrepSort::Relevance => {
-                            let rows =
-                                self.newest_matches(&fts, RELEVANCE_WINDOW, |index, name| {
-                                    format!(
-                                        "SELECT rowid FROM {index} WHERE {name} MATCH ?1
-                                     ORDER BY rowid DESC LIMIT ?2"
-                                    )
-                                })?;
-                            for r in self.ranked_rows(&needles, rows, &convs, want)? {
-                                hits.push(self.message_hit(r.id, Some(-r.score), &needles)?);
-                            }
-                        }
-                    }
-                }
-                if q.target != GrepTarget::Messages {
-                    let order = match q.sort {
-                        GrepSort::Relevance => "score",
-                        GrepSort::Recency => "summaries_fts.rowid DESC",
-                    };
-                    hits.extend(self.summary_hits(&fts, &in_list, order, want, &needles)?);
-                }
-                order_hits(&mut hits, q.sort);
-                report.fts_query = Some(fts);
-            }
-            GrepMode::AnyTerm | GrepMode::Semantic | GrepMode::Hybrid => {
-                let terms = crate::core::search::query_terms(&q.pattern);
-                if terms.is_empty() {
-                    return Ok(report);
-                }
-                let fts = any_term_fts(&terms);
-                if q.target != GrepTarget::Summaries {
-                    let ranked = self.ranked_messages(
-                        &terms,
-                        &convs,
-                        want,
-                        &Default::default(),
-                        crate::core::search::RankFor::Grep,
-                    )?;
-                    for r in ranked {
-                        hits.push(self.message_hit(r.id, Some(-r.score), &terms)?);
-                    }
-                }
-                if q.target != GrepTarget::Messages {
-                    hits.extend(self.summary_hits(&fts, &in_list, "score", want, &terms)?);
-                }
-                order_hits(&mut hits, GrepSort::Relevance);
-                report.fts_query = Some(fts);
-            }
-            GrepMode::Regex => {
-                let re = grep_regex(&q.pattern)?;
-                if q.target != GrepTarget::Summaries {
-                    let max_scan = (q.max_scan_rows as i64).max(1);
-                    let (found, truncated) =
-                        self.regex_scan_messages(&re, &convs, want, max_scan)?;
-                    report.scan_truncated = truncated;
-                    for (row, snippet) in found {
-                        let sk = match row.role {
-                            codec::role::OTHER => self.message_skeleton(row.id)?,
-                            _ => None,
-                        };
-                        hits.push((
-                            0.0,
-                            row.ts.unwrap_or(0),
-                            GrepHit {
-                                id: ids::message_id(row.id),
-                                conversation_id: row.conv_id,
-                                role: role_label(row.role, sk.as_deref()),
-                                depth: None,
-                                ts: row.ts,
-                                snippet,
-                                score: None,
-                            },
-                        ));
-                    }
-                }
-                if q.target != GrepTarget::Messages && hits.len() < want {
-                    let sql = format!(
-                        "SELECT id, conv_id, depth, to_ts, text FROM summaries WHERE conv_id IN ({in_list}) ORDER BY id DESC"
-                    );
-                    let mut st = self.conn.prepare(&sql)?;
-                    let mut rows = st.query([])?;
-                    while let Some(r) = rows.next()? {
-                        let text: String = r.get(4)?;
-                        if re.is_match(&text) {
-                            hits.push(summary_hit_of(
-                                r.get(0)?,
-                                r.get(1)?,
-                                r.get(2)?,
-                                r.get(3)?,
-                                &text,
-                                None,
-                                &[],
-                                Some(&re),
-                            ));
-                            if hits.len() >= want {
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        page_hits(&mut report, hits, q.offset, limit);
-        Ok(report)
+        // The reads are synchronous: the future is ready at its first poll.
+        futures::executor::block_on(crate::core::recall::grep(self, q))
     }
 
-    fn conv_agent(&self, conv_id: i64) -> Result<Option<String>> {
+    /// `lcm_describe` (see [`crate::core::recall::describe`]), on this thread.
+    pub fn describe(&self, id: &str, agent: Option<&str>) -> Result<DescribeReport> {
+        // The reads are synchronous: the future is ready at its first poll.
+        futures::executor::block_on(crate::core::recall::describe(self, id, agent))
+    }
+
+    /// `lcm_expand` (see [`crate::core::recall::expand`]), on this thread.
+    pub fn expand(&self, id: &str, max_tokens: u64, agent: Option<&str>) -> Result<ExpandReport> {
+        futures::executor::block_on(crate::core::recall::expand(self, id, max_tokens, agent))
+    }
+}
+
+/// `in (…)` list of conversation ids (integers: nothing to quote).
+fn in_list(convs: &[i64]) -> String {
+    convs
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl GrepReads for Db {
+    async fn scope(&self, scope: &Scope) -> Result<Vec<i64>> {
+        self.scope_conversations(scope)
+    }
+
+    async fn full_text_messages(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>> {
+        let in_list = in_list(ask.convs);
+        match ask.sort {
+            // FTS drives the loop (CROSS JOIN fixes the join order) newest-first and stops at
+            // the page. The newest messages' index first: its rows are all newer than the
+            // file's (see `sqlite::pending_fts`).
+            GrepSort::Recency => {
+                let ids = self.newest_matches(ask.query, ask.want, |index, name| {
+                    format!(
+                        "SELECT m.id FROM {index} CROSS JOIN messages m ON m.id = {name}.rowid
+                         WHERE {name} MATCH ?1 AND m.conv_id IN ({in_list})
+                         ORDER BY {name}.rowid DESC LIMIT ?2"
+                    )
+                })?;
+                ids.into_iter()
+                    .map(|id| self.message_hit(id, None, ask.words))
+                    .collect()
+            }
+            // The newest RELEVANCE_WINDOW matches, ranked (see `search`): bounded at any
+            // history length.
+            GrepSort::Relevance => {
+                let rows = self.newest_matches(ask.query, RELEVANCE_WINDOW, |index, name| {
+                    format!(
+                        "SELECT rowid FROM {index} WHERE {name} MATCH ?1
+                         ORDER BY rowid DESC LIMIT ?2"
+                    )
+                })?;
+                self.ranked_rows(ask.words, rows, ask.convs, ask.want)?
+                    .into_iter()
+                    .map(|r| self.message_hit(r.id, Some(-r.score), ask.words))
+                    .collect()
+            }
+        }
+    }
+
+    async fn full_text_summaries(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>> {
+        let order = match ask.sort {
+            GrepSort::Relevance => "score",
+            GrepSort::Recency => "summaries_fts.rowid DESC",
+        };
+        self.summary_hits(ask.query, &in_list(ask.convs), order, ask.want, ask.words)
+    }
+
+    async fn any_term_messages(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>> {
+        let grep = crate::core::search::RankFor::Grep;
+        self.ranked_messages(ask.words, ask.convs, ask.want, &Default::default(), grep)?
+            .into_iter()
+            .map(|r| self.message_hit(r.id, Some(-r.score), ask.words))
+            .collect()
+    }
+
+    async fn any_term_summaries(&self, ask: &Ask<'_>) -> Result<Vec<RankedHit>> {
+        self.full_text_summaries(ask).await
+    }
+
+    async fn regex_messages(
+        &self,
+        re: &regex::Regex,
+        ask: &Ask<'_>,
+        max_scan: i64,
+    ) -> Result<(Vec<RankedHit>, bool)> {
+        let (found, truncated) = self.regex_scan_messages(re, ask.convs, ask.want, max_scan)?;
+        let mut hits = Vec::with_capacity(found.len());
+        for (row, snippet) in found {
+            let sk = match row.role {
+                codec::role::OTHER => self.message_skeleton(row.id)?,
+                _ => None,
+            };
+            hits.push((
+                0.0,
+                row.ts.unwrap_or(0),
+                GrepHit {
+                    id: ids::message_id(row.id),
+                    conversation_id: row.conv_id,
+                    role: role_label(row.role, sk.as_deref()),
+                    depth: None,
+                    ts: row.ts,
+                    snippet,
+                    score: None,
+                },
+            ));
+        }
+        Ok((hits, truncated))
+    }
+
+    async fn regex_summaries(
+        &self,
+        re: &regex::Regex,
+        ask: &Ask<'_>,
+        hits: &mut Vec<RankedHit>,
+    ) -> Result<()> {
+        let sql = format!(
+            "SELECT id, conv_id, depth, to_ts, text FROM summaries WHERE conv_id IN ({}) ORDER BY id DESC",
+            in_list(ask.convs)
+        );
+        let mut st = self.conn.prepare(&sql)?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            let text: String = r.get(4)?;
+            if re.is_match(&text) {
+                let (id, conv, depth, ts) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+                hits.push(summary_hit_of(
+                    id,
+                    conv,
+                    depth,
+                    ts,
+                    &text,
+                    None,
+                    &[],
+                    Some(re),
+                ));
+                if hits.len() >= ask.want {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RecordReads for Db {
+    async fn summary(&self, id: i64) -> Result<Option<SummaryRecord>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT conv_id, depth, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts, summarizer, text
+                 FROM summaries WHERE id = ?1",
+            )?
+            .query_row([id], |r| {
+                Ok(SummaryRecord {
+                    conv_id: r.get(0)?,
+                    depth: r.get(1)?,
+                    tokens: r.get(2)?,
+                    source_tokens: r.get(3)?,
+                    first_seq: r.get(4)?,
+                    last_seq: r.get(5)?,
+                    from_ts: r.get(6)?,
+                    to_ts: r.get(7)?,
+                    summarizer: r.get(8)?,
+                    text: r.get(9)?,
+                })
+            })
+            .optional()?)
+    }
+
+    async fn message(&self, id: i64) -> Result<Option<MessageRecord>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT conv_id, seq, role, tokens, ts, tool_call_id, skeleton, text
+                 FROM message_rows WHERE id = ?1",
+            )?
+            .query_row([id], |r| {
+                Ok(MessageRecord {
+                    conv_id: r.get(0)?,
+                    seq: r.get(1)?,
+                    role: r.get(2)?,
+                    tokens: r.get(3)?,
+                    ts: r.get(4)?,
+                    tool_call_id: r.get(5)?,
+                    skeleton: r.get(6)?,
+                    text: r.get(7)?,
+                })
+            })
+            .optional()?)
+    }
+
+    async fn conversation_of(&self, id: RecordId) -> Result<Option<i64>> {
+        let (sql, id) = match id {
+            RecordId::Summary(s) => ("SELECT conv_id FROM summaries WHERE id = ?1", s),
+            RecordId::Message(m) => ("SELECT conv_id FROM messages WHERE id = ?1", m),
+        };
+        Ok(self
+            .conn
+            .prepare_cached(sql)?
+            .query_row([id], |r| r.get(0))
+            .optional()?)
+    }
+
+    async fn agent_of(&self, conv_id: i64) -> Result<Option<String>> {
         Ok(self
             .conn
             .prepare_cached("SELECT agent_id FROM conversations WHERE id = ?1")?
@@ -402,106 +463,13 @@ impl Db {
             .optional()?)
     }
 
-    fn check_scope(&self, conv_id: i64, agent: Option<&str>, id: &str) -> Result<()> {
-        if let Some(agent) = agent {
-            if self.conv_agent(conv_id)?.as_deref() != Some(agent) {
-                return Err(LosslessError::NotFound(id.to_owned()));
-            }
-        }
-        Ok(())
-    }
-
-    /// Describes a summary or message; `agent` restricts to that agent's conversations.
-    pub fn describe(&self, id: &str, agent: Option<&str>) -> Result<DescribeReport> {
-        match ids::parse(id)? {
-            RecordId::Summary(sid) => {
-                let row = self
-                    .conn
-                    .prepare_cached(
-                        "SELECT conv_id, depth, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts, summarizer, text
-                         FROM summaries WHERE id = ?1",
-                    )?
-                    .query_row([sid], |r| {
-                        Ok((
-                            r.get::<_, i64>(0)?,
-                            r.get::<_, i64>(1)?,
-                            r.get::<_, i64>(2)?,
-                            r.get::<_, i64>(3)?,
-                            r.get::<_, i64>(4)?,
-                            r.get::<_, i64>(5)?,
-                            r.get::<_, Option<i64>>(6)?,
-                            r.get::<_, Option<i64>>(7)?,
-                            r.get::<_, String>(8)?,
-                            r.get::<_, String>(9)?,
-                        ))
-                    })
-                    .optional()?
-                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
-                self.check_scope(row.0, agent, id)?;
-                let children = self
-                    .children(sid)?
-                    .into_iter()
-                    .map(|c| c.to_string())
-                    .collect();
-                Ok(DescribeReport::Summary(SummaryInfo {
-                    id: ids::summary_id(sid),
-                    conversation_id: row.0,
-                    depth: row.1,
-                    tokens: row.2,
-                    source_tokens: row.3,
-                    seq_range: (row.4, row.5),
-                    from_ts: row.6,
-                    to_ts: row.7,
-                    summarizer: row.8,
-                    in_frontier: self.in_frontier(1, sid)?,
-                    parents: self.parents(1, sid)?,
-                    children,
-                    text: row.9,
-                }))
-            }
-            RecordId::Message(mid) => {
-                let row = self
-                    .conn
-                    .prepare_cached("SELECT conv_id, seq, role, tokens, ts, tool_call_id, skeleton, text FROM message_rows WHERE id = ?1")?
-                    .query_row([mid], |r| {
-                        Ok((
-                            r.get::<_, i64>(0)?,
-                            r.get::<_, i64>(1)?,
-                            r.get::<_, i64>(2)?,
-                            r.get::<_, i64>(3)?,
-                            r.get::<_, Option<i64>>(4)?,
-                            r.get::<_, Option<String>>(5)?,
-                            r.get::<_, Option<String>>(6)?,
-                            r.get::<_, String>(7)?,
-                        ))
-                    })
-                    .optional()?
-                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
-                self.check_scope(row.0, agent, id)?;
-                let message = codec::decode(row.2, &row.7, row.6.as_deref(), row.4)?;
-                Ok(DescribeReport::Message(MessageInfo {
-                    id: ids::message_id(mid),
-                    conversation_id: row.0,
-                    seq: row.1,
-                    role: message.role().to_owned(),
-                    tokens: row.3,
-                    ts: row.4,
-                    tool_call_id: row.5,
-                    in_frontier: self.in_frontier(0, mid)?,
-                    parents: self.parents(0, mid)?,
-                    message,
-                }))
-            }
-        }
-    }
-
-    pub(crate) fn children(&self, sid: i64) -> Result<Vec<RecordId>> {
+    async fn children(&self, id: i64) -> Result<Vec<RecordId>> {
         Ok(self
             .conn
             .prepare_cached(
                 "SELECT kind, child_id FROM summary_children WHERE summary_id = ?1 ORDER BY ord",
             )?
-            .query_map([sid], |r| {
+            .query_map([id], |r| {
                 let k: i64 = r.get(0)?;
                 let id: i64 = r.get(1)?;
                 Ok(if k == 0 {
@@ -513,7 +481,7 @@ impl Db {
             .collect::<rusqlite::Result<_>>()?)
     }
 
-    fn parents(&self, kind: i64, id: i64) -> Result<Vec<String>> {
+    async fn parents(&self, kind: i64, id: i64) -> Result<Vec<String>> {
         Ok(self
             .conn
             .prepare_cached(
@@ -524,7 +492,7 @@ impl Db {
             .collect::<rusqlite::Result<_>>()?)
     }
 
-    fn in_frontier(&self, kind: i64, id: i64) -> Result<bool> {
+    async fn in_frontier(&self, kind: i64, id: i64) -> Result<bool> {
         // Frontier rows are keyed by (conv, ord); this lookup is for describe only.
         Ok(self
             .conn
@@ -534,41 +502,13 @@ impl Db {
             .is_some())
     }
 
-    /// Expands a summary into its children (or returns a message), within `max_tokens`.
-    pub fn expand(&self, id: &str, max_tokens: u64, agent: Option<&str>) -> Result<ExpandReport> {
-        let rid = ids::parse(id)?;
-        let children = match rid {
-            RecordId::Summary(sid) => {
-                let conv: i64 = self
-                    .conn
-                    .prepare_cached("SELECT conv_id FROM summaries WHERE id = ?1")?
-                    .query_row([sid], |r| r.get(0))
-                    .optional()?
-                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
-                self.check_scope(conv, agent, id)?;
-                self.children(sid)?
-            }
-            RecordId::Message(mid) => {
-                let conv: i64 = self
-                    .conn
-                    .prepare_cached("SELECT conv_id FROM messages WHERE id = ?1")?
-                    .query_row([mid], |r| r.get(0))
-                    .optional()?
-                    .ok_or_else(|| LosslessError::NotFound(id.to_owned()))?;
-                self.check_scope(conv, agent, id)?;
-                vec![rid]
-            }
-        };
-        let total = children.len();
-        cap_expansion(
-            rid.to_string(),
-            total,
-            children.into_iter().map(|c| self.expand_item(c)),
-            max_tokens,
-        )
+    async fn expanded(&self, ids: &[RecordId]) -> Result<Vec<Result<ExpandedItem>>> {
+        Ok(ids.iter().map(|id| self.expanded_item(*id)).collect())
     }
+}
 
-    fn expand_item(&self, id: RecordId) -> Result<ExpandedItem> {
+impl Db {
+    fn expanded_item(&self, id: RecordId) -> Result<ExpandedItem> {
         match id {
             RecordId::Message(mid) => {
                 let (role, text, sk, ts): (i64, String, Option<String>, Option<i64>) = self

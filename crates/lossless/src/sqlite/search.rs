@@ -134,6 +134,61 @@ impl Db {
     }
 }
 
+impl Db {
+    /// The newest rows whose message contains `term`, at most `window`, newest first; `None`
+    /// when the term cannot be searched (the tokenizer reduces it to nothing). Reads the
+    /// newest messages' index and then the file's (see [`super::pending_fts`]; callers run
+    /// [`Db::sync_pending_index`] first).
+    ///
+    /// `convs`: only the rows of these conversations (see [`crate::core::terms::scoped_query`]).
+    pub fn term_rows(&self, term: &str, window: usize, convs: &[i64]) -> Result<Option<Vec<i64>>> {
+        let query = scoped_query(&fts_term(term), convs);
+        let key = (query.clone(), window);
+        let upto = self.pending.get().upto;
+        let cached = self.term_rows.borrow().lists.get(&key).cloned();
+        // The file's index has not changed since the list was read: nothing new there.
+        let file_unchanged = cached.as_ref().is_some_and(|(_, at)| *at == upto);
+        let cached = cached.map(|(rows, _)| rows);
+        let above = cached.as_ref().and_then(|rows| rows.first().copied());
+        let mut rows = Vec::new();
+        for (sql, skip) in [
+            (
+                "SELECT rowid FROM temp.pending_fts WHERE pending_fts MATCH ?1 AND rowid > ?2
+                 ORDER BY rowid DESC LIMIT ?3",
+                false,
+            ),
+            (
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 AND rowid > ?2
+                 ORDER BY rowid DESC LIMIT ?3",
+                file_unchanged,
+            ),
+        ] {
+            let left = window.saturating_sub(rows.len());
+            if left == 0 || skip {
+                break;
+            }
+            let fresh = self
+                .conn
+                .prepare_cached(sql)?
+                .query_map(
+                    params![query, above.unwrap_or(i64::MIN), left as i64],
+                    |r| r.get::<_, i64>(0),
+                )
+                .and_then(|it| it.collect::<rusqlite::Result<Vec<i64>>>());
+            match fresh {
+                Ok(found) => rows.extend(found),
+                Err(_) => return Ok(None),
+            }
+        }
+        if let Some(old) = cached {
+            // `old` was the whole window when it was read; the new rows go on top.
+            rows.extend(old.into_iter().take(window.saturating_sub(rows.len())));
+        }
+        self.term_rows.borrow_mut().put(key, rows.clone(), upto);
+        Ok(Some(rows))
+    }
+}
+
 #[cfg(test)]
 mod fts5_tests {
     use crate::core::search::fts5_bm25;

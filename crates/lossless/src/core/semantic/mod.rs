@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use clawctx_embed::Embedder;
 
-use crate::backend::Backend;
+use crate::core::backend::Backend;
 use crate::core::conv::ConvKey;
 use crate::core::ids::{self, RecordId};
 use crate::core::recall::{GrepHit, GrepMode, GrepQuery, GrepReport, GrepTarget, Scope};
@@ -46,9 +46,7 @@ use rows::{Done, EmbedModel, NewVector};
 /// Items embedded per batch: large enough for the model to batch, small enough that a turn
 /// waiting for the CPU waits for little.
 pub const BATCH: usize = 32;
-/// Below this cosine a message does not cue the `<recalled>` block: as with the lexical rule
-/// that only telling words cue it, a loose match would cost uncached tokens every turn.
-pub const DEFAULT_MIN_SCORE: f32 = 0.35;
+pub use crate::config::DEFAULT_MIN_SCORE;
 /// How long the background embedder sleeps when there is nothing to embed and nobody wakes it
 /// (another process may write to a shared store).
 const IDLE: Duration = Duration::from_secs(5);

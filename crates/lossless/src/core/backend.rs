@@ -1,6 +1,6 @@
 //! The storage boundary: what the lossless engine asks of a store, whichever database holds it.
 //!
-//! Two backends implement [`Backend`]: the embedded SQLite store ([`LosslessStore`], the
+//! Two backends implement [`Backend`]: the embedded SQLite store ([`crate::LosslessStore`], the
 //! default, one file per agent) and the PostgreSQL store ([`crate::pg::PgStore`], one database
 //! several gateways share). The engine ([`crate::engine`]) and the recall tools
 //! ([`crate::tools`]) hold an `Arc<dyn Backend>` and never see SQL. What a backend does is
@@ -137,7 +137,7 @@ pub trait Backend: crate::core::inspect::Inspect + Send + Sync + std::fmt::Debug
         opts: CompactionOptions,
     ) -> Result<CompactionReport>;
     /// `/new` and forks: carries summaries of depth ≥ `min_depth` from `from`'s frontier to
-    /// `to` (see [`Db::carry_summaries`]).
+    /// `to` (see [`crate::sqlite::Db::carry_summaries`]).
     async fn carry_summaries(
         &self,
         from: &ConvKey,
