@@ -52,6 +52,12 @@ pub struct StoreBenchOptions {
     /// reported), runs in the background during the per-turn ingests, and each assembly embeds
     /// its prompt and fuses the vector hits, as the engine's `assemble` does.
     pub embedder: Option<Arc<dyn clawctx_embed::Embedder>>,
+    /// With `embedder`: the store's vectors are pseudo-random unit vectors stored under the
+    /// model's identity ([`SyntheticVectors`]) instead of the model's, so a store of 100,000
+    /// messages gets its vectors in seconds rather than hours; the prompts are still embedded
+    /// by the model, and the search scans as many vectors as it would. Latency only: the hits
+    /// mean nothing.
+    pub synthetic_vectors: bool,
 }
 
 impl Default for StoreBenchOptions {
@@ -68,7 +74,53 @@ impl Default for StoreBenchOptions {
             budget: 32_000,
             durability: Durability::Normal,
             embedder: None,
+            synthetic_vectors: false,
         }
+    }
+}
+
+/// Vectors for [`StoreBenchOptions::synthetic_vectors`]: unit vectors drawn from a hash of each
+/// text, under another model's identity and length.
+#[derive(Debug)]
+pub struct SyntheticVectors {
+    /// The identity of the model they stand in for.
+    pub model_id: String,
+    /// Its vectors' length.
+    pub dim: usize,
+}
+
+#[async_trait::async_trait]
+impl clawctx_embed::Embedder for SyntheticVectors {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    async fn embed(
+        &self,
+        texts: &[String],
+    ) -> std::result::Result<Vec<Vec<f32>>, clawctx_embed::EmbedError> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hasher = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+        Ok(texts
+            .iter()
+            .map(|text| {
+                let mut seed = hasher.hash_one(text) | 1;
+                let mut v: Vec<f32> = (0..self.dim)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                    })
+                    .collect();
+                clawctx_embed::l2_normalize(&mut v);
+                v
+            })
+            .collect())
     }
 }
 
@@ -251,10 +303,20 @@ async fn measure(
 
     // With a model: the backfill of what was stored, timed; then the background embedder
     // runs during the per-turn ingests, as in an engine.
-    let semantic = opts
+    let model = opts
         .embedder
         .clone()
         .map(|e| Arc::new(clawctx_lossless::semantic::Semantic::new(e)));
+    // What fills the store's vectors: the model, or stand-ins under its identity.
+    let semantic = match (&opts.embedder, opts.synthetic_vectors) {
+        (Some(e), true) => Some(Arc::new(clawctx_lossless::semantic::Semantic::new(
+            Arc::new(SyntheticVectors {
+                model_id: e.model_id().to_owned(),
+                dim: e.dim(),
+            }),
+        ))),
+        _ => model.clone(),
+    };
     let mut embedded_per_second = None;
     if let Some(s) = &semantic {
         let t = Instant::now();
@@ -262,7 +324,8 @@ async fn measure(
             .embed_all(&*store, |_, _| {})
             .await
             .map_err(failed(kind, "embed"))?;
-        embedded_per_second = Some(n as f64 / t.elapsed().as_secs_f64().max(1e-9));
+        embedded_per_second =
+            (!opts.synthetic_vectors).then(|| n as f64 / t.elapsed().as_secs_f64().max(1e-9));
     }
     let background = semantic.as_ref().map(|s| s.spawn(store.clone()));
 
@@ -301,7 +364,7 @@ async fn measure(
         let prompt = format!("what did we decide about the {word} before (ref {i})?");
         host.push(AgentMessage::user(prompt.clone()));
         let t = Instant::now();
-        let semantic_hits = match &semantic {
+        let semantic_hits = match &model {
             Some(s) => {
                 s.prompt_hits(&*store, &key, &prompt, cfg.prompt_recall_max_messages)
                     .await

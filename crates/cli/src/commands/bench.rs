@@ -140,6 +140,12 @@ struct StoresArgs {
     /// the per-turn ingests, and each assembly embeds its prompt and fuses the vector hits.
     #[arg(long)]
     semantic: bool,
+    /// With --semantic: store pseudo-random vectors under the model's identity instead of
+    /// running the model over the store (prompts are still embedded by the model, and each
+    /// search scans as many vectors): the assembly latency at sizes the model would take hours
+    /// to embed. The hits mean nothing.
+    #[arg(long, requires = "semantic")]
+    synthetic_vectors: bool,
     /// Print the rows as JSON.
     #[arg(long)]
     json: bool,
@@ -239,6 +245,7 @@ async fn stores(a: StoresArgs) -> anyhow::Result<ExitCode> {
                 )
             })?;
         opts.embedder = Some(embedder);
+        opts.synthetic_vectors = a.synthetic_vectors;
     }
     let rows = run_store_bench(&opts).await?;
     if a.json {

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::core::codec;
 use crate::core::conv::ConvKey;
 use crate::core::ids::{self, RecordId};
+use crate::core::inspect::{MessageRow, SummaryRow};
 use crate::error::{LosslessError, Result};
 
 /// Full-text relevance ranks at most this many of the newest matches (bounded cost).
@@ -631,30 +632,20 @@ pub(crate) async fn grep(r: &impl GrepReads, q: &GrepQuery) -> Result<GrepReport
     Ok(report)
 }
 
-/// A stored summary as `lcm_describe` shows it: its columns.
+/// A stored summary as `lcm_describe` shows it: the dashboard's row, its conversation and its
+/// whole text.
 pub(crate) struct SummaryRecord {
+    pub row: SummaryRow,
     pub conv_id: i64,
-    pub depth: i64,
-    pub tokens: i64,
-    pub source_tokens: i64,
-    pub first_seq: i64,
-    pub last_seq: i64,
-    pub from_ts: Option<i64>,
-    pub to_ts: Option<i64>,
-    pub summarizer: String,
     pub text: String,
 }
 
-/// A stored message as `lcm_describe` shows it: its columns (the codec's, and its call id).
+/// A stored message as `lcm_describe` shows it: the dashboard's row (the codec's columns), its
+/// conversation and its tool call id.
 pub(crate) struct MessageRecord {
+    pub row: MessageRow,
     pub conv_id: i64,
-    pub seq: i64,
-    pub role: i64,
-    pub tokens: i64,
-    pub ts: Option<i64>,
     pub tool_call_id: Option<String>,
-    pub skeleton: Option<String>,
-    pub text: String,
 }
 
 /// What `lcm_describe` and `lcm_expand` read from a store, each one query; [`describe`] and
@@ -706,8 +697,9 @@ pub(crate) async fn describe(
     let not_found = || LosslessError::NotFound(id.to_owned());
     match ids::parse(id)? {
         RecordId::Summary(sid) => {
-            let row = r.summary(sid).await?.ok_or_else(not_found)?;
-            check_scope(r, row.conv_id, agent, id).await?;
+            let SummaryRecord { row, conv_id, text } =
+                r.summary(sid).await?.ok_or_else(not_found)?;
+            check_scope(r, conv_id, agent, id).await?;
             let children = r
                 .children(sid)
                 .await?
@@ -716,7 +708,7 @@ pub(crate) async fn describe(
                 .collect();
             Ok(DescribeReport::Summary(SummaryInfo {
                 id: ids::summary_id(sid),
-                conversation_id: row.conv_id,
+                conversation_id: conv_id,
                 depth: row.depth,
                 tokens: row.tokens,
                 source_tokens: row.source_tokens,
@@ -727,21 +719,25 @@ pub(crate) async fn describe(
                 in_frontier: r.in_frontier(1, sid).await?,
                 parents: r.parents(1, sid).await?,
                 children,
-                text: row.text,
+                text,
             }))
         }
         RecordId::Message(mid) => {
-            let row = r.message(mid).await?.ok_or_else(not_found)?;
-            check_scope(r, row.conv_id, agent, id).await?;
+            let MessageRecord {
+                row,
+                conv_id,
+                tool_call_id,
+            } = r.message(mid).await?.ok_or_else(not_found)?;
+            check_scope(r, conv_id, agent, id).await?;
             let message = codec::decode(row.role, &row.text, row.skeleton.as_deref(), row.ts)?;
             Ok(DescribeReport::Message(MessageInfo {
                 id: ids::message_id(mid),
-                conversation_id: row.conv_id,
+                conversation_id: conv_id,
                 seq: row.seq,
                 role: message.role().to_owned(),
                 tokens: row.tokens,
                 ts: row.ts,
-                tool_call_id: row.tool_call_id,
+                tool_call_id,
                 in_frontier: r.in_frontier(0, mid).await?,
                 parents: r.parents(0, mid).await?,
                 message,

@@ -25,7 +25,7 @@ use crate::core::inspect::{
 use crate::error::Result;
 
 /// The columns of a [`SummaryRow`] of `summaries s`, in [`summary_row`]'s order.
-fn summary_cols() -> String {
+pub(super) fn summary_cols() -> String {
     format!(
         "s.id, s.depth::bigint, s.tokens, s.source_tokens, s.first_seq, s.last_seq, s.from_ts, s.to_ts, s.summarizer, \
          substr(s.text, 1, {SUMMARY_HEAD_CHARS}), \
@@ -33,7 +33,7 @@ fn summary_cols() -> String {
     )
 }
 
-fn summary_row(r: &Row) -> Result<SummaryRow> {
+pub(super) fn summary_row(r: &Row) -> Result<SummaryRow> {
     Ok(SummaryRow {
         id: r.try_get(0)?,
         depth: r.try_get(1)?,
@@ -50,9 +50,10 @@ fn summary_row(r: &Row) -> Result<SummaryRow> {
 }
 
 /// The columns of a [`MessageRow`] of `messages m`, in [`message_row`]'s order.
-const MESSAGE_COLS: &str = "m.id, m.seq, m.role::bigint, m.tokens, m.ts, m.skeleton, m.text";
+pub(super) const MESSAGE_COLS: &str =
+    "m.id, m.seq, m.role::bigint, m.tokens, m.ts, m.skeleton, m.text";
 
-fn message_row(r: &Row) -> Result<MessageRow> {
+pub(super) fn message_row(r: &Row) -> Result<MessageRow> {
     Ok(MessageRow {
         id: r.try_get(0)?,
         seq: r.try_get(1)?,

@@ -27,6 +27,7 @@ use std::collections::{HashMap, HashSet};
 
 use deadpool_postgres::{GenericClient, Transaction};
 
+use super::inspect::{message_row, summary_cols, summary_row, MESSAGE_COLS};
 use super::store::PgStore;
 use crate::core::codec;
 use crate::core::ids::{self, RecordId};
@@ -732,52 +733,31 @@ struct PgReads<'a, C>(&'a C);
 
 impl<C: GenericClient + Sync> RecordReads for PgReads<'_, C> {
     async fn summary(&self, id: i64) -> Result<Option<SummaryRecord>> {
-        let Some(r) = self
-            .0
-            .query_opt(
-                "SELECT conv_id, depth::bigint, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts, summarizer, text
-                 FROM summaries WHERE id = $1",
-                &[&id],
-            )
-            .await?
-        else {
+        let sql = format!(
+            "SELECT {}, s.conv_id, s.text FROM summaries s WHERE s.id = $1",
+            summary_cols()
+        );
+        let Some(r) = self.0.query_opt(&sql, &[&id]).await? else {
             return Ok(None);
         };
         Ok(Some(SummaryRecord {
-            conv_id: r.try_get(0)?,
-            depth: r.try_get(1)?,
-            tokens: r.try_get(2)?,
-            source_tokens: r.try_get(3)?,
-            first_seq: r.try_get(4)?,
-            last_seq: r.try_get(5)?,
-            from_ts: r.try_get(6)?,
-            to_ts: r.try_get(7)?,
-            summarizer: r.try_get(8)?,
-            text: r.try_get(9)?,
+            row: summary_row(&r)?,
+            conv_id: r.try_get(11)?,
+            text: r.try_get(12)?,
         }))
     }
 
     async fn message(&self, id: i64) -> Result<Option<MessageRecord>> {
-        let Some(r) = self
-            .0
-            .query_opt(
-                "SELECT conv_id, seq, role::bigint, tokens, ts, tool_call_id, skeleton, text
-                 FROM messages WHERE id = $1",
-                &[&id],
-            )
-            .await?
-        else {
+        let sql = format!(
+            "SELECT {MESSAGE_COLS}, m.conv_id, m.tool_call_id FROM messages m WHERE m.id = $1"
+        );
+        let Some(r) = self.0.query_opt(&sql, &[&id]).await? else {
             return Ok(None);
         };
         Ok(Some(MessageRecord {
-            conv_id: r.try_get(0)?,
-            seq: r.try_get(1)?,
-            role: r.try_get(2)?,
-            tokens: r.try_get(3)?,
-            ts: r.try_get(4)?,
-            tool_call_id: r.try_get(5)?,
-            skeleton: r.try_get(6)?,
-            text: r.try_get(7)?,
+            row: message_row(&r)?,
+            conv_id: r.try_get(7)?,
+            tool_call_id: r.try_get(8)?,
         }))
     }
 

@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::sqlite::{Db, LosslessStore};
 
 /// The columns of a [`SummaryRow`] of `summaries s`, in [`summary_row`]'s order.
-fn summary_cols() -> String {
+pub(super) fn summary_cols() -> String {
     format!(
         "s.id, s.depth, s.tokens, s.source_tokens, s.first_seq, s.last_seq, s.from_ts, s.to_ts, s.summarizer, \
          substr(s.text, 1, {SUMMARY_HEAD_CHARS}), \
@@ -26,7 +26,7 @@ fn summary_cols() -> String {
     )
 }
 
-fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryRow> {
+pub(super) fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryRow> {
     Ok(SummaryRow {
         id: r.get(0)?,
         depth: r.get(1)?,
@@ -44,7 +44,7 @@ fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SummaryRow> {
 
 /// A [`MessageRow`] from `m.id, m.seq, m.role, m.tokens, m.ts, m.skeleton, m.text` of
 /// `message_rows m` (the view that unpacks the stored text).
-fn message_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MessageRow> {
+pub(super) fn message_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MessageRow> {
     Ok(MessageRow {
         id: r.get(0)?,
         seq: r.get(1)?,

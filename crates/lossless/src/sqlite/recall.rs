@@ -8,6 +8,7 @@ use crate::core::recall::{
     RecordReads, Scope, SummaryRecord, RELEVANCE_WINDOW,
 };
 use crate::error::{LosslessError, Result};
+use crate::sqlite::inspect::{message_row, summary_cols, summary_row};
 use crate::sqlite::Db;
 use rusqlite::{params, OptionalExtension};
 
@@ -398,24 +399,18 @@ impl GrepReads for Db {
 
 impl RecordReads for Db {
     async fn summary(&self, id: i64) -> Result<Option<SummaryRecord>> {
+        let sql = format!(
+            "SELECT {}, s.conv_id, s.text FROM summaries s WHERE s.id = ?1",
+            summary_cols()
+        );
         Ok(self
             .conn
-            .prepare_cached(
-                "SELECT conv_id, depth, tokens, source_tokens, first_seq, last_seq, from_ts, to_ts, summarizer, text
-                 FROM summaries WHERE id = ?1",
-            )?
+            .prepare_cached(&sql)?
             .query_row([id], |r| {
                 Ok(SummaryRecord {
-                    conv_id: r.get(0)?,
-                    depth: r.get(1)?,
-                    tokens: r.get(2)?,
-                    source_tokens: r.get(3)?,
-                    first_seq: r.get(4)?,
-                    last_seq: r.get(5)?,
-                    from_ts: r.get(6)?,
-                    to_ts: r.get(7)?,
-                    summarizer: r.get(8)?,
-                    text: r.get(9)?,
+                    row: summary_row(r)?,
+                    conv_id: r.get(11)?,
+                    text: r.get(12)?,
                 })
             })
             .optional()?)
@@ -425,19 +420,14 @@ impl RecordReads for Db {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT conv_id, seq, role, tokens, ts, tool_call_id, skeleton, text
-                 FROM message_rows WHERE id = ?1",
+                "SELECT m.id, m.seq, m.role, m.tokens, m.ts, m.skeleton, m.text, m.conv_id, m.tool_call_id
+                 FROM message_rows m WHERE m.id = ?1",
             )?
             .query_row([id], |r| {
                 Ok(MessageRecord {
-                    conv_id: r.get(0)?,
-                    seq: r.get(1)?,
-                    role: r.get(2)?,
-                    tokens: r.get(3)?,
-                    ts: r.get(4)?,
-                    tool_call_id: r.get(5)?,
-                    skeleton: r.get(6)?,
-                    text: r.get(7)?,
+                    row: message_row(r)?,
+                    conv_id: r.get(7)?,
+                    tool_call_id: r.get(8)?,
                 })
             })
             .optional()?)

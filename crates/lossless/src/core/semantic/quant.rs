@@ -31,11 +31,28 @@ pub fn from_bytes(b: &[u8], dim: usize) -> Option<Vec<i8>> {
 }
 
 /// The dot product of two quantized vectors of one length, in integers.
+///
+/// Written as sixteen lanes of `i8 × i8` products, each of which fits an `i16` (at most
+/// 128² in magnitude), summed into `i32` lanes: the shape the compiler turns into wide SIMD
+/// multiplies on the baseline x86-64 and aarch64 targets. The plain widening loop
+/// (`i32::from(x) * i32::from(y)`, summed) scans 100,000 vectors of 384 about four times
+/// slower; every search of the `<recalled>` block scans the conversation's vectors.
 pub fn dot(a: &[i8], b: &[i8]) -> i32 {
-    a.iter()
-        .zip(b)
+    const LANES: usize = 16;
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: i32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
         .map(|(&x, &y)| i32::from(x) * i32::from(y))
-        .sum()
+        .sum();
+    let mut acc = [0i32; LANES];
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += i32::from(i16::from(x[i]) * i16::from(y[i]));
+        }
+    }
+    acc.iter().sum::<i32>() + tail
 }
 
 #[cfg(test)]
@@ -71,5 +88,29 @@ mod tests {
         }
         assert_eq!(quantize(&[0.0, 0.0]), (0.0, vec![0, 0]));
         assert!(from_bytes(&[1, 2, 3], 4).is_none());
+    }
+
+    #[test]
+    fn the_lane_dot_product_is_the_plain_one() {
+        let mut seed = 11u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) % 256) as i32 - 128
+        };
+        // Lengths around the sixteen lanes, and the extremes of the byte range.
+        for len in [0, 1, 15, 16, 17, 33, 384, 385] {
+            let a: Vec<i8> = (0..len).map(|_| next() as i8).collect();
+            let b: Vec<i8> = (0..len).map(|_| next() as i8).collect();
+            let plain: i32 = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| i32::from(x) * i32::from(y))
+                .sum();
+            assert_eq!(dot(&a, &b), plain, "length {len}");
+        }
+        let lows = vec![i8::MIN; 384];
+        assert_eq!(dot(&lows, &lows), 384 * 128 * 128);
     }
 }
