@@ -1,11 +1,13 @@
 //! Recall: search, describe and expand stored history. These are the operations behind the
 //! `lcm_*` tools and the `clawctx lcm` CLI; each returns a serializable report.
 //!
-//! Full-text search goes through FTS5 (BM25 ranking or recency); the model's query is reduced
-//! to quoted alphanumeric terms joined by AND, so no FTS syntax from the model can reach SQLite
-//! (`foo" OR (` searches for `foo` and `or`). Regex search scans newest-first with the `regex`
-//! crate (linear time, no ReDoS), bounded by `grepMaxScanRows`. Every query is scoped: one
-//! session (its active and archived conversations), one agent, or everything (CLI only).
+//! Written once for every store: [`grep`], [`describe`] and [`expand`] decide (modes, targets,
+//! scope checks, ordering, paging, the expansion cap) and ask a store's [`GrepReads`] /
+//! [`RecordReads`] for rows. Full-text search reduces the model's query to quoted alphanumeric
+//! terms joined by AND ([`sanitize_fts_query`]), so no query syntax from the model reaches a
+//! database (`foo" OR (` searches for `foo` and `or`). Regex search scans newest-first with the
+//! `regex` crate (linear time, no ReDoS), bounded by `grepMaxScanRows`. Every query is scoped:
+//! one session (its active and archived conversations), one agent, or everything (CLI only).
 
 use clawctx_tokens::{text_tokens, truncate_middle};
 use serde::Serialize;

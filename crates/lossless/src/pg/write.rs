@@ -23,7 +23,7 @@ use crate::core::compaction::{
     choose_ranges, condensed_input, early_stop, make_chunk, Chunk, CompactionOptions,
     CompactionSteps, FItem, Guard, Produced, NOTHING_ELIGIBLE,
 };
-use crate::core::conv::{now_ms, ConvKey, IngestOutcome};
+use crate::core::conv::{now_ms, ConvKey, ConvRow, IngestOutcome};
 use crate::core::session::CarryReport;
 use crate::core::terms::index_terms;
 use crate::error::{LosslessError, Result};
@@ -234,7 +234,7 @@ impl PgStore {
         Ok(Some(Box::new(HeldLock(client))))
     }
 
-    /// `/new` and forks (see [`crate::sqlite::Db::carry_summaries`], which this mirrors).
+    /// `/new` and forks: [`crate::core::session::carry`] in one transaction.
     pub(crate) async fn carry(
         &self,
         from: &ConvKey,
@@ -243,65 +243,7 @@ impl PgStore {
     ) -> Result<CarryReport> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let mut report = CarryReport::default();
-        let Some(src) = Self::conversation_on(&tx, from).await? else {
-            let conv = Self::lock_conversation(&tx, to).await?;
-            tx.commit().await?;
-            report.conversation_id = conv.id;
-            return Ok(report);
-        };
-        let mut items: Vec<(i64, i64)> = Vec::new();
-        if min_depth >= 0 {
-            let depth = min_depth as i32;
-            let rows = tx
-                .query(
-                    "SELECT f.item_id, f.tokens FROM frontier f JOIN summaries s ON s.id = f.item_id
-                     WHERE f.conv_id = $1 AND f.kind = 1 AND s.depth >= $2 ORDER BY f.ord",
-                    &[&src.id, &depth],
-                )
-                .await?;
-            for r in &rows {
-                items.push((r.try_get(0)?, r.try_get(1)?));
-            }
-        }
-        if from == to {
-            tx.execute(
-                "UPDATE conversations SET active = false WHERE id = $1",
-                &[&src.id],
-            )
-            .await?;
-            report.archived_conversation = Some(src.id);
-        }
-        let dst = Self::lock_conversation(&tx, to).await?;
-        report.conversation_id = dst.id;
-        if !items.is_empty() {
-            let min_ord: i64 = tx
-                .query_one(
-                    "SELECT coalesce(min(ord), 0) FROM frontier WHERE conv_id = $1",
-                    &[&dst.id],
-                )
-                .await?
-                .try_get(0)?;
-            let start = min_ord.min(0) - items.len() as i64;
-            let ords: Vec<i64> = (0..items.len() as i64).map(|i| start + i).collect();
-            let sids: Vec<i64> = items.iter().map(|x| x.0).collect();
-            let toks: Vec<i64> = items.iter().map(|x| x.1).collect();
-            tx.execute(
-                "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens)
-                 SELECT $1, t.ord, 1, t.sid, t.tokens FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS t(ord, sid, tokens)",
-                &[&dst.id, &ords, &sids, &toks],
-            )
-            .await?;
-            let tokens: i64 = toks.iter().sum();
-            tx.execute(
-                "UPDATE conversations SET frontier_tokens = frontier_tokens + $2, frontier_items = frontier_items + $3,
-                 epoch = epoch + 1 WHERE id = $1",
-                &[&dst.id, &tokens, &(items.len() as i64)],
-            )
-            .await?;
-            report.carried_summaries = items.len();
-            report.carried_tokens = tokens as u64;
-        }
+        let report = crate::core::session::carry(&Carry(&tx), from, to, min_depth).await?;
         tx.commit().await?;
         Ok(report)
     }
@@ -600,6 +542,78 @@ async fn guard_load(c: &impl GenericClient, conv_id: i64) -> Result<Guard> {
         },
         None => Guard::default(),
     })
+}
+
+/// A carry's writes inside one PostgreSQL transaction (the target's row locked by
+/// `lock_conversation`, as every write takes it first).
+struct Carry<'a, 'b>(&'a deadpool_postgres::Transaction<'b>);
+
+impl crate::core::session::CarryWrites for Carry<'_, '_> {
+    async fn conversation(&self, key: &ConvKey) -> Result<Option<ConvRow>> {
+        PgStore::conversation_on(self.0, key).await
+    }
+
+    async fn open_conversation(&self, key: &ConvKey) -> Result<ConvRow> {
+        PgStore::lock_conversation(self.0, key).await
+    }
+
+    async fn deep_summaries(&self, conv_id: i64, min_depth: i64) -> Result<Vec<(i64, i64)>> {
+        let depth = i32::try_from(min_depth).unwrap_or(i32::MAX);
+        let rows = self
+            .0
+            .query(
+                "SELECT f.item_id, f.tokens FROM frontier f JOIN summaries s ON s.id = f.item_id
+                 WHERE f.conv_id = $1 AND f.kind = 1 AND s.depth >= $2 ORDER BY f.ord",
+                &[&conv_id, &depth],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
+    }
+
+    async fn archive(&self, conv_id: i64) -> Result<()> {
+        self.0
+            .execute(
+                "UPDATE conversations SET active = false WHERE id = $1",
+                &[&conv_id],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn min_ord(&self, conv_id: i64) -> Result<i64> {
+        Ok(self
+            .0
+            .query_one(
+                "SELECT coalesce(min(ord), 0) FROM frontier WHERE conv_id = $1",
+                &[&conv_id],
+            )
+            .await?
+            .try_get(0)?)
+    }
+
+    async fn prepend(&self, conv_id: i64, rows: &[(i64, i64, i64)]) -> Result<()> {
+        let ords: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let sids: Vec<i64> = rows.iter().map(|r| r.1).collect();
+        let toks: Vec<i64> = rows.iter().map(|r| r.2).collect();
+        self.0
+            .execute(
+                "INSERT INTO frontier(conv_id, ord, kind, item_id, tokens)
+                 SELECT $1, t.ord, 1, t.sid, t.tokens FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS t(ord, sid, tokens)",
+                &[&conv_id, &ords, &sids, &toks],
+            )
+            .await?;
+        let tokens: i64 = toks.iter().sum();
+        self.0
+            .execute(
+                "UPDATE conversations SET frontier_tokens = frontier_tokens + $2, frontier_items = frontier_items + $3,
+                 epoch = epoch + 1 WHERE id = $1",
+                &[&conv_id, &tokens, &(rows.len() as i64)],
+            )
+            .await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,7 @@
-//! The SQLite side of [`crate::core::assemble`].
+//! Assembly on SQLite: the conversation's frontier read in `ord` order, each item decoded from
+//! its row or taken from the store thread's decoded-message cache, and handed to the packer
+//! ([`crate::core::assemble::Packer`]) with the recall block's hits. Runs as one store-thread job
+//! so the frontier it packs is one snapshot.
 
 use crate::core::assemble::{Assembled, Hysteresis, Item, Packer, Stored};
 use crate::core::prompt_recall::PromptRecall;

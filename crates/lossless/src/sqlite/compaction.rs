@@ -1,4 +1,7 @@
-//! The SQLite side of [`crate::core::compaction`].
+//! Compaction's store steps on SQLite ([`crate::core::compaction::CompactionSteps`]): the
+//! frontier as planning reads it, a round planned, and a round's summaries committed in one
+//! transaction (a chunk whose range changed since it was planned is skipped). The rounds, the
+//! guard and the summaries themselves are `core`'s.
 
 use crate::config::LosslessConfig;
 use crate::core::assemble::render_summary;

@@ -1,4 +1,5 @@
-//! The SQLite side of [`crate::core::doctor`].
+//! Status and doctor on SQLite: the file's sizes and counts, `PRAGMA quick_check`, and the
+//! rows [`crate::core::doctor`]'s checks read per conversation.
 
 use crate::core::doctor::{
     check_conversation, check_dag, sort_issues, DagLevel, DoctorIssue, DoctorReport, StatusReport,

@@ -1,4 +1,5 @@
-//! The SQLite side of [`crate::core::import`].
+//! Importing an OpenClaw JSONL session into SQLite ([`crate::core::import`] reads the file):
+//! the messages stored as an ingest would, idempotent by identity (a dry run counts the new ones).
 
 use crate::core::codec;
 use crate::core::conv::ConvKey;

@@ -1,4 +1,5 @@
-//! The SQLite side of [`crate::core::prompt_recall`].
+//! The `<recalled>` block's reads on SQLite: the ranked hits' rows, the message after a quoted
+//! question, the quotes' texts; [`crate::core::prompt_recall`] decides what is quoted.
 
 use crate::core::prompt_recall::{block_of, fused, wanted, PromptRecall, RecalledBlock};
 use crate::error::Result;

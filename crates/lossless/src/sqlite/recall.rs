@@ -1,4 +1,7 @@
-//! The SQLite side of [`crate::core::recall`].
+//! `lcm_grep`, `lcm_describe` and `lcm_expand` on SQLite: this store's answers to
+//! [`crate::core::recall::GrepReads`] and [`crate::core::recall::RecordReads`] (FTS5 queries,
+//! the regex scan that reads rows on the read thread and matches them on a thread of its own),
+//! driven by the functions written once in `core`.
 
 use crate::core::codec;
 use crate::core::ids::{self, RecordId};

@@ -1,4 +1,5 @@
-//! The SQLite side of [`crate::core::retention`].
+//! Payload retention on SQLite: large payloads whose every referrer is summarized become a
+//! placeholder ([`crate::core::retention::placeholder`]), in one transaction.
 
 use crate::core::codec;
 use crate::core::retention::{placeholder, replace_large_slots, RetentionReport};

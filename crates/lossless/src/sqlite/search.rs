@@ -1,4 +1,6 @@
-//! The SQLite side of [`crate::core::search`].
+//! Ranked any-term search on SQLite: each term's newest matches from the full-text indexes (the
+//! newest messages' in-memory index first, then the file's; lists kept between queries), scored
+//! by [`crate::core::search`]'s BM25 over those windows.
 
 use crate::core::search::{
     finish_ranking, ranking_pool, score_terms, Corpus, RankFor, RankedMessage, MAX_TERMS,
