@@ -1,9 +1,11 @@
 //! Moving a SQLite store into PostgreSQL (`clawctx lcm migrate --to postgres://…`).
 //!
 //! [`sqlite_to_postgres`] copies every conversation, message, summary, DAG link, frontier item,
-//! summarizer guard state and committed turn key from a [`LosslessStore`] into an empty
-//! [`PgStore`], keeping every id, so `msg_N` / `sum_N` references (in summaries, in the
-//! model's context, in an operator's notes) mean the same rows afterwards.
+//! summarizer guard state, committed turn key, embedding model and stored vector from a
+//! [`LosslessStore`] into an empty [`PgStore`], keeping every id, so `msg_N` / `sum_N`
+//! references (in summaries, in the model's context, in an operator's notes) mean the same rows
+//! afterwards, and semantic recall on the new store does not embed the history again (the
+//! models' progress is copied with their vectors).
 //!
 //! - **Nothing is merged.** A target that holds any row already is refused, naming the target
 //!   without its password.
@@ -56,6 +58,8 @@ pub const TABLES: &[&str] = &[
     "frontier",
     "guard_state",
     "turn_commits",
+    "embed_models",
+    "vectors",
 ];
 
 /// What happened to one table.
@@ -135,6 +139,8 @@ pub async fn sqlite_to_postgres(
     sums.push(copy::<FrontIn>(source, out, &mut report).await?);
     sums.push(copy::<GuardIn>(source, out, &mut report).await?);
     sums.push(copy::<TurnIn>(source, out, &mut report).await?);
+    sums.push(copy::<ModelIn>(source, out, &mut report).await?);
+    sums.push(copy::<VectorIn>(source, out, &mut report).await?);
     source_unchanged(source, &report).await?;
     if !apply {
         tx.rollback().await?;
@@ -153,12 +159,18 @@ pub async fn sqlite_to_postgres(
         }
         t.verified = true;
     }
-    for table in ["conversations", "messages", "summaries"] {
+    for (table, id) in [
+        ("conversations", "id"),
+        ("messages", "id"),
+        ("summaries", "id"),
+        ("embed_models", "id"),
+        ("vectors", "vid"),
+    ] {
         let next: i64 = tx
             .query_one(
                 &format!(
-                    "SELECT setval(pg_get_serial_sequence('{table}', 'id'), greatest(max(id), 1), max(id) IS NOT NULL)
-                       + (max(id) IS NOT NULL)::int
+                    "SELECT setval(pg_get_serial_sequence('{table}', '{id}'), greatest(max({id}), 1), max({id}) IS NOT NULL)
+                       + (max({id}) IS NOT NULL)::int
                      FROM {table}"
                 ),
                 &[],
@@ -892,6 +904,133 @@ impl Copied for TurnIn {
                 "INSERT INTO turn_commits(advancement_key, conv_id, committed_at)
                  SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[])",
                 &[&keys, &convs, &at],
+            )
+            .await?)
+    }
+}
+
+struct ModelIn {
+    id: i64,
+    name: String,
+    dim: i64,
+    msg_done: i64,
+    sum_done: i64,
+}
+
+#[async_trait]
+impl Copied for ModelIn {
+    const TABLE: &'static str = "embed_models";
+    const CHECK: &'static str = "id, dim + msg_done + sum_done, octet_length(name)";
+    type Key = i64;
+    fn first() -> i64 {
+        i64::MIN
+    }
+    fn key(&self) -> i64 {
+        self.id
+    }
+    fn read(db: &Db, after: &i64, limit: usize) -> Result<Vec<Self>> {
+        let mut st = db.conn.prepare(
+            "SELECT id, name, dim, msg_done, sum_done FROM embed_models
+             WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let rows = st.query_map(rusqlite::params![after, limit as i64], |r| {
+            Ok(ModelIn {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                dim: r.get(2)?,
+                msg_done: r.get(3)?,
+                sum_done: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+    fn sums(&self) -> [i128; 3] {
+        [
+            self.id.into(),
+            i128::from(self.dim) + i128::from(self.msg_done) + i128::from(self.sum_done),
+            bytes(&self.name),
+        ]
+    }
+    async fn write(tx: &Transaction<'_>, rows: &[Self]) -> Result<u64> {
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        let dims: Vec<i32> = rows
+            .iter()
+            .map(|r| i32::try_from(r.dim).unwrap_or(i32::MAX))
+            .collect();
+        let msgs: Vec<i64> = rows.iter().map(|r| r.msg_done).collect();
+        let sums: Vec<i64> = rows.iter().map(|r| r.sum_done).collect();
+        Ok(tx
+            .execute(
+                "INSERT INTO embed_models(id, name, dim, msg_done, sum_done)
+                 SELECT * FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::bigint[], $5::bigint[])",
+                &[&ids, &names, &dims, &msgs, &sums],
+            )
+            .await?)
+    }
+}
+
+/// A stored vector: `(vid, model, kind, item id, conversation, tokens)`, its scale and bytes.
+struct VectorIn {
+    n: [i64; 6],
+    scale: f32,
+    vec: Vec<u8>,
+}
+
+#[async_trait]
+impl Copied for VectorIn {
+    const TABLE: &'static str = "vectors";
+    const CHECK: &'static str = "vid, model + kind + item_id + conv_id + tokens, octet_length(vec)";
+    type Key = i64;
+    fn first() -> i64 {
+        i64::MIN
+    }
+    fn key(&self) -> i64 {
+        self.n[0]
+    }
+    fn read(db: &Db, after: &i64, limit: usize) -> Result<Vec<Self>> {
+        let mut st = db.conn.prepare(
+            "SELECT vid, model, kind, item_id, conv_id, tokens, scale, vec FROM vectors
+             WHERE vid > ?1 ORDER BY vid LIMIT ?2",
+        )?;
+        let rows = st.query_map(rusqlite::params![after, limit as i64], |r| {
+            let mut n = [0i64; 6];
+            for (i, v) in n.iter_mut().enumerate() {
+                *v = r.get(i)?;
+            }
+            Ok(VectorIn {
+                n,
+                scale: r.get::<_, f64>(6)? as f32,
+                vec: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+    fn sums(&self) -> [i128; 3] {
+        let [vid, model, kind, item, conv, tokens] = self.n.map(i128::from);
+        [
+            vid,
+            model + kind + item + conv + tokens,
+            self.vec.len() as i128,
+        ]
+    }
+    async fn write(tx: &Transaction<'_>, rows: &[Self]) -> Result<u64> {
+        let col = |i: usize| rows.iter().map(|r| r.n[i]).collect::<Vec<i64>>();
+        let kinds: Vec<i16> = rows
+            .iter()
+            .map(|r| i16::try_from(r.n[2]).unwrap_or(i16::MAX))
+            .collect();
+        let scales: Vec<f32> = rows.iter().map(|r| r.scale).collect();
+        let vecs: Vec<&[u8]> = rows.iter().map(|r| r.vec.as_slice()).collect();
+        let (vids, models, items, convs, tokens) = (col(0), col(1), col(3), col(4), col(5));
+        Ok(tx
+            .execute(
+                "INSERT INTO vectors(vid, model, kind, item_id, conv_id, tokens, scale, vec)
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[], $4::bigint[],
+                   $5::bigint[], $6::bigint[], $7::real[], $8::bytea[])",
+                &[
+                    &vids, &models, &kinds, &items, &convs, &tokens, &scales, &vecs,
+                ],
             )
             .await?)
     }

@@ -371,8 +371,11 @@ async fn a_sqlite_store_moves_to_postgres_whole() {
             .collect::<Vec<_>>(),
         [
             ("conversations", max_conv + 1),
+            // No model embedded this store: its vector tables start at 1.
+            ("embed_models", 1),
             ("messages", max_msg + 1),
-            ("summaries", max_sum + 1)
+            ("summaries", max_sum + 1),
+            ("vectors", 1)
         ]
     );
     let mut more = h2.clone();
@@ -541,4 +544,68 @@ async fn a_failure_mid_copy_leaves_the_target_empty() {
         .await
         .unwrap();
     assert_eq!(out.conv.unwrap().id, 1);
+}
+
+/// A store whose history the real model embedded moves with its vectors: the same rows and
+/// model on PostgreSQL, the model's progress complete there (nothing to embed again), and a
+/// search by meaning answers the same on both sides.
+#[tokio::test]
+async fn vectors_move_with_the_store_and_are_not_embedded_again() {
+    use clawctx_lossless::semantic::Semantic;
+    let Some(db) = test_database("migrate vectors") else {
+        return;
+    };
+    let Some(dir) = clawctx_test_support::embed_model::model_dir() else {
+        return;
+    };
+    let model: Arc<dyn clawctx_embed::Embedder> =
+        Arc::new(clawctx_embed::LocalEmbedder::load(&dir).expect("the test model loads"));
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("lcm.db");
+    let sqlite = engine(&tmp, small_cfg());
+    let h = history(6);
+    feed(&sqlite, &h, 0).await;
+    let lite = sqlite.backend().clone();
+    let on_sqlite = Semantic::new(model.clone());
+    let embedded = on_sqlite.embed_all(&*lite, |_, _| {}).await.unwrap();
+    assert!(embedded > 10, "{embedded} items embedded");
+    let vectors = sqlite_scalar(&path, "SELECT count(*) FROM vectors");
+    assert!(vectors > 10);
+
+    let store = sqlite.store().unwrap().clone();
+    let pg = PgStore::open_url(&db.url).await.unwrap();
+    let report = sqlite_to_postgres(&store, &pg, true).await.unwrap();
+    for t in ["embed_models", "vectors"] {
+        let r = report.table(t).unwrap();
+        assert!(r.verified, "{t}");
+        assert_eq!(r.written, r.read, "{t}");
+    }
+    assert_eq!(report.table("vectors").unwrap().written, vectors as u64);
+    let c = pg_client(&db.url).await;
+    assert_eq!(pg_scalar(&c, "SELECT count(*) FROM vectors").await, vectors);
+    assert_eq!(
+        pg_scalar(&c, "SELECT sum(length(vec))::bigint FROM vectors").await,
+        sqlite_scalar(&path, "SELECT sum(length(vec)) FROM vectors")
+    );
+
+    // The same model on PostgreSQL finds its progress complete: nothing is embedded again.
+    let pg: Arc<dyn Backend> = Arc::new(pg);
+    let on_pg = Semantic::new(model.clone());
+    let (done, total) = on_pg.progress(&*pg).await.unwrap();
+    assert_eq!(done, total, "the copied progress covers every item");
+    assert_eq!(on_pg.embed_all(&*pg, |_, _| {}).await.unwrap(), 0);
+
+    // And a search by meaning ranks the same items on both stores.
+    let q = GrepQuery {
+        mode: GrepMode::Semantic,
+        limit: 5,
+        ..GrepQuery::new("reading a large log file", Scope::All)
+    };
+    let ids = |r: GrepReport| r.hits.into_iter().map(|h| h.id).collect::<Vec<_>>();
+    let a = ids(on_sqlite.grep(&*lite, q.clone()).await.unwrap());
+    let b = ids(on_pg.grep(&*pg, q).await.unwrap());
+    assert!(!a.is_empty());
+    assert_eq!(a, b, "the same hits on both stores");
+    // Ids continue after the copied vectors.
+    assert!(report.next_ids["vectors"] > vectors);
 }
