@@ -12,6 +12,8 @@
 use clawctx_protocol::AgentMessage;
 use serde::Serialize;
 
+use crate::core::codec::{self, Encoded};
+
 /// Text slots shorter than this are kept as they are in a rewritten message.
 const KEEP_SLOT_BYTES: usize = 512;
 
@@ -41,8 +43,42 @@ pub fn placeholder(bytes: i64, hash: &[u8]) -> String {
     )
 }
 
-/// Replaces every large text slot of `m` by `text`. Shared by every backend.
-pub(crate) fn replace_large_slots(m: &mut AgentMessage, text: &str) {
+/// A message that holds a due payload, as a store reads it.
+pub(crate) struct Referrer {
+    pub id: i64,
+    pub conv_id: i64,
+    pub role: i64,
+    pub skeleton: Option<String>,
+    pub ts: Option<i64>,
+    pub tokens: i64,
+    /// Whether it is still raw in its conversation's frontier (what the model sees).
+    pub raw_in_frontier: bool,
+}
+
+/// Counts one due payload (`freed`: the bytes its removal frees) and says whether it expires:
+/// not while any of its messages is still raw in a context. The same rule on every store.
+pub(crate) fn expires(report: &mut RetentionReport, refs: &[Referrer], freed: u64) -> bool {
+    report.candidates += 1;
+    if refs.iter().any(|r| r.raw_in_frontier) {
+        report.payloads_in_context += 1;
+        return false;
+    }
+    report.payloads_expired += 1;
+    report.messages_rewritten += refs.len();
+    report.bytes_freed += freed;
+    true
+}
+
+/// `r`'s message, whose stored text is `text`, with its large slots replaced by `stub`, encoded
+/// again (its identity hash is the store's to keep: a re-sent original is still a duplicate).
+pub(crate) fn rewritten(r: &Referrer, text: &str, stub: &str) -> crate::error::Result<Encoded> {
+    let mut m = codec::decode(r.role, text, r.skeleton.as_deref(), r.ts)?;
+    replace_large_slots(&mut m, stub);
+    codec::encode(&m)
+}
+
+/// Replaces every large text slot of `m` by `text`.
+fn replace_large_slots(m: &mut AgentMessage, text: &str) {
     for slot in crate::core::assemble::text_slots(m) {
         if slot.len() >= KEEP_SLOT_BYTES {
             *slot = text.to_owned();

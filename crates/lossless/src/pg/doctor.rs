@@ -21,12 +21,11 @@ use std::collections::{HashMap, HashSet};
 use deadpool_postgres::GenericClient;
 
 use super::store::{conv_row, PgStore, CONV_COLS};
-use crate::core::codec;
 use crate::core::doctor::{
     check_conversation, check_dag, sort_issues, Children, DagLevel, DoctorIssue, DoctorReport,
     StatusReport, StoreCheck,
 };
-use crate::core::retention::{placeholder, replace_large_slots, RetentionReport};
+use crate::core::retention::{expires, placeholder, rewritten, Referrer, RetentionReport};
 use crate::error::Result;
 
 /// The store's tables, for the database size.
@@ -289,15 +288,6 @@ impl PgStore {
                 &[&large],
             )
             .await?;
-        struct Referrer {
-            id: i64,
-            conv_id: i64,
-            role: i64,
-            skeleton: Option<String>,
-            ts: Option<i64>,
-            tokens: i64,
-            raw_in_frontier: bool,
-        }
         struct Payload {
             age: i64,
             bytes: i64,
@@ -342,15 +332,9 @@ impl PgStore {
             if p.age >= cutoff_ms {
                 continue;
             }
-            report.candidates += 1;
-            if p.refs.iter().any(|r| r.raw_in_frontier) {
-                report.payloads_in_context += 1;
-                continue;
-            }
-            report.payloads_expired += 1;
-            report.messages_rewritten += p.refs.len();
-            report.bytes_freed += p.bytes.max(0) as u64 * p.refs.len() as u64;
-            if !apply {
+            // Each of its messages holds the text.
+            let freed = p.bytes.max(0) as u64 * p.refs.len() as u64;
+            if !expires(&mut report, &p.refs, freed) || !apply {
                 continue;
             }
             let stub = placeholder(p.bytes, &hash);
@@ -365,9 +349,7 @@ impl PgStore {
                     .query_one("SELECT text FROM messages WHERE id = $1", &[&r.id])
                     .await?
                     .try_get(0)?;
-                let mut m = codec::decode(r.role, &text, r.skeleton.as_deref(), r.ts)?;
-                replace_large_slots(&mut m, &stub);
-                let e = codec::encode(&m)?;
+                let e = rewritten(&r, &text, &stub)?;
                 let tokens = e.tokens as i64;
                 // The identity hash and the full-text terms stay.
                 tx.execute(

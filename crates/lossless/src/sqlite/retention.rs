@@ -1,8 +1,7 @@
 //! Payload retention on SQLite: large payloads whose every referrer is summarized become a
 //! placeholder ([`crate::core::retention::placeholder`]), in one transaction.
 
-use crate::core::codec;
-use crate::core::retention::{placeholder, replace_large_slots, RetentionReport};
+use crate::core::retention::{expires, placeholder, rewritten, Referrer, RetentionReport};
 use crate::error::Result;
 use crate::sqlite::Db;
 use rusqlite::{params, Connection};
@@ -27,26 +26,15 @@ impl Db {
                 .prepare("SELECT id, hash, bytes, unpack(text) FROM payloads WHERE created_at < ?1 ORDER BY id")?
                 .query_map([cutoff_ms], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
                 .collect::<rusqlite::Result<_>>()?;
-            report.candidates = due.len();
             for (pid, hash, bytes, text) in due {
                 let refs = referrers(c, pid)?;
-                if refs.iter().any(|r| r.raw_in_frontier) {
-                    report.payloads_in_context += 1;
-                    continue;
-                }
-                report.payloads_expired += 1;
-                report.messages_rewritten += refs.len();
-                report.bytes_freed += bytes.max(0) as u64;
-                if !apply {
+                // Stored once, whatever the number of its messages.
+                if !expires(&mut report, &refs, bytes.max(0) as u64) || !apply {
                     continue;
                 }
                 let stub = placeholder(bytes, &hash);
                 for r in refs {
-                    let mut m = codec::decode(r.role, &text, r.skeleton.as_deref(), r.ts)?;
-                    replace_large_slots(&mut m, &stub);
-                    let e = codec::encode(&m)?;
-                    // The identity hash stays: the host re-sending the original is still a
-                    // duplicate.
+                    let e = rewritten(&r, &text, &stub)?;
                     c.prepare_cached(
                         "UPDATE messages SET text = ?2, skeleton = ?3, skel = NULL, tokens = ?4, payload = NULL WHERE id = ?1",
                     )?
@@ -59,16 +47,6 @@ impl Db {
             Ok(report)
         })
     }
-}
-
-struct Referrer {
-    id: i64,
-    conv_id: i64,
-    role: i64,
-    skeleton: Option<String>,
-    ts: Option<i64>,
-    tokens: i64,
-    raw_in_frontier: bool,
 }
 
 fn referrers(c: &Connection, payload: i64) -> Result<Vec<Referrer>> {
