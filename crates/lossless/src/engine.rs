@@ -46,7 +46,6 @@ use crate::pg::connect::PgTarget;
 use crate::pg::PgStore;
 use crate::policy::{SessionMode, SessionPolicy};
 use crate::sqlite::LosslessStore;
-
 use crate::ENGINE_ID;
 
 /// An assemble budget under this is not one history is compacted into before an assembly

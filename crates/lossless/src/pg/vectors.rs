@@ -1,14 +1,13 @@
 //! The PostgreSQL queries of semantic recall (schema v4), as the SQLite store's
 //! ([`crate::sqlite`]'s `vectors`): vectors are `bytea`, so no extension is needed.
 
+use super::PgStore;
 use crate::core::recall::{message_hit_of, summary_hit_of, GrepHit};
 use crate::core::semantic::quant;
 use crate::core::semantic::rows::{
     embed_text, Done, EmbedItem, EmbedModel, ItemKind, NewVector, VectorRow,
 };
 use crate::error::{LosslessError, Result};
-
-use super::PgStore;
 
 impl PgStore {
     /// See [`crate::core::backend::Backend::embed_model`].

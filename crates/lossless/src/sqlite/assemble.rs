@@ -3,12 +3,13 @@
 //! ([`crate::core::assemble::Packer`]) with the recall block's hits. Runs as one store-thread job
 //! so the frontier it packs is one snapshot.
 
+use clawctx_protocol::AgentMessage;
+use rusqlite::params;
+
 use crate::core::assemble::{Assembled, Hysteresis, Item, Packer, Stored};
 use crate::core::prompt_recall::PromptRecall;
 use crate::error::Result;
 use crate::sqlite::Db;
-use clawctx_protocol::AgentMessage;
-use rusqlite::params;
 
 impl Db {
     /// Assembles conversation `conv_id` (or only `live` when `conv_id` is `None`) within

@@ -3,6 +3,14 @@
 //! transaction (a chunk whose range changed since it was planned is skipped). The rounds, the
 //! guard and the summaries themselves are `core`'s.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use clawctx_protocol::AgentMessage;
+use clawctx_summarize::serialize_conversation;
+use clawctx_tokens::{message_tokens, text_tokens};
+use rusqlite::params;
+
 use crate::config::LosslessConfig;
 use crate::core::assemble::render_summary;
 use crate::core::codec::{self};
@@ -12,12 +20,6 @@ use crate::core::compaction::{
 };
 use crate::error::Result;
 use crate::sqlite::{Db, LosslessStore};
-use clawctx_protocol::AgentMessage;
-use clawctx_summarize::serialize_conversation;
-use clawctx_tokens::{message_tokens, text_tokens};
-use rusqlite::params;
-use std::collections::HashSet;
-use std::sync::Arc;
 
 impl Db {
     pub(crate) fn load_frontier(&self, conv_id: i64) -> Result<Vec<FItem>> {

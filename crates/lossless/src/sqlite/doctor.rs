@@ -1,14 +1,16 @@
 //! Status and doctor on SQLite: the file's sizes and counts, `PRAGMA quick_check`, and the
 //! rows [`crate::core::doctor`]'s checks read per conversation.
 
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::params;
+
 use crate::core::doctor::{
     check_conversation, check_dag, sort_issues, DagLevel, DoctorIssue, DoctorReport, StatusReport,
     StoreCheck,
 };
 use crate::error::Result;
 use crate::sqlite::Db;
-use rusqlite::params;
-use std::collections::{HashMap, HashSet};
 
 impl Db {
     /// Size, counts and growth.

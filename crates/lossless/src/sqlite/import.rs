@@ -1,12 +1,13 @@
 //! Importing an OpenClaw JSONL session into SQLite ([`crate::core::import`] reads the file):
 //! the messages stored as an ingest would, idempotent by identity (a dry run counts the new ones).
 
+use clawctx_protocol::AgentMessage;
+
 use crate::core::codec;
 use crate::core::conv::ConvKey;
 use crate::core::import::ImportReport;
 use crate::error::Result;
 use crate::sqlite::Db;
-use clawctx_protocol::AgentMessage;
 
 impl Db {
     /// Imports `msgs` into `key`'s conversation (`apply = false`: count only).

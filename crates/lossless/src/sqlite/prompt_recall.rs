@@ -1,11 +1,13 @@
 //! The `<recalled>` block's reads on SQLite: the ranked hits' rows, the message after a quoted
 //! question, the quotes' texts; [`crate::core::prompt_recall`] decides what is quoted.
 
+use std::collections::HashSet;
+
+use rusqlite::OptionalExtension;
+
 use crate::core::prompt_recall::{block_of, fused, wanted, PromptRecall, RecalledBlock};
 use crate::error::Result;
 use crate::sqlite::Db;
-use rusqlite::OptionalExtension;
-use std::collections::HashSet;
 
 impl Db {
     /// The `<recalled>` block for `r`, leaving out the messages in `exclude` (already in the

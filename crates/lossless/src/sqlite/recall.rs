@@ -3,6 +3,8 @@
 //! the regex scan that reads rows on the read thread and matches them on a thread of its own),
 //! driven by the functions written once in `core`.
 
+use rusqlite::{params, OptionalExtension};
+
 use crate::core::codec;
 use crate::core::ids::{self, RecordId};
 use crate::core::recall::{
@@ -13,7 +15,6 @@ use crate::core::recall::{
 use crate::error::{LosslessError, Result};
 use crate::sqlite::inspect::{message_row, summary_cols, summary_row};
 use crate::sqlite::Db;
-use rusqlite::{params, OptionalExtension};
 
 impl Db {
     /// The skeleton of message `id` (where a message of an unusual role keeps its role name).

@@ -1,10 +1,11 @@
 //! Payload retention on SQLite: large payloads whose every referrer is summarized become a
 //! placeholder ([`crate::core::retention::placeholder`]), in one transaction.
 
+use rusqlite::{params, Connection};
+
 use crate::core::retention::{expires, placeholder, rewritten, Referrer, RetentionReport};
 use crate::error::Result;
 use crate::sqlite::Db;
-use rusqlite::{params, Connection};
 
 impl Db {
     /// Expires payloads created before `cutoff_ms` (epoch ms) whose messages are all

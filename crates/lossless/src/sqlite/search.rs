@@ -2,6 +2,10 @@
 //! newest messages' in-memory index first, then the file's; lists kept between queries), scored
 //! by [`crate::core::search`]'s BM25 over those windows.
 
+use std::collections::HashSet;
+
+use rusqlite::{params, OptionalExtension};
+
 use crate::core::search::{
     finish_ranking, ranking_pool, score_terms, Corpus, RankFor, RankedMessage, MAX_TERMS,
     TERM_WINDOW,
@@ -9,8 +13,6 @@ use crate::core::search::{
 use crate::core::terms::{fts_term, scoped_query, MAX_SCOPED_CONVS};
 use crate::error::Result;
 use crate::sqlite::Db;
-use rusqlite::{params, OptionalExtension};
-use std::collections::HashSet;
 
 impl Db {
     /// The corpus of conversations `convs` (of the whole store past

@@ -1,11 +1,12 @@
 //! `/new` and forks on SQLite: summaries carried from one conversation's frontier to another's,
 //! and a conversation archived.
 
+use rusqlite::params;
+
 use crate::core::conv::{ConvKey, ConvRow};
 use crate::core::session::{carry, CarryReport, CarryWrites};
 use crate::error::Result;
 use crate::sqlite::Db;
-use rusqlite::params;
 
 impl Db {
     /// Carries summaries of depth ≥ `min_depth` from `from`'s frontier to `to` in one

@@ -4,14 +4,13 @@
 
 use rusqlite::{params, OptionalExtension};
 
+use super::Db;
 use crate::core::recall::{message_hit_of, summary_hit_of, GrepHit};
 use crate::core::semantic::quant;
 use crate::core::semantic::rows::{
     embed_text, Done, EmbedItem, EmbedModel, ItemKind, NewVector, VectorRow,
 };
 use crate::error::{LosslessError, Result};
-
-use super::Db;
 
 impl Db {
     /// The row of model `name`, registered with `dim` when new; an error when it was
