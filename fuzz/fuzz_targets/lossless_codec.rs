@@ -1,4 +1,4 @@
-//! The lossless store's codec (`clawctx-lossless`, `store/codec.rs` and `store/pack.rs`): the
+//! The lossless store's codec (`clawctx-lossless`, `core/codec.rs` and `core/pack.rs`): the
 //! columns of a stored row (role, text, skeleton, timestamp) and a stored text frame, read
 //! back. Rows come from the file, which another process or a bad disk may have damaged: any
 //! columns decode to a message or a `Corrupt` error, any frame unpacks or fails, never a panic.
