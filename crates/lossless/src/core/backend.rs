@@ -198,6 +198,8 @@ pub trait Backend: crate::core::inspect::Inspect + Send + Sync + std::fmt::Debug
     async fn item_hits(&self, items: Vec<(ItemKind, i64, f64)>) -> Result<Vec<GrepHit>>;
 }
 
+/// Which of the host's `recent` messages (oldest first) are live, i.e. not stored yet: the
+/// newest ones after the last stored one. `stored` tells whether a message's identity is in
 /// the conversation. Shared by every backend.
 pub(crate) fn live_tail(
     recent: &[AgentMessage],

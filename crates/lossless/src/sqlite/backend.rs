@@ -85,9 +85,6 @@ fn encoder_threads() -> usize {
     })
 }
 
-/// Which of the host's `recent` messages (oldest first) are live, i.e. not stored yet: the
-/// newest ones after the last stored one. `stored` tells whether a message's identity is in
-
 impl dyn Backend {
     /// The SQLite store, when this is one (for the operator tools that are SQLite-only).
     pub fn as_sqlite(&self) -> Option<&LosslessStore> {

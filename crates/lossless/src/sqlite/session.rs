@@ -38,11 +38,11 @@ struct Carry<'a>(&'a rusqlite::Connection);
 
 impl CarryWrites for Carry<'_> {
     async fn conversation(&self, key: &ConvKey) -> Result<Option<ConvRow>> {
-        Ok(crate::sqlite::db_get_conv(self.0, key)?)
+        crate::sqlite::db_get_conv(self.0, key).map_err(Into::into)
     }
 
     async fn open_conversation(&self, key: &ConvKey) -> Result<ConvRow> {
-        Ok(crate::sqlite::db_get_or_create_conv(self.0, key)?)
+        crate::sqlite::db_get_or_create_conv(self.0, key)
     }
 
     async fn deep_summaries(&self, conv_id: i64, min_depth: i64) -> Result<Vec<(i64, i64)>> {
