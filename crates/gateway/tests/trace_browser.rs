@@ -51,6 +51,21 @@ async fn stored_turns_are_shown_after_a_restart() {
             .collect();
         f.chat(KEY, &prompt).await;
     }
+    // A turn's trace is stored once its end is done, which can come after the reply: wait for
+    // the five turns' traces, so the assemble below is the newest stored turn.
+    let turns_url = format!("/v1/dashboard/trace/turns?key={}", KEY.replace(':', "%3A"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let page: Value = f.get(&turns_url).await.json().await.unwrap();
+        if page["total"].as_u64() >= Some(5) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the five turns' traces were not stored: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     // An engine-API assemble in a budget far under the session's frontier: items left out.
     let sid = f.runtime.session(KEY).unwrap().entry.session_id.clone();
     let r = f
@@ -63,15 +78,7 @@ async fn stored_turns_are_shown_after_a_restart() {
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
 
     let f = f.restart(lossless()).await;
-    let page: Value = f
-        .get(&format!(
-            "/v1/dashboard/trace/turns?key={}",
-            KEY.replace(':', "%3A")
-        ))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let page: Value = f.get(&turns_url).await.json().await.unwrap();
     let last = page["turns"][0]["turn"].as_u64().expect("stored turns");
     let left = page["turns"][0]["leftOut"].as_u64().unwrap_or(0);
     assert!(left > 0, "the tight assemble left items out: {page}");
